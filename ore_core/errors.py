@@ -29,3 +29,43 @@ class JournalLocked(LedgerError):
 
 class InvalidThreadId(OreError, ValueError):
     """A thread id from outside is unsafe or malformed (path-like, too long, bad chars)."""
+
+
+class StoreError(OreError):
+    """A store could not do what was asked."""
+
+
+class ThreadNotFound(StoreError, LookupError):
+    """No thread with this id (or metadata key/value) exists in the store."""
+
+
+class ThreadCorrupt(StoreError):
+    """The stored thread exists but cannot be read; the message names the cause."""
+
+
+class ThreadExists(StoreError):
+    """A thread with this id already exists; creating it again would overwrite it."""
+
+
+class SessionClosed(OreError):
+    """The stream (session) was closed; it accepts no more events."""
+
+
+class Interrupted(OreError):
+    """The event was dropped because an interrupt cleared the queue before it ran."""
+
+
+class SessionNotFound(OreError, LookupError):
+    """No active stream for this thread id in the manager (attach it first)."""
+
+
+class TurnFailed(OreError):
+    """Handling an event failed; the message says why (the cause is chained)."""
+
+
+class TurnCancelled(OreError):
+    """The turn was cancelled (interrupt, cancel() or close) before it finished."""
+
+
+class MessageRejected(OreError):
+    """The message arrived while a turn ran and the stream's policy is `reject`."""

@@ -1,5 +1,10 @@
 """The ledger: conversations as a branchable tree of turns with an append-only journal."""
 
+from ore_core.ledger.buffer import Buffer
+from ore_core.ledger.clock import Clock, ClockFunc, FixedClock, SystemClock
+from ore_core.ledger.journal import JournalState, JournalWriter, Repository
+from ore_core.ledger.meta import Meta, MetaListener
+from ore_core.ledger.thread import State, Thread
 from ore_core.ledger.turn import (
     Role,
     TraversalControl,
@@ -10,14 +15,31 @@ from ore_core.ledger.turn import (
     turn_from_dict,
     turn_to_dict,
 )
+from ore_core.ledger.views import Prepend, View, prepend, view
 
 __all__ = [
+    "Buffer",
+    "Clock",
+    "ClockFunc",
+    "FixedClock",
+    "JournalState",
+    "JournalWriter",
+    "Meta",
+    "MetaListener",
+    "Prepend",
+    "Repository",
     "Role",
+    "State",
+    "SystemClock",
+    "Thread",
     "TraversalControl",
     "Turn",
+    "View",
     "format_timestamp",
     "generate_turn_id",
     "parse_timestamp",
+    "prepend",
     "turn_from_dict",
     "turn_to_dict",
+    "view",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -73,7 +73,17 @@ class Turn:
 
     def copy(self) -> Turn:
         """A copy whose artifact list can be changed without touching this turn."""
-        return replace(self, artifacts=list(self.artifacts))
+        # Positional construction: about twice as fast as dataclasses.replace, and
+        # copies are made for every turn of every active-path walk.
+        return Turn(
+            self.id,
+            self.role,
+            list(self.artifacts),
+            self.parent_id,
+            self.timestamp,
+            self.control,
+            self.event_id,
+        )
 
 
 def format_timestamp(value: datetime) -> str:

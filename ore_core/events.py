@@ -1,0 +1,516 @@
+"""Events: what conduits send to the core (ingress) and what the core emits (output).
+
+These pydantic models are the NATS wire schema, byte-compatible with the Go framework's
+JSON (ore-behaviour.md 3.1 and 15): every event is one JSON object with a `"kind"`.
+An `ArtifactEvent` is the artifact's own JSON with `context` merged in, so a plugin that
+registers a new artifact kind needs no schema change here. `context` is written only
+when it names a provenance (the Go rule); inside it, `user` and `traceparent` only when
+set. Unknown JSON fields are ignored so that an older peer can read a newer one's events.
+
+Events are frozen: one event object is shared by every subscriber of a stream. The codec
+(`encode_event`, `decode_ingress`, `decode_output`) is the one place bytes are made and
+read; the validators behind it are built once at import.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    GetJsonSchemaHandler,
+    PlainSerializer,
+    PlainValidator,
+    SerializerFunctionWrapHandler,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    WithJsonSchema,
+    model_serializer,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
+
+from ore_core.artifacts import Artifact, Delta, decode_artifact
+from ore_core.errors import ArtifactError, OreError
+from ore_core.ids import validate_thread_id
+from ore_core.ledger.turn import Turn, turn_from_dict, turn_to_dict
+
+__all__ = [
+    "ActivityEvent",
+    "ArtifactEvent",
+    "ErrorEvent",
+    "EventContext",
+    "EventDecodeError",
+    "IngressEvent",
+    "InterruptEvent",
+    "LifecycleEvent",
+    "LifecyclePhase",
+    "MAX_EVENT_ID_LENGTH",
+    "Notice",
+    "NoticeEvent",
+    "OutputEvent",
+    "PropertiesEvent",
+    "PropertyOperation",
+    "SessionSwitchEvent",
+    "Severity",
+    "TurnCompleteEvent",
+    "UserMessageEvent",
+    "decode_ingress",
+    "decode_output",
+    "encode_event",
+    "event_json_schema",
+    "new_event_id",
+]
+
+MAX_EVENT_ID_LENGTH = 256  # ids come from platforms (Slack ts, Telegram ids); bound them
+
+
+class EventDecodeError(OreError):
+    """Bytes from the bus are not a valid event; the message names the kind and field."""
+
+
+def new_event_id() -> str:
+    """A fresh ingress event id (32 hex chars); conduits use the platform message id instead."""
+    return uuid.uuid4().hex
+
+
+def _is_empty(value: str) -> bool:
+    return not value
+
+
+class _Frozen(BaseModel):
+    """Shared config: immutable, strict types (no "true" -> True), unknown keys ignored."""
+
+    model_config = ConfigDict(frozen=True, strict=True, extra="ignore")
+
+
+class EventContext(_Frozen):
+    """Where an event came from, carried with it across tasks and processes.
+
+    `provenance` names the conduit ("slack", "http", "app"); conduits use it to skip
+    echoes of their own messages. `user` is the platform user; `traceparent` is the W3C
+    trace context that links the logs of one message end to end.
+    """
+
+    provenance: str = ""
+    user: str = Field(default="", exclude_if=_is_empty)
+    traceparent: str = Field(default="", exclude_if=_is_empty)
+
+
+_NO_CONTEXT = EventContext()
+
+
+def _lacks_provenance(context: EventContext) -> bool:
+    return not context.provenance
+
+
+# Declared last in every event so that it is the last JSON key, as Go writes it.
+_Context = Annotated[EventContext, Field(exclude_if=_lacks_provenance)]
+
+
+def _event_id_field() -> Any:
+    # A call (not an Annotated alias) so that type checkers see the default.
+    return Field(default_factory=new_event_id, min_length=1, max_length=MAX_EVENT_ID_LENGTH)
+
+
+class _Event(_Frozen):
+    """Base of every event: frozen, with a `context` and a `kind`."""
+
+    def with_context(self, context: EventContext) -> Self:
+        """A copy of this event carrying `context` (how a stream stamps its provenance)."""
+        return self.model_copy(update={"context": context})
+
+
+# --- ingress --------------------------------------------------------------------------
+
+
+class UserMessageEvent(_Event):
+    """A user wrote something. `id` de-duplicates redelivery (set it from the platform id)."""
+
+    kind: Literal["user_message"] = "user_message"
+    id: str = _event_id_field()
+    content: str
+    context: _Context = _NO_CONTEXT
+
+
+class InterruptEvent(_Event):
+    """Stop the turn in flight and drop queued messages of this thread."""
+
+    kind: Literal["interrupt"] = "interrupt"
+    id: str = _event_id_field()
+    context: _Context = _NO_CONTEXT
+
+
+class SessionSwitchEvent(_Event):
+    """Move the sender to another thread; ingress, and also emitted to tell conduits."""
+
+    kind: Literal["session_switch"] = "session_switch"
+    id: str = _event_id_field()
+    session_id: Annotated[str, AfterValidator(validate_thread_id)]
+    context: _Context = _NO_CONTEXT
+
+
+IngressEvent = Annotated[
+    UserMessageEvent | InterruptEvent | SessionSwitchEvent, Field(discriminator="kind")
+]
+"""What a conduit may send to the core, told apart by `kind`."""
+
+
+# --- output ---------------------------------------------------------------------------
+
+
+class Severity(IntEnum):
+    """How a notice is shown; ordered so that filters can say `>= Severity.WARN`.
+
+    On the wire it is the label ("Success", "Info", "Warn", "Error"). Like Go, any other
+    number is a valid severity labelled `Severity(n)`.
+    """
+
+    SUCCESS = 0
+    INFO = 1
+    WARN = 2
+    ERROR = 3
+
+    @classmethod
+    def _missing_(cls, value: object) -> Severity | None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            return None
+        member = int.__new__(cls, value)
+        member._name_ = f"Severity({value})"
+        member._value_ = value
+        return member
+
+    @property
+    def label(self) -> str:
+        """The wire string of this severity."""
+        return _SEVERITY_LABELS.get(self, self.name)
+
+    def __str__(self) -> str:
+        return self.label
+
+
+_SEVERITY_LABELS = {
+    Severity.SUCCESS: "Success",
+    Severity.INFO: "Info",
+    Severity.WARN: "Warn",
+    Severity.ERROR: "Error",
+}
+_SEVERITY_BY_LABEL = {label.lower(): severity for severity, label in _SEVERITY_LABELS.items()}
+
+
+def _parse_severity(value: object) -> Severity:
+    if isinstance(value, Severity):
+        return value
+    if isinstance(value, str):
+        # A label from a newer peer is still shown, as the neutral Info.
+        return _SEVERITY_BY_LABEL.get(value.lower(), Severity.INFO)
+    raise ValueError(f"severity must be a Severity or one of its labels, got {value!r}")
+
+
+_SeverityField = Annotated[
+    Severity,
+    PlainValidator(_parse_severity),
+    PlainSerializer(lambda severity: severity.label, return_type=str),
+    WithJsonSchema({"type": "string", "enum": list(_SEVERITY_LABELS.values())}),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A message for the sender only (never stored, never sent to the model).
+
+    Interceptors and slash commands return these; the stream emits each as a
+    `NoticeEvent` carrying the context of the event that caused it.
+    """
+
+    content: str
+    severity: Severity = Severity.INFO
+
+
+def _validate_artifact(value: object) -> Artifact:
+    if not isinstance(value, Artifact):
+        raise ValueError(f"expected an Artifact, got {type(value).__name__}")
+    if value.kind in _OUTPUT_EVENT_KINDS:
+        raise ValueError(f'artifact kind "{value.kind}" is an event kind; rename the kind')
+    return value
+
+
+_ArtifactField = Annotated[
+    Artifact,
+    PlainValidator(_validate_artifact),
+    PlainSerializer(lambda artifact: artifact.to_dict(), return_type=dict[str, Any]),
+    WithJsonSchema({"type": "object"}),
+]
+
+
+class ArtifactEvent(_Event):
+    """One artifact as it streams (deltas) or completes; `kind` is the artifact's kind.
+
+    JSON: the artifact's own object plus `context`, e.g. `{"kind":"text","content":"hi"}`.
+    Artifact kinds must therefore not use the key `context` nor an event kind as name.
+    """
+
+    artifact: _ArtifactField
+    context: _Context = _NO_CONTEXT
+
+    @property
+    def kind(self) -> str:
+        """The artifact's kind (`text_delta`, `text`, `tool_call`, a plugin's kind...)."""
+        return self.artifact.kind
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_wire(cls, data: Any) -> Any:
+        # Wire form has the artifact's "kind" at top level; keyword form has "artifact".
+        if not isinstance(data, Mapping) or "kind" not in data:
+            return data
+        fields = dict(data)
+        context = fields.pop("context", _NO_CONTEXT)
+        try:
+            artifact = decode_artifact(fields)
+        except (ArtifactError, TypeError, KeyError, AttributeError) as exc:
+            # Plugin from_dict code may fail in any of these ways on untrusted input.
+            raise ValueError(str(exc)) from exc
+        return {"artifact": artifact, "context": context}
+
+    @model_serializer(mode="wrap")
+    def _to_wire(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        fields: dict[str, Any] = handler(self)
+        wire: dict[str, Any] = fields.pop("artifact")
+        wire.update(fields)
+        return wire
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        schema = handler.resolve_ref_schema(handler(core_schema))
+        properties = schema["properties"]
+        schema["properties"] = {"kind": {"type": "string"}, "context": properties["context"]}
+        schema["required"] = ["kind"]
+        schema["additionalProperties"] = True
+        schema["description"] = "An artifact's own JSON object (any kind not listed) + context."
+        return schema
+
+
+def _validate_turn(value: object) -> Turn:
+    if isinstance(value, Turn):
+        turn = value.copy()  # the event owns its turn; later edits by the sender don't leak
+    elif isinstance(value, Mapping):
+        try:
+            turn = turn_from_dict(value)
+        except OreError as exc:
+            raise ValueError(str(exc)) from exc
+    else:
+        raise ValueError(f"expected a Turn or a turn JSON object, got {type(value).__name__}")
+    for artifact in turn.artifacts:
+        if isinstance(artifact, Delta):
+            raise ValueError(f'turn {turn.id!r} holds delta artifact "{artifact.kind}"')
+    return turn
+
+
+_TURN_JSON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "A turn; artifacts in {kind, data} envelopes (ore-behaviour.md 2.2).",
+    "properties": {
+        "id": {"type": "string"},
+        "parent_id": {"type": "string"},
+        "role": {"type": "string"},
+        "artifacts": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"kind": {"type": "string"}, "data": {"type": "object"}},
+                "required": ["kind", "data"],
+            },
+        },
+        "timestamp": {"type": "string", "format": "date-time"},
+        "metadata": {"type": "object"},
+    },
+}
+
+_TurnField = Annotated[
+    Turn,
+    PlainValidator(_validate_turn),
+    PlainSerializer(turn_to_dict, return_type=dict[str, Any]),
+    WithJsonSchema(_TURN_JSON_SCHEMA),
+]
+
+
+class TurnCompleteEvent(_Event):
+    """A finished turn (user, assistant or tool), with its complete artifacts."""
+
+    kind: Literal["turn_complete"] = "turn_complete"
+    turn: _TurnField
+    context: _Context = _NO_CONTEXT
+
+
+LifecyclePhase = Literal["submitted", "streaming", "cancelled", "done"]
+"""submitted: model called; streaming: first artifact; cancelled; done: event handled."""
+
+
+class LifecycleEvent(_Event):
+    """Progress of one ingress event; every handled event ends with `done`."""
+
+    kind: Literal["lifecycle"] = "lifecycle"
+    phase: LifecyclePhase
+    context: _Context = _NO_CONTEXT
+
+
+class PropertyOperation(_Frozen):
+    """One change to a thread's metadata; `value` is left out of the JSON when empty."""
+
+    op: Literal["set", "delete"]
+    key: str
+    value: str = Field(default="", exclude_if=_is_empty)
+
+
+def _as_tuple(
+    operations: Sequence[PropertyOperation] | None,
+) -> Sequence[PropertyOperation] | None:
+    # Callers may pass a list; the frozen event keeps a tuple nobody can append to.
+    return None if operations is None else tuple(operations)
+
+
+class PropertiesEvent(_Event):
+    """Metadata of the thread changed (status bars show these). `None` is `null` on the wire."""
+
+    kind: Literal["properties"] = "properties"
+    operations: Annotated[Sequence[PropertyOperation] | None, AfterValidator(_as_tuple)] = None
+    context: _Context = _NO_CONTEXT
+
+
+class NoticeEvent(_Event):
+    """A `Notice` on the wire: shown to the sender, never stored."""
+
+    kind: Literal["notice"] = "notice"
+    content: str
+    severity: _SeverityField = Severity.INFO
+    context: _Context = _NO_CONTEXT
+
+    @classmethod
+    def from_notice(cls, notice: Notice, context: EventContext = _NO_CONTEXT) -> NoticeEvent:
+        """The event for `notice`, answering an event that carried `context`."""
+        return cls(content=notice.content, severity=notice.severity, context=context)
+
+
+class ErrorEvent(_Event):
+    """Handling an event failed; `message` is for humans, `code` (optional) for programs."""
+
+    kind: Literal["error"] = "error"
+    message: str
+    code: str = Field(default="", exclude_if=_is_empty)
+    context: _Context = _NO_CONTEXT
+
+
+class ActivityEvent(_Event):
+    """Something is (or stopped) happening in the background, e.g. "compacting"."""
+
+    kind: Literal["activity"] = "activity"
+    active: bool
+    description: str = ""
+    context: _Context = _NO_CONTEXT
+
+
+_FIXED_OUTPUT_EVENTS: dict[str, type[_Event]] = {
+    "turn_complete": TurnCompleteEvent,
+    "lifecycle": LifecycleEvent,
+    "properties": PropertiesEvent,
+    "notice": NoticeEvent,
+    "error": ErrorEvent,
+    "activity": ActivityEvent,
+    "session_switch": SessionSwitchEvent,
+}
+_OUTPUT_EVENT_KINDS = frozenset(_FIXED_OUTPUT_EVENTS)
+_ARTIFACT_TAG = "artifact"
+
+
+def _output_tag(value: Any) -> str | None:
+    kind = value.get("kind") if isinstance(value, Mapping) else getattr(value, "kind", None)
+    if not isinstance(kind, str) or not kind:
+        return None
+    return kind if kind in _OUTPUT_EVENT_KINDS else _ARTIFACT_TAG
+
+
+OutputEvent = Annotated[
+    Annotated[TurnCompleteEvent, Tag("turn_complete")]
+    | Annotated[LifecycleEvent, Tag("lifecycle")]
+    | Annotated[PropertiesEvent, Tag("properties")]
+    | Annotated[NoticeEvent, Tag("notice")]
+    | Annotated[ErrorEvent, Tag("error")]
+    | Annotated[ActivityEvent, Tag("activity")]
+    | Annotated[SessionSwitchEvent, Tag("session_switch")]
+    | Annotated[ArtifactEvent, Tag(_ARTIFACT_TAG)],
+    Discriminator(
+        _output_tag,
+        custom_error_type="missing_kind",
+        custom_error_message="an event needs a non-empty string 'kind'",
+    ),
+]
+"""What the core emits: the fixed kinds above, and any other kind as an `ArtifactEvent`."""
+
+
+# --- codec ----------------------------------------------------------------------------
+
+_INGRESS: TypeAdapter[IngressEvent] = TypeAdapter(IngressEvent)
+_OUTPUT: TypeAdapter[OutputEvent] = TypeAdapter(OutputEvent)
+
+
+def encode_event(event: IngressEvent | OutputEvent) -> bytes:
+    """The event's compact JSON bytes (one serialisation; what goes on the bus)."""
+    return event.__pydantic_serializer__.to_json(event)
+
+
+def _decode_error(direction: str, exc: ValidationError) -> EventDecodeError:
+    problems = []
+    for error in exc.errors(include_url=False, include_input=False):
+        where = ".".join(str(part) for part in error["loc"])
+        problems.append(f"{where}: {error['msg']}" if where else error["msg"])
+    return EventDecodeError(
+        f"cannot decode {direction} event: {'; '.join(problems)} "
+        "(see ore_core.events.event_json_schema() for the schema)"
+    )
+
+
+def decode_ingress(data: bytes | str) -> IngressEvent:
+    """Parse and validate an ingress event; raises EventDecodeError on any problem."""
+    try:
+        return _INGRESS.validate_json(data)
+    except ValidationError as exc:
+        raise _decode_error("ingress", exc) from exc
+
+
+def decode_output(data: bytes | str) -> OutputEvent:
+    """Parse and validate an output event (unknown kinds become ArtifactEvents)."""
+    try:
+        return _OUTPUT.validate_json(data)
+    except ValidationError as exc:
+        raise _decode_error("output", exc) from exc
+
+
+def event_json_schema() -> dict[str, Any]:
+    """JSON Schema (2020-12) of the wire: `$defs` IngressEvent and OutputEvent, and either."""
+    schemas, definitions = TypeAdapter.json_schemas(
+        [("IngressEvent", "validation", _INGRESS), ("OutputEvent", "validation", _OUTPUT)],
+        title="ore events",
+    )
+    defs: dict[str, Any] = definitions.get("$defs", {})
+    for (name, _mode), schema in schemas.items():
+        defs[name] = schema
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "ore events",
+        "description": "Ingress events (conduit -> core) and output events (core -> conduits).",
+        "$defs": defs,
+        "anyOf": [{"$ref": "#/$defs/IngressEvent"}, {"$ref": "#/$defs/OutputEvent"}],
+    }
