@@ -2,8 +2,10 @@
 
 from ore_core.ledger.buffer import Buffer
 from ore_core.ledger.clock import Clock, ClockFunc, FixedClock, SystemClock
+from ore_core.ledger.file_repository import FileRepository, FsyncPolicy
 from ore_core.ledger.journal import JournalState, JournalWriter, Repository
 from ore_core.ledger.meta import Meta, MetaListener
+from ore_core.ledger.repository import MemoryRepository
 from ore_core.ledger.thread import State, Thread
 from ore_core.ledger.turn import (
     Role,
@@ -20,6 +22,9 @@ from ore_core.ledger.views import Prepend, View, prepend, view
 __all__ = [
     "Buffer",
     "Clock",
+    "FileRepository",
+    "FsyncPolicy",
+    "MemoryRepository",
     "ClockFunc",
     "FixedClock",
     "JournalState",

@@ -11,6 +11,11 @@ Entry shapes (one JSON object per line in files):
 `update_parent` `{"timestamp","turn_id","parent_id"}` (the Go framework's four), and
 our extension `update_meta` `{"timestamp","key","value"}` / `{"timestamp","key","deleted":true}`
 (thread metadata; a Go reader stops replay there, which its own rules allow).
+
+A write of several entries (an append: `add_turn` + `update_tip`) marks its first
+entry with `"group": N` after the payload; replay applies all N entries or none, so a
+file cut inside the write never yields "turn stored, tip not moved". Go readers
+ignore the key.
 """
 
 from __future__ import annotations

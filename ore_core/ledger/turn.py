@@ -12,9 +12,11 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
+
+import orjson
 
 from ore_core.artifacts import Artifact, ArtifactRegistry, decode_envelope, encode_envelope
 from ore_core.errors import ArtifactError, LedgerError
@@ -25,6 +27,7 @@ __all__ = [
     "Turn",
     "format_timestamp",
     "generate_turn_id",
+    "parse_control",
     "parse_timestamp",
     "turn_from_dict",
     "turn_to_dict",
@@ -86,26 +89,28 @@ class Turn:
         )
 
 
+_RFC3339 = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
+
+
 def format_timestamp(value: datetime) -> str:
     """RFC 3339 with trimmed fractional seconds, `Z` for UTC (as Go's RFC3339Nano)."""
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    base = value.strftime("%Y-%m-%dT%H:%M:%S")
+    # orjson formats a datetime about 4x faster than strftime: this runs once per entry.
+    text: str = orjson.dumps(value, option=_RFC3339)[1:-1].decode()
     if value.microsecond:
-        base += f".{value.microsecond:06d}".rstrip("0")
-    offset = value.utcoffset()
-    if not offset:
-        return base + "Z"
-    total = int(offset.total_seconds())
-    sign = "+" if total >= 0 else "-"
-    total = abs(total)
-    return f"{base}{sign}{total // 3600:02d}:{total % 3600 // 60:02d}"
+        head, _, frac = text.partition(".")
+        digits = frac[:6].rstrip("0")
+        return f"{head}.{digits}{frac[6:]}"
+    return text
 
 
 def parse_timestamp(text: str) -> datetime:
     """Parse RFC 3339 with up to 9 fractional digits (extra digits beyond µs dropped)."""
     if not isinstance(text, str) or len(text) < 20:
         raise LedgerError(f"invalid timestamp {text!r}")
+    try:
+        return datetime.fromisoformat(text)  # the common case: what we write ourselves
+    except ValueError:
+        pass
     head, dot, rest = text.partition(".")
     if dot:
         digits = 0
@@ -160,24 +165,20 @@ def turn_from_dict(data: Mapping[str, Any], reg: ArtifactRegistry | None = None)
     event_id = meta.get("event_id", "") or ""
     return Turn(
         id=turn_id,
-        role=_role(role),
+        role=_ROLES.get(role, role),
         artifacts=artifacts,
         parent_id=parent_id,
         timestamp=timestamp,
-        control=_control(control),
+        control=parse_control(control),
         event_id=str(event_id),
     )
 
 
-def _role(value: str) -> Role | str:
-    try:
-        return Role(value)
-    except ValueError:
-        return value
+_ROLES: dict[str, Role | str] = {role.value: role for role in Role}
+_CONTROLS: dict[str, TraversalControl] = {c.value: c for c in TraversalControl}
 
 
-def _control(value: Any) -> TraversalControl | str:
-    try:
-        return TraversalControl(value)
-    except ValueError:
-        return str(value)
+def parse_control(value: Any) -> TraversalControl | str:
+    """The TraversalControl named by `value`; unknown values are kept as strings."""
+    control = _CONTROLS.get(value)
+    return str(value) if control is None else control

@@ -1,0 +1,160 @@
+"""Building a running core from settings and plugins: what `ore serve`, `ore chat` share.
+
+`build_runtime(settings, pm)` asks every plugin for its registrations once, builds
+the configured store and turn processor from the registered factories, assembles a
+session `Manager` with the plugins' interceptors and sinks, and runs the
+`ore_startup` hooks. `Runtime.aclose()` undoes it in reverse: `ore_shutdown`, then
+the manager (its streams drain), then the store. `start_embedded_nats` is the
+private nats-server both commands start when no NATS URL is configured.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import pluggy
+import structlog
+
+from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.config import NatsSettings, OreSettings, StoreSettings
+from ore_core.plugins.builtin.processors import ECHO
+from ore_core.plugins.manager import shutdown_plugins, startup_plugins
+from ore_core.plugins.registry import Registrations, collect_registrations
+from ore_core.session.manager import Manager
+from ore_core.session.protocols import Store, TurnProcessor
+
+__all__ = ["Runtime", "build_runtime", "open_store", "start_embedded_nats", "store_section"]
+
+log = structlog.get_logger("ore.app")
+
+
+@dataclass
+class Runtime:
+    """A started core: settings, plugins, their registrations, the store and the Manager.
+
+    `notices` are start-up messages meant for the person running ore (already logged
+    once), e.g. that the configured processor is missing and echo answers instead.
+    Use `async with` or call `aclose()` exactly as the owner of the runtime.
+    """
+
+    settings: OreSettings
+    plugins: pluggy.PluginManager
+    registrations: Registrations
+    store: Store
+    manager: Manager
+    notices: list[str] = field(default_factory=list)
+    _closed: bool = field(default=False, init=False, repr=False)
+
+    async def __aenter__(self) -> Runtime:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Run `ore_shutdown`, close the manager (streams drain), then the store. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await shutdown_plugins(self.plugins, self.manager)
+            await self.manager.aclose()
+        finally:
+            await self.store.close()
+
+
+def store_section(settings: StoreSettings) -> dict[str, Any]:
+    """The `[store]` table for the store factory: `name` plus the keys actually set.
+
+    Defaults are left out on purpose: each store picks its own default `path` (a file
+    for sqlite, a directory for json and journal).
+    """
+    return {"name": settings.name, **settings.model_dump(exclude_unset=True)}
+
+
+def open_store(registrations: Registrations, section: Mapping[str, Any]) -> Store:
+    """The store named `section["name"]`, built by its registered factory.
+
+    Raises `PluginError` when no plugin provides that store, `ConfigError` for bad keys.
+    """
+    return registrations.store_factory(str(section["name"]))(section)
+
+
+async def build_runtime(settings: OreSettings, pm: pluggy.PluginManager) -> Runtime:
+    """Collect the plugins' registrations once, build store, processor and Manager, start up.
+
+    A configured processor that no plugin provides falls back to `echo`, with one
+    warning logged and returned in `Runtime.notices`. A failing `ore_startup` hook
+    closes everything built so far and raises `PluginError` naming the plugin.
+    """
+    registrations = collect_registrations(pm, settings)
+    notices: list[str] = []
+    store = open_store(registrations, store_section(settings.store))
+    try:
+        processor = _build_processor(registrations, settings, notices)
+        manager = Manager(
+            store,
+            processor,
+            interceptors=registrations.interceptors,
+            sinks=registrations.sinks,
+            policy=settings.session.double_texting,
+        )
+    except BaseException:
+        await store.close()
+        raise
+    runtime = Runtime(settings, pm, registrations, store, manager, notices)
+    try:
+        await startup_plugins(pm, manager)
+    except BaseException:
+        # Plugins that started may hold resources: they get their shutdown call too.
+        await runtime.aclose()
+        raise
+    return runtime
+
+
+async def start_embedded_nats(settings: NatsSettings) -> EmbeddedNatsServer:
+    """A started private nats-server (loopback, JetStream, data under the user state dir).
+
+    Its `max_payload` follows `nats.max_payload`. The caller owns it: `await astop()`.
+    """
+    server = EmbeddedNatsServer(config=f"max_payload: {int(settings.max_payload)}\n")
+    await server.astart()
+    return server
+
+
+def _build_processor(
+    registrations: Registrations, settings: OreSettings, notices: list[str]
+) -> TurnProcessor:
+    """The configured turn processor, or echo (with a notice) when it is not installed."""
+    name = settings.processor.name
+    section: dict[str, Any] = settings.processor.model_dump()
+    if name not in registrations.turn_processors and ECHO in registrations.turn_processors:
+        known = ", ".join(sorted(registrations.turn_processors))
+        notice = (
+            f'turn processor "{name}" is not installed (registered: {known}); '
+            f'answering with "{ECHO}" instead: install the plugin that provides it '
+            "(`ore install ...`) or set processor.name"
+        )
+        log.warning(notice, processor=name, fallback=ECHO)
+        notices.append(notice)
+        name, section = ECHO, {"name": ECHO}
+    factory: Callable[..., TurnProcessor] = registrations.turn_processor_factory(name)
+    # A processor that offers tools to a model declares `tools`: hand it the registered ones.
+    extra = {"tools": registrations.tools} if _takes_tools(factory) else {}
+    return factory(section, **extra)
+
+
+def _takes_tools(factory: Callable[..., object]) -> bool:
+    try:
+        return "tools" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # some C callables have no signature
+        return False

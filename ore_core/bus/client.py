@@ -1,0 +1,479 @@
+"""ConduitClient: what a conduit uses to talk to `ore serve` over NATS (protocol.md).
+
+It maps platform conversations to threads (`lookup_or_create`), sends user messages
+(JetStream, de-duplicated by event id, retried with the same id), reads output events
+in order without gaps (`events`), and calls the rest of the control API. One client
+per conduit process; `name` is the conduit's name and the provenance of what it sends.
+
+Concurrency: use a client from the event loop that connected it. Its methods may be
+called from many tasks at once; each `EventFeed` is read by one task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import ssl
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from os import PathLike
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import nats
+import structlog
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.errors import (
+    ConnectionReconnectingError,
+    NoRespondersError,
+    OutboundBufferLimitError,
+)
+from nats.errors import Error as NatsError
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.errors import APIError, NoStreamResponseError
+from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
+
+from ore_core import jsonutil
+from ore_core.bus.errors import ApiError, BusError
+from ore_core.bus.feed import Delivery, EventFeed
+from ore_core.bus.permissions import PermissionWatch
+from ore_core.bus.subjects import (
+    DEFAULT_PREFIX,
+    HEADER_KIND,
+    HEADER_MSG_ID,
+    HEADER_SCHEMA,
+    HEADER_TRACEPARENT,
+    SCHEMA_VERSION,
+    Subjects,
+)
+from ore_core.events import (
+    EventContext,
+    InterruptEvent,
+    UserMessageEvent,
+    encode_event,
+    new_event_id,
+)
+from ore_core.ids import validate_thread_id
+from ore_core.ledger.turn import Turn, turn_from_dict
+
+__all__ = [
+    "ConduitClient",
+    "Delivery",
+    "EventFeed",
+    "PermissionWatch",
+    "ThreadInfo",
+    "ThreadPage",
+    "TlsFiles",
+]
+
+log = structlog.get_logger("ore.bus.client")
+
+_I = TypeVar("_I", UserMessageEvent, InterruptEvent)
+_StrPath = str | PathLike[str]
+_RETRYABLE = (
+    NatsTimeoutError,
+    NoStreamResponseError,
+    ConnectionReconnectingError,
+    OutboundBufferLimitError,
+)
+_SEED = re.compile(r"S[A-Z2-7]{57}")  # an nkey seed, as opposed to a file holding one
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """PEM files for TLS: `ca_file` to trust the server, `cert_file`+`key_file` for mTLS."""
+
+    ca_file: _StrPath | None = None
+    cert_file: _StrPath | None = None
+    key_file: _StrPath | None = None
+
+    def context(self) -> ssl.SSLContext:
+        """An SSL context that verifies the server (with `ca_file` if given)."""
+        context = ssl.create_default_context(
+            ssl.Purpose.SERVER_AUTH, cafile=None if self.ca_file is None else str(self.ca_file)
+        )
+        if self.cert_file is not None:
+            key = None if self.key_file is None else str(self.key_file)
+            context.load_cert_chain(str(self.cert_file), key)
+        return context
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadInfo:
+    """A thread as `threads.get` describes it; `turns` counts stored turns (all branches)."""
+
+    id: str
+    current_tip: str
+    metadata: dict[str, str]
+    turns: int
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadPage:
+    """One page of `threads.list`; pass `next` as `after` for the following page."""
+
+    threads: list[str]
+    next: str | None
+
+
+class ConduitClient:
+    """A conduit's connection to ore: threads, messages in, events out.
+
+    Build it with `await ConduitClient.connect(...)`. Wrapping an existing connection
+    (`ConduitClient(nc, name=...)`) leaves that connection to the caller, whose
+    `error_cb` should pass errors to `permissions.observe` and whose `reconnected_cb`
+    should call `resync_feeds()`. API errors raise `ApiError`; a bus that cannot be
+    reached raises `BusError`; a subject the user may not use, `PermissionDenied`.
+    """
+
+    def __init__(
+        self,
+        nc: NatsClient,
+        *,
+        name: str,
+        prefix: str = DEFAULT_PREFIX,
+        request_timeout: float = 5.0,
+        send_deadline: float = 30.0,
+        permissions: PermissionWatch | None = None,
+        owns_connection: bool = False,
+    ) -> None:
+        if not name:
+            raise ValueError("a conduit needs a name (it is the provenance of what it sends)")
+        self.name = name
+        self.subjects = Subjects(prefix)
+        self._nc = nc
+        self._js = nc.jetstream(timeout=request_timeout)
+        self._request_timeout = request_timeout
+        self._send_deadline = send_deadline
+        self.permissions = permissions or PermissionWatch()
+        self._owns_connection = owns_connection
+        self._feeds: set[EventFeed] = set()
+
+    @classmethod
+    async def connect(
+        cls,
+        servers: str | list[str],
+        *,
+        name: str,
+        prefix: str = DEFAULT_PREFIX,
+        user: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        nkey_seed: str | _StrPath | None = None,
+        creds_file: _StrPath | None = None,
+        tls: ssl.SSLContext | TlsFiles | None = None,
+        request_timeout: float = 5.0,
+        send_deadline: float = 30.0,
+        reconnect_wait: float = 2.0,
+    ) -> ConduitClient:
+        """Connect to NATS as conduit `name` (reconnects forever once connected).
+
+        `nkey_seed` is a seed (`SU...`) or the path of a file holding one (needs the
+        `nkeys` package). `tls` is a ready SSLContext or `TlsFiles`. `send_deadline`
+        bounds how long `send` keeps retrying while NATS or the core is unreachable;
+        `reconnect_wait` is the pause between reconnect attempts to one server.
+        """
+        client: ConduitClient | None = None
+        permissions = PermissionWatch()
+
+        async def on_error(error: Exception) -> None:
+            if permissions.observe(error):
+                log.warning("NATS refused a subject", conduit=name, error=str(error))
+            else:
+                log.info("NATS connection problem", conduit=name, error=str(error))
+
+        async def on_reconnected() -> None:
+            log.info("reconnected to NATS", conduit=name)
+            if client is not None:
+                client.resync_feeds()
+
+        options: dict[str, Any] = {
+            "servers": [servers] if isinstance(servers, str) else list(servers),
+            "name": name,
+            "user": user,
+            "password": password,
+            "token": token,
+            "user_credentials": None if creds_file is None else str(creds_file),
+            "tls": tls.context() if isinstance(tls, TlsFiles) else tls,
+            "error_cb": on_error,
+            "reconnected_cb": on_reconnected,
+            "max_reconnect_attempts": -1,
+            "reconnect_time_wait": reconnect_wait,
+        }
+        if nkey_seed is not None:
+            seed = str(nkey_seed)
+            key = "nkeys_seed_str" if _SEED.fullmatch(seed.strip()) else "nkeys_seed"
+            options[key] = seed.strip() if key == "nkeys_seed_str" else str(Path(seed))
+        try:
+            nc = await nats.connect(**options)
+        except ImportError as exc:  # nats-py imports nkeys only for nkey and creds auth
+            raise BusError(
+                f"conduit {name}: nkey and creds-file authentication need the 'nkeys' "
+                "package (pip install nkeys)"
+            ) from exc
+        except (NatsError, OSError) as exc:
+            raise BusError(f"cannot connect conduit {name} to NATS at {servers}: {exc}") from exc
+        client = cls(
+            nc,
+            name=name,
+            prefix=prefix,
+            request_timeout=request_timeout,
+            send_deadline=send_deadline,
+            permissions=permissions,
+            owns_connection=True,
+        )
+        return client
+
+    @property
+    def nc(self) -> NatsClient:
+        """The NATS connection (for a conduit's own subjects)."""
+        return self._nc
+
+    async def close(self) -> None:
+        """Close the open event feeds, then drain the connection if this client opened it."""
+        for feed in list(self._feeds):
+            await feed.close()
+        if self._owns_connection and not self._nc.is_closed:
+            try:
+                await self._nc.drain()
+            except NatsError as exc:
+                log.debug("drain failed, closing", error=str(exc))
+                await self._nc.close()
+
+    async def __aenter__(self) -> ConduitClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- control API ----------------------------------------------------------
+
+    async def lookup_or_create(
+        self, key: str, value: str, metadata: Mapping[str, str] | None = None
+    ) -> tuple[str, bool]:
+        """The thread whose metadata `key` is `value`, created (with `metadata`) if none.
+
+        Atomic across workers: racing conduits get the same thread. Returns
+        (thread_id, created). Prefix keys with the conduit name (`slack.thread_ts`).
+        """
+        reply = await self._call(
+            "threads.lookup", {"key": key, "value": value, "metadata": dict(metadata or {})}
+        )
+        return str(reply["id"]), bool(reply["created"])
+
+    async def create_thread(
+        self, thread_id: str | None = None, metadata: Mapping[str, str] | None = None
+    ) -> str:
+        """A new thread (with a chosen id, or a generated one); ApiError 409 if it exists."""
+        body: dict[str, Any] = {"metadata": dict(metadata or {})}
+        if thread_id is not None:
+            body["id"] = thread_id
+        reply = await self._call("threads.create", body)
+        return str(reply["id"])
+
+    async def get_thread(self, thread_id: str) -> ThreadInfo:
+        """The thread's tip, metadata and size; ApiError 404 if unknown."""
+        reply = await self._call("threads.get", {"id": thread_id})
+        return ThreadInfo(
+            id=str(reply["id"]),
+            current_tip=str(reply["current_tip"]),
+            metadata=dict(reply["metadata"]),
+            turns=int(reply["turns"]),
+        )
+
+    async def list_threads(self, *, after: str | None = None, limit: int = 100) -> ThreadPage:
+        """Thread ids in ascending order after `after`, at most `limit` (1-1000)."""
+        reply = await self._call("threads.list", {"after": after, "limit": limit})
+        return ThreadPage(threads=list(reply["threads"]), next=reply["next"])
+
+    async def fork(self, thread_id: str, turn_id: str) -> str:
+        """Make `turn_id` the thread's tip (the next message branches from it); the new tip."""
+        reply = await self._call("threads.fork", {"id": thread_id, "turn_id": turn_id})
+        return str(reply["current_tip"])
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        """Delete the thread; False if it did not exist."""
+        reply = await self._call("threads.delete", {"id": thread_id})
+        return bool(reply["deleted"])
+
+    async def set_metadata(self, thread_id: str, key: str, value: str) -> dict[str, str]:
+        """Set one metadata key (announced as a `properties` event); the new metadata."""
+        reply = await self._call("threads.meta.set", {"id": thread_id, "key": key, "value": value})
+        return dict(reply["metadata"])
+
+    async def delete_metadata(self, thread_id: str, key: str) -> dict[str, str]:
+        """Delete one metadata key (missing is fine); the new metadata."""
+        reply = await self._call("threads.meta.delete", {"id": thread_id, "key": key})
+        return dict(reply["metadata"])
+
+    async def turns(self, thread_id: str) -> list[Turn]:
+        """The thread's active path, oldest first."""
+        reply = await self._call("threads.turns", {"id": thread_id})
+        return [turn_from_dict(turn) for turn in reply["turns"]]
+
+    async def health(self) -> dict[str, Any]:
+        """`{"status": "ok", "version": ..., "streams": ...}` from one worker."""
+        return await self._call("health", {})
+
+    async def _call(self, endpoint: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        subject = self.subjects.api(endpoint)
+        request = self._nc.request(subject, jsonutil.dumps(body), timeout=self._request_timeout)
+        try:
+            reply = await self.permissions.guard(subject, request)
+        except NoRespondersError as exc:
+            raise BusError(
+                f"nothing answers {subject}: is `ore serve` running with prefix "
+                f"{self.subjects.prefix!r}?"
+            ) from exc
+        except NatsTimeoutError as exc:
+            raise BusError(
+                f"no reply from {subject} within {self._request_timeout}s: the core is "
+                "overloaded or unreachable"
+            ) from exc
+        except NatsError as exc:
+            raise BusError(f"request to {subject} failed: {exc}") from exc
+        return _decode_reply(subject, reply)
+
+    # -- messages in ----------------------------------------------------------
+
+    async def send(
+        self,
+        thread_id: str,
+        message: str | UserMessageEvent,
+        *,
+        id: str | None = None,
+        user: str | None = None,
+    ) -> UserMessageEvent:
+        """Send a user message to the thread (created on first message if unknown).
+
+        Pass the platform's message id as `id`: a message sent twice with one id is
+        stored once. Retries (timeouts, reconnects, core not started yet) reuse the
+        id, for up to `send_deadline` seconds. An event without a provenance gets the
+        conduit's name. Returns the event that was sent.
+        """
+        if isinstance(message, UserMessageEvent):
+            if id is not None or user is not None:
+                raise ValueError("set id and user on the UserMessageEvent itself")
+            event = message
+        else:
+            event = UserMessageEvent(
+                id=id or new_event_id(),
+                content=message,
+                context=EventContext(provenance=self.name, user=user or ""),
+            )
+        return await self._publish(thread_id, event)
+
+    async def interrupt(self, thread_id: str, *, id: str | None = None) -> InterruptEvent:
+        """Cancel the turn in flight on the thread and drop its queued messages."""
+        event = InterruptEvent(id=id or new_event_id(), context=EventContext(provenance=self.name))
+        return await self._publish(thread_id, event)
+
+    async def _publish(self, thread_id: str, event: _I) -> _I:
+        if not event.context.provenance:
+            event = event.with_context(event.context.model_copy(update={"provenance": self.name}))
+        subject = self.subjects.inbound(validate_thread_id(thread_id))
+        payload = encode_event(event)
+        headers = {
+            HEADER_MSG_ID: event.id,
+            HEADER_KIND: event.kind,
+            HEADER_SCHEMA: str(SCHEMA_VERSION),
+        }
+        if event.context.traceparent:
+            headers[HEADER_TRACEPARENT] = event.context.traceparent
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._send_deadline
+        pause = 0.05
+        attempt = 0
+        while True:
+            attempt += 1
+            publish = self._js.publish(
+                subject, payload, timeout=self._request_timeout, headers=headers
+            )
+            try:
+                await self.permissions.guard(subject, publish)
+                return event
+            except _RETRYABLE as exc:
+                if loop.time() + pause > deadline:
+                    raise BusError(
+                        f"could not send {event.kind} {event.id} to {subject} in "
+                        f"{self._send_deadline}s ({attempt} attempts, last: "
+                        f"{type(exc).__name__}): is NATS reachable and `ore serve` running?"
+                    ) from exc
+                log.info(
+                    "send failed, retrying",
+                    subject=subject,
+                    event_id=event.id,
+                    attempt=attempt,
+                    error=type(exc).__name__,
+                )
+            except APIError as exc:
+                raise BusError(f"JetStream refused {event.kind} {event.id}: {exc}") from exc
+            except NatsError as exc:
+                raise BusError(f"could not send {event.kind} {event.id}: {exc}") from exc
+            await asyncio.sleep(pause)  # back off before the retry
+            pause = min(pause * 2, 2.0)
+
+    # -- events out -----------------------------------------------------------
+
+    def events(
+        self,
+        thread_id: str | None = None,
+        *,
+        kinds: Collection[str] | None = None,
+        durable: str | None = None,
+    ) -> EventFeed:
+        """The output events of `thread_id` (or of every thread), as `Delivery` objects.
+
+        Enter it (`async with client.events(T) as feed:`) before sending, then iterate.
+        `durable=NAME` (letters, digits, `-`) keeps the position on the server, so
+        events produced while the conduit was stopped arrive after it restarts.
+        """
+        feed = EventFeed(
+            self._nc,
+            self.subjects,
+            thread_id=thread_id,
+            kinds=kinds,
+            durable=durable,
+            request_timeout=self._request_timeout,
+            permissions=self.permissions,
+            on_close=self._feeds.discard,
+        )
+        self._feeds.add(feed)
+        return feed
+
+    def resync_feeds(self) -> None:
+        """Make live feeds catch up on what was stored while the connection was down.
+
+        `connect()` calls it on every reconnect; call it from your own
+        `reconnected_cb` when you wrapped an existing connection.
+        """
+        for feed in self._feeds:
+            feed.resync()
+
+
+def _decode_reply(subject: str, reply: Msg) -> dict[str, Any]:
+    headers = reply.headers or {}
+    status = headers.get(ERROR_CODE_HEADER)
+    try:
+        body = jsonutil.loads(reply.data) if reply.data else {}
+    except ValueError:
+        body = {}
+    if status is not None:
+        error = body.get("error") if isinstance(body, dict) else None
+        error = error if isinstance(error, dict) else {}
+        raise ApiError(
+            int(status) if status.isdigit() else 500,
+            str(error.get("code") or "error"),
+            str(error.get("message") or headers.get(ERROR_HEADER, "")),
+            subject=subject,
+        )
+    if not isinstance(body, dict):
+        raise BusError(f"reply from {subject} is not a JSON object: {reply.data[:200]!r}")
+    return body

@@ -1,0 +1,69 @@
+"""Bus messages <-> events: the headers around the one JSON serialisation of each event.
+
+Output messages carry `Ore-Kind`, `Ore-Schema` and, when the turn has one, the W3C
+`traceparent`, so subscribers can route without parsing. Ingress bytes are decoded
+by `ore_core.events.decode_ingress`; `classify` turns its failure into the
+dead-letter reason of protocol.md ("Rejected input").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic import ValidationError
+
+from ore_core.bus.subjects import HEADER_KIND, HEADER_SCHEMA, HEADER_TRACEPARENT, SCHEMA_VERSION
+from ore_core.events import EventContext, EventDecodeError, IngressEvent, OutputEvent
+
+__all__ = [
+    "BAD_JSON",
+    "BAD_SCHEMA",
+    "BAD_THREAD_ID",
+    "SCHEMA",
+    "TOO_LARGE",
+    "UNKNOWN_THREAD",
+    "classify",
+    "output_headers",
+    "with_traceparent",
+]
+
+SCHEMA = str(SCHEMA_VERSION)
+
+BAD_JSON = "bad_json"
+BAD_SCHEMA = "bad_schema"
+BAD_THREAD_ID = "bad_thread_id"
+UNKNOWN_THREAD = "unknown_thread"
+TOO_LARGE = "too_large"
+
+_NO_CONTEXT = EventContext()
+
+
+def output_headers(event: OutputEvent) -> dict[str, str]:
+    """The headers of an output event's message (a fresh dict: nats-py may keep it)."""
+    headers = {HEADER_KIND: event.kind, HEADER_SCHEMA: SCHEMA}
+    traceparent = getattr(event, "context", _NO_CONTEXT).traceparent
+    if traceparent:
+        headers[HEADER_TRACEPARENT] = traceparent
+    return headers
+
+
+def with_traceparent(event: IngressEvent, headers: Mapping[str, str] | None) -> IngressEvent:
+    """`event` carrying the `traceparent` header in its context, unless it has its own.
+
+    The stream copies the ingress context onto every output event of the turn, so this
+    is how a trace started by a conduit reaches all of the turn's messages.
+    """
+    traceparent = headers.get(HEADER_TRACEPARENT) if headers else None
+    if not traceparent or event.context.traceparent:
+        return event
+    return event.with_context(event.context.model_copy(update={"traceparent": traceparent}))
+
+
+def classify(error: EventDecodeError) -> str:
+    """`bad_json` when the bytes are not JSON at all, else `bad_schema`."""
+    cause = error.__cause__
+    if isinstance(cause, ValidationError) and any(
+        problem["type"] == "json_invalid" for problem in cause.errors(include_url=False)
+    ):
+        return BAD_JSON
+    return BAD_SCHEMA

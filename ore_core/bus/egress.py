@@ -1,0 +1,77 @@
+"""Egress: every output event of every stream onto NATS, as protocol.md describes.
+
+A `Manager` sink. Deltas go straight to `P.out.T` on core NATS (best effort, never
+stored); every other event is appended to `P.ev.T` in `ORE_EVENTS`, which the server
+republishes to `P.out.T` with its sequence and the thread's previous sequence. Each
+event is serialised exactly once; stored appends are pipelined (see `Pipeline`), so
+the sink never waits for the server between two events of a busy thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import structlog
+from nats.aio.client import Client as NatsClient
+from nats.errors import ConnectionClosedError, OutboundBufferLimitError
+
+from ore_core.artifacts import Delta
+from ore_core.bus.codec import output_headers
+from ore_core.bus.pipeline import Pipeline
+from ore_core.bus.subjects import Subjects
+from ore_core.events import ArtifactEvent, OutputEvent, encode_event
+from ore_core.session.manager import Manager
+
+__all__ = ["Egress"]
+
+log = structlog.get_logger("ore.bus")
+
+_SUBJECT_CACHE = 65536  # threads whose subjects are remembered; cleared when exceeded
+
+
+class Egress:
+    """Publishes output events: deltas live on `P.out.T`, the rest stored on `P.ev.T`."""
+
+    name = "ore-bus-egress"
+
+    def __init__(self, nc: NatsClient, subjects: Subjects, pipeline: Pipeline) -> None:
+        self._nc = nc
+        self._subjects = subjects
+        self._pipeline = pipeline
+        self._cache: dict[str, tuple[str, str]] = {}
+        self.dropped_deltas = 0
+
+    def attach(self, manager: Manager) -> Callable[[], Awaitable[None]]:
+        """Receive every event of `manager`'s streams; returns the async unregister."""
+        return manager.register_sink((), self.emit, name=self.name)
+
+    def _subjects_of(self, thread_id: str) -> tuple[str, str]:
+        pair = self._cache.get(thread_id)
+        if pair is None:
+            if len(self._cache) >= _SUBJECT_CACHE:
+                self._cache.clear()
+            pair = (self._subjects.events(thread_id), self._subjects.output(thread_id))
+            self._cache[thread_id] = pair
+        return pair
+
+    async def emit(self, thread_id: str, event: OutputEvent) -> None:
+        """Publish one event of `thread_id` (the sink function)."""
+        stored, live = self._subjects_of(thread_id)
+        data = encode_event(event)
+        headers = output_headers(event)
+        if isinstance(event, ArtifactEvent) and isinstance(event.artifact, Delta):
+            await self._publish_live(live, data, headers)
+        else:
+            await self._pipeline.publish(stored, data, headers)
+
+    async def reply(self, thread_id: str, event: OutputEvent) -> None:
+        """Send `event` to the thread's live subject only (answers to rejected input)."""
+        await self._publish_live(
+            self._subjects_of(thread_id)[1], encode_event(event), output_headers(event)
+        )
+
+    async def _publish_live(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
+        try:
+            await self._nc.publish(subject, data, headers=headers)
+        except (OutboundBufferLimitError, ConnectionClosedError):
+            self.dropped_deltas += 1  # best effort: the stored events carry the full text

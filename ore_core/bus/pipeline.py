@@ -1,0 +1,226 @@
+"""Pipelined JetStream publishing: many publishes in flight, every ack checked, retries.
+
+nats-py's `publish_async` has the right idea but two traps for a long-running worker:
+its futures never time out (an ack lost in a reconnect holds a window slot forever)
+and a publish refused by a full reconnect buffer leaks its slot. `Pipeline` keeps
+the same shape (publish now, the ack arrives on a shared inbox later) and adds what a
+worker needs: a bounded window of unacknowledged publishes, an ack timeout, and
+retries with the same `Nats-Msg-Id`, so a message the server did store before the
+connection dropped is not stored twice (within the stream's duplicate window, which
+must be longer than `ack_timeout * attempts`).
+
+`publish` never waits: beyond the window, messages queue here in order and go out as
+acks come back. It is called from a `Manager` sink, which must keep up or lose its
+buffer, and what can queue is bounded by the messages in flight upstream.
+Retries can put a message after ones published later; the stream sequence stays the
+total order that readers see. Concurrency: one event loop, the one of the connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import secrets
+from collections import deque
+from dataclasses import dataclass
+
+import structlog
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.errors import ConnectionClosedError, MaxPayloadError, OutboundBufferLimitError
+
+from ore_core import jsonutil
+from ore_core.bus.subjects import HEADER_MSG_ID
+
+__all__ = ["Pipeline"]
+
+log = structlog.get_logger("ore.bus")
+
+_UNAVAILABLE = 503  # no stream answered (yet): worth retrying
+_RECONNECT_POLL = 0.05
+
+
+@dataclass(slots=True)
+class _Record:
+    subject: str
+    data: bytes
+    headers: dict[str, str]
+    deadline: float = 0.0
+    attempts: int = 0
+
+
+class Pipeline:
+    """Publishes to JetStream streams with up to `window` acks outstanding."""
+
+    def __init__(
+        self,
+        nc: NatsClient,
+        *,
+        window: int = 4096,
+        ack_timeout: float = 5.0,
+        attempts: int = 5,
+    ) -> None:
+        self._nc = nc
+        self._window = window
+        self._ack_timeout = ack_timeout
+        self._attempts = attempts
+        self._ids = itertools.count()
+        self._id_prefix = secrets.token_hex(6) + "-"
+        self._inbox = ""
+        self._pending: dict[str, _Record] = {}
+        self._retries: deque[_Record] = deque()
+        self._backlog: deque[_Record] = deque()
+        self._wakeup = asyncio.Event()
+        self._idle: asyncio.Future[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._failing = False
+        self.lost = 0
+
+    @property
+    def pending(self) -> int:
+        """Messages not yet acknowledged by the server (sent, to retry or queued)."""
+        return len(self._pending) + len(self._retries) + len(self._backlog)
+
+    async def start(self) -> None:
+        """Subscribe to the ack inbox and start the timeout and sender tasks."""
+        self._inbox = self._nc.new_inbox() + "."
+        await self._nc.subscribe(self._inbox + "*", cb=self._on_ack)
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._expire_loop(), name="ore-pipeline-expire"),
+            loop.create_task(self._send_loop(), name="ore-pipeline-send"),
+        ]
+
+    async def stop(self) -> None:
+        """Wait up to one ack timeout for outstanding acks, then stop (the rest is logged)."""
+        try:
+            async with asyncio.timeout(self._ack_timeout):
+                await self.flush()
+        except TimeoutError:
+            pass
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        if self.pending:
+            log.error("stored events not acknowledged at shutdown", count=self.pending)
+
+    async def flush(self) -> None:
+        """Return once every publish so far is acknowledged or given up (add a timeout)."""
+        if not self.pending:
+            return
+        if self._idle is None or self._idle.done():
+            self._idle = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._idle)
+
+    async def publish(
+        self, subject: str, data: bytes, headers: dict[str, str], *, msg_id: str = ""
+    ) -> None:
+        """Send one message now, or queue it behind a full window; never waits for acks.
+
+        `msg_id` is the de-duplication id (a fresh one when empty). `headers` is kept
+        for retries: do not reuse the dict.
+        """
+        headers[HEADER_MSG_ID] = msg_id or self._id_prefix + str(next(self._ids))
+        record = _Record(subject, data, headers)
+        if self._backlog or len(self._pending) >= self._window:
+            self._backlog.append(record)
+            return
+        await self._send(record)
+
+    async def _send(self, record: _Record) -> None:
+        token = str(next(self._ids))
+        record.attempts += 1
+        record.deadline = asyncio.get_running_loop().time() + self._ack_timeout
+        self._pending[token] = record
+        try:
+            await self._nc.publish(
+                record.subject, record.data, reply=self._inbox + token, headers=record.headers
+            )
+        except OutboundBufferLimitError:
+            pass  # disconnected with a full buffer: the ack times out and it is retried
+        except (MaxPayloadError, ConnectionClosedError) as exc:
+            self._settled(token)
+            self._drop(record, str(exc) or type(exc).__name__)
+
+    async def _on_ack(self, msg: Msg) -> None:
+        record = self._settled(msg.subject[len(self._inbox) :])
+        if record is None:
+            return  # timed out earlier and already retried
+        data = msg.data
+        if not data:
+            status = msg.headers.get("Status") if msg.headers else None
+            self._failed(record, f"no stream answered (status {status})")
+        elif data.startswith(b'{"error"') or b'"error":' in data:
+            error = jsonutil.loads(data).get("error", {})
+            reason = f"{error.get('description', 'error')} (code {error.get('err_code')})"
+            if error.get("code") == _UNAVAILABLE:
+                self._failed(record, reason)
+            else:
+                self._drop(record, reason)
+        else:
+            if self._failing and not self._retries:
+                self._failing = False
+                log.info("stored events acknowledged again")
+            self._check_idle()
+
+    def _settled(self, token: str) -> _Record | None:
+        """Forget a sent message and wake the sender: the window has room again."""
+        record = self._pending.pop(token, None)
+        if record is None:
+            return None
+        if self._retries or self._backlog:
+            self._wakeup.set()
+        return record
+
+    def _check_idle(self) -> None:
+        idle = self._idle
+        if idle is not None and not self.pending and not idle.done():
+            idle.set_result(None)
+
+    def _failed(self, record: _Record, reason: str) -> None:
+        if record.attempts >= self._attempts:
+            self._drop(record, reason)
+            return
+        if not self._failing:
+            self._failing = True
+            log.warning("stored event not acknowledged; retrying", reason=reason)
+        self._retries.append(record)
+        self._wakeup.set()
+
+    def _drop(self, record: _Record, reason: str) -> None:
+        self.lost += 1
+        log.error(
+            "message could not be stored",
+            subject=record.subject,
+            msg_id=record.headers.get(HEADER_MSG_ID),
+            reason=reason,
+        )
+        self._check_idle()
+
+    async def _expire_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(1.0, self._ack_timeout / 4))
+            now = loop.time()
+            expired = []
+            for token, record in self._pending.items():
+                if record.deadline > now:
+                    break  # insertion order is deadline order
+                expired.append(token)
+            for token in expired:
+                late = self._settled(token)
+                if late is not None:
+                    self._failed(late, f"no ack within {self._ack_timeout:g} s")
+
+    async def _send_loop(self) -> None:
+        """Send retries, then queued messages, while the window has room."""
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            while (self._retries or self._backlog) and len(self._pending) < self._window:
+                if self._retries and not self._nc.is_connected:
+                    await asyncio.sleep(_RECONNECT_POLL)  # nats-py reconnects by itself
+                    continue
+                queue = self._retries or self._backlog
+                await self._send(queue.popleft())

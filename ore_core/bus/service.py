@@ -1,0 +1,342 @@
+"""CoreService: the engine of `ore serve`, binding a `Manager` to NATS.
+
+It connects, makes sure the streams exist (`ensure_streams`), feeds `ORE_IN` into the
+manager's streams (`Ingress`), publishes their output (`Egress`), answers the control
+API (`ControlAPI`) and, if asked, a health endpoint. `stop()` drains: it stops
+pulling, lets running turns finish for a grace period, acknowledges what finished,
+closes the streams (unfinished messages stay unacknowledged and are redelivered to
+the next worker) and closes the connection. `run()` does all that under SIGTERM and
+SIGINT handlers, as a process entry point.
+
+nats-py reconnects by itself (forever); after a reconnect the partitions are pulled
+again, and the publisher retries what the outage swallowed. An outage is logged once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import ssl
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import nats
+import structlog
+from nats.aio.client import Client as NatsClient
+from nats.errors import Error as NatsError
+from nats.errors import StaleConnectionError
+
+from ore_core import __version__
+from ore_core.bus.client import TlsFiles
+from ore_core.bus.control_api import ControlAPI
+from ore_core.bus.egress import Egress
+from ore_core.bus.errors import BusError
+from ore_core.bus.health import HealthServer
+from ore_core.bus.ingress import Ingress
+from ore_core.bus.pipeline import Pipeline
+from ore_core.bus.streams import BusConfig, ensure_streams
+from ore_core.bus.subjects import Subjects
+from ore_core.session.manager import Manager
+
+__all__ = ["CoreService", "run", "serve"]
+
+log = structlog.get_logger("ore.bus")
+
+# How a lost or refused connection shows up in error_cb: logged once as "connection lost".
+_CONNECTION_ERRORS = (OSError, StaleConnectionError)  # UnexpectedEOF is a StaleConnectionError
+
+
+class CoreService:
+    """Serves one `Manager` over NATS until stopped (see the module docstring).
+
+    Connection options are passed to nats-py: `user`/`password`, `token`,
+    `nkey_seed_file`, `creds_file`, and `tls` (an SSLContext or `TlsFiles`).
+    `health_port` (0 = any free port) serves `/healthz` and `/readyz` on `health_host`.
+    `stop()` (and a failed `start()`) closes `manager`: its streams must stop for
+    their unfinished messages to be redelivered. The store stays the caller's.
+    """
+
+    def __init__(
+        self,
+        manager: Manager,
+        *,
+        servers: Sequence[str],
+        subjects: Subjects | None = None,
+        config: BusConfig | None = None,
+        user: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        nkey_seed_file: str | Path | None = None,
+        creds_file: str | Path | None = None,
+        tls: ssl.SSLContext | TlsFiles | None = None,
+        name: str = "ore-core",
+        health_port: int | None = None,
+        health_host: str = "127.0.0.1",
+        drain_grace: float = 30.0,
+        pull_batch: int = 256,
+        publish_window: int = 4096,
+        reconnect_wait: float = 1.0,
+        version: str = __version__,
+    ) -> None:
+        if not servers:
+            raise BusError("CoreService needs at least one NATS server URL")
+        self.manager = manager
+        self.subjects = subjects or Subjects()
+        self.config = config or BusConfig()
+        self._servers = list(servers)
+        self._connect_options: dict[str, Any] = {
+            "name": name,
+            "user": user,
+            "password": password,
+            "token": token,
+            "nkeys_seed": None if nkey_seed_file is None else str(nkey_seed_file),
+            "user_credentials": None if creds_file is None else str(creds_file),
+            "tls": tls.context() if isinstance(tls, TlsFiles) else tls,
+            "max_reconnect_attempts": -1,
+            "reconnect_time_wait": reconnect_wait,
+            "pending_size": 16 * 1024 * 1024,
+        }
+        self._drain_grace = drain_grace
+        self._pull_batch = pull_batch
+        self._publish_window = publish_window
+        self._version = version
+        self._nc: NatsClient | None = None
+        self._pipeline: Pipeline | None = None
+        self._ingress: Ingress | None = None
+        self._control: ControlAPI | None = None
+        self._health = (
+            None
+            if health_port is None
+            else HealthServer(self._healthy, self._ready, host=health_host, port=health_port)
+        )
+        self._disconnected = False
+        self._closing = False
+        self._stop_requested = asyncio.Event()
+        self._hurry = asyncio.Event()
+        self._stopping: asyncio.Task[None] | None = None
+
+    # -- state ------------------------------------------------------------------
+
+    @property
+    def nc(self) -> NatsClient:
+        """The NATS connection (after `start`)."""
+        if self._nc is None:
+            raise BusError("CoreService is not started: await start() first")
+        return self._nc
+
+    @property
+    def health_port(self) -> int | None:
+        """The port of the health endpoint, if one was asked for."""
+        return None if self._health is None else self._health.port
+
+    @property
+    def stop_requested(self) -> bool:
+        """True once `request_stop` (or a signal under `serve`) asked the service to stop."""
+        return self._stop_requested.is_set()
+
+    def _healthy(self) -> bool:
+        return self._nc is not None and self._nc.is_connected
+
+    def _ready(self) -> bool:
+        return (
+            self._healthy()
+            and self._ingress is not None
+            and self._ingress.running
+            and self._stopping is None
+        )
+
+    @property
+    def ready(self) -> bool:
+        """Connected, streams set up and every partition being pulled."""
+        return self._ready()
+
+    # -- lifetime -----------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, set up streams and start serving; on failure undo what was started."""
+        if self._health is not None:
+            await self._health.start()
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop(grace=0.0)
+            raise
+        log.info(
+            "ore core serving",
+            servers=self._servers,
+            prefix=self.subjects.prefix,
+            partitions=self.config.partitions,
+            health_port=self.health_port,
+        )
+
+    async def _start(self) -> None:
+        try:
+            nc = await nats.connect(
+                servers=self._servers,
+                error_cb=self._on_error,
+                disconnected_cb=self._on_disconnected,
+                reconnected_cb=self._on_reconnected,
+                **self._connect_options,
+            )
+        except (NatsError, OSError) as exc:
+            raise BusError(
+                f"cannot connect the ore core to NATS at {', '.join(self._servers)}: {exc}"
+            ) from exc
+        self._nc = nc
+        await ensure_streams(nc.jetstream(), self.subjects, self.config)
+        self._pipeline = Pipeline(nc, window=self._publish_window)
+        await self._pipeline.start()
+        egress = Egress(nc, self.subjects, self._pipeline)
+        egress.attach(self.manager)
+        self._ingress = Ingress(
+            nc,
+            self.manager,
+            self.subjects,
+            self.config,
+            egress=egress,
+            pipeline=self._pipeline,
+            batch=self._pull_batch,
+        )
+        await self._ingress.start()
+        self._control = ControlAPI(nc, self.manager, self.subjects, version=self._version)
+        await self._control.start()
+
+    def request_stop(self, *, now: bool = False) -> None:
+        """Ask `serve_forever` to return after draining; `now` skips the grace period."""
+        self._stop_requested.set()
+        if now:
+            self._hurry.set()
+
+    async def serve_forever(self) -> None:
+        """Serve until `request_stop`, then drain and stop."""
+        await self._stop_requested.wait()
+        await self.stop()
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Drain and stop (see the module docstring). Idempotent; concurrent calls wait."""
+        self._stop_requested.set()
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(
+                self._shutdown(self._drain_grace if grace is None else grace)
+            )
+        await asyncio.shield(self._stopping)
+
+    async def _shutdown(self, grace: float) -> None:
+        self._closing = True
+        if self._control is not None:
+            await self._control.stop()
+        ingress = self._ingress
+        if ingress is not None:
+            await ingress.stop_pulling()
+            if not await self._drain(ingress, grace):
+                log.warning(
+                    "drain grace over; unfinished messages will be redelivered",
+                    count=ingress.inflight,
+                )
+        await self.manager.aclose()
+        if ingress is not None:
+            await ingress.stop()
+        if self._pipeline is not None:
+            await self._pipeline.stop()
+        if self._nc is not None:
+            await _close(self._nc)
+        if self._health is not None:
+            await self._health.stop()
+        log.info("ore core stopped")
+
+    async def _drain(self, ingress: Ingress, grace: float) -> bool:
+        """Wait for in-flight messages, at most `grace` seconds or until told to hurry."""
+        handled = asyncio.ensure_future(ingress.wait_handled())
+        hurry = asyncio.ensure_future(self._hurry.wait())
+        await asyncio.wait({handled, hurry}, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+        for task in (handled, hurry):
+            task.cancel()
+        return handled.done() and not handled.cancelled()
+
+    # -- connection events ----------------------------------------------------------
+
+    async def _on_error(self, error: Exception) -> None:
+        if isinstance(error, _CONNECTION_ERRORS):
+            log.debug("NATS connection error", error=repr(error))
+        else:  # e.g. a permissions violation: worth an operator's attention
+            log.warning("NATS error", error=repr(error))
+
+    async def _on_disconnected(self) -> None:
+        if not self._disconnected and not self._closing:
+            self._disconnected = True
+            log.warning("NATS connection lost; reconnecting", servers=self._servers)
+
+    async def _on_reconnected(self) -> None:
+        self._disconnected = False
+        log.info("NATS connection restored", server=str(self.nc.connected_url))
+        if self._ingress is not None and not self._closing:
+            await self._ingress.reconnected()
+
+
+async def _close(nc: NatsClient) -> None:
+    """Drain `nc` (flushes what is buffered), or just close it if it cannot drain now."""
+    if nc.is_closed:
+        return
+    try:
+        await nc.drain()
+    except (NatsError, OSError) as exc:  # e.g. reconnecting: nothing left to flush
+        log.debug("NATS drain failed; closing", error=repr(exc))
+        try:
+            await nc.close()
+        except OSError:
+            pass  # the socket was already gone
+
+
+async def serve(service: CoreService) -> None:
+    """Start `service`, serve until SIGTERM or SIGINT, then drain and stop.
+
+    A second signal while draining stops at once (unfinished turns are redelivered).
+    """
+    loop = asyncio.get_running_loop()
+    handled: list[signal.Signals] = []
+
+    def on_signal(signum: signal.Signals) -> None:
+        hurry = service.stop_requested
+        log.info("stopping" if not hurry else "stopping now", signal=signum.name)
+        service.request_stop(now=hurry)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(signum, on_signal, signum)
+            handled.append(signum)
+        except (NotImplementedError, RuntimeError):  # not the main thread, or Windows
+            pass
+    try:
+        await service.start()
+        await service.serve_forever()
+    finally:
+        for signum in handled:
+            loop.remove_signal_handler(signum)
+        await service.stop()
+
+
+def run(app: Callable[[], AbstractAsyncContextManager[CoreService]]) -> int:
+    """Process entry point: serve the CoreService `app()` yields; 0 after a clean drain.
+
+    `app` is an async context manager factory so the caller can open and close what the
+    service uses (the store) around it::
+
+        @asynccontextmanager
+        async def app():
+            store = SQLiteStore(path)
+            try:
+                yield CoreService(Manager(store, EchoProcessor()), servers=[url])
+            finally:
+                await store.close()
+
+        sys.exit(run(app))
+    """
+
+    async def main() -> None:
+        async with app() as service:
+            await serve(service)
+
+    asyncio.run(main())
+    return 0

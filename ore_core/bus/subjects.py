@@ -1,0 +1,224 @@
+"""Subjects, stream names and headers of the ore bus: the one place that spells them.
+
+Every subject the core, the conduits and the tests use is built here, so a custom
+prefix (several ore deployments on one NATS account) changes all of them at once and
+no f-string elsewhere can drift. Layout (prefix `ore`, `T` a thread id):
+
+    ore.in.T               conduit -> core (stream ORE_IN)
+    ore.inp.<p>.T          ore.in.T after the stream's partition transform
+    ore.ev.T               durable output events (stream ORE_EVENTS)
+    ore.out.T              what conduits subscribe to (RePublished events + deltas)
+    ore.journal.T          the ledger journal of the JetStream store (stream ORE_JOURNAL)
+    ore.api.<name>         control API, e.g. ore.api.threads.create
+    ore.dlq.<reason>       rejected input (stream ORE_DLQ)
+
+The event kind travels in the `Ore-Kind` header, not in the subject, so each thread
+has one subject per purpose and one per-subject sequence.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from nats.js.api import SubjectTransform
+
+from ore_core.errors import OreError
+from ore_core.ids import validate_thread_id
+
+SCHEMA_VERSION = 1
+"""Version of the wire schema, sent in the `Ore-Schema` header of every ore message."""
+
+HEADER_KIND = "Ore-Kind"
+"""The event kind (`user_message`, `text_delta`, ...): lets subscribers filter unparsed."""
+HEADER_SCHEMA = "Ore-Schema"
+"""`SCHEMA_VERSION` of the payload, so a reader can refuse what it does not understand."""
+HEADER_MSG_ID = "Nats-Msg-Id"
+"""The event id: JetStream drops a second publish with the same id (safe retries)."""
+HEADER_TRACEPARENT = "traceparent"
+"""W3C trace context, as the OpenTelemetry propagators write it."""
+HEADER_EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
+"""Optimistic concurrency on a per-thread subject: a stale writer's append is refused."""
+HEADER_LAST_SEQUENCE = "Nats-Last-Sequence"
+"""Set by RePublish: the previous sequence of the same subject, so a gap is visible."""
+
+DEFAULT_PREFIX = "ore"
+
+# Tokens are restricted to the thread-id alphabet: safe in subjects, stream names and
+# file names alike, and never a wildcard or a reserved `$` subject.
+_TOKENS = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
+_STREAM_NAME_UNSAFE = re.compile(r"[.-]")
+_PER_THREAD = re.compile(r"(?:in|ev|out|journal|inp\.[0-9]+)\.(?P<thread>[^.]+)")
+
+# 32-bit FNV-1a, the hash nats-server uses for `{{partition(N,...)}}`.
+_FNV32_OFFSET = 0x811C9DC5
+_FNV32_PRIME = 0x01000193
+
+
+class SubjectError(OreError, ValueError):
+    """A subject prefix, subject name or partition count is malformed."""
+
+
+def _check_tokens(value: str, what: str) -> str:
+    if not isinstance(value, str) or _TOKENS.fullmatch(value) is None:
+        raise SubjectError(
+            f"invalid {what} {value!r}: use dot-separated tokens of A-Z, a-z, 0-9, '_' and '-' "
+            "(no wildcards, spaces or empty tokens)"
+        )
+    return value
+
+
+def _check_partitions(partitions: int) -> None:
+    # A power of two lets a deployment double N later and split every partition cleanly
+    # in two (FNV % 2N % N == FNV % N), with no thread moving to an unrelated partition.
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1:
+        raise SubjectError(f"invalid partition count {partitions!r}: use a power of two >= 1")
+    if partitions & (partitions - 1):
+        raise SubjectError(
+            f"invalid partition count {partitions}: use a power of two (1, 2, 4, 8, ...)"
+        )
+
+
+def partition_of(thread_id: str, partitions: int) -> int:
+    """The partition nats-server's `{{partition(partitions,1)}}` puts this thread in.
+
+    Lets a worker know which partition (and so which consumer) owns a thread without
+    asking the server: FNV-1a 32-bit of the thread id, modulo `partitions`.
+    """
+    _check_partitions(partitions)
+    value = _FNV32_OFFSET
+    for byte in validate_thread_id(thread_id).encode():
+        value = ((value ^ byte) * _FNV32_PRIME) & 0xFFFFFFFF
+    return value % partitions
+
+
+@dataclass(frozen=True, slots=True)
+class Subjects:
+    """Builds every subject and stream name of one ore deployment from its prefix.
+
+    The prefix is one or more dot-separated tokens (`ore`, `ore-x`, `acme.ore`). Stream
+    names are the prefix upper-cased with `.` and `-` turned into `_`, plus a suffix:
+    `ore` -> `ORE_IN`, `ore-x` -> `ORE_X_IN`, `acme.ore` -> `ACME_ORE_IN`. Prefixes that
+    differ only in case or in `.`/`-`/`_` therefore share stream names: do not run
+    such deployments on one NATS account. Immutable and safe to share between tasks.
+    """
+
+    prefix: str = DEFAULT_PREFIX
+
+    def __post_init__(self) -> None:
+        _check_tokens(self.prefix, "subject prefix")
+
+    def _subject(self, kind: str, thread_id: str) -> str:
+        return f"{self.prefix}.{kind}.{validate_thread_id(thread_id)}"
+
+    def _stream(self, suffix: str) -> str:
+        return f"{_STREAM_NAME_UNSAFE.sub('_', self.prefix).upper()}_{suffix}"
+
+    def inbound(self, thread_id: str) -> str:
+        """Where a conduit publishes ingress events of a thread: `ore.in.T`."""
+        return self._subject("in", thread_id)
+
+    @property
+    def inbound_wildcard(self) -> str:
+        """Every thread's ingress subject: `ore.in.*` (the subjects of `inbound_stream`)."""
+        return f"{self.prefix}.in.*"
+
+    def partitioned(self, partition: int | Literal["*"], thread_id: str = "*") -> str:
+        """An ingress subject after the partition transform: `ore.inp.<p>.T`.
+
+        `"*"` for either part gives a filter: `partitioned(3)` is partition 3's consumer
+        filter `ore.inp.3.*`, `partitioned("*", T)` finds thread T in any partition.
+        """
+        if partition != "*" and (
+            isinstance(partition, bool) or not isinstance(partition, int) or partition < 0
+        ):
+            raise SubjectError(f"invalid partition {partition!r}: use an int >= 0 or '*'")
+        token = thread_id if thread_id == "*" else validate_thread_id(thread_id)
+        return f"{self.prefix}.inp.{partition}.{token}"
+
+    def inbound_transform(self, partitions: int) -> SubjectTransform:
+        """The `ORE_IN` stream transform `ore.in.T` -> `ore.inp.<partition_of(T)>.T`."""
+        _check_partitions(partitions)
+        return SubjectTransform(
+            src=self.inbound_wildcard,
+            dest=f"{self.prefix}.inp.{{{{partition({partitions},1)}}}}.{{{{wildcard(1)}}}}",
+        )
+
+    def events(self, thread_id: str) -> str:
+        """Where the core appends a thread's durable output events: `ore.ev.T`."""
+        return self._subject("ev", thread_id)
+
+    @property
+    def events_wildcard(self) -> str:
+        """Every thread's durable events: `ore.ev.*` (the subjects of `events_stream`)."""
+        return f"{self.prefix}.ev.*"
+
+    def output(self, thread_id: str) -> str:
+        """What conduits subscribe to for one thread: `ore.out.T`."""
+        return self._subject("out", thread_id)
+
+    @property
+    def output_wildcard(self) -> str:
+        """Every thread's output: `ore.out.*` (audit sinks, multi-thread conduits)."""
+        return f"{self.prefix}.out.*"
+
+    def journal(self, thread_id: str) -> str:
+        """The ledger journal of one thread in the JetStream store: `ore.journal.T`."""
+        return self._subject("journal", thread_id)
+
+    @property
+    def journal_wildcard(self) -> str:
+        """Every thread's journal: `ore.journal.*` (the subjects of `journal_stream`)."""
+        return f"{self.prefix}.journal.*"
+
+    def api(self, name: str) -> str:
+        """A control API endpoint: `api("threads.create")` -> `ore.api.threads.create`."""
+        return f"{self.prefix}.api.{_check_tokens(name, 'API name')}"
+
+    @property
+    def api_wildcard(self) -> str:
+        """The whole control API: `ore.api.>` (for permissions)."""
+        return f"{self.prefix}.api.>"
+
+    def dlq(self, reason: str) -> str:
+        """Where rejected input is recorded with its reason: `ore.dlq.<reason>`."""
+        return f"{self.prefix}.dlq.{_check_tokens(reason, 'dead-letter reason')}"
+
+    @property
+    def dlq_wildcard(self) -> str:
+        """Every dead-letter reason: `ore.dlq.>` (the subjects of `dlq_stream`)."""
+        return f"{self.prefix}.dlq.>"
+
+    @property
+    def inbound_stream(self) -> str:
+        """Name of the ingress stream: `ORE_IN`."""
+        return self._stream("IN")
+
+    @property
+    def events_stream(self) -> str:
+        """Name of the durable output-event stream: `ORE_EVENTS`."""
+        return self._stream("EVENTS")
+
+    @property
+    def dlq_stream(self) -> str:
+        """Name of the dead-letter stream: `ORE_DLQ`."""
+        return self._stream("DLQ")
+
+    @property
+    def journal_stream(self) -> str:
+        """Name of the ledger journal stream of the JetStream store: `ORE_JOURNAL`."""
+        return self._stream("JOURNAL")
+
+    def thread_id_of(self, subject: str) -> str:
+        """The thread id in a per-thread subject of this prefix (in, inp, ev, out, journal).
+
+        A received message names its thread only in its subject; this is the inverse of
+        the builders above, and it refuses subjects of another prefix or kind.
+        """
+        match = _PER_THREAD.fullmatch(subject[len(self.prefix) + 1 :])
+        if subject.startswith(self.prefix + ".") and match is not None:
+            return validate_thread_id(match.group("thread"))
+        raise SubjectError(
+            f"subject {subject!r} is not a per-thread subject of prefix {self.prefix!r}"
+        )

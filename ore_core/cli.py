@@ -1,0 +1,242 @@
+"""The `ore` command line: global options, plugin management and `ore config`.
+
+More commands join `main` in three ways, none of which edits this module's body:
+- a module of the core (`ore_core/cli_threads.py` defining a click command `threads`)
+  is named in `LAZY_COMMANDS` and imported only when that command is used;
+- a plugin implements `ore_register_commands(cli)`;
+- code that imports `main` may call `main.add_command(...)`.
+
+Every command reaches the settings and the plugin manager of this invocation
+through `cli_state()`; both are built on first use, once per invocation.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from collections.abc import Collection, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import click
+import structlog
+
+from ore_core.config import ConfigError, LogSettings, OreSettings, load_settings
+from ore_core.errors import OreError
+from ore_core.logging import configure_logging
+from ore_core.plugins.manager import OrePluginManager, create_plugin_manager, plugin_callers
+
+__all__ = ["LAZY_COMMANDS", "CliState", "OreGroup", "cli_state", "main"]
+
+LAZY_COMMANDS: dict[str, str] = {
+    "chat": "ore_core.cli_chat:chat",
+    "serve": "ore_core.cli_serve:serve",
+    "threads": "ore_core.cli_threads:threads",
+}
+"""Command name -> `"module:attribute"` of a click command, imported when first used."""
+
+_STATE_KEY = "ore.cli_state"
+_LEVELS = ["debug", "info", "warning", "error", "critical"]
+_log = structlog.get_logger("ore.cli")
+
+
+@dataclass
+class CliState:
+    """What the commands of one `ore` invocation share: settings and plugins, built lazily."""
+
+    config_path: Path | None = None
+    _settings: OreSettings | None = field(default=None, init=False, repr=False)
+    _plugins: OrePluginManager | None = field(default=None, init=False, repr=False)
+    _commands: dict[str, click.Command] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def settings(self) -> OreSettings:
+        """The validated settings (`--config`, `ORE_CONFIG`, `ORE_*`); ConfigError if bad."""
+        if self._settings is None:
+            self._settings = load_settings(self.config_path)
+        return self._settings
+
+    @property
+    def plugin_manager(self) -> OrePluginManager:
+        """The plugin manager with built-ins and installed plugins loaded."""
+        if self._plugins is None:
+            self._plugins = create_plugin_manager()
+        return self._plugins
+
+    def plugin_commands(self, reserved: Collection[str]) -> dict[str, click.Command]:
+        """Commands added by plugins, except `reserved` names (logged, like failing hooks)."""
+        if self._commands is None:
+            self._commands = {}
+            for name, caller in plugin_callers(self.plugin_manager, "ore_register_commands"):
+                scratch = click.Group()
+                try:
+                    caller(cli=scratch)
+                except Exception as exc:
+                    # `ore uninstall` and `ore plugins` must keep working around a bad plugin.
+                    _log.warning("plugin.commands_failed", plugin=name, error=repr(exc))
+                    continue
+                for command_name, command in scratch.commands.items():
+                    if command_name in reserved:
+                        _log.warning("plugin.command_shadowed", plugin=name, command=command_name)
+                    else:
+                        self._commands[command_name] = command
+        return self._commands
+
+    def configure_logging(self, level: str | None) -> None:
+        """Set up logs from `--log-level` or the `[log]` settings (defaults if unreadable)."""
+        try:
+            log = self.settings.log
+        except ConfigError:
+            # Reported by the command that needs the settings; logs still need a set-up.
+            log = LogSettings()
+        configure_logging(level or log.level, log.format)
+
+
+def cli_state(ctx: click.Context | None = None) -> CliState:
+    """The shared state of the current `ore` invocation (created on first call)."""
+    root = (ctx or click.get_current_context()).find_root()
+    state = root.meta.get(_STATE_KEY)
+    if state is None:
+        state = CliState(root.params.get("config_path"))
+        root.meta[_STATE_KEY] = state
+        state.configure_logging(root.params.get("log_level"))
+    return cast(CliState, state)
+
+
+class OreGroup(click.Group):
+    """A click group that also finds lazy core commands and plugin commands.
+
+    Built-in commands win over plugin commands of the same name. An `OreError`
+    raised by any command becomes a one-line `Error: ...` and exit status 1.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self._core_names(), *self._plugin_commands(ctx)})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in LAZY_COMMANDS:
+            module_name, _, attribute = LAZY_COMMANDS[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module_name), attribute)
+        if command is None:
+            command = self._plugin_commands(ctx).get(cmd_name)
+        return command
+
+    def _core_names(self) -> set[str]:
+        return {*self.commands, *LAZY_COMMANDS}
+
+    def _plugin_commands(self, ctx: click.Context) -> dict[str, click.Command]:
+        return cli_state(ctx).plugin_commands(reserved=self._core_names())
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except OreError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+@click.group(cls=OreGroup)
+@click.version_option(package_name="ore-core", prog_name="ore")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Config file (default: $ORE_CONFIG, else ore.toml in the user config directory).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(_LEVELS, case_sensitive=False),
+    help="Log level (default: [log] level in the config, else info).",
+)
+@click.pass_context
+def main(ctx: click.Context, config_path: Path | None, log_level: str | None) -> None:
+    """ore: a message-bus plugin framework for conversational agents."""
+    cli_state(ctx)
+
+
+@main.command()
+@click.option("--all", "include_all", is_flag=True, help="Include the built-in plugins.")
+@click.option("--hooks", is_flag=True, help="List each hook with its plugins, in call order.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def plugins(include_all: bool, hooks: bool, as_json: bool) -> None:
+    """Show installed plugins: distribution, version, hooks and load errors."""
+    manager = cli_state().plugin_manager
+    if hooks:
+        table = manager.hook_implementers(include_builtins=include_all)
+        lines = [f"{hook}: {', '.join(names) or '-'}" for hook, names in table.items()]
+        click.echo(json.dumps(table, indent=2) if as_json else "\n".join(lines))
+        return
+    entries = [
+        {**asdict(info), "error": None} for info in manager.describe(include_builtins=include_all)
+    ]
+    entries += [
+        {**asdict(failure), "hooks": [], "builtin": False} for failure in manager.load_errors
+    ]
+    if as_json:
+        click.echo(json.dumps(entries, indent=2))
+        return
+    for entry in entries:
+        origin = " ".join(filter(None, [entry["distribution"], entry["version"]]))
+        click.echo(f"{entry['name']} ({origin or 'registered in code'})")
+        if entry["error"]:
+            click.echo(f"  error: {entry['error']}")
+        else:
+            click.echo(f"  hooks: {', '.join(entry['hooks']) or '-'}")
+
+
+@main.command()
+@click.argument("packages", nargs=-1)
+@click.option("-U", "--upgrade", is_flag=True, help="Upgrade packages that are installed.")
+@click.option(
+    "-e", "--editable", multiple=True, help="Install a project from a local path, editable."
+)
+def install(packages: tuple[str, ...], upgrade: bool, editable: tuple[str, ...]) -> None:
+    """Install plugin packages into the Python environment ore runs in."""
+    if not packages and not editable:
+        raise click.UsageError("name at least one package (or -e PATH)")
+    args = ["--upgrade"] if upgrade else []
+    args += [arg for path in editable for arg in ("--editable", path)]
+    _pip("install", *args, *packages)
+
+
+@main.command()
+@click.argument("packages", nargs=-1, required=True)
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+def uninstall(packages: tuple[str, ...], yes: bool) -> None:
+    """Uninstall plugin packages from the Python environment ore runs in."""
+    _pip("uninstall", *(["--yes"] if yes else []), *packages)
+
+
+@main.command("config")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def config_command(as_json: bool) -> None:
+    """Show the effective configuration and where each value came from (secrets hidden)."""
+    values = cli_state().settings.describe_sources()
+    if as_json:
+        click.echo(json.dumps([asdict(value) for value in values], indent=2))
+        return
+    rows = [("KEY", "VALUE", "SOURCE")]
+    rows += [(value.key, _text(value.value), value.source) for value in values]
+    click.echo("\n".join(_columns(rows)))
+
+
+def _pip(*args: str) -> None:
+    """Run pip of this interpreter (so plugins land where ore can load them); exit with it."""
+    completed = subprocess.run([sys.executable, "-m", "pip", *args], check=False)
+    click.get_current_context().exit(completed.returncode)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _columns(rows: Sequence[tuple[str, ...]]) -> list[str]:
+    """Rows as aligned text columns (the last column is not padded)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    return [
+        "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]])
+        for row in rows
+    ]

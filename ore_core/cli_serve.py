@@ -1,0 +1,116 @@
+"""`ore serve`: run the ore core (plugins, store, Manager) behind NATS until SIGTERM.
+
+With no NATS URL (`--nats` or `nats.url`) it first starts a private embedded
+nats-server (JetStream, loopback only, data under the user's state directory),
+prints where it listens, and stops it after the core has drained. SIGTERM or
+SIGINT drains: running turns finish (a second signal stops at once), the
+`ore_shutdown` hooks run, the store closes, and the exit status is 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+
+import click
+from pydantic import ValidationError
+
+from ore_core.app import build_runtime, start_embedded_nats
+from ore_core.bus.client import TlsFiles
+from ore_core.bus.service import CoreService, run
+from ore_core.bus.streams import BusConfig
+from ore_core.bus.subjects import Subjects
+from ore_core.cli import cli_state
+from ore_core.config import NatsSettings, OreSettings
+from ore_core.plugins.manager import OrePluginManager
+
+__all__ = ["serve"]
+
+_OPTION_OF_KEY = {"url": "--nats", "partitions": "--partitions"}
+
+
+@click.command()
+@click.option(
+    "--nats",
+    "nats_urls",
+    multiple=True,
+    metavar="URL",
+    help="NATS server URL; repeat for a cluster (default: nats.url, else an embedded server).",
+)
+@click.option(
+    "--health-port",
+    type=click.IntRange(0, 65535),
+    help="Serve GET /healthz and /readyz on 127.0.0.1 at this port (0: any free port).",
+)
+@click.option(
+    "--partitions",
+    type=int,
+    help="Ingress partitions, a power of two (default: nats.partitions).",
+)
+def serve(nats_urls: tuple[str, ...], health_port: int | None, partitions: int | None) -> None:
+    """Run the ore core on NATS until SIGTERM or Ctrl-C."""
+    state = cli_state()
+    # Plugins (ore_configure) see the effective settings, options included.
+    nats = _with_options(state.settings.nats, nats_urls, partitions)
+    settings = state.settings.model_copy(update={"nats": nats})
+    run(lambda: _core(settings, state.plugin_manager, health_port))
+
+
+def _with_options(base: NatsSettings, urls: Sequence[str], partitions: int | None) -> NatsSettings:
+    """The `[nats]` settings with the command-line options applied, validated like them."""
+    update: dict[str, object] = {}
+    if urls:
+        update["url"] = list(urls)
+    if partitions is not None:
+        update["partitions"] = partitions
+    try:
+        return NatsSettings.model_validate({**base.model_dump(), **update})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        option = _OPTION_OF_KEY.get(str(error["loc"][0]), str(error["loc"][0]))
+        message = error["msg"].removeprefix("Value error, ")
+        raise click.BadParameter(message, param_hint=option) from None
+
+
+@asynccontextmanager
+async def _core(
+    settings: OreSettings, plugins: OrePluginManager, health_port: int | None
+) -> AsyncIterator[CoreService]:
+    """The core service, with what it needs opened around it and closed after it drains.
+
+    Closed in reverse order of opening: the runtime (shutdown hooks, streams, store)
+    before the embedded nats-server it talked through.
+    """
+    nats = settings.nats
+    async with AsyncExitStack() as stack:
+        servers = list(nats.url or [])
+        if not servers:
+            embedded = await start_embedded_nats(nats)
+            stack.push_async_callback(embedded.astop)
+            click.echo(
+                f"Embedded NATS server listening on {embedded.url} (data in {embedded.store_dir})"
+            )
+            servers = [embedded.url]
+        runtime = await build_runtime(settings, plugins)
+        stack.push_async_callback(runtime.aclose)
+        yield CoreService(
+            runtime.manager,
+            servers=servers,
+            subjects=Subjects(nats.subject_prefix),
+            config=BusConfig(partitions=nats.partitions, max_payload=int(nats.max_payload)),
+            user=nats.user,
+            password=nats.password.get_secret_value() if nats.password else None,
+            token=nats.token.get_secret_value() if nats.token else None,
+            nkey_seed_file=nats.nkey_seed_file,
+            creds_file=nats.creds_file,
+            tls=_tls(nats),
+            health_port=health_port,
+        )
+
+
+def _tls(nats: NatsSettings) -> TlsFiles | None:
+    """TLS files when any is configured; else nats-py's defaults (TLS only for tls:// URLs)."""
+    files = (nats.tls_ca_file, nats.tls_cert_file, nats.tls_key_file)
+    if not any(files):
+        return None
+    return TlsFiles(ca_file=files[0], cert_file=files[1], key_file=files[2])

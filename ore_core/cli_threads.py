@@ -1,0 +1,316 @@
+"""`ore threads`: list, show, fork and delete the threads of the configured store.
+
+Works on the store directly (no Manager, no `ore_startup` hooks), so it is safe to
+run next to `ore serve` with a store that several processes may share (sqlite,
+json). `--store NAME` and `--store-path PATH` override the `[store]` settings for
+one invocation. Every failure (unknown or invalid id, corrupt thread, locked
+journal) is one `Error: ...` line and exit status 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from ore_core.app import open_store, store_section
+from ore_core.artifacts import Artifact, Image, Reasoning, Text, ToolCall, ToolResult
+from ore_core.cli import _columns, cli_state
+from ore_core.errors import ThreadCorrupt, ThreadNotFound
+from ore_core.ledger.thread import Thread
+from ore_core.ledger.turn import Turn, format_timestamp, turn_to_dict
+from ore_core.plugins.registry import collect_registrations
+from ore_core.session.protocols import Store
+
+__all__ = ["threads"]
+
+_T = TypeVar("_T")
+_PREVIEW_WIDTH = 60
+
+
+@dataclass(frozen=True, slots=True)
+class _StoreChoice:
+    """The `--store` / `--store-path` overrides of this invocation."""
+
+    name: str | None
+    path: Path | None
+
+    def section(self) -> dict[str, Any]:
+        """The `[store]` table to open: the settings' one, overridden by the options.
+
+        A different `--store` drops the configured table: its keys belong to another store.
+        """
+        section = store_section(cli_state().settings.store)
+        if self.name is not None and self.name != section["name"]:
+            section = {"name": self.name}
+        if self.path is not None:
+            section["path"] = self.path
+        return section
+
+
+def _with_store(choice: _StoreChoice, action: Callable[[Store], Awaitable[_T]]) -> _T:
+    """Open the chosen store, run `action` on it and close the store, on a fresh loop."""
+    state = cli_state()
+
+    async def run() -> _T:
+        registrations = collect_registrations(state.plugin_manager, state.settings)
+        store = open_store(registrations, choice.section())
+        try:
+            return await action(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(run())
+
+
+def _location(store: Store) -> str:
+    """Where the store keeps threads, as its error messages name it (`sqlite:/path`)."""
+    return str(getattr(store, "location", store.name))
+
+
+# -- rendering -------------------------------------------------------------------------
+
+
+def _artifact_text(artifact: Artifact) -> str:
+    """How an artifact reads in a terminal (plugin kinds show as `[kind]`)."""
+    if isinstance(artifact, Text):
+        return artifact.content
+    if isinstance(artifact, Reasoning):
+        return f"(reasoning) {artifact.content}"
+    if isinstance(artifact, ToolCall):
+        return f"(tool call {artifact.id}) {artifact.name}({artifact.arguments})"
+    if isinstance(artifact, ToolResult):
+        error = " error" if artifact.is_error else ""
+        return f"(tool result{error} {artifact.tool_call_id}) {artifact.content}"
+    if isinstance(artifact, Image):
+        return f"[image {_shorten(artifact.url)}]"
+    return f"[{artifact.kind}]"
+
+
+def _shorten(text: str, width: int = _PREVIEW_WIDTH) -> str:
+    """`text` on one line, cut to `width` characters with an ellipsis."""
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _preview(turn: Turn) -> str:
+    return _shorten(" ".join(_artifact_text(artifact) for artifact in turn.artifacts))
+
+
+def _age(turn: Turn) -> tuple[float, str]:
+    """Sort key: oldest first (no timestamp first), then id."""
+    stamp = turn.timestamp
+    return (stamp.timestamp() if stamp is not None else float("-inf"), turn.id)
+
+
+def _local_time(stamp: datetime | None) -> str:
+    return stamp.astimezone().strftime("%Y-%m-%d %H:%M") if stamp is not None else "-"
+
+
+def _updated(thread: Thread) -> datetime | None:
+    """When the thread last got a turn (None when it has none)."""
+    turns = thread.all_turns()
+    return max(turns, key=_age).timestamp if turns else None
+
+
+def _tree_lines(thread: Thread) -> Iterator[str]:
+    """Every branch of the thread as a tree; `*` marks the active path, the tip is named.
+
+    A chain without forks stays at one indentation level; each fork indents its
+    branches under `├─`/`└─`. Iterative, so a long conversation cannot hit Python's
+    recursion limit, and a parent loop (a corrupt tree) is printed once, not forever.
+    """
+    turns = sorted(thread.all_turns(), key=_age)
+    known = {turn.id for turn in turns}
+    children: dict[str, list[Turn]] = {}
+    roots: list[Turn] = []
+    for turn in turns:
+        if turn.parent_id in known and turn.parent_id != turn.id:
+            children.setdefault(turn.parent_id, []).append(turn)
+        else:
+            roots.append(turn)
+    on_path = {turn.id for turn in thread.turns()}
+    tip = thread.current_tip
+    seen: set[str] = set()
+    # A turn in a parent loop has no root above it: it starts its own tree.
+    for root in [*roots, *turns]:
+        stack: list[tuple[Turn, str, str]] = [(root, "", "")]
+        while stack:
+            turn, first, rest = stack.pop()
+            if turn.id in seen:
+                continue
+            seen.add(turn.id)
+            mark = "*" if turn.id in on_path else "-"
+            suffix = "  <- tip" if turn.id == tip else ""
+            yield f"{first}{mark} {turn.id} {turn.role}: {_preview(turn)}{suffix}"
+            kids = children.get(turn.id, [])
+            if len(kids) == 1:
+                stack.append((kids[0], rest, rest))
+                continue
+            for index in reversed(range(len(kids))):
+                branch, through = ("└─ ", "   ") if index == len(kids) - 1 else ("├─ ", "│  ")
+                stack.append((kids[index], rest + branch, rest + through))
+
+
+def _header(thread: Thread, location: str) -> list[str]:
+    path = thread.turns()
+    lines = [
+        f"thread {thread.id} in {location}",
+        f"tip {thread.current_tip or '-'}: {len(path)} of {len(thread)} turns on the active "
+        f"path, {len(thread.branches())} branch(es)",
+    ]
+    metadata = sorted(thread.meta().all().items())
+    if metadata:
+        lines += ["metadata:", *(f"  {key} = {value}" for key, value in metadata)]
+    return lines
+
+
+def _path_lines(thread: Thread) -> Iterator[str]:
+    for turn in thread.turns():
+        yield ""
+        yield f"{turn.role}  {turn.id}  {_local_time(turn.timestamp)}"
+        for artifact in turn.artifacts:
+            for line in _artifact_text(artifact).splitlines() or [""]:
+                yield f"  {line}"
+
+
+def _echo_json(value: object) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def _thread_json(thread: Thread, location: str, all_branches: bool) -> dict[str, Any]:
+    path = thread.turns()
+    shown = sorted(thread.all_turns(), key=_age) if all_branches else path
+    out: dict[str, Any] = {
+        "id": thread.id,
+        "store": location,
+        "current_tip": thread.current_tip,
+        "metadata": thread.meta().all(),
+        "turns": [turn_to_dict(turn) for turn in shown],
+    }
+    if all_branches:
+        out["active_path"] = [turn.id for turn in path]
+        out["branches"] = [turn.id for turn in thread.branches()]
+    return out
+
+
+# -- commands ----------------------------------------------------------------------------
+
+
+@click.group()
+@click.option("--store", "store_name", help="Store to use (default: store.name in the config).")
+@click.option(
+    "--store-path",
+    type=click.Path(path_type=Path),
+    help="Where that store keeps threads (default: store.path, else the store's default).",
+)
+@click.pass_context
+def threads(ctx: click.Context, store_name: str | None, store_path: Path | None) -> None:
+    """List, show, fork and delete stored threads."""
+    ctx.obj = _StoreChoice(store_name, store_path)
+
+
+@threads.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def list_command(choice: _StoreChoice, as_json: bool) -> None:
+    """Every readable thread, most recently updated first."""
+
+    async def read(store: Store) -> tuple[list[Thread], str]:
+        return await store.list(), _location(store)
+
+    found, location = _with_store(choice, read)
+    dated = sorted(((_updated(thread), thread) for thread in found), key=_newest_first)
+    summaries = [_summary(thread, updated) for updated, thread in dated]
+    if as_json:
+        _echo_json(summaries)
+        return
+    if not summaries:
+        click.echo(f"No threads in {location}.")
+        return
+    table = [("ID", "TURNS", "UPDATED", "PREVIEW")]
+    table += [
+        (summary["id"], str(summary["turns"]), _local_time(updated), summary["preview"])
+        for summary, (updated, _) in zip(summaries, dated, strict=True)
+    ]
+    click.echo("\n".join(_columns(table)))
+
+
+def _newest_first(entry: tuple[datetime | None, Thread]) -> tuple[float, str]:
+    updated, thread = entry
+    return (-updated.timestamp() if updated is not None else float("inf"), thread.id)
+
+
+def _summary(thread: Thread, updated: datetime | None) -> dict[str, Any]:
+    path = thread.turns()
+    return {
+        "id": thread.id,
+        "turns": len(thread),
+        "branches": len(thread.branches()),
+        "updated": format_timestamp(updated) if updated is not None else None,
+        "preview": _preview(path[-1]) if path else "",
+        "metadata": thread.meta().all(),
+    }
+
+
+@threads.command("show")
+@click.argument("thread_id")
+@click.option("--all-branches", is_flag=True, help="Show every branch as a tree.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def show_command(choice: _StoreChoice, thread_id: str, all_branches: bool, as_json: bool) -> None:
+    """The conversation of THREAD_ID along its active path (or every branch)."""
+
+    async def read(store: Store) -> tuple[Thread, str]:
+        return await store.get(thread_id), _location(store)
+
+    thread, location = _with_store(choice, read)
+    if as_json:
+        _echo_json(_thread_json(thread, location, all_branches))
+        return
+    body = ["", *_tree_lines(thread)] if all_branches else list(_path_lines(thread))
+    click.echo("\n".join([*_header(thread, location), *body]))
+
+
+@threads.command("fork")
+@click.argument("thread_id")
+@click.argument("turn_id")
+@click.pass_obj
+def fork_command(choice: _StoreChoice, thread_id: str, turn_id: str) -> None:
+    """Move the tip of THREAD_ID to TURN_ID: the next message starts a branch there."""
+
+    async def fork(store: Store) -> None:
+        thread = await store.get(thread_id)
+        thread.fork(turn_id)
+        await store.save(thread)
+
+    _with_store(choice, fork)
+    click.echo(f"Forked thread {thread_id} at turn {turn_id}: the next message branches there.")
+
+
+@threads.command("delete")
+@click.argument("thread_id")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.pass_obj
+def delete_command(choice: _StoreChoice, thread_id: str, yes: bool) -> None:
+    """Delete THREAD_ID and every turn of it from the store."""
+
+    async def delete(store: Store) -> None:
+        try:
+            size = f"{len(await store.get(thread_id))} turns"
+        except ThreadCorrupt:
+            size = "unreadable"  # a corrupt thread is exactly what one wants to delete
+        if not yes:
+            question = f"Delete thread {thread_id} ({size}) from {_location(store)}?"
+            click.confirm(question, abort=True)
+        if not await store.delete(thread_id):
+            raise ThreadNotFound(f"thread {thread_id} not found in {_location(store)}")
+
+    _with_store(choice, delete)
+    click.echo(f"Deleted thread {thread_id}.")

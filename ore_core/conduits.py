@@ -1,0 +1,68 @@
+"""The conduit contract: how a chat platform is bridged to ore over NATS.
+
+A conduit is a dumb pipe. It maps the platform's conversation to an ore thread
+(`client.lookup_or_create` on metadata keys prefixed with its name), sends user
+messages with the platform's own message id as the event id (so platform retries
+are stored once), renders output events back, and ignores events whose provenance
+says they came from elsewhere. It decides nothing: interceptors and processors do.
+
+Packages register conduit classes through the `ore_register_conduits` hook;
+`ore conduit NAME` runs one as its own process against the configured NATS.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ore_core.errors import OreError
+
+if TYPE_CHECKING:
+    from ore_core.bus.client import ConduitClient
+
+__all__ = ["Conduit", "ConduitConfig", "ConduitConfigError"]
+
+
+class ConduitConfigError(OreError):
+    """A conduit's configuration section is invalid; the message names the key."""
+
+
+class ConduitConfig(BaseModel):
+    """Base of every conduit's settings: its `[plugins.<name>]` table in ore.toml."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Conduit(ABC):
+    """Base class of conduits.
+
+    Subclasses set `name` (also the provenance of the events they send and the prefix
+    of their metadata keys), `description`, and `config_model` (a ConduitConfig
+    subclass), and implement `run`. Instances are created with no arguments.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    config_model: ClassVar[type[ConduitConfig]] = ConduitConfig
+
+    @classmethod
+    def load_config(cls, section: Mapping[str, Any]) -> ConduitConfig:
+        """Validate the conduit's config section; one clear error naming the bad key."""
+        try:
+            return cls.config_model.model_validate(dict(section))
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '(section)'}: {err['msg']}"
+                for err in exc.errors()
+            )
+            raise ConduitConfigError(f"invalid [plugins.{cls.name}] settings: {problems}") from exc
+
+    @abstractmethod
+    async def run(self, client: ConduitClient, config: ConduitConfig) -> None:
+        """Bridge the platform until cancelled (shutdown), then return cleanly.
+
+        Raise OreError (with a message a user can act on) for a fatal problem.
+        """

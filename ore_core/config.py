@@ -1,0 +1,390 @@
+"""Settings: `ore.toml` plus `ORE_*` environment variables, validated once at start-up.
+
+Precedence, highest first: environment variables (nested with `__`, e.g.
+`ORE_NATS__URL`), the config file, the defaults below. The file is the one named
+explicitly (`--config`), else `$ORE_CONFIG`, else `ore.toml` in the user's config
+directory when it exists. A bad value fails with one line naming the key, where the
+value came from and what is allowed (`ConfigError`); `describe_sources()` tells
+where every effective value came from, for `ore config`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+import platformdirs
+from pydantic import (
+    BaseModel,
+    ByteSize,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
+
+from ore_core.errors import OreError
+from ore_core.session.stream import DoubleTexting
+
+__all__ = [
+    "CONFIG_ENV",
+    "ConfigError",
+    "ConfigValue",
+    "LogFormat",
+    "LogLevel",
+    "LogSettings",
+    "NatsSettings",
+    "OreSettings",
+    "ProcessorSettings",
+    "SECRET_MASK",
+    "SessionSettings",
+    "StoreSettings",
+    "default_config_path",
+    "load_settings",
+    "resolve_config_path",
+]
+
+CONFIG_ENV = "ORE_CONFIG"
+"""Environment variable naming the config file when `--config` is not given."""
+
+ENV_PREFIX = "ORE_"
+SECRET_MASK = "********"
+"""What `ore config` and error messages show instead of a secret."""
+
+_MAX_PAYLOAD_LIMIT = 64 * 1024 * 1024  # nats-server refuses max_payload above max_pending
+_SUBJECT_PREFIX = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+_NATS_SCHEMES = ("nats", "tls", "ws", "wss")
+# Free-form tables (plugins, store, processor) cannot type their secrets: mask by name.
+_SECRET_NAME = re.compile(r"password|passwd|secret|token|api_?key|credential", re.IGNORECASE)
+_PATH_NAME = re.compile(r"_(file|path|dir)$")
+
+
+class ConfigError(OreError):
+    """The configuration is unreadable or invalid; the message names the key and source."""
+
+
+class _Section(BaseModel):
+    """A settings table whose unknown keys are errors (they are almost always typos)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NatsSettings(_Section):
+    """How to reach NATS. No `url` means: start a private embedded nats-server."""
+
+    url: Annotated[list[str] | None, NoDecode] = None
+    user: str | None = None
+    password: SecretStr | None = None
+    token: SecretStr | None = None
+    nkey_seed_file: Path | None = None
+    creds_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_ca_file: Path | None = None
+    subject_prefix: str = "ore"
+    partitions: int = 8
+    max_payload: ByteSize = ByteSize(1024 * 1024)
+
+    @field_validator("url", mode="before")
+    @classmethod
+    def _split_urls(cls, value: Any) -> Any:
+        # `ORE_NATS__URL=nats://a:4222,nats://b:4222` is the natural way to list a cluster.
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()] or None
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _check_schemes(cls, urls: list[str] | None) -> list[str] | None:
+        for url in urls or ():
+            if urlsplit(url).scheme not in _NATS_SCHEMES or not urlsplit(url).hostname:
+                raise ValueError(
+                    f"{url!r} is not a NATS URL (nats://host:port, tls://, ws://, wss://)"
+                )
+        return urls
+
+    @field_validator("subject_prefix")
+    @classmethod
+    def _check_prefix(cls, prefix: str) -> str:
+        if not _SUBJECT_PREFIX.fullmatch(prefix):
+            raise ValueError("must be dot-separated tokens of letters, digits, _ and - (e.g. ore)")
+        return prefix
+
+    @field_validator("partitions")
+    @classmethod
+    def _check_partitions(cls, count: int) -> int:
+        # Powers of two let a deployment double its partitions by splitting each in two.
+        if count < 1 or count > 1024 or count & (count - 1):
+            raise ValueError("must be a power of two from 1 to 1024 (1, 2, 4, 8, ...)")
+        return count
+
+    @field_validator("max_payload")
+    @classmethod
+    def _check_max_payload(cls, size: ByteSize) -> ByteSize:
+        if not 0 < size <= _MAX_PAYLOAD_LIMIT:
+            raise ValueError("must be between 1 byte and 64MiB (e.g. 1MiB)")
+        return size
+
+
+def _default_store_path() -> Path:
+    return Path(platformdirs.user_state_dir("ore")) / "threads.db"
+
+
+class StoreSettings(BaseModel):
+    """Which store keeps threads; extra keys are passed to the store's factory."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = "sqlite"
+    path: Path = Field(default_factory=_default_store_path)
+
+
+class ProcessorSettings(BaseModel):
+    """Which turn processor answers; extra keys are passed to the processor's factory."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: str = "echo"
+
+
+class SessionSettings(_Section):
+    """How a thread handles a message that arrives while a turn is running."""
+
+    double_texting: DoubleTexting = DoubleTexting.QUEUE
+
+
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+LogFormat = Literal["auto", "console", "json"]
+
+
+class LogSettings(_Section):
+    """Log level and format (`auto`: console on a terminal, JSON lines otherwise)."""
+
+    level: LogLevel = "info"
+    format: LogFormat = "auto"
+
+    @field_validator("level", "format", mode="before")
+    @classmethod
+    def _lowercase(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigValue:
+    """One effective setting: dotted key, value (secrets masked), and where it came from."""
+
+    key: str
+    value: Any
+    source: str
+
+
+class OreSettings(BaseSettings):
+    """Every setting of ore. Build it with `load_settings()`; it is immutable.
+
+    `OreSettings()` alone reads only the environment and defaults (no file).
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    nats: NatsSettings = NatsSettings()
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    processor: ProcessorSettings = ProcessorSettings()
+    session: SessionSettings = SessionSettings()
+    log: LogSettings = LogSettings()
+    plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    # Where explicitly set values came from: key path -> file path or env var name.
+    _origins: dict[tuple[str, ...], str] = PrivateAttr(default_factory=dict)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # No .env or secrets-dir magic: the file layer is ore.toml, read by load_settings.
+        return init_settings, env_settings
+
+    def plugin_config(self, name: str) -> dict[str, Any]:
+        """The `[plugins.<name>]` table (a copy; empty when absent)."""
+        return dict(self.plugins.get(name, {}))
+
+    def describe_sources(self) -> list[ConfigValue]:
+        """Every effective value with its source: `default`, the file path or the env var."""
+        return [
+            ConfigValue(".".join(path), _display(path, value), _origin_of(self._origins, path))
+            for path, value in _leaves(self)
+        ]
+
+
+def default_config_path() -> Path:
+    """`ore.toml` in the user's config directory (it may not exist)."""
+    return Path(platformdirs.user_config_dir("ore")) / "ore.toml"
+
+
+def resolve_config_path(path: str | os.PathLike[str] | None = None) -> Path | None:
+    """The config file to read: `path`, else `$ORE_CONFIG`, else the default if it exists.
+
+    A file named explicitly or by `$ORE_CONFIG` must exist (`ConfigError` otherwise).
+    """
+    if path is not None:
+        return _existing(Path(path), "")
+    if named := os.environ.get(CONFIG_ENV):
+        return _existing(Path(named), f" (named by {CONFIG_ENV})")
+    default = default_config_path()
+    return default if default.is_file() else None
+
+
+def load_settings(path: str | os.PathLike[str] | None = None) -> OreSettings:
+    """Read the config file (see `resolve_config_path`) and `ORE_*`, validate, return settings."""
+    config_file = resolve_config_path(path)
+    file_values = _read_toml(config_file) if config_file else {}
+    try:
+        env_values = EnvSettingsSource(OreSettings)()
+    except SettingsError as exc:
+        raise ConfigError(f"invalid environment variable: {exc}") from None
+    origins = {leaf: str(config_file) for leaf, _ in _dict_leaves(file_values)}
+    origins.update({leaf: _env_var_name(leaf) for leaf, _ in _dict_leaves(env_values)})
+    try:
+        settings = OreSettings(**_merge(file_values, env_values))
+    except ValidationError as exc:
+        raise ConfigError(_describe_errors(exc, origins)) from None
+    settings._origins = origins
+    return settings
+
+
+def _existing(path: Path, why: str) -> Path:
+    if not path.is_file():
+        raise ConfigError(f"config file {path}{why} does not exist; create it or fix the path")
+    return path
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as file:
+            return tomllib.load(file)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep merge: tables merge key by key, any other value in `override` wins."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _dict_leaves(
+    values: Mapping[str, Any], prefix: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], Any]]:
+    for key, value in values.items():
+        if isinstance(value, Mapping) and value:
+            yield from _dict_leaves(value, (*prefix, key))
+        else:
+            yield (*prefix, key), value
+
+
+def _leaves(model: BaseModel) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """Effective leaf values of the settings, sections and free-form tables flattened."""
+    fields = {name: getattr(model, name) for name in type(model).model_fields}
+    fields.update(model.model_extra or {})
+    for name, value in fields.items():
+        if isinstance(value, BaseModel):
+            yield from (((name, *path), leaf) for path, leaf in _leaves(value))
+        elif isinstance(value, Mapping) and value:
+            yield from (((name, *path), leaf) for path, leaf in _dict_leaves(value))
+        else:
+            yield (name,), value
+
+
+def _env_var_name(path: tuple[str, ...]) -> str:
+    """The variable that set `path`: the longest `ORE_A__B` prefix present in the environment."""
+    present = {name.upper(): name for name in os.environ}
+    for end in range(len(path), 0, -1):
+        candidate = (ENV_PREFIX + "__".join(path[:end])).upper()
+        if candidate in present:
+            return present[candidate]
+    return (ENV_PREFIX + "__".join(path)).upper()
+
+
+def _origin_of(origins: Mapping[tuple[str, ...], str], path: tuple[str, ...]) -> str:
+    """Where `path` was set: its own or closest ancestor's source, else a descendant's."""
+    for end in range(len(path), 0, -1):
+        if path[:end] in origins:
+            return origins[path[:end]]
+    # A whole table can be wrong (an unknown section): its leaves carry the source.
+    return next((src for key, src in origins.items() if key[: len(path)] == path), "default")
+
+
+def _known_keys(path: tuple[str, ...]) -> str:
+    """The keys allowed in the table that holds `path`, for "unknown key" errors."""
+    model: type[BaseModel] = OreSettings
+    for part in path[:-1]:
+        field = model.model_fields.get(part)
+        if field is None or not isinstance(field.annotation, type):
+            return ""
+        if not issubclass(field.annotation, BaseModel):
+            return ""
+        model = field.annotation
+    return ", ".join(model.model_fields)
+
+
+def _is_secret(path: tuple[str, ...], value: Any) -> bool:
+    name = str(path[-1]) if path else ""
+    return isinstance(value, SecretStr) or (
+        bool(_SECRET_NAME.search(name)) and not _PATH_NAME.search(name)
+    )
+
+
+def _display(path: tuple[str, ...], value: Any) -> Any:
+    """A JSON-friendly value for display; secrets become `SECRET_MASK`."""
+    if value is None:
+        return None
+    if _is_secret(path, value):
+        return SECRET_MASK
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def _describe_errors(exc: ValidationError, origins: Mapping[tuple[str, ...], str]) -> str:
+    """One line for all errors: `key = value (from SOURCE): what is allowed`."""
+    parts = []
+    for error in exc.errors():
+        path = tuple(str(part) for part in error["loc"])
+        key = ".".join(path)
+        source = _origin_of(origins, path)
+        shown = SECRET_MASK if _is_secret(path, error["input"]) else repr(error["input"])
+        if error["type"] == "extra_forbidden":
+            parts.append(f"unknown key {key} (from {source}, known keys: {_known_keys(path)})")
+        else:
+            message = error["msg"].removeprefix("Value error, ")
+            parts.append(f"{key} = {shown} (from {source}): {message}")
+    return "invalid configuration: " + "; ".join(parts)

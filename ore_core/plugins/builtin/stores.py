@@ -1,0 +1,127 @@
+"""Built-in stores `memory`, `json`, `journal` and `sqlite`, built from the `[store]` table.
+
+Each factory validates the keys its store understands (a misspelt or foreign key is
+a `ConfigError` naming it, not silently ignored) and defaults `path` to a place under
+the user's state directory, so `ore` keeps its threads without any configuration:
+
+| store | `path` default (under `platformdirs.user_state_dir("ore")`) | other keys |
+|---|---|---|
+| `memory` | none (nothing outlives the process) | none |
+| `json` | `threads/` (one `<id>.json` per thread) | none |
+| `journal` | `journal/` (one `<id>.jsonl` per thread) | `fsync`, `lock_timeout`, `max_open` |
+| `sqlite` | `threads.db` | `fsync`, `busy_timeout` |
+
+`name` (the `store.name` that chose the factory) is accepted and ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import platformdirs
+from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError
+
+from ore_core.config import ConfigError
+from ore_core.ledger.file_repository import FsyncPolicy
+from ore_core.plugins.hookspecs import hookimpl
+from ore_core.session.protocols import StoreFactory
+from ore_core.session.stores import JournalStore, JSONStore, MemoryStore, SQLiteStore
+
+__all__ = [
+    "journal_store",
+    "json_store",
+    "memory_store",
+    "ore_register_stores",
+    "sqlite_store",
+]
+
+_Options = TypeVar("_Options", bound="_StoreOptions")
+
+
+class _StoreOptions(BaseModel):
+    """The keys every store takes; unknown keys are errors (they are almost always typos)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = ""
+
+
+class _FileOptions(_StoreOptions):
+    path: Path | None = None
+
+    def resolved_path(self, default_name: str) -> Path:
+        """`path` with `~` expanded, or `default_name` in the user's state directory."""
+        if self.path is not None:
+            return self.path.expanduser()
+        return Path(platformdirs.user_state_dir("ore")) / default_name
+
+
+class _JournalOptions(_FileOptions):
+    fsync: FsyncPolicy = FsyncPolicy.BATCH
+    lock_timeout: PositiveFloat = 2.0
+    max_open: PositiveInt = 256
+
+
+class _SQLiteOptions(_FileOptions):
+    fsync: FsyncPolicy = FsyncPolicy.BATCH
+    busy_timeout: PositiveFloat = 10.0
+
+
+def _options(model: type[_Options], store: str, section: Mapping[str, Any]) -> _Options:
+    """`section` validated by `model`; a `ConfigError` naming each bad `store.*` key."""
+    try:
+        return model.model_validate(dict(section))
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            key = "store." + ".".join(str(part) for part in error["loc"])
+            if error["type"] == "extra_forbidden":
+                known = ", ".join(name for name in model.model_fields if name != "name") or "none"
+                problems.append(f"{key} is not a setting of store {store!r} (it takes: {known})")
+            else:
+                problems.append(f"{key} = {error['input']!r}: {error['msg']}")
+        raise ConfigError("invalid [store] configuration: " + "; ".join(problems)) from None
+
+
+def memory_store(section: Mapping[str, Any]) -> MemoryStore:
+    """Threads in this process's memory: for tests and throw-away sessions."""
+    _options(_StoreOptions, "memory", section)
+    return MemoryStore()
+
+
+def json_store(section: Mapping[str, Any]) -> JSONStore:
+    """One JSON file per thread in the directory `path`."""
+    options = _options(_FileOptions, "json", section)
+    return JSONStore(options.resolved_path("threads"))
+
+
+def journal_store(section: Mapping[str, Any]) -> JournalStore:
+    """One append-only journal per thread in the directory `path`."""
+    options = _options(_JournalOptions, "journal", section)
+    return JournalStore(
+        options.resolved_path("journal"),
+        fsync=options.fsync,
+        lock_timeout=options.lock_timeout,
+        max_open=options.max_open,
+    )
+
+
+def sqlite_store(section: Mapping[str, Any]) -> SQLiteStore:
+    """Every thread in the SQLite database file `path` (shareable by several processes)."""
+    options = _options(_SQLiteOptions, "sqlite", section)
+    return SQLiteStore(
+        options.resolved_path("threads.db"),
+        fsync=options.fsync,
+        busy_timeout=options.busy_timeout,
+    )
+
+
+@hookimpl
+def ore_register_stores(register: Callable[[str, StoreFactory], None]) -> None:
+    """Offer `store.name` = `memory`, `json`, `journal` and `sqlite`."""
+    register("memory", memory_store)
+    register("json", json_store)
+    register("journal", journal_store)
+    register("sqlite", sqlite_store)

@@ -1,0 +1,39 @@
+"""The echo turn processor: streams the user's text back. The offline default.
+
+Useful to try conduits and the bus without a model, and as the fastest processor
+for benchmarks: it exercises the whole message path (deltas, accumulation,
+lifecycle, persistence) with no model latency.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from ore_core.artifacts import Artifact, TextDelta
+from ore_core.session.turn_context import TurnContext
+
+__all__ = ["EchoProcessor", "echo_factory"]
+
+_WORDS = re.compile(r"\S+\s*|\s+")
+
+
+class EchoProcessor:
+    """Replies with the user's message, one delta per word (`prefix` is prepended)."""
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = prefix
+
+    async def __call__(self, ctx: TurnContext) -> None:
+        await ctx.step(self._deltas(self.prefix + ctx.event.content))
+
+    @staticmethod
+    async def _deltas(text: str) -> AsyncIterator[Artifact]:
+        for match in _WORDS.finditer(text):
+            yield TextDelta(match.group())
+
+
+def echo_factory(config: Mapping[str, Any]) -> EchoProcessor:
+    """Build the echo processor from its config section (`prefix`, optional)."""
+    return EchoProcessor(prefix=str(config.get("prefix", "")))

@@ -1,0 +1,295 @@
+"""Manager: the registry of active streams, their store, processor, interceptors and sinks.
+
+One Manager per process (or per test). It creates and attaches streams (one active
+stream per thread, even when many tasks attach at once), forwards every output event
+to the registered sinks, and forgets streams when they close.
+
+Sinks run in their own tasks behind bounded buffers: a slow or failing sink never
+stalls a stream or another sink; failures are logged with the sink's name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from types import TracebackType
+
+import structlog
+
+from ore_core.errors import SessionNotFound
+from ore_core.events import OutputEvent
+from ore_core.ledger.thread import Thread
+from ore_core.session.fanout import EventBuffer
+from ore_core.session.protocols import Interceptor, Sink, SinkFunc, Store, TurnProcessor
+from ore_core.session.stream import DoubleTexting, Stream
+from ore_core.session.turn_context import Transform
+
+__all__ = ["DefaultMetadata", "Manager"]
+
+log = structlog.get_logger("ore.session")
+
+DefaultMetadata = Mapping[str, str] | Callable[[], Mapping[str, str]]
+"""Metadata every new thread starts with (a mapping, or a function returning one)."""
+
+_SinkItem = tuple[str, OutputEvent]
+
+
+def _event_of(item: _SinkItem) -> OutputEvent:
+    return item[1]
+
+
+def _rebuild(item: _SinkItem, event: OutputEvent) -> _SinkItem:
+    return (item[0], event)
+
+
+class _SinkRunner:
+    """Delivers events to one sink function from its own task, in order."""
+
+    def __init__(self, name: str, kinds: frozenset[str], fn: SinkFunc, maxsize: int) -> None:
+        self.name = name
+        self.kinds = kinds
+        self.fn = fn
+        self.buffer: EventBuffer[_SinkItem] = EventBuffer(_event_of, _rebuild, maxsize=maxsize)
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self.task is None:
+            self.task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"ore-sink-{self.name}"
+            )
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                thread_id, event = await self.buffer.get()
+            except StopAsyncIteration:
+                return
+            try:
+                await self.fn(thread_id, event)
+            except Exception as exc:
+                log.error(
+                    "sink failed",
+                    sink=self.name,
+                    thread_id=thread_id,
+                    kind=event.kind,
+                    error=str(exc),
+                )
+
+    async def stop(self) -> None:
+        self.buffer.close()
+        if self.task is not None:
+            await asyncio.wait([self.task])
+
+
+class Manager:
+    """Creates, attaches and closes streams over one store and one turn processor.
+
+    Use as `async with Manager(...) as manager:` or call `aclose()`; the store is
+    owned by the caller and stays open.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        processor: TurnProcessor,
+        *,
+        interceptors: Iterable[Interceptor] = (),
+        sinks: Iterable[Sink] = (),
+        transforms: Sequence[Transform] = (),
+        default_metadata: DefaultMetadata | None = None,
+        policy: DoubleTexting | str = DoubleTexting.QUEUE,
+        subscriber_buffer: int = 1024,
+    ) -> None:
+        self.store = store
+        self.processor = processor
+        ordered = sorted(enumerate(interceptors), key=lambda p: (getattr(p[1], "order", 0), p[0]))
+        self.interceptors: tuple[Interceptor, ...] = tuple(i for _, i in ordered)
+        self.transforms = tuple(transforms)
+        self.policy = DoubleTexting(policy)
+        self._default_metadata = default_metadata
+        self._subscriber_buffer = subscriber_buffer
+        self._streams: dict[str, Stream] = {}
+        self._attaching: dict[str, asyncio.Future[Stream]] = {}
+        self._sinks: list[_SinkRunner] = []
+        self._closed = False
+        for sink in sinks:
+            self.register_sink(sink.kinds, sink.emit, name=getattr(sink, "name", None))
+
+    async def __aenter__(self) -> Manager:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # -- streams --------------------------------------------------------------
+
+    def _default(self) -> dict[str, str]:
+        value = self._default_metadata
+        if value is None:
+            return {}
+        return dict(value() if callable(value) else value)
+
+    def _activate(self, thread: Thread) -> Stream:
+        stream = Stream(
+            thread,
+            store=self.store,
+            processor=self.processor,
+            interceptors=self.interceptors,
+            transforms=self.transforms,
+            policy=self.policy,
+            subscriber_buffer=self._subscriber_buffer,
+            on_publish=self._to_sinks,
+            on_closed=self._forget,
+            manager=self,
+        )
+        self._streams[thread.id] = stream
+        return stream
+
+    async def create(self, metadata: Mapping[str, str] | None = None) -> Stream:
+        """A new thread (default metadata + `metadata`) and its active stream."""
+        thread = await self.store.create(metadata={**self._default(), **(metadata or {})})
+        return self._activate(thread)
+
+    async def create_with_id(
+        self, thread_id: str, metadata: Mapping[str, str] | None = None
+    ) -> Stream:
+        """A new thread with a chosen id; raises ThreadExists instead of overwriting one."""
+        thread = await self.store.create(thread_id, {**self._default(), **(metadata or {})})
+        return self._activate(thread)
+
+    async def attach(self, thread_id: str) -> Stream:
+        """The active stream of a stored thread, loading it once even under concurrent calls.
+
+        Raises ThreadNotFound (or ThreadCorrupt, InvalidThreadId) from the store.
+        """
+        stream = self._streams.get(thread_id)
+        if stream is not None:
+            return stream
+        pending = self._attaching.get(thread_id)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Stream] = asyncio.get_running_loop().create_future()
+        self._attaching[thread_id] = future
+        try:
+            thread = await self.store.get(thread_id)
+            stream = self._streams.get(thread_id) or self._activate(thread)
+            future.set_result(stream)
+            return stream
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # other waiters re-raise it; nobody else may be waiting
+            raise
+        finally:
+            del self._attaching[thread_id]
+
+    async def lookup_or_create(
+        self, key: str, value: str, metadata: Mapping[str, str] | None = None
+    ) -> tuple[Stream, bool]:
+        """The stream of the thread whose metadata `key` is `value`, creating it atomically."""
+        thread, created = await self.store.get_or_create_by(
+            key, value, {**self._default(), **(metadata or {}), key: value}
+        )
+        active = self._streams.get(thread.id)
+        if active is not None:
+            return active, created
+        if created:
+            return self._activate(thread), True
+        return await self.attach(thread.id), False
+
+    def get(self, thread_id: str) -> Stream:
+        """The active stream of `thread_id`; SessionNotFound when it is not attached."""
+        stream = self._streams.get(thread_id)
+        if stream is None:
+            raise SessionNotFound(f"session {thread_id} not found (attach it first)")
+        return stream
+
+    def list(self) -> list[Stream]:
+        """The active streams."""
+        return list(self._streams.values())
+
+    async def close(self, thread_id: str) -> None:
+        """Close the active stream of `thread_id` (the thread stays in the store)."""
+        stream = self.get(thread_id)
+        await stream.close()
+
+    def _forget(self, stream: Stream) -> None:
+        if self._streams.get(stream.id) is stream:
+            del self._streams[stream.id]
+
+    # -- threads in the store ---------------------------------------------------
+
+    async def get_thread(self, thread_id: str) -> Thread:
+        """The live thread if attached, else the stored one."""
+        stream = self._streams.get(thread_id)
+        return stream.state() if stream is not None else await self.store.get(thread_id)
+
+    async def get_by(self, key: str, value: str) -> Thread:
+        """The stored thread whose metadata `key` is `value`."""
+        return await self.store.get_by(key, value)
+
+    async def list_threads(self) -> builtins.list[Thread]:
+        """Every readable stored thread."""
+        return await self.store.list()
+
+    async def delete_thread(self, thread_id: str) -> bool:
+        """Close the thread's stream if active, then delete it from the store."""
+        stream = self._streams.get(thread_id)
+        if stream is not None:
+            await stream.close()
+        return await self.store.delete(thread_id)
+
+    # -- sinks ----------------------------------------------------------------
+
+    def register_sink(
+        self, kinds: Iterable[str], fn: SinkFunc, *, name: str | None = None
+    ) -> Callable[[], Awaitable[None]]:
+        """Deliver events of `kinds` (empty = all) from every stream to `fn(thread_id, event)`.
+
+        Returns an async `unregister()` (idempotent) that stops delivery after the
+        events already queued for this sink.
+        """
+        runner = _SinkRunner(
+            name or str(getattr(fn, "__qualname__", "sink")),
+            frozenset(kinds),
+            fn,
+            self._subscriber_buffer,
+        )
+        self._sinks.append(runner)
+        try:
+            runner.start()
+        except RuntimeError:
+            pass  # no running loop yet: started on first delivery
+
+        async def unregister() -> None:
+            if runner in self._sinks:
+                self._sinks.remove(runner)
+            await runner.stop()
+
+        return unregister
+
+    def _to_sinks(self, thread_id: str, event: OutputEvent) -> None:
+        kind = event.kind
+        for runner in self._sinks:
+            if not runner.kinds or kind in runner.kinds:
+                if runner.task is None:
+                    runner.start()
+                runner.buffer.push((thread_id, event))
+
+    # -- lifetime -------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close every active stream and stop the sinks after they drain. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for stream in list(self._streams.values()):
+            await stream.close()
+        for runner in list(self._sinks):
+            await runner.stop()
+        self._sinks.clear()

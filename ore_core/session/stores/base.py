@@ -1,0 +1,125 @@
+"""What the built-in stores share: id checks, paging, lookup-or-create, error messages.
+
+Third-party stores need none of this: they implement the `Store` protocol directly
+and prove it with `ore_core.testing.store_conformance`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from ore_core.errors import StoreError, ThreadCorrupt, ThreadExists, ThreadNotFound
+from ore_core.ids import validate_thread_id
+
+if TYPE_CHECKING:
+    from ore_core.ledger.thread import Thread
+
+__all__ = ["BaseStore"]
+
+
+class BaseStore(ABC):
+    """Shared behaviour of the built-in stores.
+
+    Subclasses implement create/get/get_by/save/delete and `_thread_ids`; this class
+    gives them `list`, `list_ids`, an in-process atomic `get_or_create_by` and the
+    closed-store check. `location` (e.g. `json:/var/ore/threads`) appears in every
+    error message so the reader knows which store answered.
+    """
+
+    name: str = ""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self._closed = False
+        # Serialises lookup-or-create inside this process (see get_or_create_by).
+        self._lookup_lock = asyncio.Lock()
+
+    @abstractmethod
+    async def create(
+        self, thread_id: str | None = None, metadata: Mapping[str, str] | None = None
+    ) -> Thread:
+        """A new, persisted, empty thread. A given id that exists raises `ThreadExists`."""
+
+    @abstractmethod
+    async def get(self, thread_id: str) -> Thread:
+        """The stored thread (all branches, tip and metadata), as an independent copy."""
+
+    @abstractmethod
+    async def get_by(self, key: str, value: str) -> Thread:
+        """The thread with the lowest id whose metadata has `key` == `value`."""
+
+    @abstractmethod
+    async def save(self, thread: Thread) -> None:
+        """Persist the thread's changes."""
+
+    @abstractmethod
+    async def delete(self, thread_id: str) -> bool:
+        """Remove the thread; True when it existed."""
+
+    @abstractmethod
+    async def _thread_ids(self) -> builtins.list[str]:
+        """Every stored thread id, sorted."""
+
+    async def get_or_create_by(
+        self, key: str, value: str, metadata: Mapping[str, str] | None = None
+    ) -> tuple[Thread, bool]:
+        """Find the thread with metadata `key` == `value`, or create it with that pair.
+
+        Atomic within this process (one lock around lookup and create); stores shared by
+        several processes override this with a cross-process transaction.
+        """
+        self._check_open()
+        async with self._lookup_lock:
+            try:
+                return await self.get_by(key, value), False
+            except ThreadNotFound:
+                pass
+            return await self.create(None, {**(metadata or {}), key: value}), True
+
+    async def list(self) -> builtins.list[Thread]:
+        """Every readable thread by id; corrupt ones and ones deleted meanwhile are skipped."""
+        threads: builtins.list[Thread] = []
+        for thread_id in await self.list_ids():
+            try:
+                threads.append(await self.get(thread_id))
+            except (ThreadCorrupt, ThreadNotFound):
+                continue
+        return threads
+
+    async def list_ids(self, *, after: str = "", limit: int | None = None) -> builtins.list[str]:
+        """Thread ids in ascending order, strictly after `after`, at most `limit` of them."""
+        self._check_open()
+        ids = [thread_id for thread_id in await self._thread_ids() if thread_id > after]
+        return ids if limit is None else ids[: max(limit, 0)]
+
+    async def close(self) -> None:
+        """Mark the store closed; later calls raise StoreError. Idempotent."""
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"store {self.location} is closed: open a new store to use it")
+
+    def _checked_id(self, thread_id: str) -> str:
+        """`thread_id` once the store is known open and the id is safe (InvalidThreadId)."""
+        self._check_open()
+        return validate_thread_id(thread_id)
+
+    def _failed(self, cause: Exception) -> StoreError:
+        """The error for an I/O or database failure underneath the store."""
+        return StoreError(f"{self.location}: {cause}")
+
+    def _not_found(self, thread_id: str) -> ThreadNotFound:
+        return ThreadNotFound(f"thread {thread_id} not found in {self.location}")
+
+    def _exists(self, thread_id: str) -> ThreadExists:
+        return ThreadExists(
+            f"thread {thread_id} already exists in {self.location}: use get() to load it"
+        )
+
+    def _no_match(self, key: str, value: str) -> ThreadNotFound:
+        return ThreadNotFound(f"no thread with metadata {key}={value!r} in {self.location}")

@@ -1,0 +1,177 @@
+"""SerialWorker: the one OS thread a store runs its blocking calls on, in order, in batches.
+
+The event loop hands a call over by putting it on a `queue.SimpleQueue` and awaiting a
+future. The worker takes everything queued at that moment, runs it in submission
+order and settles the whole run's futures with one `call_soon_threadsafe`, so N calls
+queued together cost one wake-up of the worker and one of the loop instead of N each
+(what `run_in_executor` costs). Consecutive calls marked `grouped` go to the store's
+`group` runner as one batch: the SQLite store commits a batch of saves in one
+transaction, which is what makes a thousand concurrent saves cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from operator import attrgetter
+from typing import Any, Generic, TypeVar
+
+from ore_core.errors import StoreError
+
+__all__ = ["Call", "GroupRunner", "SerialWorker"]
+
+_T = TypeVar("_T")
+
+
+class Call(Generic[_T]):
+    """One call handed to the worker and, once run, its outcome.
+
+    `run` and `fail` are for the worker thread (and a store's group runner); the
+    future is settled on the caller's loop.
+    """
+
+    __slots__ = ("_args", "_func", "error", "future", "grouped", "loop", "result")
+
+    def __init__(
+        self,
+        func: Callable[..., _T],
+        args: tuple[object, ...],
+        loop: asyncio.AbstractEventLoop,
+        *,
+        grouped: bool,
+    ) -> None:
+        self._func = func
+        self._args = args
+        self.loop = loop
+        self.future: asyncio.Future[_T] = loop.create_future()
+        self.grouped = grouped
+        self.result: _T | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> BaseException | None:
+        """Run the call and keep its outcome; returns its error (None: it succeeded).
+
+        A call whose caller stopped waiting before it started is skipped, as
+        `run_in_executor` skips a cancelled job.
+        """
+        self.error = None  # a group runner may run a call again after undoing its batch
+        if self.future.cancelled():  # read across threads: a late cancel just runs it
+            return None
+        try:
+            self.result = self._func(*self._args)
+        except BaseException as exc:  # the caller gets it, whatever it is
+            self.error = exc
+        return self.error
+
+    def fail(self, error: BaseException) -> None:
+        """The batch this call ran in was undone: report `error` unless it failed already."""
+        if self.error is None:
+            self.error = error
+
+    def settle(self) -> None:
+        """Hand the outcome to the waiting caller (on its loop)."""
+        if self.future.done():  # cancelled meanwhile
+            return
+        if self.error is not None:
+            self.future.set_exception(self.error)
+        else:
+            self.future.set_result(self.result)  # type: ignore[arg-type]  # ran: a _T
+
+
+GroupRunner = Callable[[Sequence[Call[Any]]], None]
+"""Runs a batch of grouped calls (`Call.run` each) as one unit, e.g. one transaction;
+when the unit as a whole fails it calls `Call.fail` on every call of the batch."""
+
+
+def _settle_all(calls: Sequence[Call[Any]]) -> None:
+    for call in calls:
+        call.settle()
+
+
+class SerialWorker:
+    """One dedicated OS thread that runs blocking calls one at a time, in submission order.
+
+    The event loop never waits on the disk, and the resource the worker guards (a
+    sqlite3 connection, a journal repository) is only ever touched from that thread,
+    so it needs no locks of its own. The thread starts with the first call and stops
+    in `close`; it is a daemon so that a store nobody closed cannot hang interpreter
+    exit (its files are then left as after a crash, which every store survives).
+    """
+
+    def __init__(self, name: str, group: GroupRunner | None = None) -> None:
+        self.name = name
+        self._group = group
+        self._queue: queue.SimpleQueue[Call[Any] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    async def run(self, func: Callable[..., _T], *args: object, grouped: bool = False) -> _T:
+        """Run `func(*args)` on the worker thread and wait for its result.
+
+        `grouped` calls queued back to back are run together by the `group` runner
+        (without one they run one by one, as any other call).
+        """
+        if self._stopped:
+            raise StoreError(f"worker {self.name} is stopped: open a new store")
+        call = Call(func, args, asyncio.get_running_loop(), grouped=grouped)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
+            self._thread.start()
+        self._queue.put(call)
+        return await call.future
+
+    async def close(self, final: Callable[[], None]) -> None:
+        """Run `final` (the resource's own close) on the worker, then stop the thread."""
+        try:
+            await self.run(final)
+        finally:
+            self._stopped = True
+            thread = self._thread
+            if thread is not None:
+                self._queue.put(None)
+                await asyncio.to_thread(thread.join)
+
+    # -- on the worker thread ------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            calls = [first]
+            while True:
+                try:
+                    call = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if call is None:  # only close() sends it, after its final call settled
+                    self._run_all(calls)
+                    return
+                calls.append(call)
+            self._run_all(calls)
+
+    def _run_all(self, calls: list[Call[Any]]) -> None:
+        for grouped, run in itertools.groupby(calls, key=attrgetter("grouped")):
+            batch = list(run)
+            if grouped and self._group is not None:
+                try:
+                    self._group(batch)
+                except BaseException as exc:  # a broken runner must not strand its callers
+                    for call in batch:
+                        call.fail(exc)
+            else:
+                for call in batch:
+                    call.run()
+            self._deliver(batch)
+
+    @staticmethod
+    def _deliver(batch: list[Call[Any]]) -> None:
+        """Settle the batch's futures with one wake-up per loop (normally just one)."""
+        for loop, calls in itertools.groupby(batch, key=attrgetter("loop")):
+            try:
+                loop.call_soon_threadsafe(_settle_all, list(calls))
+            except RuntimeError:  # that loop is closed: nobody is waiting any more
+                continue

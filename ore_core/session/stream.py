@@ -1,0 +1,498 @@
+"""Stream: one active conversation, handling its events strictly one at a time.
+
+`submit` queues and returns; one worker task per stream (started on first use)
+handles events in FIFO order. For a user message it runs the interceptors, records
+the user turn, saves, runs the turn processor, saves again and always ends with
+`lifecycle: done` (after `error` for a failed turn, `cancelled` for a cancelled one).
+
+Concurrency: every method must be called from the event loop that runs the stream.
+Output events fan out to subscribers through bounded buffers, so a slow subscriber
+never stalls the worker (see `fanout`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+import structlog
+
+from ore_core.artifacts import Artifact, Text
+from ore_core.errors import (
+    Interrupted,
+    MessageRejected,
+    OreError,
+    SessionClosed,
+    TurnCancelled,
+    TurnFailed,
+)
+from ore_core.events import (
+    ErrorEvent,
+    EventContext,
+    IngressEvent,
+    InterruptEvent,
+    LifecycleEvent,
+    NoticeEvent,
+    OutputEvent,
+    PropertiesEvent,
+    PropertyOperation,
+    SessionSwitchEvent,
+    Severity,
+    TurnCompleteEvent,
+    UserMessageEvent,
+)
+from ore_core.ledger.thread import Thread
+from ore_core.ledger.turn import Role, TraversalControl, Turn
+from ore_core.session.fanout import Subscription
+from ore_core.session.protocols import Interceptor, Store, TurnProcessor
+from ore_core.session.spec import ModelSpec
+from ore_core.session.turn_context import Transform, TurnContext
+
+if TYPE_CHECKING:
+    from ore_core.session.manager import Manager
+
+__all__ = ["BOUNDARY_INFO_KEY", "DoubleTexting", "Stream"]
+
+BOUNDARY_INFO_KEY = "ore.compaction.boundary.info"
+APP_CONTEXT = EventContext(provenance="app")
+
+log = structlog.get_logger("ore.session")
+
+
+class DoubleTexting(StrEnum):
+    """What to do with a user message that arrives while a turn is running."""
+
+    QUEUE = "queue"  # handle it after the running turn (the seed's behaviour)
+    INTERRUPT = "interrupt"  # cancel the running turn, then handle the new message
+    COLLECT = "collect"  # merge every message queued meanwhile into one user turn
+    REJECT = "reject"  # refuse it with a notice to the sender
+
+
+HandledCallback = Callable[[], object]
+"""Called once the event is completely handled and saved (after `lifecycle: done`), or
+was dropped on purpose (duplicate, rejected): the moment to acknowledge it upstream.
+Not called for events failed by close() or an interrupt, so a bus redelivers them."""
+
+
+@dataclass(slots=True)
+class _Pending:
+    event: IngressEvent
+    waiter: asyncio.Future[None] | None = None
+    on_handled: HandledCallback | None = None
+    merged: list[_Pending] = field(default_factory=list)
+
+    def handled(self) -> None:
+        for item in (self, *self.merged):
+            if item.on_handled is not None:
+                callback, item.on_handled = item.on_handled, None
+                callback()
+
+    def resolve(self, error: BaseException | None) -> None:
+        for item in (self, *self.merged):
+            waiter = item.waiter
+            if waiter is None or waiter.done():
+                continue
+            if error is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(error)
+                waiter.exception()  # a submit() caller may never look: not an error
+
+
+class Stream:
+    """The live session of one thread. Create through `Manager`, not directly."""
+
+    def __init__(
+        self,
+        thread: Thread,
+        *,
+        store: Store,
+        processor: TurnProcessor,
+        interceptors: Sequence[Interceptor] = (),
+        transforms: Sequence[Transform] = (),
+        policy: DoubleTexting = DoubleTexting.QUEUE,
+        subscriber_buffer: int = 1024,
+        on_publish: Callable[[str, OutputEvent], None] | None = None,
+        on_closed: Callable[[Stream], None] | None = None,
+        manager: Manager | None = None,
+    ) -> None:
+        self._thread = thread
+        self._store = store
+        self._processor = processor
+        self._interceptors = tuple(interceptors)
+        self._transforms = tuple(transforms)
+        self._policy = DoubleTexting(policy)
+        self._subscriber_buffer = subscriber_buffer
+        self._on_publish = on_publish
+        self._on_closed = on_closed
+        self.manager = manager
+        self._subscriptions: list[Subscription] = []
+        self._queue: deque[_Pending] = deque()
+        self._wakeup: asyncio.Future[None] | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._turn: asyncio.Task[None] | None = None
+        self._handling_message = False
+        self._closed = False
+
+    # -- identity and state -------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        """The thread id (streams and threads share ids)."""
+        return self._thread.id
+
+    @property
+    def closed(self) -> bool:
+        """True after `close()`."""
+        return self._closed
+
+    @property
+    def busy(self) -> bool:
+        """True while a user message is being handled."""
+        return self._handling_message
+
+    @property
+    def policy(self) -> DoubleTexting:
+        """The double-texting policy of this stream."""
+        return self._policy
+
+    def state(self) -> Thread:
+        """The live thread (owned by the stream's worker: read, do not mutate concurrently)."""
+        return self._thread
+
+    def turns(self) -> list[Turn]:
+        """The active path, oldest first (a copy)."""
+        return self._thread.turns()
+
+    # -- events in ------------------------------------------------------------
+
+    def submit(self, event: IngressEvent, *, on_handled: HandledCallback | None = None) -> None:
+        """Queue `event` and return at once. An interrupt clears the queue and cancels the turn."""
+        self._enqueue(_Pending(event, None, on_handled))
+
+    async def process(self, event: IngressEvent) -> None:
+        """Queue `event` and wait until it is fully handled.
+
+        Raises TurnFailed, TurnCancelled, Interrupted (dropped by an interrupt),
+        MessageRejected or SessionClosed. Cancelling the caller only stops the
+        waiting; the event is still handled.
+        """
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._enqueue(_Pending(event, waiter))
+        await asyncio.shield(waiter)
+
+    def _enqueue(self, item: _Pending) -> None:
+        self._check_open()
+        event = item.event
+        if isinstance(event, InterruptEvent):
+            self._drop_queued(Interrupted(f"session {self.id}: dropped by an interrupt"))
+            self._push(item)
+            self.cancel()
+            return
+        if isinstance(event, UserMessageEvent) and self._handling_message:
+            if self._policy is DoubleTexting.REJECT:
+                self._reject(item)
+                return
+            if self._policy is DoubleTexting.INTERRUPT:
+                self.cancel()
+        self._push(item)
+
+    def _push(self, item: _Pending) -> None:
+        self._queue.append(item)
+        if self._worker is None:
+            self._worker = asyncio.get_running_loop().create_task(
+                self._work(), name=f"ore-stream-{self.id}"
+            )
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
+
+    def _reject(self, item: _Pending) -> None:
+        context = item.event.context
+        self.publish(
+            NoticeEvent(
+                content="A reply is still being written; your message was not accepted. "
+                "Wait for it, or interrupt it first.",
+                severity=Severity.WARN,
+                context=context,
+            )
+        )
+        self.publish(LifecycleEvent(phase="done", context=context))
+        item.handled()
+        item.resolve(MessageRejected(f"session {self.id}: a turn is running (policy reject)"))
+
+    def _drop_queued(self, error: OreError) -> None:
+        while self._queue:
+            self._queue.popleft().resolve(error)
+
+    def cancel(self) -> None:
+        """Cancel the turn in flight, if any (idle: no-op)."""
+        self._check_open()
+        self._cancel_turn()
+
+    def _cancel_turn(self) -> None:
+        turn = self._turn
+        if turn is not None and not turn.done():
+            turn.cancel()
+
+    # -- the worker -----------------------------------------------------------
+
+    async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            while not self._queue and not self._closed:
+                self._wakeup = loop.create_future()
+                await self._wakeup
+                self._wakeup = None
+            if self._closed:
+                self._drop_queued(SessionClosed(f"session {self.id} is closed"))
+                return
+            item = self._queue.popleft()
+            if self._policy is DoubleTexting.COLLECT:
+                item = self._collect(item)
+            self._turn = loop.create_task(self._handle(item))
+            await asyncio.wait([self._turn])
+            self._turn = None
+
+    def _collect(self, item: _Pending) -> _Pending:
+        if not isinstance(item.event, UserMessageEvent):
+            return item
+        parts = [item.event.content]
+        while self._queue and isinstance(self._queue[0].event, UserMessageEvent):
+            later = self._queue.popleft()
+            assert isinstance(later.event, UserMessageEvent)
+            parts.append(later.event.content)
+            item.merged.append(later)
+        if item.merged:
+            item.event = item.event.model_copy(update={"content": "\n\n".join(parts)})
+        return item
+
+    async def _handle(self, item: _Pending) -> None:
+        event = item.event
+        context = event.context
+        error: BaseException | None = None
+        cancelled = False
+        self._handling_message = isinstance(event, UserMessageEvent)
+        try:
+            await self._dispatch(item)
+        except asyncio.CancelledError:
+            cancelled = True
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+        except Exception as exc:
+            error = exc
+        finally:
+            self._handling_message = False
+        try:
+            await self._store.save(self._thread)
+        except Exception as exc:
+            log.error("save failed", thread_id=self.id, error=str(exc))
+            if error is None and not cancelled:
+                error = TurnFailed(f"save thread {self.id}: {exc}")
+                error.__cause__ = exc
+        if cancelled:
+            self.publish(LifecycleEvent(phase="cancelled", context=context))
+        elif error is not None:
+            self.publish(ErrorEvent(message=f"process event: {error}", context=context))
+        self.publish(LifecycleEvent(phase="done", context=context))
+        if not (cancelled and self._closed):
+            # A turn cut short by close() stays unacknowledged so a bus redelivers it.
+            item.handled()
+        if cancelled:
+            item.resolve(TurnCancelled(f"session {self.id}: turn cancelled"))
+        elif error is not None:
+            failure = (
+                error if isinstance(error, TurnFailed) else TurnFailed(f"process event: {error}")
+            )
+            if failure is not error:
+                failure.__cause__ = error
+            item.resolve(failure)
+        else:
+            item.resolve(None)
+
+    async def _dispatch(self, item: _Pending) -> None:
+        event: IngressEvent | None = item.event
+        if isinstance(event, UserMessageEvent) and self._thread.has_event(event.id):
+            await self._redelivered(item, event)
+            return
+        for interceptor in self._interceptors:
+            if event is None:
+                return
+            event = await self._intercept(interceptor, event)
+        if event is None:
+            return
+        if isinstance(event, InterruptEvent):
+            return  # the running turn was cancelled on submit; nothing else to do
+        if isinstance(event, SessionSwitchEvent):
+            self.publish(event)
+            return
+        if not isinstance(event, UserMessageEvent):
+            raise TurnFailed(f"unsupported event kind: {event.kind}")
+        user_turn = self._thread.append(Role.USER, Text(event.content), event_id=event.id)
+        self.publish(TurnCompleteEvent(turn=user_turn, context=event.context))
+        await self._store.save(self._thread)
+        await self._run_processor(event)
+
+    async def _redelivered(self, item: _Pending, event: UserMessageEvent) -> None:
+        """A message seen before: never record it twice, answer it at most once."""
+        turns = self._thread.all_turns()
+        user_turn = next(t for t in turns if t.event_id == event.id)
+        answered = any(t.parent_id == user_turn.id for t in turns)
+        if answered or self._thread.current_tip != user_turn.id:
+            log.info("duplicate event skipped", thread_id=self.id, event_id=event.id)
+            return
+        # Recorded but never answered (the worker died mid-turn): answer it now.
+        await self._run_processor(event)
+
+    async def _intercept(
+        self, interceptor: Interceptor, event: IngressEvent
+    ) -> IngressEvent | None:
+        try:
+            result = await interceptor.intercept(event, self)
+        except Exception as exc:
+            log.warning("interceptor failed", interceptor=interceptor.name, error=str(exc))
+            self.publish(
+                NoticeEvent(
+                    content=f"{interceptor.name}: {exc}",
+                    severity=Severity.ERROR,
+                    context=event.context,
+                )
+            )
+            return None
+        for notice in result.notices:
+            if notice.content:
+                self.publish(
+                    NoticeEvent(
+                        content=notice.content, severity=notice.severity, context=event.context
+                    )
+                )
+        return result.event
+
+    async def _run_processor(self, event: UserMessageEvent) -> None:
+        tip = self._thread.get_turn(self._thread.current_tip)
+        if tip is None or tip.role != Role.USER:
+            return
+        ctx = TurnContext(self, self._thread, event, self.spec(), self._transforms)
+        await self._processor(ctx)
+
+    # -- events out -----------------------------------------------------------
+
+    def publish(self, event: OutputEvent) -> None:
+        """Fan `event` out to subscribers and sinks without blocking (the hot path)."""
+        kind = event.kind
+        for subscription in self._subscriptions:
+            if not subscription.kinds or kind in subscription.kinds:
+                subscription.push(event)
+        if self._on_publish is not None:
+            self._on_publish(self._thread.id, event)
+
+    async def emit(self, event: OutputEvent) -> None:
+        """Send an output event to subscribers and sinks; allowed while a turn runs."""
+        self._check_open()
+        self.publish(event)
+
+    def subscribe(self, *kinds: str, maxsize: int | None = None) -> Subscription:
+        """Live events of the given kinds (none = all), in emission order, from now on."""
+        subscription = Subscription(
+            kinds, self._unsubscribe, maxsize=maxsize or self._subscriber_buffer
+        )
+        if self._closed:
+            subscription.end()
+        else:
+            self._subscriptions.append(subscription)
+        return subscription
+
+    def _unsubscribe(self, subscription: Subscription) -> None:
+        if subscription in self._subscriptions:
+            self._subscriptions.remove(subscription)
+
+    async def append_turn(
+        self, role: Role | str, *artifacts: Artifact, context: EventContext | None = None
+    ) -> Turn:
+        """Append a finished turn to the active path and announce it (not saved: call save())."""
+        self._check_open()
+        turn = self._thread.append(role, *artifacts)
+        self.publish(TurnCompleteEvent(turn=turn, context=context or EventContext()))
+        return turn
+
+    # -- metadata -------------------------------------------------------------
+
+    def get_metadata(self, key: str) -> str | None:
+        """The metadata value for `key`, or None."""
+        return self._thread.meta().get(key)
+
+    def all_metadata(self) -> dict[str, str]:
+        """A copy of the thread metadata."""
+        return self._thread.meta().all()
+
+    async def set_metadata(self, key: str, value: str) -> None:
+        """Set a metadata key, announce it as a `properties` event and save."""
+        self._check_open()
+        self._thread.meta().set(key, value)
+        self.publish(
+            PropertiesEvent(
+                operations=[PropertyOperation(op="set", key=key, value=value)],
+                context=APP_CONTEXT,
+            )
+        )
+        await self._store.save(self._thread)
+
+    async def delete_metadata(self, key: str) -> None:
+        """Delete a metadata key (missing is fine), announce it and save."""
+        self._check_open()
+        self._thread.meta().delete(key)
+        self.publish(
+            PropertiesEvent(
+                operations=[PropertyOperation(op="delete", key=key)], context=APP_CONTEXT
+            )
+        )
+        await self._store.save(self._thread)
+
+    def spec(self) -> ModelSpec:
+        """Model and sampling settings from the `ore.model.*` metadata keys."""
+        return ModelSpec.from_metadata(self._thread.meta().all())
+
+    async def mark_boundary(self, summary_turn_id: str, info: str = "") -> None:
+        """Make `summary_turn_id` the start of the active path (compaction) and save."""
+        self._check_open()
+        self._thread.set_control(summary_turn_id, TraversalControl.STOP)
+        if info:
+            self._thread.meta().set(BOUNDARY_INFO_KEY, info)
+        await self._store.save(self._thread)
+
+    async def save(self) -> None:
+        """Persist the thread now."""
+        await self._store.save(self._thread)
+
+    # -- lifetime -------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosed(f"session {self.id} is closed")
+
+    async def close(self) -> None:
+        """Cancel the turn in flight, fail queued events, end subscriptions. Idempotent.
+
+        The thread stays in the store.
+        """
+        if not self._closed:
+            self._closed = True
+            self._cancel_turn()
+            wakeup = self._wakeup
+            if wakeup is not None and not wakeup.done():
+                wakeup.set_result(None)
+        worker = self._worker
+        if worker is not None and worker is not asyncio.current_task():
+            await asyncio.wait([worker])
+        self._drop_queued(SessionClosed(f"session {self.id} is closed"))
+        for subscription in self._subscriptions:
+            subscription.end()
+        self._subscriptions.clear()
+        if self._on_closed is not None:
+            on_closed, self._on_closed = self._on_closed, None
+            on_closed(self)

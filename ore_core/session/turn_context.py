@@ -1,0 +1,159 @@
+"""TurnContext: everything a turn processor may see and do for one user message.
+
+It is the Python form of the seed's Step: `step()` consumes a stream of artifacts
+from a model, emits the lifecycle and artifact events in the documented order,
+accumulates deltas into complete artifacts and appends the finished turn. Views
+built by `view()` are computed from the persistent thread on every call, so
+transforms (system prompts, guardrails) never stack across tool round trips.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
+
+from ore_core.artifacts import Accumulable, Artifact
+from ore_core.errors import OreError
+from ore_core.events import (
+    ArtifactEvent,
+    EventContext,
+    LifecycleEvent,
+    NoticeEvent,
+    OutputEvent,
+    Severity,
+    TurnCompleteEvent,
+    UserMessageEvent,
+)
+from ore_core.ledger.thread import Thread
+from ore_core.ledger.turn import Role, Turn
+from ore_core.session.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from ore_core.session.stream import Stream
+
+__all__ = ["ArtifactHandler", "HandlerFailed", "Transform", "TurnContext"]
+
+Transform = Callable[[list[Turn], "TurnContext"], list[Turn]]
+"""Builds the model's view of the conversation from the persistent turns (per call)."""
+
+ArtifactHandler = Callable[[Artifact, "TurnContext"], Awaitable[None]]
+"""Runs after turn_complete for every artifact of the step (e.g. executes tool calls)."""
+
+
+class HandlerFailed(OreError):
+    """An artifact handler raised; the turn it ran after stays recorded."""
+
+
+class TurnContext:
+    """The processor's handle on one turn. Valid only while the processor runs.
+
+    Concurrency: owned by the stream's worker task; do not share it with other tasks
+    that outlive the processor call.
+    """
+
+    __slots__ = ("_context", "_stream", "_thread", "event", "spec", "transforms")
+
+    def __init__(
+        self,
+        stream: Stream,
+        thread: Thread,
+        event: UserMessageEvent,
+        spec: ModelSpec,
+        transforms: Sequence[Transform] = (),
+    ) -> None:
+        self._stream = stream
+        self._thread = thread
+        self._context: EventContext = event.context
+        self.event = event
+        self.spec = spec
+        self.transforms = tuple(transforms)
+
+    @property
+    def thread_id(self) -> str:
+        """The conversation this turn belongs to."""
+        return self._thread.id
+
+    @property
+    def context(self) -> EventContext:
+        """Provenance of the user message; stamped on every event this turn emits."""
+        return self._context
+
+    def turns(self) -> list[Turn]:
+        """The persistent active path, oldest first (a fresh copy on every call)."""
+        return self._thread.turns()
+
+    def view(self) -> list[Turn]:
+        """The active path after the configured transforms, computed afresh each call."""
+        turns = self._thread.turns()
+        for transform in self.transforms:
+            turns = transform(turns, self)
+        return turns
+
+    def metadata(self) -> dict[str, str]:
+        """A copy of the thread metadata."""
+        return self._thread.meta().all()
+
+    async def emit(self, event: OutputEvent) -> None:
+        """Send an event to subscribers and sinks (not stored)."""
+        self._stream.publish(event)
+
+    async def notice(self, content: str, severity: Severity = Severity.INFO) -> None:
+        """Tell the sender something; notices are never stored or sent to models."""
+        self._stream.publish(NoticeEvent(content=content, severity=severity, context=self._context))
+
+    async def append(self, role: Role | str, *artifacts: Artifact) -> Turn:
+        """Record a finished turn on the active path and announce it (turn_complete)."""
+        turn = self._thread.append(role, *artifacts)
+        self._stream.publish(TurnCompleteEvent(turn=turn, context=self._context))
+        return turn
+
+    async def step(
+        self,
+        source: AsyncIterable[Artifact],
+        *,
+        role: Role | str = Role.ASSISTANT,
+        handlers: Sequence[ArtifactHandler] = (),
+    ) -> Turn:
+        """Stream one model response into the conversation and return the recorded turn.
+
+        Emits `lifecycle: submitted`, then `lifecycle: streaming` on the first artifact,
+        every delta as it arrives, each complete artifact when it is flushed (deltas
+        accumulate per key in first-seen order and flush before any complete artifact
+        and at the end), then `turn_complete`. Handlers run afterwards. If `source`
+        raises, nothing is recorded and the error propagates.
+        """
+        publish = self._stream.publish
+        context = self._context
+        publish(LifecycleEvent(phase="submitted", context=context))
+        pending: dict[str, Artifact] = {}
+        result: list[Artifact] = []
+        streaming = False
+        async for artifact in source:
+            if not streaming:
+                streaming = True
+                publish(LifecycleEvent(phase="streaming", context=context))
+            if isinstance(artifact, Accumulable):
+                key = artifact.accumulator_key()
+                pending[key] = artifact.merge_into(pending.get(key))
+                publish(ArtifactEvent(artifact=artifact, context=context))
+                continue
+            self._flush(pending, result)
+            publish(ArtifactEvent(artifact=artifact, context=context))
+            result.append(artifact)
+        self._flush(pending, result)
+        turn = await self.append(role, *result)
+        for artifact in result:
+            for handler in handlers:
+                try:
+                    await handler(artifact, self)
+                except Exception as exc:
+                    raise HandlerFailed(f"artifact handler failed: {exc}") from exc
+        return turn
+
+    def _flush(self, pending: dict[str, Artifact], result: list[Artifact]) -> None:
+        if not pending:
+            return
+        for artifact in pending.values():
+            self._stream.publish(ArtifactEvent(artifact=artifact, context=self._context))
+            result.append(artifact)
+        pending.clear()

@@ -1,0 +1,106 @@
+"""The `[plugins.guard]` settings, validated once at start-up.
+
+```toml
+[plugins.guard]
+rate_limit = true   # per-sender token bucket
+rate = 10           # messages ...
+per = 60            # ... per this many seconds, sustained
+burst = 5           # messages a sender may send at once
+redact = true       # replace secrets before the model or the store sees them
+
+[plugins.guard.patterns]        # added to DEFAULT_PATTERNS; same name replaces one
+internal_token = "itk_[a-z0-9]{32}"
+openai_key = ""                 # an empty pattern switches a default off
+```
+
+Environment variables work too (`ORE_PLUGINS__GUARD__RATE=5`). A bad value fails at
+start-up with `GuardConfigError` naming the key (and, for a pattern, its name).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
+
+from ore_core.errors import OreError
+from ore_guard.redact import DEFAULT_PATTERNS
+
+__all__ = ["PLUGIN_NAME", "GuardConfig", "GuardConfigError"]
+
+PLUGIN_NAME = "guard"
+"""The plugin's name: its entry point and its `[plugins.<name>]` settings table."""
+
+_PATTERN_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+class GuardConfigError(OreError):
+    """The `[plugins.guard]` settings are invalid; the message names the key to fix."""
+
+
+class GuardConfig(BaseModel):
+    """Validated settings of one `GuardInterceptor`.
+
+    A sender may send `burst` messages at once and `rate` per `per` seconds after that.
+    `max_senders` bounds the memory the rate limiter uses: past it, the sender seen
+    least recently is forgotten (and starts again with a full bucket).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rate_limit: bool = True
+    rate: int = Field(default=10, ge=1)
+    per: float = Field(default=60.0, gt=0)
+    burst: int = Field(default=5, ge=1)
+    max_senders: int = Field(default=10_000, ge=1)
+    redact: bool = True
+    patterns: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("patterns")
+    @classmethod
+    def _check_patterns(cls, patterns: dict[str, str]) -> dict[str, str]:
+        for name, source in patterns.items():
+            if not _PATTERN_NAME.fullmatch(name):
+                raise ValueError(
+                    f"pattern name {name!r} must be 1-64 letters, digits, '_', '.' or '-'"
+                )
+            if source:
+                _compile(name, source)
+        return patterns
+
+    @classmethod
+    def load(cls, section: Mapping[str, Any] | None = None) -> GuardConfig:
+        """Validate a `[plugins.guard]` table; raise `GuardConfigError` naming what is wrong."""
+        try:
+            return cls.model_validate(dict(section or {}))
+        except ValidationError as exc:
+            problems = "; ".join(_describe(error) for error in exc.errors())
+            raise GuardConfigError(
+                f"invalid [plugins.{PLUGIN_NAME}] settings: {problems}"
+            ) from None
+
+    def redaction_patterns(self) -> dict[str, re.Pattern[str]]:
+        """The defaults, then the configured patterns (an empty one removes its name)."""
+        merged = {**DEFAULT_PATTERNS, **self.patterns}
+        return {name: _compile(name, source) for name, source in merged.items() if source}
+
+
+def _describe(error: ErrorDetails) -> str:
+    key = ".".join(str(part) for part in error["loc"]) or "section"
+    if error["type"] == "extra_forbidden":
+        return f"unknown key {key!r} (known keys: {', '.join(GuardConfig.model_fields)})"
+    return f"{key}: " + error["msg"].removeprefix("Value error, ")
+
+
+def _compile(name: str, source: str) -> re.Pattern[str]:
+    try:
+        pattern = re.compile(source)
+    except re.error as exc:
+        raise ValueError(f"pattern {name!r} is not a valid regular expression: {exc}") from None
+    if pattern.fullmatch(""):
+        # Almost always a slip (`*` for `+`, an optional group) that would redact too much.
+        raise ValueError(f"pattern {name!r} matches the empty string; make it match something")
+    return pattern

@@ -1,0 +1,42 @@
+"""The plugin: found through its installed entry point, configured from `[plugins.guard]`."""
+
+from __future__ import annotations
+
+import pytest
+
+from ore_core.config import OreSettings
+from ore_core.errors import OreError
+from ore_core.plugins.manager import LOAD_PLUGINS_ENV, create_plugin_manager
+from ore_core.plugins.registry import collect_registrations
+from ore_core.testing.plugins import temporary_plugin
+from ore_guard import GuardInterceptor
+from ore_guard import plugin as guard_plugin
+
+pytestmark = pytest.mark.usefixtures("ore_isolated_env")
+
+
+def test_the_installed_entry_point_registers_the_guard_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(LOAD_PLUGINS_ENV, "ore-guard")
+    manager = create_plugin_manager()
+    registrations = collect_registrations(manager, OreSettings())
+    assert manager.load_errors == []
+    assert isinstance(registrations.interceptors[0], GuardInterceptor)
+
+
+def test_the_registered_interceptor_uses_the_plugins_settings_table() -> None:
+    manager = create_plugin_manager(load_entry_points=False)
+    with temporary_plugin(manager, guard_plugin, "guard"):
+        settings = OreSettings(plugins={"guard": {"burst": 2, "redact": False}})
+        interceptors = collect_registrations(manager, settings).interceptors
+    [guard] = [i for i in interceptors if isinstance(i, GuardInterceptor)]
+    assert (guard.config.burst, guard.config.redact) == (2, False)
+
+
+def test_a_bad_pattern_stops_start_up_naming_it() -> None:
+    manager = create_plugin_manager(load_entry_points=False)
+    with temporary_plugin(manager, guard_plugin, "guard"):
+        settings = OreSettings(plugins={"guard": {"patterns": {"ticket_id": "TCK-("}}})
+        with pytest.raises(OreError, match="ticket_id"):
+            collect_registrations(manager, settings)

@@ -1,0 +1,131 @@
+"""Conversation turns -> the `messages` and `tools` of a chat completions request.
+
+The request is a per-call view: the system prompt is prepended here on every call
+and never stored, so a tool loop sends it exactly once per request however many
+round trips it makes. Reasoning, usage and stop reasons stay out of the request.
+An assistant tool call left without a result (the turn was cancelled while the tool
+ran) gets a synthetic error result, because the API rejects a history where a tool
+call goes unanswered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from ore_core.artifacts import Image, Text, ToolCall, ToolResult
+from ore_core.ledger.turn import Role, Turn
+from ore_core.plugins.tools import Tool
+
+if TYPE_CHECKING:
+    from openai.types.chat import (
+        ChatCompletionAssistantMessageParam,
+        ChatCompletionContentPartParam,
+        ChatCompletionMessageParam,
+        ChatCompletionMessageToolCallParam,
+        ChatCompletionToolParam,
+    )
+
+__all__ = ["UNANSWERED_TOOL_CALL", "to_messages", "to_tool_params"]
+
+UNANSWERED_TOOL_CALL = "error: this tool call was interrupted before it returned a result"
+
+
+def to_messages(turns: Iterable[Turn], system_prompt: str = "") -> list[ChatCompletionMessageParam]:
+    """The request messages for `turns` (oldest first), `system_prompt` first if set."""
+    messages: list[ChatCompletionMessageParam] = []
+    if system_prompt:
+        messages.append({"role": "system", "content": system_prompt})
+    unanswered: list[str] = []
+    for turn in turns:
+        if turn.role != Role.TOOL:
+            messages += _answer(unanswered)
+            unanswered = []
+        role = str(turn.role)
+        if role == Role.ASSISTANT:
+            message = _assistant(turn)
+            if message is not None:
+                messages.append(message)
+                unanswered = [a.id for a in turn.artifacts if isinstance(a, ToolCall)]
+        elif role == Role.TOOL:
+            for result in turn.artifacts:
+                if isinstance(result, ToolResult):
+                    messages.append(_tool_message(result.tool_call_id, result.llm_string()))
+                    if result.tool_call_id in unanswered:
+                        unanswered.remove(result.tool_call_id)
+        elif role == Role.SYSTEM:
+            text = _text_of(turn)
+            if text:
+                messages.append({"role": "system", "content": text})
+        else:
+            parts = _user_parts(turn)
+            if parts:
+                messages.append({"role": "user", "content": _plain_or_parts(parts)})
+    messages += _answer(unanswered)
+    return messages
+
+
+def to_tool_params(tools: Iterable[Tool]) -> list[ChatCompletionToolParam]:
+    """Function-tool declarations for the request's `tools` field."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": dict(tool.parameters),
+            },
+        }
+        for tool in tools
+    ]
+
+
+def _text_of(turn: Turn) -> str:
+    return "\n\n".join(a.content for a in turn.artifacts if isinstance(a, Text) and a.content)
+
+
+def _user_parts(turn: Turn) -> list[ChatCompletionContentPartParam]:
+    parts: list[ChatCompletionContentPartParam] = []
+    for artifact in turn.artifacts:
+        if isinstance(artifact, Text) and artifact.content:
+            parts.append({"type": "text", "text": artifact.content})
+        elif isinstance(artifact, Image) and artifact.url:
+            parts.append({"type": "image_url", "image_url": {"url": artifact.url}})
+    return parts
+
+
+def _plain_or_parts(
+    parts: Sequence[ChatCompletionContentPartParam],
+) -> str | list[ChatCompletionContentPartParam]:
+    """Plain text when there is no image: the form every compatible server accepts."""
+    texts = [part["text"] for part in parts if part["type"] == "text"]
+    if len(texts) == len(parts):
+        return "\n\n".join(texts)
+    return list(parts)
+
+
+def _assistant(turn: Turn) -> ChatCompletionAssistantMessageParam | None:
+    calls: list[ChatCompletionMessageToolCallParam] = [
+        {
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": call.llm_string()},
+        }
+        for call in turn.artifacts
+        if isinstance(call, ToolCall)
+    ]
+    text = _text_of(turn)
+    if not text and not calls:
+        return None
+    message: ChatCompletionAssistantMessageParam = {"role": "assistant", "content": text or None}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _tool_message(tool_call_id: str, content: str) -> ChatCompletionMessageParam:
+    return {"role": "tool", "tool_call_id": tool_call_id, "content": content}
+
+
+def _answer(call_ids: Iterable[str]) -> list[ChatCompletionMessageParam]:
+    return [_tool_message(call_id, UNANSWERED_TOOL_CALL) for call_id in call_ids]

@@ -1,0 +1,211 @@
+"""OpenAIProcessor: answers user messages with any OpenAI-compatible chat completions API.
+
+One call of the processor is one ReAct loop: stream the model's answer into the
+thread (`ctx.step`), run the tool calls it asked for, record their results as a
+`tool` turn, and ask again, until the model answers without tool calls or
+`max_iterations` model calls were made. Every request is built afresh from the
+persistent conversation, so per-call additions (the system prompt) are sent once
+per request and never pile up across round trips.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Iterable, Mapping
+from contextlib import aclosing
+from types import TracebackType
+from typing import Any, Self
+
+import openai
+import structlog
+from openai import AsyncStream
+from openai.types.chat import ChatCompletionChunk
+
+from ore_core.artifacts import Artifact, ToolCall, ToolResult
+from ore_core.events import Severity
+from ore_core.ledger.turn import Role
+from ore_core.plugins.tools import Tool
+from ore_core.session.turn_context import TurnContext
+from ore_openai.chunks import chunk_artifacts
+from ore_openai.config import ENV_API_KEY, ENV_BASE_URL, OpenAIConfig
+from ore_openai.errors import ModelCallFailed, OpenAIConfigError
+from ore_openai.request import request_kwargs
+from ore_openai.retry import RetryPolicy, is_retryable, retry_after_seconds
+from ore_openai.tool_runner import run_tool_calls
+
+__all__ = ["ITERATION_CAP_RESULT", "OpenAIProcessor"]
+
+log = structlog.get_logger("ore.openai")
+
+ITERATION_CAP_RESULT = "error: not run, this turn reached its limit of model calls (max_iterations)"
+"""The result recorded for tool calls made by the last allowed model call."""
+
+_HINTS = {
+    401: f"check api_key in the [processor] section or {ENV_API_KEY}",
+    403: f"check api_key in the [processor] section or {ENV_API_KEY}",
+    404: f"check the model name and base_url (or {ENV_BASE_URL})",
+}
+
+
+class OpenAIProcessor:
+    """A `TurnProcessor` for OpenAI, Ollama, vLLM, llama.cpp and other compatible servers.
+
+    `tools` are the tools registered through `ore_register_tools` (a mapping by name
+    or an iterable); `config.tools`, when set, picks the ones offered to the model.
+    The HTTP client is created on first use and reused across turns; `aclose()` (or
+    `async with`) releases it. Cancellation closes the HTTP stream at once.
+    Failures raise `ModelCallFailed`; nothing of a failed model call is recorded.
+    """
+
+    def __init__(
+        self,
+        config: OpenAIConfig | None = None,
+        tools: Mapping[str, Tool] | Iterable[Tool] = (),
+    ) -> None:
+        self.config = config if config is not None else OpenAIConfig.load()
+        self.tools = _select_tools(tools, self.config.tools)
+        self.retry = RetryPolicy(
+            self.config.max_retries, self.config.retry_backoff, self.config.retry_max_wait
+        )
+        self._client: openai.AsyncOpenAI | None = None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP client (a later turn opens a new one). Idempotent."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    @property
+    def client(self) -> openai.AsyncOpenAI:
+        """The HTTP client; retries are ours (see `retry`), so the SDK's are off."""
+        if self._client is None:
+            self._client = openai.AsyncOpenAI(
+                base_url=self.config.base_url,
+                api_key=self.config.effective_api_key,
+                max_retries=0,
+                timeout=self.config.timeout,
+            )
+        return self._client
+
+    async def __call__(self, ctx: TurnContext) -> None:
+        """Answer `ctx.event`, running tools until the model is done or the cap is hit."""
+        limit = self.config.max_iterations
+        calls: list[ToolCall] = []
+        for iteration in range(1, limit + 1):
+            async with aclosing(self._answer(ctx)) as source:
+                turn = await ctx.step(source)
+            calls = [a for a in turn.artifacts if isinstance(a, ToolCall)]
+            if not calls:
+                return
+            if iteration == limit:
+                break
+            await ctx.append(Role.TOOL, *await run_tool_calls(self.tools, calls))
+        # The calls of the last answer still need results, or the next request is invalid.
+        await ctx.append(
+            Role.TOOL, *(ToolResult(c.id, ITERATION_CAP_RESULT, is_error=True) for c in calls)
+        )
+        await ctx.notice(
+            f"openai: stopped after {limit} model calls in one turn (max_iterations); "
+            "the last tool calls were not run. Raise max_iterations if the task needs more.",
+            Severity.WARN,
+        )
+
+    async def _answer(self, ctx: TurnContext) -> AsyncGenerator[Artifact, None]:
+        """One model call: the request is rebuilt from the thread each time."""
+        kwargs = request_kwargs(self.config, ctx.spec, ctx.view(), self.tools.values())
+        where = f"openai model {kwargs['model']!r} at {self.config.base_url}"
+        stream = await self._open(ctx, kwargs, where)
+        try:
+            async for artifact in chunk_artifacts(stream):
+                yield artifact
+        except (openai.APIError, ModelCallFailed) as exc:
+            problem = _cause(exc)
+            raise ModelCallFailed(
+                f"{where}: the answer broke off ({problem}); nothing was recorded, send it again"
+            ) from exc
+        finally:
+            await stream.close()
+
+    async def _open(
+        self, ctx: TurnContext, kwargs: dict[str, Any], where: str
+    ) -> AsyncStream[ChatCompletionChunk]:
+        """Start the streamed call, retrying failures that may pass."""
+        retry = 0
+        while True:
+            try:
+                created = self.client.chat.completions.create(**kwargs)
+                stream: AsyncStream[ChatCompletionChunk] = await created
+                return stream
+            except openai.APIError as exc:
+                failure = exc
+            retry_after = (
+                retry_after_seconds(failure.response.headers)
+                if isinstance(failure, openai.APIStatusError)
+                else None
+            )
+            delay = self.retry.delay(retry, retry_after) if is_retryable(failure) else None
+            if delay is None:
+                raise _call_failed(where, failure, attempts=retry + 1) from failure
+            retry += 1
+            problem = _describe(failure)
+            log.warning("model call failed, retrying", where=where, problem=problem, delay=delay)
+            await ctx.notice(
+                f"{where}: {problem}; retrying in {delay:.1f}s "
+                f"(retry {retry} of {self.retry.max_retries})",
+                Severity.WARN,
+            )
+            await asyncio.sleep(delay)
+
+
+def _select_tools(
+    tools: Mapping[str, Tool] | Iterable[Tool], wanted: Iterable[str] | None
+) -> dict[str, Tool]:
+    by_name = dict(tools) if isinstance(tools, Mapping) else {tool.name: tool for tool in tools}
+    if wanted is None:
+        return by_name
+    missing = [name for name in wanted if name not in by_name]
+    if missing:
+        known = ", ".join(sorted(by_name)) or "none"
+        raise OpenAIConfigError(
+            f"openai processor: tools {', '.join(missing)} are not registered "
+            f"(registered: {known}); fix `tools` in the [processor] section"
+        )
+    return {name: by_name[name] for name in wanted}
+
+
+def _describe(exc: openai.APIError) -> str:
+    if isinstance(exc, openai.APIStatusError):
+        detail = exc.body.get("message") if isinstance(exc.body, dict) else None
+        return f"HTTP {exc.status_code} {detail or exc.message}"
+    return f"connection failed ({_cause(exc)})"
+
+
+def _cause(exc: BaseException) -> str:
+    """The transport's own message: the SDK's connection errors just say "Connection error."."""
+    cause = exc.__cause__
+    return f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
+
+
+def _call_failed(where: str, exc: openai.APIError, *, attempts: int) -> ModelCallFailed:
+    status = exc.status_code if isinstance(exc, openai.APIStatusError) else None
+    if status is None:
+        hint = f"check base_url (or {ENV_BASE_URL}) and that the server is running"
+    elif status in _HINTS:
+        hint = _HINTS[status]
+    elif is_retryable(exc):
+        hint = "the server is busy or failing: try again later or raise max_retries"
+    else:
+        hint = "the server refused the request"
+    tries = f" after {attempts} attempts" if attempts > 1 else ""
+    return ModelCallFailed(f"{where}: {_describe(exc)}{tries}; {hint}", status=status)

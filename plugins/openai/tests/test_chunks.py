@@ -1,0 +1,158 @@
+"""Streamed chunks -> artifacts, from the mock server through the real OpenAI client."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import openai
+import pytest
+from openai.types.chat import ChatCompletionChunk
+
+from ore_core.artifacts import (
+    Artifact,
+    ReasoningDelta,
+    StopReason,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
+from ore_core.testing.mock_openai import MockOpenAIServer, MockResponse, MockToolCall, MockUsage
+from ore_openai.chunks import chunk_artifacts, stop_reason
+from ore_openai.errors import ModelCallFailed
+
+
+async def served(server: MockOpenAIServer, response: MockResponse) -> list[Artifact]:
+    server.script(response)
+    async with openai.AsyncOpenAI(base_url=server.base_url, api_key="k", max_retries=0) as client:
+        stream = await client.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        return [artifact async for artifact in chunk_artifacts(stream)]
+
+
+async def from_dicts(*chunks: dict[str, Any]) -> list[Artifact]:
+    async def source() -> AsyncIterator[ChatCompletionChunk]:
+        for chunk in chunks:
+            yield ChatCompletionChunk.model_validate(
+                {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m", **chunk}
+            )
+
+    return [artifact async for artifact in chunk_artifacts(source())]
+
+
+def delta(finish: str | None = None, **fields: Any) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": fields, "finish_reason": finish}]}
+
+
+def merged_tool_calls(artifacts: list[Artifact]) -> list[ToolCall]:
+    calls: dict[str, Artifact | None] = {}
+    for artifact in artifacts:
+        if isinstance(artifact, ToolCallDelta):
+            key = artifact.accumulator_key()
+            calls[key] = artifact.merge_into(calls.get(key))
+    return [call for call in calls.values() if isinstance(call, ToolCall)]
+
+
+async def test_text_streams_as_several_deltas_then_stop_reason_then_usage(
+    mock_openai: MockOpenAIServer,
+) -> None:
+    usage = MockUsage(prompt_tokens=5, completion_tokens=3)
+    artifacts = await served(mock_openai, MockResponse(text="Hello world", usage=usage))
+    texts = [a for a in artifacts if isinstance(a, TextDelta)]
+    assert len(texts) > 1
+    assert "".join(t.content for t in texts) == "Hello world"
+    assert artifacts[-2:] == [
+        StopReason("stop"),
+        Usage(prompt_tokens=5, completion_tokens=3, total_tokens=8),
+    ]
+
+
+async def test_reasoning_content_becomes_reasoning_deltas(mock_openai: MockOpenAIServer) -> None:
+    artifacts = await served(mock_openai, MockResponse(text="4", reasoning="two and two"))
+    reasoning = [a.content for a in artifacts if isinstance(a, ReasoningDelta)]
+    assert "".join(reasoning) == "two and two"
+
+
+async def test_reasoning_field_used_by_ollama_becomes_reasoning_deltas() -> None:
+    artifacts = await from_dicts(delta(reasoning="hmm"), delta("stop"))
+    assert artifacts[0] == ReasoningDelta("hmm")
+
+
+async def test_tool_call_fragments_merge_into_complete_calls(
+    mock_openai: MockOpenAIServer,
+) -> None:
+    response = MockResponse(
+        tool_calls=(MockToolCall("add", '{"a": 1, "b": 2}', id="c1"), MockToolCall("now"))
+    )
+    artifacts = await served(mock_openai, response)
+    assert sum(isinstance(a, ToolCallDelta) for a in artifacts) > 2
+    calls = merged_tool_calls(artifacts)
+    assert calls[0] == ToolCall("c1", "add", '{"a": 1, "b": 2}')
+    assert calls[1].name == "now"
+    assert StopReason("tool_use") in artifacts
+
+
+async def test_a_tool_call_without_id_gets_one_that_later_fragments_keep() -> None:
+    first = {"index": 0, "function": {"name": "f", "arguments": '{"x"'}}
+    second = {"index": 0, "function": {"arguments": ": 1}"}}
+    artifacts = await from_dicts(
+        delta(tool_calls=[first]), delta(tool_calls=[second]), delta("tool_calls")
+    )
+    (call,) = merged_tool_calls(artifacts)
+    assert call.id.startswith("call_")
+    assert call.arguments == '{"x": 1}'
+
+
+async def test_refusal_text_is_shown_as_text() -> None:
+    artifacts = await from_dicts(delta(refusal="I can't help with that"), delta("content_filter"))
+    assert artifacts == [TextDelta("I can't help with that"), StopReason("refusal")]
+
+
+async def test_usage_reports_cached_and_reasoning_tokens() -> None:
+    usage = {
+        "prompt_tokens": 10,
+        "completion_tokens": 6,
+        "total_tokens": 16,
+        "prompt_tokens_details": {"cached_tokens": 4},
+        "completion_tokens_details": {"reasoning_tokens": 2},
+    }
+    artifacts = await from_dicts(delta("stop"), {"choices": [], "usage": usage})
+    assert artifacts[-1] == Usage(
+        prompt_tokens=10,
+        completion_tokens=6,
+        total_tokens=16,
+        cache_read_tokens=4,
+        thinking_tokens=2,
+    )
+
+
+async def test_stop_reason_and_usage_follow_every_delta_even_if_sent_together() -> None:
+    usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+    finish = delta("stop", content="!")
+    artifacts = await from_dicts(delta(content="hi"), {**finish, "usage": usage})
+    assert [a.kind for a in artifacts] == ["text_delta", "text_delta", "stop_reason", "usage"]
+
+
+async def test_a_stream_without_finish_reason_is_a_failure() -> None:
+    with pytest.raises(ModelCallFailed, match="without a finish reason"):
+        await from_dicts(delta(content="half an ans"))
+
+
+@pytest.mark.parametrize(
+    ("finish", "reason"),
+    [
+        ("stop", "stop"),
+        ("length", "length"),
+        ("tool_calls", "tool_use"),
+        ("function_call", "tool_use"),
+        ("content_filter", "refusal"),
+        ("eos_token", "other"),
+    ],
+)
+def test_finish_reasons_map_to_ore_stop_reasons(finish: str, reason: str) -> None:
+    assert stop_reason(finish).reason == reason

@@ -1,0 +1,61 @@
+"""Request arguments: spec over config, optional fields only when set."""
+
+from __future__ import annotations
+
+from ore_core.artifacts import Text
+from ore_core.ledger.turn import Role, Turn
+from ore_core.plugins.tools import Tool
+from ore_core.session.spec import ModelSpec
+from ore_openai.config import OpenAIConfig
+from ore_openai.request import request_kwargs
+
+TURNS = [Turn(id="u", role=Role.USER, artifacts=[Text("hi")])]
+CONFIG = OpenAIConfig(model="config-model", temperature=0.5, max_output_tokens=100)
+
+
+def test_the_spec_model_and_sampling_win_over_the_config() -> None:
+    spec = ModelSpec(name="spec-model", temperature=0.0, max_output_tokens=7)
+    kwargs = request_kwargs(CONFIG, spec, TURNS)
+    assert kwargs["model"] == "spec-model"
+    assert kwargs["temperature"] == 0.0
+    assert kwargs["extra_body"] == {"max_completion_tokens": 7}
+
+
+def test_an_empty_spec_uses_the_config_defaults() -> None:
+    kwargs = request_kwargs(CONFIG, ModelSpec(), TURNS)
+    assert (kwargs["model"], kwargs["temperature"]) == ("config-model", 0.5)
+    assert kwargs["extra_body"] == {"max_completion_tokens": 100}
+
+
+def test_unset_sampling_fields_are_not_sent() -> None:
+    kwargs = request_kwargs(OpenAIConfig(), ModelSpec(), TURNS)
+    assert set(kwargs) == {"model", "messages", "stream", "stream_options"}
+
+
+def test_the_request_streams_and_asks_for_usage() -> None:
+    kwargs = request_kwargs(OpenAIConfig(), ModelSpec(), TURNS)
+    assert kwargs["stream"] is True
+    assert kwargs["stream_options"] == {"include_usage": True}
+
+
+def test_older_servers_get_max_tokens_when_configured() -> None:
+    config = OpenAIConfig(max_output_tokens=64, max_tokens_param="max_tokens")
+    assert request_kwargs(config, ModelSpec(), TURNS)["extra_body"] == {"max_tokens": 64}
+
+
+def test_thinking_level_becomes_reasoning_effort_and_off_sends_nothing() -> None:
+    high = request_kwargs(OpenAIConfig(), ModelSpec(name="o", thinking_level="max"), TURNS)
+    off = request_kwargs(OpenAIConfig(), ModelSpec(name="o", thinking_level="off"), TURNS)
+    assert high["extra_body"] == {"reasoning_effort": "high"}
+    assert "extra_body" not in off
+
+
+def test_tools_are_declared_only_when_there_are_some() -> None:
+    async def ping() -> str:
+        return "pong"
+
+    tool = Tool("ping", "Replies pong", {"type": "object"}, ping)
+    assert (
+        request_kwargs(OpenAIConfig(), ModelSpec(), TURNS, [tool])["tools"][0]["function"]["name"]
+        == "ping"
+    )

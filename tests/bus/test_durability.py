@@ -1,0 +1,179 @@
+"""Nothing is lost: nats-server restarts, a worker killed mid-turn, SIGTERM drains."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client
+
+from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.service import CoreService
+from ore_core.bus.streams import BusConfig, ensure_streams
+from ore_core.bus.subjects import Subjects
+from ore_core.ledger.turn import Role
+from ore_core.session.stores.sqlite_store import SQLiteStore
+from ore_core.testing.processors import GatedProcessor
+from tests.bus.conftest import (
+    PARTITIONS,
+    CoreFactory,
+    Outbox,
+    all_acknowledged,
+    eventually,
+    publish,
+    stored_events,
+    user_message,
+    wait_for,
+)
+
+RUNNER = Path(__file__).with_name("core_runner.py")
+PROCESS_TIMEOUT = 20.0  # a fresh interpreter imports ore first
+RUNNER_CONFIG = BusConfig(partitions=PARTITIONS, ack_wait=1.0)
+TURN_KINDS = ["turn_complete", "lifecycle", "lifecycle", "text", "turn_complete", "lifecycle"]
+
+
+def answered(nc: Client, thread_id: str, count: int = 1) -> Callable[[], Awaitable[bool]]:
+    """An async check: `count` turns of the thread are completely stored."""
+
+    async def check() -> bool:
+        kinds = [e["kind"] for e in await stored_events(nc, thread_id)]
+        return kinds.count("turn_complete") >= 2 * count and kinds[-1] == "lifecycle"
+
+    return check
+
+
+async def test_messages_published_after_a_server_restart_are_answered(
+    core: CoreService, nats_client: Client, nats_server: EmbeddedNatsServer, outbox: Outbox
+) -> None:
+    await publish(nats_client, "t1", user_message("before", "m-1"))
+    await outbox.done("t1")
+
+    await nats_server.arestart()
+    await publish(nats_client, "t1", user_message("after", "m-2"))
+
+    await eventually(answered(nats_client, "t1", count=2))
+    assert [e["kind"] for e in await stored_events(nats_client, "t1")] == TURN_KINDS * 2
+
+
+async def test_a_turn_running_across_a_server_restart_completes_once(
+    start_core: CoreFactory, nats_client: Client, nats_server: EmbeddedNatsServer
+) -> None:
+    processor = GatedProcessor()
+    service = await start_core(processor)
+    await publish(nats_client, "t1", user_message("hi", "m-1"))
+    await asyncio.wait_for(processor.started.wait(), 10)
+
+    await nats_server.arestart()
+    await wait_for(lambda: service.ready)
+    processor.release()
+
+    await eventually(answered(nats_client, "t1"))
+    assert [e["kind"] for e in await stored_events(nats_client, "t1")] == TURN_KINDS
+    await eventually(lambda: all_acknowledged(nats_client))
+    assert processor.calls == 1
+
+
+class Runner:
+    """A core_runner.py process; stopped by its pid when the test ends."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    async def turn_started(self) -> str:
+        """The next `TURN <thread> <event id>` line the runner prints."""
+        assert self.process.stdout is not None
+        async with asyncio.timeout(PROCESS_TIMEOUT):
+            while True:
+                line = (await self.process.stdout.readline()).decode()
+                if not line:
+                    raise AssertionError("core runner exited before a turn started")
+                if line.startswith("TURN "):
+                    return line.strip()
+
+    async def exit_code(self) -> int:
+        """Wait for the process to end."""
+        return await asyncio.wait_for(self.process.wait(), PROCESS_TIMEOUT)
+
+
+@pytest.fixture
+async def start_runner(
+    nats_url: str, nats_client: Client, tmp_path: Path
+) -> AsyncIterator[Callable[..., Awaitable[Runner]]]:
+    """Start core runners on one SQLite file; the streams exist before the first starts."""
+    await ensure_streams(nats_client.jetstream(), Subjects(), RUNNER_CONFIG)
+    runners: list[Runner] = []
+
+    async def start(*, hold: float) -> Runner:
+        log = (tmp_path / f"runner-{len(runners)}.log").open("wb")
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(RUNNER),
+            *("--url", nats_url, "--db", str(tmp_path / "threads.db"), "--hold", str(hold)),
+            *("--partitions", str(RUNNER_CONFIG.partitions)),
+            *("--ack-wait", str(RUNNER_CONFIG.ack_wait)),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=log,
+        )
+        log.close()
+        runner = Runner(process)
+        runners.append(runner)
+        return runner
+
+    yield start
+    for runner in runners:
+        if runner.process.returncode is None:
+            runner.process.kill()
+            await runner.process.wait()
+
+
+async def thread_turns(db: Path, thread_id: str) -> list[tuple[Role | str, str]]:
+    store = SQLiteStore(db)
+    try:
+        thread = await store.get(thread_id)
+    finally:
+        await store.close()
+    return [(turn.role, turn.event_id) for turn in thread.all_turns()]
+
+
+async def test_a_message_of_a_killed_worker_is_answered_exactly_once_by_the_next(
+    start_runner: Callable[..., Awaitable[Runner]], nats_client: Client, tmp_path: Path
+) -> None:
+    await publish(nats_client, "t1", user_message("hi", "m-1"))
+    first = await start_runner(hold=-1)
+    assert await first.turn_started() == "TURN t1 m-1"
+
+    first.process.kill()  # SIGKILL: no drain, no ack
+    await first.exit_code()
+    second = await start_runner(hold=0)
+
+    assert await second.turn_started() == "TURN t1 m-1"
+    await eventually(answered(nats_client, "t1"))
+    await eventually(lambda: all_acknowledged(nats_client))
+    second.process.send_signal(signal.SIGTERM)
+    assert await second.exit_code() == 0
+    assert await thread_turns(tmp_path / "threads.db", "t1") == [
+        (Role.USER, "m-1"),
+        (Role.ASSISTANT, ""),
+    ]
+
+
+async def test_sigterm_lets_the_running_turn_finish_and_exits_zero(
+    start_runner: Callable[..., Awaitable[Runner]], nats_client: Client, tmp_path: Path
+) -> None:
+    await publish(nats_client, "t1", user_message("hi", "m-1"))
+    runner = await start_runner(hold=0.5)
+    await runner.turn_started()
+
+    runner.process.send_signal(signal.SIGTERM)
+
+    assert await runner.exit_code() == 0
+    assert [e["kind"] for e in await stored_events(nats_client, "t1")] == TURN_KINDS
+    await eventually(lambda: all_acknowledged(nats_client))
+    assert [role for role, _ in await thread_turns(tmp_path / "threads.db", "t1")] == [
+        Role.USER,
+        Role.ASSISTANT,
+    ]

@@ -1,0 +1,138 @@
+"""ensure_streams: ORE_IN, ORE_EVENTS, ORE_DLQ and the partition consumers, idempotently."""
+
+from __future__ import annotations
+
+import pytest
+from nats.aio.client import Client
+from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+
+from ore_core.bus.streams import (
+    HEADER_ALLOWANCE,
+    BusConfig,
+    BusConfigError,
+    consumer_name,
+    ensure_streams,
+)
+from ore_core.bus.subjects import Subjects, partition_of
+
+SUBJECTS = Subjects()
+CONFIG = BusConfig(partitions=4, max_payload=10_000, events_max_age=3600.0)
+
+
+async def test_ingress_stream_partitions_client_subjects(nats_client: Client) -> None:
+    await ensure_streams(nats_client.jetstream(), SUBJECTS, CONFIG)
+
+    config = (await nats_client.jetstream().stream_info("ORE_IN")).config
+    assert config.subjects == ["ore.in.*"]
+    assert config.subject_transform is not None
+    assert config.subject_transform.dest == "ore.inp.{{partition(4,1)}}.{{wildcard(1)}}"
+    assert config.duplicate_window == 120.0
+    assert config.max_msg_size == 10_000 + HEADER_ALLOWANCE
+
+
+async def test_events_stream_is_republished_to_output_subjects(nats_client: Client) -> None:
+    await ensure_streams(nats_client.jetstream(), SUBJECTS, CONFIG)
+
+    config = (await nats_client.jetstream().stream_info("ORE_EVENTS")).config
+    assert config.subjects == ["ore.ev.*"]
+    assert config.republish is not None
+    assert (config.republish.src, config.republish.dest) == ("ore.ev.*", "ore.out.{{wildcard(1)}}")
+    assert config.allow_direct is True
+    assert config.max_age == 3600.0
+
+
+async def test_dead_letter_stream_takes_every_reason(nats_client: Client) -> None:
+    await ensure_streams(nats_client.jetstream(), SUBJECTS, CONFIG)
+
+    config = (await nats_client.jetstream().stream_info("ORE_DLQ")).config
+    assert config.subjects == ["ore.dlq.>"]
+
+
+async def test_every_partition_gets_a_durable_explicit_ack_consumer(nats_client: Client) -> None:
+    js = nats_client.jetstream()
+    await ensure_streams(js, SUBJECTS, CONFIG)
+
+    for partition in range(4):
+        config = (await js.consumer_info("ORE_IN", consumer_name(partition))).config
+        assert config.filter_subject == f"ore.inp.{partition}.*"
+        assert config.ack_policy == AckPolicy.EXPLICIT
+        assert (config.ack_wait, config.backoff) == (CONFIG.ack_wait, CONFIG.backoff)
+
+
+async def test_a_thread_lands_in_the_partition_partition_of_names(nats_client: Client) -> None:
+    js = nats_client.jetstream()
+    await ensure_streams(js, SUBJECTS, CONFIG)
+
+    for thread_id in ("t1", "t2", "alpha", "a-much-longer_thread-id"):
+        await js.publish(f"ore.in.{thread_id}", b"{}")
+        stored = await js.get_last_msg("ORE_IN", f"ore.inp.*.{thread_id}")
+        assert stored.subject == f"ore.inp.{partition_of(thread_id, 4)}.{thread_id}"
+
+
+async def test_ensuring_twice_changes_nothing(nats_client: Client) -> None:
+    js = nats_client.jetstream()
+    await ensure_streams(js, SUBJECTS, CONFIG)
+    before = [(await js.stream_info(name)).config for name in ("ORE_IN", "ORE_EVENTS", "ORE_DLQ")]
+
+    await ensure_streams(js, SUBJECTS, CONFIG)
+
+    after = [(await js.stream_info(name)).config for name in ("ORE_IN", "ORE_EVENTS", "ORE_DLQ")]
+    assert after == before
+
+
+async def test_changed_limits_are_updated_in_place(nats_client: Client) -> None:
+    js = nats_client.jetstream()
+    await ensure_streams(js, SUBJECTS, CONFIG)
+
+    await ensure_streams(
+        js, SUBJECTS, BusConfig(partitions=4, events_max_age=7200.0, ack_wait=10.0)
+    )
+
+    assert (await js.stream_info("ORE_EVENTS")).config.max_age == 7200.0
+    assert (await js.consumer_info("ORE_IN", consumer_name(0))).config.ack_wait == 10.0
+
+
+async def test_a_different_partition_count_is_refused_naming_the_stream(
+    nats_client: Client,
+) -> None:
+    js = nats_client.jetstream()
+    await ensure_streams(js, SUBJECTS, CONFIG)
+
+    with pytest.raises(BusConfigError, match=r"ORE_IN.*partition count is 4, configured 8"):
+        await ensure_streams(js, SUBJECTS, BusConfig(partitions=8))
+
+
+async def test_a_stream_with_other_subjects_is_refused(nats_client: Client) -> None:
+    js = nats_client.jetstream()
+    await js.add_stream(StreamConfig(name="ORE_EVENTS", subjects=["elsewhere.>"]))
+
+    with pytest.raises(BusConfigError, match=r"ORE_EVENTS.*subjects"):
+        await ensure_streams(js, SUBJECTS, CONFIG)
+    assert (await js.stream_info("ORE_EVENTS")).config.subjects == ["elsewhere.>"]
+
+
+async def test_a_consumer_with_another_filter_is_refused(nats_client: Client) -> None:
+    js = nats_client.jetstream()
+    await ensure_streams(js, SUBJECTS, BusConfig(partitions=1))
+    await js.delete_consumer("ORE_IN", consumer_name(0))
+    await js.add_consumer(
+        "ORE_IN", ConsumerConfig(durable_name=consumer_name(0), filter_subject="ore.inp.0.only")
+    )
+
+    with pytest.raises(BusConfigError, match=r"ore-core-p0.*filter_subject"):
+        await ensure_streams(js, SUBJECTS, BusConfig(partitions=1))
+
+
+async def test_another_prefix_gets_streams_of_its_own(nats_client: Client) -> None:
+    js = nats_client.jetstream()
+    await ensure_streams(js, SUBJECTS, CONFIG)
+
+    await ensure_streams(js, Subjects("acme"), CONFIG)
+
+    assert (await js.stream_info("ACME_IN")).config.subjects == ["acme.in.*"]
+    assert (await js.stream_info("ORE_IN")).config.subjects == ["ore.in.*"]
+
+
+def test_a_partition_count_that_is_not_a_power_of_two_is_refused() -> None:
+    with pytest.raises(BusConfigError, match="power of two"):
+        BusConfig(partitions=6)

@@ -1,0 +1,1 @@
+"""Tests of the control API, ConduitClient and the wire protocol document."""

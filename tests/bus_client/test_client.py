@@ -1,0 +1,528 @@
+"""ConduitClient: sending with retries, ordered event feeds, durable feeds, permissions.
+
+The core's side of the wire is played by publishing events to `ORE_EVENTS` the way
+the core does (the server republishes them to `P.out.T`) and deltas to `P.out.T`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from ore_core.artifacts import Text, TextDelta
+from ore_core.bus.client import ConduitClient
+from ore_core.bus.codec import output_headers
+from ore_core.bus.control_api import ControlAPI
+from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.errors import BusError, PermissionDenied
+from ore_core.bus.feed import Delivery, EventFeed
+from ore_core.bus.service import CoreService
+from ore_core.bus.streams import BusConfig, ensure_streams
+from ore_core.bus.subjects import (
+    HEADER_KIND,
+    HEADER_MSG_ID,
+    HEADER_SCHEMA,
+    HEADER_TRACEPARENT,
+    Subjects,
+)
+from ore_core.events import (
+    ArtifactEvent,
+    EventContext,
+    InterruptEvent,
+    LifecycleEvent,
+    OutputEvent,
+    TurnCompleteEvent,
+    UserMessageEvent,
+    decode_ingress,
+    encode_event,
+)
+from ore_core.session.echo import EchoProcessor
+from ore_core.session.manager import Manager
+from ore_core.session.stores.memory import MemoryStore
+from tests.bus_client.conftest import VERSION
+
+DOCS = Path(__file__).parents[2] / "docs"
+TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def text(content: str) -> ArtifactEvent:
+    return ArtifactEvent(artifact=Text(content), context=EventContext(provenance="test"))
+
+
+def phase(name: str) -> LifecycleEvent:
+    return LifecycleEvent(phase=name, context=EventContext(provenance="test"))  # type: ignore[arg-type]
+
+
+async def store(nc: Client, subjects: Subjects, thread_id: str, event: OutputEvent) -> int:
+    """Append an event to ORE_EVENTS as the core does; its sequence."""
+    ack = await nc.jetstream().publish(
+        subjects.events(thread_id), encode_event(event), headers=output_headers(event)
+    )
+    return ack.seq
+
+
+async def delta(nc: Client, subjects: Subjects, thread_id: str, content: str) -> None:
+    """Publish a delta straight to P.out.T as the core does."""
+    event = ArtifactEvent(artifact=TextDelta(content))
+    await nc.publish(subjects.output(thread_id), encode_event(event), headers=output_headers(event))
+    await nc.flush()
+
+
+async def take(feed: EventFeed, count: int) -> list[Delivery]:
+    """The next `count` deliveries (fails after 5 s)."""
+
+    async def read() -> list[Delivery]:
+        return [await anext(feed) for _ in range(count)]
+
+    return await asyncio.wait_for(read(), 5)
+
+
+def summary(deliveries: list[Delivery]) -> list[tuple[str, str, int | None]]:
+    return [(d.thread_id, d.kind, d.sequence) for d in deliveries]
+
+
+# -- sending --------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("streams")
+async def test_send_stores_the_event_with_id_kind_schema_and_trace_headers(
+    client: ConduitClient, nats_client: Client, subjects: Subjects
+) -> None:
+    event = UserMessageEvent(
+        id="slack-C1-1", content="hello", context=EventContext(traceparent=TRACE)
+    )
+    sent = await client.send("t-1", event)
+    stored = await nats_client.jetstream().get_msg(
+        subjects.inbound_stream, subject=subjects.partitioned("*", "t-1")
+    )
+    headers = stored.headers or {}
+    assert (headers[HEADER_MSG_ID], headers[HEADER_KIND], headers[HEADER_SCHEMA]) == (
+        "slack-C1-1",
+        "user_message",
+        "1",
+    )
+    assert headers[HEADER_TRACEPARENT] == TRACE
+    assert decode_ingress(stored.data or b"") == sent
+    assert sent.context.provenance == "test"
+
+
+@pytest.mark.usefixtures("streams")
+async def test_send_of_text_carries_the_conduit_name_and_user(client: ConduitClient) -> None:
+    sent = await client.send("t-1", "hi", id="m-1", user="U123")
+    assert (sent.id, sent.content) == ("m-1", "hi")
+    assert sent.context == EventContext(provenance="test", user="U123")
+
+
+@pytest.mark.usefixtures("streams")
+async def test_a_message_sent_twice_with_one_id_is_stored_once(
+    client: ConduitClient, nats_client: Client, subjects: Subjects
+) -> None:
+    await client.send("t-1", "hello", id="m-1")
+    await client.send("t-1", "hello", id="m-1")
+    info = await nats_client.jetstream().stream_info(subjects.inbound_stream)
+    assert info.state.messages == 1
+
+
+async def test_send_retries_with_the_same_id_until_the_stream_exists(
+    nats_url: str, nats_client: Client, subjects: Subjects
+) -> None:
+    attempts: asyncio.Queue[Msg] = asyncio.Queue()
+    # A silent subscriber: every attempt before the stream exists times out.
+    await nats_client.subscribe(subjects.inbound("t-1"), cb=attempts.put)
+    await nats_client.flush()
+    async with await ConduitClient.connect(
+        nats_url, name="test", request_timeout=0.2, send_deadline=10
+    ) as client:
+        sending = asyncio.ensure_future(client.send("t-1", "hello", id="m-1"))
+        seen = [await asyncio.wait_for(attempts.get(), 5)]
+        await ensure_streams(nats_client.jetstream(), subjects, BusConfig(partitions=2))
+        await asyncio.wait_for(sending, 10)
+    while not attempts.empty():
+        seen.append(attempts.get_nowait())
+    ids = [(attempt.headers or {})[HEADER_MSG_ID] for attempt in seen]
+    assert len(ids) >= 2
+    assert set(ids) == {"m-1"}
+    info = await nats_client.jetstream().stream_info(subjects.inbound_stream)
+    assert info.state.messages == 1
+
+
+async def test_send_gives_up_after_its_deadline_naming_the_subject(nats_url: str) -> None:
+    async with await ConduitClient.connect(
+        nats_url, name="test", request_timeout=0.1, send_deadline=0.3
+    ) as client:
+        with pytest.raises(BusError, match=re.escape("ore.in.t-1")):
+            await client.send("t-1", "hello")
+
+
+@pytest.mark.usefixtures("streams")
+async def test_interrupt_is_sent_as_an_interrupt_event(
+    client: ConduitClient, nats_client: Client, subjects: Subjects
+) -> None:
+    sent = await client.interrupt("t-1")
+    stored = await nats_client.jetstream().get_msg(
+        subjects.inbound_stream, subject=subjects.partitioned("*", "t-1")
+    )
+    assert decode_ingress(stored.data or b"") == sent
+    assert isinstance(sent, InterruptEvent)
+
+
+async def test_send_to_an_invalid_thread_id_is_refused_before_publishing(
+    client: ConduitClient,
+) -> None:
+    with pytest.raises(ValueError, match="invalid thread id"):
+        await client.send("a.b", "hello")
+
+
+# -- live feeds -----------------------------------------------------------------------
+
+uses_streams = pytest.mark.usefixtures("streams")
+
+
+@uses_streams
+async def test_a_live_feed_delivers_stored_events_in_order_and_deltas(
+    client: ConduitClient, nats_client: Client, subjects: Subjects
+) -> None:
+    async with client.events("t-1") as feed:
+        first = await store(nats_client, subjects, "t-1", phase("streaming"))
+        await delta(nats_client, subjects, "t-1", "hel")
+        second = await store(nats_client, subjects, "t-1", text("hello"))
+        got = await take(feed, 3)
+    stored = [d for d in got if d.sequence is not None]
+    assert summary(stored) == [("t-1", "lifecycle", first), ("t-1", "text", second)]
+    [streamed] = [d for d in got if d.sequence is None]
+    assert (streamed.kind, streamed.event) == (
+        "text_delta",
+        ArtifactEvent(artifact=TextDelta("hel")),
+    )
+
+
+@uses_streams
+async def test_a_live_feed_skips_other_threads_and_events_before_it_started(
+    client: ConduitClient, nats_client: Client, subjects: Subjects
+) -> None:
+    await store(nats_client, subjects, "t-1", text("before"))
+    async with client.events("t-1") as feed:
+        await store(nats_client, subjects, "t-2", text("other"))
+        after = await store(nats_client, subjects, "t-1", text("after"))
+        [got] = await take(feed, 1)
+    assert (got.sequence, got.event) == (after, text("after"))
+
+
+@uses_streams
+async def test_kinds_keeps_only_those_kinds(
+    client: ConduitClient, nats_client: Client, subjects: Subjects
+) -> None:
+    async with client.events("t-1", kinds={"text"}) as feed:
+        await delta(nats_client, subjects, "t-1", "hel")
+        await store(nats_client, subjects, "t-1", phase("streaming"))
+        await store(nats_client, subjects, "t-1", text("hello"))
+        [got] = await take(feed, 1)
+    assert got.kind == "text"
+
+
+@uses_streams
+async def test_a_feed_of_all_threads_names_the_thread_of_each_event(
+    client: ConduitClient, nats_client: Client, subjects: Subjects
+) -> None:
+    async with client.events() as feed:
+        await store(nats_client, subjects, "t-1", text("one"))
+        await store(nats_client, subjects, "t-2", text("two"))
+        got = await take(feed, 2)
+    assert [(d.thread_id, d.event) for d in got] == [("t-1", text("one")), ("t-2", text("two"))]
+
+
+@uses_streams
+async def test_a_gap_is_filled_from_the_stream_before_the_next_event(
+    client: ConduitClient, nats_client: Client, subjects: Subjects
+) -> None:
+    js = nats_client.jetstream()
+    config = (await js.stream_info(subjects.events_stream)).config
+    republish = config.republish
+    async with client.events("t-1") as feed:
+        config.republish = None  # the next events are stored but never reach the feed live
+        await js.update_stream(config)
+        missed = [await store(nats_client, subjects, "t-1", text(f"m{i}")) for i in range(3)]
+        await store(nats_client, subjects, "t-2", text("other thread"))
+        config.republish = republish
+        await js.update_stream(config)
+        last = await store(nats_client, subjects, "t-1", text("live"))
+        got = await take(feed, 4)
+    assert [d.sequence for d in got] == [*missed, last]
+    assert [d.event for d in got] == [text("m0"), text("m1"), text("m2"), text("live")]
+
+
+async def test_after_a_reconnect_a_live_feed_reads_what_was_stored_meanwhile(
+    nats_server: EmbeddedNatsServer, nats_url: str, subjects: Subjects
+) -> None:
+    reconnected = asyncio.Event()
+
+    async def on_reconnect() -> None:
+        reconnected.set()
+
+    core = await nats.connect(
+        nats_url, reconnect_time_wait=0.05, max_reconnect_attempts=-1, reconnected_cb=on_reconnect
+    )
+    await ensure_streams(core.jetstream(), subjects, BusConfig(partitions=2))
+    async with (
+        await ConduitClient.connect(nats_url, name="test", reconnect_wait=1.0) as client,
+        client.events("t-1") as feed,
+    ):
+        await store(core, subjects, "t-1", text("before"))
+        await take(feed, 1)
+        await nats_server.arestart()
+        await asyncio.wait_for(reconnected.wait(), 5)
+        assert not client.nc.is_connected, "the conduit must still be away for this test"
+        meanwhile = [await store(core, subjects, "t-1", text(f"while away {i}")) for i in range(2)]
+        got = await take(feed, 2)
+    await core.close()
+    assert [d.sequence for d in got] == meanwhile
+
+
+# -- durable feeds --------------------------------------------------------------------
+
+
+@uses_streams
+async def test_a_durable_feed_gets_everything_produced_while_it_was_stopped(
+    nats_url: str, nats_client: Client, subjects: Subjects
+) -> None:
+    async with (
+        await ConduitClient.connect(nats_url, name="test") as conduit,
+        conduit.events(durable="slack") as feed,
+    ):
+        await store(nats_client, subjects, "t-1", text("seen"))
+        assert summary(await take(feed, 1))[0][:2] == ("t-1", "text")
+    produced = [await store(nats_client, subjects, f"t-{i % 2}", text(f"r{i}")) for i in range(5)]
+    async with (
+        await ConduitClient.connect(nats_url, name="test") as restarted,
+        restarted.events(durable="slack") as feed,
+    ):
+        got = await take(feed, 5)
+    assert [d.sequence for d in got] == produced
+    assert [d.event for d in got] == [text(f"r{i}") for i in range(5)]
+
+
+@uses_streams
+async def test_a_durable_feed_delivers_again_the_event_it_failed_on(
+    client: ConduitClient, nats_client: Client, subjects: Subjects
+) -> None:
+    class PlatformDown(Exception):
+        pass
+
+    async def handle_then_fail() -> None:
+        async with client.events("t-1", durable="bot") as feed:
+            await store(nats_client, subjects, "t-1", text("reply"))
+            await take(feed, 1)
+            raise PlatformDown
+
+    await store(nats_client, subjects, "t-1", phase("submitted"))  # before the durable: skipped
+    with pytest.raises(PlatformDown):
+        await handle_then_fail()
+    async with client.events("t-1", durable="bot") as feed:
+        [again] = await take(feed, 1)
+    assert again.event == text("reply")
+
+
+@uses_streams
+async def test_a_durable_feed_receives_deltas_live(
+    client: ConduitClient, nats_client: Client, subjects: Subjects
+) -> None:
+    async with client.events("t-1", durable="bot") as feed:
+        await delta(nats_client, subjects, "t-1", "hel")
+        [got] = await take(feed, 1)
+    assert (got.kind, got.sequence) == ("text_delta", None)
+
+
+def test_a_durable_name_with_an_underscore_is_refused(client: ConduitClient) -> None:
+    with pytest.raises(ValueError, match="durable name"):
+        client.events("t-1", durable="my_bot")
+
+
+# -- end to end through the core ------------------------------------------------------
+
+
+async def test_a_conduit_talks_to_the_core_through_lookup_send_and_events(
+    client: ConduitClient, nats_url: str, manager: Manager
+) -> None:
+    service = CoreService(manager, servers=[nats_url], config=BusConfig(partitions=2))
+    await service.start()
+    try:
+        thread_id, created = await client.lookup_or_create("test.chat", "c-1")
+        async with client.events(thread_id) as feed:
+            await client.send(thread_id, "hello there", id="m-1")
+            got: list[Delivery] = []
+            while not got or got[-1].event != phase("done"):
+                got += await take(feed, 1)
+    finally:
+        await service.stop(grace=0)
+    assert created is True
+    stored = [d.event for d in got if d.sequence is not None and d.kind == "text"]
+    assert stored == [text("hello there")]
+    assert "text_delta" in {d.kind for d in got}
+    turns = [d.event.turn for d in got if isinstance(d.event, TurnCompleteEvent)]
+    assert [turn.event_id for turn in turns][:1] == ["m-1"]
+
+
+# -- permissions ----------------------------------------------------------------------
+
+
+def documented_server_config() -> str:
+    """The nats-server `authorization` block of docs/writing-a-conduit.md."""
+    page = (DOCS / "writing-a-conduit.md").read_text(encoding="utf-8")
+    match = re.search(r"```conf\n(authorization \{.*?)```", page, re.DOTALL)
+    assert match is not None, "writing-a-conduit.md must show an authorization block"
+    return match.group(1)
+
+
+@pytest.fixture
+async def secured(tmp_path: Path) -> AsyncIterator[tuple[str, Client]]:
+    """A server configured as the docs say; the core's connection (user `ore`) serves on it."""
+    with EmbeddedNatsServer(tmp_path / "secured", config=documented_server_config()) as server:
+        core = await nats.connect(server.url, user="ore", password="core-secret")
+        await ensure_streams(core.jetstream(), Subjects(), BusConfig(partitions=2))
+        async with (
+            Manager(MemoryStore(), EchoProcessor()) as manager,
+            ControlAPI(core, manager, Subjects(), version=VERSION),
+        ):
+            yield server.url, core
+        await core.close()
+
+
+async def connect_as_conduit(url: str, **options: Any) -> ConduitClient:
+    return await ConduitClient.connect(
+        url, name="slack", user="slack", password="conduit-secret", request_timeout=5, **options
+    )
+
+
+async def test_a_conduit_user_may_lookup_send_and_read_live_and_durable_events(
+    secured: tuple[str, Client],
+) -> None:
+    url, core = secured
+    async with await connect_as_conduit(url) as conduit:
+        thread_id, created = await conduit.lookup_or_create("slack.thread", "C1-1")
+        await conduit.send(thread_id, "hello", id="slack-C1-1")
+        async with (
+            conduit.events(thread_id, durable="slack") as durable,
+            conduit.events() as live,
+        ):
+            sequence = await store(core, Subjects(), thread_id, text("reply"))
+            [from_durable] = await take(durable, 1)
+            [from_live] = await take(live, 1)
+    assert created is True
+    assert from_durable.sequence == from_live.sequence == sequence
+
+
+async def test_a_conduit_user_gets_permission_denied_from_the_admin_api_at_once(
+    secured: tuple[str, Client],
+) -> None:
+    url, _ = secured
+    async with await connect_as_conduit(url) as conduit:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        with pytest.raises(PermissionDenied) as denied:
+            await conduit.delete_thread("anything")
+        assert loop.time() - started < 5, "a refusal must not wait for the request timeout"
+    assert denied.value.subject == "ore.api.threads.delete"
+    assert "ore.api.threads.delete" in str(denied.value)
+
+
+async def test_a_feed_that_may_not_read_stored_events_fails_when_it_starts(
+    secured: tuple[str, Client],
+) -> None:
+    url, _ = secured
+    async with await connect_as_conduit(url, prefix="other") as conduit:
+        with pytest.raises(
+            PermissionDenied, match=re.escape("$JS.API.STREAM.MSG.GET.OTHER_EVENTS")
+        ):
+            await conduit.events("t-1").start()
+        with pytest.raises(PermissionDenied, match=re.escape("CONSUMER.CREATE.OTHER_EVENTS")):
+            await conduit.events("t-1", durable="x").start()
+
+
+WATCHER_ONLY = """
+authorization {
+  users = [
+    {user: ore, password: core-secret}
+    {user: blind, password: blind-secret, permissions: {subscribe: {allow: ["_INBOX.>"]}}}
+  ]
+}
+"""
+
+
+async def test_a_refused_output_subscription_fails_the_feed(tmp_path: Path) -> None:
+    with EmbeddedNatsServer(tmp_path / "blind", config=WATCHER_ONLY) as server:
+        core = await nats.connect(server.url, user="ore", password="core-secret")
+        await ensure_streams(core.jetstream(), Subjects(), BusConfig(partitions=2))
+        async with await ConduitClient.connect(
+            server.url, name="blind", user="blind", password="blind-secret"
+        ) as conduit:
+            # The server may report the refusal after start() returned: then the
+            # first read raises it.
+            with pytest.raises(PermissionDenied, match=re.escape("subscribe to 'ore.out.t-1'")):
+                async with conduit.events("t-1") as feed:
+                    await asyncio.wait_for(anext(feed), 5)
+        await core.close()
+
+
+async def test_a_feed_before_the_core_created_its_streams_says_so(client: ConduitClient) -> None:
+    with pytest.raises(BusError, match="ORE_EVENTS does not exist"):
+        await client.events("t-1").start()
+
+
+# -- the example conduit of writing-a-conduit.md --------------------------------------
+
+
+def example_conduit_module() -> ModuleType:
+    """The complete conduit of docs/writing-a-conduit.md, imported as a module."""
+    page = (DOCS / "writing-a-conduit.md").read_text(encoding="utf-8")
+    match = re.search(r'```python\n("""ore_room.*?)```', page, re.DOTALL)
+    assert match is not None, "writing-a-conduit.md must show the complete conduit"
+    module = ModuleType("ore_room_example")
+    sys.modules[module.__name__] = module  # dataclasses look their module up
+    try:
+        exec(compile(match.group(1), "writing-a-conduit.md", "exec"), module.__dict__)
+    finally:
+        del sys.modules[module.__name__]
+    return module
+
+
+class FakeRoom:
+    """A platform with one incoming message that records what the conduit posts."""
+
+    def __init__(self, message: Any) -> None:
+        self.message = message
+        self.posted: asyncio.Queue[tuple[str, str, str]] = asyncio.Queue()
+
+    async def messages(self) -> AsyncIterator[Any]:
+        yield self.message
+        await asyncio.Event().wait()  # the platform stays connected
+
+    async def post(self, room: str, thread: str, text: str) -> None:
+        self.posted.put_nowait((room, thread, text))
+
+
+async def test_the_example_conduit_of_the_docs_answers_a_room_message(
+    client: ConduitClient, nats_url: str, manager: Manager
+) -> None:
+    example = example_conduit_module()
+    room = FakeRoom(example.RoomMessage("1712.1", "general", "1712.0", "U1", "hello room"))
+    service = CoreService(manager, servers=[nats_url], config=BusConfig(partitions=2))
+    await service.start()
+    conduit = asyncio.ensure_future(example.RoomConduit(room).run(client, {}))
+    try:
+        posted = await asyncio.wait_for(room.posted.get(), 10)
+    finally:
+        conduit.cancel()
+        await asyncio.wait([conduit])
+        await service.stop(grace=0)
+    assert posted == ("general", "1712.0", "hello room")
+    assert room.posted.empty(), "the user's own message must not be echoed"

@@ -1,0 +1,250 @@
+"""`ore serve` as a real process: protocol.md over a real nats-server, embedded default, SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+
+from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.session.stores import SQLiteStore
+
+pytest_plugins = ["ore_core.testing.plugins", "ore_core.testing.nats"]
+
+ORE = Path(sys.executable).with_name("ore")
+READY_TIMEOUT = 20.0
+EXIT_TIMEOUT = 30.0
+
+
+@dataclass
+class Served:
+    """A running `ore serve` process and where its threads are stored."""
+
+    process: subprocess.Popen[str]
+    store_path: Path
+    stderr_path: Path
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
+
+    async def terminate(self) -> int:
+        """SIGTERM, then the exit status (waited for off the event loop)."""
+        self.process.send_signal(signal.SIGTERM)
+        return await asyncio.to_thread(self.process.wait, EXIT_TIMEOUT)
+
+
+@pytest.fixture
+def start_serve(ore_isolated_env: Path, tmp_path: Path) -> Iterator[Callable[..., Served]]:
+    """`start_serve(*args)` runs `ore serve *args`; every process is gone after the test."""
+    started: list[Served] = []
+
+    def start(*args: str) -> Served:
+        index = len(started)
+        store_path = tmp_path / f"serve{index}.db"
+        stderr_path = tmp_path / f"serve{index}.log"
+        env = {
+            **os.environ,
+            "ORE_LOAD_PLUGINS": "",  # no test plugins from the venv
+            "ORE_STORE__PATH": str(store_path),
+            "ORE_LOG__FORMAT": "json",
+        }
+        with stderr_path.open("w") as stderr:
+            process = subprocess.Popen(
+                [str(ORE), "serve", *args],
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                env=env,
+            )
+        served = Served(process, store_path, stderr_path)
+        started.append(served)
+        return served
+
+    yield start
+    for served in started:
+        if served.process.poll() is None:
+            served.process.kill()
+            served.process.wait()
+        if served.process.stdout is not None:
+            served.process.stdout.close()
+
+
+@pytest.fixture
+async def client_of() -> AsyncIterator[Callable[[str], Any]]:
+    """`await client_of(url)`: a nats-py connection closed after the test."""
+    clients: list[Client] = []
+
+    async def connect(url: str) -> Client:
+        clients.append(await nats.connect(url, max_reconnect_attempts=0))
+        return clients[-1]
+
+    yield connect
+    for client in clients:
+        await client.close()
+
+
+async def wait_until_serving(nc: Client, served: Served) -> dict[str, Any]:
+    """Poll the control API's health endpoint until the core answers (it is the last to start).
+
+    The core has no way to announce readiness to another process, so this polls, and
+    fails early with the core's log if the process died.
+    """
+    deadline = time.monotonic() + READY_TIMEOUT
+    while True:
+        try:
+            reply = await nc.request("ore.api.health", b"{}", timeout=0.5)
+            answer: dict[str, Any] = json.loads(reply.data)
+            return answer
+        except (NoRespondersError, NatsTimeout):
+            if served.process.poll() is not None:
+                pytest.fail(
+                    f"ore serve exited with {served.process.returncode}:\n{served.stderr()}"
+                )
+            if time.monotonic() > deadline:
+                pytest.fail(f"ore serve did not answer within {READY_TIMEOUT}s:\n{served.stderr()}")
+            await asyncio.sleep(0.05)
+
+
+async def converse(nc: Client, thread_id: str, text: str) -> list[dict[str, Any]]:
+    """Send one user message as protocol.md's raw client does; the events until `done`."""
+    events: list[dict[str, Any]] = []
+    done = asyncio.Event()
+
+    async def on_event(msg: Any) -> None:
+        event = json.loads(msg.data)
+        events.append(event)
+        if event["kind"] == "lifecycle" and event["phase"] == "done":
+            done.set()
+
+    await nc.subscribe(f"ore.out.{thread_id}", cb=on_event)
+    message = {"kind": "user_message", "id": uuid.uuid4().hex, "content": text}
+    await nc.jetstream().publish(
+        f"ore.in.{thread_id}", json.dumps(message).encode(), headers={"Nats-Msg-Id": message["id"]}
+    )
+    await asyncio.wait_for(done.wait(), 10)
+    return events
+
+
+async def stored_turn_texts(store_path: Path, thread_id: str) -> list[tuple[str, str]]:
+    store = SQLiteStore(store_path)
+    try:
+        thread = await store.get(thread_id)
+    finally:
+        await store.close()
+    return [(str(t.role), t.artifacts[0].to_dict()["content"]) for t in thread.turns()]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+# --- against a given nats-server ---------------------------------------------------
+
+
+async def test_serve_answers_a_raw_nats_client_as_protocol_md_describes(
+    nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
+) -> None:
+    served = start_serve("--nats", nats_server.url)
+    nc = await client_of(nats_server.url)
+    await wait_until_serving(nc, served)
+    events = await converse(nc, "raw-1", "hello core")
+    stored = [e for e in events if e["kind"] != "text_delta"]
+    assert [(e["kind"], e.get("phase") or e.get("turn", {}).get("role")) for e in stored] == [
+        ("turn_complete", "user"),
+        ("lifecycle", "submitted"),
+        ("lifecycle", "streaming"),
+        ("text", None),
+        ("turn_complete", "assistant"),
+        ("lifecycle", "done"),
+    ]
+    assert [e["content"] for e in stored if e["kind"] == "text"] == ["hello core"]
+    assert await served.terminate() == 0
+
+
+async def test_sigterm_exits_0_with_the_conversation_in_the_configured_store(
+    nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
+) -> None:
+    served = start_serve("--nats", nats_server.url)
+    nc = await client_of(nats_server.url)
+    await wait_until_serving(nc, served)
+    await converse(nc, "kept", "remember me")
+    assert await served.terminate() == 0
+    assert await stored_turn_texts(served.store_path, "kept") == [
+        ("user", "remember me"),
+        ("assistant", "remember me"),
+    ]
+
+
+async def test_health_port_answers_readyz_while_serving(
+    nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
+) -> None:
+    port = free_port()
+    served = start_serve("--nats", nats_server.url, "--health-port", str(port))
+    await wait_until_serving(await client_of(nats_server.url), served)
+    url = f"http://127.0.0.1:{port}/readyz"
+    status = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).status)
+    assert status == 200
+    assert await served.terminate() == 0
+
+
+async def test_partitions_option_sets_the_ingress_partitions(
+    nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
+) -> None:
+    served = start_serve("--nats", nats_server.url, "--partitions", "2")
+    nc = await client_of(nats_server.url)
+    await wait_until_serving(nc, served)
+    consumers = await nc.jetstream().consumers_info("ORE_IN")
+    assert sorted(info.name for info in consumers) == ["ore-core-p0", "ore-core-p1"]
+    assert await served.terminate() == 0
+
+
+def test_partitions_that_are_not_a_power_of_two_are_a_usage_error(
+    start_serve: Callable[..., Served],
+) -> None:
+    served = start_serve("--nats", "nats://127.0.0.1:1", "--partitions", "3")
+    assert served.process.wait(EXIT_TIMEOUT) == 2
+    assert "--partitions" in served.stderr()
+    assert "power of two" in served.stderr()
+
+
+# --- embedded default --------------------------------------------------------------
+
+
+async def test_without_a_url_serve_starts_an_embedded_server_and_prints_its_url(
+    start_serve: Callable[..., Served], client_of: Any, ore_isolated_env: Path
+) -> None:
+    served = start_serve()
+    assert served.process.stdout is not None
+    line = await asyncio.to_thread(served.process.stdout.readline)
+    assert line.startswith("Embedded NATS server listening on nats://127.0.0.1:"), served.stderr()
+    url = line.split()[5]
+    assert str(ore_isolated_env / "state") in line  # its data lives in the user state dir
+    nc = await client_of(url)
+    await wait_until_serving(nc, served)
+    events = await converse(nc, "embedded", "hi")
+    assert events[-1] == {"kind": "lifecycle", "phase": "done"}
+    await nc.close()
+    assert await served.terminate() == 0
+    port = int(url.rsplit(":", 1)[1])
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()  # stopped with the core

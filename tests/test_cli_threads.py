@@ -1,0 +1,324 @@
+"""`ore threads list|show|fork|delete` against real stores populated through a real Manager."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+from click.testing import CliRunner, Result
+
+from ore_core.app import build_runtime
+from ore_core.cli import main
+from ore_core.config import OreSettings
+from ore_core.errors import ThreadNotFound
+from ore_core.events import UserMessageEvent
+from ore_core.ledger.thread import Thread
+from ore_core.plugins.manager import create_plugin_manager
+from ore_core.session.stores import JSONStore, SQLiteStore
+
+pytest_plugins = ["ore_core.testing.plugins"]
+
+ORE = Path(sys.executable).with_name("ore")
+
+
+@dataclass(frozen=True)
+class Populated:
+    """The store the tests read: thread `demo` with two branches, thread `other`."""
+
+    store: dict[str, Any]
+    demo: Thread
+    other: Thread
+
+    def turn(self, text: str, role: str = "user") -> str:
+        """Id of the `demo` turn with `role` saying `text`."""
+        (turn_id,) = [
+            turn.id
+            for turn in self.demo.all_turns()
+            if turn.role == role and turn.artifacts[0].to_dict()["content"] == text
+        ]
+        return turn_id
+
+
+def say(store: dict[str, Any], thread_id: str, *texts: str, create: bool = False) -> Thread:
+    """Send `texts` to `thread_id` through a real runtime (echo, slash commands); reload it."""
+
+    async def send() -> Thread:
+        config = OreSettings(store=store)
+        async with await build_runtime(config, create_plugin_manager()) as runtime:
+            if create:
+                stream = await runtime.manager.create_with_id(thread_id, {"title": "Demo"})
+            else:
+                stream = await runtime.manager.attach(thread_id)
+            for text in texts:
+                await stream.process(UserMessageEvent(content=text))
+            return await runtime.store.get(thread_id)
+
+    return asyncio.run(send())
+
+
+def stored(store: dict[str, Any], thread_id: str) -> Thread:
+    async def get() -> Thread:
+        opened = SQLiteStore(store["path"])
+        try:
+            return await opened.get(thread_id)
+        finally:
+            await opened.close()
+
+    return asyncio.run(get())
+
+
+@pytest.fixture(autouse=True)
+def _isolated(ore_isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("ORE_LOAD_PLUGINS", "")  # no test plugins from the venv
+    yield
+    structlog.reset_defaults()  # the CLI configures logging process-wide
+
+
+@pytest.fixture
+def populated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Populated:
+    store = {"name": "sqlite", "path": str(tmp_path / "threads.db")}
+    monkeypatch.setenv("ORE_STORE__NAME", "sqlite")
+    monkeypatch.setenv("ORE_STORE__PATH", store["path"])
+    say(store, "demo", "hello there", "first try", "/undo", "second try", create=True)
+    other = say(store, "other", "another conversation", create=True)
+    return Populated(store, stored(store, "demo"), other)
+
+
+def ore(*args: str, input: str | None = None) -> Result:
+    return CliRunner().invoke(main, list(args), input=input)
+
+
+def assert_one_error_line(result: Result, *fragments: str) -> None:
+    assert result.exit_code == 1
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("Error: ")
+    for fragment in fragments:
+        assert fragment in line
+
+
+# --- list --------------------------------------------------------------------------
+
+
+def test_list_shows_each_thread_with_its_turn_count_and_latest_text(
+    populated: Populated,
+) -> None:
+    result = ore("threads", "list")
+    assert result.exit_code == 0, result.output
+    header, *rows = result.stdout.splitlines()
+    assert header.split() == ["ID", "TURNS", "UPDATED", "PREVIEW"]
+    assert [(row.split()[0], row.split()[1]) for row in rows] == [("other", "2"), ("demo", "6")]
+    assert rows[1].endswith("second try")
+
+
+def test_list_json_has_id_turns_branches_updated_preview_and_metadata(
+    populated: Populated,
+) -> None:
+    result = ore("threads", "list", "--json")
+    assert result.exit_code == 0, result.output
+    demo = {entry["id"]: entry for entry in json.loads(result.stdout)}["demo"]
+    assert demo["turns"] == 6
+    assert demo["branches"] == 2
+    assert demo["preview"] == "second try"
+    assert demo["metadata"] == {"title": "Demo"}
+    assert demo["updated"].endswith("Z")
+
+
+def test_list_puts_the_most_recently_updated_thread_first(populated: Populated) -> None:
+    say(populated.store, "demo", "one more")
+    result = ore("threads", "list", "--json")
+    assert [entry["id"] for entry in json.loads(result.stdout)] == ["demo", "other"]
+
+
+def test_list_of_an_empty_store_says_which_store_is_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ORE_STORE__PATH", str(tmp_path / "empty.db"))
+    result = ore("threads", "list")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"No threads in sqlite:{tmp_path / 'empty.db'}.\n"
+
+
+# --- show --------------------------------------------------------------------------
+
+
+def test_show_prints_the_active_path_oldest_first_without_other_branches(
+    populated: Populated,
+) -> None:
+    result = ore("threads", "show", "demo")
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert text.index("hello there") < text.index("second try")
+    assert "first try" not in text
+    assert f"tip {populated.turn('second try', 'assistant')}: 4 of 6 turns" in text
+    assert "title = Demo" in text
+
+
+def test_show_json_lists_the_active_path_turns(populated: Populated) -> None:
+    result = ore("threads", "show", "demo", "--json")
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.stdout)
+    assert [turn["id"] for turn in shown["turns"]] == [turn.id for turn in populated.demo.turns()]
+    assert shown["current_tip"] == populated.demo.current_tip
+
+
+def test_show_all_branches_draws_the_tree_with_the_active_path_and_tip_marked(
+    populated: Populated,
+) -> None:
+    result = ore("threads", "show", "demo", "--all-branches")
+    assert result.exit_code == 0, result.output
+    turn = populated.turn
+    tree = result.stdout.split("\n\n", 1)[1].splitlines()
+    assert tree == [
+        f"* {turn('hello there')} user: hello there",
+        f"* {turn('hello there', 'assistant')} assistant: hello there",
+        f"├─ - {turn('first try')} user: first try",
+        f"│  - {turn('first try', 'assistant')} assistant: first try",
+        f"└─ * {turn('second try')} user: second try",
+        f"   * {turn('second try', 'assistant')} assistant: second try  <- tip",
+    ]
+
+
+def test_show_all_branches_json_has_every_turn_the_branches_and_the_path(
+    populated: Populated,
+) -> None:
+    result = ore("threads", "show", "demo", "--all-branches", "--json")
+    shown = json.loads(result.stdout)
+    assert len(shown["turns"]) == 6
+    assert shown["branches"] == [leaf.id for leaf in populated.demo.branches()]
+    assert shown["active_path"] == [turn.id for turn in populated.demo.turns()]
+
+
+# --- fork --------------------------------------------------------------------------
+
+
+def test_fork_moves_the_tip_so_the_next_message_branches_there(populated: Populated) -> None:
+    first_answer = populated.turn("first try", "assistant")
+    result = ore("threads", "fork", "demo", first_answer)
+    assert result.exit_code == 0, result.output
+    after = say(populated.store, "demo", "third try")
+    user_turn = after.turns()[-2]
+    assert (user_turn.parent_id, user_turn.artifacts[0].to_dict()["content"]) == (
+        first_answer,
+        "third try",
+    )
+
+
+def test_fork_at_an_unknown_turn_fails_in_one_line_and_keeps_the_tip(
+    populated: Populated,
+) -> None:
+    assert_one_error_line(ore("threads", "fork", "demo", "feedfacefeedface"), "feedfacefeedface")
+    assert stored(populated.store, "demo").current_tip == populated.demo.current_tip
+
+
+# --- delete ------------------------------------------------------------------------
+
+
+def test_delete_with_yes_removes_the_thread(populated: Populated) -> None:
+    result = ore("threads", "delete", "demo", "-y")
+    assert result.exit_code == 0, result.output
+    with pytest.raises(ThreadNotFound):
+        stored(populated.store, "demo")
+
+
+def test_delete_asks_first_and_keeps_the_thread_when_declined(populated: Populated) -> None:
+    result = ore("threads", "delete", "demo", input="n\n")
+    assert result.exit_code == 1
+    assert "Delete thread demo (6 turns)" in result.stdout
+    assert len(stored(populated.store, "demo")) == 6
+
+
+# --- errors ------------------------------------------------------------------------
+
+
+UNKNOWN_THREAD_COMMANDS = [
+    ["show", "ghost"],
+    ["show", "ghost", "--all-branches"],
+    ["fork", "ghost", "t"],
+    ["delete", "ghost", "-y"],
+]
+
+
+@pytest.mark.parametrize("command", UNKNOWN_THREAD_COMMANDS)
+def test_unknown_thread_is_one_error_line_naming_it_and_exit_1(
+    populated: Populated, command: list[str]
+) -> None:
+    assert_one_error_line(ore("threads", *command), "thread ghost not found", "sqlite:")
+
+
+def test_invalid_thread_id_is_one_error_line(populated: Populated) -> None:
+    assert_one_error_line(ore("threads", "show", "../etc"), "invalid thread id '../etc'")
+
+
+# --- other stores ------------------------------------------------------------------
+
+
+@pytest.fixture
+def json_dir(tmp_path: Path) -> Path:
+    """A JSON store with a readable thread `good` and a corrupt file `bad.json`."""
+    directory = tmp_path / "json-threads"
+    say({"name": "json", "path": str(directory)}, "good", "kept", create=True)
+    (directory / "bad.json").write_text("{not json")
+    return directory
+
+
+def test_store_options_override_the_configured_store(populated: Populated, json_dir: Path) -> None:
+    result = ore("threads", "--store", "json", "--store-path", str(json_dir), "list", "--json")
+    assert result.exit_code == 0, result.output
+    assert [entry["id"] for entry in json.loads(result.stdout)] == ["good"]
+
+
+def test_corrupt_thread_is_one_error_line(json_dir: Path) -> None:
+    result = ore("threads", "--store", "json", "--store-path", str(json_dir), "show", "bad")
+    assert_one_error_line(result, "bad")
+
+
+def test_a_corrupt_thread_can_be_deleted(json_dir: Path) -> None:
+    result = ore("threads", "--store", "json", "--store-path", str(json_dir), "delete", "bad", "-y")
+    assert result.exit_code == 0, result.output
+
+    async def ids() -> list[str]:
+        store = JSONStore(json_dir)
+        try:
+            return await store.list_ids()
+        finally:
+            await store.close()
+
+    assert asyncio.run(ids()) == ["good"]
+
+
+def test_unknown_store_name_is_one_error_line_listing_the_known_ones(populated: Populated) -> None:
+    assert_one_error_line(ore("threads", "--store", "nope", "list"), 'no store named "nope"')
+
+
+# --- a real process ----------------------------------------------------------------
+
+
+def run_ore(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(ORE), *args], capture_output=True, text=True, env=dict(os.environ), timeout=60
+    )
+
+
+def test_ore_threads_show_runs_as_a_real_process(populated: Populated) -> None:
+    shown = run_ore("threads", "show", "demo", "--all-branches")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.count("<- tip") == 1
+
+
+def test_ore_threads_in_a_real_process_reports_an_unknown_id_in_one_stderr_line(
+    populated: Populated,
+) -> None:
+    missing = run_ore("threads", "show", "ghost")
+    assert missing.returncode == 1
+    assert missing.stderr.splitlines() == [
+        f"Error: thread ghost not found in sqlite:{populated.store['path']}"
+    ]

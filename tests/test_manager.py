@@ -1,0 +1,225 @@
+"""Manager behaviour (ore-behaviour.md 7.3, 7.5, 16 items 30-31, 17 items 12 and 15)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ore_core.errors import SessionNotFound, ThreadExists, ThreadNotFound
+from ore_core.events import OutputEvent
+from ore_core.ledger.turn import Role
+from ore_core.session.manager import Manager
+from ore_core.session.stores.memory import MemoryStore
+from ore_core.testing.processors import ScriptedProcessor
+from tests.session_support import kinds, message
+
+
+@pytest.fixture
+async def manager() -> Manager:
+    async with Manager(MemoryStore(), ScriptedProcessor(["Hello"], chunk=10)) as m:
+        yield m  # type: ignore[misc]
+
+
+class Recorder:
+    """A sink that records (thread_id, event) and signals after `expected` events."""
+
+    def __init__(self, expected: int = 1) -> None:
+        self.events: list[tuple[str, OutputEvent]] = []
+        self.expected = expected
+        self.enough = asyncio.Event()
+
+    async def __call__(self, thread_id: str, event: OutputEvent) -> None:
+        self.events.append((thread_id, event))
+        if len(self.events) >= self.expected:
+            self.enough.set()
+
+    async def wait(self) -> None:
+        await asyncio.wait_for(self.enough.wait(), 5)
+
+
+async def test_create_returns_an_active_stream_with_a_stored_thread(manager: Manager) -> None:
+    stream = await manager.create({"title": "t"})
+    assert manager.get(stream.id) is stream
+    assert (await manager.store.get(stream.id)).meta().get("title") == "t"
+
+
+async def test_default_metadata_applies_to_new_threads() -> None:
+    async with Manager(
+        MemoryStore(), ScriptedProcessor(), default_metadata={"ore.model.name": "m"}
+    ) as manager:
+        stream = await manager.create()
+    assert stream.spec().name == "m"
+
+
+async def test_create_with_an_existing_id_never_overwrites_the_thread(manager: Manager) -> None:
+    stream = await manager.create_with_id("conversation-1")
+    await stream.process(message("keep me"))
+    with pytest.raises(ThreadExists):
+        await manager.create_with_id("conversation-1")
+    assert len((await manager.store.get("conversation-1")).turns()) == 2
+
+
+async def test_attach_twice_returns_the_same_stream(manager: Manager) -> None:
+    stream = await manager.create()
+    await manager.close(stream.id)
+    first = await manager.attach(stream.id)
+    assert await manager.attach(stream.id) is first
+    assert manager.list() == [first]
+
+
+async def test_fifty_concurrent_attaches_yield_one_stream(manager: Manager) -> None:
+    stream = await manager.create()
+    await manager.close(stream.id)
+    attached = await asyncio.gather(*(manager.attach(stream.id) for _ in range(50)))
+    assert len({id(s) for s in attached}) == 1
+    assert len(manager.list()) == 1
+
+
+async def test_attach_unknown_thread_raises_thread_not_found(manager: Manager) -> None:
+    with pytest.raises(ThreadNotFound):
+        await manager.attach("no-such-thread")
+    with pytest.raises(ThreadNotFound):
+        await asyncio.gather(*(manager.attach("no-such-thread") for _ in range(3)))
+    assert manager.list() == []
+
+
+async def test_closed_stream_leaves_the_manager_but_the_thread_stays(manager: Manager) -> None:
+    stream = await manager.create()
+    await stream.process(message("hi"))
+    await stream.close()
+    assert manager.list() == []
+    with pytest.raises(SessionNotFound, match=stream.id):
+        manager.get(stream.id)
+    with pytest.raises(SessionNotFound):
+        await manager.close(stream.id)
+    assert len((await manager.get_thread(stream.id)).turns()) == 2
+
+
+async def test_lookup_or_create_is_atomic_for_racing_callers(manager: Manager) -> None:
+    results = await asyncio.gather(
+        *(manager.lookup_or_create("slack.thread", "C1:1712.1") for _ in range(20))
+    )
+    assert len({stream.id for stream, _ in results}) == 1
+    assert sum(created for _, created in results) == 1
+    assert len(manager.list()) == 1
+
+
+async def test_sink_receives_the_seven_events_of_a_message(manager: Manager) -> None:
+    recorder = Recorder(expected=7)
+    await_unregister = manager.register_sink([], recorder)
+    stream = await manager.create()
+    await stream.process(message("hi"))
+    await recorder.wait()
+    assert kinds([e for _, e in recorder.events]) == [
+        "turn_complete",
+        "lifecycle:submitted",
+        "lifecycle:streaming",
+        "text_delta",
+        "text",
+        "turn_complete",
+        "lifecycle:done",
+    ]
+    assert {tid for tid, _ in recorder.events} == {stream.id}
+    await await_unregister()
+
+
+async def test_sink_sees_existing_and_future_streams_tagged_by_id(manager: Manager) -> None:
+    before = await manager.create()
+    recorder = Recorder(expected=2)
+    manager.register_sink(["lifecycle"], _only_done(recorder))
+    after = await manager.create()
+    await before.process(message("a"))
+    await after.process(message("b"))
+    await recorder.wait()
+    assert {tid for tid, _ in recorder.events} == {before.id, after.id}
+
+
+def _only_done(recorder: Recorder):  # type: ignore[no-untyped-def]
+    async def sink(thread_id: str, event: OutputEvent) -> None:
+        if getattr(event, "phase", "") == "done":
+            await recorder(thread_id, event)
+
+    return sink
+
+
+async def test_sink_kind_filter(manager: Manager) -> None:
+    recorder = Recorder(expected=3)
+    manager.register_sink(["text_delta", "turn_complete"], recorder)
+    stream = await manager.create()
+    await stream.process(message("hi"))
+    await recorder.wait()
+    assert [e.kind for _, e in recorder.events] == ["turn_complete", "text_delta", "turn_complete"]
+
+
+async def test_unregistered_sink_stops_receiving_and_double_unregister_is_safe(
+    manager: Manager,
+) -> None:
+    recorder = Recorder(expected=7)
+    unregister = manager.register_sink([], recorder)
+    stream = await manager.create()
+    await stream.process(message("one"))
+    await recorder.wait()
+    await unregister()
+    await unregister()
+    await stream.process(message("two"))
+    assert len(recorder.events) == 7
+
+
+async def test_failing_sink_is_isolated_from_other_sinks_and_the_stream(
+    manager: Manager,
+) -> None:
+    async def broken(thread_id: str, event: OutputEvent) -> None:
+        raise RuntimeError("sink exploded")
+
+    recorder = Recorder(expected=14)
+    manager.register_sink([], broken, name="broken")
+    manager.register_sink([], recorder)
+    stream = await manager.create()
+    await stream.process(message("one"))
+    await stream.process(message("two"))
+    await recorder.wait()
+    assert len(stream.turns()) == 4
+
+
+async def test_stuck_sink_never_stalls_the_stream(manager: Manager) -> None:
+    never = asyncio.Event()
+
+    async def stuck(thread_id: str, event: OutputEvent) -> None:
+        await never.wait()
+
+    manager.register_sink([], stuck, name="stuck")
+    stream = await manager.create()
+    for index in range(20):
+        await asyncio.wait_for(stream.process(message(f"m{index}")), 2)
+    assert len(stream.turns()) == 40
+    never.set()
+
+
+async def test_both_turn_completes_carry_the_input_provenance(manager: Manager) -> None:
+    recorder = Recorder(expected=2)
+    manager.register_sink(["turn_complete"], recorder)
+    stream = await manager.create()
+    await stream.process(message("hi", provenance="slack"))
+    await recorder.wait()
+    assert [e.context.provenance for _, e in recorder.events] == ["slack", "slack"]
+    assert [e.turn.role for _, e in recorder.events] == [  # type: ignore[union-attr]
+        Role.USER,
+        Role.ASSISTANT,
+    ]
+
+
+async def test_delete_thread_closes_the_stream_and_removes_it(manager: Manager) -> None:
+    stream = await manager.create()
+    assert await manager.delete_thread(stream.id) is True
+    assert stream.closed
+    with pytest.raises(ThreadNotFound):
+        await manager.get_thread(stream.id)
+
+
+async def test_aclose_closes_every_stream() -> None:
+    manager = Manager(MemoryStore(), ScriptedProcessor())
+    streams = [await manager.create() for _ in range(3)]
+    await manager.aclose()
+    assert all(s.closed for s in streams)
+    assert manager.list() == []

@@ -1,0 +1,47 @@
+"""The embedded 3-node JetStream cluster (each test starts one: about a second)."""
+
+import socket
+
+import nats
+import pytest
+from nats.js.api import StorageType
+
+from ore_core.bus import embedded
+from ore_core.bus.embedded import EmbeddedNatsCluster
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def test_r3_stream_on_the_cluster_replicates_what_is_published(
+    nats_cluster: EmbeddedNatsCluster,
+) -> None:
+    assert len(set(nats_cluster.urls)) == 3
+    client = await nats.connect(servers=nats_cluster.urls)
+    try:
+        js = client.jetstream()
+        info = await js.add_stream(
+            name="R3", subjects=["r3.>"], num_replicas=3, storage=StorageType.FILE
+        )
+        ack = await js.publish("r3.t1", b"replicated")
+        stored = await js.get_msg("R3", ack.seq)
+    finally:
+        await client.close()
+    assert info.cluster is not None
+    assert len(info.cluster.replicas or []) == 2
+    assert stored.data == b"replicated"
+
+
+def test_cluster_start_retries_on_new_ports_when_a_cluster_port_was_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        taken = squatter.getsockname()[1]
+        picks = iter([[taken, *embedded._free_ports(2)]])
+        real_free_ports = embedded._free_ports
+        monkeypatch.setattr(
+            embedded, "_free_ports", lambda count: next(picks, None) or real_free_ports(count)
+        )
+        with EmbeddedNatsCluster(3) as cluster:
+            assert all(node.running for node in cluster.nodes)

@@ -1,0 +1,439 @@
+"""SQLiteStore: WAL, schema versions, incremental saves, group commit, several processes."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sqlite3
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import closing
+from functools import partial
+from pathlib import Path
+
+import pytest
+
+from ore_core import jsonutil
+from ore_core.artifacts import Text
+from ore_core.errors import StoreError, ThreadCorrupt, ThreadNotFound
+from ore_core.ledger.thread import Thread
+from ore_core.ledger.turn import Role, Turn, turn_to_dict
+from ore_core.session.stores import SQLiteStore
+from ore_core.session.stores.sqlite_store import MIGRATIONS, SCHEMA_VERSION
+from tests.helpers.worker_gate import queued_together
+
+# Rows written by the store, recorded by triggers: seen from outside the store's connection.
+AUDIT = """
+CREATE TABLE audit (op TEXT, tbl TEXT, row TEXT);
+CREATE TRIGGER turns_ins AFTER INSERT ON turns
+  BEGIN INSERT INTO audit VALUES ('insert', 'turns', NEW.turn_id); END;
+CREATE TRIGGER turns_upd AFTER UPDATE ON turns
+  BEGIN INSERT INTO audit VALUES ('update', 'turns', NEW.turn_id); END;
+CREATE TRIGGER turns_del AFTER DELETE ON turns
+  BEGIN INSERT INTO audit VALUES ('delete', 'turns', OLD.turn_id); END;
+CREATE TRIGGER meta_ins AFTER INSERT ON metadata
+  BEGIN INSERT INTO audit VALUES ('insert', 'metadata', NEW.key); END;
+CREATE TRIGGER meta_upd AFTER UPDATE ON metadata
+  BEGIN INSERT INTO audit VALUES ('update', 'metadata', NEW.key); END;
+CREATE TRIGGER meta_del AFTER DELETE ON metadata
+  BEGIN INSERT INTO audit VALUES ('delete', 'metadata', OLD.key); END;
+"""
+
+GET_OR_CREATE_SCRIPT = """
+import asyncio, sys
+from ore_core.session.stores import SQLiteStore
+
+async def main() -> None:
+    store = SQLiteStore(sys.argv[1])
+    found = await asyncio.gather(*(store.get_or_create_by("slack.thread", "t") for _ in range(10)))
+    print(" ".join(sorted({thread.id for thread, _ in found})))
+    await store.close()
+
+asyncio.run(main())
+"""
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "ore.db"
+
+
+@pytest.fixture
+async def store(db_path: Path) -> AsyncIterator[SQLiteStore]:
+    store = SQLiteStore(db_path)
+    yield store
+    await store.close()
+
+
+@pytest.fixture
+def outside(db_path: Path) -> Iterator[sqlite3.Connection]:
+    """A connection of our own to the store's file."""
+    with closing(sqlite3.connect(db_path, isolation_level=None)) as conn:
+        yield conn
+
+
+def _audit(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
+    rows = conn.execute("SELECT op, tbl, row FROM audit ORDER BY rowid").fetchall()
+    conn.execute("DELETE FROM audit")
+    return rows
+
+
+def _texts(thread: Thread) -> list[str]:
+    return [a.content for turn in thread.turns() for a in turn.artifacts if isinstance(a, Text)]
+
+
+async def test_missing_thread_error_names_the_thread_and_the_database(
+    store: SQLiteStore, db_path: Path
+) -> None:
+    with pytest.raises(ThreadNotFound) as caught:
+        await store.get("3fa1")
+    assert str(caught.value) == f"thread 3fa1 not found in sqlite:{db_path}"
+
+
+async def test_database_is_in_wal_mode(store: SQLiteStore, outside: sqlite3.Connection) -> None:
+    await store.create()
+    assert outside.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+@pytest.mark.parametrize(("fsync", "synchronous"), [("always", 2), ("batch", 1), ("never", 0)])
+async def test_fsync_policy_sets_the_synchronous_level(
+    db_path: Path, fsync: str, synchronous: int
+) -> None:
+    store = SQLiteStore(db_path, fsync=fsync)
+    try:
+        # A per-connection setting: only the store's own connection can report it.
+        def read_level() -> object:
+            return store._connection().execute("PRAGMA synchronous").fetchone()
+
+        assert await store._run(read_level) == (synchronous,)
+    finally:
+        await store.close()
+
+
+def test_unknown_fsync_policy_is_refused(db_path: Path) -> None:
+    with pytest.raises(StoreError, match="sometimes"):
+        SQLiteStore(db_path, fsync="sometimes")
+
+
+async def test_schema_version_is_recorded(store: SQLiteStore, outside: sqlite3.Connection) -> None:
+    await store.create()
+    assert outside.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+
+
+async def test_database_from_a_newer_ore_is_refused(
+    db_path: Path, outside: sqlite3.Connection
+) -> None:
+    outside.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    store = SQLiteStore(db_path)
+    with pytest.raises(StoreError, match="upgrade ore"):
+        await store.list_ids()
+    await store.close()
+
+
+async def test_get_by_uses_the_metadata_index(
+    store: SQLiteStore, outside: sqlite3.Connection
+) -> None:
+    await store.create()
+    plan = outside.execute(
+        "EXPLAIN QUERY PLAN SELECT thread_id FROM metadata WHERE key = ? AND value = ?",
+        ("k", "v"),
+    ).fetchall()
+    assert "metadata_by_value" in str(plan)
+
+
+async def test_saving_one_new_turn_writes_only_its_row(
+    store: SQLiteStore, outside: sqlite3.Connection
+) -> None:
+    thread = await store.create(metadata={"a": "1"})
+    for n in range(3):
+        thread.append(Role.USER, Text(f"old {n}"))
+    await store.save(thread)
+    outside.executescript(AUDIT)
+    new = thread.append(Role.USER, Text("new"))
+    await store.save(thread)
+    assert _audit(outside) == [("insert", "turns", new.id)]
+
+
+async def test_saving_a_metadata_change_writes_only_that_key(
+    store: SQLiteStore, outside: sqlite3.Connection
+) -> None:
+    thread = await store.create(metadata={"a": "1", "b": "2", "c": "3"})
+    thread.append(Role.USER, Text("turn"))
+    await store.save(thread)
+    outside.executescript(AUDIT)
+    thread.meta().set("b", "changed")
+    thread.meta().delete("c")
+    await store.save(thread)
+    assert _audit(outside) == [("update", "metadata", "b"), ("delete", "metadata", "c")]
+
+
+async def test_saving_without_changes_writes_no_turn_or_metadata_row(
+    store: SQLiteStore, outside: sqlite3.Connection
+) -> None:
+    thread = await store.create(metadata={"a": "1"})
+    thread.append(Role.USER, Text("turn"))
+    await store.save(thread)
+    outside.executescript(AUDIT)
+    await store.save(thread)
+    assert _audit(outside) == []
+
+
+async def test_thread_not_from_this_store_is_written_in_full(
+    store: SQLiteStore, db_path: Path
+) -> None:
+    stored = await store.create("t", metadata={"a": "1", "b": "2"})
+    stored.append(Role.USER, Text("stored"))
+    await store.save(stored)
+    outsider = Thread("t", metadata={"a": "1"})
+    outsider.append(Role.USER, Text("replacement"))
+    await store.save(outsider)
+    loaded = await store.get("t")
+    assert (_texts(loaded), len(loaded), loaded.meta().all()) == (["replacement"], 1, {"a": "1"})
+
+
+async def test_failed_save_keeps_its_changes_for_the_next_save(
+    db_path: Path, outside: sqlite3.Connection
+) -> None:
+    store = SQLiteStore(db_path, busy_timeout=0.05)
+    try:
+        thread = await store.create()
+        thread.append(Role.USER, Text("kept"))
+        outside.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(StoreError, match="locked"):
+            await store.save(thread)
+        outside.execute("ROLLBACK")
+        await store.save(thread)
+        assert _texts(await store.get(thread.id)) == ["kept"]
+    finally:
+        await store.close()
+
+
+async def test_corrupt_turn_row_makes_get_raise_but_list_skip_it(
+    store: SQLiteStore, outside: sqlite3.Connection
+) -> None:
+    broken = await store.create("broken")
+    broken.append(Role.USER, Text("x"))
+    await store.save(broken)
+    await store.create("fine")
+    outside.execute("UPDATE turns SET json = 'not json' WHERE thread_id = 'broken'")
+    with pytest.raises(ThreadCorrupt, match=r"thread broken in sqlite:.*ore\.db"):
+        await store.get("broken")
+    assert [thread.id for thread in await store.list()] == ["fine"]
+
+
+async def test_two_instances_see_each_others_writes(db_path: Path) -> None:
+    first, second = SQLiteStore(db_path), SQLiteStore(db_path)
+    try:
+        thread = await first.create(metadata={"slack.channel": "C1"})
+        thread.append(Role.USER, Text("from first"))
+        await first.save(thread)
+        seen = await second.get_by("slack.channel", "C1")
+        seen.append(Role.ASSISTANT, Text("from second"))
+        await second.save(seen)
+        assert _texts(await first.get(thread.id)) == ["from first", "from second"]
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_get_or_create_by_on_two_instances_yields_one_thread(db_path: Path) -> None:
+    first, second = SQLiteStore(db_path), SQLiteStore(db_path)
+    try:
+        found = await asyncio.gather(
+            *(
+                store.get_or_create_by("slack.thread", "same")
+                for _ in range(10)
+                for store in (first, second)
+            )
+        )
+        assert len({thread.id for thread, _ in found}) == 1
+        assert sum(created for _, created in found) == 1
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_get_or_create_by_in_three_processes_yields_one_thread(db_path: Path) -> None:
+    processes: list[asyncio.subprocess.Process] = []
+    try:
+        for _ in range(3):
+            processes.append(
+                await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-c",
+                    GET_OR_CREATE_SCRIPT,
+                    str(db_path),
+                    stdout=asyncio.subprocess.PIPE,
+                )
+            )
+        outputs = [(await asyncio.wait_for(p.communicate(), 60))[0].split() for p in processes]
+    finally:
+        for process in processes:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    assert [p.returncode for p in processes] == [0, 0, 0]
+    assert all(len(ids) == 1 for ids in outputs)
+    assert len({ids[0] for ids in outputs}) == 1
+
+
+# -- group commit, checkpoints, schema migration --------------------------------------------------
+
+
+def _poison(conn: sqlite3.Connection, resolution: str) -> None:
+    """Make SQLite refuse any turn whose JSON mentions "poison" (ABORT: the statement
+    fails; ROLLBACK: SQLite abandons the whole transaction)."""
+    conn.execute(
+        "CREATE TRIGGER poison BEFORE INSERT ON turns WHEN NEW.json LIKE '%poison%'"
+        f" BEGIN SELECT RAISE({resolution}, 'poisoned turn'); END"
+    )
+
+
+def _stored_turn_ids(conn: sqlite3.Connection) -> set[str]:
+    return {turn_id for (turn_id,) in conn.execute("SELECT turn_id FROM turns")}
+
+
+async def _trace_commits(store: SQLiteStore) -> list[str]:
+    """The COMMIT statements the store's own connection runs from now on."""
+    statements: list[str] = []
+
+    def install() -> None:
+        store._connection().set_trace_callback(statements.append)
+
+    await store._run(install)
+    return statements
+
+
+async def test_fifty_concurrent_saves_share_one_commit_and_return_once_committed(
+    store: SQLiteStore, outside: sqlite3.Connection
+) -> None:
+    threads = [await store.create() for _ in range(50)]
+    commits = await _trace_commits(store)
+    visible_on_return: list[bool] = []
+
+    async def save(thread: Thread) -> None:
+        turn = thread.append(Role.USER, Text(f"from {thread.id}"))
+        await store.save(thread)
+        visible_on_return.append(turn.id in _stored_turn_ids(outside))
+
+    results = await queued_together(store._worker, [partial(save, thread) for thread in threads])
+    assert results == [None] * 50
+    assert visible_on_return == [True] * 50
+    assert [sql for sql in commits if sql == "COMMIT"] == ["COMMIT"]
+
+
+@pytest.mark.parametrize("resolution", ["ABORT", "ROLLBACK"])
+async def test_a_save_that_fails_inside_a_group_fails_only_its_own_caller(
+    store: SQLiteStore, outside: sqlite3.Connection, resolution: str
+) -> None:
+    threads = [await store.create() for _ in range(3)]
+    turns = [
+        thread.append(Role.USER, Text(text))
+        for thread, text in zip(threads, ["fine", "poison", "also fine"], strict=True)
+    ]
+    _poison(outside, resolution)
+    results = await queued_together(
+        store._worker, [partial(store.save, thread) for thread in threads]
+    )
+    assert [type(result).__name__ for result in results] == ["NoneType", "StoreError", "NoneType"]
+    assert "poisoned turn" in str(results[1])
+    assert _stored_turn_ids(outside) == {turns[0].id, turns[2].id}
+
+
+async def test_a_save_refused_in_a_group_keeps_its_changes_for_the_next_save(
+    store: SQLiteStore, outside: sqlite3.Connection
+) -> None:
+    fine, refused = await store.create(), await store.create()
+    fine.append(Role.USER, Text("fine"))
+    refused.append(Role.USER, Text("poison"))
+    _poison(outside, "ABORT")
+    await queued_together(store._worker, [partial(store.save, fine), partial(store.save, refused)])
+    outside.execute("DROP TRIGGER poison")
+    await store.save(refused)
+    assert _texts(await store.get(refused.id)) == ["poison"]
+
+
+async def test_a_group_whose_transaction_cannot_start_fails_every_save_then_the_next_works(
+    db_path: Path, outside: sqlite3.Connection
+) -> None:
+    store = SQLiteStore(db_path, busy_timeout=0.05)
+    try:
+        threads = [await store.create() for _ in range(3)]
+        for thread in threads:
+            thread.append(Role.USER, Text(f"in {thread.id}"))
+        outside.execute("BEGIN IMMEDIATE")  # holds the write lock
+        results = await queued_together(
+            store._worker, [partial(store.save, thread) for thread in threads]
+        )
+        outside.execute("ROLLBACK")
+        assert all(isinstance(r, StoreError) and "locked" in str(r) for r in results)
+        await asyncio.gather(*(store.save(thread) for thread in threads))
+        assert [_texts(await store.get(t.id)) for t in threads] == [[f"in {t.id}"] for t in threads]
+    finally:
+        await store.close()
+
+
+async def test_saving_an_unchanged_thread_runs_no_statement(store: SQLiteStore) -> None:
+    thread = await store.create()
+    thread.append(Role.USER, Text("saved"))
+    await store.save(thread)
+    statements = await _trace_commits(store)
+    await store.save(thread)
+    await store._run(lambda: None)  # anything the save queued has run by now
+    assert statements == []
+
+
+async def test_commits_reach_the_database_file_without_a_save_checkpointing(
+    store: SQLiteStore, db_path: Path, tmp_path: Path
+) -> None:
+    thread = await store.create()
+    turn = thread.append(Role.USER, Text("checkpointed"))
+    await store.save(thread)
+    copy = tmp_path / "main-file-only.db"  # the database file without its WAL
+
+    def in_main_file() -> bool:
+        shutil.copyfile(db_path, copy)
+        with closing(sqlite3.connect(copy)) as conn:
+            try:
+                return turn.id in _stored_turn_ids(conn)
+            except sqlite3.OperationalError:  # not even the schema is checkpointed yet
+                return False
+
+    # The checkpoint happens on a background thread: poll the file, with a deadline.
+    deadline = time.monotonic() + 10
+    while not await asyncio.to_thread(in_main_file):
+        assert time.monotonic() < deadline, "the WAL was never checkpointed"
+        await asyncio.sleep(0.01)
+
+
+async def test_close_stops_the_worker_and_checkpoint_threads(db_path: Path) -> None:
+    store = SQLiteStore(db_path)
+    thread = await store.create()
+    thread.append(Role.USER, Text("one"))
+    await store.save(thread)
+    await store.close()
+    assert [t.name for t in threading.enumerate() if t.name.startswith("ore-sqlite")] == []
+
+
+async def test_a_version_1_database_is_migrated_keeping_each_threads_turn_order(
+    db_path: Path,
+) -> None:
+    with closing(sqlite3.connect(db_path, isolation_level=None)) as conn:
+        MIGRATIONS[0](conn)
+        conn.execute("PRAGMA user_version = 1")
+        conn.execute("INSERT INTO threads VALUES ('t', 'b', '2024-01-01T00:00:00Z', '')")
+        for turn_id, parent, seq in [("b", "a", 2), ("a", "", 1)]:  # rows out of seq order
+            raw = jsonutil.dumps(turn_to_dict(Turn(turn_id, Role.USER, [Text(turn_id)], parent)))
+            conn.execute("INSERT INTO turns VALUES ('t', ?, ?, ?)", (turn_id, raw.decode(), seq))
+    store = SQLiteStore(db_path)
+    try:
+        thread = await store.get("t")
+        thread.append(Role.ASSISTANT, Text("c"))
+        await store.save(thread)
+        reloaded = await store.get("t")
+        assert [turn.id for turn in reloaded.all_turns()][:2] == ["a", "b"]
+        assert _texts(reloaded) == ["a", "b", "c"]
+    finally:
+        await store.close()
