@@ -700,13 +700,14 @@ def decode_envelope(
     reg = registry if reg is None else reg
     out: list[Artifact] = []
     for index, item in enumerate(items or ()):
-        if not isinstance(item, Mapping):
+        # Concrete dict checks first: parsed JSON is dicts and the ABC check is slow.
+        if not isinstance(item, dict) and not isinstance(item, Mapping):
             raise ArtifactError(f"unmarshal artifact {index}: expected an object, got {item!r}")
         kind = item.get("kind")
         data = item.get("data")
         if not isinstance(kind, str) or not kind:
             raise ArtifactError(f"unmarshal artifact {index}: missing kind")
-        if not isinstance(data, Mapping):
+        if not isinstance(data, dict) and not isinstance(data, Mapping):
             raise ArtifactError(f'unmarshal artifact "{kind}": data must be an object')
         out.append(reg.decode(kind, data))
     return out

@@ -33,6 +33,7 @@ __all__ = ["LAZY_COMMANDS", "CliState", "OreGroup", "cli_state", "main"]
 
 LAZY_COMMANDS: dict[str, str] = {
     "chat": "ore_core.cli_chat:chat",
+    "conduit": "ore_core.cli_conduit:conduit",
     "serve": "ore_core.cli_serve:serve",
     "threads": "ore_core.cli_threads:threads",
 }

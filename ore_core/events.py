@@ -305,7 +305,7 @@ class ArtifactEvent(_Event):
 
 def _validate_turn(value: object) -> Turn:
     if isinstance(value, Turn):
-        turn = value.copy()  # the event owns its turn; later edits by the sender don't leak
+        turn = value
     elif isinstance(value, Mapping):
         try:
             turn = turn_from_dict(value)

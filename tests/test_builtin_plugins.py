@@ -138,8 +138,8 @@ async def test_a_message_through_the_runtime_is_stored_in_each_store(
         stored = await runtime.store.get(thread_id)
         assert runtime.store.name == name
     assert [(turn.role, turn.artifacts) for turn in stored.turns()] == [
-        (Role.USER, [Text("hello store")]),
-        (Role.ASSISTANT, [Text("hello store")]),
+        (Role.USER, (Text("hello store"),)),
+        (Role.ASSISTANT, (Text("hello store"),)),
     ]
 
 
@@ -190,7 +190,7 @@ async def test_missing_processor_falls_back_to_echo_with_one_notice(
     assert 'turn processor "gpt-9000" is not installed' in notice
     assert 'answering with "echo"' in notice
     assert [log["event"] for log in logs if log["log_level"] == "warning"] == [notice]
-    assert turns[-1].artifacts == [Text("still answered")]
+    assert turns[-1].artifacts == (Text("still answered"),)
 
 
 async def test_configured_processor_gets_its_whole_section(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -117,8 +118,7 @@ def test_every_entry_of_a_call_carries_one_clock_reading() -> None:
 def test_go_lines_replay_to_the_go_state() -> None:
     state = replay(loads(line) for line in GO_LINES)
     assert state.tip == "u1"
-    expected = user_turn()
-    expected.control = TraversalControl.STOP
+    expected = dataclasses.replace(user_turn(), control=TraversalControl.STOP)
     assert state.turns == {"u1": expected}
     assert state.turns["u1"].control is TraversalControl.STOP
     assert (state.entries, state.problem) == (4, None)
@@ -131,7 +131,7 @@ def test_replaying_nothing_gives_an_empty_state() -> None:
 
 def test_add_turn_of_a_known_id_replaces_the_turn() -> None:
     state = replay([add(user_turn(text="first")), add(user_turn(text="second"))])
-    assert state.turns["u1"].artifacts == [Text("second")]
+    assert state.turns["u1"].artifacts == (Text("second"),)
 
 
 def test_add_turn_does_not_move_the_tip() -> None:

@@ -223,3 +223,40 @@ async def test_aclose_closes_every_stream() -> None:
     await manager.aclose()
     assert all(s.closed for s in streams)
     assert manager.list() == []
+
+
+async def test_a_sink_far_behind_is_disconnected_without_harming_the_stream() -> None:
+    gate = asyncio.Event()
+    seen: list[str] = []
+
+    async def stuck(thread_id: str, event: OutputEvent) -> None:
+        seen.append(event.kind)
+        await gate.wait()
+
+    async with Manager(MemoryStore(), ScriptedProcessor(["a"]), subscriber_buffer=4) as manager:
+        manager.register_sink([], stuck, name="stuck")
+        stream = await manager.create()
+        for index in range(10):
+            await stream.process(message(f"m{index}"))
+        gate.set()
+        assert len(stream.turns()) == 20
+    assert len(seen) < 70
+
+
+async def test_a_lossless_sink_gets_every_stored_event_even_far_behind() -> None:
+    gate = asyncio.Event()
+    recorder = Recorder(expected=10 * 6)
+
+    async def slow(thread_id: str, event: OutputEvent) -> None:
+        await gate.wait()
+        if event.kind != "text_delta":
+            await recorder(thread_id, event)
+
+    async with Manager(MemoryStore(), ScriptedProcessor(["a"]), subscriber_buffer=4) as manager:
+        manager.register_sink([], slow, name="egress", lossless=True)
+        stream = await manager.create()
+        for index in range(10):
+            await stream.process(message(f"m{index}"))
+        gate.set()
+        await recorder.wait()
+    assert sum(e.kind == "turn_complete" for _, e in recorder.events) == 20

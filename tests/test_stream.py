@@ -61,7 +61,7 @@ async def test_user_and_assistant_turns_are_stored_after_a_message(store: Memory
         await stream.process(message("hi"))
         stored = await store.get(stream.id)
     assert [t.role for t in stored.turns()] == [Role.USER, Role.ASSISTANT]
-    assert stored.turns()[1].artifacts == [Text("Hello world")]
+    assert stored.turns()[1].artifacts == (Text("Hello world"),)
 
 
 async def test_turn_complete_carries_the_stored_turn_id(store: MemoryStore) -> None:
@@ -465,7 +465,7 @@ async def test_empty_model_output_records_an_empty_assistant_turn_without_stream
         await stream.process(message("hi"))
         events = await collect(sub)
     assert kinds(events) == ["lifecycle:submitted", "lifecycle:done"]
-    assert stream.turns()[-1].artifacts == []
+    assert stream.turns()[-1].artifacts == ()
 
 
 @pytest.mark.parametrize(

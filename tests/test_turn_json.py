@@ -33,7 +33,7 @@ def test_go_written_turn_with_nanoseconds_and_parent_loads() -> None:
     )
     turn = turn_from_dict(loads(raw))
     assert turn.parent_id == "a"
-    assert turn.artifacts == []
+    assert turn.artifacts == ()
     assert turn.control is TraversalControl.SKIP
     assert turn.timestamp == datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
 

@@ -48,12 +48,11 @@ def test_prepend_with_no_virtual_turns_returns_the_base_itself() -> None:
     assert prepend(base, None) is base
 
 
-def test_prepend_turns_are_copies_independent_of_each_other_and_the_inputs() -> None:
-    virtual = Turn("sys", Role.SYSTEM, [Text("be brief")])
-    state = prepend(thread_with("hi"), [virtual])
-    virtual.artifacts.clear()
-    state.turns()[0].artifacts.clear()
-    state.turns()[1].artifacts.clear()
+def test_prepend_keeps_its_own_list_independent_of_the_input_and_callers() -> None:
+    virtual = [Turn("sys", Role.SYSTEM, (Text("be brief"),))]
+    state = prepend(thread_with("hi"), virtual)
+    virtual.clear()
+    state.turns().clear()
     assert texts(state) == ["be brief", "hi"]
 
 
@@ -98,16 +97,15 @@ def test_prepend_over_a_view_composes() -> None:
 # -- view --------------------------------------------------------------------------------------
 
 
-def test_view_returns_the_projected_turns_as_copies() -> None:
+def test_view_returns_a_new_list_of_the_projected_turns() -> None:
     state = view(thread_with("hi"), [SYSTEM])
-    state.turns()[0].artifacts.clear()
+    state.turns().clear()
     assert state.turns() == [SYSTEM]
 
 
-def test_view_keeps_its_own_copy_of_the_given_turns() -> None:
-    given = [Turn("sys", Role.SYSTEM, [Text("be brief")])]
+def test_view_keeps_its_own_list_of_the_given_turns() -> None:
+    given = [Turn("sys", Role.SYSTEM, (Text("be brief"),))]
     state = view(thread_with("hi"), given)
-    given[0].artifacts.clear()
     given.clear()
     assert state.turns() == [SYSTEM]
 

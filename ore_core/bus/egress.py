@@ -42,8 +42,11 @@ class Egress:
         self.dropped_deltas = 0
 
     def attach(self, manager: Manager) -> Callable[[], Awaitable[None]]:
-        """Receive every event of `manager`'s streams; returns the async unregister."""
-        return manager.register_sink((), self.emit, name=self.name)
+        """Receive every event of `manager`'s streams; returns the async unregister.
+
+        Lossless: however far NATS falls behind (an outage), no stored event is dropped.
+        """
+        return manager.register_sink((), self.emit, name=self.name, lossless=True)
 
     def _subjects_of(self, thread_id: str) -> tuple[str, str]:
         pair = self._cache.get(thread_id)

@@ -158,14 +158,14 @@ def _specs(subjects: Subjects, config: BusConfig) -> list[_Spec]:
     ]
 
 
-def _describe(field: str, value: Any) -> str:
+def _describe(value: Any) -> str:
     if isinstance(value, SubjectTransform | RePublish):
         return f"{value.src} -> {value.dest}"
     return repr(value.value if hasattr(value, "value") else value)
 
 
 def _conflict(stream: str, field: str, have: Any, want: Any) -> BusConfigError:
-    detail = f"{field} is {_describe(field, have)}, configured {_describe(field, want)}"
+    detail = f"{field} is {_describe(have)}, configured {_describe(want)}"
     if field == "subject_transform" and have is not None:
         found = _PARTITION_COUNT.search(str(have.dest))
         wanted = _PARTITION_COUNT.search(str(want.dest))
@@ -231,8 +231,8 @@ async def _ensure_consumer(js: JetStreamContext, stream: str, want: ConsumerConf
         if getattr(have, field) != getattr(want, field):
             raise BusConfigError(
                 f"consumer {name} of stream {stream} conflicts with this configuration: "
-                f"{field} is {_describe(field, getattr(have, field))}, configured "
-                f"{_describe(field, getattr(want, field))}. Delete the consumer to recreate it"
+                f"{field} is {_describe(getattr(have, field))}, configured "
+                f"{_describe(getattr(want, field))}. Delete the consumer to recreate it"
             )
     tunable = ("ack_wait", "backoff", "max_deliver", "max_ack_pending")
     if any(getattr(have, field) != getattr(want, field) for field in tunable):

@@ -38,28 +38,28 @@ class Buffer:
 
     def turns(self) -> list[Turn]:
         """Copies of every turn, oldest first."""
-        return [turn.copy() for turn in self._turns]
+        return list(self._turns)
 
     def append(self, role: Role | str, *artifacts: Artifact, event_id: str = "") -> Turn:
-        """Add a turn stamped with the clock's time; returns a copy of it."""
+        """Add a turn stamped with the clock's time; returns it."""
         parent_id = self._turns[-1].id if self._turns else ""
         turn = Turn(
             generate_turn_id(),
             role,
-            list(artifacts),
+            artifacts,
             parent_id=parent_id,
             timestamp=self._clock.now(),
             event_id=event_id,
         )
         self._turns.append(turn)
-        return turn.copy()
+        return turn
 
     def load_turns(self, turns: Iterable[Turn]) -> None:
         """Replace every turn with copies of `turns`, kept as they are (timestamps too).
 
         For restoring saved turns, which `append` would re-stamp with the current time.
         """
-        self._turns = [turn.copy() for turn in turns]
+        self._turns = list(turns)
 
     def meta(self) -> Meta:
         """The live metadata handle (every call shares the same storage)."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -286,13 +287,13 @@ def _set_tip(state: JournalState, tip: str, _: None) -> None:
 def _set_control(state: JournalState, turn_id: str, control: TraversalControl | str) -> None:
     turn = state.turns.get(turn_id)
     if turn is not None:
-        turn.control = control
+        state.turns[turn_id] = replace(turn, control=control)
 
 
 def _set_parent(state: JournalState, turn_id: str, parent_id: str) -> None:
     turn = state.turns.get(turn_id)
     if turn is not None:
-        turn.parent_id = parent_id
+        state.turns[turn_id] = replace(turn, parent_id=parent_id)
 
 
 def _set_meta(state: JournalState, key: str, value: str | None) -> None:

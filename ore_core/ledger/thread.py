@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
@@ -32,7 +33,7 @@ class State(Protocol):
         ...
 
     def append(self, role: Role | str, *artifacts: Artifact, event_id: str = "") -> Turn:
-        """Add a turn at the end of the conversation; returns a copy of it."""
+        """Add a turn at the end of the conversation; returns it."""
         ...
 
     def meta(self) -> Meta:
@@ -98,7 +99,7 @@ class Thread:
         """Store a new turn under the tip, stamped by the clock, and make it the tip.
 
         `event_id` records the ingress event the turn came from (see `has_event`).
-        Returns a copy of the stored turn.
+        Returns the stored turn.
         """
         turn_id = generate_turn_id()
         while turn_id in self._turns:  # 64 random bits: a clash would overwrite a turn
@@ -106,16 +107,16 @@ class Thread:
         turn = Turn(
             turn_id,
             role,
-            list(artifacts),
+            artifacts,
             parent_id=self._tip,
             timestamp=self._clock.now(),
             event_id=event_id,
         )
         if self._journal is not None:
-            self._journal.add_turn(turn.copy(), tip=turn_id)
+            self._journal.add_turn(turn, tip=turn_id)
         self._store(turn)
         self._tip = turn_id
-        return turn.copy()
+        return turn
 
     def meta(self) -> Meta:
         """The live metadata handle; `set`/`delete` are journaled when the thread is bound."""
@@ -124,26 +125,25 @@ class Thread:
     # -- reading ---------------------------------------------------------------------------
 
     def get_turn(self, turn_id: str) -> Turn | None:
-        """A copy of the stored turn, or None when the thread has no such turn."""
-        turn = self._turns.get(turn_id)
-        return None if turn is None else turn.copy()
+        """The stored turn, or None when the thread has no such turn."""
+        return self._turns.get(turn_id)
 
     def all_turns(self) -> list[Turn]:
-        """Copies of every stored turn on every branch, in the order they were first stored."""
-        return [turn.copy() for turn in self._turns.values()]
+        """Every stored turn on every branch, in the order they were first stored."""
+        return list(self._turns.values())
 
     def resolve_active_path(self) -> list[Turn]:
-        """Copies of the turns on the active path, oldest first. O(n), ends on a parent loop."""
-        path = [turn.copy() for turn in self._walk()]
+        """The turns on the active path, oldest first (a new list). O(n), ends on a loop."""
+        path = list(self._walk())
         path.reverse()
         return path
 
     def branches(self) -> list[Turn]:
-        """Copies of the leaves (turns no other turn names as parent), oldest first."""
+        """The leaves (turns no other turn names as parent), oldest first."""
         named = {turn.parent_id for turn in self._turns.values() if turn.parent_id != turn.id}
         leaves = [turn for turn in self._turns.values() if turn.id not in named]
         leaves.sort(key=_age)
-        return [turn.copy() for turn in leaves]
+        return leaves
 
     def has_event(self, event_id: str) -> bool:
         """True when some stored turn was recorded from ingress event `event_id`."""
@@ -152,11 +152,10 @@ class Thread:
     # -- changing the tree -------------------------------------------------------------------
 
     def save_turn(self, turn: Turn) -> None:
-        """Insert a copy of `turn`, or replace the stored turn with its id; the tip stays."""
-        stored = turn.copy()
+        """Insert `turn`, or replace the stored turn with its id; the tip stays."""
         if self._journal is not None:
-            self._journal.add_turn(turn.copy())
-        self._store(stored)
+            self._journal.add_turn(turn)
+        self._store(turn)
 
     def set_current_tip(self, turn_id: str) -> None:
         """Point the active path at `turn_id`, verbatim (use `fork` to insist it exists)."""
@@ -171,7 +170,7 @@ class Thread:
             return
         if self._journal is not None:
             self._journal.update_parent(turn_id, parent_id)
-        turn.parent_id = parent_id
+        self._turns[turn_id] = replace(turn, parent_id=parent_id)
 
     def set_control(self, turn_id: str, control: TraversalControl | str) -> None:
         """Set how the walk treats a stored turn; no-op when `turn_id` is unknown.
@@ -191,7 +190,7 @@ class Thread:
             return
         if self._journal is not None:
             self._journal.update_control(turn_id, value)
-        turn.control = value
+        self._turns[turn_id] = replace(turn, control=value)
 
     def fork(self, turn_id: str) -> None:
         """Move the tip to an existing turn so the next `append` starts a new branch there."""

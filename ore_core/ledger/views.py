@@ -49,11 +49,11 @@ class View(_Delegating):
 
     def __init__(self, base: State, turns: Iterable[Turn]) -> None:
         super().__init__(base)
-        self._turns = [turn.copy() for turn in turns]
+        self._turns = list(turns)
 
     def turns(self) -> list[Turn]:
         """Copies of the projected turns."""
-        return [turn.copy() for turn in self._turns]
+        return list(self._turns)
 
 
 class Prepend(_Delegating):
@@ -67,7 +67,7 @@ class Prepend(_Delegating):
 
     def __init__(self, base: State, virtual: Iterable[Turn]) -> None:
         super().__init__(base)
-        self._virtual = [turn.copy() for turn in virtual]
+        self._virtual = list(virtual)
 
     def turns(self) -> list[Turn]:
         """Copies of the virtual turns, then the base's current turns."""
@@ -75,7 +75,7 @@ class Prepend(_Delegating):
 
     def virtual_turns(self) -> list[Turn]:
         """Copies of the turns placed before the base's."""
-        return [turn.copy() for turn in self._virtual]
+        return list(self._virtual)
 
 
 def view(base: State, turns: Iterable[Turn] | None) -> State:

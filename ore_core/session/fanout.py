@@ -71,6 +71,7 @@ class EventBuffer(Generic[T]):
         *,
         maxsize: int = 1024,
         hard_limit: int | None = None,
+        lossless: bool = False,
     ) -> None:
         if maxsize < 1:
             raise ValueError("maxsize must be at least 1")
@@ -78,7 +79,11 @@ class EventBuffer(Generic[T]):
         self._event_of = event_of
         self._rebuild = rebuild
         self._maxsize = maxsize
-        self._hard_limit = hard_limit if hard_limit is not None else maxsize * 8
+        # A lossless buffer (the bus egress) still merges deltas under pressure but never
+        # cuts its reader off: it grows instead, bounded by how long an outage lasts.
+        self._hard_limit = (
+            None if lossless else hard_limit if hard_limit is not None else maxsize * 8
+        )
         self._waiter: asyncio.Future[None] | None = None
         self._closed = False
         self._error: BaseException | None = None
@@ -103,7 +108,7 @@ class EventBuffer(Generic[T]):
             if delta is not None:
                 self._squeeze(item, delta)
                 return
-            if len(items) >= self._hard_limit:
+            if self._hard_limit is not None and len(items) >= self._hard_limit:
                 self.close(SubscriberOverflow(f"subscriber fell {len(items)} events behind"))
                 return
         items.append(item)

@@ -20,7 +20,7 @@ import structlog
 from ore_core.errors import SessionNotFound
 from ore_core.events import OutputEvent
 from ore_core.ledger.thread import Thread
-from ore_core.session.fanout import EventBuffer
+from ore_core.session.fanout import EventBuffer, SubscriberOverflow
 from ore_core.session.protocols import Interceptor, Sink, SinkFunc, Store, TurnProcessor
 from ore_core.session.stream import DoubleTexting, Stream
 from ore_core.session.turn_context import Transform
@@ -46,11 +46,15 @@ def _rebuild(item: _SinkItem, event: OutputEvent) -> _SinkItem:
 class _SinkRunner:
     """Delivers events to one sink function from its own task, in order."""
 
-    def __init__(self, name: str, kinds: frozenset[str], fn: SinkFunc, maxsize: int) -> None:
+    def __init__(
+        self, name: str, kinds: frozenset[str], fn: SinkFunc, maxsize: int, lossless: bool
+    ) -> None:
         self.name = name
         self.kinds = kinds
         self.fn = fn
-        self.buffer: EventBuffer[_SinkItem] = EventBuffer(_event_of, _rebuild, maxsize=maxsize)
+        self.buffer: EventBuffer[_SinkItem] = EventBuffer(
+            _event_of, _rebuild, maxsize=maxsize, lossless=lossless
+        )
         self.task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -64,6 +68,11 @@ class _SinkRunner:
             try:
                 thread_id, event = await self.buffer.get()
             except StopAsyncIteration:
+                return
+            except SubscriberOverflow as exc:
+                log.error(
+                    "sink disconnected: it fell too far behind", sink=self.name, error=str(exc)
+                )
                 return
             try:
                 await self.fn(thread_id, event)
@@ -247,18 +256,26 @@ class Manager:
     # -- sinks ----------------------------------------------------------------
 
     def register_sink(
-        self, kinds: Iterable[str], fn: SinkFunc, *, name: str | None = None
+        self,
+        kinds: Iterable[str],
+        fn: SinkFunc,
+        *,
+        name: str | None = None,
+        lossless: bool = False,
     ) -> Callable[[], Awaitable[None]]:
         """Deliver events of `kinds` (empty = all) from every stream to `fn(thread_id, event)`.
 
-        Returns an async `unregister()` (idempotent) that stops delivery after the
-        events already queued for this sink.
+        A sink that falls behind gets deltas merged (or dropped) and, far behind, is
+        disconnected; a `lossless` sink (the bus egress) is never disconnected and
+        never loses a non-delta event. Returns an async `unregister()` (idempotent)
+        that stops delivery after the events already queued for this sink.
         """
         runner = _SinkRunner(
             name or str(getattr(fn, "__qualname__", "sink")),
             frozenset(kinds),
             fn,
             self._subscriber_buffer,
+            lossless,
         )
         self._sinks.append(runner)
         try:

@@ -61,7 +61,7 @@ class _FileOptions(_StoreOptions):
 class _JournalOptions(_FileOptions):
     fsync: FsyncPolicy = FsyncPolicy.BATCH
     lock_timeout: PositiveFloat = 2.0
-    max_open: PositiveInt = 256
+    max_open: PositiveInt | None = None
 
 
 class _SQLiteOptions(_FileOptions):

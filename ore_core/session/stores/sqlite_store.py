@@ -88,8 +88,14 @@ SCHEMA_VERSION = len(MIGRATIONS)
 # loss can roll back the last commits, an application crash cannot); OFF never.
 _SYNCHRONOUS = {FsyncPolicy.ALWAYS: "FULL", FsyncPolicy.BATCH: "NORMAL", FsyncPolicy.NEVER: "OFF"}
 
-# Computed by SQLite inside the statement: no formatting on the worker thread.
+# The time is taken by SQLite inside the statement: no formatting on the worker thread.
 _NOW = "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+_INSERT_THREAD = (
+    f"INSERT INTO threads (id, current_tip, created_at, updated_at) VALUES (?, ?, {_NOW}, {_NOW})"
+)
+_UPDATE_THREAD = (
+    f"UPDATE threads SET updated_at = {_NOW}, current_tip = coalesce(?, current_tip) WHERE id = ?"
+)
 
 
 class _GroupUndone(Exception):
@@ -320,7 +326,7 @@ class SQLiteStore(BaseStore):
         self, conn: sqlite3.Connection, thread_id: str, metadata: Mapping[str, str]
     ) -> None:
         try:
-            _insert_thread_row(conn, thread_id, "")
+            conn.execute(_INSERT_THREAD, (thread_id, ""))
         except sqlite3.IntegrityError:
             raise self._exists(thread_id) from None
         conn.executemany(
@@ -353,15 +359,11 @@ class SQLiteStore(BaseStore):
         """Apply `rows` inside the group's transaction; False (nothing written) when
         partial rows meet a thread that is no longer stored."""
         conn = self._connection()
-        updated = conn.execute(
-            f"UPDATE threads SET updated_at = {_NOW}, current_tip = coalesce(?, current_tip)"
-            " WHERE id = ?",
-            (rows.tip, thread_id),
-        ).rowcount
+        updated = conn.execute(_UPDATE_THREAD, (rows.tip, thread_id)).rowcount
         if not updated:
             if not rows.full:
                 return False
-            _insert_thread_row(conn, thread_id, rows.tip or "")
+            conn.execute(_INSERT_THREAD, (thread_id, rows.tip or ""))
         if rows.full:
             conn.execute("DELETE FROM turns WHERE thread_id = ?", (thread_id,))
             conn.execute("DELETE FROM metadata WHERE thread_id = ?", (thread_id,))
@@ -452,14 +454,6 @@ def _match(conn: sqlite3.Connection, key: str, value: str) -> str | None:
         (key, value),
     ).fetchone()
     return None if row is None else str(row[0])
-
-
-def _insert_thread_row(conn: sqlite3.Connection, thread_id: str, tip: str) -> None:
-    conn.execute(
-        "INSERT INTO threads (id, current_tip, created_at, updated_at)"
-        f" VALUES (?, ?, {_NOW}, {_NOW})",
-        (thread_id, tip),
-    )
 
 
 def _upsert_turns(

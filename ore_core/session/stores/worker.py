@@ -17,7 +17,7 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from operator import attrgetter
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from ore_core.errors import StoreError
 
@@ -78,12 +78,13 @@ class Call(Generic[_T]):
         if self.error is not None:
             self.future.set_exception(self.error)
         else:
-            self.future.set_result(self.result)  # type: ignore[arg-type]  # ran: a _T
+            self.future.set_result(cast(_T, self.result))  # it ran, so this is its _T
 
 
 GroupRunner = Callable[[Sequence[Call[Any]]], None]
-"""Runs a batch of grouped calls (`Call.run` each) as one unit, e.g. one transaction;
-when the unit as a whole fails it calls `Call.fail` on every call of the batch."""
+"""Runs a batch of grouped calls (`Call.run` each) as one unit, e.g. one transaction.
+If it raises, every call of the batch fails with that error (a call that failed on
+its own keeps its own error)."""
 
 
 def _settle_all(calls: Sequence[Call[Any]]) -> None:

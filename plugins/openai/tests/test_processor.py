@@ -101,11 +101,11 @@ async def test_a_text_answer_streams_deltas_and_records_text_stop_reason_and_usa
     assert len(deltas) > 1
     answer = stream.turns()[-1]
     assert answer.role == Role.ASSISTANT
-    assert answer.artifacts == [
+    assert answer.artifacts == (
         Text("Hello there, human"),
         StopReason("stop"),
         Usage(prompt_tokens=9, completion_tokens=4, total_tokens=13),
-    ]
+    )
 
 
 async def test_the_whole_conversation_is_sent_and_reasoning_is_not(
@@ -239,7 +239,7 @@ async def test_tool_results_are_sent_back_to_the_model(mock_openai: MockOpenAISe
     async with conversation(mock_openai, [ADD]) as stream:
         await ask(stream, "2+2")
     tool_turn = stream.turns()[2]
-    assert tool_turn.artifacts == [ToolResult("c1", "4", value=4)]
+    assert tool_turn.artifacts == (ToolResult("c1", "4", value=4),)
     assert mock_openai.requests[1]["messages"][-1] == {
         "role": "tool",
         "tool_call_id": "c1",

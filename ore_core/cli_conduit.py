@@ -1,0 +1,216 @@
+"""`ore conduit NAME`: run one installed conduit as a process of its own until SIGTERM.
+
+The conduit class comes from the plugins' registrations (`ore_register_conduits`),
+its settings from the `[plugins.NAME]` table (with `--set` overrides on top),
+validated by the class's `load_config`. It connects to the NATS that `ore serve`
+uses (`nats.*` settings: URL, credentials, TLS, subject prefix). A conduit never
+starts a server of its own: with no URL configured, or none reachable, it fails with
+one line and exit status 1. SIGTERM or SIGINT cancels the conduit, closes the
+connection and exits 0. `ore conduit --list` shows what is installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import click
+import structlog
+from pydantic import ValidationError
+
+from ore_core.bus.client import ConduitClient
+from ore_core.bus.errors import BusError
+from ore_core.cli import _columns, cli_state
+from ore_core.cli_serve import _tls
+from ore_core.config import NatsSettings, OreSettings
+from ore_core.errors import OreError
+from ore_core.plugins.manager import BUILTIN_PLUGINS, OrePluginManager, plugin_callers
+from ore_core.plugins.registry import collect_registrations
+
+__all__ = ["conduit", "parse_overrides"]
+
+log = structlog.get_logger("ore.conduit")
+
+
+@click.command()
+@click.argument("name", required=False)
+@click.option("--list", "list_only", is_flag=True, help="List the installed conduits.")
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Set a key of [plugins.NAME] for this run; repeatable. Dotted keys reach nested "
+    "tables; a value starting with [ or { is read as JSON.",
+)
+@click.option(
+    "--nats",
+    "nats_urls",
+    multiple=True,
+    metavar="URL",
+    help="NATS server URL; repeat for a cluster (default: nats.url).",
+)
+@click.option(
+    "--connect-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Seconds to keep trying to reach NATS before giving up.",
+)
+def conduit(
+    name: str | None,
+    list_only: bool,
+    overrides: tuple[str, ...],
+    nats_urls: tuple[str, ...],
+    connect_timeout: float,
+) -> None:
+    """Run the installed conduit NAME against the NATS of `ore serve`, until SIGTERM."""
+    state = cli_state()
+    if list_only:
+        _list_conduits(state.plugin_manager, state.settings)
+        return
+    if name is None:
+        raise click.UsageError("name the conduit to run (`ore conduit --list` shows them)")
+    settings = state.settings
+    conduit_class = collect_registrations(state.plugin_manager, settings).conduit(name)
+    section = settings.plugin_config(name)
+    for key, value in parse_overrides(overrides):
+        _assign(section, key, value)
+    load = getattr(conduit_class, "load_config", None)
+    config = load(section) if callable(load) else section
+    nats = _with_urls(settings.nats, nats_urls)
+    if not nats.url:
+        raise OreError(
+            f"conduit {name}: no NATS server configured; pass --nats URL or set nats.url "
+            "(ORE_NATS__URL) to the server `ore serve` uses (a conduit never starts its own)"
+        )
+    asyncio.run(_serve(conduit_class, config, nats, connect_timeout))
+
+
+def parse_overrides(overrides: Sequence[str]) -> list[tuple[list[str], Any]]:
+    """`KEY=VALUE` options as (key path, value); values are strings unless JSON `[`/`{`."""
+    parsed = []
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        path = key.strip().split(".")
+        if not sep or not all(path):
+            raise click.BadParameter(f"{override!r} is not KEY=VALUE", param_hint="--set")
+        parsed.append((path, _value(override, value)))
+    return parsed
+
+
+def _value(override: str, text: str) -> Any:
+    if not text.lstrip().startswith(("[", "{")):
+        return text  # the config model converts "5" or "true" where it expects a number
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"{override!r}: invalid JSON: {exc}", param_hint="--set")
+
+
+def _assign(section: dict[str, Any], path: list[str], value: Any) -> None:
+    """Set `section[a][b]... = value` for the path `a.b...`, copying tables on the way."""
+    table = section
+    for part in path[:-1]:
+        nested = table.get(part)
+        table[part] = dict(nested) if isinstance(nested, Mapping) else {}
+        table = table[part]
+    table[path[-1]] = value
+
+
+def _with_urls(base: NatsSettings, urls: Sequence[str]) -> NatsSettings:
+    """The `[nats]` settings with `--nats` URLs, validated as the settings are."""
+    if not urls:
+        return base
+    try:
+        return NatsSettings.model_validate({**base.model_dump(), "url": list(urls)})
+    except ValidationError as exc:
+        message = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise click.BadParameter(message, param_hint="--nats") from None
+
+
+async def _serve(
+    conduit_class: type[Any], config: Any, nats: NatsSettings, connect_timeout: float
+) -> None:
+    """Connect, run the conduit until a signal cancels it, then close the connection."""
+    task = asyncio.current_task()
+    assert task is not None
+    loop = asyncio.get_running_loop()
+    signals: list[signal.Signals] = []
+
+    def on_signal(signum: signal.Signals) -> None:
+        log.info("stopping" if not signals else "stopping now", signal=signum.name)
+        signals.append(signum)
+        task.cancel()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        client = await _connect(conduit_class.name, nats, connect_timeout)
+        async with client:
+            log.info("conduit running", conduit=conduit_class.name, servers=nats.url)
+            await conduit_class().run(client, config)
+    except asyncio.CancelledError:
+        if not signals:
+            raise
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+
+
+async def _connect(name: str, nats: NatsSettings, connect_timeout: float) -> ConduitClient:
+    servers = list(nats.url or [])
+    try:
+        async with asyncio.timeout(connect_timeout):
+            return await ConduitClient.connect(
+                servers,
+                name=name,
+                prefix=nats.subject_prefix,
+                user=nats.user,
+                password=nats.password.get_secret_value() if nats.password else None,
+                token=nats.token.get_secret_value() if nats.token else None,
+                nkey_seed=nats.nkey_seed_file,
+                creds_file=nats.creds_file,
+                tls=_tls(nats),
+            )
+    except TimeoutError:
+        raise BusError(
+            f"conduit {name}: cannot reach NATS at {', '.join(servers)} within "
+            f"{connect_timeout:g}s; is the server running, and are --nats / nats.url right?"
+        ) from None
+
+
+def _list_conduits(plugins: OrePluginManager, settings: OreSettings) -> None:
+    """One row per installed conduit: name, distribution, description."""
+    classes = collect_registrations(plugins, settings).conduits
+    if not classes:
+        click.echo("No conduits installed (e.g. `ore install ore-conduit-nats`).")
+        return
+    owners = _owners(plugins)
+    rows = [("NAME", "DISTRIBUTION", "DESCRIPTION")]
+    for name, cls in sorted(classes.items()):
+        rows.append((name, _distribution(plugins, owners.get(cls)), _description(cls)))
+    click.echo("\n".join(_columns(rows)))
+
+
+def _owners(plugins: OrePluginManager) -> dict[type[Any], str]:
+    """Conduit class -> the plugin that registered it (asked once more, plugin by plugin)."""
+    owners: dict[type[Any], str] = {}
+    for plugin, caller in plugin_callers(plugins, "ore_register_conduits"):
+        caller(register=lambda cls, plugin=plugin: owners.setdefault(cls, plugin))
+    return owners
+
+
+def _distribution(plugins: OrePluginManager, plugin: str | None) -> str:
+    dist = plugins.distribution(plugin) if plugin else None
+    if dist is not None:
+        return f"{dist.metadata['Name']} {dist.version}"
+    return "ore-core (built in)" if plugin in BUILTIN_PLUGINS else "-"
+
+
+def _description(cls: type[Any]) -> str:
+    text = getattr(cls, "description", "") or (cls.__doc__ or "").strip()
+    return text.splitlines()[0] if text else ""
