@@ -167,8 +167,12 @@ class ConduitClient:
         request_timeout: float = 5.0,
         send_deadline: float = 30.0,
         reconnect_wait: float = 2.0,
+        connect_timeout: float = 10.0,
     ) -> ConduitClient:
         """Connect to NATS as conduit `name` (reconnects forever once connected).
+
+        The first connection must succeed within `connect_timeout` seconds, else
+        BusError: nats-py would otherwise keep retrying an unreachable server forever.
 
         `nkey_seed` is a seed (`SU...`) or the path of a file holding one (needs the
         `nkeys` package). `tls` is a ready SSLContext or `TlsFiles`. `send_deadline`
@@ -207,7 +211,13 @@ class ConduitClient:
             key = "nkeys_seed_str" if _SEED.fullmatch(seed.strip()) else "nkeys_seed"
             options[key] = seed.strip() if key == "nkeys_seed_str" else str(Path(seed))
         try:
-            nc = await nats.connect(**options)
+            async with asyncio.timeout(connect_timeout):
+                nc = await nats.connect(**options)
+        except TimeoutError:
+            raise BusError(
+                f"conduit {name}: cannot reach NATS at {servers} within {connect_timeout:g}s; "
+                "is the server running, and is the URL right?"
+            ) from None
         except ImportError as exc:  # nats-py imports nkeys only for nkey and creds auth
             raise BusError(
                 f"conduit {name}: nkey and creds-file authentication need the 'nkeys' "

@@ -25,6 +25,7 @@ from nats.micro.service import Service
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ore_core import jsonutil
+from ore_core.bus.barrier import subscriptions_registered
 from ore_core.bus.subjects import Subjects
 from ore_core.errors import (
     InvalidThreadId,
@@ -209,7 +210,8 @@ class ControlAPI:
                 subject=self._subjects.api(endpoint.path),
                 handler=endpoint.handler,
             )
-        await self._nc.flush()
+        # flush() alone does not prove the endpoints are live (see bus.barrier).
+        await subscriptions_registered(self._nc)
         self._service = service
 
     async def stop(self) -> None:

@@ -34,6 +34,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RawStreamMsg
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
+from ore_core.bus.barrier import subscriptions_registered
 from ore_core.bus.errors import BusError, PermissionDenied
 from ore_core.bus.permissions import PermissionWatch
 from ore_core.bus.subjects import HEADER_KIND, HEADER_LAST_SEQUENCE, Subjects
@@ -161,7 +162,7 @@ class EventFeed:
             )
             self._unwatch = self._permissions.watch_subscription(output, self._on_refused)
             self._live = await self._nc.subscribe(output, cb=self._on_live)
-            await self._nc.flush()
+            await subscriptions_registered(self._nc)
             if self._refusal is not None:
                 raise self._refusal
         except BaseException:
@@ -207,9 +208,11 @@ class EventFeed:
             return
         self._closed = True
         fetcher, self._fetcher = self._fetcher, None
-        if fetcher is not None:
+        # nats-py's fetch runs asyncio.wait_for in a task of its own, and on 3.11 that
+        # can swallow a cancel racing an arriving message: repeat until it really ends.
+        while fetcher is not None and not fetcher.done():
             fetcher.cancel()
-            await asyncio.wait([fetcher])
+            await asyncio.wait([fetcher], timeout=0.1)
         if self._unwatch is not None:
             self._unwatch()
         live, self._live = self._live, None
@@ -394,7 +397,7 @@ class EventFeed:
     async def _fetch(self, pull: JetStreamContext.PullSubscription) -> None:
         """Keep up to `prefetch` stored events ready; permits return as events are acked."""
         try:
-            while True:
+            while not self._closed:
                 await self._permits.acquire()
                 batch = 1
                 while batch < self._prefetch and not self._permits.locked():

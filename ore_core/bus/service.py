@@ -42,6 +42,8 @@ from ore_core.session.manager import Manager
 
 __all__ = ["CoreService", "run", "serve"]
 
+CONNECT_TIMEOUT = 10.0  # seconds for the first connection to NATS
+
 log = structlog.get_logger("ore.bus")
 
 # How a lost or refused connection shows up in error_cb: logged once as "connection lost".
@@ -173,13 +175,20 @@ class CoreService:
 
     async def _start(self) -> None:
         try:
-            nc = await nats.connect(
-                servers=self._servers,
-                error_cb=self._on_error,
-                disconnected_cb=self._on_disconnected,
-                reconnected_cb=self._on_reconnected,
-                **self._connect_options,
-            )
+            # nats-py retries an unreachable server forever: bound the first connect.
+            async with asyncio.timeout(CONNECT_TIMEOUT):
+                nc = await nats.connect(
+                    servers=self._servers,
+                    error_cb=self._on_error,
+                    disconnected_cb=self._on_disconnected,
+                    reconnected_cb=self._on_reconnected,
+                    **self._connect_options,
+                )
+        except TimeoutError:
+            raise BusError(
+                f"cannot reach NATS at {', '.join(self._servers)} within {CONNECT_TIMEOUT:g}s; "
+                "is the server running, and is nats.url right?"
+            ) from None
         except (NatsError, OSError) as exc:
             raise BusError(
                 f"cannot connect the ore core to NATS at {', '.join(self._servers)}: {exc}"

@@ -273,7 +273,7 @@ class RunningConduit:
                 + _stack_of(task)
             )
             if not task.cancelled() and task.exception() is not None:
-                raise AssertionError("conduit failed while stopping") from task.exception()
+                raise AssertionError("conduit run() failed") from task.exception()
             leftovers = await _leftovers(set(tracker.tasks) - {task})
         finally:
             tracker.close()
@@ -342,7 +342,7 @@ async def start_conduit(conduit_core: ConduitCore) -> AsyncIterator[StartConduit
         return conduit
 
     yield start
-    for conduit in started:
+    for conduit in reversed(started):  # each restores the task factory the one before set
         if conduit.running:
             await conduit.stop()
 

@@ -1,0 +1,310 @@
+"""NatsBridge: plain NATS subjects <-> ore threads, for systems that do not speak ore.
+
+Subjects, for the configured prefix `P` (default `bridge`) and any channel token `C`:
+
+- `P.C.in`: a user message (plain text or `{"text", "user"?, "id"?}`). Published
+  with a reply inbox (`nats req`), it gets the finished answer as its reply.
+- `P.C.out`: every reply, error and notice of the channel's conversation.
+- `P.C.interrupt`: stop the reply being written.
+
+Channel `C` is the thread whose metadata `nats.channel` is `C` (created on first use).
+The event id is `nats-C-<id>` with the sender's id (JSON `id`, else `Nats-Msg-Id`), so
+a retried message is recorded and answered once; without one it is fresh. Replies
+come from a durable feed: what the core wrote while the bridge was down is published
+when it is back. Only events of this conduit's own messages are published.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import structlog
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.errors import Error as NatsError
+
+from ore_conduit_nats.answers import REPLY_KINDS, Answer, Progress
+from ore_conduit_nats.config import NatsBridgeConfig
+from ore_conduit_nats.tasks import SerialByKey, TaskSet
+from ore_conduit_nats.wire import (
+    MAX_ID_LENGTH,
+    MalformedMessage,
+    Reply,
+    child_traceparent,
+    encode_reply,
+    parse_inbound,
+)
+from ore_core.artifacts import Text
+from ore_core.bus.barrier import subscriptions_registered
+from ore_core.bus.client import ConduitClient, EventFeed
+from ore_core.bus.errors import ApiError, BusError, PermissionDenied
+from ore_core.conduits import Conduit, ConduitConfig
+from ore_core.errors import OreError
+from ore_core.events import (
+    MAX_EVENT_ID_LENGTH,
+    ArtifactEvent,
+    ErrorEvent,
+    EventContext,
+    LifecycleEvent,
+    NoticeEvent,
+    OutputEvent,
+    TurnCompleteEvent,
+    UserMessageEvent,
+    new_event_id,
+)
+from ore_core.ledger.turn import Role
+
+__all__ = ["CHANNEL_KEY", "NatsBridge"]
+
+CHANNEL_KEY = "nats.channel"
+"""The thread metadata key holding the channel a thread belongs to."""
+
+log = structlog.get_logger("ore.conduit.nats")
+
+_CACHED_THREADS = 10_000  # thread -> channel entries kept; the oldest is dropped first
+_RETRY_LIMIT = 5.0  # longest pause (seconds) between attempts to reach the core
+
+_Handler = Callable[[Msg, str], Awaitable[None]]  # what to do with a message of a channel
+
+
+class NatsBridge(Conduit):
+    """The `nats` conduit: see the module docstring and the package README."""
+
+    name = "nats"
+    description = "Plain NATS subjects (text or JSON, pub/sub or request-reply) <-> ore threads"
+    config_model = NatsBridgeConfig
+
+    async def run(self, client: ConduitClient, config: ConduitConfig) -> None:
+        """Bridge until cancelled."""
+        if not isinstance(config, NatsBridgeConfig):
+            raise TypeError(f"the nats conduit needs a NatsBridgeConfig, got {config!r}")
+        await _Bridge(self.name, client, config).serve()
+
+
+class _Bridge:
+    """One run of the bridge: its subscriptions, background tasks and caches."""
+
+    def __init__(self, name: str, client: ConduitClient, config: NatsBridgeConfig) -> None:
+        self.name = name
+        self.client = client
+        self.config = config
+        self.tasks = TaskSet()
+        self.per_channel = SerialByKey(self.tasks)
+        self.max_channel = MAX_EVENT_ID_LENGTH - MAX_ID_LENGTH - len(name) - 2
+        self._answers: dict[str, asyncio.Task[Reply]] = {}  # event id -> its answer
+        self._answer_feeds: set[EventFeed] = set()  # closed by their task, or at the end
+        self._channel_of: dict[str, str | None] = {}  # thread id -> channel (None: not ours)
+        self._in_reply_to: dict[str, str] = {}  # traceparent -> sender's id, until done
+
+    def subject(self, channel: str, kind: str) -> str:
+        """`<prefix>.<channel>.<kind>`."""
+        return f"{self.config.prefix}.{channel}.{kind}"
+
+    async def serve(self) -> None:
+        """Open the durable feed, then listen; publish replies until cancelled."""
+        async with self.client.events(kinds=REPLY_KINDS, durable=self.config.durable) as feed:
+            subscriptions: list[Subscription] = []
+            try:
+                for kind, handler in (("in", self._forward), ("interrupt", self._interrupt)):
+                    subscriptions.append(await self._listen(kind, handler))
+                await subscriptions_registered(self.client.nc)
+                log.info("nats bridge listening", subjects=self.subject("*", "in"))
+                await self._render(feed)
+            finally:
+                for subscription in subscriptions:
+                    await _unsubscribe(subscription)
+                await self.tasks.aclose()
+                for answer_feed in list(self._answer_feeds):  # of tasks cancelled unstarted
+                    await answer_feed.close()
+
+    async def _listen(self, kind: str, handler: _Handler) -> Subscription:
+        async def on_message(msg: Msg) -> None:
+            channel = msg.subject[len(self.config.prefix) + 1 : -len(kind) - 1]
+            self.per_channel.submit(channel, lambda: self._guarded(msg, channel, handler))
+
+        # The durable name is the deployment's identity: replicas share the input.
+        return await self.client.nc.subscribe(
+            self.subject("*", kind), queue=self.config.durable, cb=on_message
+        )
+
+    async def _guarded(self, msg: Msg, channel: str, handler: _Handler) -> None:
+        """Run `handler`; what goes wrong is told to the sender, not raised."""
+        try:
+            await handler(msg, channel)
+        except MalformedMessage as exc:
+            await self._tell(msg, channel, Reply("error", str(exc)))
+        except (BusError, ApiError) as exc:
+            log.warning("message not forwarded", channel=channel, error=str(exc))
+            await self._tell(msg, channel, Reply("error", f"message not forwarded: {exc}"))
+
+    # -- in ---------------------------------------------------------------------
+
+    async def _forward(self, msg: Msg, channel: str) -> None:
+        inbound = parse_inbound(msg.data, msg.headers, max_bytes=self.config.max_bytes)
+        if len(channel) > self.max_channel:
+            raise MalformedMessage(f"channel name is over {self.max_channel} characters")
+        external = inbound.id or new_event_id()
+        event = UserMessageEvent(
+            id=f"{self.name}-{channel}-{external}",
+            content=inbound.text,
+            context=EventContext(
+                provenance=self.name, user=inbound.user, traceparent=child_traceparent(msg.headers)
+            ),
+        )
+        thread_id, _ = await self.client.lookup_or_create(CHANNEL_KEY, channel)
+        log.debug("forwarding", channel=channel, thread_id=thread_id, event_id=event.id)
+        if not msg.reply:
+            await self.client.send(thread_id, event)
+            return
+        answer = self._answers.get(event.id)
+        if answer is None:  # else: a retry of a request still being answered
+            answer = await self._ask(thread_id, event, external)
+        self.tasks.spawn(self._respond(msg.reply, answer), name=f"respond-{event.id}")
+
+    async def _ask(
+        self, thread_id: str, event: UserMessageEvent, external: str
+    ) -> asyncio.Task[Reply]:
+        """Send `event` with its answer's feed already open; the task that collects it."""
+        feed = await self.client.events(thread_id, kinds=REPLY_KINDS).start()
+        self._answer_feeds.add(feed)
+        try:
+            await self.client.send(thread_id, event)
+        except BaseException:
+            await feed.close()
+            self._answer_feeds.discard(feed)
+            raise
+        answer = self.tasks.spawn(
+            self._collect(feed, thread_id, event, external), name=f"answer-{event.id}"
+        )
+        self._answers[event.id] = answer
+        answer.add_done_callback(lambda done: self._answers.pop(event.id, None))
+        return answer
+
+    async def _collect(
+        self, feed: EventFeed, thread_id: str, event: UserMessageEvent, external: str
+    ) -> Reply:
+        try:
+            async with feed:
+                return await self._read_answer(feed, thread_id, event, external)
+        finally:
+            self._answer_feeds.discard(feed)
+
+    async def _read_answer(
+        self, feed: EventFeed, thread_id: str, event: UserMessageEvent, external: str
+    ) -> Reply:
+        answer = Answer(event.context.traceparent)
+        timeout = self.config.request_timeout
+        try:
+            async with asyncio.timeout(timeout):
+                async for delivery in feed:
+                    progress = answer.add(delivery.event)
+                    if progress is Progress.DONE:
+                        break
+                    if progress is Progress.SKIPPED:  # a retry: answered before
+                        answer.adopt(await self.client.turns(thread_id), event.id)
+                        break
+        except TimeoutError:
+            if not answer.adopt(await self.client.turns(thread_id), event.id):
+                return Reply(
+                    "error",
+                    f"no answer within {timeout:g}s (request_timeout); it will be "
+                    "published on the channel's .out subject when it is ready",
+                    thread_id,
+                    external,
+                )
+        return answer.reply(thread_id, external)
+
+    async def _respond(self, inbox: str, answer: asyncio.Task[Reply]) -> None:
+        try:
+            reply = await asyncio.shield(answer)  # other retries may wait for it too
+        except OreError as exc:
+            reply = Reply("error", f"no answer: {exc}")
+        await self._publish(inbox, reply)
+
+    async def _interrupt(self, msg: Msg, channel: str) -> None:
+        thread_id, _ = await self.client.lookup_or_create(CHANNEL_KEY, channel)
+        await self.client.interrupt(thread_id)
+        if msg.reply:
+            await self._publish(msg.reply, Reply("text", "interrupted", thread_id))
+
+    async def _tell(self, msg: Msg, channel: str, reply: Reply) -> None:
+        """Answer a request, else publish on the channel's `.out`."""
+        await self._publish(msg.reply or self.subject(channel, "out"), reply)
+
+    # -- out --------------------------------------------------------------------
+
+    async def _render(self, feed: EventFeed) -> None:
+        async for delivery in feed:
+            event = delivery.event
+            if event.context.provenance != self.name:
+                continue  # another conduit's conversation: it shows its own replies
+            trace = event.context.traceparent
+            if isinstance(event, LifecycleEvent):
+                if event.phase == "done":
+                    self._in_reply_to.pop(trace, None)
+                continue
+            channel = await self._channel(delivery.thread_id)
+            if channel is None:
+                continue
+            if isinstance(event, TurnCompleteEvent):
+                if event.turn.role == Role.USER:
+                    prefix = f"{self.name}-{channel}-"
+                    self._in_reply_to[trace] = event.turn.event_id.removeprefix(prefix)
+                continue
+            reply = _reply_of(event, delivery.thread_id, self._in_reply_to.get(trace))
+            if reply is not None:
+                await self._publish(self.subject(channel, "out"), reply)
+
+    async def _channel(self, thread_id: str) -> str | None:
+        """The channel of a thread, from its metadata; retried while the core is away."""
+        if thread_id in self._channel_of:
+            return self._channel_of[thread_id]
+        pause = 0.1
+        while True:
+            try:
+                channel = (await self.client.get_thread(thread_id)).metadata.get(CHANNEL_KEY)
+                break
+            except ApiError as exc:
+                if exc.status == 404:
+                    channel = None  # deleted since: nobody to tell
+                    break
+                failure: OreError = exc
+            except PermissionDenied:
+                raise
+            except BusError as exc:
+                failure = exc
+            log.warning(
+                "cannot read thread metadata, retrying", thread_id=thread_id, error=str(failure)
+            )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _RETRY_LIMIT)
+        if len(self._channel_of) >= _CACHED_THREADS:
+            del self._channel_of[next(iter(self._channel_of))]
+        self._channel_of[thread_id] = channel
+        return channel
+
+    async def _publish(self, subject: str, reply: Reply) -> None:
+        body, headers = encode_reply(reply, self.config.output)
+        try:
+            await self.client.nc.publish(subject, body, headers=headers)
+        except NatsError as exc:
+            raise BusError(f"cannot publish to {subject}: {exc}") from exc
+
+
+def _reply_of(event: OutputEvent, thread_id: str, in_reply_to: str | None) -> Reply | None:
+    """What `.out` shows for an event: complete texts, errors and notices."""
+    if isinstance(event, ArtifactEvent) and isinstance(event.artifact, Text):
+        return Reply("text", event.artifact.content, thread_id, in_reply_to)
+    if isinstance(event, ErrorEvent):
+        return Reply("error", event.message, thread_id, in_reply_to)
+    if isinstance(event, NoticeEvent):
+        return Reply("notice", event.content, thread_id, in_reply_to, event.severity.label)
+    return None
+
+
+async def _unsubscribe(subscription: Subscription) -> None:
+    try:
+        await subscription.unsubscribe()
+    except NatsError as exc:  # the connection closed first: nothing left to undo
+        log.debug("unsubscribe failed", error=str(exc))

@@ -1,0 +1,159 @@
+"""What travels on the bridge's plain subjects: inbound bodies and outbound replies.
+
+Inbound (`<prefix>.<channel>.in`): a plain UTF-8 text body, or a JSON object
+`{"text": str, "user"?: str, "id"?: str}` (any body starting with `{` is read as JSON).
+Outbound (`.out`, and the answer to a request): the reply text itself, or JSON
+`{"text", "thread_id", "in_reply_to"}`; errors and notices have `error` / `notice`
+instead of `text`. Every outbound message carries the headers `Ore-Kind`
+(`text`, `error`, `notice`) and, when known, `Ore-Thread-Id` and `Ore-In-Reply-To`,
+so plain-text consumers can tell them apart too.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ore_conduit_nats.config import OutputFormat
+from ore_core import jsonutil
+from ore_core.bus.subjects import HEADER_KIND, HEADER_MSG_ID, HEADER_TRACEPARENT
+from ore_core.errors import OreError
+
+__all__ = [
+    "HEADER_IN_REPLY_TO",
+    "HEADER_THREAD_ID",
+    "MAX_ID_LENGTH",
+    "Inbound",
+    "MalformedMessage",
+    "Reply",
+    "ReplyKind",
+    "child_traceparent",
+    "encode_reply",
+    "parse_inbound",
+]
+
+HEADER_THREAD_ID = "Ore-Thread-Id"
+"""The ore thread a reply belongs to."""
+HEADER_IN_REPLY_TO = "Ore-In-Reply-To"
+"""The sender's message id the reply answers (the JSON `id` or `Nats-Msg-Id`)."""
+MAX_ID_LENGTH = 128
+"""Longest message id accepted; the event id adds the bridge and channel names to it."""
+
+ReplyKind = Literal["text", "error", "notice"]
+
+_TRACEPARENT = re.compile(r"00-(?P<trace>[0-9a-f]{32})-[0-9a-f]{16}-(?P<flags>[0-9a-f]{2})")
+
+
+class MalformedMessage(OreError):
+    """An inbound body the bridge cannot turn into a message; the text says what to send."""
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """One user message read from a channel; `id` is None when the sender gave none."""
+
+    text: str
+    user: str = ""
+    id: str | None = None
+
+
+class _JsonBody(BaseModel):
+    """The JSON form of an inbound message. Unknown keys are refused: they are typos."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    text: str = Field(min_length=1)
+    user: str = ""
+    id: str | None = Field(default=None, min_length=1, max_length=MAX_ID_LENGTH)
+
+
+def parse_inbound(
+    data: bytes, headers: Mapping[str, str] | None = None, *, max_bytes: int
+) -> Inbound:
+    """The message in `data`; raises `MalformedMessage` naming what is wrong.
+
+    The id is the JSON `id` when given, else the `Nats-Msg-Id` header, else None.
+    """
+    if len(data) > max_bytes:
+        raise MalformedMessage(
+            f"message of {len(data)} bytes is over the limit of {max_bytes} bytes (max_bytes)"
+        )
+    header_id = (headers or {}).get(HEADER_MSG_ID) or None
+    if header_id is not None and len(header_id) > MAX_ID_LENGTH:
+        raise MalformedMessage(f"{HEADER_MSG_ID} is longer than {MAX_ID_LENGTH} characters")
+    if data.lstrip()[:1] == b"{":
+        body = _parse_json(data)
+        return Inbound(body.text, body.user, body.id or header_id)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedMessage(f"message is not UTF-8 text: {exc.reason}") from None
+    if not text.strip():
+        raise MalformedMessage('empty message: send text, or JSON {"text": "..."}')
+    return Inbound(text, "", header_id)
+
+
+def _parse_json(data: bytes) -> _JsonBody:
+    try:
+        value = jsonutil.loads(data)
+    except ValueError as exc:
+        raise MalformedMessage(f"invalid JSON: {exc}") from None
+    try:
+        return _JsonBody.model_validate(value)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(body)'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise MalformedMessage(
+            f'invalid JSON message ({problems}); send {{"text": str, "user"?: str, "id"?: str}}'
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One outbound message: a reply text, an error or a notice (with its severity)."""
+
+    kind: ReplyKind
+    content: str
+    thread_id: str | None = None
+    in_reply_to: str | None = None
+    severity: str = ""
+
+
+def encode_reply(reply: Reply, output: OutputFormat) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of `reply` in the configured output format."""
+    headers: dict[str, str] = {HEADER_KIND: reply.kind}
+    if reply.thread_id is not None:
+        headers[HEADER_THREAD_ID] = reply.thread_id
+    if reply.in_reply_to is not None:
+        headers[HEADER_IN_REPLY_TO] = reply.in_reply_to
+    if output == "json":
+        body: dict[str, str | None] = {reply.kind: reply.content}
+        if reply.kind == "notice":
+            body["severity"] = reply.severity
+        body |= {"thread_id": reply.thread_id, "in_reply_to": reply.in_reply_to}
+        return jsonutil.dumps(body), headers
+    if reply.kind == "error":
+        return f"error: {reply.content}".encode(), headers
+    if reply.kind == "notice":
+        return f"{reply.severity}: {reply.content}".encode(), headers
+    return reply.content.encode(), headers
+
+
+def child_traceparent(headers: Mapping[str, str] | None) -> str:
+    """A W3C traceparent for the bridge's span of one message.
+
+    It continues the sender's trace (its `traceparent` header) when there is one, else
+    starts a trace that is not sampled (the bridge records no spans itself). The span
+    id is always new, so it also tells the events of one message apart (see answers).
+    """
+    found = _TRACEPARENT.fullmatch((headers or {}).get(HEADER_TRACEPARENT, "").strip())
+    trace = found["trace"] if found else secrets.token_hex(16)
+    flags = found["flags"] if found else "00"
+    return f"00-{trace}-{secrets.token_hex(8)}-{flags}"

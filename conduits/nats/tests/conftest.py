@@ -1,0 +1,46 @@
+"""Fixtures for the bridge tests: a plain NATS user of the bridge, and the bridge itself.
+
+The core (`conduit_core`) and `start_conduit` come from the conduit conformance kit,
+loaded by the `ore` pytest plugin. Tests run in pytest's importlib mode: test modules
+import nothing from here at runtime, only fixtures and, for type checkers, names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from ore_conduit_nats import NatsBridge
+from ore_conduit_nats.testing import PlainNatsClient
+from ore_core.testing.conduit_conformance import ConduitCore, RunningConduit, StartConduit
+
+TIMEOUT = 10.0
+
+
+@pytest_asyncio.fixture
+async def raw(conduit_core: ConduitCore) -> AsyncIterator[PlainNatsClient]:
+    """A plain NATS connection using the bridge (`.out` of every channel collected)."""
+    client = await PlainNatsClient.connect(conduit_core.nats_url, patience=TIMEOUT)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+RunBridge = Callable[..., Awaitable[RunningConduit]]
+
+
+@pytest.fixture
+def run_bridge(start_conduit: StartConduit, raw: PlainNatsClient) -> RunBridge:
+    """`await run_bridge(**config)`: the bridge, running and listening (stopped after)."""
+
+    async def run(**config: Any) -> RunningConduit:
+        conduit = await start_conduit(NatsBridge, config)
+        await asyncio.wait_for(raw.wait_until_ready(), TIMEOUT)
+        return conduit
+
+    return run

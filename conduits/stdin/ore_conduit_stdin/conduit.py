@@ -1,0 +1,131 @@
+"""The stdin conduit: a terminal chat with ore, or one reply per piped line.
+
+With a terminal on stdin and stdout it is interactive (`interactive.chat`);
+otherwise it answers the input line by line as plain text (`pipe.answer_lines`).
+Either way it returns when the input ends (Ctrl-D, the end of the pipe), so
+`ore chat` and `ore conduit stdin` exit then.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import aclosing
+from typing import ClassVar, TextIO
+
+from prompt_toolkit import PromptSession
+from prompt_toolkit.history import FileHistory
+from prompt_toolkit.input import create_input
+from prompt_toolkit.output import create_output
+from rich.console import Console
+from rich.text import Text
+
+from ore_conduit_stdin.config import StdinConfig
+from ore_conduit_stdin.interactive import chat
+from ore_conduit_stdin.pipe import PlainView, answer_lines, read_lines
+from ore_conduit_stdin.session import ChatSession
+from ore_conduit_stdin.state import LastThread, history_file
+from ore_conduit_stdin.terminal import TerminalView
+from ore_core.bus.client import ConduitClient, ThreadInfo
+from ore_core.bus.errors import ApiError
+from ore_core.conduits import Conduit, ConduitConfig
+
+__all__ = ["StdinConduit", "open_thread"]
+
+_NOT_FOUND = 404
+_EXISTS = 409
+
+
+async def open_thread(
+    client: ConduitClient, config: StdinConfig, mode: str, remembered: str | None = None
+) -> tuple[str, ThreadInfo | None]:
+    """The thread to talk in, and its description when it existed already.
+
+    `config.thread` is continued (created when unknown); otherwise `remembered` is
+    resumed if it still exists, unless `config.new`; otherwise a new thread starts. A
+    new thread records `stdin.mode` (`interactive` or `pipe`) and `stdin.user`.
+    """
+    metadata = {"stdin.mode": mode, **({"stdin.user": config.user} if config.user else {})}
+    wanted = config.thread or (None if config.new else remembered)
+    if wanted is not None:
+        try:
+            return wanted, await client.get_thread(wanted)
+        except ApiError as exc:
+            if exc.status != _NOT_FOUND:
+                raise
+        if config.thread is not None:
+            try:
+                await client.create_thread(wanted, metadata)
+            except ApiError as exc:
+                if exc.status != _EXISTS:  # another chat created it a moment ago
+                    raise
+            return wanted, None
+    return await client.create_thread(metadata=metadata), None
+
+
+class StdinConduit(Conduit):
+    """Chat with ore in a terminal, or pipe lines through it (`echo hi | ore chat`).
+
+    The streams default to the process's own; tests pass others.
+    """
+
+    name: ClassVar[str] = "stdin"
+    description: ClassVar[str] = "Terminal chat: streamed Markdown replies; piped input works too"
+    config_model: ClassVar[type[ConduitConfig]] = StdinConfig
+
+    def __init__(
+        self,
+        stdin: TextIO | None = None,
+        stdout: TextIO | None = None,
+        stderr: TextIO | None = None,
+    ) -> None:
+        self._stdin = stdin
+        self._stdout = stdout
+        self._stderr = stderr
+
+    async def run(self, client: ConduitClient, config: ConduitConfig) -> None:
+        """Talk until the input ends; raise StdinError when a piped turn fails."""
+        if not isinstance(config, StdinConfig):
+            raise TypeError(f"the stdin conduit needs a StdinConfig, not {type(config).__name__}")
+        stdin = self._stdin if self._stdin is not None else sys.stdin
+        stdout = self._stdout if self._stdout is not None else sys.stdout
+        stderr = self._stderr if self._stderr is not None else sys.stderr
+        if stdin is not None and stdin.isatty() and stdout.isatty():
+            await self._interactive(client, config, stdin, stdout, stderr)
+            return
+        thread_id, _ = await open_thread(client, config, "pipe")
+        async with (
+            ChatSession(client, thread_id, user=config.user) as session,
+            aclosing(read_lines(stdin)) as lines,
+        ):
+            await answer_lines(session, lines, PlainView(stdout, stderr))
+
+    async def _interactive(
+        self,
+        client: ConduitClient,
+        settings: StdinConfig,
+        stdin: TextIO,
+        stdout: TextIO,
+        stderr: TextIO,
+    ) -> None:
+        err = Console(file=stderr, highlight=False)
+        last_thread = LastThread(settings.state_dir)
+        thread_id, existing = await open_thread(client, settings, "interactive", last_thread.load())
+        last_thread.save(thread_id)
+        how = "new thread" if existing is None else f"resumed, {existing.turns} turns"
+        err.print(
+            Text(
+                f"Thread {thread_id} ({how}). Ctrl-C interrupts a reply, Ctrl-D leaves, "
+                "/help lists commands, /new starts a new thread.",
+                style="dim",
+            )
+        )
+        async with ChatSession(client, thread_id, user=settings.user) as session:
+            prompt: PromptSession[str] = PromptSession(
+                history=FileHistory(str(history_file(settings.state_dir))),
+                input=create_input(stdin),
+                output=create_output(stdout),
+            )
+            view = TerminalView(
+                Console(file=stdout, highlight=False), err, markdown=settings.markdown
+            )
+            await chat(session, prompt, view, err=err, last_thread=last_thread)

@@ -1,0 +1,192 @@
+"""One terminal conversation with the core: the current thread and one turn at a time.
+
+Every message is sent with a fresh W3C `traceparent` in its context. The core copies
+the context onto every output event the message causes, so the `lifecycle` `done`
+that ends *this* turn is recognised exactly: a late `done` of an earlier interrupt, or
+of another terminal chatting on the same thread, never ends it early.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Protocol
+
+import structlog
+
+from ore_core.bus.client import ConduitClient, EventFeed
+from ore_core.bus.errors import BusError
+from ore_core.events import (
+    ErrorEvent,
+    EventContext,
+    LifecycleEvent,
+    OutputEvent,
+    SessionSwitchEvent,
+    TurnCompleteEvent,
+    UserMessageEvent,
+)
+from ore_core.ledger.turn import Role
+
+__all__ = ["ChatSession", "TurnResult", "View", "new_traceparent"]
+
+log = structlog.get_logger("ore.conduit.stdin")
+
+
+def new_traceparent() -> str:
+    """A W3C trace context with a fresh trace id: one per message sent."""
+    return f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
+
+
+class View(Protocol):
+    """Where a turn's output goes: a terminal UI or plain text."""
+
+    def begin(self) -> None:
+        """The message was sent; nothing came back yet."""
+
+    def show(self, event: OutputEvent) -> None:
+        """One output event of the turn (never the user's own message echoed back)."""
+
+    def end(self) -> None:
+        """The turn is over (done, failed or cancelled)."""
+
+
+@dataclass
+class TurnResult:
+    """How a turn ended: the error it reported, whether it was cancelled, a thread switch."""
+
+    error: str | None = None
+    cancelled: bool = False
+    switched_to: str | None = None
+
+
+class ChatSession:
+    """Sends the user's lines to the current thread and feeds the replies to a view.
+
+    Use it as an async context manager (it opens the thread's event feed before the
+    first message, so no reply can be missed). `interrupt()` may be called from a
+    signal handler while `turn()` runs. A `session_switch` (what `/new` answers) moves
+    the session to the new thread once the turn is over.
+    """
+
+    def __init__(self, client: ConduitClient, thread_id: str, *, user: str = "") -> None:
+        self._client = client
+        self._thread_id = thread_id
+        self._user = user
+        self._feed: EventFeed | None = None
+        self._interrupts: set[asyncio.Task[None]] = set()
+        self._running = False
+        self._interrupted = False
+
+    @property
+    def thread_id(self) -> str:
+        """The thread the next message goes to."""
+        return self._thread_id
+
+    async def __aenter__(self) -> ChatSession:
+        await self._open_feed()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the event feed and wait for interrupts still being sent."""
+        if self._interrupts:
+            await asyncio.wait(self._interrupts)
+        feed, self._feed = self._feed, None
+        if feed is not None:
+            await feed.close()
+
+    async def _open_feed(self) -> None:
+        feed = self._client.events(self._thread_id)
+        await feed.start()
+        self._feed = feed
+
+    async def turn(self, text: str, view: View) -> TurnResult:
+        """Send `text` and show what it causes until the core reports it handled."""
+        if self._feed is None:
+            raise BusError("the chat session is not open: use `async with ChatSession(...)`")
+        name = self._client.name
+        trace = new_traceparent()
+        message = UserMessageEvent(
+            id=f"{name}-{secrets.token_hex(16)}",
+            content=text,
+            context=EventContext(provenance=name, user=self._user, traceparent=trace),
+        )
+        result = TurnResult()
+        self._running = True
+        self._interrupted = False
+        view.begin()
+        try:
+            await self._client.send(self._thread_id, message)
+            async for delivery in self._feed:
+                event = delivery.event
+                context = event.context
+                ours = context.provenance == name and context.traceparent == trace
+                if ours and isinstance(event, LifecycleEvent) and event.phase == "done":
+                    break
+                if self._interrupt_ended_turn(event, context):
+                    break  # the message was dropped before it started: no `done` of its own
+                if ours or not context.provenance:
+                    self._observe(event, result, view)
+            else:
+                raise BusError(f"the event feed of thread {self._thread_id} closed mid-turn")
+        finally:
+            self._running = False
+            view.end()
+        if result.switched_to is not None and result.switched_to != self._thread_id:
+            await self._follow(result.switched_to)
+        return result
+
+    def _interrupt_ended_turn(self, event: OutputEvent, context: EventContext) -> bool:
+        # An interrupt is sent without a traceparent; its own `done` comes after the
+        # message's, so it only ends the turn when the message never produced one.
+        return (
+            self._interrupted
+            and isinstance(event, LifecycleEvent)
+            and event.phase == "done"
+            and context.provenance == self._client.name
+            and not context.traceparent
+        )
+
+    def _observe(self, event: OutputEvent, result: TurnResult, view: View) -> None:
+        if isinstance(event, TurnCompleteEvent) and event.turn.role == Role.USER:
+            return  # the terminal shows what the user typed already
+        if isinstance(event, SessionSwitchEvent):
+            result.switched_to = event.session_id
+            return
+        if isinstance(event, ErrorEvent):
+            result.error = event.message
+        elif isinstance(event, LifecycleEvent) and event.phase == "cancelled":
+            result.cancelled = True
+        view.show(event)
+
+    async def _follow(self, thread_id: str) -> None:
+        """Move to `thread_id`: its feed opens before the old one closes."""
+        old = self._feed
+        self._thread_id = thread_id
+        await self._open_feed()
+        if old is not None:
+            await old.close()
+
+    def interrupt(self) -> None:
+        """Ask the core to cancel the running turn (no-op when idle); returns at once."""
+        if not self._running:
+            return
+        self._interrupted = True
+        task = asyncio.get_running_loop().create_task(self._send_interrupt(self._thread_id))
+        self._interrupts.add(task)
+        task.add_done_callback(self._interrupts.discard)
+
+    async def _send_interrupt(self, thread_id: str) -> None:
+        try:
+            await self._client.interrupt(thread_id)
+        except BusError as exc:
+            log.warning("interrupt not sent", thread_id=thread_id, error=str(exc))

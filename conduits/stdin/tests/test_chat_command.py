@@ -1,0 +1,181 @@
+"""`ore chat` as a real process on a pipe: everything in one process, exit codes, processor."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from ore_core.cli_chat import choose_processor
+from ore_core.config import OreSettings, load_settings
+from ore_core.session.protocols import TurnProcessor
+from ore_core.testing.mock_openai import MockOpenAIServer, MockResponse
+from ore_core.testing.processors import ScriptedProcessor
+
+RunChat = Callable[..., subprocess.CompletedProcess[str]]
+ORE = Path(sys.executable).with_name("ore")
+TIMEOUT = 60.0
+
+
+def test_every_piped_line_is_answered_in_order_and_the_status_is_0(run_chat: RunChat) -> None:
+    chat = run_chat(input="hello\nhow are you\n")
+    assert chat.returncode == 0, chat.stderr
+    assert chat.stdout == "hello\nhow are you\n"
+
+
+def test_the_end_of_input_stops_the_embedded_nats_server(
+    run_chat: RunChat, chat_env: dict[str, str]
+) -> None:
+    assert run_chat(input="hello\n").returncode == 0
+    # The server's data directory is removed only after the server stopped.
+    assert list(Path(chat_env["TMPDIR"]).glob("ore-chat-nats-*")) == []
+
+
+def test_echo_is_announced_once_with_how_to_configure_a_model(run_chat: RunChat) -> None:
+    chat = run_chat(input="one\ntwo\n")
+    lines = chat.stderr.splitlines()
+    assert len(lines) == 1
+    assert "echo" in lines[0]
+    assert "OPENAI_API_KEY" in lines[0]
+
+
+def test_the_cores_logs_stay_out_of_the_chat_and_go_to_the_log_file(
+    run_chat: RunChat, chat_env: dict[str, str]
+) -> None:
+    chat = run_chat(input="hello\n", env={"ORE_LOG__LEVEL": "debug"})
+    assert "ore core serving" not in chat.stdout + chat.stderr
+    log = Path(chat_env["XDG_STATE_HOME"]) / "ore" / "chat.log"
+    assert "ore core serving" in log.read_text()
+
+
+def test_the_openai_processor_answers_when_an_endpoint_is_configured(run_chat: RunChat) -> None:
+    with MockOpenAIServer(["Hi from the model."]) as model:
+        chat = run_chat(input="hello\n", env={"ORE_OPENAI_BASE_URL": model.base_url})
+    assert chat.returncode == 0, chat.stderr
+    assert chat.stdout == "Hi from the model.\n"
+    assert chat.stderr == ""
+
+
+def test_a_failed_turn_exits_1_with_one_line(run_chat: RunChat) -> None:
+    with MockOpenAIServer([MockResponse.http_error(500, "the model is down")]) as model:
+        chat = run_chat(
+            input="hello\nnever sent\n",
+            env={"ORE_OPENAI_BASE_URL": model.base_url, "ORE_PROCESSOR__MAX_RETRIES": "0"},
+        )
+        assert len(model.requests) == 1
+    assert chat.returncode == 1
+    assert chat.stdout == ""
+    (line,) = chat.stderr.splitlines()
+    assert line.startswith("Error: turn failed on thread ")
+
+
+async def test_with_a_nats_url_it_talks_to_the_core_running_there(
+    run_chat: RunChat, nats_url: str, start_core: Callable[[TurnProcessor], Awaitable[None]]
+) -> None:
+    await start_core(ScriptedProcessor(["from the running core"]))
+    chat = await asyncio.to_thread(run_chat, "--nats", nats_url, input="hello\n")
+    assert chat.returncode == 0, chat.stderr
+    assert chat.stdout == "from the running core\n"
+    assert chat.stderr == ""  # no processor choice to announce: that core has its own
+
+
+def test_without_a_core_behind_the_configured_nats_it_exits_1_with_one_line(
+    run_chat: RunChat, nats_url: str
+) -> None:
+    chat = run_chat("--nats", nats_url, input="hello\n")
+    assert chat.returncode == 1
+    (line,) = chat.stderr.splitlines()
+    assert line.startswith("Error: ")
+    assert "ore serve" in line
+
+
+def test_thread_and_new_together_are_a_usage_error(run_chat: RunChat) -> None:
+    chat = run_chat("--thread", "t1", "--new", input="hello\n")
+    assert chat.returncode == 2
+    assert "cannot be used together" in chat.stderr
+
+
+def test_without_the_stdin_conduit_it_says_what_to_install(run_chat: RunChat) -> None:
+    chat = run_chat(input="hello\n", env={"ORE_LOAD_PLUGINS": "ore-openai"})
+    assert chat.returncode == 1
+    assert "pip install ./conduits/stdin" in chat.stderr
+
+
+def test_sigterm_ends_the_chat_cleanly_and_stops_its_nats_server(
+    chat_env: dict[str, str],
+) -> None:
+    process = subprocess.Popen(
+        [str(ORE), "chat"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=chat_env,
+    )
+    try:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        process.stdin.write("hello\n")
+        process.stdin.flush()
+        assert process.stdout.readline() == "hello\n"  # running, input still open
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(TIMEOUT) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+    # The server's data directory is removed only after the server stopped.
+    assert list(Path(chat_env["TMPDIR"]).glob("ore-chat-nats-*")) == []
+
+
+def test_an_explicitly_configured_processor_is_kept(
+    ore_isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ORE_PROCESSOR__NAME", "echo")
+    settings, notice = choose_processor(
+        load_settings(), ["echo", "openai"], {"OPENAI_API_KEY": "k"}
+    )
+    assert settings.processor.name == "echo"
+    assert notice is None
+
+
+def test_openai_is_chosen_when_installed_and_an_endpoint_is_set(ore_isolated_env: Path) -> None:
+    env = {"ORE_OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"}
+    settings, notice = choose_processor(load_settings(), ["echo", "openai"], env)
+    assert settings.processor.name == "openai"
+    assert notice is None
+
+
+def test_other_processor_settings_are_kept_when_openai_is_chosen(
+    ore_isolated_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ORE_PROCESSOR__MODEL", "llama3.2")
+    settings, _ = choose_processor(load_settings(), ["echo", "openai"], {"OPENAI_API_KEY": "k"})
+    assert settings.processor.model_dump() == {"name": "openai", "model": "llama3.2"}
+
+
+def test_without_an_endpoint_echo_answers_and_the_notice_says_what_to_export(
+    ore_isolated_env: Path,
+) -> None:
+    settings, notice = choose_processor(OreSettings(), ["echo", "openai"], {})
+    assert settings.processor.name == "echo"
+    assert notice is not None
+    assert "export OPENAI_API_KEY" in notice
+    assert "pip install" not in notice
+
+
+def test_without_the_openai_plugin_the_notice_says_what_to_install(
+    ore_isolated_env: Path,
+) -> None:
+    settings, notice = choose_processor(OreSettings(), ["echo"], {"OPENAI_API_KEY": "k"})
+    assert settings.processor.name == "echo"
+    assert notice is not None
+    assert "pip install ./plugins/openai" in notice
