@@ -29,7 +29,7 @@ from ore_core.errors import OreError
 from ore_core.logging import configure_logging
 from ore_core.plugins.manager import OrePluginManager, create_plugin_manager, plugin_callers
 
-__all__ = ["LAZY_COMMANDS", "CliState", "OreGroup", "cli_state", "main"]
+__all__ = ["LAZY_COMMANDS", "CliState", "OreGroup", "cli_state", "main", "table_columns"]
 
 LAZY_COMMANDS: dict[str, str] = {
     "chat": "ore_core.cli_chat:chat",
@@ -221,7 +221,7 @@ def config_command(as_json: bool) -> None:
         return
     rows = [("KEY", "VALUE", "SOURCE")]
     rows += [(value.key, _text(value.value), value.source) for value in values]
-    click.echo("\n".join(_columns(rows)))
+    click.echo("\n".join(table_columns(rows)))
 
 
 def _pip(*args: str) -> None:
@@ -234,7 +234,7 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _columns(rows: Sequence[tuple[str, ...]]) -> list[str]:
+def table_columns(rows: Sequence[tuple[str, ...]]) -> list[str]:
     """Rows as aligned text columns (the last column is not padded)."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return [

@@ -37,8 +37,8 @@ from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig
 from ore_core.bus.subjects import Subjects
 from ore_core.cli import CliState, cli_state
-from ore_core.cli_conduit import _connect
-from ore_core.cli_serve import _with_options
+from ore_core.cli_conduit import connect_conduit
+from ore_core.cli_serve import settings_with_options
 from ore_core.conduits import Conduit, ConduitConfig
 from ore_core.config import NatsSettings, OreSettings, ProcessorSettings
 from ore_core.errors import InvalidThreadId, OreError
@@ -110,7 +110,7 @@ def chat(thread_id: str | None, new_thread: bool, nats_urls: tuple[str, ...]) ->
     if new_thread:
         overrides["new"] = True
     with _logs_to_file(state):
-        nats = _with_options(state.settings.nats, nats_urls, None)
+        nats = settings_with_options(state.settings.nats, nats_urls, None)
         settings = state.settings.model_copy(update={"nats": nats})
         run = _conduit_only if nats.url else _everything
         asyncio.run(_guarded(run(settings, state.plugin_manager, overrides)))
@@ -245,7 +245,7 @@ async def _everything(
         stack.push_async_callback(service.stop, DRAIN_GRACE)
         # The private server has no credentials or TLS: those settings are for a real one.
         local = NatsSettings(url=[server.url], subject_prefix=nats.subject_prefix)
-        client = await _connect(conduit.name, local, CONNECT_TIMEOUT)
+        client = await connect_conduit(conduit.name, local, CONNECT_TIMEOUT)
         stack.push_async_callback(client.close)
         await _until_answering(client)
         await conduit().run(client, config)
@@ -258,7 +258,7 @@ async def _conduit_only(
     conduit = _conduit_class(collect_registrations(plugins, settings))
     config = _conduit_config(conduit, settings, overrides)
     nats = settings.nats
-    async with await _connect(conduit.name, nats, CONNECT_TIMEOUT) as client:
+    async with await connect_conduit(conduit.name, nats, CONNECT_TIMEOUT) as client:
         await conduit().run(client, config)
 
 

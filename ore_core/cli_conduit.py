@@ -23,14 +23,14 @@ from pydantic import ValidationError
 
 from ore_core.bus.client import ConduitClient
 from ore_core.bus.errors import BusError
-from ore_core.cli import _columns, cli_state
-from ore_core.cli_serve import _tls
+from ore_core.cli import cli_state, table_columns
+from ore_core.cli_serve import nats_tls
 from ore_core.config import NatsSettings, OreSettings
 from ore_core.errors import OreError
 from ore_core.plugins.manager import BUILTIN_PLUGINS, OrePluginManager, plugin_callers
 from ore_core.plugins.registry import collect_registrations
 
-__all__ = ["conduit", "parse_overrides"]
+__all__ = ["conduit", "connect_conduit", "parse_overrides"]
 
 log = structlog.get_logger("ore.conduit")
 
@@ -149,7 +149,7 @@ async def _serve(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
     try:
-        client = await _connect(conduit_class.name, nats, connect_timeout)
+        client = await connect_conduit(conduit_class.name, nats, connect_timeout)
         async with client:
             log.info("conduit running", conduit=conduit_class.name, servers=nats.url)
             await conduit_class().run(client, config)
@@ -161,7 +161,8 @@ async def _serve(
             loop.remove_signal_handler(signum)
 
 
-async def _connect(name: str, nats: NatsSettings, connect_timeout: float) -> ConduitClient:
+async def connect_conduit(name: str, nats: NatsSettings, connect_timeout: float) -> ConduitClient:
+    """A ConduitClient for conduit `name` with the `[nats]` credentials and TLS settings."""
     servers = list(nats.url or [])
     try:
         async with asyncio.timeout(connect_timeout):
@@ -174,7 +175,7 @@ async def _connect(name: str, nats: NatsSettings, connect_timeout: float) -> Con
                 token=nats.token.get_secret_value() if nats.token else None,
                 nkey_seed=nats.nkey_seed_file,
                 creds_file=nats.creds_file,
-                tls=_tls(nats),
+                tls=nats_tls(nats),
             )
     except TimeoutError:
         raise BusError(
@@ -193,7 +194,7 @@ def _list_conduits(plugins: OrePluginManager, settings: OreSettings) -> None:
     rows = [("NAME", "DISTRIBUTION", "DESCRIPTION")]
     for name, cls in sorted(classes.items()):
         rows.append((name, _distribution(plugins, owners.get(cls)), _description(cls)))
-    click.echo("\n".join(_columns(rows)))
+    click.echo("\n".join(table_columns(rows)))
 
 
 def _owners(plugins: OrePluginManager) -> dict[type[Any], str]:

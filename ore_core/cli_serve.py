@@ -24,7 +24,7 @@ from ore_core.cli import cli_state
 from ore_core.config import NatsSettings, OreSettings
 from ore_core.plugins.manager import OrePluginManager
 
-__all__ = ["serve"]
+__all__ = ["nats_tls", "serve", "settings_with_options"]
 
 _OPTION_OF_KEY = {"url": "--nats", "partitions": "--partitions"}
 
@@ -51,12 +51,14 @@ def serve(nats_urls: tuple[str, ...], health_port: int | None, partitions: int |
     """Run the ore core on NATS until SIGTERM or Ctrl-C."""
     state = cli_state()
     # Plugins (ore_configure) see the effective settings, options included.
-    nats = _with_options(state.settings.nats, nats_urls, partitions)
+    nats = settings_with_options(state.settings.nats, nats_urls, partitions)
     settings = state.settings.model_copy(update={"nats": nats})
     run(lambda: _core(settings, state.plugin_manager, health_port))
 
 
-def _with_options(base: NatsSettings, urls: Sequence[str], partitions: int | None) -> NatsSettings:
+def settings_with_options(
+    base: NatsSettings, urls: Sequence[str], partitions: int | None
+) -> NatsSettings:
     """The `[nats]` settings with the command-line options applied, validated like them."""
     update: dict[str, object] = {}
     if urls:
@@ -103,12 +105,12 @@ async def _core(
             token=nats.token.get_secret_value() if nats.token else None,
             nkey_seed_file=nats.nkey_seed_file,
             creds_file=nats.creds_file,
-            tls=_tls(nats),
+            tls=nats_tls(nats),
             health_port=health_port,
         )
 
 
-def _tls(nats: NatsSettings) -> TlsFiles | None:
+def nats_tls(nats: NatsSettings) -> TlsFiles | None:
     """TLS files when any is configured; else nats-py's defaults (TLS only for tls:// URLs)."""
     files = (nats.tls_ca_file, nats.tls_cert_file, nats.tls_key_file)
     if not any(files):

@@ -21,7 +21,7 @@ import click
 
 from ore_core.app import open_store, store_section
 from ore_core.artifacts import Artifact, Image, Reasoning, Text, ToolCall, ToolResult
-from ore_core.cli import _columns, cli_state
+from ore_core.cli import cli_state, table_columns
 from ore_core.errors import ThreadCorrupt, ThreadNotFound
 from ore_core.ledger.thread import Thread
 from ore_core.ledger.turn import Turn, format_timestamp, turn_to_dict
@@ -239,7 +239,7 @@ def list_command(choice: _StoreChoice, as_json: bool) -> None:
         (summary["id"], str(summary["turns"]), _local_time(updated), summary["preview"])
         for summary, (updated, _) in zip(summaries, dated, strict=True)
     ]
-    click.echo("\n".join(_columns(table)))
+    click.echo("\n".join(table_columns(table)))
 
 
 def _newest_first(entry: tuple[datetime | None, Thread]) -> tuple[float, str]:

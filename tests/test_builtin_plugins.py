@@ -33,8 +33,6 @@ from ore_core.session.protocols import TurnProcessor
 from ore_core.session.stores import MemoryStore
 from ore_core.testing.processors import ScriptedProcessor
 
-pytest_plugins = ["ore_core.testing.plugins"]
-
 BUILTINS = {
     "ore_core.plugins.builtin.stores": {"ore_register_stores"},
     "ore_core.plugins.builtin.processors": {"ore_register_turn_processors"},

@@ -26,8 +26,6 @@ from nats.errors import TimeoutError as NatsTimeout
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.session.stores import SQLiteStore
 
-pytest_plugins = ["ore_core.testing.plugins", "ore_core.testing.nats"]
-
 ORE = Path(sys.executable).with_name("ore")
 READY_TIMEOUT = 20.0
 EXIT_TIMEOUT = 30.0

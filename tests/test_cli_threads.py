@@ -25,8 +25,6 @@ from ore_core.ledger.thread import Thread
 from ore_core.plugins.manager import create_plugin_manager
 from ore_core.session.stores import JSONStore, SQLiteStore
 
-pytest_plugins = ["ore_core.testing.plugins"]
-
 ORE = Path(sys.executable).with_name("ore")
 
 
