@@ -3,8 +3,9 @@
 Fixtures: `ore_plugin_manager`, `register_plugin`, `ore_isolated_env` (plugins);
 `mock_openai` (a scripted OpenAI-compatible HTTP server); `nats_server`, `nats_url`,
 `nats_client`, `nats_cluster` (real nats-server processes on free loopback ports).
-Processors for tests live in `ore_core.testing.processors`, the store conformance
-suite in `ore_core.testing.store_conformance`.
+`conduit_core`, `start_conduit` (a real core and a conduit under test). Processors for
+tests live in `ore_core.testing.processors`; the conformance suites for stores and
+conduits in `ore_core.testing.store_conformance` and `.conduit_conformance`.
 """
 
 # The fixture modules are loaded as plugins of their own, so their names never shadow
