@@ -21,10 +21,10 @@ import click
 import structlog
 from pydantic import ValidationError
 
+from ore_core.bus.auth import credentials_from_settings
 from ore_core.bus.client import ConduitClient
 from ore_core.bus.errors import BusError
 from ore_core.cli import cli_state, table_columns
-from ore_core.cli_serve import nats_tls
 from ore_core.config import NatsSettings, OreSettings
 from ore_core.errors import OreError
 from ore_core.plugins.manager import BUILTIN_PLUGINS, OrePluginManager, plugin_callers
@@ -170,12 +170,7 @@ async def connect_conduit(name: str, nats: NatsSettings, connect_timeout: float)
                 servers,
                 name=name,
                 prefix=nats.subject_prefix,
-                user=nats.user,
-                password=nats.password.get_secret_value() if nats.password else None,
-                token=nats.token.get_secret_value() if nats.token else None,
-                nkey_seed=nats.nkey_seed_file,
-                creds_file=nats.creds_file,
-                tls=nats_tls(nats),
+                **credentials_from_settings(nats),
             )
     except TimeoutError:
         raise BusError(

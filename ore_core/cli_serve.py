@@ -16,7 +16,7 @@ import click
 from pydantic import ValidationError
 
 from ore_core.app import build_runtime, start_embedded_nats
-from ore_core.bus.client import TlsFiles
+from ore_core.bus.auth import credentials_from_settings
 from ore_core.bus.service import CoreService, run
 from ore_core.bus.streams import BusConfig
 from ore_core.bus.subjects import Subjects
@@ -24,7 +24,7 @@ from ore_core.cli import cli_state
 from ore_core.config import NatsSettings, OreSettings
 from ore_core.plugins.manager import OrePluginManager
 
-__all__ = ["nats_tls", "serve", "settings_with_options"]
+__all__ = ["serve", "settings_with_options"]
 
 _OPTION_OF_KEY = {"url": "--nats", "partitions": "--partitions"}
 
@@ -100,19 +100,6 @@ async def _core(
             servers=servers,
             subjects=Subjects(nats.subject_prefix),
             config=BusConfig(partitions=nats.partitions, max_payload=int(nats.max_payload)),
-            user=nats.user,
-            password=nats.password.get_secret_value() if nats.password else None,
-            token=nats.token.get_secret_value() if nats.token else None,
-            nkey_seed_file=nats.nkey_seed_file,
-            creds_file=nats.creds_file,
-            tls=nats_tls(nats),
             health_port=health_port,
+            **credentials_from_settings(nats),
         )
-
-
-def nats_tls(nats: NatsSettings) -> TlsFiles | None:
-    """TLS files when any is configured; else nats-py's defaults (TLS only for tls:// URLs)."""
-    files = (nats.tls_ca_file, nats.tls_cert_file, nats.tls_key_file)
-    if not any(files):
-        return None
-    return TlsFiles(ca_file=files[0], cert_file=files[1], key_file=files[2])

@@ -3,7 +3,8 @@
 protocol.md is the wire contract; `subjects` spells every subject and header.
 """
 
-from ore_core.bus.client import ConduitClient, ThreadInfo, ThreadPage, TlsFiles
+from ore_core.bus.auth import TlsFiles
+from ore_core.bus.client import ConduitClient, ThreadInfo, ThreadPage
 from ore_core.bus.control_api import ControlAPI
 from ore_core.bus.egress import Egress
 from ore_core.bus.embedded import EmbeddedNatsCluster, EmbeddedNatsServer, NatsServerError

@@ -12,12 +12,10 @@ called from many tasks at once; each `EventFeed` is read by one task.
 from __future__ import annotations
 
 import asyncio
-import re
 import ssl
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from os import PathLike
-from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -36,6 +34,7 @@ from nats.js.errors import APIError, NoStreamResponseError
 from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
 
 from ore_core import jsonutil
+from ore_core.bus.auth import TlsFiles, connect_options
 from ore_core.bus.errors import ApiError, BusError
 from ore_core.bus.feed import Delivery, EventFeed
 from ore_core.bus.permissions import PermissionWatch
@@ -78,26 +77,6 @@ _RETRYABLE = (
     ConnectionReconnectingError,
     OutboundBufferLimitError,
 )
-_SEED = re.compile(r"S[A-Z2-7]{57}")  # an nkey seed, as opposed to a file holding one
-
-
-@dataclass(frozen=True, slots=True)
-class TlsFiles:
-    """PEM files for TLS: `ca_file` to trust the server, `cert_file`+`key_file` for mTLS."""
-
-    ca_file: _StrPath | None = None
-    cert_file: _StrPath | None = None
-    key_file: _StrPath | None = None
-
-    def context(self) -> ssl.SSLContext:
-        """An SSL context that verifies the server (with `ca_file` if given)."""
-        context = ssl.create_default_context(
-            ssl.Purpose.SERVER_AUTH, cafile=None if self.ca_file is None else str(self.ca_file)
-        )
-        if self.cert_file is not None:
-            key = None if self.key_file is None else str(self.key_file)
-            context.load_cert_chain(str(self.cert_file), key)
-        return context
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,20 +175,19 @@ class ConduitClient:
         options: dict[str, Any] = {
             "servers": [servers] if isinstance(servers, str) else list(servers),
             "name": name,
-            "user": user,
-            "password": password,
-            "token": token,
-            "user_credentials": None if creds_file is None else str(creds_file),
-            "tls": tls.context() if isinstance(tls, TlsFiles) else tls,
             "error_cb": on_error,
             "reconnected_cb": on_reconnected,
             "max_reconnect_attempts": -1,
             "reconnect_time_wait": reconnect_wait,
+            **connect_options(
+                user=user,
+                password=password,
+                token=token,
+                nkey_seed=nkey_seed,
+                creds_file=creds_file,
+                tls=tls,
+            ),
         }
-        if nkey_seed is not None:
-            seed = str(nkey_seed)
-            key = "nkeys_seed_str" if _SEED.fullmatch(seed.strip()) else "nkeys_seed"
-            options[key] = seed.strip() if key == "nkeys_seed_str" else str(Path(seed))
         try:
             async with asyncio.timeout(connect_timeout):
                 nc = await nats.connect(**options)

@@ -29,7 +29,7 @@ from nats.errors import Error as NatsError
 from nats.errors import StaleConnectionError
 
 from ore_core import __version__
-from ore_core.bus.client import TlsFiles
+from ore_core.bus.auth import TlsFiles, connect_options
 from ore_core.bus.control_api import ControlAPI
 from ore_core.bus.egress import Egress
 from ore_core.bus.errors import BusError
@@ -54,7 +54,8 @@ class CoreService:
     """Serves one `Manager` over NATS until stopped (see the module docstring).
 
     Connection options are passed to nats-py: `user`/`password`, `token`,
-    `nkey_seed_file`, `creds_file`, and `tls` (an SSLContext or `TlsFiles`).
+    `nkey_seed` (a seed or a file holding one), `creds_file`, and `tls` (an SSLContext
+    or `TlsFiles`): the same credential arguments as `ConduitClient.connect`.
     `health_port` (0 = any free port) serves `/healthz` and `/readyz` on `health_host`.
     `stop()` (and a failed `start()`) closes `manager`: its streams must stop for
     their unfinished messages to be redelivered. The store stays the caller's.
@@ -70,7 +71,7 @@ class CoreService:
         user: str | None = None,
         password: str | None = None,
         token: str | None = None,
-        nkey_seed_file: str | Path | None = None,
+        nkey_seed: str | Path | None = None,
         creds_file: str | Path | None = None,
         tls: ssl.SSLContext | TlsFiles | None = None,
         name: str = "ore-core",
@@ -90,12 +91,14 @@ class CoreService:
         self._servers = list(servers)
         self._connect_options: dict[str, Any] = {
             "name": name,
-            "user": user,
-            "password": password,
-            "token": token,
-            "nkeys_seed": None if nkey_seed_file is None else str(nkey_seed_file),
-            "user_credentials": None if creds_file is None else str(creds_file),
-            "tls": tls.context() if isinstance(tls, TlsFiles) else tls,
+            **connect_options(
+                user=user,
+                password=password,
+                token=token,
+                nkey_seed=nkey_seed,
+                creds_file=creds_file,
+                tls=tls,
+            ),
             "max_reconnect_attempts": -1,
             "reconnect_time_wait": reconnect_wait,
             "pending_size": 16 * 1024 * 1024,
