@@ -30,9 +30,7 @@ import platformdirs
 import pluggy
 
 from ore_core.app import build_runtime
-from ore_core.bus.client import ConduitClient
 from ore_core.bus.embedded import EmbeddedNatsServer
-from ore_core.bus.errors import BusError
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig
 from ore_core.bus.subjects import Subjects
@@ -55,9 +53,6 @@ MODEL_PROCESSOR = "openai"
 MODEL_ENDPOINT_ENV = ("ORE_OPENAI_BASE_URL", "OPENAI_API_KEY")
 CONNECT_TIMEOUT = 5.0
 """Seconds to reach a configured NATS server before giving up (nats-py would retry forever)."""
-READY_TIMEOUT = 5.0
-"""Seconds the core in this process may take to answer once started."""
-READY_POLL = 0.005
 DRAIN_GRACE = 1.0
 """Seconds a running turn may finish when the chat ends; the user has already left."""
 LOG_FILE = "chat.log"
@@ -247,7 +242,6 @@ async def _everything(
         local = NatsSettings(url=[server.url], subject_prefix=nats.subject_prefix)
         client = await connect_conduit(conduit.name, local, CONNECT_TIMEOUT)
         stack.push_async_callback(client.close)
-        await _until_answering(client)
         await conduit().run(client, config)
 
 
@@ -260,22 +254,3 @@ async def _conduit_only(
     nats = settings.nats
     async with await connect_conduit(conduit.name, nats, CONNECT_TIMEOUT) as client:
         await conduit().run(client, config)
-
-
-async def _until_answering(client: ConduitClient) -> None:
-    """Wait until the core in this process answers its control API.
-
-    `CoreService.start` returns once its subscriptions are sent, but nats-py 2.16's
-    `flush` can return before the server has registered them (its PING overtakes the
-    buffered SUBs), so the conduit's first request could find nobody for a moment.
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + READY_TIMEOUT
-    while True:
-        try:
-            await client.health()
-            return
-        except BusError:
-            if loop.time() > deadline:
-                raise
-            await asyncio.sleep(READY_POLL)

@@ -11,19 +11,15 @@ loads only this conduit and ore-openai; `run_chat` pipes input through `ore chat
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pexpect
 import pytest
-from nats.aio.client import Client
-from nats.errors import NoRespondersError
 
 from ore_core.artifacts import Text
 from ore_core.bus.client import ConduitClient
@@ -37,7 +33,6 @@ from ore_core.session.stores.memory import MemoryStore
 
 ORE = Path(sys.executable).with_name("ore")
 PROCESS_TIMEOUT = 60.0
-READY_TIMEOUT = 10.0
 
 
 class RecordingView:
@@ -77,12 +72,11 @@ def make_view() -> type[RecordingView]:
 
 @pytest.fixture
 async def start_core(
-    nats_url: str, nats_client: Client
+    nats_url: str,
 ) -> AsyncIterator[Callable[[TurnProcessor], Awaitable[None]]]:
     """`await start_core(processor)`: the core (with the slash commands) serving on `nats_url`.
 
-    Returns once the control API answers: nats-py 2.16's flush may return before the
-    server registered the core's subscriptions, so "started" is not yet "answering".
+    `CoreService.start` returns once the control API is registered on the server.
     """
     services: list[CoreService] = []
 
@@ -94,14 +88,6 @@ async def start_core(
         )
         await service.start()
         services.append(service)
-        deadline = time.monotonic() + READY_TIMEOUT
-        while True:
-            try:
-                await nats_client.request("ore.api.health", b"{}", timeout=READY_TIMEOUT)
-                return
-            except NoRespondersError:
-                assert time.monotonic() < deadline, "the core's control API never answered"
-                await asyncio.sleep(0.005)
 
     yield start
     for service in services:
