@@ -33,13 +33,11 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
 
-from ore_core import jsonutil
+from ore_core import Manager, Store, jsonutil
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig
 from ore_core.session.echo import EchoProcessor
-from ore_core.session.manager import Manager
-from ore_core.session.protocols import Store
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.session.stores.sqlite_store import SQLiteStore
 

@@ -31,13 +31,12 @@ from typing import Any
 import orjson
 import pydantic_core
 
-from ore_core.artifacts import Text
+from ore_core import Role, Text, Thread
 from ore_core.ledger.clock import SystemClock
 from ore_core.ledger.entries import Entry, EntryWriter, collector_paused
 from ore_core.ledger.file_repository import FileRepository
 from ore_core.ledger.journal import JournalWriter
-from ore_core.ledger.thread import Thread
-from ore_core.ledger.turn import Role, turn_from_dict
+from ore_core.turn import turn_from_dict
 
 THREAD = "bench"
 POLICY_TURNS = 2_000  # `always` waits for the disk on every append: keep its run short

@@ -21,10 +21,8 @@ from collections.abc import Callable
 from itertools import count
 from pathlib import Path
 
-from ore_core.events import UserMessageEvent
+from ore_core import Manager, Store, UserMessageEvent
 from ore_core.session.echo import EchoProcessor
-from ore_core.session.manager import Manager
-from ore_core.session.protocols import Store
 from ore_core.session.stores.journal_store import JournalStore
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.session.stores.sqlite_store import SQLiteStore

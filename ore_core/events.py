@@ -43,7 +43,7 @@ from pydantic_core import CoreSchema
 from ore_core.artifacts import Artifact, Delta, decode_artifact
 from ore_core.errors import ArtifactError, OreError
 from ore_core.ids import validate_thread_id
-from ore_core.ledger.turn import Turn, turn_from_dict, turn_to_dict
+from ore_core.turn import Turn, turn_from_dict, turn_to_dict
 
 __all__ = [
     "ActivityEvent",

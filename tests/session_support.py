@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from ore_core.events import EventContext, LifecycleEvent, OutputEvent, UserMessageEvent
+from ore_core import EventContext, LifecycleEvent, OutputEvent, UserMessageEvent
 from ore_core.session.fanout import Subscription
 
 

@@ -10,20 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ore_core.artifacts import (
-    PERSISTABLE_KINDS,
-    STOP_REASONS,
-    Accumulable,
+from ore_core import (
     Artifact,
-    ArtifactRegistry,
+    ArtifactError,
     Delta,
     Image,
-    LLMRenderer,
-    MarkdownRenderer,
     Reasoning,
     ReasoningDelta,
     ReasoningSignature,
-    StatusContributor,
     StopReason,
     Text,
     TextDelta,
@@ -33,12 +27,20 @@ from ore_core.artifacts import (
     Truncation,
     UnknownArtifact,
     Usage,
+)
+from ore_core.artifacts import (
+    PERSISTABLE_KINDS,
+    STOP_REASONS,
+    Accumulable,
+    ArtifactRegistry,
+    LLMRenderer,
+    MarkdownRenderer,
+    StatusContributor,
     decode_artifact,
     decode_envelope,
     encode_envelope,
     registry,
 )
-from ore_core.errors import ArtifactError
 from ore_core.jsonutil import dumps, loads
 
 

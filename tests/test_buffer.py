@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from ore_core.artifacts import Text
+from ore_core import Role, Text, Thread, Turn
 from ore_core.ledger.buffer import Buffer
 from ore_core.ledger.clock import FixedClock
-from ore_core.ledger.thread import State, Thread
-from ore_core.ledger.turn import Role, Turn
+from ore_core.ledger.thread import State
 from ore_core.ledger.views import prepend, view
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)

@@ -12,24 +12,24 @@ import structlog
 from click.testing import CliRunner
 from structlog.testing import capture_logs
 
-from ore_core.app import build_runtime
-from ore_core.artifacts import Text
-from ore_core.cli import main
-from ore_core.config import ConfigError, OreSettings
-from ore_core.errors import StoreError, TurnFailed
-from ore_core.events import UserMessageEvent
-from ore_core.ledger.turn import Role
-from ore_core.plugins.hookspecs import hookimpl
-from ore_core.plugins.manager import (
-    BUILTIN_PLUGINS,
-    OrePluginManager,
+from ore_core import (
+    ConfigError,
+    Manager,
     PluginError,
-    create_plugin_manager,
+    Role,
+    StoreError,
+    Text,
+    Tool,
+    TurnFailed,
+    TurnProcessor,
+    UserMessageEvent,
+    hookimpl,
 )
+from ore_core.cli import main
+from ore_core.cli.app import build_runtime
+from ore_core.config import OreSettings
+from ore_core.plugins.manager import BUILTIN_PLUGINS, OrePluginManager, create_plugin_manager
 from ore_core.plugins.registry import collect_registrations
-from ore_core.plugins.tools import Tool
-from ore_core.session.manager import Manager
-from ore_core.session.protocols import TurnProcessor
 from ore_core.session.stores import MemoryStore
 from ore_core.testing.processors import ScriptedProcessor
 

@@ -16,12 +16,10 @@ import pytest
 import structlog
 from click.testing import CliRunner, Result
 
-from ore_core.app import build_runtime
+from ore_core import Thread, ThreadNotFound, UserMessageEvent
 from ore_core.cli import main
+from ore_core.cli.app import build_runtime
 from ore_core.config import OreSettings
-from ore_core.errors import ThreadNotFound
-from ore_core.events import UserMessageEvent
-from ore_core.ledger.thread import Thread
 from ore_core.plugins.manager import create_plugin_manager
 from ore_core.session.stores import JSONStore, SQLiteStore
 

@@ -6,13 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ore_core.config import (
-    SECRET_MASK,
-    ConfigError,
-    ConfigValue,
-    OreSettings,
-    load_settings,
-)
+from ore_core import ConfigError
+from ore_core.config import SECRET_MASK, ConfigValue, OreSettings, load_settings
 from ore_core.session.stream import DoubleTexting
 
 

@@ -9,40 +9,37 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from ore_core.artifacts import (
-    Artifact,
-    Image,
-    Reasoning,
-    ReasoningDelta,
-    Text,
-    TextDelta,
-    UnknownArtifact,
-)
-from ore_core.errors import OreError
-from ore_core.events import (
+from ore_core import (
     ActivityEvent,
+    Artifact,
     ArtifactEvent,
     ErrorEvent,
     EventContext,
     EventDecodeError,
+    Image,
     InterruptEvent,
     LifecycleEvent,
     Notice,
     NoticeEvent,
+    OreError,
     OutputEvent,
     PropertiesEvent,
     PropertyOperation,
+    Reasoning,
+    ReasoningDelta,
+    Role,
     SessionSwitchEvent,
     Severity,
+    Text,
+    TextDelta,
+    TraversalControl,
+    Turn,
     TurnCompleteEvent,
+    UnknownArtifact,
     UserMessageEvent,
-    decode_ingress,
-    decode_output,
-    encode_event,
-    event_json_schema,
 )
+from ore_core.events import decode_ingress, decode_output, encode_event, event_json_schema
 from ore_core.jsonutil import dumps
-from ore_core.ledger import Role, TraversalControl, Turn
 
 HTTP = EventContext(provenance="http")
 JAN_1 = datetime(2024, 1, 1, tzinfo=UTC)

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from ore_core.artifacts import Text, TextDelta, ToolCallDelta
-from ore_core.events import ArtifactEvent, LifecycleEvent
-from ore_core.session.fanout import SubscriberOverflow, Subscription, coalesce_deltas
+from ore_core import (
+    ArtifactEvent,
+    LifecycleEvent,
+    SubscriberOverflow,
+    Text,
+    TextDelta,
+    ToolCallDelta,
+)
+from ore_core.session.fanout import Subscription, coalesce_deltas
 
 
 def _subscription(maxsize: int) -> Subscription:

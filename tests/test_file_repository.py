@@ -21,13 +21,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ore_core.artifacts import Text
-from ore_core.errors import JournalLocked, LedgerError
+from ore_core import JournalLocked, LedgerError, Role, Text, Thread, TraversalControl, Turn
 from ore_core.ledger.clock import FixedClock
 from ore_core.ledger.file_repository import FileRepository, FsyncPolicy, journal_file_name
 from ore_core.ledger.journal import Repository
-from ore_core.ledger.thread import Thread
-from ore_core.ledger.turn import Role, TraversalControl, Turn
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 WRITER_PROC = Path(__file__).parent / "helpers" / "journal_writer_proc.py"

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ore_core.artifacts import Text
+from ore_core import Role, Text, TraversalControl, Turn
 from ore_core.jsonutil import dumps, loads
 from ore_core.ledger.clock import FixedClock
 from ore_core.ledger.entries import Entry, EntryWriter, StampFormatter, replay
@@ -21,7 +21,7 @@ from ore_core.ledger.journal import (
     TX_UPDATE_PARENT,
     TX_UPDATE_TIP,
 )
-from ore_core.ledger.turn import Role, TraversalControl, Turn, format_timestamp
+from ore_core.turn import format_timestamp
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 STAMP = "2024-01-01T00:00:00Z"

@@ -18,13 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ore_core.artifacts import Text
+from ore_core import Role, Text, Thread, TraversalControl, Turn
 from ore_core.ledger.clock import FixedClock
 from ore_core.ledger.file_repository import FileRepository
 from ore_core.ledger.journal import Repository
 from ore_core.ledger.repository import MemoryRepository
-from ore_core.ledger.thread import Thread
-from ore_core.ledger.turn import Role, TraversalControl, Turn
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 THREAD = "t"

@@ -8,11 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ore_core.artifacts import Text
-from ore_core.errors import StoreError, ThreadCorrupt
+from ore_core import Role, StoreError, Text, Thread, ThreadCorrupt, TraversalControl
 from ore_core.jsonutil import loads
-from ore_core.ledger.thread import Thread
-from ore_core.ledger.turn import Role, TraversalControl
 from ore_core.session.stores import JournalStore
 
 GO_JOURNAL = (

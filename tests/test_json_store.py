@@ -9,12 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from ore_core.artifacts import Text
-from ore_core.errors import InvalidThreadId, StoreError, ThreadCorrupt, ThreadExists
+from ore_core import (
+    InvalidThreadId,
+    Role,
+    StoreError,
+    Text,
+    Thread,
+    ThreadCorrupt,
+    ThreadExists,
+    TraversalControl,
+    Turn,
+)
 from ore_core.jsonutil import loads
 from ore_core.ledger.clock import FixedClock
-from ore_core.ledger.thread import Thread
-from ore_core.ledger.turn import Role, TraversalControl, Turn
 from ore_core.session.stores import JSONStore
 
 START = datetime(2024, 1, 1, tzinfo=UTC)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from ore_core.config import ConfigError
+from ore_core import ConfigError
 from ore_core.logging import configure_logging
 
 

@@ -6,10 +6,7 @@ import asyncio
 
 import pytest
 
-from ore_core.errors import SessionNotFound, ThreadExists, ThreadNotFound
-from ore_core.events import OutputEvent
-from ore_core.ledger.turn import Role
-from ore_core.session.manager import Manager
+from ore_core import Manager, OutputEvent, Role, SessionNotFound, ThreadExists, ThreadNotFound
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.testing.processors import ScriptedProcessor
 from tests.session_support import kinds, message

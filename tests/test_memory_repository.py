@@ -5,12 +5,10 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime
 
-from ore_core.artifacts import Text
+from ore_core import Role, Text, Thread, TraversalControl, Turn
 from ore_core.ledger.clock import FixedClock
 from ore_core.ledger.journal import Repository
 from ore_core.ledger.repository import MemoryRepository
-from ore_core.ledger.thread import Thread
-from ore_core.ledger.turn import Role, TraversalControl, Turn
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 STAMP = "2024-01-01T00:00:00Z"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from ore_core import Thread
 from ore_core.ledger.meta import Meta
-from ore_core.ledger.thread import Thread
 
 
 def test_get_of_a_missing_key_is_none() -> None:

@@ -13,22 +13,19 @@ import pytest
 from structlog.testing import capture_logs
 
 import ore_test_plugin
-from ore_core.artifacts import ArtifactRegistry, Text
+from ore_core import InterceptResult, PluginError, Text, Tool, hookimpl
+from ore_core.artifacts import ArtifactRegistry
 from ore_core.config import OreSettings
 from ore_core.plugins import manager as manager_module
-from ore_core.plugins.hookspecs import hookimpl
 from ore_core.plugins.manager import (
     HOOK_NAMES,
     OrePluginManager,
-    PluginError,
     await_maybe,
     create_plugin_manager,
     shutdown_plugins,
     startup_plugins,
 )
 from ore_core.plugins.registry import REGISTRATION_HOOKS, Registrations, collect_registrations
-from ore_core.plugins.tools import Tool
-from ore_core.session.protocols import InterceptResult
 from ore_core.testing.plugins import temporary_plugin
 
 BROKEN_ERROR = "RuntimeError: ore-broken-plugin fails on import on purpose"

@@ -4,25 +4,25 @@ from __future__ import annotations
 
 import pytest
 
-from ore_core.events import (
+from ore_core import (
+    CommandError,
+    Manager,
     Notice,
     NoticeEvent,
+    Role,
     SessionSwitchEvent,
     Severity,
+    Stream,
     UserMessageEvent,
 )
-from ore_core.ledger.turn import Role
-from ore_core.session.manager import Manager
 from ore_core.session.slash import (
     Command,
-    CommandError,
     CommandResult,
     SlashCommands,
     default_commands,
     parse_command,
 )
 from ore_core.session.stores.memory import MemoryStore
-from ore_core.session.stream import Stream
 from ore_core.testing.processors import ScriptedProcessor
 from tests.session_support import collect, message
 

@@ -15,13 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from ore_core import jsonutil
-from ore_core.artifacts import Text
-from ore_core.errors import StoreError, ThreadCorrupt, ThreadNotFound
-from ore_core.ledger.thread import Thread
-from ore_core.ledger.turn import Role, Turn, turn_to_dict
+from ore_core import Role, StoreError, Text, Thread, ThreadCorrupt, ThreadNotFound, Turn, jsonutil
 from ore_core.session.stores import SQLiteStore
 from ore_core.session.stores.sqlite_store import MIGRATIONS, SCHEMA_VERSION
+from ore_core.turn import turn_to_dict
 from tests.helpers.worker_gate import queued_together
 
 # Rows written by the store, recorded by triggers: seen from outside the store's connection.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ore_core.session.protocols import Store
+from ore_core import Store
 from ore_core.session.stores import JournalStore, JSONStore, MemoryStore, SQLiteStore
 from ore_core.testing.store_conformance import StoreConformance
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ore_core.errors import StoreError
+from ore_core import StoreError
 from ore_core.session.stores.worker import Call, SerialWorker
 from tests.helpers.worker_gate import Gate, queued_together, until
 

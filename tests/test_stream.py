@@ -6,26 +6,27 @@ import asyncio
 
 import pytest
 
-from ore_core.artifacts import Reasoning, Text, TextDelta, ToolCallDelta
-from ore_core.errors import (
-    Interrupted,
-    MessageRejected,
-    SessionClosed,
-    TurnCancelled,
-    TurnFailed,
-)
-from ore_core.events import (
+from ore_core import (
     ArtifactEvent,
     ErrorEvent,
     EventContext,
+    Interrupted,
     InterruptEvent,
     LifecycleEvent,
+    Manager,
+    MessageRejected,
     NoticeEvent,
     PropertiesEvent,
+    Reasoning,
+    Role,
+    SessionClosed,
+    Text,
+    TextDelta,
+    ToolCallDelta,
+    TurnCancelled,
     TurnCompleteEvent,
+    TurnFailed,
 )
-from ore_core.ledger.turn import Role
-from ore_core.session.manager import Manager
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.session.stream import DoubleTexting
 from ore_core.testing.processors import GatedProcessor, ScriptedProcessor

@@ -7,17 +7,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from nats.aio.client import Client
 
-from ore_core.bus.subjects import (
+from ore_core import InvalidThreadId, SubjectError
+from ore_core.subjects import (
     HEADER_KIND,
     HEADER_MSG_ID,
     HEADER_SCHEMA,
     HEADER_TRACEPARENT,
     SCHEMA_VERSION,
-    SubjectError,
     Subjects,
     partition_of,
 )
-from ore_core.errors import InvalidThreadId
 
 thread_ids = st.from_regex(r"[A-Za-z0-9_-]{1,128}", fullmatch=True)
 partition_counts = st.sampled_from([1, 2, 4, 8, 16, 64, 1024])

@@ -13,13 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
-from ore_core.artifacts import Text
-from ore_core.errors import LedgerError, TurnNotFound
+from ore_core import LedgerError, Role, Text, Thread, TraversalControl, Turn, TurnNotFound
 from ore_core.ledger.clock import ClockFunc, FixedClock
 from ore_core.ledger.journal import JournalState, Repository
 from ore_core.ledger.repository import MemoryRepository
-from ore_core.ledger.thread import State, Thread
-from ore_core.ledger.turn import Role, TraversalControl, Turn
+from ore_core.ledger.thread import State
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 

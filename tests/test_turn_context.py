@@ -10,13 +10,20 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from ore_core.artifacts import Artifact, Text, ToolCall, ToolResult, Usage
-from ore_core.errors import TurnFailed
-from ore_core.events import ErrorEvent
-from ore_core.ledger.turn import Role, Turn
-from ore_core.session.manager import Manager
+from ore_core import (
+    Artifact,
+    ErrorEvent,
+    Manager,
+    Role,
+    Text,
+    ToolCall,
+    ToolResult,
+    Turn,
+    TurnContext,
+    TurnFailed,
+    Usage,
+)
 from ore_core.session.stores.memory import MemoryStore
-from ore_core.session.turn_context import TurnContext
 from tests.session_support import collect, message
 
 

@@ -2,9 +2,9 @@
 
 from datetime import UTC, datetime
 
-from ore_core.artifacts import Text
+from ore_core import Role, Text, TraversalControl, Turn
 from ore_core.jsonutil import dumps, loads
-from ore_core.ledger import Role, TraversalControl, Turn, turn_from_dict, turn_to_dict
+from ore_core.ledger import turn_from_dict, turn_to_dict
 
 
 def test_user_turn_json_matches_go_example() -> None:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from ore_core.artifacts import Text
-from ore_core.ledger.thread import State, Thread
-from ore_core.ledger.turn import Role, Turn
+from ore_core import Role, Text, Thread, Turn
+from ore_core.ledger.thread import State
 from ore_core.ledger.views import Prepend, View, prepend, view
 
 

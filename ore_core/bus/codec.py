@@ -12,8 +12,8 @@ from collections.abc import Mapping
 
 from pydantic import ValidationError
 
-from ore_core.bus.subjects import HEADER_KIND, HEADER_SCHEMA, HEADER_TRACEPARENT, SCHEMA_VERSION
 from ore_core.events import EventContext, EventDecodeError, IngressEvent, OutputEvent
+from ore_core.subjects import HEADER_KIND, HEADER_SCHEMA, HEADER_TRACEPARENT, SCHEMA_VERSION
 
 __all__ = [
     "BAD_JSON",

@@ -25,8 +25,7 @@ from nats.micro.service import Service
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ore_core import jsonutil
-from ore_core.bus.barrier import subscriptions_registered
-from ore_core.bus.subjects import Subjects
+from ore_core.conduit.connection import subscriptions_registered
 from ore_core.errors import (
     InvalidThreadId,
     SessionClosed,
@@ -37,9 +36,10 @@ from ore_core.errors import (
 )
 from ore_core.ids import validate_thread_id
 from ore_core.ledger.thread import Thread
-from ore_core.ledger.turn import turn_to_dict
 from ore_core.session.manager import Manager
 from ore_core.session.stream import Stream
+from ore_core.subjects import Subjects
+from ore_core.turn import turn_to_dict
 
 __all__ = ["DEFAULT_MAX_REQUEST_BYTES", "ERROR_CODES", "SERVICE_NAME", "ControlAPI"]
 

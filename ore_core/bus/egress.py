@@ -18,9 +18,9 @@ from nats.errors import ConnectionClosedError, OutboundBufferLimitError
 from ore_core.artifacts import Delta
 from ore_core.bus.codec import output_headers
 from ore_core.bus.pipeline import Pipeline
-from ore_core.bus.subjects import Subjects
 from ore_core.events import ArtifactEvent, OutputEvent, encode_event
 from ore_core.session.manager import Manager
+from ore_core.subjects import Subjects
 
 __all__ = ["Egress"]
 

@@ -41,7 +41,6 @@ from ore_core.bus.egress import Egress
 from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.puller import Puller
 from ore_core.bus.streams import BusConfig, consumer_name
-from ore_core.bus.subjects import HEADER_SCHEMA, Subjects
 from ore_core.errors import OreError, SessionClosed, ThreadExists, ThreadNotFound
 from ore_core.events import (
     ErrorEvent,
@@ -56,6 +55,7 @@ from ore_core.events import (
 from ore_core.ids import is_valid_thread_id
 from ore_core.session.manager import Manager
 from ore_core.session.stream import Stream
+from ore_core.subjects import HEADER_SCHEMA, Subjects
 
 __all__ = ["DLQ_DATA_LIMIT", "Ingress"]
 

@@ -30,7 +30,7 @@ from nats.aio.msg import Msg
 from nats.errors import ConnectionClosedError, MaxPayloadError, OutboundBufferLimitError
 
 from ore_core import jsonutil
-from ore_core.bus.subjects import HEADER_MSG_ID
+from ore_core.subjects import HEADER_MSG_ID
 
 __all__ = ["Pipeline"]
 

@@ -29,16 +29,16 @@ from nats.errors import Error as NatsError
 from nats.errors import StaleConnectionError
 
 from ore_core import __version__
-from ore_core.bus.auth import TlsFiles, connect_options
 from ore_core.bus.control_api import ControlAPI
 from ore_core.bus.egress import Egress
-from ore_core.bus.errors import BusError
 from ore_core.bus.health import HealthServer
 from ore_core.bus.ingress import Ingress
 from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.streams import BusConfig, ensure_streams
-from ore_core.bus.subjects import Subjects
+from ore_core.conduit.connection import TlsFiles, connect_options
+from ore_core.errors import BusError
 from ore_core.session.manager import Manager
+from ore_core.subjects import Subjects
 
 __all__ = ["CoreService", "run", "serve"]
 

@@ -29,8 +29,8 @@ from nats.js.api import (
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from ore_core.bus.subjects import Subjects
 from ore_core.errors import OreError
+from ore_core.subjects import Subjects
 
 __all__ = [
     "HEADER_ALLOWANCE",

@@ -7,7 +7,8 @@ from ore_core.ledger.journal import JournalState, JournalWriter, Repository
 from ore_core.ledger.meta import Meta, MetaListener
 from ore_core.ledger.repository import MemoryRepository
 from ore_core.ledger.thread import State, Thread
-from ore_core.ledger.turn import (
+from ore_core.ledger.views import Prepend, View, prepend, view
+from ore_core.turn import (
     Role,
     TraversalControl,
     Turn,
@@ -17,7 +18,6 @@ from ore_core.ledger.turn import (
     turn_from_dict,
     turn_to_dict,
 )
-from ore_core.ledger.views import Prepend, View, prepend, view
 
 __all__ = [
     "Buffer",

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from ore_core.artifacts import Artifact
 from ore_core.ledger.clock import Clock, SystemClock
 from ore_core.ledger.meta import Meta
-from ore_core.ledger.turn import Role, Turn, generate_turn_id
+from ore_core.turn import Role, Turn, generate_turn_id
 
 __all__ = ["Buffer"]
 

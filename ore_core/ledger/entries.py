@@ -33,7 +33,7 @@ from ore_core.ledger.journal import (
     TX_UPDATE_TIP,
     JournalState,
 )
-from ore_core.ledger.turn import (
+from ore_core.turn import (
     TraversalControl,
     Turn,
     format_timestamp,

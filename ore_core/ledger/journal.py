@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ore_core.ledger.turn import Turn
+from ore_core.turn import Turn
 
 __all__ = [
     "TX_ADD_TURN",

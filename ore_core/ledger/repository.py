@@ -12,7 +12,7 @@ from ore_core.jsonutil import dumps, loads
 from ore_core.ledger.clock import Clock, SystemClock
 from ore_core.ledger.entries import Entry, EntryWriter, replay
 from ore_core.ledger.journal import JournalState, JournalWriter
-from ore_core.ledger.turn import Turn
+from ore_core.turn import Turn
 
 __all__ = ["JournalRepository", "MemoryRepository"]
 

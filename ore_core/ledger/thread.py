@@ -14,7 +14,7 @@ from ore_core.errors import LedgerError, TurnNotFound
 from ore_core.ledger.clock import Clock, SystemClock
 from ore_core.ledger.journal import JournalWriter, Repository
 from ore_core.ledger.meta import Meta
-from ore_core.ledger.turn import Role, TraversalControl, Turn, generate_turn_id
+from ore_core.turn import Role, TraversalControl, Turn, generate_turn_id
 
 __all__ = ["State", "Thread"]
 

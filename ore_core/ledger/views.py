@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from ore_core.artifacts import Artifact
 from ore_core.ledger.meta import Meta
 from ore_core.ledger.thread import State
-from ore_core.ledger.turn import Role, Turn
+from ore_core.turn import Role, Turn
 
 __all__ = ["Prepend", "View", "prepend", "view"]
 

@@ -20,10 +20,10 @@ from ore_core.events import (
     UserMessageEvent,
     new_event_id,
 )
-from ore_core.ledger.turn import Turn
 from ore_core.session.protocols import InterceptResult
 from ore_core.session.spec import KEY_MODEL_NAME
 from ore_core.session.stream import Stream
+from ore_core.turn import Turn
 
 __all__ = ["Command", "CommandError", "CommandResult", "SlashCommands", "parse_command"]
 

@@ -46,11 +46,11 @@ from ore_core.events import (
     UserMessageEvent,
 )
 from ore_core.ledger.thread import Thread
-from ore_core.ledger.turn import Role, TraversalControl, Turn
 from ore_core.session.fanout import Subscription
 from ore_core.session.protocols import Interceptor, Store, TurnProcessor
 from ore_core.session.spec import ModelSpec
 from ore_core.session.turn_context import Transform, TurnContext
+from ore_core.turn import Role, TraversalControl, Turn
 
 if TYPE_CHECKING:
     from ore_core.session.manager import Manager

@@ -25,8 +25,8 @@ from ore_core.events import (
     UserMessageEvent,
 )
 from ore_core.ledger.thread import Thread
-from ore_core.ledger.turn import Role, Turn
 from ore_core.session.spec import ModelSpec
+from ore_core.turn import Role, Turn
 
 if TYPE_CHECKING:
     from ore_core.session.stream import Stream

@@ -42,18 +42,18 @@ import pytest
 import pytest_asyncio
 
 from ore_core.artifacts import Text
-from ore_core.bus.client import ConduitClient
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig
-from ore_core.conduits import Conduit, ConduitConfig, ConduitConfigError
+from ore_core.conduit.base import Conduit, ConduitConfig, ConduitConfigError
+from ore_core.conduit.client import ConduitClient
 from ore_core.events import EventContext, LifecycleEvent, UserMessageEvent, new_event_id
 from ore_core.ledger.thread import Thread
-from ore_core.ledger.turn import Role
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.manager import Manager
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.session.turn_context import TurnContext
 from ore_core.testing.processors import GatedProcessor
+from ore_core.turn import Role
 
 __all__ = [
     "ECHO_PREFIX",

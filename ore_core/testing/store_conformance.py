@@ -35,8 +35,8 @@ from ore_core.errors import (
     ThreadNotFound,
 )
 from ore_core.ledger.thread import Thread
-from ore_core.ledger.turn import Role, TraversalControl, turn_to_dict
 from ore_core.session.protocols import Store
+from ore_core.turn import Role, TraversalControl, turn_to_dict
 
 __all__ = ["StoreConformance", "thread_shape"]
 

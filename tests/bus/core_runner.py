@@ -15,12 +15,10 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from ore_core.artifacts import Artifact, TextDelta
+from ore_core import Artifact, Manager, TextDelta, TurnContext
 from ore_core.bus.service import CoreService, run
 from ore_core.bus.streams import BusConfig
-from ore_core.session.manager import Manager
 from ore_core.session.stores.sqlite_store import SQLiteStore
-from ore_core.session.turn_context import TurnContext
 
 
 class AnnouncingProcessor:

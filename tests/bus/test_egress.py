@@ -9,7 +9,7 @@ import structlog
 from nats.aio.client import Client
 from nats.js.api import StreamConfig
 
-from ore_core.artifacts import Text
+from ore_core import Text
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.pipeline import Pipeline
 from ore_core.testing.processors import ScriptedProcessor

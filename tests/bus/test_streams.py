@@ -13,7 +13,7 @@ from ore_core.bus.streams import (
     consumer_name,
     ensure_streams,
 )
-from ore_core.bus.subjects import Subjects, partition_of
+from ore_core.subjects import Subjects, partition_of
 
 SUBJECTS = Subjects()
 CONFIG = BusConfig(partitions=4, max_payload=10_000, events_max_age=3600.0)

@@ -11,13 +11,12 @@ from collections.abc import AsyncIterator
 import pytest
 from nats.aio.client import Client
 
-from ore_core.bus.client import ConduitClient
+from ore_core import ConduitClient, Manager
 from ore_core.bus.control_api import ControlAPI
 from ore_core.bus.streams import BusConfig, ensure_streams
-from ore_core.bus.subjects import Subjects
 from ore_core.session.echo import EchoProcessor
-from ore_core.session.manager import Manager
 from ore_core.session.stores.memory import MemoryStore
+from ore_core.subjects import Subjects
 
 VERSION = "0.1.0"
 

@@ -19,36 +19,38 @@ import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from ore_core.artifacts import Text, TextDelta
-from ore_core.bus.client import ConduitClient
+from ore_core import (
+    ArtifactEvent,
+    BusError,
+    ConduitClient,
+    Delivery,
+    EventContext,
+    EventFeed,
+    InterruptEvent,
+    LifecycleEvent,
+    Manager,
+    OutputEvent,
+    PermissionDenied,
+    Text,
+    TextDelta,
+    TurnCompleteEvent,
+    UserMessageEvent,
+)
 from ore_core.bus.codec import output_headers
 from ore_core.bus.control_api import ControlAPI
 from ore_core.bus.embedded import EmbeddedNatsServer
-from ore_core.bus.errors import BusError, PermissionDenied
-from ore_core.bus.feed import Delivery, EventFeed
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig, ensure_streams
-from ore_core.bus.subjects import (
+from ore_core.events import decode_ingress, encode_event
+from ore_core.session.echo import EchoProcessor
+from ore_core.session.stores.memory import MemoryStore
+from ore_core.subjects import (
     HEADER_KIND,
     HEADER_MSG_ID,
     HEADER_SCHEMA,
     HEADER_TRACEPARENT,
     Subjects,
 )
-from ore_core.events import (
-    ArtifactEvent,
-    EventContext,
-    InterruptEvent,
-    LifecycleEvent,
-    OutputEvent,
-    TurnCompleteEvent,
-    UserMessageEvent,
-    decode_ingress,
-    encode_event,
-)
-from ore_core.session.echo import EchoProcessor
-from ore_core.session.manager import Manager
-from ore_core.session.stores.memory import MemoryStore
 from tests.bus_client.conftest import VERSION
 
 DOCS = Path(__file__).parents[2] / "docs"

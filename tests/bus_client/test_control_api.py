@@ -12,18 +12,13 @@ from nats.aio.client import Client
 from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
 from structlog.testing import capture_logs
 
-from ore_core import jsonutil
-from ore_core.bus.client import ConduitClient
+from ore_core import ApiError, ConduitClient, Manager, PropertiesEvent, Role, jsonutil
 from ore_core.bus.control_api import ControlAPI
-from ore_core.bus.errors import ApiError
-from ore_core.bus.subjects import Subjects
-from ore_core.events import PropertiesEvent
 from ore_core.ids import is_valid_thread_id
-from ore_core.ledger.turn import Role
 from ore_core.session.echo import EchoProcessor
-from ore_core.session.manager import Manager
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.session.stores.sqlite_store import SQLiteStore
+from ore_core.subjects import Subjects
 from ore_core.testing.processors import GatedProcessor
 from tests.bus_client.conftest import VERSION
 from tests.session_support import collect, message

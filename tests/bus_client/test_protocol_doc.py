@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
+from ore_core import Manager
 from ore_core.bus.codec import BAD_JSON, BAD_SCHEMA, BAD_THREAD_ID, TOO_LARGE, UNKNOWN_THREAD
 from ore_core.bus.control_api import ERROR_CODES, ControlAPI
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig
 from ore_core.events import decode_ingress, decode_output, encode_event
-from ore_core.session.manager import Manager
 
 PROTOCOL = (Path(__file__).parents[2] / "docs" / "protocol.md").read_text(encoding="utf-8")
 INGRESS_KINDS = {"user_message", "interrupt"}

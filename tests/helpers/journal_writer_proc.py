@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import sys
 
-from ore_core.artifacts import Text
+from ore_core import Role, Text, Thread
 from ore_core.ledger.file_repository import FileRepository
-from ore_core.ledger.thread import Thread
-from ore_core.ledger.turn import Role
 
 
 def main() -> None:

@@ -13,16 +13,17 @@ from collections.abc import Sequence
 from enum import Enum
 
 from ore_conduit_nats.wire import Reply
-from ore_core.artifacts import Text
-from ore_core.events import (
+from ore_core import (
     ArtifactEvent,
     ErrorEvent,
     LifecycleEvent,
     NoticeEvent,
     OutputEvent,
+    Role,
+    Text,
+    Turn,
     TurnCompleteEvent,
 )
-from ore_core.ledger.turn import Role, Turn
 
 __all__ = ["REPLY_KINDS", "Answer", "Progress"]
 

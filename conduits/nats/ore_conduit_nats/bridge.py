@@ -35,25 +35,30 @@ from ore_conduit_nats.wire import (
     encode_reply,
     parse_inbound,
 )
-from ore_core.artifacts import Text
-from ore_core.bus.barrier import subscriptions_registered
-from ore_core.bus.client import ConduitClient, EventFeed
-from ore_core.bus.errors import ApiError, BusError, PermissionDenied
-from ore_core.conduits import Conduit, ConduitConfig
-from ore_core.errors import OreError
-from ore_core.events import (
-    MAX_EVENT_ID_LENGTH,
+from ore_core import (
     ArtifactEvent,
     ErrorEvent,
     EventContext,
     LifecycleEvent,
     NoticeEvent,
+    OreError,
     OutputEvent,
+    Role,
+    Text,
     TurnCompleteEvent,
     UserMessageEvent,
-    new_event_id,
 )
-from ore_core.ledger.turn import Role
+from ore_core.conduit import (
+    ApiError,
+    BusError,
+    Conduit,
+    ConduitClient,
+    ConduitConfig,
+    EventFeed,
+    PermissionDenied,
+    subscriptions_registered,
+)
+from ore_core.events import MAX_EVENT_ID_LENGTH, new_event_id
 
 __all__ = ["CHANNEL_KEY", "NatsBridge"]
 

@@ -20,8 +20,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from ore_core.bus.feed import DURABLE_NAME
-from ore_core.conduits import ConduitConfig
+from ore_core.conduit import DURABLE_NAME, ConduitConfig
 
 __all__ = ["NatsBridgeConfig", "OutputFormat"]
 

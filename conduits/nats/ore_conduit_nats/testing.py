@@ -17,7 +17,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 
-from ore_core.bus.barrier import subscriptions_registered
+from ore_core.conduit import subscriptions_registered
 
 __all__ = ["PlainNatsClient"]
 

@@ -20,9 +20,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ore_conduit_nats.config import OutputFormat
-from ore_core import jsonutil
-from ore_core.bus.subjects import HEADER_KIND, HEADER_MSG_ID, HEADER_TRACEPARENT
-from ore_core.errors import OreError
+from ore_core import OreError, jsonutil
+from ore_core.subjects import HEADER_KIND, HEADER_MSG_ID, HEADER_TRACEPARENT
 
 __all__ = [
     "HEADER_IN_REPLY_TO",

@@ -10,7 +10,7 @@ from nats.aio.msg import Msg
 
 from ore_conduit_nats import CHANNEL_KEY
 from ore_conduit_nats.testing import PlainNatsClient
-from ore_core.events import TurnCompleteEvent
+from ore_core import TurnCompleteEvent
 from ore_core.testing.conduit_conformance import ConduitCore
 
 if TYPE_CHECKING:

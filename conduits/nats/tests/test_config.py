@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ore_conduit_nats import NatsBridge, NatsBridgeConfig
-from ore_core.conduits import ConduitConfigError
+from ore_core.conduit import ConduitConfigError
 
 
 def test_defaults_bridge_plain_text_on_the_bridge_prefix() -> None:

@@ -25,9 +25,7 @@ from ore_conduit_stdin.pipe import PlainView, answer_lines, read_lines
 from ore_conduit_stdin.session import ChatSession
 from ore_conduit_stdin.state import LastThread, history_file
 from ore_conduit_stdin.terminal import TerminalView
-from ore_core.bus.client import ConduitClient, ThreadInfo
-from ore_core.bus.errors import ApiError
-from ore_core.conduits import Conduit, ConduitConfig
+from ore_core.conduit import ApiError, Conduit, ConduitClient, ConduitConfig, ThreadInfo
 
 __all__ = ["StdinConduit", "open_thread"]
 

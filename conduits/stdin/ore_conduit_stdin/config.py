@@ -8,8 +8,8 @@ from pathlib import Path
 import platformdirs
 from pydantic import Field, field_validator, model_validator
 
-from ore_core.conduits import ConduitConfig
-from ore_core.errors import InvalidThreadId
+from ore_core import InvalidThreadId
+from ore_core.conduit import ConduitConfig
 from ore_core.ids import validate_thread_id
 
 __all__ = ["StdinConfig", "default_state_dir", "default_user"]

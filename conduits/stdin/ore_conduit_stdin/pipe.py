@@ -13,9 +13,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TextIO
 
 from ore_conduit_stdin.session import ChatSession
-from ore_core.artifacts import Text
-from ore_core.errors import OreError
-from ore_core.events import ArtifactEvent, NoticeEvent, OutputEvent
+from ore_core import ArtifactEvent, NoticeEvent, OreError, OutputEvent, Text
 
 __all__ = ["PlainView", "StdinError", "answer_lines", "read_lines"]
 

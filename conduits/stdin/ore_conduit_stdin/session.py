@@ -16,18 +16,17 @@ from typing import Protocol
 
 import structlog
 
-from ore_core.bus.client import ConduitClient, EventFeed
-from ore_core.bus.errors import BusError
-from ore_core.events import (
+from ore_core import (
     ErrorEvent,
     EventContext,
     LifecycleEvent,
     OutputEvent,
+    Role,
     SessionSwitchEvent,
     TurnCompleteEvent,
     UserMessageEvent,
 )
-from ore_core.ledger.turn import Role
+from ore_core.conduit import BusError, ConduitClient, EventFeed
 
 __all__ = ["ChatSession", "TurnResult", "View", "new_traceparent"]
 

@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ore_core.errors import InvalidThreadId
+from ore_core import InvalidThreadId
 from ore_core.ids import validate_thread_id
 
 __all__ = ["LastThread", "history_file"]

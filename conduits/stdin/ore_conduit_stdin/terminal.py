@@ -19,7 +19,7 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from ore_conduit_stdin.transcript import Block, Transcript
-from ore_core.events import (
+from ore_core import (
     ActivityEvent,
     ArtifactEvent,
     ErrorEvent,

@@ -11,15 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ore_core.artifacts import (
-    Artifact,
-    Reasoning,
-    ReasoningDelta,
-    Text,
-    TextDelta,
-    ToolCall,
-    ToolResult,
-)
+from ore_core import Artifact, Reasoning, ReasoningDelta, Text, TextDelta, ToolCall, ToolResult
 
 __all__ = ["Block", "BlockKind", "Transcript"]
 

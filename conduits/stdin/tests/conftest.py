@@ -21,13 +21,10 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from ore_core.artifacts import Text
-from ore_core.bus.client import ConduitClient
+from ore_core import ArtifactEvent, Manager, OutputEvent, Text, TurnProcessor
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig
-from ore_core.events import ArtifactEvent, OutputEvent
-from ore_core.session.manager import Manager
-from ore_core.session.protocols import TurnProcessor
+from ore_core.conduit import ConduitClient
 from ore_core.session.slash import default_commands
 from ore_core.session.stores.memory import MemoryStore
 

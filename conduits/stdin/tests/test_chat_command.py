@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ore_core.cli_chat import choose_processor
+from ore_core import TurnProcessor
+from ore_core.cli.chat import choose_processor
 from ore_core.config import OreSettings, load_settings
-from ore_core.session.protocols import TurnProcessor
 from ore_core.testing.mock_openai import MockOpenAIServer, MockResponse
 from ore_core.testing.processors import ScriptedProcessor
 

@@ -10,9 +10,9 @@ import pytest
 
 from ore_conduit_stdin import StdinConduit, StdinConfig, StdinError
 from ore_conduit_stdin.pipe import read_lines
-from ore_core.bus.client import ConduitClient
+from ore_core import TurnProcessor
+from ore_core.conduit import ConduitClient
 from ore_core.session.echo import EchoProcessor
-from ore_core.session.protocols import TurnProcessor
 from ore_core.testing.processors import ScriptedProcessor
 
 StartCore = Callable[[TurnProcessor], Awaitable[None]]

@@ -9,11 +9,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ore_conduit_stdin.session import ChatSession, new_traceparent
-from ore_core.bus.client import ConduitClient
-from ore_core.bus.errors import BusError
-from ore_core.events import TurnCompleteEvent
+from ore_core import TurnCompleteEvent, TurnProcessor
+from ore_core.conduit import BusError, ConduitClient
 from ore_core.session.echo import EchoProcessor
-from ore_core.session.protocols import TurnProcessor
 from ore_core.testing.processors import GatedProcessor, ScriptedProcessor
 
 if TYPE_CHECKING:

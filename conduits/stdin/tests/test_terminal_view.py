@@ -7,13 +7,14 @@ import io
 from rich.console import Console
 
 from ore_conduit_stdin.terminal import TerminalView, notice_style
-from ore_core.artifacts import Text, TextDelta
-from ore_core.events import (
+from ore_core import (
     ArtifactEvent,
     ErrorEvent,
     LifecycleEvent,
     NoticeEvent,
     Severity,
+    Text,
+    TextDelta,
 )
 
 

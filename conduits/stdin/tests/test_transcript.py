@@ -3,15 +3,7 @@
 from __future__ import annotations
 
 from ore_conduit_stdin.transcript import Block, Transcript
-from ore_core.artifacts import (
-    Reasoning,
-    ReasoningDelta,
-    StopReason,
-    Text,
-    TextDelta,
-    ToolCall,
-    ToolResult,
-)
+from ore_core import Reasoning, ReasoningDelta, StopReason, Text, TextDelta, ToolCall, ToolResult
 
 
 def test_text_deltas_grow_one_open_block() -> None:

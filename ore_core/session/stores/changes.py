@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ore_core.ledger.journal import JournalWriter
 from ore_core.ledger.thread import Thread
-from ore_core.ledger.turn import Turn
+from ore_core.turn import Turn
 
 __all__ = [
     "AddTurn",

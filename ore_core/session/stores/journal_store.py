@@ -33,7 +33,6 @@ from ore_core.ids import generate_thread_id, is_valid_thread_id
 from ore_core.ledger.file_repository import FileRepository, FsyncPolicy
 from ore_core.ledger.journal import JournalState
 from ore_core.ledger.thread import Thread
-from ore_core.ledger.turn import Turn
 from ore_core.session.stores.base import BaseStore
 from ore_core.session.stores.changes import (
     AddTurn,
@@ -46,6 +45,7 @@ from ore_core.session.stores.changes import (
 )
 from ore_core.session.stores.thread_json import build_thread, ordered_turns
 from ore_core.session.stores.worker import SerialWorker
+from ore_core.turn import Turn
 
 __all__ = ["JournalStore"]
 

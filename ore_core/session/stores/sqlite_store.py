@@ -37,12 +37,12 @@ from ore_core.errors import LedgerError, StoreError, ThreadCorrupt
 from ore_core.ids import generate_thread_id
 from ore_core.ledger.file_repository import FsyncPolicy
 from ore_core.ledger.thread import Thread
-from ore_core.ledger.turn import Turn, turn_from_dict, turn_to_dict
 from ore_core.session.stores.base import BaseStore
 from ore_core.session.stores.changes import ChangeSet, ChangeTracker
 from ore_core.session.stores.thread_json import build_thread, ordered_turns
 from ore_core.session.stores.wal_checkpointer import WalCheckpointer
 from ore_core.session.stores.worker import Call, SerialWorker
+from ore_core.turn import Turn, turn_from_dict, turn_to_dict
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStore"]
 

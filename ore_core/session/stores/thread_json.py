@@ -16,7 +16,7 @@ from typing import Any
 from ore_core import jsonutil
 from ore_core.errors import LedgerError
 from ore_core.ledger.thread import Thread
-from ore_core.ledger.turn import Turn, turn_from_dict, turn_to_dict
+from ore_core.turn import Turn, turn_from_dict, turn_to_dict
 
 __all__ = [
     "build_thread",

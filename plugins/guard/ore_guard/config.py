@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 
-from ore_core.errors import OreError
+from ore_core import OreError
 from ore_guard.redact import DEFAULT_PATTERNS
 
 __all__ = ["PLUGIN_NAME", "GuardConfig", "GuardConfigError"]

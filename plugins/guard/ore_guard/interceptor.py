@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from ore_core.events import IngressEvent, Notice, Severity, UserMessageEvent
-from ore_core.session.protocols import InterceptResult
+from ore_core import IngressEvent, InterceptResult, Notice, Severity, UserMessageEvent
 from ore_guard.config import GuardConfig
 from ore_guard.ratelimit import Clock, RateLimiter
 from ore_guard.redact import Redaction, Redactor
 
 if TYPE_CHECKING:
-    from ore_core.session.stream import Stream
+    from ore_core import Stream
 
 __all__ = ["GuardInterceptor", "sender_key"]
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ore_core.plugins.hookspecs import hookimpl
+from ore_core import hookimpl
 from ore_guard.config import PLUGIN_NAME, GuardConfig
 from ore_guard.interceptor import GuardInterceptor
 
 if TYPE_CHECKING:
+    from ore_core import Interceptor
     from ore_core.config import OreSettings
-    from ore_core.session.protocols import Interceptor
 
 __all__ = ["ore_configure", "ore_register_interceptors"]
 

@@ -7,14 +7,20 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from ore_core.artifacts import Text
-from ore_core.events import EventContext, InterruptEvent, NoticeEvent, Severity, UserMessageEvent
-from ore_core.ledger.turn import Turn
-from ore_core.session.manager import Manager
+from ore_core import (
+    EventContext,
+    InterruptEvent,
+    Manager,
+    NoticeEvent,
+    Severity,
+    Stream,
+    Text,
+    Turn,
+    TurnContext,
+    UserMessageEvent,
+)
 from ore_core.session.slash import default_commands
 from ore_core.session.stores.memory import MemoryStore
-from ore_core.session.stream import Stream
-from ore_core.session.turn_context import TurnContext
 from ore_core.testing.processors import ScriptedProcessor
 from ore_guard import GuardConfig, GuardInterceptor
 

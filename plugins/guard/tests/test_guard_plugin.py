@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from ore_core import OreError
 from ore_core.config import OreSettings
-from ore_core.errors import OreError
 from ore_core.plugins.manager import LOAD_PLUGINS_ENV, create_plugin_manager
 from ore_core.plugins.registry import collect_registrations
 from ore_core.testing.plugins import temporary_plugin

@@ -12,15 +12,8 @@ import secrets
 from collections.abc import AsyncIterable, AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 
-from ore_core.artifacts import (
-    Artifact,
-    ReasoningDelta,
-    StopReason,
-    StopReasonValue,
-    TextDelta,
-    ToolCallDelta,
-    Usage,
-)
+from ore_core import Artifact, ReasoningDelta, StopReason, TextDelta, ToolCallDelta, Usage
+from ore_core.artifacts import StopReasonValue
 from ore_openai.errors import ModelCallFailed
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ore_core.errors import OreError
+from ore_core import OreError
 
 __all__ = ["ModelCallFailed", "OpenAIConfigError"]
 

@@ -13,9 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from ore_core.artifacts import Image, Text, ToolCall, ToolResult
-from ore_core.ledger.turn import Role, Turn
-from ore_core.plugins.tools import Tool
+from ore_core import Image, Role, Text, Tool, ToolCall, ToolResult, Turn
 
 if TYPE_CHECKING:
     from openai.types.chat import (

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ore_core.plugins.hookspecs import hookimpl
-from ore_core.plugins.tools import Tool
+from ore_core import Tool, hookimpl
 from ore_core.session.protocols import TurnProcessorFactory
 from ore_openai.config import OpenAIConfig
 from ore_openai.processor import OpenAIProcessor

@@ -21,11 +21,7 @@ import structlog
 from openai import AsyncStream
 from openai.types.chat import ChatCompletionChunk
 
-from ore_core.artifacts import Artifact, ToolCall, ToolResult
-from ore_core.events import Severity
-from ore_core.ledger.turn import Role
-from ore_core.plugins.tools import Tool
-from ore_core.session.turn_context import TurnContext
+from ore_core import Artifact, Role, Severity, Tool, ToolCall, ToolResult, TurnContext
 from ore_openai.chunks import chunk_artifacts
 from ore_openai.config import ENV_API_KEY, ENV_BASE_URL, OpenAIConfig
 from ore_openai.errors import ModelCallFailed, OpenAIConfigError

@@ -11,9 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ore_core.ledger.turn import Turn
-from ore_core.plugins.tools import Tool
-from ore_core.session.spec import ModelSpec
+from ore_core import ModelSpec, Tool, Turn
 from ore_openai.config import OpenAIConfig
 from ore_openai.messages import to_messages, to_tool_params
 

@@ -12,9 +12,8 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ore_core.artifacts import ToolCall, ToolResult
+from ore_core import Tool, ToolCall, ToolResult
 from ore_core.jsonutil import dumps, loads
-from ore_core.plugins.tools import Tool
 
 __all__ = ["run_tool_call", "run_tool_calls"]
 

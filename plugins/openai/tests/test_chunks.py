@@ -9,15 +9,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk
 
-from ore_core.artifacts import (
-    Artifact,
-    ReasoningDelta,
-    StopReason,
-    TextDelta,
-    ToolCall,
-    ToolCallDelta,
-    Usage,
-)
+from ore_core import Artifact, ReasoningDelta, StopReason, TextDelta, ToolCall, ToolCallDelta, Usage
 from ore_core.testing.mock_openai import MockOpenAIServer, MockResponse, MockToolCall, MockUsage
 from ore_openai.chunks import chunk_artifacts, stop_reason
 from ore_openai.errors import ModelCallFailed

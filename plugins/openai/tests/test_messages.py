@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from ore_core.artifacts import (
+from ore_core import (
     Artifact,
     Image,
     Reasoning,
+    Role,
     StopReason,
     Text,
+    Tool,
     ToolCall,
     ToolResult,
+    Turn,
     Usage,
 )
-from ore_core.ledger.turn import Role, Turn
-from ore_core.plugins.tools import Tool
 from ore_openai.messages import UNANSWERED_TOOL_CALL, to_messages, to_tool_params
 
 

@@ -7,9 +7,9 @@ from importlib.metadata import entry_points
 import pytest
 
 import ore_openai.plugin
+from ore_core import Tool
 from ore_core.plugins.manager import OrePluginManager
 from ore_core.plugins.registry import Registrations
-from ore_core.plugins.tools import Tool
 from ore_openai.errors import OpenAIConfigError
 from ore_openai.plugin import create_processor
 from ore_openai.processor import OpenAIProcessor

@@ -9,25 +9,29 @@ from typing import Any
 
 import pytest
 
-from ore_core.artifacts import StopReason, Text, ToolResult, Usage
-from ore_core.errors import TurnCancelled, TurnFailed
-from ore_core.events import (
+from ore_core import (
     ArtifactEvent,
     ErrorEvent,
     EventContext,
     LifecycleEvent,
+    Manager,
     NoticeEvent,
     OutputEvent,
+    Role,
     Severity,
+    StopReason,
+    Stream,
+    Text,
+    Tool,
+    ToolResult,
+    TurnCancelled,
+    TurnFailed,
+    Usage,
     UserMessageEvent,
 )
-from ore_core.ledger.turn import Role
-from ore_core.plugins.tools import Tool
 from ore_core.session.fanout import Subscription
-from ore_core.session.manager import Manager
 from ore_core.session.spec import KEY_MODEL_NAME
 from ore_core.session.stores.memory import MemoryStore
-from ore_core.session.stream import Stream
 from ore_core.testing.mock_openai import MockOpenAIServer, MockResponse, MockToolCall, MockUsage
 from ore_openai.config import OpenAIConfig
 from ore_openai.processor import ITERATION_CAP_RESULT, OpenAIProcessor

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from ore_core.artifacts import Text
-from ore_core.ledger.turn import Role, Turn
-from ore_core.plugins.tools import Tool
-from ore_core.session.spec import ModelSpec
+from ore_core import ModelSpec, Role, Text, Tool, Turn
 from ore_openai.config import OpenAIConfig
 from ore_openai.request import request_kwargs
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ore_core.artifacts import ToolCall, ToolResult
-from ore_core.plugins.tools import Tool
+from ore_core import Tool, ToolCall, ToolResult
 from ore_openai.tool_runner import run_tool_call, run_tool_calls
 
 OBJECT = {"type": "object"}

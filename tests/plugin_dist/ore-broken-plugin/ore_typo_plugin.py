@@ -1,6 +1,6 @@
 """A plugin with a misspelt hook name: ore must leave it out and say which hook."""
 
-from ore_core.plugins.hookspecs import hookimpl
+from ore_core import hookimpl
 
 
 @hookimpl

@@ -13,11 +13,7 @@ from typing import Any, ClassVar
 
 import click
 
-from ore_core.artifacts import Artifact, Text
-from ore_core.ledger.turn import Role
-from ore_core.plugins.hookspecs import hookimpl
-from ore_core.plugins.tools import Tool
-from ore_core.session.protocols import InterceptResult
+from ore_core import Artifact, InterceptResult, Role, Text, Tool, hookimpl
 
 calls: list[tuple[str, Any]] = []
 

@@ -1,13 +1,14 @@
 """The `ore` command line: global options, plugin management and `ore config`.
 
 More commands join `main` in three ways, none of which edits this module's body:
-- a module of the core (`ore_core/cli_threads.py` defining a click command `threads`)
+- a module of the core (`ore_core/cli/threads.py` defining a click command `threads`)
   is named in `LAZY_COMMANDS` and imported only when that command is used;
 - a plugin implements `ore_register_commands(cli)`;
 - code that imports `main` may call `main.add_command(...)`.
 
 Every command reaches the settings and the plugin manager of this invocation
-through `cli_state()`; both are built on first use, once per invocation.
+through `cli_state()` (`ore_core.cli.options`); both are built on first use, once
+per invocation.
 """
 
 from __future__ import annotations
@@ -16,95 +17,28 @@ import importlib
 import json
 import subprocess
 import sys
-from collections.abc import Collection, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import click
 import structlog
 
-from ore_core.config import ConfigError, LogSettings, OreSettings, load_settings
+from ore_core.cli.options import cli_state, table_columns
 from ore_core.errors import OreError
-from ore_core.logging import configure_logging
-from ore_core.plugins.manager import OrePluginManager, create_plugin_manager, plugin_callers
 
-__all__ = ["LAZY_COMMANDS", "CliState", "OreGroup", "cli_state", "main", "table_columns"]
+__all__ = ["LAZY_COMMANDS", "OreGroup", "main"]
 
 LAZY_COMMANDS: dict[str, str] = {
-    "chat": "ore_core.cli_chat:chat",
-    "conduit": "ore_core.cli_conduit:conduit",
-    "serve": "ore_core.cli_serve:serve",
-    "threads": "ore_core.cli_threads:threads",
+    "chat": "ore_core.cli.chat:chat",
+    "conduit": "ore_core.cli.conduit:conduit",
+    "serve": "ore_core.cli.serve:serve",
+    "threads": "ore_core.cli.threads:threads",
 }
 """Command name -> `"module:attribute"` of a click command, imported when first used."""
 
-_STATE_KEY = "ore.cli_state"
 _LEVELS = ["debug", "info", "warning", "error", "critical"]
 _log = structlog.get_logger("ore.cli")
-
-
-@dataclass
-class CliState:
-    """What the commands of one `ore` invocation share: settings and plugins, built lazily."""
-
-    config_path: Path | None = None
-    _settings: OreSettings | None = field(default=None, init=False, repr=False)
-    _plugins: OrePluginManager | None = field(default=None, init=False, repr=False)
-    _commands: dict[str, click.Command] | None = field(default=None, init=False, repr=False)
-
-    @property
-    def settings(self) -> OreSettings:
-        """The validated settings (`--config`, `ORE_CONFIG`, `ORE_*`); ConfigError if bad."""
-        if self._settings is None:
-            self._settings = load_settings(self.config_path)
-        return self._settings
-
-    @property
-    def plugin_manager(self) -> OrePluginManager:
-        """The plugin manager with built-ins and installed plugins loaded."""
-        if self._plugins is None:
-            self._plugins = create_plugin_manager()
-        return self._plugins
-
-    def plugin_commands(self, reserved: Collection[str]) -> dict[str, click.Command]:
-        """Commands added by plugins, except `reserved` names (logged, like failing hooks)."""
-        if self._commands is None:
-            self._commands = {}
-            for name, caller in plugin_callers(self.plugin_manager, "ore_register_commands"):
-                scratch = click.Group()
-                try:
-                    caller(cli=scratch)
-                except Exception as exc:
-                    # `ore uninstall` and `ore plugins` must keep working around a bad plugin.
-                    _log.warning("plugin.commands_failed", plugin=name, error=repr(exc))
-                    continue
-                for command_name, command in scratch.commands.items():
-                    if command_name in reserved:
-                        _log.warning("plugin.command_shadowed", plugin=name, command=command_name)
-                    else:
-                        self._commands[command_name] = command
-        return self._commands
-
-    def configure_logging(self, level: str | None) -> None:
-        """Set up logs from `--log-level` or the `[log]` settings (defaults if unreadable)."""
-        try:
-            log = self.settings.log
-        except ConfigError:
-            # Reported by the command that needs the settings; logs still need a set-up.
-            log = LogSettings()
-        configure_logging(level or log.level, log.format)
-
-
-def cli_state(ctx: click.Context | None = None) -> CliState:
-    """The shared state of the current `ore` invocation (created on first call)."""
-    root = (ctx or click.get_current_context()).find_root()
-    state = root.meta.get(_STATE_KEY)
-    if state is None:
-        state = CliState(root.params.get("config_path"))
-        root.meta[_STATE_KEY] = state
-        state.configure_logging(root.params.get("log_level"))
-    return cast(CliState, state)
 
 
 class OreGroup(click.Group):
@@ -232,12 +166,3 @@ def _pip(*args: str) -> None:
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
-
-
-def table_columns(rows: Sequence[tuple[str, ...]]) -> list[str]:
-    """Rows as aligned text columns (the last column is not padded)."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    return [
-        "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]])
-        for row in rows
-    ]

@@ -34,13 +34,11 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RawStreamMsg
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from ore_core.bus.barrier import subscriptions_registered
-from ore_core.bus.errors import BusError, PermissionDenied
-from ore_core.bus.permissions import PermissionWatch
-from ore_core.bus.subjects import HEADER_KIND, HEADER_LAST_SEQUENCE, Subjects
-from ore_core.errors import OreError
+from ore_core.conduit.connection import PermissionWatch, subscriptions_registered
+from ore_core.errors import BusError, OreError, PermissionDenied
 from ore_core.events import EventDecodeError, OutputEvent, decode_output
 from ore_core.ids import validate_thread_id
+from ore_core.subjects import HEADER_KIND, HEADER_LAST_SEQUENCE, Subjects
 
 __all__ = ["DURABLE_NAME", "Delivery", "EventFeed", "durable_consumer_name"]
 

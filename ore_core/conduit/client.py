@@ -34,19 +34,9 @@ from nats.js.errors import APIError, NoStreamResponseError
 from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
 
 from ore_core import jsonutil
-from ore_core.bus.auth import TlsFiles, connect_options
-from ore_core.bus.errors import ApiError, BusError
-from ore_core.bus.feed import Delivery, EventFeed
-from ore_core.bus.permissions import PermissionWatch
-from ore_core.bus.subjects import (
-    DEFAULT_PREFIX,
-    HEADER_KIND,
-    HEADER_MSG_ID,
-    HEADER_SCHEMA,
-    HEADER_TRACEPARENT,
-    SCHEMA_VERSION,
-    Subjects,
-)
+from ore_core.conduit.connection import PermissionWatch, TlsFiles, connect_options
+from ore_core.conduit.feed import Delivery, EventFeed
+from ore_core.errors import ApiError, BusError
 from ore_core.events import (
     EventContext,
     InterruptEvent,
@@ -55,7 +45,16 @@ from ore_core.events import (
     new_event_id,
 )
 from ore_core.ids import validate_thread_id
-from ore_core.ledger.turn import Turn, turn_from_dict
+from ore_core.subjects import (
+    DEFAULT_PREFIX,
+    HEADER_KIND,
+    HEADER_MSG_ID,
+    HEADER_SCHEMA,
+    HEADER_TRACEPARENT,
+    SCHEMA_VERSION,
+    Subjects,
+)
+from ore_core.turn import Turn, turn_from_dict
 
 __all__ = [
     "ConduitClient",

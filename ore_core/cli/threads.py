@@ -19,14 +19,14 @@ from typing import Any, TypeVar
 
 import click
 
-from ore_core.app import open_store, store_section
 from ore_core.artifacts import Artifact, Image, Reasoning, Text, ToolCall, ToolResult
-from ore_core.cli import cli_state, table_columns
+from ore_core.cli.app import open_store, store_section
+from ore_core.cli.options import cli_state, table_columns
 from ore_core.errors import ThreadCorrupt, ThreadNotFound
 from ore_core.ledger.thread import Thread
-from ore_core.ledger.turn import Turn, format_timestamp, turn_to_dict
 from ore_core.plugins.registry import collect_registrations
 from ore_core.session.protocols import Store
+from ore_core.turn import Turn, format_timestamp, turn_to_dict
 
 __all__ = ["threads"]
 

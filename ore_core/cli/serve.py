@@ -9,33 +9,26 @@ SIGINT drains: running turns finish (a second signal stops at once), the
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 import click
-from pydantic import ValidationError
 
-from ore_core.app import build_runtime, start_embedded_nats
-from ore_core.bus.auth import credentials_from_settings
 from ore_core.bus.service import CoreService, run
 from ore_core.bus.streams import BusConfig
-from ore_core.bus.subjects import Subjects
-from ore_core.cli import cli_state
-from ore_core.config import NatsSettings, OreSettings
+from ore_core.cli.app import build_runtime, start_embedded_nats
+from ore_core.cli.options import cli_state, nats_option, nats_settings
+from ore_core.conduit.connection import credentials_from_settings
+from ore_core.config import OreSettings
 from ore_core.plugins.manager import OrePluginManager
+from ore_core.subjects import Subjects
 
-__all__ = ["serve", "settings_with_options"]
-
-_OPTION_OF_KEY = {"url": "--nats", "partitions": "--partitions"}
+__all__ = ["serve"]
 
 
 @click.command()
-@click.option(
-    "--nats",
-    "nats_urls",
-    multiple=True,
-    metavar="URL",
-    help="NATS server URL; repeat for a cluster (default: nats.url, else an embedded server).",
+@nats_option(
+    help="NATS server URL; repeat for a cluster (default: nats.url, else an embedded server)."
 )
 @click.option(
     "--health-port",
@@ -51,27 +44,9 @@ def serve(nats_urls: tuple[str, ...], health_port: int | None, partitions: int |
     """Run the ore core on NATS until SIGTERM or Ctrl-C."""
     state = cli_state()
     # Plugins (ore_configure) see the effective settings, options included.
-    nats = settings_with_options(state.settings.nats, nats_urls, partitions)
+    nats = nats_settings(state.settings.nats, nats_urls, partitions)
     settings = state.settings.model_copy(update={"nats": nats})
     run(lambda: _core(settings, state.plugin_manager, health_port))
-
-
-def settings_with_options(
-    base: NatsSettings, urls: Sequence[str], partitions: int | None
-) -> NatsSettings:
-    """The `[nats]` settings with the command-line options applied, validated like them."""
-    update: dict[str, object] = {}
-    if urls:
-        update["url"] = list(urls)
-    if partitions is not None:
-        update["partitions"] = partitions
-    try:
-        return NatsSettings.model_validate({**base.model_dump(), **update})
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        option = _OPTION_OF_KEY.get(str(error["loc"][0]), str(error["loc"][0]))
-        message = error["msg"].removeprefix("Value error, ")
-        raise click.BadParameter(message, param_hint=option) from None
 
 
 @asynccontextmanager

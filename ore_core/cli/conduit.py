@@ -19,18 +19,20 @@ from typing import Any
 
 import click
 import structlog
-from pydantic import ValidationError
 
-from ore_core.bus.auth import credentials_from_settings
-from ore_core.bus.client import ConduitClient
-from ore_core.bus.errors import BusError
-from ore_core.cli import cli_state, table_columns
+from ore_core.cli.options import (
+    cli_state,
+    connect_conduit,
+    nats_option,
+    nats_settings,
+    table_columns,
+)
 from ore_core.config import NatsSettings, OreSettings
 from ore_core.errors import OreError
 from ore_core.plugins.manager import BUILTIN_PLUGINS, OrePluginManager, plugin_callers
 from ore_core.plugins.registry import collect_registrations
 
-__all__ = ["conduit", "connect_conduit", "parse_overrides"]
+__all__ = ["conduit", "parse_overrides"]
 
 log = structlog.get_logger("ore.conduit")
 
@@ -46,13 +48,7 @@ log = structlog.get_logger("ore.conduit")
     help="Set a key of [plugins.NAME] for this run; repeatable. Dotted keys reach nested "
     "tables; a value starting with [ or { is read as JSON.",
 )
-@click.option(
-    "--nats",
-    "nats_urls",
-    multiple=True,
-    metavar="URL",
-    help="NATS server URL; repeat for a cluster (default: nats.url).",
-)
+@nats_option(help="NATS server URL; repeat for a cluster (default: nats.url).")
 @click.option(
     "--connect-timeout",
     type=click.FloatRange(min=0, min_open=True),
@@ -81,7 +77,7 @@ def conduit(
         _assign(section, key, value)
     load = getattr(conduit_class, "load_config", None)
     config = load(section) if callable(load) else section
-    nats = _with_urls(settings.nats, nats_urls)
+    nats = nats_settings(settings.nats, nats_urls)
     if not nats.url:
         raise OreError(
             f"conduit {name}: no NATS server configured; pass --nats URL or set nats.url "
@@ -121,17 +117,6 @@ def _assign(section: dict[str, Any], path: list[str], value: Any) -> None:
     table[path[-1]] = value
 
 
-def _with_urls(base: NatsSettings, urls: Sequence[str]) -> NatsSettings:
-    """The `[nats]` settings with `--nats` URLs, validated as the settings are."""
-    if not urls:
-        return base
-    try:
-        return NatsSettings.model_validate({**base.model_dump(), "url": list(urls)})
-    except ValidationError as exc:
-        message = exc.errors()[0]["msg"].removeprefix("Value error, ")
-        raise click.BadParameter(message, param_hint="--nats") from None
-
-
 async def _serve(
     conduit_class: type[Any], config: Any, nats: NatsSettings, connect_timeout: float
 ) -> None:
@@ -159,24 +144,6 @@ async def _serve(
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
-
-
-async def connect_conduit(name: str, nats: NatsSettings, connect_timeout: float) -> ConduitClient:
-    """A ConduitClient for conduit `name` with the `[nats]` credentials and TLS settings."""
-    servers = list(nats.url or [])
-    try:
-        async with asyncio.timeout(connect_timeout):
-            return await ConduitClient.connect(
-                servers,
-                name=name,
-                prefix=nats.subject_prefix,
-                **credentials_from_settings(nats),
-            )
-    except TimeoutError:
-        raise BusError(
-            f"conduit {name}: cannot reach NATS at {', '.join(servers)} within "
-            f"{connect_timeout:g}s; is the server running, and are --nats / nats.url right?"
-        ) from None
 
 
 def _list_conduits(plugins: OrePluginManager, settings: OreSettings) -> None:

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from ore_core.errors import OreError
 
 if TYPE_CHECKING:
-    from ore_core.bus.client import ConduitClient
+    from ore_core.conduit.client import ConduitClient
 
 __all__ = ["Conduit", "ConduitConfig", "ConduitConfigError"]
 

@@ -29,21 +29,19 @@ import click
 import platformdirs
 import pluggy
 
-from ore_core.app import build_runtime
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig
-from ore_core.bus.subjects import Subjects
-from ore_core.cli import CliState, cli_state
-from ore_core.cli_conduit import connect_conduit
-from ore_core.cli_serve import settings_with_options
-from ore_core.conduits import Conduit, ConduitConfig
+from ore_core.cli.app import build_runtime
+from ore_core.cli.options import CliState, cli_state, connect_conduit, nats_option, nats_settings
+from ore_core.conduit.base import Conduit, ConduitConfig
 from ore_core.config import NatsSettings, OreSettings, ProcessorSettings
 from ore_core.errors import InvalidThreadId, OreError
 from ore_core.ids import validate_thread_id
 from ore_core.logging import configure_logging
 from ore_core.plugins.manager import plugin_callers
 from ore_core.plugins.registry import Registrations, collect_registrations
+from ore_core.subjects import Subjects
 
 __all__ = ["ChatError", "chat", "choose_processor"]
 
@@ -77,11 +75,7 @@ class ChatError(OreError):
 @click.command()
 @click.option("--thread", "thread_id", metavar="ID", help="Continue this thread (created if new).")
 @click.option("--new", "new_thread", is_flag=True, help="Start a new thread.")
-@click.option(
-    "--nats",
-    "nats_urls",
-    multiple=True,
-    metavar="URL",
+@nats_option(
     help="NATS of a running `ore serve`; repeat for a cluster "
     "(default: nats.url, else everything runs in this process).",
 )
@@ -105,7 +99,7 @@ def chat(thread_id: str | None, new_thread: bool, nats_urls: tuple[str, ...]) ->
     if new_thread:
         overrides["new"] = True
     with _logs_to_file(state):
-        nats = settings_with_options(state.settings.nats, nats_urls, None)
+        nats = nats_settings(state.settings.nats, nats_urls)
         settings = state.settings.model_copy(update={"nats": nats})
         run = _conduit_only if nats.url else _everything
         asyncio.run(_guarded(run(settings, state.plugin_manager, overrides)))

@@ -1,0 +1,30 @@
+"""The conduit SDK: what a conduit process imports to talk to the ore core over NATS.
+
+`ConduitClient` connects, resolves threads through the control API, sends ingress
+events and opens `EventFeed`s of a thread's output; `Conduit` and `ConduitConfig` are
+the base classes a conduit package subclasses. Nothing here imports the session, the
+ledger or the core service, so a conduit process stays small.
+"""
+
+from ore_core.conduit.base import Conduit, ConduitConfig, ConduitConfigError
+from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
+from ore_core.conduit.connection import TlsFiles, subscriptions_registered
+from ore_core.conduit.feed import DURABLE_NAME, Delivery, EventFeed
+from ore_core.errors import ApiError, BusError, PermissionDenied
+
+__all__ = [
+    "DURABLE_NAME",
+    "ApiError",
+    "BusError",
+    "Conduit",
+    "ConduitClient",
+    "ConduitConfig",
+    "ConduitConfigError",
+    "Delivery",
+    "EventFeed",
+    "PermissionDenied",
+    "ThreadInfo",
+    "ThreadPage",
+    "TlsFiles",
+    "subscriptions_registered",
+]
