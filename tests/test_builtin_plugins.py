@@ -51,7 +51,7 @@ def _isolated(ore_isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterat
 
 @pytest.fixture
 def pm(ore_plugin_manager: OrePluginManager) -> OrePluginManager:
-    """Built-ins only; `register_plugin` adds to this same manager."""
+    """Built-ins only; `ore_register_plugin` adds to this same manager."""
     return ore_plugin_manager
 
 
@@ -192,7 +192,7 @@ async def test_missing_processor_falls_back_to_echo_with_one_notice(
 
 
 async def test_configured_processor_gets_its_whole_section(
-    pm: OrePluginManager, register_plugin: Any
+    pm: OrePluginManager, ore_register_plugin: Any
 ) -> None:
     seen: list[Mapping[str, Any]] = []
 
@@ -200,7 +200,7 @@ async def test_configured_processor_gets_its_whole_section(
         seen.append(section)
         return ScriptedProcessor()
 
-    register_plugin(ProcessorPlugin("scripted", factory))
+    ore_register_plugin(ProcessorPlugin("scripted", factory))
     config = settings(store={"name": "memory"}, processor={"name": "scripted", "temperature": 1})
     async with await build_runtime(config, pm) as runtime:
         assert runtime.notices == []
@@ -208,7 +208,7 @@ async def test_configured_processor_gets_its_whole_section(
 
 
 async def test_processor_factory_declaring_tools_receives_the_registered_tools(
-    pm: OrePluginManager, register_plugin: Any
+    pm: OrePluginManager, ore_register_plugin: Any
 ) -> None:
     async def add(a: int, b: int) -> int:
         return a + b
@@ -225,8 +225,8 @@ async def test_processor_factory_declaring_tools_receives_the_registered_tools(
         received.append(tools)
         return ScriptedProcessor()
 
-    register_plugin(ToolPlugin())
-    register_plugin(ProcessorPlugin("with-tools", factory))
+    ore_register_plugin(ToolPlugin())
+    ore_register_plugin(ProcessorPlugin("with-tools", factory))
     config = settings(store={"name": "memory"}, processor={"name": "with-tools"})
     async with await build_runtime(config, pm):
         pass
@@ -266,10 +266,10 @@ class LifecyclePlugin:
 
 
 async def test_runtime_awaits_async_startup_and_shutdown_hooks_with_its_manager(
-    pm: OrePluginManager, register_plugin: Any
+    pm: OrePluginManager, ore_register_plugin: Any
 ) -> None:
     plugin = LifecyclePlugin()
-    register_plugin(plugin, name="lifecycle")
+    ore_register_plugin(plugin, name="lifecycle")
     runtime = await build_runtime(settings(store={"name": "memory"}), pm)
     assert plugin.calls == [("startup", runtime.manager)]
     await runtime.aclose()
@@ -277,10 +277,10 @@ async def test_runtime_awaits_async_startup_and_shutdown_hooks_with_its_manager(
 
 
 async def test_aclose_closes_the_store_and_is_idempotent(
-    pm: OrePluginManager, register_plugin: Any, tmp_path: Path
+    pm: OrePluginManager, ore_register_plugin: Any, tmp_path: Path
 ) -> None:
     plugin = LifecyclePlugin()
-    register_plugin(plugin, name="lifecycle")
+    ore_register_plugin(plugin, name="lifecycle")
     runtime = await build_runtime(settings(store=store_section("sqlite", tmp_path)), pm)
     await runtime.aclose()
     await runtime.aclose()
@@ -290,7 +290,7 @@ async def test_aclose_closes_the_store_and_is_idempotent(
 
 
 async def test_failing_startup_hook_names_the_plugin_shuts_down_and_closes_the_store(
-    pm: OrePluginManager, register_plugin: Any
+    pm: OrePluginManager, ore_register_plugin: Any
 ) -> None:
     store = MemoryStore()
 
@@ -300,8 +300,8 @@ async def test_failing_startup_hook_names_the_plugin_shuts_down_and_closes_the_s
             register("kept", lambda section: store)
 
     plugin = LifecyclePlugin(fail_startup=True)
-    register_plugin(plugin, name="lifecycle")
-    register_plugin(KeptStorePlugin())
+    ore_register_plugin(plugin, name="lifecycle")
+    ore_register_plugin(KeptStorePlugin())
     with pytest.raises(PluginError, match='plugin "lifecycle" failed in ore_startup'):
         await build_runtime(settings(store={"name": "kept"}), pm)
     assert [call for call, _ in plugin.calls] == ["startup", "shutdown"]
@@ -329,9 +329,9 @@ async def test_log_sink_logs_each_finished_turn_and_done_with_the_thread_id_neve
 
 
 async def test_log_sink_logs_a_failed_turn_as_a_warning(
-    pm: OrePluginManager, register_plugin: Any
+    pm: OrePluginManager, ore_register_plugin: Any
 ) -> None:
-    register_plugin(
+    ore_register_plugin(
         ProcessorPlugin("broken", lambda section: ScriptedProcessor([RuntimeError("model down")]))
     )
     config = settings(store={"name": "memory"}, processor={"name": "broken"})

@@ -78,9 +78,9 @@ def start_ore(ore_isolated_env: Path, tmp_path: Path) -> Iterator[Callable[..., 
 
 
 @pytest.fixture
-async def raw(nats_server: EmbeddedNatsServer) -> AsyncIterator[Client]:
+async def raw(ore_nats_server: EmbeddedNatsServer) -> AsyncIterator[Client]:
     """A plain nats-py connection to the test's server."""
-    client = await nats.connect(nats_server.url, max_reconnect_attempts=0)
+    client = await nats.connect(ore_nats_server.url, max_reconnect_attempts=0)
     try:
         yield client
     finally:
@@ -107,12 +107,12 @@ async def until_answered(nc: Client, subject: str, process: Process) -> None:
 
 
 async def bridge_running(
-    nats_server: EmbeddedNatsServer, raw: Client, start_ore: Callable[..., Process]
+    ore_nats_server: EmbeddedNatsServer, raw: Client, start_ore: Callable[..., Process]
 ) -> tuple[Process, Process]:
     """`ore serve` and `ore conduit nats` on the test's server, both ready."""
-    serve = start_ore("serve", "--nats", nats_server.url)
+    serve = start_ore("serve", "--nats", ore_nats_server.url)
     await until_answered(raw, "ore.api.health", serve)
-    bridge = start_ore("conduit", "nats", "--nats", nats_server.url)
+    bridge = start_ore("conduit", "nats", "--nats", ore_nats_server.url)
     # An empty message is refused with an error reply: the bridge listens.
     await until_answered(raw, "bridge.ready-probe.in", bridge)
     return serve, bridge
@@ -137,9 +137,9 @@ async def test_list_shows_the_nats_conduit_with_its_distribution(
 
 
 async def test_the_conduit_bridges_a_raw_nats_client_to_ore_serve(
-    nats_server: EmbeddedNatsServer, raw: Client, start_ore: Callable[..., Process]
+    ore_nats_server: EmbeddedNatsServer, raw: Client, start_ore: Callable[..., Process]
 ) -> None:
-    await bridge_running(nats_server, raw, start_ore)
+    await bridge_running(ore_nats_server, raw, start_ore)
     out = await raw.subscribe("bridge.support.out")
     reply = await raw.request("bridge.support.in", b"hello ore", timeout=10)
     assert reply.data == b"hello ore"  # ore serve answers with the echo processor
@@ -147,9 +147,9 @@ async def test_the_conduit_bridges_a_raw_nats_client_to_ore_serve(
 
 
 async def test_sigterm_stops_the_conduit_with_exit_status_0(
-    nats_server: EmbeddedNatsServer, raw: Client, start_ore: Callable[..., Process]
+    ore_nats_server: EmbeddedNatsServer, raw: Client, start_ore: Callable[..., Process]
 ) -> None:
-    serve, bridge = await bridge_running(nats_server, raw, start_ore)
+    serve, bridge = await bridge_running(ore_nats_server, raw, start_ore)
     assert await bridge.terminate() == 0
     with pytest.raises(NoRespondersError):  # it stopped listening
         await raw.request("bridge.support.in", b"anyone?", timeout=2)
@@ -157,11 +157,11 @@ async def test_sigterm_stops_the_conduit_with_exit_status_0(
 
 
 async def test_set_overrides_the_conduit_settings(
-    nats_server: EmbeddedNatsServer, raw: Client, start_ore: Callable[..., Process]
+    ore_nats_server: EmbeddedNatsServer, raw: Client, start_ore: Callable[..., Process]
 ) -> None:
-    serve = start_ore("serve", "--nats", nats_server.url)
+    serve = start_ore("serve", "--nats", ore_nats_server.url)
     await until_answered(raw, "ore.api.health", serve)
-    bridge = start_ore("conduit", "nats", "--nats", nats_server.url, "--set", "prefix=acme.ops")
+    bridge = start_ore("conduit", "nats", "--nats", ore_nats_server.url, "--set", "prefix=acme.ops")
     await until_answered(raw, "acme.ops.ready-probe.in", bridge)
     reply = await raw.request("acme.ops.support.in", b"via acme", timeout=10)
     assert reply.data == b"via acme"

@@ -160,10 +160,10 @@ def free_port() -> int:
 
 
 async def test_serve_answers_a_raw_nats_client_as_protocol_md_describes(
-    nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
+    ore_nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
 ) -> None:
-    served = start_serve("--nats", nats_server.url)
-    nc = await client_of(nats_server.url)
+    served = start_serve("--nats", ore_nats_server.url)
+    nc = await client_of(ore_nats_server.url)
     await wait_until_serving(nc, served)
     events = await converse(nc, "raw-1", "hello core")
     stored = [e for e in events if e["kind"] != "text_delta"]
@@ -180,10 +180,10 @@ async def test_serve_answers_a_raw_nats_client_as_protocol_md_describes(
 
 
 async def test_sigterm_exits_0_with_the_conversation_in_the_configured_store(
-    nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
+    ore_nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
 ) -> None:
-    served = start_serve("--nats", nats_server.url)
-    nc = await client_of(nats_server.url)
+    served = start_serve("--nats", ore_nats_server.url)
+    nc = await client_of(ore_nats_server.url)
     await wait_until_serving(nc, served)
     await converse(nc, "kept", "remember me")
     assert await served.terminate() == 0
@@ -194,11 +194,11 @@ async def test_sigterm_exits_0_with_the_conversation_in_the_configured_store(
 
 
 async def test_health_port_answers_readyz_while_serving(
-    nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
+    ore_nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
 ) -> None:
     port = free_port()
-    served = start_serve("--nats", nats_server.url, "--health-port", str(port))
-    await wait_until_serving(await client_of(nats_server.url), served)
+    served = start_serve("--nats", ore_nats_server.url, "--health-port", str(port))
+    await wait_until_serving(await client_of(ore_nats_server.url), served)
     url = f"http://127.0.0.1:{port}/readyz"
     status = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).status)
     assert status == 200
@@ -206,10 +206,10 @@ async def test_health_port_answers_readyz_while_serving(
 
 
 async def test_partitions_option_sets_the_ingress_partitions(
-    nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
+    ore_nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
 ) -> None:
-    served = start_serve("--nats", nats_server.url, "--partitions", "2")
-    nc = await client_of(nats_server.url)
+    served = start_serve("--nats", ore_nats_server.url, "--partitions", "2")
+    nc = await client_of(ore_nats_server.url)
     await wait_until_serving(nc, served)
     consumers = await nc.jetstream().consumers_info("ORE_IN")
     assert sorted(info.name for info in consumers) == ["ore-core-p0", "ore-core-p1"]

@@ -38,34 +38,34 @@ def process_exists(pid: int) -> bool:
 
 
 async def test_server_listens_on_a_loopback_port_it_chose(
-    nats_server: EmbeddedNatsServer, nats_client: Client
+    ore_nats_server: EmbeddedNatsServer, ore_nats_client: Client
 ) -> None:
-    assert nats_server.url == f"nats://127.0.0.1:{nats_server.port}"
-    assert nats_client.connected_url is not None
-    assert nats_client.connected_url.port == nats_server.port
+    assert ore_nats_server.url == f"nats://127.0.0.1:{ore_nats_server.port}"
+    assert ore_nats_client.connected_url is not None
+    assert ore_nats_client.connected_url.port == ore_nats_server.port
 
 
-async def test_jetstream_stores_a_published_message(nats_client: Client) -> None:
-    js = nats_client.jetstream()
+async def test_jetstream_stores_a_published_message(ore_nats_client: Client) -> None:
+    js = ore_nats_client.jetstream()
     await js.add_stream(name="S", subjects=["s.>"])
     ack = await js.publish("s.1", b"hello")
     assert (await js.get_msg("S", ack.seq)).data == b"hello"
 
 
 async def test_restart_keeps_the_port_and_the_stored_messages(
-    nats_server: EmbeddedNatsServer,
+    ore_nats_server: EmbeddedNatsServer,
 ) -> None:
-    client = await nats.connect(nats_server.url)
+    client = await nats.connect(ore_nats_server.url)
     js = client.jetstream()
     await js.add_stream(name="S", subjects=["s.>"])
     ack = await js.publish("s.1", b"kept")
     await client.close()
-    port, store_dir = nats_server.port, nats_server.store_dir
+    port, store_dir = ore_nats_server.port, ore_nats_server.store_dir
 
-    await nats_server.arestart()
+    await ore_nats_server.arestart()
 
-    assert (nats_server.port, nats_server.store_dir) == (port, store_dir)
-    client = await nats.connect(nats_server.url)
+    assert (ore_nats_server.port, ore_nats_server.store_dir) == (port, store_dir)
+    client = await nats.connect(ore_nats_server.url)
     try:
         assert (await client.jetstream().get_msg("S", ack.seq)).data == b"kept"
     finally:
@@ -73,7 +73,7 @@ async def test_restart_keeps_the_port_and_the_stored_messages(
 
 
 async def test_connected_client_reconnects_to_the_same_url_after_restart(
-    nats_server: EmbeddedNatsServer,
+    ore_nats_server: EmbeddedNatsServer,
 ) -> None:
     reconnected = asyncio.Event()
 
@@ -81,10 +81,10 @@ async def test_connected_client_reconnects_to_the_same_url_after_restart(
         reconnected.set()
 
     client = await nats.connect(
-        nats_server.url, reconnect_time_wait=0.05, reconnected_cb=on_reconnect
+        ore_nats_server.url, reconnect_time_wait=0.05, reconnected_cb=on_reconnect
     )
     try:
-        await nats_server.arestart()
+        await ore_nats_server.arestart()
         await asyncio.wait_for(reconnected.wait(), timeout=10)
         await client.flush(timeout=5)
     finally:
@@ -101,9 +101,9 @@ def test_stop_ends_its_process_and_leaves_another_server_running(tmp_path: Path)
         assert accepts_nats_clients(other.port)
 
 
-def test_stop_removes_the_ports_file(nats_server: EmbeddedNatsServer) -> None:
-    nats_server.stop()
-    assert list(nats_server.store_dir.glob("*.ports")) == []
+def test_stop_removes_the_ports_file(ore_nats_server: EmbeddedNatsServer) -> None:
+    ore_nats_server.stop()
+    assert list(ore_nats_server.store_dir.glob("*.ports")) == []
 
 
 def test_two_servers_run_side_by_side_on_different_ports(tmp_path: Path) -> None:
@@ -130,15 +130,15 @@ async def test_extra_config_text_reaches_the_server(tmp_path: Path) -> None:
 
 
 def test_restart_onto_a_port_taken_meanwhile_raises_port_in_use(
-    nats_server: EmbeddedNatsServer,
+    ore_nats_server: EmbeddedNatsServer,
 ) -> None:
-    nats_server.stop()
+    ore_nats_server.stop()
     with socket.socket() as squatter:
-        squatter.bind(("127.0.0.1", nats_server.port))
+        squatter.bind(("127.0.0.1", ore_nats_server.port))
         squatter.listen()
         with pytest.raises(NatsPortInUse, match="another process holds one of its ports"):
-            nats_server.start()
-    assert not nats_server.running
+            ore_nats_server.start()
+    assert not ore_nats_server.running
 
 
 def test_missing_binary_is_named_in_the_error(tmp_path: Path) -> None:
@@ -147,9 +147,9 @@ def test_missing_binary_is_named_in_the_error(tmp_path: Path) -> None:
         EmbeddedNatsServer(tmp_path, binary=missing).start()
 
 
-def test_starting_a_running_server_again_is_refused(nats_server: EmbeddedNatsServer) -> None:
+def test_starting_a_running_server_again_is_refused(ore_nats_server: EmbeddedNatsServer) -> None:
     with pytest.raises(NatsServerError, match="already running"):
-        nats_server.start()
+        ore_nats_server.start()
 
 
 def test_url_of_a_server_never_started_is_an_error(tmp_path: Path) -> None:

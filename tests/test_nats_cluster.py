@@ -6,17 +6,17 @@ import nats
 import pytest
 from nats.js.api import StorageType
 
-from ore_core.bus import embedded
-from ore_core.bus.embedded import EmbeddedNatsCluster
+from ore_core.testing import cluster as cluster_module
+from ore_core.testing.cluster import EmbeddedNatsCluster
 
 pytestmark = pytest.mark.timeout(60)
 
 
 async def test_r3_stream_on_the_cluster_replicates_what_is_published(
-    nats_cluster: EmbeddedNatsCluster,
+    ore_nats_cluster: EmbeddedNatsCluster,
 ) -> None:
-    assert len(set(nats_cluster.urls)) == 3
-    client = await nats.connect(servers=nats_cluster.urls)
+    assert len(set(ore_nats_cluster.urls)) == 3
+    client = await nats.connect(servers=ore_nats_cluster.urls)
     try:
         js = client.jetstream()
         info = await js.add_stream(
@@ -38,10 +38,10 @@ def test_cluster_start_retries_on_new_ports_when_a_cluster_port_was_taken(
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         taken = squatter.getsockname()[1]
-        picks = iter([[taken, *embedded._free_ports(2)]])
-        real_free_ports = embedded._free_ports
+        picks = iter([[taken, *cluster_module._free_ports(2)]])
+        real_free_ports = cluster_module._free_ports
         monkeypatch.setattr(
-            embedded, "_free_ports", lambda count: next(picks, None) or real_free_ports(count)
+            cluster_module, "_free_ports", lambda count: next(picks, None) or real_free_ports(count)
         )
         with EmbeddedNatsCluster(3) as cluster:
             assert all(node.running for node in cluster.nodes)

@@ -280,9 +280,9 @@ async def test_registered_tool_is_awaited_with_the_model_arguments(
 
 
 def test_interceptors_run_by_order_then_registration_order(
-    ore_plugin_manager: OrePluginManager, register_plugin: Any, settings: OreSettings
+    ore_plugin_manager: OrePluginManager, ore_register_plugin: Any, settings: OreSettings
 ) -> None:
-    register_plugin(
+    ore_register_plugin(
         InterceptorPlugin(Interceptor("late", 20), Interceptor("first", 10), Interceptor("tie", 20))
     )
     names = [i.name for i in collect(ore_plugin_manager, settings).interceptors]
@@ -303,14 +303,14 @@ def test_taken_store_name_is_an_error_naming_both_plugins(
 
 
 def test_object_missing_the_interceptor_protocol_is_rejected_naming_the_plugin(
-    ore_plugin_manager: OrePluginManager, register_plugin: Any, settings: OreSettings
+    ore_plugin_manager: OrePluginManager, ore_register_plugin: Any, settings: OreSettings
 ) -> None:
     class Bad:
         @hookimpl
         def ore_register_interceptors(self, register: Any) -> None:
             register(object())
 
-    register_plugin(Bad(), name="bad")
+    ore_register_plugin(Bad(), name="bad")
     with pytest.raises(PluginError, match=r'plugin "bad" failed in ore_register_interceptors'):
         collect(ore_plugin_manager, settings)
 
@@ -356,22 +356,22 @@ async def test_startup_awaits_async_hooks_and_shutdown_calls_sync_ones(
 
 
 async def test_startup_failure_names_the_plugin_and_stops(
-    ore_plugin_manager: OrePluginManager, register_plugin: Any
+    ore_plugin_manager: OrePluginManager, ore_register_plugin: Any
 ) -> None:
     log: list[str] = []
-    register_plugin(LifecyclePlugin(log, "ok"), name="ok")
-    register_plugin(LifecyclePlugin(log, "bad", fail=True), name="bad")  # called first
+    ore_register_plugin(LifecyclePlugin(log, "ok"), name="ok")
+    ore_register_plugin(LifecyclePlugin(log, "bad", fail=True), name="bad")  # called first
     with pytest.raises(PluginError, match='plugin "bad" failed in ore_startup'):
         await startup_plugins(ore_plugin_manager, object())  # type: ignore[arg-type]
     assert log == []
 
 
 async def test_shutdown_failure_does_not_skip_other_plugins(
-    ore_plugin_manager: OrePluginManager, register_plugin: Any
+    ore_plugin_manager: OrePluginManager, ore_register_plugin: Any
 ) -> None:
     log: list[str] = []
-    register_plugin(LifecyclePlugin(log, "ok"), name="ok")
-    register_plugin(LifecyclePlugin(log, "bad", fail=True), name="bad")  # called first
+    ore_register_plugin(LifecyclePlugin(log, "ok"), name="ok")
+    ore_register_plugin(LifecyclePlugin(log, "bad", fail=True), name="bad")  # called first
     with capture_logs() as logs:
         await shutdown_plugins(ore_plugin_manager, object())  # type: ignore[arg-type]
     assert log == ["ok:shutdown"]

@@ -167,10 +167,12 @@ def test_thread_id_of_refuses_subjects_of_another_prefix_or_kind(subject: str) -
         Subjects().thread_id_of(subject)
 
 
-async def test_partition_of_matches_the_servers_partition_transform(nats_client: Client) -> None:
+async def test_partition_of_matches_the_servers_partition_transform(
+    ore_nats_client: Client,
+) -> None:
     subjects = Subjects()
     partitions = 8
-    js = nats_client.jetstream()
+    js = ore_nats_client.jetstream()
     await js.add_stream(
         name=subjects.inbound_stream,
         subjects=[subjects.inbound_wildcard],

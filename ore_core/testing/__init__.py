@@ -1,18 +1,36 @@
-"""The pytest plugin for ore plugin authors (registered under `pytest11` as `ore`).
+"""The pytest kit for ore plugin and conduit authors. Opt-in: nothing loads it for you.
 
-Fixtures: `ore_plugin_manager`, `register_plugin`, `ore_isolated_env` (plugins);
-`mock_openai` (a scripted OpenAI-compatible HTTP server); `nats_server`, `nats_url`,
-`nats_client`, `nats_cluster` (real nats-server processes on free loopback ports).
-`conduit_core`, `start_conduit` (a real core and a conduit under test). Processors for
-tests live in `ore_core.testing.processors`; the conformance suites for stores and
-conduits in `ore_core.testing.store_conformance` and `.conduit_conformance`.
+Enable it in the suite's top-level `conftest.py`:
+
+    pytest_plugins = ["ore_core.testing"]
+
+or for one run with `pytest -p ore_core.testing`. It needs pytest-asyncio
+(`pip install 'ore-core[testing]'`). Every fixture is prefixed `ore_`:
+
+- plugins: `ore_plugin_manager`, `ore_register_plugin`, `ore_isolated_env`;
+- NATS: `ore_nats_server`, `ore_nats_url`, `ore_nats_client`, `ore_nats_cluster`
+  (real nats-server processes on free loopback ports);
+- conduits: `ore_conduit_core`, `ore_start_conduit` (a real core and a conduit under
+  test).
+
+Processors for tests live in `ore_core.testing.processors`, the 3-node cluster in
+`ore_core.testing.cluster`, and the conformance suites for stores and conduits in
+`ore_core.testing.store_conformance` and `.conduit_conformance`. The scripted
+OpenAI-compatible server is the openai plugin's (`ore_openai.testing`).
 """
+
+try:
+    import pytest_asyncio  # noqa: F401  (the fixtures below need it)
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "the ore pytest kit (ore_core.testing) needs pytest-asyncio: "
+        "pip install 'ore-core[testing]'"
+    ) from exc
 
 # The fixture modules are loaded as plugins of their own, so their names never shadow
 # the submodules of this package.
 pytest_plugins = [
     "ore_core.testing.plugins",
-    "ore_core.testing.mock_openai",
     "ore_core.testing.nats",
     "ore_core.testing.conduit_conformance",
 ]

@@ -21,9 +21,9 @@ its own `ConduitClient`, exactly as `ore conduit NAME` runs it. Platforms that
 cannot interrupt, or conduits without durable output, turn those checks off with
 the class flags.
 
-The fixtures `conduit_core` (that core) and `start_conduit` (run a conduit, stopped
-after the test) are also available to a conduit's own tests: the `ore` pytest plugin
-loads this module.
+The fixtures `ore_conduit_core` (that core) and `ore_start_conduit` (run a conduit, stopped
+after the test) are also available to a conduit's own tests once the suite opts in
+to the kit (`pytest_plugins = ["ore_core.testing"]`).
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ __all__ = [
     "RunningConduit",
     "StartConduit",
     "Stopped",
-    "conduit_core",
-    "start_conduit",
+    "ore_conduit_core",
+    "ore_start_conduit",
 ]
 
 ECHO_PREFIX = "echo: "
@@ -304,21 +304,21 @@ async def _leftovers(tasks: set[asyncio.Task[Any]]) -> list[str]:
 
 
 @pytest_asyncio.fixture
-async def conduit_core(nats_url: str) -> AsyncIterator[ConduitCore]:
+async def ore_conduit_core(ore_nats_url: str) -> AsyncIterator[ConduitCore]:
     """A running ore core (MemoryStore, `KitProcessor`) on the test's nats-server."""
     store = MemoryStore()
     processor = KitProcessor()
     service = CoreService(
         Manager(store, processor),
-        servers=[nats_url],
+        servers=[ore_nats_url],
         config=BusConfig(partitions=2),
         reconnect_wait=0.05,
     )
     await service.start()
     try:
-        client = await ConduitClient.connect(nats_url, name="conformance", reconnect_wait=0.05)
+        client = await ConduitClient.connect(ore_nats_url, name="conformance", reconnect_wait=0.05)
         async with client:
-            yield ConduitCore(nats_url, store, processor, service, client)
+            yield ConduitCore(ore_nats_url, store, processor, service, client)
     finally:
         await service.stop(grace=0)
         await store.close()
@@ -328,15 +328,15 @@ StartConduit = Callable[[type[Conduit], Mapping[str, Any]], Awaitable[RunningCon
 
 
 @pytest_asyncio.fixture
-async def start_conduit(conduit_core: ConduitCore) -> AsyncIterator[StartConduit]:
-    """`await start_conduit(ConduitClass, section)`: a started `RunningConduit`.
+async def ore_start_conduit(ore_conduit_core: ConduitCore) -> AsyncIterator[StartConduit]:
+    """`await ore_start_conduit(ConduitClass, section)`: a started `RunningConduit`.
 
-    It talks to `conduit_core`; every conduit still running is stopped after the test.
+    It talks to `ore_conduit_core`; every conduit still running is stopped after the test.
     """
     started: list[RunningConduit] = []
 
     async def start(conduit_class: type[Conduit], section: Mapping[str, Any]) -> RunningConduit:
-        conduit = RunningConduit(conduit_class, section, conduit_core.nats_url)
+        conduit = RunningConduit(conduit_class, section, ore_conduit_core.nats_url)
         await conduit.start()
         started.append(conduit)
         return conduit
@@ -372,18 +372,20 @@ class ConduitConformance:
         return {}
 
     @pytest_asyncio.fixture
-    async def platform(self, conduit_core: ConduitCore) -> AsyncIterator[FakePlatform]:
+    async def platform(self, ore_conduit_core: ConduitCore) -> AsyncIterator[FakePlatform]:
         """The fake platform of the test, closed after the conduit stopped."""
-        platform = await self.open_platform(conduit_core)
+        platform = await self.open_platform(ore_conduit_core)
         try:
             yield platform
         finally:
             await platform.close()
 
     @pytest_asyncio.fixture
-    async def conduit(self, start_conduit: StartConduit, platform: FakePlatform) -> RunningConduit:
+    async def conduit(
+        self, ore_start_conduit: StartConduit, platform: FakePlatform
+    ) -> RunningConduit:
         """The conduit under test, running and listening to `platform`."""
-        conduit = await start_conduit(self.conduit_class, self.conduit_config(platform))
+        conduit = await ore_start_conduit(self.conduit_class, self.conduit_config(platform))
         await self._until_ready(conduit, platform)
         return conduit
 
@@ -427,23 +429,23 @@ class ConduitConformance:
     # -- messages in -----------------------------------------------------------------
 
     async def test_a_message_reaches_a_thread_keyed_by_the_conduit_name(
-        self, conduit: RunningConduit, platform: FakePlatform, conduit_core: ConduitCore
+        self, conduit: RunningConduit, platform: FakePlatform, ore_conduit_core: ConduitCore
     ) -> None:
         assert ECHO_PREFIX + "hello" in await self.exchange(conduit, platform, "conv-a", "hello")
-        thread = await conduit_core.thread_holding("hello")
+        thread = await ore_conduit_core.thread_holding("hello")
         keys = list(thread.meta().all())
         assert any(key.startswith(f"{self.conduit_class.name}.") for key in keys), keys
 
     async def test_messages_of_one_conversation_share_a_thread(
-        self, conduit: RunningConduit, platform: FakePlatform, conduit_core: ConduitCore
+        self, conduit: RunningConduit, platform: FakePlatform, ore_conduit_core: ConduitCore
     ) -> None:
         await self.exchange(conduit, platform, "conv-a", "first")
         await self.exchange(conduit, platform, "conv-a", "second")
-        first = await conduit_core.thread_holding("first")
-        assert first.id == (await conduit_core.thread_holding("second")).id
+        first = await ore_conduit_core.thread_holding("first")
+        assert first.id == (await ore_conduit_core.thread_holding("second")).id
 
     async def test_a_message_delivered_twice_yields_one_turn(
-        self, conduit: RunningConduit, platform: FakePlatform, conduit_core: ConduitCore
+        self, conduit: RunningConduit, platform: FakePlatform, ore_conduit_core: ConduitCore
     ) -> None:
         await platform.post_user_message("conv-a", "twice", "dup-1")
         await platform.post_user_message("conv-a", "twice", "dup-1")
@@ -451,7 +453,7 @@ class ConduitConformance:
         first, second = [await self.reply(conduit, platform, "conv-a") for _ in range(2)]
         assert ECHO_PREFIX + "twice" in first
         assert ECHO_PREFIX + "after" in second  # not a second answer to "twice"
-        thread = await conduit_core.thread_holding("twice")
+        thread = await ore_conduit_core.thread_holding("twice")
         assert _user_texts(thread) == ["twice", "after"]
 
     # -- output out ------------------------------------------------------------------
@@ -469,41 +471,41 @@ class ConduitConformance:
         assert "alpha" not in reply_b
 
     async def test_output_of_other_conduits_messages_is_not_rendered(
-        self, conduit: RunningConduit, platform: FakePlatform, conduit_core: ConduitCore
+        self, conduit: RunningConduit, platform: FakePlatform, ore_conduit_core: ConduitCore
     ) -> None:
         if not self.renders_only_own_output:
             pytest.skip("this conduit shows every conduit's output")
         await self.exchange(conduit, platform, "conv-a", "mine")
-        thread = await conduit_core.thread_holding("mine")
-        await conduit_core.converse(thread.id, "from elsewhere", provenance="other-conduit")
+        thread = await ore_conduit_core.thread_holding("mine")
+        await ore_conduit_core.converse(thread.id, "from elsewhere", provenance="other-conduit")
         reply = await self.exchange(conduit, platform, "conv-a", "mine again")
         assert ECHO_PREFIX + "mine again" in reply
         assert "from elsewhere" not in reply
 
     async def test_output_made_while_the_conduit_was_down_arrives_after_a_restart(
-        self, conduit: RunningConduit, platform: FakePlatform, conduit_core: ConduitCore
+        self, conduit: RunningConduit, platform: FakePlatform, ore_conduit_core: ConduitCore
     ) -> None:
         if not self.delivers_missed_output:
             pytest.skip("this conduit does not keep its place in the output")
         await self.exchange(conduit, platform, "conv-a", "before")
-        thread = await conduit_core.thread_holding("before")
+        thread = await ore_conduit_core.thread_holding("before")
         await conduit.stop()
         name = self.conduit_class.name
-        await conduit_core.converse(thread.id, "while down", provenance=name)
+        await ore_conduit_core.converse(thread.id, "while down", provenance=name)
         await conduit.start()
         await self._until_ready(conduit, platform)
         assert ECHO_PREFIX + "while down" in await self.reply(conduit, platform, "conv-a")
 
     async def test_an_interrupt_cancels_the_running_turn(
-        self, conduit: RunningConduit, platform: FakePlatform, conduit_core: ConduitCore
+        self, conduit: RunningConduit, platform: FakePlatform, ore_conduit_core: ConduitCore
     ) -> None:
         if not self.supports_interrupt:
             pytest.skip("the platform has no way to interrupt")
-        gate = conduit_core.processor.gate()
+        gate = ore_conduit_core.processor.gate()
         await platform.post_user_message("conv-a", "take your time", new_event_id())
         await asyncio.wait_for(gate.started.wait(), TIMEOUT)
-        thread = await conduit_core.thread_holding("take your time")
-        async with conduit_core.client.events(thread.id, kinds={"lifecycle"}) as feed:
+        thread = await ore_conduit_core.thread_holding("take your time")
+        async with ore_conduit_core.client.events(thread.id, kinds={"lifecycle"}) as feed:
             await platform.interrupt("conv-a")
             await _until(feed, lambda event: event.phase == "cancelled")
         assert gate.cancelled == 1

@@ -1,7 +1,7 @@
 """Fixtures for testing plugins: a fresh plugin manager and temporary registration.
 
-    def test_my_interceptor_is_registered(ore_plugin_manager, register_plugin):
-        register_plugin(my_plugin)
+    def test_my_interceptor_is_registered(ore_plugin_manager, ore_register_plugin):
+        ore_register_plugin(my_plugin)
         registrations = collect_registrations(ore_plugin_manager, OreSettings())
         assert "my-interceptor" in [i.name for i in registrations.interceptors]
 
@@ -20,7 +20,7 @@ import pytest
 
 from ore_core.plugins.manager import OrePluginManager, check_hooks, create_plugin_manager
 
-__all__ = ["ore_isolated_env", "ore_plugin_manager", "register_plugin", "temporary_plugin"]
+__all__ = ["ore_isolated_env", "ore_plugin_manager", "ore_register_plugin", "temporary_plugin"]
 
 
 @contextmanager
@@ -63,10 +63,10 @@ def ore_plugin_manager() -> OrePluginManager:
 
 
 @pytest.fixture
-def register_plugin(
+def ore_register_plugin(
     ore_plugin_manager: OrePluginManager,
 ) -> Iterator[Callable[..., str | None]]:
-    """`register_plugin(obj, name=None) -> name`: registered in `ore_plugin_manager`
+    """`ore_register_plugin(obj, name=None) -> name`: registered in `ore_plugin_manager`
     until the end of the test."""
     with ExitStack() as stack:
 

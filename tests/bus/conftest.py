@@ -153,11 +153,11 @@ class Outbox:
 
 
 @pytest.fixture
-async def outbox(nats_client: Client) -> Outbox:
+async def outbox(ore_nats_client: Client) -> Outbox:
     """A subscriber of `ore.out.*` on the raw test connection."""
     box = Outbox()
-    await nats_client.subscribe("ore.out.*", cb=box.receive)
-    await nats_client.flush()
+    await ore_nats_client.subscribe("ore.out.*", cb=box.receive)
+    await ore_nats_client.flush()
     return box
 
 
@@ -171,7 +171,7 @@ CoreFactory = Callable[..., Awaitable[CoreService]]
 
 
 @pytest.fixture
-async def start_core(nats_url: str, store: MemoryStore) -> AsyncIterator[CoreFactory]:
+async def start_core(ore_nats_url: str, store: MemoryStore) -> AsyncIterator[CoreFactory]:
     """Start CoreServices (`await start_core(processor, **options)`); stopped after the test."""
     services: list[CoreService] = []
 
@@ -185,7 +185,7 @@ async def start_core(nats_url: str, store: MemoryStore) -> AsyncIterator[CoreFac
         manager = Manager(store, processor or EchoProcessor())
         service = CoreService(
             manager,
-            servers=[nats_url],
+            servers=[ore_nats_url],
             config=config or BusConfig(partitions=PARTITIONS),
             reconnect_wait=0.05,
             **options,
@@ -206,9 +206,9 @@ async def core(start_core: CoreFactory) -> CoreService:
 
 
 @pytest.fixture
-async def raw_client(nats_url: str) -> AsyncIterator[Client]:
+async def raw_client(ore_nats_url: str) -> AsyncIterator[Client]:
     """A second raw connection (a conduit of its own)."""
-    client = await nats.connect(nats_url, reconnect_time_wait=0.05, max_reconnect_attempts=-1)
+    client = await nats.connect(ore_nats_url, reconnect_time_wait=0.05, max_reconnect_attempts=-1)
     try:
         yield client
     finally:

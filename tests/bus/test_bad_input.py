@@ -75,11 +75,11 @@ async def dead_letter(nc: Client, reason: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 async def test_bad_input_is_dead_lettered_with_its_reason(
-    small_core: CoreService, nats_client: Client, case: Case
+    small_core: CoreService, ore_nats_client: Client, case: Case
 ) -> None:
-    await publish(nats_client, case.thread, case.payload, msg_id="bad-1", headers=case.headers)
+    await publish(ore_nats_client, case.thread, case.payload, msg_id="bad-1", headers=case.headers)
 
-    record = await dead_letter(nats_client, case.reason)
+    record = await dead_letter(ore_nats_client, case.reason)
 
     assert record["reason"] == case.reason
     assert record["thread_id"] == case.thread
@@ -94,9 +94,9 @@ async def test_bad_input_is_dead_lettered_with_its_reason(
     "case", [c for c in CASES.values() if c.reason != "bad_thread_id"], ids=lambda c: c.reason
 )
 async def test_bad_input_is_answered_with_an_error_then_done(
-    small_core: CoreService, nats_client: Client, outbox: Outbox, case: Case
+    small_core: CoreService, ore_nats_client: Client, outbox: Outbox, case: Case
 ) -> None:
-    await publish(nats_client, case.thread, case.payload, msg_id="bad-1", headers=case.headers)
+    await publish(ore_nats_client, case.thread, case.payload, msg_id="bad-1", headers=case.headers)
 
     events = await outbox.done(case.thread)
 
@@ -106,12 +106,12 @@ async def test_bad_input_is_answered_with_an_error_then_done(
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 async def test_bad_input_is_acknowledged_and_the_worker_keeps_serving(
-    small_core: CoreService, nats_client: Client, outbox: Outbox, case: Case
+    small_core: CoreService, ore_nats_client: Client, outbox: Outbox, case: Case
 ) -> None:
-    await publish(nats_client, case.thread, case.payload, msg_id="bad-1", headers=case.headers)
+    await publish(ore_nats_client, case.thread, case.payload, msg_id="bad-1", headers=case.headers)
     good_thread = case.thread if case.reason != "bad_thread_id" else "t1"
 
-    await publish(nats_client, good_thread, user_message("still there?", "good-1"))
+    await publish(ore_nats_client, good_thread, user_message("still there?", "good-1"))
 
     await outbox.until(
         lambda: any(
@@ -120,14 +120,14 @@ async def test_bad_input_is_acknowledged_and_the_worker_keeps_serving(
             if e["kind"] == "text"
         )
     )
-    await eventually(lambda: all_acknowledged(nats_client))
+    await eventually(lambda: all_acknowledged(ore_nats_client))
 
 
 async def test_rejected_input_is_logged_with_its_reason(
-    small_core: CoreService, nats_client: Client, outbox: Outbox
+    small_core: CoreService, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     with structlog.testing.capture_logs() as logs:
-        await publish(nats_client, "t1", b"{oops", msg_id="bad-1")
+        await publish(ore_nats_client, "t1", b"{oops", msg_id="bad-1")
         await outbox.done("t1")
 
     rejected = [line for line in logs if line["event"] == "ingress message rejected"]
@@ -135,20 +135,20 @@ async def test_rejected_input_is_logged_with_its_reason(
 
 
 async def test_a_publish_far_over_the_limit_is_refused_to_the_publisher(
-    small_core: CoreService, nats_client: Client
+    small_core: CoreService, ore_nats_client: Client
 ) -> None:
     oversized = user_message("x" * (LIMIT + HEADER_ALLOWANCE + 100), "m-1")
 
     with pytest.raises(APIError, match="maximum"):
-        await publish(nats_client, "t1", oversized)
+        await publish(ore_nats_client, "t1", oversized)
 
 
 async def test_a_long_rejected_payload_is_cut_in_its_dead_letter_record(
-    core: CoreService, nats_client: Client
+    core: CoreService, ore_nats_client: Client
 ) -> None:
-    await publish(nats_client, "t1", b"x" * (DLQ_DATA_LIMIT + 1000), msg_id="bad-1")
+    await publish(ore_nats_client, "t1", b"x" * (DLQ_DATA_LIMIT + 1000), msg_id="bad-1")
 
-    record = await dead_letter(nats_client, "bad_json")
+    record = await dead_letter(ore_nats_client, "bad_json")
 
     assert record["data"] == "x" * DLQ_DATA_LIMIT
     assert record["truncated"] is True

@@ -47,33 +47,33 @@ def answered(nc: Client, thread_id: str, count: int = 1) -> Callable[[], Awaitab
 
 
 async def test_messages_published_after_a_server_restart_are_answered(
-    core: CoreService, nats_client: Client, nats_server: EmbeddedNatsServer, outbox: Outbox
+    core: CoreService, ore_nats_client: Client, ore_nats_server: EmbeddedNatsServer, outbox: Outbox
 ) -> None:
-    await publish(nats_client, "t1", user_message("before", "m-1"))
+    await publish(ore_nats_client, "t1", user_message("before", "m-1"))
     await outbox.done("t1")
 
-    await nats_server.arestart()
-    await publish(nats_client, "t1", user_message("after", "m-2"))
+    await ore_nats_server.arestart()
+    await publish(ore_nats_client, "t1", user_message("after", "m-2"))
 
-    await eventually(answered(nats_client, "t1", count=2))
-    assert [e["kind"] for e in await stored_events(nats_client, "t1")] == TURN_KINDS * 2
+    await eventually(answered(ore_nats_client, "t1", count=2))
+    assert [e["kind"] for e in await stored_events(ore_nats_client, "t1")] == TURN_KINDS * 2
 
 
 async def test_a_turn_running_across_a_server_restart_completes_once(
-    start_core: CoreFactory, nats_client: Client, nats_server: EmbeddedNatsServer
+    start_core: CoreFactory, ore_nats_client: Client, ore_nats_server: EmbeddedNatsServer
 ) -> None:
     processor = GatedProcessor()
     service = await start_core(processor)
-    await publish(nats_client, "t1", user_message("hi", "m-1"))
+    await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
     await asyncio.wait_for(processor.started.wait(), 10)
 
-    await nats_server.arestart()
+    await ore_nats_server.arestart()
     await wait_for(lambda: service.ready)
     processor.release()
 
-    await eventually(answered(nats_client, "t1"))
-    assert [e["kind"] for e in await stored_events(nats_client, "t1")] == TURN_KINDS
-    await eventually(lambda: all_acknowledged(nats_client))
+    await eventually(answered(ore_nats_client, "t1"))
+    assert [e["kind"] for e in await stored_events(ore_nats_client, "t1")] == TURN_KINDS
+    await eventually(lambda: all_acknowledged(ore_nats_client))
     assert processor.calls == 1
 
 
@@ -101,10 +101,10 @@ class Runner:
 
 @pytest.fixture
 async def start_runner(
-    nats_url: str, nats_client: Client, tmp_path: Path
+    ore_nats_url: str, ore_nats_client: Client, tmp_path: Path
 ) -> AsyncIterator[Callable[..., Awaitable[Runner]]]:
     """Start core runners on one SQLite file; the streams exist before the first starts."""
-    await ensure_streams(nats_client.jetstream(), Subjects(), RUNNER_CONFIG)
+    await ensure_streams(ore_nats_client.jetstream(), Subjects(), RUNNER_CONFIG)
     runners: list[Runner] = []
 
     async def start(*, hold: float) -> Runner:
@@ -112,7 +112,7 @@ async def start_runner(
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             str(RUNNER),
-            *("--url", nats_url, "--db", str(tmp_path / "threads.db"), "--hold", str(hold)),
+            *("--url", ore_nats_url, "--db", str(tmp_path / "threads.db"), "--hold", str(hold)),
             *("--partitions", str(RUNNER_CONFIG.partitions)),
             *("--ack-wait", str(RUNNER_CONFIG.ack_wait)),
             stdout=asyncio.subprocess.PIPE,
@@ -140,9 +140,9 @@ async def thread_turns(db: Path, thread_id: str) -> list[tuple[Role | str, str]]
 
 
 async def test_a_message_of_a_killed_worker_is_answered_exactly_once_by_the_next(
-    start_runner: Callable[..., Awaitable[Runner]], nats_client: Client, tmp_path: Path
+    start_runner: Callable[..., Awaitable[Runner]], ore_nats_client: Client, tmp_path: Path
 ) -> None:
-    await publish(nats_client, "t1", user_message("hi", "m-1"))
+    await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
     first = await start_runner(hold=-1)
     assert await first.turn_started() == "TURN t1 m-1"
 
@@ -151,8 +151,8 @@ async def test_a_message_of_a_killed_worker_is_answered_exactly_once_by_the_next
     second = await start_runner(hold=0)
 
     assert await second.turn_started() == "TURN t1 m-1"
-    await eventually(answered(nats_client, "t1"))
-    await eventually(lambda: all_acknowledged(nats_client))
+    await eventually(answered(ore_nats_client, "t1"))
+    await eventually(lambda: all_acknowledged(ore_nats_client))
     second.process.send_signal(signal.SIGTERM)
     assert await second.exit_code() == 0
     assert await thread_turns(tmp_path / "threads.db", "t1") == [
@@ -162,17 +162,17 @@ async def test_a_message_of_a_killed_worker_is_answered_exactly_once_by_the_next
 
 
 async def test_sigterm_lets_the_running_turn_finish_and_exits_zero(
-    start_runner: Callable[..., Awaitable[Runner]], nats_client: Client, tmp_path: Path
+    start_runner: Callable[..., Awaitable[Runner]], ore_nats_client: Client, tmp_path: Path
 ) -> None:
-    await publish(nats_client, "t1", user_message("hi", "m-1"))
+    await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
     runner = await start_runner(hold=0.5)
     await runner.turn_started()
 
     runner.process.send_signal(signal.SIGTERM)
 
     assert await runner.exit_code() == 0
-    assert [e["kind"] for e in await stored_events(nats_client, "t1")] == TURN_KINDS
-    await eventually(lambda: all_acknowledged(nats_client))
+    assert [e["kind"] for e in await stored_events(ore_nats_client, "t1")] == TURN_KINDS
+    await eventually(lambda: all_acknowledged(ore_nats_client))
     assert [role for role, _ in await thread_turns(tmp_path / "threads.db", "t1")] == [
         Role.USER,
         Role.ASSISTANT,

@@ -17,14 +17,14 @@ from tests.bus.conftest import CoreFactory, Outbox, publish, stored_events, user
 
 
 async def test_every_event_but_deltas_is_stored_on_the_thread_events_subject(
-    start_core: CoreFactory, nats_client: Client, outbox: Outbox
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     await start_core()
 
-    await publish(nats_client, "t1", user_message("hello there", "m-1"))
+    await publish(ore_nats_client, "t1", user_message("hello there", "m-1"))
     await outbox.done("t1")
 
-    assert [e["kind"] for e in await stored_events(nats_client, "t1")] == [
+    assert [e["kind"] for e in await stored_events(ore_nats_client, "t1")] == [
         "turn_complete",
         "lifecycle",
         "lifecycle",
@@ -35,11 +35,11 @@ async def test_every_event_but_deltas_is_stored_on_the_thread_events_subject(
 
 
 async def test_deltas_are_published_live_without_a_sequence(
-    start_core: CoreFactory, nats_client: Client, outbox: Outbox
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     await start_core()
 
-    await publish(nats_client, "t1", user_message("hello there", "m-1"))
+    await publish(ore_nats_client, "t1", user_message("hello there", "m-1"))
     await outbox.done("t1")
 
     deltas = [m for m in outbox.messages["t1"] if json.loads(m.data)["kind"] == "text_delta"]
@@ -48,13 +48,13 @@ async def test_deltas_are_published_live_without_a_sequence(
 
 
 async def test_an_event_too_large_to_publish_is_logged_and_the_turn_still_ends(
-    start_core: CoreFactory, nats_client: Client, outbox: Outbox
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
 ) -> None:
-    huge = Text("x" * (nats_client.max_payload + 1))
+    huge = Text("x" * (ore_nats_client.max_payload + 1))
     await start_core(ScriptedProcessor([[huge]]))
 
     with structlog.testing.capture_logs() as logs:
-        await publish(nats_client, "t1", user_message("hi", "m-1"))
+        await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
         events = await outbox.done("t1")
 
     assert "text" not in [e["kind"] for e in events]
@@ -62,17 +62,17 @@ async def test_an_event_too_large_to_publish_is_logged_and_the_turn_still_ends(
 
 
 async def test_pipeline_stores_what_was_published_while_the_server_restarted(
-    nats_server: EmbeddedNatsServer, nats_client: Client
+    ore_nats_server: EmbeddedNatsServer, ore_nats_client: Client
 ) -> None:
-    js = nats_client.jetstream()
+    js = ore_nats_client.jetstream()
     await js.add_stream(StreamConfig(name="S", subjects=["s.*"], duplicate_window=60))
-    pipeline = Pipeline(nats_client, ack_timeout=0.5)
+    pipeline = Pipeline(ore_nats_client, ack_timeout=0.5)
     await pipeline.start()
 
     await pipeline.publish("s.a", b"before", {})
-    await nats_server.astop()
+    await ore_nats_server.astop()
     await pipeline.publish("s.a", b"during", {})
-    await nats_server.astart()
+    await ore_nats_server.astart()
     async with asyncio.timeout(10):
         await pipeline.flush()
     await pipeline.stop()
@@ -83,11 +83,11 @@ async def test_pipeline_stores_what_was_published_while_the_server_restarted(
 
 
 async def test_pipeline_queues_beyond_its_window_and_stores_everything_in_order(
-    nats_client: Client,
+    ore_nats_client: Client,
 ) -> None:
-    js = nats_client.jetstream()
+    js = ore_nats_client.jetstream()
     await js.add_stream(StreamConfig(name="S", subjects=["s.*"]))
-    pipeline = Pipeline(nats_client, window=2)
+    pipeline = Pipeline(ore_nats_client, window=2)
     await pipeline.start()
 
     for n in range(50):

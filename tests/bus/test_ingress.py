@@ -33,11 +33,11 @@ def texts(outbox: Outbox, thread_id: str) -> list[str]:
 
 
 async def test_a_user_message_to_an_unknown_thread_creates_it(
-    start_core: CoreFactory, nats_client: Client, outbox: Outbox, store: MemoryStore
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox, store: MemoryStore
 ) -> None:
     await start_core()
 
-    await publish(nats_client, "new-thread", user_message("hi", "m-1"))
+    await publish(ore_nats_client, "new-thread", user_message("hi", "m-1"))
     await outbox.done("new-thread")
 
     thread = await store.get("new-thread")
@@ -45,64 +45,64 @@ async def test_a_user_message_to_an_unknown_thread_creates_it(
 
 
 async def test_a_message_is_acknowledged_only_once_it_is_handled(
-    start_core: CoreFactory, nats_client: Client, outbox: Outbox
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     processor = GatedProcessor()
     await start_core(processor)
-    await publish(nats_client, "t1", user_message("hi", "m-1"))
+    await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
     await asyncio.wait_for(processor.started.wait(), 10)
 
-    assert (await consumer_of(nats_client, "t1")).num_ack_pending == 1
+    assert (await consumer_of(ore_nats_client, "t1")).num_ack_pending == 1
     processor.release()
     await outbox.done("t1")
-    await eventually(lambda: all_acknowledged(nats_client))
+    await eventually(lambda: all_acknowledged(ore_nats_client))
 
 
 async def test_running_and_queued_messages_are_not_redelivered_during_a_long_turn(
-    start_core: CoreFactory, nats_client: Client, outbox: Outbox
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     processor = GatedProcessor()
     await start_core(processor, config=BusConfig(partitions=PARTITIONS, ack_wait=ACK_WAIT))
-    await publish(nats_client, "t1", user_message("first", "m-1"))
-    await publish(nats_client, "t1", user_message("second", "m-2"))
+    await publish(ore_nats_client, "t1", user_message("first", "m-1"))
+    await publish(ore_nats_client, "t1", user_message("second", "m-2"))
     await asyncio.wait_for(processor.started.wait(), 10)
 
     await asyncio.sleep(ACK_WAIT * 3)  # time passing is the point: three ack waits
     processor.release()
     await outbox.done("t1", count=2)
 
-    info = await consumer_of(nats_client, "t1")
+    info = await consumer_of(ore_nats_client, "t1")
     assert info.delivered is not None
     assert info.delivered.consumer_seq == 2  # each of the two messages delivered once
     assert processor.calls == 2
 
 
 async def test_an_interrupt_cancels_the_turn_and_acknowledges_the_messages_it_dropped(
-    start_core: CoreFactory, nats_client: Client, outbox: Outbox
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     processor = GatedProcessor()
     await start_core(processor)
-    await publish(nats_client, "t1", user_message("first", "m-1"))
-    await publish(nats_client, "t1", user_message("queued", "m-2"))
+    await publish(ore_nats_client, "t1", user_message("first", "m-1"))
+    await publish(ore_nats_client, "t1", user_message("queued", "m-2"))
     await asyncio.wait_for(processor.started.wait(), 10)
 
-    await publish(nats_client, "t1", {"kind": "interrupt", "id": "i-1"})
+    await publish(ore_nats_client, "t1", {"kind": "interrupt", "id": "i-1"})
 
     events = await outbox.done("t1", count=2)
     assert {"kind": "lifecycle", "phase": "cancelled", "context": {"provenance": "raw"}} in events
-    await eventually(lambda: all_acknowledged(nats_client))
+    await eventually(lambda: all_acknowledged(ore_nats_client))
     assert processor.calls == 1
 
 
 async def test_a_duplicate_publish_is_stored_and_answered_once(
-    start_core: CoreFactory, nats_client: Client, outbox: Outbox
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     await start_core()
     message = user_message("hi", "m-1")
 
-    first = await publish(nats_client, "t1", message)
-    second = await publish(nats_client, "t1", message)
-    await publish(nats_client, "t1", user_message("next", "m-2"))
+    first = await publish(ore_nats_client, "t1", message)
+    second = await publish(ore_nats_client, "t1", message)
+    await publish(ore_nats_client, "t1", user_message("next", "m-2"))
     await outbox.done("t1", count=2)
 
     assert second.duplicate
@@ -111,14 +111,14 @@ async def test_a_duplicate_publish_is_stored_and_answered_once(
 
 
 async def test_an_event_id_published_again_after_the_dedup_window_is_answered_once(
-    start_core: CoreFactory, nats_client: Client, outbox: Outbox, store: MemoryStore
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox, store: MemoryStore
 ) -> None:
     await start_core()
     message = user_message("hi", "m-1")
 
-    await publish(nats_client, "t1", message, msg_id="first-publish")
-    await publish(nats_client, "t1", message, msg_id="after-the-window")
-    await publish(nats_client, "t1", user_message("next", "m-2"))
+    await publish(ore_nats_client, "t1", message, msg_id="first-publish")
+    await publish(ore_nats_client, "t1", message, msg_id="after-the-window")
+    await publish(ore_nats_client, "t1", user_message("next", "m-2"))
     await outbox.done("t1", count=3)
 
     assert texts(outbox, "t1") == ["hi", "next"]
@@ -142,28 +142,28 @@ async def pull_into(
     return puller
 
 
-async def test_a_puller_hands_on_more_than_one_batch_in_order(nats_client: Client) -> None:
-    await ensure_streams(nats_client.jetstream(), Subjects(), BusConfig(partitions=1))
+async def test_a_puller_hands_on_more_than_one_batch_in_order(ore_nats_client: Client) -> None:
+    await ensure_streams(ore_nats_client.jetstream(), Subjects(), BusConfig(partitions=1))
     received: list[bytes] = []
     enough = asyncio.Event()
-    puller = await pull_into(nats_client, received, enough, 20, batch=4)
+    puller = await pull_into(ore_nats_client, received, enough, 20, batch=4)
 
     for n in range(20):
-        await nats_client.jetstream().publish("ore.in.t1", str(n).encode())
+        await ore_nats_client.jetstream().publish("ore.in.t1", str(n).encode())
     await asyncio.wait_for(enough.wait(), 10)
     await puller.stop()
 
     assert received == [str(n).encode() for n in range(20)]
 
 
-async def test_a_puller_keeps_receiving_after_its_requests_expire(nats_client: Client) -> None:
-    await ensure_streams(nats_client.jetstream(), Subjects(), BusConfig(partitions=1))
+async def test_a_puller_keeps_receiving_after_its_requests_expire(ore_nats_client: Client) -> None:
+    await ensure_streams(ore_nats_client.jetstream(), Subjects(), BusConfig(partitions=1))
     received: list[bytes] = []
     enough = asyncio.Event()
-    puller = await pull_into(nats_client, received, enough, 1, expires=0.3, heartbeat=0.1)
+    puller = await pull_into(ore_nats_client, received, enough, 1, expires=0.3, heartbeat=0.1)
 
     await asyncio.sleep(0.9)  # time passing is the point: several request lifetimes
-    await nats_client.jetstream().publish("ore.in.t1", b"late")
+    await ore_nats_client.jetstream().publish("ore.in.t1", b"late")
     await asyncio.wait_for(enough.wait(), 10)
     await puller.stop()
 

@@ -37,9 +37,9 @@ async def http_status(port: int, path: str) -> int:
 
 
 async def test_raw_client_receives_the_documented_events_of_an_echo_turn_in_order(
-    core: CoreService, nats_client: Client, outbox: Outbox
+    core: CoreService, ore_nats_client: Client, outbox: Outbox
 ) -> None:
-    await publish(nats_client, "t1", user_message("hello", "m-1"))
+    await publish(ore_nats_client, "t1", user_message("hello", "m-1"))
 
     events = await outbox.done("t1")
 
@@ -59,9 +59,9 @@ async def test_raw_client_receives_the_documented_events_of_an_echo_turn_in_orde
 
 
 async def test_every_output_message_names_its_kind_and_schema_in_headers(
-    core: CoreService, nats_client: Client, outbox: Outbox
+    core: CoreService, ore_nats_client: Client, outbox: Outbox
 ) -> None:
-    await publish(nats_client, "t1", user_message("hi", "m-1"))
+    await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
     await outbox.done("t1")
 
     for msg in outbox.messages["t1"]:
@@ -71,7 +71,7 @@ async def test_every_output_message_names_its_kind_and_schema_in_headers(
 
 
 async def test_many_threads_are_answered_concurrently_each_in_order(
-    core: CoreService, nats_client: Client, outbox: Outbox
+    core: CoreService, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     threads = [f"th-{n}" for n in range(20)]
     per_thread = 5
@@ -79,7 +79,7 @@ async def test_many_threads_are_answered_concurrently_each_in_order(
     async def converse(thread_id: str) -> None:
         for m in range(per_thread):
             await publish(
-                nats_client, thread_id, user_message(f"{thread_id} {m}", f"{thread_id}-{m}")
+                ore_nats_client, thread_id, user_message(f"{thread_id} {m}", f"{thread_id}-{m}")
             )
 
     await asyncio.gather(*(converse(t) for t in threads))
@@ -90,11 +90,11 @@ async def test_many_threads_are_answered_concurrently_each_in_order(
 
 
 async def test_stored_events_chain_nats_last_sequence_per_thread(
-    core: CoreService, nats_client: Client, outbox: Outbox
+    core: CoreService, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     for n in range(3):
-        await publish(nats_client, "a", user_message(f"a{n}", f"a-{n}"))
-        await publish(nats_client, "b", user_message(f"b{n}", f"b-{n}"))
+        await publish(ore_nats_client, "a", user_message(f"a{n}", f"a-{n}"))
+        await publish(ore_nats_client, "b", user_message(f"b{n}", f"b-{n}"))
     await outbox.done("a", count=3)
     await outbox.done("b", count=3)
 
@@ -107,12 +107,12 @@ async def test_stored_events_chain_nats_last_sequence_per_thread(
 
 
 async def test_traceparent_header_reaches_every_output_event_of_the_turn(
-    core: CoreService, nats_client: Client, outbox: Outbox
+    core: CoreService, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
     await publish(
-        nats_client, "t1", user_message("hi", "m-1"), headers={"traceparent": traceparent}
+        ore_nats_client, "t1", user_message("hi", "m-1"), headers={"traceparent": traceparent}
     )
     await outbox.done("t1")
 
@@ -121,9 +121,9 @@ async def test_traceparent_header_reaches_every_output_event_of_the_turn(
 
 
 async def test_control_api_answers_next_to_the_ingress(
-    core: CoreService, nats_client: Client
+    core: CoreService, ore_nats_client: Client
 ) -> None:
-    reply = await nats_client.request("ore.api.health", b"{}", timeout=5)
+    reply = await ore_nats_client.request("ore.api.health", b"{}", timeout=5)
 
     assert json.loads(reply.data)["status"] == "ok"
 
@@ -138,27 +138,27 @@ async def test_health_endpoint_is_ready_while_serving(start_core: CoreFactory) -
 
 
 async def test_health_endpoint_reports_unavailable_while_nats_is_down(
-    start_core: CoreFactory, nats_server: EmbeddedNatsServer
+    start_core: CoreFactory, ore_nats_server: EmbeddedNatsServer
 ) -> None:
     service = await start_core(health_port=0)
     port = service.health_port
     assert port
 
-    await nats_server.astop()
+    await ore_nats_server.astop()
     try:
         await wait_for(lambda: not service.nc.is_connected)
         assert await http_status(port, "/healthz") == 503
         assert await http_status(port, "/readyz") == 503
     finally:
-        await nats_server.astart()
+        await ore_nats_server.astart()
 
 
 async def test_stop_lets_a_running_turn_finish_and_acknowledges_it(
-    start_core: CoreFactory, nats_client: Client, outbox: Outbox
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     processor = GatedProcessor()
     service = await start_core(processor)
-    await publish(nats_client, "t1", user_message("hi", "m-1"))
+    await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
     await asyncio.wait_for(processor.started.wait(), 10)
 
     stopping = asyncio.ensure_future(service.stop(grace=10))
@@ -168,15 +168,15 @@ async def test_stop_lets_a_running_turn_finish_and_acknowledges_it(
     await asyncio.wait_for(stopping, 10)
 
     assert outbox.count_done("t1") == 1
-    await eventually(lambda: all_acknowledged(nats_client))
+    await eventually(lambda: all_acknowledged(ore_nats_client))
 
 
 async def test_stop_after_the_grace_period_leaves_the_turn_to_the_next_worker(
-    start_core: CoreFactory, nats_client: Client, outbox: Outbox, store: MemoryStore
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox, store: MemoryStore
 ) -> None:
     processor = GatedProcessor()
     first = await start_core(processor)
-    await publish(nats_client, "t1", user_message("hi", "m-1"))
+    await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
     await asyncio.wait_for(processor.started.wait(), 10)
 
     await first.stop(grace=0.05)

@@ -19,10 +19,10 @@ SUBJECTS = Subjects()
 CONFIG = BusConfig(partitions=4, max_payload=10_000, events_max_age=3600.0)
 
 
-async def test_ingress_stream_partitions_client_subjects(nats_client: Client) -> None:
-    await ensure_streams(nats_client.jetstream(), SUBJECTS, CONFIG)
+async def test_ingress_stream_partitions_client_subjects(ore_nats_client: Client) -> None:
+    await ensure_streams(ore_nats_client.jetstream(), SUBJECTS, CONFIG)
 
-    config = (await nats_client.jetstream().stream_info("ORE_IN")).config
+    config = (await ore_nats_client.jetstream().stream_info("ORE_IN")).config
     assert config.subjects == ["ore.in.*"]
     assert config.subject_transform is not None
     assert config.subject_transform.dest == "ore.inp.{{partition(4,1)}}.{{wildcard(1)}}"
@@ -30,10 +30,10 @@ async def test_ingress_stream_partitions_client_subjects(nats_client: Client) ->
     assert config.max_msg_size == 10_000 + HEADER_ALLOWANCE
 
 
-async def test_events_stream_is_republished_to_output_subjects(nats_client: Client) -> None:
-    await ensure_streams(nats_client.jetstream(), SUBJECTS, CONFIG)
+async def test_events_stream_is_republished_to_output_subjects(ore_nats_client: Client) -> None:
+    await ensure_streams(ore_nats_client.jetstream(), SUBJECTS, CONFIG)
 
-    config = (await nats_client.jetstream().stream_info("ORE_EVENTS")).config
+    config = (await ore_nats_client.jetstream().stream_info("ORE_EVENTS")).config
     assert config.subjects == ["ore.ev.*"]
     assert config.republish is not None
     assert (config.republish.src, config.republish.dest) == ("ore.ev.*", "ore.out.{{wildcard(1)}}")
@@ -41,15 +41,17 @@ async def test_events_stream_is_republished_to_output_subjects(nats_client: Clie
     assert config.max_age == 3600.0
 
 
-async def test_dead_letter_stream_takes_every_reason(nats_client: Client) -> None:
-    await ensure_streams(nats_client.jetstream(), SUBJECTS, CONFIG)
+async def test_dead_letter_stream_takes_every_reason(ore_nats_client: Client) -> None:
+    await ensure_streams(ore_nats_client.jetstream(), SUBJECTS, CONFIG)
 
-    config = (await nats_client.jetstream().stream_info("ORE_DLQ")).config
+    config = (await ore_nats_client.jetstream().stream_info("ORE_DLQ")).config
     assert config.subjects == ["ore.dlq.>"]
 
 
-async def test_every_partition_gets_a_durable_explicit_ack_consumer(nats_client: Client) -> None:
-    js = nats_client.jetstream()
+async def test_every_partition_gets_a_durable_explicit_ack_consumer(
+    ore_nats_client: Client,
+) -> None:
+    js = ore_nats_client.jetstream()
     await ensure_streams(js, SUBJECTS, CONFIG)
 
     for partition in range(4):
@@ -59,8 +61,8 @@ async def test_every_partition_gets_a_durable_explicit_ack_consumer(nats_client:
         assert (config.ack_wait, config.backoff) == (CONFIG.ack_wait, CONFIG.backoff)
 
 
-async def test_a_thread_lands_in_the_partition_partition_of_names(nats_client: Client) -> None:
-    js = nats_client.jetstream()
+async def test_a_thread_lands_in_the_partition_partition_of_names(ore_nats_client: Client) -> None:
+    js = ore_nats_client.jetstream()
     await ensure_streams(js, SUBJECTS, CONFIG)
 
     for thread_id in ("t1", "t2", "alpha", "a-much-longer_thread-id"):
@@ -69,8 +71,8 @@ async def test_a_thread_lands_in_the_partition_partition_of_names(nats_client: C
         assert stored.subject == f"ore.inp.{partition_of(thread_id, 4)}.{thread_id}"
 
 
-async def test_ensuring_twice_changes_nothing(nats_client: Client) -> None:
-    js = nats_client.jetstream()
+async def test_ensuring_twice_changes_nothing(ore_nats_client: Client) -> None:
+    js = ore_nats_client.jetstream()
     await ensure_streams(js, SUBJECTS, CONFIG)
     before = [(await js.stream_info(name)).config for name in ("ORE_IN", "ORE_EVENTS", "ORE_DLQ")]
 
@@ -80,8 +82,8 @@ async def test_ensuring_twice_changes_nothing(nats_client: Client) -> None:
     assert after == before
 
 
-async def test_changed_limits_are_updated_in_place(nats_client: Client) -> None:
-    js = nats_client.jetstream()
+async def test_changed_limits_are_updated_in_place(ore_nats_client: Client) -> None:
+    js = ore_nats_client.jetstream()
     await ensure_streams(js, SUBJECTS, CONFIG)
 
     await ensure_streams(
@@ -93,17 +95,17 @@ async def test_changed_limits_are_updated_in_place(nats_client: Client) -> None:
 
 
 async def test_a_different_partition_count_is_refused_naming_the_stream(
-    nats_client: Client,
+    ore_nats_client: Client,
 ) -> None:
-    js = nats_client.jetstream()
+    js = ore_nats_client.jetstream()
     await ensure_streams(js, SUBJECTS, CONFIG)
 
     with pytest.raises(BusConfigError, match=r"ORE_IN.*partition count is 4, configured 8"):
         await ensure_streams(js, SUBJECTS, BusConfig(partitions=8))
 
 
-async def test_a_stream_with_other_subjects_is_refused(nats_client: Client) -> None:
-    js = nats_client.jetstream()
+async def test_a_stream_with_other_subjects_is_refused(ore_nats_client: Client) -> None:
+    js = ore_nats_client.jetstream()
     await js.add_stream(StreamConfig(name="ORE_EVENTS", subjects=["elsewhere.>"]))
 
     with pytest.raises(BusConfigError, match=r"ORE_EVENTS.*subjects"):
@@ -111,8 +113,8 @@ async def test_a_stream_with_other_subjects_is_refused(nats_client: Client) -> N
     assert (await js.stream_info("ORE_EVENTS")).config.subjects == ["elsewhere.>"]
 
 
-async def test_a_consumer_with_another_filter_is_refused(nats_client: Client) -> None:
-    js = nats_client.jetstream()
+async def test_a_consumer_with_another_filter_is_refused(ore_nats_client: Client) -> None:
+    js = ore_nats_client.jetstream()
     await ensure_streams(js, SUBJECTS, BusConfig(partitions=1))
     await js.delete_consumer("ORE_IN", consumer_name(0))
     await js.add_consumer(
@@ -123,8 +125,8 @@ async def test_a_consumer_with_another_filter_is_refused(nats_client: Client) ->
         await ensure_streams(js, SUBJECTS, BusConfig(partitions=1))
 
 
-async def test_another_prefix_gets_streams_of_its_own(nats_client: Client) -> None:
-    js = nats_client.jetstream()
+async def test_another_prefix_gets_streams_of_its_own(ore_nats_client: Client) -> None:
+    js = ore_nats_client.jetstream()
     await ensure_streams(js, SUBJECTS, CONFIG)
 
     await ensure_streams(js, Subjects("acme"), CONFIG)

@@ -1,6 +1,6 @@
 """Fixtures for the bus client tests: Manager, ControlAPI, streams and a conduit client.
 
-The nats-server fixtures (`nats_server`, `nats_url`, `nats_client`) come from
+The nats-server fixtures (`ore_nats_server`, `ore_nats_url`, `ore_nats_client`) come from
 `ore_core.testing.nats`, loaded by tests/conftest.py.
 """
 
@@ -28,9 +28,9 @@ def subjects() -> Subjects:
 
 
 @pytest.fixture
-async def streams(nats_client: Client, subjects: Subjects) -> None:
+async def streams(ore_nats_client: Client, subjects: Subjects) -> None:
     """ORE_IN, ORE_EVENTS and ORE_DLQ as the core creates them."""
-    await ensure_streams(nats_client.jetstream(), subjects, BusConfig(partitions=2))
+    await ensure_streams(ore_nats_client.jetstream(), subjects, BusConfig(partitions=2))
 
 
 @pytest.fixture
@@ -42,21 +42,21 @@ async def manager() -> AsyncIterator[Manager]:
 
 @pytest.fixture
 async def control_api(
-    nats_client: Client, manager: Manager, subjects: Subjects
+    ore_nats_client: Client, manager: Manager, subjects: Subjects
 ) -> AsyncIterator[ControlAPI]:
-    """The control API of `manager`, serving on `nats_client`."""
+    """The control API of `manager`, serving on `ore_nats_client`."""
     api = ControlAPI(
-        nats_client, manager, subjects, version=VERSION, instance_metadata={"worker": "w1"}
+        ore_nats_client, manager, subjects, version=VERSION, instance_metadata={"worker": "w1"}
     )
     async with api:
         yield api
 
 
 @pytest.fixture
-async def client(nats_url: str) -> AsyncIterator[ConduitClient]:
+async def client(ore_nats_url: str) -> AsyncIterator[ConduitClient]:
     """A conduit named `test` with short timeouts, so failures show quickly."""
     client = await ConduitClient.connect(
-        nats_url, name="test", request_timeout=2.0, send_deadline=5.0
+        ore_nats_url, name="test", request_timeout=2.0, send_deadline=5.0
     )
     async with client:
         yield client

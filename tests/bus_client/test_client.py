@@ -98,13 +98,13 @@ def summary(deliveries: list[Delivery]) -> list[tuple[str, str, int | None]]:
 
 @pytest.mark.usefixtures("streams")
 async def test_send_stores_the_event_with_id_kind_schema_and_trace_headers(
-    client: ConduitClient, nats_client: Client, subjects: Subjects
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
 ) -> None:
     event = UserMessageEvent(
         id="slack-C1-1", content="hello", context=EventContext(traceparent=TRACE)
     )
     sent = await client.send("t-1", event)
-    stored = await nats_client.jetstream().get_msg(
+    stored = await ore_nats_client.jetstream().get_msg(
         subjects.inbound_stream, subject=subjects.partitioned("*", "t-1")
     )
     headers = stored.headers or {}
@@ -127,40 +127,40 @@ async def test_send_of_text_carries_the_conduit_name_and_user(client: ConduitCli
 
 @pytest.mark.usefixtures("streams")
 async def test_a_message_sent_twice_with_one_id_is_stored_once(
-    client: ConduitClient, nats_client: Client, subjects: Subjects
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
 ) -> None:
     await client.send("t-1", "hello", id="m-1")
     await client.send("t-1", "hello", id="m-1")
-    info = await nats_client.jetstream().stream_info(subjects.inbound_stream)
+    info = await ore_nats_client.jetstream().stream_info(subjects.inbound_stream)
     assert info.state.messages == 1
 
 
 async def test_send_retries_with_the_same_id_until_the_stream_exists(
-    nats_url: str, nats_client: Client, subjects: Subjects
+    ore_nats_url: str, ore_nats_client: Client, subjects: Subjects
 ) -> None:
     attempts: asyncio.Queue[Msg] = asyncio.Queue()
     # A silent subscriber: every attempt before the stream exists times out.
-    await nats_client.subscribe(subjects.inbound("t-1"), cb=attempts.put)
-    await nats_client.flush()
+    await ore_nats_client.subscribe(subjects.inbound("t-1"), cb=attempts.put)
+    await ore_nats_client.flush()
     async with await ConduitClient.connect(
-        nats_url, name="test", request_timeout=0.2, send_deadline=10
+        ore_nats_url, name="test", request_timeout=0.2, send_deadline=10
     ) as client:
         sending = asyncio.ensure_future(client.send("t-1", "hello", id="m-1"))
         seen = [await asyncio.wait_for(attempts.get(), 5)]
-        await ensure_streams(nats_client.jetstream(), subjects, BusConfig(partitions=2))
+        await ensure_streams(ore_nats_client.jetstream(), subjects, BusConfig(partitions=2))
         await asyncio.wait_for(sending, 10)
     while not attempts.empty():
         seen.append(attempts.get_nowait())
     ids = [(attempt.headers or {})[HEADER_MSG_ID] for attempt in seen]
     assert len(ids) >= 2
     assert set(ids) == {"m-1"}
-    info = await nats_client.jetstream().stream_info(subjects.inbound_stream)
+    info = await ore_nats_client.jetstream().stream_info(subjects.inbound_stream)
     assert info.state.messages == 1
 
 
-async def test_send_gives_up_after_its_deadline_naming_the_subject(nats_url: str) -> None:
+async def test_send_gives_up_after_its_deadline_naming_the_subject(ore_nats_url: str) -> None:
     async with await ConduitClient.connect(
-        nats_url, name="test", request_timeout=0.1, send_deadline=0.3
+        ore_nats_url, name="test", request_timeout=0.1, send_deadline=0.3
     ) as client:
         with pytest.raises(BusError, match=re.escape("ore.in.t-1")):
             await client.send("t-1", "hello")
@@ -168,10 +168,10 @@ async def test_send_gives_up_after_its_deadline_naming_the_subject(nats_url: str
 
 @pytest.mark.usefixtures("streams")
 async def test_interrupt_is_sent_as_an_interrupt_event(
-    client: ConduitClient, nats_client: Client, subjects: Subjects
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
 ) -> None:
     sent = await client.interrupt("t-1")
-    stored = await nats_client.jetstream().get_msg(
+    stored = await ore_nats_client.jetstream().get_msg(
         subjects.inbound_stream, subject=subjects.partitioned("*", "t-1")
     )
     assert decode_ingress(stored.data or b"") == sent
@@ -192,12 +192,12 @@ uses_streams = pytest.mark.usefixtures("streams")
 
 @uses_streams
 async def test_a_live_feed_delivers_stored_events_in_order_and_deltas(
-    client: ConduitClient, nats_client: Client, subjects: Subjects
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
 ) -> None:
     async with client.events("t-1") as feed:
-        first = await store(nats_client, subjects, "t-1", phase("streaming"))
-        await delta(nats_client, subjects, "t-1", "hel")
-        second = await store(nats_client, subjects, "t-1", text("hello"))
+        first = await store(ore_nats_client, subjects, "t-1", phase("streaming"))
+        await delta(ore_nats_client, subjects, "t-1", "hel")
+        second = await store(ore_nats_client, subjects, "t-1", text("hello"))
         got = await take(feed, 3)
     stored = [d for d in got if d.sequence is not None]
     assert summary(stored) == [("t-1", "lifecycle", first), ("t-1", "text", second)]
@@ -210,61 +210,61 @@ async def test_a_live_feed_delivers_stored_events_in_order_and_deltas(
 
 @uses_streams
 async def test_a_live_feed_skips_other_threads_and_events_before_it_started(
-    client: ConduitClient, nats_client: Client, subjects: Subjects
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
 ) -> None:
-    await store(nats_client, subjects, "t-1", text("before"))
+    await store(ore_nats_client, subjects, "t-1", text("before"))
     async with client.events("t-1") as feed:
-        await store(nats_client, subjects, "t-2", text("other"))
-        after = await store(nats_client, subjects, "t-1", text("after"))
+        await store(ore_nats_client, subjects, "t-2", text("other"))
+        after = await store(ore_nats_client, subjects, "t-1", text("after"))
         [got] = await take(feed, 1)
     assert (got.sequence, got.event) == (after, text("after"))
 
 
 @uses_streams
 async def test_kinds_keeps_only_those_kinds(
-    client: ConduitClient, nats_client: Client, subjects: Subjects
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
 ) -> None:
     async with client.events("t-1", kinds={"text"}) as feed:
-        await delta(nats_client, subjects, "t-1", "hel")
-        await store(nats_client, subjects, "t-1", phase("streaming"))
-        await store(nats_client, subjects, "t-1", text("hello"))
+        await delta(ore_nats_client, subjects, "t-1", "hel")
+        await store(ore_nats_client, subjects, "t-1", phase("streaming"))
+        await store(ore_nats_client, subjects, "t-1", text("hello"))
         [got] = await take(feed, 1)
     assert got.kind == "text"
 
 
 @uses_streams
 async def test_a_feed_of_all_threads_names_the_thread_of_each_event(
-    client: ConduitClient, nats_client: Client, subjects: Subjects
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
 ) -> None:
     async with client.events() as feed:
-        await store(nats_client, subjects, "t-1", text("one"))
-        await store(nats_client, subjects, "t-2", text("two"))
+        await store(ore_nats_client, subjects, "t-1", text("one"))
+        await store(ore_nats_client, subjects, "t-2", text("two"))
         got = await take(feed, 2)
     assert [(d.thread_id, d.event) for d in got] == [("t-1", text("one")), ("t-2", text("two"))]
 
 
 @uses_streams
 async def test_a_gap_is_filled_from_the_stream_before_the_next_event(
-    client: ConduitClient, nats_client: Client, subjects: Subjects
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
 ) -> None:
-    js = nats_client.jetstream()
+    js = ore_nats_client.jetstream()
     config = (await js.stream_info(subjects.events_stream)).config
     republish = config.republish
     async with client.events("t-1") as feed:
         config.republish = None  # the next events are stored but never reach the feed live
         await js.update_stream(config)
-        missed = [await store(nats_client, subjects, "t-1", text(f"m{i}")) for i in range(3)]
-        await store(nats_client, subjects, "t-2", text("other thread"))
+        missed = [await store(ore_nats_client, subjects, "t-1", text(f"m{i}")) for i in range(3)]
+        await store(ore_nats_client, subjects, "t-2", text("other thread"))
         config.republish = republish
         await js.update_stream(config)
-        last = await store(nats_client, subjects, "t-1", text("live"))
+        last = await store(ore_nats_client, subjects, "t-1", text("live"))
         got = await take(feed, 4)
     assert [d.sequence for d in got] == [*missed, last]
     assert [d.event for d in got] == [text("m0"), text("m1"), text("m2"), text("live")]
 
 
 async def test_after_a_reconnect_a_live_feed_reads_what_was_stored_meanwhile(
-    nats_server: EmbeddedNatsServer, nats_url: str, subjects: Subjects
+    ore_nats_server: EmbeddedNatsServer, ore_nats_url: str, subjects: Subjects
 ) -> None:
     reconnected = asyncio.Event()
 
@@ -272,16 +272,19 @@ async def test_after_a_reconnect_a_live_feed_reads_what_was_stored_meanwhile(
         reconnected.set()
 
     core = await nats.connect(
-        nats_url, reconnect_time_wait=0.05, max_reconnect_attempts=-1, reconnected_cb=on_reconnect
+        ore_nats_url,
+        reconnect_time_wait=0.05,
+        max_reconnect_attempts=-1,
+        reconnected_cb=on_reconnect,
     )
     await ensure_streams(core.jetstream(), subjects, BusConfig(partitions=2))
     async with (
-        await ConduitClient.connect(nats_url, name="test", reconnect_wait=1.0) as client,
+        await ConduitClient.connect(ore_nats_url, name="test", reconnect_wait=1.0) as client,
         client.events("t-1") as feed,
     ):
         await store(core, subjects, "t-1", text("before"))
         await take(feed, 1)
-        await nats_server.arestart()
+        await ore_nats_server.arestart()
         await asyncio.wait_for(reconnected.wait(), 5)
         assert not client.nc.is_connected, "the conduit must still be away for this test"
         meanwhile = [await store(core, subjects, "t-1", text(f"while away {i}")) for i in range(2)]
@@ -295,17 +298,19 @@ async def test_after_a_reconnect_a_live_feed_reads_what_was_stored_meanwhile(
 
 @uses_streams
 async def test_a_durable_feed_gets_everything_produced_while_it_was_stopped(
-    nats_url: str, nats_client: Client, subjects: Subjects
+    ore_nats_url: str, ore_nats_client: Client, subjects: Subjects
 ) -> None:
     async with (
-        await ConduitClient.connect(nats_url, name="test") as conduit,
+        await ConduitClient.connect(ore_nats_url, name="test") as conduit,
         conduit.events(durable="slack") as feed,
     ):
-        await store(nats_client, subjects, "t-1", text("seen"))
+        await store(ore_nats_client, subjects, "t-1", text("seen"))
         assert summary(await take(feed, 1))[0][:2] == ("t-1", "text")
-    produced = [await store(nats_client, subjects, f"t-{i % 2}", text(f"r{i}")) for i in range(5)]
+    produced = [
+        await store(ore_nats_client, subjects, f"t-{i % 2}", text(f"r{i}")) for i in range(5)
+    ]
     async with (
-        await ConduitClient.connect(nats_url, name="test") as restarted,
+        await ConduitClient.connect(ore_nats_url, name="test") as restarted,
         restarted.events(durable="slack") as feed,
     ):
         got = await take(feed, 5)
@@ -315,18 +320,18 @@ async def test_a_durable_feed_gets_everything_produced_while_it_was_stopped(
 
 @uses_streams
 async def test_a_durable_feed_delivers_again_the_event_it_failed_on(
-    client: ConduitClient, nats_client: Client, subjects: Subjects
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
 ) -> None:
     class PlatformDown(Exception):
         pass
 
     async def handle_then_fail() -> None:
         async with client.events("t-1", durable="bot") as feed:
-            await store(nats_client, subjects, "t-1", text("reply"))
+            await store(ore_nats_client, subjects, "t-1", text("reply"))
             await take(feed, 1)
             raise PlatformDown
 
-    await store(nats_client, subjects, "t-1", phase("submitted"))  # before the durable: skipped
+    await store(ore_nats_client, subjects, "t-1", phase("submitted"))  # before the durable: skipped
     with pytest.raises(PlatformDown):
         await handle_then_fail()
     async with client.events("t-1", durable="bot") as feed:
@@ -336,10 +341,10 @@ async def test_a_durable_feed_delivers_again_the_event_it_failed_on(
 
 @uses_streams
 async def test_a_durable_feed_receives_deltas_live(
-    client: ConduitClient, nats_client: Client, subjects: Subjects
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
 ) -> None:
     async with client.events("t-1", durable="bot") as feed:
-        await delta(nats_client, subjects, "t-1", "hel")
+        await delta(ore_nats_client, subjects, "t-1", "hel")
         [got] = await take(feed, 1)
     assert (got.kind, got.sequence) == ("text_delta", None)
 
@@ -353,9 +358,9 @@ def test_a_durable_name_with_an_underscore_is_refused(client: ConduitClient) -> 
 
 
 async def test_a_conduit_talks_to_the_core_through_lookup_send_and_events(
-    client: ConduitClient, nats_url: str, manager: Manager
+    client: ConduitClient, ore_nats_url: str, manager: Manager
 ) -> None:
-    service = CoreService(manager, servers=[nats_url], config=BusConfig(partitions=2))
+    service = CoreService(manager, servers=[ore_nats_url], config=BusConfig(partitions=2))
     await service.start()
     try:
         thread_id, created = await client.lookup_or_create("test.chat", "c-1")
@@ -513,11 +518,11 @@ class FakeRoom:
 
 
 async def test_the_example_conduit_of_the_docs_answers_a_room_message(
-    client: ConduitClient, nats_url: str, manager: Manager
+    client: ConduitClient, ore_nats_url: str, manager: Manager
 ) -> None:
     example = example_conduit_module()
     room = FakeRoom(example.RoomMessage("1712.1", "general", "1712.0", "U1", "hello room"))
-    service = CoreService(manager, servers=[nats_url], config=BusConfig(partitions=2))
+    service = CoreService(manager, servers=[ore_nats_url], config=BusConfig(partitions=2))
     await service.start()
     conduit = asyncio.ensure_future(example.RoomConduit(room).run(client, {}))
     try:

@@ -77,9 +77,9 @@ async def test_get_reports_the_tip_and_the_number_of_turns(
 
 
 async def test_unknown_thread_is_a_404_with_headers_and_json_body(
-    nats_client: Client, subjects: Subjects
+    ore_nats_client: Client, subjects: Subjects
 ) -> None:
-    headers, body = await raw(nats_client, subjects.api("threads.get"), b'{"id":"missing"}')
+    headers, body = await raw(ore_nats_client, subjects.api("threads.get"), b'{"id":"missing"}')
     assert headers[ERROR_CODE_HEADER] == "404"
     assert "missing" in headers[ERROR_HEADER]
     assert body == {"error": {"code": "not_found", "message": headers[ERROR_HEADER]}}
@@ -111,9 +111,9 @@ async def test_unknown_thread_raises_api_error_in_the_client(client: ConduitClie
     ],
 )
 async def test_a_malformed_request_is_a_400_naming_the_problem(
-    nats_client: Client, subjects: Subjects, endpoint: str, data: bytes, mentions: str
+    ore_nats_client: Client, subjects: Subjects, endpoint: str, data: bytes, mentions: str
 ) -> None:
-    headers, body = await raw(nats_client, subjects.api(endpoint), data)
+    headers, body = await raw(ore_nats_client, subjects.api(endpoint), data)
     assert headers[ERROR_CODE_HEADER] == "400"
     assert isinstance(body, dict)
     assert body["error"]["code"] == "bad_request"
@@ -121,20 +121,22 @@ async def test_a_malformed_request_is_a_400_naming_the_problem(
 
 
 async def test_an_empty_request_body_counts_as_an_empty_object(
-    nats_client: Client, subjects: Subjects
+    ore_nats_client: Client, subjects: Subjects
 ) -> None:
-    headers, body = await raw(nats_client, subjects.api("health"), b"")
+    headers, body = await raw(ore_nats_client, subjects.api("health"), b"")
     assert ERROR_CODE_HEADER not in headers
     assert body == {"status": "ok", "version": VERSION, "streams": 0}
 
 
 async def test_a_request_over_the_size_limit_is_a_413(
-    nats_client: Client, manager: Manager
+    ore_nats_client: Client, manager: Manager
 ) -> None:
     small = Subjects("small")
-    async with ControlAPI(nats_client, manager, small, version=VERSION, max_request_bytes=64):
+    async with ControlAPI(ore_nats_client, manager, small, version=VERSION, max_request_bytes=64):
         headers, body = await raw(
-            nats_client, small.api("threads.create"), jsonutil.dumps({"metadata": {"k": "v" * 64}})
+            ore_nats_client,
+            small.api("threads.create"),
+            jsonutil.dumps({"metadata": {"k": "v" * 64}}),
         )
     assert headers[ERROR_CODE_HEADER] == "413"
     assert body["error"]["code"] == "too_large"  # type: ignore[index]
@@ -186,13 +188,13 @@ async def test_lookup_creates_once_then_finds_the_same_thread(client: ConduitCli
 
 
 @pytest.fixture
-async def two_workers(tmp_path: Path, nats_url: str) -> AsyncIterator[list[ControlAPI]]:
+async def two_workers(tmp_path: Path, ore_nats_url: str) -> AsyncIterator[list[ControlAPI]]:
     """Two ControlAPIs, each with its own connection, Manager and store on one database."""
     path = tmp_path / "threads.db"
     apis: list[ControlAPI] = []
     try:
         for worker in ("w1", "w2"):
-            nc = await nats.connect(nats_url)
+            nc = await nats.connect(ore_nats_url)
             manager = Manager(SQLiteStore(path), EchoProcessor())
             api = ControlAPI(
                 nc, manager, Subjects("race"), version=VERSION, instance_metadata={"worker": worker}
@@ -209,9 +211,9 @@ async def two_workers(tmp_path: Path, nats_url: str) -> AsyncIterator[list[Contr
 
 
 async def test_racing_lookups_on_two_workers_get_one_thread(
-    two_workers: list[ControlAPI], nats_url: str
+    two_workers: list[ControlAPI], ore_nats_url: str
 ) -> None:
-    async with await ConduitClient.connect(nats_url, name="racer", prefix="race") as racer:
+    async with await ConduitClient.connect(ore_nats_url, name="racer", prefix="race") as racer:
         results = await asyncio.gather(*(racer.lookup_or_create("k", "v") for _ in range(24)))
     assert len({thread_id for thread_id, _ in results}) == 1
     assert [created for _, created in results].count(True) == 1
@@ -253,17 +255,17 @@ async def test_fork_to_an_unknown_turn_is_a_404(client: ConduitClient) -> None:
 
 
 async def test_fork_while_a_reply_is_written_is_a_409(
-    nats_client: Client, subjects: Subjects, client: ConduitClient
+    ore_nats_client: Client, subjects: Subjects, client: ConduitClient
 ) -> None:
     gate = GatedProcessor()
     async with Manager(MemoryStore(), gate) as busy_manager:
         busy = Subjects("busy")
-        async with ControlAPI(nats_client, busy_manager, busy, version=VERSION):
+        async with ControlAPI(ore_nats_client, busy_manager, busy, version=VERSION):
             stream = await busy_manager.create_with_id("t-1")
             stream.submit(message("hi"))
             await asyncio.wait_for(gate.started.wait(), 5)
             headers, _ = await raw(
-                nats_client, busy.api("threads.fork"), b'{"id":"t-1","turn_id":"x"}'
+                ore_nats_client, busy.api("threads.fork"), b'{"id":"t-1","turn_id":"x"}'
             )
             gate.release()
     assert headers[ERROR_CODE_HEADER] == "409"
@@ -331,16 +333,16 @@ async def test_health_counts_active_streams(client: ConduitClient, manager: Mana
     assert await client.health() == {"status": "ok", "version": VERSION, "streams": 1}
 
 
-async def test_srv_ping_is_answered_by_the_ore_service(nats_client: Client) -> None:
-    reply = await nats_client.request("$SRV.PING.ore", b"", timeout=2)
+async def test_srv_ping_is_answered_by_the_ore_service(ore_nats_client: Client) -> None:
+    reply = await ore_nats_client.request("$SRV.PING.ore", b"", timeout=2)
     ping = jsonutil.loads(reply.data)
     assert (ping["name"], ping["version"], ping["metadata"]) == ("ore", VERSION, {"worker": "w1"})
 
 
 async def test_srv_info_lists_every_endpoint_subject(
-    nats_client: Client, control_api: ControlAPI
+    ore_nats_client: Client, control_api: ControlAPI
 ) -> None:
-    reply = await nats_client.request("$SRV.INFO.ore", b"", timeout=2)
+    reply = await ore_nats_client.request("$SRV.INFO.ore", b"", timeout=2)
     info = jsonutil.loads(reply.data)
     assert {e["name"]: e["subject"] for e in info["endpoints"]} == control_api.endpoints
     assert "ore.api.threads.meta.delete" in control_api.endpoints.values()

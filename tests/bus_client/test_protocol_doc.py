@@ -81,17 +81,17 @@ def documented_client() -> str:
 
 
 async def test_the_documented_client_gets_its_reply_from_a_real_core(
-    nats_url: str, manager: Manager
+    ore_nats_url: str, manager: Manager
 ) -> None:
     code = documented_client()
     assert "nats://127.0.0.1:4222" in code
-    service = CoreService(manager, servers=[nats_url], config=BusConfig(partitions=2))
+    service = CoreService(manager, servers=[ore_nats_url], config=BusConfig(partitions=2))
     await service.start()
     try:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-c",
-            code.replace("nats://127.0.0.1:4222", nats_url),
+            code.replace("nats://127.0.0.1:4222", ore_nats_url),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )

@@ -1,7 +1,7 @@
 """Fixtures for the bridge tests: a plain NATS user of the bridge, and the bridge itself.
 
-The core (`conduit_core`) and `start_conduit` come from the conduit conformance kit,
-loaded by the `ore` pytest plugin. Tests run in pytest's importlib mode: test modules
+The core (`ore_conduit_core`) and `ore_start_conduit` come from the conduit conformance kit,
+loaded by the ore pytest kit (enabled below). Tests run in pytest's importlib mode: test modules
 import nothing from here at runtime, only fixtures and, for type checkers, names.
 """
 
@@ -18,13 +18,15 @@ from ore_conduit_nats import NatsBridge
 from ore_conduit_nats.testing import PlainNatsClient
 from ore_core.testing.conduit_conformance import ConduitCore, RunningConduit, StartConduit
 
+pytest_plugins = ["ore_core.testing"]
+
 TIMEOUT = 10.0
 
 
 @pytest_asyncio.fixture
-async def raw(conduit_core: ConduitCore) -> AsyncIterator[PlainNatsClient]:
+async def raw(ore_conduit_core: ConduitCore) -> AsyncIterator[PlainNatsClient]:
     """A plain NATS connection using the bridge (`.out` of every channel collected)."""
-    client = await PlainNatsClient.connect(conduit_core.nats_url, patience=TIMEOUT)
+    client = await PlainNatsClient.connect(ore_conduit_core.nats_url, patience=TIMEOUT)
     try:
         yield client
     finally:
@@ -35,11 +37,11 @@ RunBridge = Callable[..., Awaitable[RunningConduit]]
 
 
 @pytest.fixture
-def run_bridge(start_conduit: StartConduit, raw: PlainNatsClient) -> RunBridge:
+def run_bridge(ore_start_conduit: StartConduit, raw: PlainNatsClient) -> RunBridge:
     """`await run_bridge(**config)`: the bridge, running and listening (stopped after)."""
 
     async def run(**config: Any) -> RunningConduit:
-        conduit = await start_conduit(NatsBridge, config)
+        conduit = await ore_start_conduit(NatsBridge, config)
         await asyncio.wait_for(raw.wait_until_ready(), TIMEOUT)
         return conduit
 

@@ -31,50 +31,50 @@ def kind_of(msg: Msg) -> str:
 
 
 async def test_plain_text_in_gets_the_plain_reply_on_out(
-    run_bridge: RunBridge, raw: PlainNatsClient, conduit_core: ConduitCore
+    run_bridge: RunBridge, raw: PlainNatsClient, ore_conduit_core: ConduitCore
 ) -> None:
     await run_bridge()
     await raw.publish("support", b"hello")
     reply = await raw.next_out("support")
-    thread = await conduit_core.thread_holding("hello")
+    thread = await ore_conduit_core.thread_holding("hello")
     assert reply.data == b"echo: hello"
     assert reply.headers is not None
     assert (reply.headers["Ore-Kind"], reply.headers["Ore-Thread-Id"]) == ("text", thread.id)
 
 
 async def test_json_in_gets_a_json_reply_naming_thread_and_message(
-    run_bridge: RunBridge, raw: PlainNatsClient, conduit_core: ConduitCore
+    run_bridge: RunBridge, raw: PlainNatsClient, ore_conduit_core: ConduitCore
 ) -> None:
     await run_bridge(output="json")
     await raw.publish("support", b'{"text": "hi", "id": "m-1", "user": "u1"}')
     reply = await raw.next_out("support")
-    thread = await conduit_core.thread_holding("hi")
+    thread = await ore_conduit_core.thread_holding("hi")
     assert as_json(reply.data) == {"text": "echo: hi", "thread_id": thread.id, "in_reply_to": "m-1"}
 
 
 async def test_a_channel_is_the_thread_with_that_channel_in_its_metadata(
-    run_bridge: RunBridge, raw: PlainNatsClient, conduit_core: ConduitCore
+    run_bridge: RunBridge, raw: PlainNatsClient, ore_conduit_core: ConduitCore
 ) -> None:
     await run_bridge()
     await raw.publish("support", b"first")
     await raw.publish("support", b"second")
     await raw.next_out("support")
     await raw.next_out("support")
-    thread = await conduit_core.thread_holding("first")
+    thread = await ore_conduit_core.thread_holding("first")
     assert thread.meta().get(CHANNEL_KEY) == "support"
-    assert (await conduit_core.thread_holding("second")).id == thread.id
+    assert (await ore_conduit_core.thread_holding("second")).id == thread.id
 
 
 async def test_two_channels_stay_separate(
-    run_bridge: RunBridge, raw: PlainNatsClient, conduit_core: ConduitCore
+    run_bridge: RunBridge, raw: PlainNatsClient, ore_conduit_core: ConduitCore
 ) -> None:
     await run_bridge()
     await raw.publish("alpha", b"for alpha")
     await raw.publish("beta", b"for beta")
     assert (await raw.next_out("beta")).data == b"echo: for beta"
     assert (await raw.next_out("alpha")).data == b"echo: for alpha"
-    alpha = await conduit_core.thread_holding("for alpha")
-    assert alpha.id != (await conduit_core.thread_holding("for beta")).id
+    alpha = await ore_conduit_core.thread_holding("for alpha")
+    assert alpha.id != (await ore_conduit_core.thread_holding("for beta")).id
 
 
 async def test_a_message_republished_with_the_same_nats_msg_id_is_answered_once(
@@ -97,11 +97,11 @@ async def test_the_json_id_wins_over_the_nats_msg_id(
 
 
 async def test_the_sender_and_its_trace_reach_the_core(
-    run_bridge: RunBridge, raw: PlainNatsClient, conduit_core: ConduitCore
+    run_bridge: RunBridge, raw: PlainNatsClient, ore_conduit_core: ConduitCore
 ) -> None:
     await run_bridge()
     trace = "0af7651916cd43dd8448eb211c80319c"
-    async with conduit_core.client.events(kinds={"turn_complete"}) as feed:
+    async with ore_conduit_core.client.events(kinds={"turn_complete"}) as feed:
         await raw.publish(
             "support",
             b'{"text": "traced", "user": "alice"}',
@@ -127,11 +127,11 @@ async def test_a_request_gets_the_finished_answer_as_its_reply(
 
 
 async def test_a_json_request_gets_a_json_answer(
-    run_bridge: RunBridge, raw: PlainNatsClient, conduit_core: ConduitCore
+    run_bridge: RunBridge, raw: PlainNatsClient, ore_conduit_core: ConduitCore
 ) -> None:
     await run_bridge(output="json")
     reply = await raw.request("support", b'{"text": "q", "id": "q-1"}')
-    thread = await conduit_core.thread_holding("q")
+    thread = await ore_conduit_core.thread_holding("q")
     assert as_json(reply.data) == {"text": "echo: q", "thread_id": thread.id, "in_reply_to": "q-1"}
 
 
@@ -144,9 +144,9 @@ async def test_an_answer_to_a_request_is_also_published_on_out(
 
 
 async def test_a_request_unanswered_in_time_gets_an_error_naming_the_timeout(
-    run_bridge: RunBridge, raw: PlainNatsClient, conduit_core: ConduitCore
+    run_bridge: RunBridge, raw: PlainNatsClient, ore_conduit_core: ConduitCore
 ) -> None:
-    gate = conduit_core.processor.gate()
+    gate = ore_conduit_core.processor.gate()
     await run_bridge(request_timeout=0.2)
     reply = await raw.request("support", b"slow")
     gate.release()
@@ -155,9 +155,9 @@ async def test_a_request_unanswered_in_time_gets_an_error_naming_the_timeout(
 
 
 async def test_a_request_retried_while_it_is_answered_gets_the_same_answer_once(
-    run_bridge: RunBridge, raw: PlainNatsClient, conduit_core: ConduitCore
+    run_bridge: RunBridge, raw: PlainNatsClient, ore_conduit_core: ConduitCore
 ) -> None:
-    gate = conduit_core.processor.gate()
+    gate = ore_conduit_core.processor.gate()
     await run_bridge()
     body = b'{"text": "retry me", "id": "r-1"}'
     first = asyncio.ensure_future(raw.request("support", body))
@@ -169,7 +169,7 @@ async def test_a_request_retried_while_it_is_answered_gets_the_same_answer_once(
     gate.release()
     replies = await asyncio.gather(first, second)
     assert [r.data for r in replies] == [b"\xe2\x80\xa6done", b"\xe2\x80\xa6done"]  # "…done"
-    thread = await conduit_core.thread_holding("retry me")
+    thread = await ore_conduit_core.thread_holding("retry me")
     assert len(thread.turns()) == 2  # one question, one answer
 
 
@@ -195,14 +195,14 @@ async def test_an_interrupt_request_is_acknowledged(
 
 
 async def test_invalid_json_gets_an_error_on_out_and_reaches_no_thread(
-    run_bridge: RunBridge, raw: PlainNatsClient, conduit_core: ConduitCore
+    run_bridge: RunBridge, raw: PlainNatsClient, ore_conduit_core: ConduitCore
 ) -> None:
     await run_bridge()
     await raw.publish("support", b'{"text": "unterminated')
     reply = await raw.next_out("support")
     assert reply.data.startswith(b"error: invalid JSON")
     assert kind_of(reply) == "error"
-    assert await conduit_core.store.list() == []
+    assert await ore_conduit_core.store.list() == []
 
 
 async def test_a_json_request_without_text_gets_an_error_reply_naming_it(

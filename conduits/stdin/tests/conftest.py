@@ -1,7 +1,7 @@
 """Fixtures for the stdin conduit: a core in this process, and `ore chat` as a real process.
 
-In-process: `start_core(processor)` serves a Manager over the `nats_url` server (from
-the `ore` pytest plugin); `stdin_client` is a conduit client named `stdin`;
+In-process: `start_core(processor)` serves a Manager over the `ore_nats_url` server (from
+the ore pytest kit, enabled below); `stdin_client` is a conduit client named `stdin`;
 `make_view()` records what a turn shows (test modules import this file only for
 type checkers: pytest's importlib mode).
 As a process: `chat_env` isolates config, state and temporary dirs in `tmp_path` and
@@ -27,6 +27,8 @@ from ore_core.bus.streams import BusConfig
 from ore_core.conduit import ConduitClient
 from ore_core.session.slash import default_commands
 from ore_core.session.stores.memory import MemoryStore
+
+pytest_plugins = ["ore_core.testing"]
 
 ORE = Path(sys.executable).with_name("ore")
 PROCESS_TIMEOUT = 60.0
@@ -69,9 +71,9 @@ def make_view() -> type[RecordingView]:
 
 @pytest.fixture
 async def start_core(
-    nats_url: str,
+    ore_nats_url: str,
 ) -> AsyncIterator[Callable[[TurnProcessor], Awaitable[None]]]:
-    """`await start_core(processor)`: the core (with the slash commands) serving on `nats_url`.
+    """`await start_core(processor)`: the core (with the slash commands) serving on `ore_nats_url`.
 
     `CoreService.start` returns once the control API is registered on the server.
     """
@@ -80,7 +82,7 @@ async def start_core(
     async def start(processor: TurnProcessor) -> None:
         service = CoreService(
             Manager(MemoryStore(), processor, interceptors=[default_commands()]),
-            servers=[nats_url],
+            servers=[ore_nats_url],
             config=BusConfig(partitions=2),
         )
         await service.start()
@@ -92,10 +94,10 @@ async def start_core(
 
 
 @pytest.fixture
-async def stdin_client(nats_url: str) -> AsyncIterator[ConduitClient]:
+async def stdin_client(ore_nats_url: str) -> AsyncIterator[ConduitClient]:
     """A conduit client named `stdin`, with short timeouts so failures show quickly."""
     async with await ConduitClient.connect(
-        nats_url, name="stdin", request_timeout=2.0, send_deadline=5.0
+        ore_nats_url, name="stdin", request_timeout=2.0, send_deadline=5.0
     ) as client:
         yield client
 

@@ -14,8 +14,8 @@ import pytest
 from ore_core import TurnProcessor
 from ore_core.cli.chat import choose_processor
 from ore_core.config import OreSettings, load_settings
-from ore_core.testing.mock_openai import MockOpenAIServer, MockResponse
 from ore_core.testing.processors import ScriptedProcessor
+from ore_openai.testing import MockOpenAIServer, MockResponse
 
 RunChat = Callable[..., subprocess.CompletedProcess[str]]
 ORE = Path(sys.executable).with_name("ore")
@@ -75,19 +75,19 @@ def test_a_failed_turn_exits_1_with_one_line(run_chat: RunChat) -> None:
 
 
 async def test_with_a_nats_url_it_talks_to_the_core_running_there(
-    run_chat: RunChat, nats_url: str, start_core: Callable[[TurnProcessor], Awaitable[None]]
+    run_chat: RunChat, ore_nats_url: str, start_core: Callable[[TurnProcessor], Awaitable[None]]
 ) -> None:
     await start_core(ScriptedProcessor(["from the running core"]))
-    chat = await asyncio.to_thread(run_chat, "--nats", nats_url, input="hello\n")
+    chat = await asyncio.to_thread(run_chat, "--nats", ore_nats_url, input="hello\n")
     assert chat.returncode == 0, chat.stderr
     assert chat.stdout == "from the running core\n"
     assert chat.stderr == ""  # no processor choice to announce: that core has its own
 
 
 def test_without_a_core_behind_the_configured_nats_it_exits_1_with_one_line(
-    run_chat: RunChat, nats_url: str
+    run_chat: RunChat, ore_nats_url: str
 ) -> None:
-    chat = run_chat("--nats", nats_url, input="hello\n")
+    chat = run_chat("--nats", ore_nats_url, input="hello\n")
     assert chat.returncode == 1
     (line,) = chat.stderr.splitlines()
     assert line.startswith("Error: ")

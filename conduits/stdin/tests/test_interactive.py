@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pexpect
 
-from ore_core.testing.mock_openai import MockOpenAIServer, MockResponse
+from ore_openai.testing import MockOpenAIServer, MockResponse
 
 SpawnChat = Callable[..., pexpect.spawn]
 PROMPT = "you>"

@@ -55,13 +55,13 @@ async def test_the_users_own_message_is_not_shown_again(
 
 
 async def test_events_caused_by_another_conduit_are_not_shown(
-    start_core: StartCore, stdin_client: ConduitClient, nats_url: str, make_view: MakeView
+    start_core: StartCore, stdin_client: ConduitClient, ore_nats_url: str, make_view: MakeView
 ) -> None:
     await start_core(ScriptedProcessor(["for the other conduit", "for stdin"]))
     thread_id = await stdin_client.create_thread()
     view = make_view()
     async with (
-        await ConduitClient.connect(nats_url, name="other") as other,
+        await ConduitClient.connect(ore_nats_url, name="other") as other,
         ChatSession(stdin_client, thread_id) as session,
     ):
         await other.send(thread_id, "first")  # handled before ours: one thread, in order

@@ -10,9 +10,9 @@ import pytest
 from openai.types.chat import ChatCompletionChunk
 
 from ore_core import Artifact, ReasoningDelta, StopReason, TextDelta, ToolCall, ToolCallDelta, Usage
-from ore_core.testing.mock_openai import MockOpenAIServer, MockResponse, MockToolCall, MockUsage
 from ore_openai.chunks import chunk_artifacts, stop_reason
 from ore_openai.errors import ModelCallFailed
+from ore_openai.testing import MockOpenAIServer, MockResponse, MockToolCall, MockUsage
 
 
 async def served(server: MockOpenAIServer, response: MockResponse) -> list[Artifact]:
@@ -51,10 +51,10 @@ def merged_tool_calls(artifacts: list[Artifact]) -> list[ToolCall]:
 
 
 async def test_text_streams_as_several_deltas_then_stop_reason_then_usage(
-    mock_openai: MockOpenAIServer,
+    ore_mock_openai: MockOpenAIServer,
 ) -> None:
     usage = MockUsage(prompt_tokens=5, completion_tokens=3)
-    artifacts = await served(mock_openai, MockResponse(text="Hello world", usage=usage))
+    artifacts = await served(ore_mock_openai, MockResponse(text="Hello world", usage=usage))
     texts = [a for a in artifacts if isinstance(a, TextDelta)]
     assert len(texts) > 1
     assert "".join(t.content for t in texts) == "Hello world"
@@ -64,8 +64,10 @@ async def test_text_streams_as_several_deltas_then_stop_reason_then_usage(
     ]
 
 
-async def test_reasoning_content_becomes_reasoning_deltas(mock_openai: MockOpenAIServer) -> None:
-    artifacts = await served(mock_openai, MockResponse(text="4", reasoning="two and two"))
+async def test_reasoning_content_becomes_reasoning_deltas(
+    ore_mock_openai: MockOpenAIServer,
+) -> None:
+    artifacts = await served(ore_mock_openai, MockResponse(text="4", reasoning="two and two"))
     reasoning = [a.content for a in artifacts if isinstance(a, ReasoningDelta)]
     assert "".join(reasoning) == "two and two"
 
@@ -76,12 +78,12 @@ async def test_reasoning_field_used_by_ollama_becomes_reasoning_deltas() -> None
 
 
 async def test_tool_call_fragments_merge_into_complete_calls(
-    mock_openai: MockOpenAIServer,
+    ore_mock_openai: MockOpenAIServer,
 ) -> None:
     response = MockResponse(
         tool_calls=(MockToolCall("add", '{"a": 1, "b": 2}', id="c1"), MockToolCall("now"))
     )
-    artifacts = await served(mock_openai, response)
+    artifacts = await served(ore_mock_openai, response)
     assert sum(isinstance(a, ToolCallDelta) for a in artifacts) > 2
     calls = merged_tool_calls(artifacts)
     assert calls[0] == ToolCall("c1", "add", '{"a": 1, "b": 2}')

@@ -12,6 +12,9 @@ script is exhausted the server answers 500 with a message that says so.
 
 Concurrency: the server runs in background threads; every public method may be
 called from the test's thread or event loop.
+
+The `ore_mock_openai` fixture (a running server with an empty script) is there once a
+suite opts in: `pytest_plugins = ["ore_openai.testing"]` in its top-level conftest.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ __all__ = [
     "MockUsage",
     "RecordedRequest",
     "Scripted",
-    "mock_openai",
+    "ore_mock_openai",
 ]
 
 DEFAULT_MODEL = "mock-model"
@@ -639,7 +642,7 @@ class MockOpenAIServer:
 
 
 @pytest.fixture
-def mock_openai() -> Iterator[MockOpenAIServer]:
+def ore_mock_openai() -> Iterator[MockOpenAIServer]:
     """A running `MockOpenAIServer` with an empty script, stopped after the test."""
     with MockOpenAIServer() as server:
         yield server

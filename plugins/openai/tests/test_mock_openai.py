@@ -12,15 +12,15 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 
-from ore_core.testing.mock_openai import MockOpenAIServer, MockResponse, MockToolCall, MockUsage
+from ore_openai.testing import MockOpenAIServer, MockResponse, MockToolCall, MockUsage
 
 HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
 
 
 @pytest.fixture
-async def client(mock_openai: MockOpenAIServer) -> AsyncIterator[openai.AsyncOpenAI]:
+async def client(ore_mock_openai: MockOpenAIServer) -> AsyncIterator[openai.AsyncOpenAI]:
     async with openai.AsyncOpenAI(
-        base_url=mock_openai.base_url, api_key="test-key", max_retries=0
+        base_url=ore_mock_openai.base_url, api_key="test-key", max_retries=0
     ) as client:
         yield client
 
@@ -39,18 +39,18 @@ def finish_reasons(chunks: list[ChatCompletionChunk]) -> list[str]:
 
 
 async def test_text_arrives_in_several_chunks_that_join_to_the_script(
-    mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
+    ore_mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
-    mock_openai.script(MockResponse(text="Hello, streaming world", chunk_size=5))
+    ore_mock_openai.script(MockResponse(text="Hello, streaming world", chunk_size=5))
     chunks = await stream_chunks(client)
     assert contents(chunks) == ["Hello", ", str", "eamin", "g wor", "ld"]
     assert finish_reasons(chunks) == ["stop"]
 
 
 async def test_chunks_are_sent_as_they_are_produced_not_in_one_flush(
-    mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
+    ore_mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
-    mock_openai.script(MockResponse(text="abcd", chunk_size=1, delay=0.05))
+    ore_mock_openai.script(MockResponse(text="abcd", chunk_size=1, delay=0.05))
     stream = await client.chat.completions.create(model="m", messages=HELLO, stream=True)
     arrivals = [time.monotonic() async for chunk in stream if contents([chunk])]
     assert len(arrivals) == 4
@@ -58,9 +58,9 @@ async def test_chunks_are_sent_as_they_are_produced_not_in_one_flush(
 
 
 async def test_reasoning_streams_as_reasoning_content_before_text(
-    mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
+    ore_mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
-    mock_openai.script(MockResponse(text="42", reasoning="let me think"))
+    ore_mock_openai.script(MockResponse(text="42", reasoning="let me think"))
     chunks = await stream_chunks(client)
     deltas = [c.choices[0].delta for c in chunks if c.choices]
     reasoning = [d.model_extra["reasoning_content"] for d in deltas if d.model_extra]
@@ -72,9 +72,9 @@ async def test_reasoning_streams_as_reasoning_content_before_text(
 
 
 async def test_tool_calls_stream_as_fragments_and_finish_with_tool_calls(
-    mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
+    ore_mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
-    mock_openai.script(
+    ore_mock_openai.script(
         MockResponse(
             tool_calls=(
                 MockToolCall("add", '{"a": 1, "b": 2}', id="call_a"),
@@ -100,17 +100,17 @@ async def test_tool_calls_stream_as_fragments_and_finish_with_tool_calls(
 
 
 async def test_scripted_finish_reason_overrides_the_default(
-    mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
+    ore_mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
-    mock_openai.script(MockResponse(text="cut sho", finish_reason="length"))
+    ore_mock_openai.script(MockResponse(text="cut sho", finish_reason="length"))
     assert finish_reasons(await stream_chunks(client)) == ["length"]
 
 
 async def test_usage_chunk_is_sent_only_when_the_client_asks_for_it(
-    mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
+    ore_mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
     usage = MockUsage(prompt_tokens=7, completion_tokens=3)
-    mock_openai.script(MockResponse(text="a", usage=usage), MockResponse(text="b", usage=usage))
+    ore_mock_openai.script(MockResponse(text="a", usage=usage), MockResponse(text="b", usage=usage))
     with_usage = await stream_chunks(client, stream_options={"include_usage": True})
     without = await stream_chunks(client)
     assert with_usage[-1].choices == []
@@ -120,39 +120,39 @@ async def test_usage_chunk_is_sent_only_when_the_client_asks_for_it(
 
 
 async def test_every_request_body_is_recorded_in_order(
-    mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
+    ore_mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
-    mock_openai.script("one", "two")
+    ore_mock_openai.script("one", "two")
     await stream_chunks(client)
     await client.chat.completions.create(
         model="other", messages=[{"role": "system", "content": "be brief"}, *HELLO]
     )
-    assert [r["model"] for r in mock_openai.requests] == ["m", "other"]
-    assert mock_openai.requests[1]["messages"][0] == {"role": "system", "content": "be brief"}
-    assert mock_openai.recorded[0].headers["authorization"] == "Bearer test-key"
+    assert [r["model"] for r in ore_mock_openai.requests] == ["m", "other"]
+    assert ore_mock_openai.requests[1]["messages"][0] == {"role": "system", "content": "be brief"}
+    assert ore_mock_openai.recorded[0].headers["authorization"] == "Bearer test-key"
 
 
 async def test_rate_limit_error_carries_retry_after(
-    mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
+    ore_mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
-    mock_openai.script(MockResponse.http_error(429, "slow down", retry_after=0.25))
+    ore_mock_openai.script(MockResponse.http_error(429, "slow down", retry_after=0.25))
     with pytest.raises(openai.RateLimitError, match="slow down") as caught:
         await stream_chunks(client)
     assert caught.value.response.headers["Retry-After"] == "0.25"
 
 
 async def test_server_error_is_a_500(
-    mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
+    ore_mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
-    mock_openai.script(MockResponse.http_error(500))
+    ore_mock_openai.script(MockResponse.http_error(500))
     with pytest.raises(openai.InternalServerError):
         await stream_chunks(client)
 
 
 async def test_cut_stream_fails_the_reader_after_the_chunks_sent(
-    mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
+    ore_mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
-    mock_openai.script(MockResponse.cut("abcdefgh", after_chunks=2, chunk_size=2))
+    ore_mock_openai.script(MockResponse.cut("abcdefgh", after_chunks=2, chunk_size=2))
     stream = await client.chat.completions.create(model="m", messages=HELLO, stream=True)
     received: list[ChatCompletionChunk] = []
 
@@ -167,23 +167,23 @@ async def test_cut_stream_fails_the_reader_after_the_chunks_sent(
 
 
 async def test_hang_sends_nothing_and_records_the_client_leaving(
-    mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
+    ore_mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
-    mock_openai.script(MockResponse.hang())
+    ore_mock_openai.script(MockResponse.hang())
     task = asyncio.create_task(stream_chunks(client))
     async with asyncio.timeout(5):
-        await mock_openai.wait_for_requests(1)
-        assert mock_openai.disconnects == 0
+        await ore_mock_openai.wait_for_requests(1)
+        assert ore_mock_openai.disconnects == 0
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        await mock_openai.wait_for_disconnects(1)
+        await ore_mock_openai.wait_for_disconnects(1)
 
 
 async def test_hang_after_some_chunks_delivers_them_first(
-    mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
+    ore_mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
-    mock_openai.script(MockResponse.hang("abcdefgh", after_chunks=2))
+    ore_mock_openai.script(MockResponse.hang("abcdefgh", after_chunks=2))
     stream = await client.chat.completions.create(model="m", messages=HELLO, stream=True)
     async with asyncio.timeout(5):
         role_chunk = await stream.__anext__()
@@ -192,36 +192,36 @@ async def test_hang_after_some_chunks_delivers_them_first(
     assert contents([text_chunk]) == ["abcd"]
     await stream.close()
     async with asyncio.timeout(5):
-        await mock_openai.wait_for_disconnects(1)
+        await ore_mock_openai.wait_for_disconnects(1)
 
 
 async def test_abandoning_a_slow_stream_mid_way_is_recorded(
-    mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
+    ore_mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
-    mock_openai.script(MockResponse(text="x" * 40, chunk_size=1, delay=0.02))
+    ore_mock_openai.script(MockResponse(text="x" * 40, chunk_size=1, delay=0.02))
     stream = await client.chat.completions.create(model="m", messages=HELLO, stream=True)
     async for chunk in stream:
         if contents([chunk]):
             break
     await stream.close()
     async with asyncio.timeout(5):
-        await mock_openai.wait_for_disconnects(1)
+        await ore_mock_openai.wait_for_disconnects(1)
 
 
 async def test_completed_stream_is_not_counted_as_a_disconnect(
-    mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
+    ore_mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
-    mock_openai.script("done")
+    ore_mock_openai.script("done")
     await stream_chunks(client)
     await client.models.list()
-    assert mock_openai.disconnects == 0
-    assert mock_openai.errors == []
+    assert ore_mock_openai.disconnects == 0
+    assert ore_mock_openai.errors == []
 
 
 async def test_non_streaming_request_gets_a_whole_completion(
-    mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
+    ore_mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
-    mock_openai.script(MockResponse(text="hi", tool_calls=(MockToolCall("f", "{}", id="c1"),)))
+    ore_mock_openai.script(MockResponse(text="hi", tool_calls=(MockToolCall("f", "{}", id="c1"),)))
     completion = await client.chat.completions.create(model="m", messages=HELLO)
     choice = completion.choices[0]
     assert choice.message.content == "hi"
@@ -232,23 +232,23 @@ async def test_non_streaming_request_gets_a_whole_completion(
 
 
 async def test_cut_non_streaming_response_fails_the_client(
-    mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
+    ore_mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
-    mock_openai.script(MockResponse(text="a whole answer", cut_after=0))
+    ore_mock_openai.script(MockResponse(text="a whole answer", cut_after=0))
     with pytest.raises(openai.APIConnectionError):
         await client.chat.completions.create(model="m", messages=HELLO)
 
 
 async def test_exhausted_script_answers_500_saying_so(
-    mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
+    ore_mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
     with pytest.raises(openai.InternalServerError, match="no scripted response left"):
         await stream_chunks(client)
 
 
-async def test_path_without_v1_prefix_is_served(mock_openai: MockOpenAIServer) -> None:
-    mock_openai.script("plain")
-    base_url = mock_openai.base_url.removesuffix("/v1")
+async def test_path_without_v1_prefix_is_served(ore_mock_openai: MockOpenAIServer) -> None:
+    ore_mock_openai.script("plain")
+    base_url = ore_mock_openai.base_url.removesuffix("/v1")
     async with openai.AsyncOpenAI(base_url=base_url, api_key="k", max_retries=0) as plain:
         completion = await plain.chat.completions.create(model="m", messages=HELLO)
     assert completion.choices[0].message.content == "plain"
@@ -262,24 +262,24 @@ async def test_models_endpoint_lists_the_configured_models() -> None:
 
 
 async def test_get_on_chat_completions_is_method_not_allowed(
-    mock_openai: MockOpenAIServer,
+    ore_mock_openai: MockOpenAIServer,
 ) -> None:
     async with httpx2.AsyncClient() as http:
-        response = await http.get(mock_openai.base_url + "/chat/completions")
+        response = await http.get(ore_mock_openai.base_url + "/chat/completions")
     assert response.status_code == 405
 
 
-async def test_unknown_path_is_not_found(mock_openai: MockOpenAIServer) -> None:
+async def test_unknown_path_is_not_found(ore_mock_openai: MockOpenAIServer) -> None:
     async with httpx2.AsyncClient() as http:
-        response = await http.post(mock_openai.base_url + "/embeddings", json={})
+        response = await http.post(ore_mock_openai.base_url + "/embeddings", json={})
     assert response.status_code == 404
 
 
-def test_script_replaces_and_enqueue_appends(mock_openai: MockOpenAIServer) -> None:
-    mock_openai.script("a", "b")
-    mock_openai.script("c")
-    mock_openai.enqueue("d", MockResponse.http_error(500))
-    assert mock_openai.pending == 3
+def test_script_replaces_and_enqueue_appends(ore_mock_openai: MockOpenAIServer) -> None:
+    ore_mock_openai.script("a", "b")
+    ore_mock_openai.script("c")
+    ore_mock_openai.enqueue("d", MockResponse.http_error(500))
+    assert ore_mock_openai.pending == 3
 
 
 def test_stop_releases_the_port_and_ends_a_hanging_response() -> None:
