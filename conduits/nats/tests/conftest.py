@@ -1,8 +1,9 @@
 """Fixtures for the bridge tests: a plain NATS user of the bridge, and the bridge itself.
 
-The core (`ore_conduit_core`) and `ore_start_conduit` come from the conduit conformance kit,
-loaded by the ore pytest kit (enabled below). Tests run in pytest's importlib mode: test modules
-import nothing from here at runtime, only fixtures and, for type checkers, names.
+The core (`ore_conduit_core`) and `ore_start_conduit` come from the conduit conformance
+kit, part of the ore pytest kit (enabled in the repository's top-level conftest.py).
+Tests run in pytest's importlib mode: test modules import nothing from here at
+runtime, only fixtures and, for type checkers, names.
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ import pytest_asyncio
 from ore_conduit_nats import NatsBridge
 from ore_conduit_nats.testing import PlainNatsClient
 from ore_core.testing.conduit_conformance import ConduitCore, RunningConduit, StartConduit
-
-pytest_plugins = ["ore_core.testing"]
 
 TIMEOUT = 10.0
 

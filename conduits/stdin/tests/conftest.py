@@ -1,7 +1,7 @@
 """Fixtures for the stdin conduit: a core in this process, and `ore chat` as a real process.
 
 In-process: `start_core(processor)` serves a Manager over the `ore_nats_url` server (from
-the ore pytest kit, enabled below); `stdin_client` is a conduit client named `stdin`;
+the ore pytest kit); `stdin_client` is a conduit client named `stdin`;
 `make_view()` records what a turn shows (test modules import this file only for
 type checkers: pytest's importlib mode).
 As a process: `chat_env` isolates config, state and temporary dirs in `tmp_path` and
@@ -27,8 +27,6 @@ from ore_core.bus.streams import BusConfig
 from ore_core.conduit import ConduitClient
 from ore_core.session.slash import default_commands
 from ore_core.session.stores.memory import MemoryStore
-
-pytest_plugins = ["ore_core.testing"]
 
 ORE = Path(sys.executable).with_name("ore")
 PROCESS_TIMEOUT = 60.0

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["ore_core.testing"]
-
 
 class FakeClock:
     """A monotonic clock that moves only when the test says so."""
