@@ -40,7 +40,7 @@ from pydantic_settings import (
 )
 
 from ore_core.errors import OreError
-from ore_core.session.stream import DoubleTexting
+from ore_core.session.policy import DoubleTexting
 
 __all__ = [
     "CONFIG_ENV",

@@ -8,7 +8,7 @@ import pytest
 
 from ore_core import ConfigError
 from ore_core.config import SECRET_MASK, ConfigValue, OreSettings, load_settings
-from ore_core.session.stream import DoubleTexting
+from ore_core.session.policy import DoubleTexting
 
 
 @pytest.fixture(autouse=True)

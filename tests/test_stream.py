@@ -27,8 +27,8 @@ from ore_core import (
     TurnCompleteEvent,
     TurnFailed,
 )
+from ore_core.session.policy import DoubleTexting
 from ore_core.session.stores.memory import MemoryStore
-from ore_core.session.stream import DoubleTexting
 from ore_core.testing.processors import GatedProcessor, ScriptedProcessor
 from tests.session_support import collect, is_done, kinds, message
 

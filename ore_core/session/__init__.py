@@ -3,6 +3,7 @@
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.fanout import SubscriberOverflow, Subscription
 from ore_core.session.manager import Manager
+from ore_core.session.policy import DoubleTexting
 from ore_core.session.protocols import (
     Interceptor,
     InterceptResult,
@@ -15,7 +16,7 @@ from ore_core.session.protocols import (
 )
 from ore_core.session.slash import Command, CommandError, CommandResult, SlashCommands
 from ore_core.session.spec import ModelSpec
-from ore_core.session.stream import DoubleTexting, Stream
+from ore_core.session.stream import Stream
 from ore_core.session.turn_context import HandlerFailed, TurnContext
 
 __all__ = [

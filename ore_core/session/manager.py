@@ -21,8 +21,9 @@ from ore_core.errors import SessionNotFound
 from ore_core.events import OutputEvent
 from ore_core.ledger.thread import Thread
 from ore_core.session.fanout import EventBuffer, SubscriberOverflow
+from ore_core.session.policy import DoubleTexting
 from ore_core.session.protocols import Interceptor, Sink, SinkFunc, Store, TurnProcessor
-from ore_core.session.stream import DoubleTexting, Stream
+from ore_core.session.stream import Stream
 from ore_core.session.turn_context import Transform
 
 __all__ = ["DefaultMetadata", "Manager"]
@@ -155,10 +156,13 @@ class Manager:
             subscriber_buffer=self._subscriber_buffer,
             on_publish=self._to_sinks,
             on_closed=self._forget,
-            manager=self,
+            new_thread=self._new_thread,
         )
         self._streams[thread.id] = stream
         return stream
+
+    async def _new_thread(self) -> str:
+        return (await self.create()).id
 
     async def create(self, metadata: Mapping[str, str] | None = None) -> Stream:
         """A new thread (default metadata + `metadata`) and its active stream."""

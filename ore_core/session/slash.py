@@ -206,14 +206,14 @@ async def _meta(command: Command) -> CommandResult:
 
 
 async def _new(command: Command) -> CommandResult:
-    manager = command.stream.manager
-    if manager is None:
+    new_thread = command.stream.new_thread
+    if new_thread is None:
         raise CommandError("/new needs a manager (this stream was created standalone)")
-    stream = await manager.create()
+    thread_id = await new_thread()
     await command.stream.emit(
-        SessionSwitchEvent(id=new_event_id(), session_id=stream.id, context=command.event.context)
+        SessionSwitchEvent(id=new_event_id(), session_id=thread_id, context=command.event.context)
     )
-    return CommandResult(notice=Notice(f"Started a new thread {stream.id}.", Severity.SUCCESS))
+    return CommandResult(notice=Notice(f"Started a new thread {thread_id}.", Severity.SUCCESS))
 
 
 def default_commands() -> SlashCommands:

@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import TYPE_CHECKING
 
 import structlog
 
@@ -47,15 +45,13 @@ from ore_core.events import (
 )
 from ore_core.ledger.thread import Thread
 from ore_core.session.fanout import Subscription
+from ore_core.session.policy import DoubleTexting
 from ore_core.session.protocols import Interceptor, Store, TurnProcessor
 from ore_core.session.spec import ModelSpec
 from ore_core.session.turn_context import Transform, TurnContext
 from ore_core.turn import Role, TraversalControl, Turn
 
-if TYPE_CHECKING:
-    from ore_core.session.manager import Manager
-
-__all__ = ["BOUNDARY_INFO_KEY", "DoubleTexting", "Stream"]
+__all__ = ["BOUNDARY_INFO_KEY", "NewThread", "Stream"]
 
 BOUNDARY_INFO_KEY = "ore.compaction.boundary.info"
 APP_CONTEXT = EventContext(provenance="app")
@@ -63,14 +59,8 @@ APP_CONTEXT = EventContext(provenance="app")
 log = structlog.get_logger("ore.session")
 
 
-class DoubleTexting(StrEnum):
-    """What to do with a user message that arrives while a turn is running."""
-
-    QUEUE = "queue"  # handle it after the running turn (the seed's behaviour)
-    INTERRUPT = "interrupt"  # cancel the running turn, then handle the new message
-    COLLECT = "collect"  # merge every message queued meanwhile into one user turn
-    REJECT = "reject"  # refuse it with a notice to the sender
-
+NewThread = Callable[[], Awaitable[str]]
+"""Starts a new thread beside this one and returns its id (what `/new` needs)."""
 
 HandledCallback = Callable[[], object]
 """Called once the event is completely handled and saved (after `lifecycle: done`), or
@@ -118,7 +108,7 @@ class Stream:
         subscriber_buffer: int = 1024,
         on_publish: Callable[[str, OutputEvent], None] | None = None,
         on_closed: Callable[[Stream], None] | None = None,
-        manager: Manager | None = None,
+        new_thread: NewThread | None = None,
     ) -> None:
         self._thread = thread
         self._store = store
@@ -129,7 +119,7 @@ class Stream:
         self._subscriber_buffer = subscriber_buffer
         self._on_publish = on_publish
         self._on_closed = on_closed
-        self.manager = manager
+        self.new_thread = new_thread
         self._subscriptions: list[Subscription] = []
         self._queue: deque[_Pending] = deque()
         self._wakeup: asyncio.Future[None] | None = None
@@ -377,7 +367,7 @@ class Stream:
         tip = self._thread.get_turn(self._thread.current_tip)
         if tip is None or tip.role != Role.USER:
             return
-        ctx = TurnContext(self, self._thread, event, self.spec(), self._transforms)
+        ctx = TurnContext(self.publish, self._thread, event, self.spec(), self._transforms)
         await self._processor(ctx)
 
     # -- events out -----------------------------------------------------------

@@ -10,7 +10,6 @@ transforms (system prompts, guardrails) never stack across tool round trips.
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
 
 from ore_core.artifacts import Accumulable, Artifact
 from ore_core.errors import OreError
@@ -27,9 +26,6 @@ from ore_core.events import (
 from ore_core.ledger.thread import Thread
 from ore_core.session.spec import ModelSpec
 from ore_core.turn import Role, Turn
-
-if TYPE_CHECKING:
-    from ore_core.session.stream import Stream
 
 __all__ = ["ArtifactHandler", "HandlerFailed", "Transform", "TurnContext"]
 
@@ -51,17 +47,17 @@ class TurnContext:
     that outlive the processor call.
     """
 
-    __slots__ = ("_context", "_stream", "_thread", "event", "spec", "transforms")
+    __slots__ = ("_context", "_publish", "_thread", "event", "spec", "transforms")
 
     def __init__(
         self,
-        stream: Stream,
+        publish: Callable[[OutputEvent], None],
         thread: Thread,
         event: UserMessageEvent,
         spec: ModelSpec,
         transforms: Sequence[Transform] = (),
     ) -> None:
-        self._stream = stream
+        self._publish = publish
         self._thread = thread
         self._context: EventContext = event.context
         self.event = event
@@ -95,16 +91,16 @@ class TurnContext:
 
     async def emit(self, event: OutputEvent) -> None:
         """Send an event to subscribers and sinks (not stored)."""
-        self._stream.publish(event)
+        self._publish(event)
 
     async def notice(self, content: str, severity: Severity = Severity.INFO) -> None:
         """Tell the sender something; notices are never stored or sent to models."""
-        self._stream.publish(NoticeEvent(content=content, severity=severity, context=self._context))
+        self._publish(NoticeEvent(content=content, severity=severity, context=self._context))
 
     async def append(self, role: Role | str, *artifacts: Artifact) -> Turn:
         """Record a finished turn on the active path and announce it (turn_complete)."""
         turn = self._thread.append(role, *artifacts)
-        self._stream.publish(TurnCompleteEvent(turn=turn, context=self._context))
+        self._publish(TurnCompleteEvent(turn=turn, context=self._context))
         return turn
 
     async def step(
@@ -122,7 +118,7 @@ class TurnContext:
         and at the end), then `turn_complete`. Handlers run afterwards. If `source`
         raises, nothing is recorded and the error propagates.
         """
-        publish = self._stream.publish
+        publish = self._publish
         context = self._context
         publish(LifecycleEvent(phase="submitted", context=context))
         pending: dict[str, Artifact] = {}
@@ -154,6 +150,6 @@ class TurnContext:
         if not pending:
             return
         for artifact in pending.values():
-            self._stream.publish(ArtifactEvent(artifact=artifact, context=self._context))
+            self._publish(ArtifactEvent(artifact=artifact, context=self._context))
             result.append(artifact)
         pending.clear()
