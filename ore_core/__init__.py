@@ -63,6 +63,7 @@ if TYPE_CHECKING:
         TurnCancelled,
         TurnFailed,
         TurnNotFound,
+        describe_validation_error,
     )
     from ore_core.events import (
         ActivityEvent,
@@ -182,6 +183,7 @@ _EXPORTS: dict[str, str] = {
     "CommandError": "ore_core.session.slash",
     "HandlerFailed": "ore_core.session.turn_context",
     "SubjectError": "ore_core.subjects",
+    "describe_validation_error": "ore_core.errors",
 }
 """Public name -> the module that defines it, imported on first access."""
 
@@ -267,6 +269,7 @@ __all__ = [
     "CommandError",
     "HandlerFailed",
     "SubjectError",
+    "describe_validation_error",
     "__version__",
 ]
 

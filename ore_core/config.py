@@ -39,7 +39,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from ore_core.errors import OreError
+from ore_core.errors import SECRET_MASK, OreError, describe_validation_error
 from ore_core.session.policy import DoubleTexting
 
 __all__ = [
@@ -64,8 +64,6 @@ CONFIG_ENV = "ORE_CONFIG"
 """Environment variable naming the config file when `--config` is not given."""
 
 ENV_PREFIX = "ORE_"
-SECRET_MASK = "********"
-"""What `ore config` and error messages show instead of a secret."""
 
 _MAX_PAYLOAD_LIMIT = 64 * 1024 * 1024  # nats-server refuses max_payload above max_pending
 _SUBJECT_PREFIX = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
@@ -343,17 +341,17 @@ def _origin_of(origins: Mapping[tuple[str, ...], str], path: tuple[str, ...]) ->
     return next((src for key, src in origins.items() if key[: len(path)] == path), "default")
 
 
-def _known_keys(path: tuple[str, ...]) -> str:
+def _known_keys(path: tuple[str, ...]) -> list[str]:
     """The keys allowed in the table that holds `path`, for "unknown key" errors."""
     model: type[BaseModel] = OreSettings
     for part in path[:-1]:
         field = model.model_fields.get(part)
         if field is None or not isinstance(field.annotation, type):
-            return ""
+            return []
         if not issubclass(field.annotation, BaseModel):
-            return ""
+            return []
         model = field.annotation
-    return ", ".join(model.model_fields)
+    return list(model.model_fields)
 
 
 def _is_secret(path: tuple[str, ...], value: Any) -> bool:
@@ -376,15 +374,11 @@ def _display(path: tuple[str, ...], value: Any) -> Any:
 
 def _describe_errors(exc: ValidationError, origins: Mapping[tuple[str, ...], str]) -> str:
     """One line for all errors: `key = value (from SOURCE): what is allowed`."""
-    parts = []
-    for error in exc.errors():
-        path = tuple(str(part) for part in error["loc"])
-        key = ".".join(path)
-        source = _origin_of(origins, path)
-        shown = SECRET_MASK if _is_secret(path, error["input"]) else repr(error["input"])
-        if error["type"] == "extra_forbidden":
-            parts.append(f"unknown key {key} (from {source}, known keys: {_known_keys(path)})")
-        else:
-            message = error["msg"].removeprefix("Value error, ")
-            parts.append(f"{key} = {shown} (from {source}): {message}")
-    return "invalid configuration: " + "; ".join(parts)
+    problems = describe_validation_error(
+        exc,
+        show_input=True,
+        origin=lambda path: f"from {_origin_of(origins, path)}",
+        known_keys=_known_keys,
+        secret=_is_secret,
+    )
+    return "invalid configuration: " + problems

@@ -6,6 +6,16 @@ messages say what to do next (they name the thread id, the kind, the file).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+KeyPath = tuple[str, ...]
+SECRET_MASK = "********"
+"""What a secret value (password, token) reads as in messages and listings."""
+
 
 class OreError(Exception):
     """Base class of every error ore raises deliberately."""
@@ -102,3 +112,46 @@ class ApiError(OreError):
         self.code = code
         self.message = message
         self.subject = subject
+
+
+def describe_validation_error(
+    exc: ValidationError,
+    *,
+    whole: str = "(section)",
+    key_prefix: str = "",
+    show_input: bool = False,
+    origin: Callable[[KeyPath], str] | None = None,
+    known_keys: Callable[[KeyPath], Iterable[str]] | Iterable[str] | None = None,
+    secret: Callable[[KeyPath, Any], bool] | None = None,
+) -> str:
+    """Every problem of a pydantic `ValidationError` on one line, `; `-separated.
+
+    Each reads `key: what is allowed`, or `key = value: ...` with `show_input`
+    (masked as `SECRET_MASK` where `secret(path, value)` says so), with `(origin)` after the
+    key when `origin(path)` is given (e.g. `from ore.toml`). Given `known_keys` (a
+    list, or a function of the key's path), an unknown key reads
+    `unknown key KEY (known keys: ...)`. `key_prefix` is put before every key
+    (`store.`); `whole` names the value itself when the error has no key.
+    """
+    parts = []
+    for error in exc.errors():
+        path = tuple(str(part) for part in error["loc"])
+        key = key_prefix + ".".join(path) if path else whole
+        notes = [origin(path)] if origin is not None else []
+        if error["type"] == "extra_forbidden" and known_keys is not None:
+            known = known_keys(path) if callable(known_keys) else known_keys
+            notes.append(f"known keys: {', '.join(known) or 'none'}")
+            parts.append(f"unknown key {key}" + (f" ({', '.join(notes)})" if notes else ""))
+            continue
+        if show_input:
+            hidden = secret is not None and secret(path, error["input"])
+            key += " = " + (SECRET_MASK if hidden else repr(error["input"]))
+        if notes:
+            key += f" ({', '.join(notes)})"
+        parts.append(f"{key}: {validation_message(error['msg'])}")
+    return "; ".join(parts)
+
+
+def validation_message(message: str) -> str:
+    """A pydantic error message without the `Value error, ` of a validator's ValueError."""
+    return message.removeprefix("Value error, ")

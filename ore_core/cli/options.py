@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from ore_core.conduit.client import ConduitClient
 from ore_core.conduit.connection import credentials_from_settings
 from ore_core.config import ConfigError, LogSettings, NatsSettings, OreSettings, load_settings
-from ore_core.errors import BusError
+from ore_core.errors import BusError, validation_message
 from ore_core.logging import configure_logging
 from ore_core.plugins.manager import OrePluginManager, create_plugin_manager, plugin_callers
 
@@ -127,8 +127,7 @@ def nats_settings(
     except ValidationError as exc:
         error = exc.errors()[0]
         option = _OPTION_OF_KEY.get(str(error["loc"][0]), str(error["loc"][0]))
-        message = error["msg"].removeprefix("Value error, ")
-        raise click.BadParameter(message, param_hint=option) from None
+        raise click.BadParameter(validation_message(error["msg"]), param_hint=option) from None
 
 
 async def connect_conduit(name: str, nats: NatsSettings, connect_timeout: float) -> ConduitClient:

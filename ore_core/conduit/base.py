@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ore_core.errors import OreError
+from ore_core.errors import OreError, describe_validation_error
 
 if TYPE_CHECKING:
     from ore_core.conduit.client import ConduitClient
@@ -54,10 +54,7 @@ class Conduit(ABC):
         try:
             return cls.config_model.model_validate(dict(section))
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or '(section)'}: {err['msg']}"
-                for err in exc.errors()
-            )
+            problems = describe_validation_error(exc)
             raise ConduitConfigError(f"invalid [plugins.{cls.name}] settings: {problems}") from exc
 
     @abstractmethod

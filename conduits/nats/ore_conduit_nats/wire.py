@@ -20,7 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ore_conduit_nats.config import OutputFormat
-from ore_core import OreError, jsonutil
+from ore_core import OreError, describe_validation_error, jsonutil
 from ore_core.subjects import HEADER_KIND, HEADER_MSG_ID, HEADER_TRACEPARENT
 
 __all__ = [
@@ -105,10 +105,7 @@ def _parse_json(data: bytes) -> _JsonBody:
     try:
         return _JsonBody.model_validate(value)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(body)'}: {err['msg']}"
-            for err in exc.errors()
-        )
+        problems = describe_validation_error(exc, whole="(body)")
         raise MalformedMessage(
             f'invalid JSON message ({problems}); send {{"text": str, "user"?: str, "id"?: str}}'
         ) from None

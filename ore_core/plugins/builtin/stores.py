@@ -24,6 +24,7 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError
 
 from ore_core.config import ConfigError
+from ore_core.errors import describe_validation_error
 from ore_core.ledger.file_repository import FsyncPolicy
 from ore_core.plugins.hookspecs import hookimpl
 from ore_core.session.protocols import StoreFactory
@@ -74,15 +75,14 @@ def _options(model: type[_Options], store: str, section: Mapping[str, Any]) -> _
     try:
         return model.model_validate(dict(section))
     except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            key = "store." + ".".join(str(part) for part in error["loc"])
-            if error["type"] == "extra_forbidden":
-                known = ", ".join(name for name in model.model_fields if name != "name") or "none"
-                problems.append(f"{key} is not a setting of store {store!r} (it takes: {known})")
-            else:
-                problems.append(f"{key} = {error['input']!r}: {error['msg']}")
-        raise ConfigError("invalid [store] configuration: " + "; ".join(problems)) from None
+        problems = describe_validation_error(
+            exc,
+            key_prefix="store.",
+            show_input=True,
+            origin=lambda _: f"store {store!r}",
+            known_keys=[name for name in model.model_fields if name != "name"],
+        )
+        raise ConfigError(f"invalid [store] configuration: {problems}") from None
 
 
 def memory_store(section: Mapping[str, Any]) -> MemoryStore:

@@ -24,9 +24,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic_core import ErrorDetails
 
-from ore_core import OreError
+from ore_core import OreError, describe_validation_error
 from ore_guard.redact import DEFAULT_PATTERNS
 
 __all__ = ["PLUGIN_NAME", "GuardConfig", "GuardConfigError"]
@@ -77,7 +76,9 @@ class GuardConfig(BaseModel):
         try:
             return cls.model_validate(dict(section or {}))
         except ValidationError as exc:
-            problems = "; ".join(_describe(error) for error in exc.errors())
+            problems = describe_validation_error(
+                exc, whole="section", known_keys=GuardConfig.model_fields
+            )
             raise GuardConfigError(
                 f"invalid [plugins.{PLUGIN_NAME}] settings: {problems}"
             ) from None
@@ -86,13 +87,6 @@ class GuardConfig(BaseModel):
         """The defaults, then the configured patterns (an empty one removes its name)."""
         merged = {**DEFAULT_PATTERNS, **self.patterns}
         return {name: _compile(name, source) for name, source in merged.items() if source}
-
-
-def _describe(error: ErrorDetails) -> str:
-    key = ".".join(str(part) for part in error["loc"]) or "section"
-    if error["type"] == "extra_forbidden":
-        return f"unknown key {key!r} (known keys: {', '.join(GuardConfig.model_fields)})"
-    return f"{key}: " + error["msg"].removeprefix("Value error, ")
 
 
 def _compile(name: str, source: str) -> re.Pattern[str]:

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ore_core import describe_validation_error
 from ore_openai.errors import OpenAIConfigError
 
 __all__ = ["ENV_API_KEY", "ENV_BASE_URL", "NO_API_KEY", "OpenAIConfig"]
@@ -69,10 +70,7 @@ class OpenAIConfig(BaseModel):
         try:
             return cls.model_validate(values)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in error['loc']) or 'section'}: {error['msg']}"
-                for error in exc.errors()
-            )
+            problems = describe_validation_error(exc, whole="section")
             raise OpenAIConfigError(
                 f"openai processor config is invalid: {problems} (fix the [processor] section)"
             ) from exc
