@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     )
     from ore_core.conduit.base import Conduit, ConduitConfig, ConduitConfigError
     from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
+    from ore_core.conduit.connection import NatsCredentials, TlsFiles
     from ore_core.conduit.feed import Delivery, EventFeed
     from ore_core.config import ConfigError
     from ore_core.errors import (
@@ -156,6 +157,8 @@ _EXPORTS: dict[str, str] = {
     "ThreadInfo": "ore_core.conduit.client",
     "ThreadPage": "ore_core.conduit.client",
     "Delivery": "ore_core.conduit.feed",
+    "NatsCredentials": "ore_core.conduit.connection",
+    "TlsFiles": "ore_core.conduit.connection",
     "EventFeed": "ore_core.conduit.feed",
     "OreError": "ore_core.errors",
     "ApiError": "ore_core.errors",
@@ -242,6 +245,8 @@ __all__ = [
     "ThreadInfo",
     "ThreadPage",
     "Delivery",
+    "NatsCredentials",
+    "TlsFiles",
     "EventFeed",
     "OreError",
     "ApiError",

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import ssl
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from pathlib import Path
 from typing import Any
 
 import nats
@@ -35,7 +33,7 @@ from ore_core.bus.health import HealthServer
 from ore_core.bus.ingress import Ingress
 from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.streams import BusConfig, ensure_streams
-from ore_core.conduit.connection import TlsFiles, connect_options
+from ore_core.conduit.connection import NatsCredentials
 from ore_core.errors import BusError
 from ore_core.session.manager import Manager
 from ore_core.subjects import Subjects
@@ -53,9 +51,8 @@ _CONNECTION_ERRORS = (OSError, StaleConnectionError)  # UnexpectedEOF is a Stale
 class CoreService:
     """Serves one `Manager` over NATS until stopped (see the module docstring).
 
-    Connection options are passed to nats-py: `user`/`password`, `token`,
-    `nkey_seed` (a seed or a file holding one), `creds_file`, and `tls` (an SSLContext
-    or `TlsFiles`): the same credential arguments as `ConduitClient.connect`.
+    `credentials` (user/password, token, nkey, creds file, TLS: a `NatsCredentials`,
+    as `ConduitClient.connect` takes) are passed to nats-py.
     `health_port` (0 = any free port) serves `/healthz` and `/readyz` on `health_host`.
     `stop()` (and a failed `start()`) closes `manager`: its streams must stop for
     their unfinished messages to be redelivered. The store stays the caller's.
@@ -68,12 +65,7 @@ class CoreService:
         servers: Sequence[str],
         subjects: Subjects | None = None,
         config: BusConfig | None = None,
-        user: str | None = None,
-        password: str | None = None,
-        token: str | None = None,
-        nkey_seed: str | Path | None = None,
-        creds_file: str | Path | None = None,
-        tls: ssl.SSLContext | TlsFiles | None = None,
+        credentials: NatsCredentials | None = None,
         name: str = "ore-core",
         health_port: int | None = None,
         health_host: str = "127.0.0.1",
@@ -91,14 +83,7 @@ class CoreService:
         self._servers = list(servers)
         self._connect_options: dict[str, Any] = {
             "name": name,
-            **connect_options(
-                user=user,
-                password=password,
-                token=token,
-                nkey_seed=nkey_seed,
-                creds_file=creds_file,
-                tls=tls,
-            ),
+            **(credentials or NatsCredentials()).connect_options(),
             "max_reconnect_attempts": -1,
             "reconnect_time_wait": reconnect_wait,
             "pending_size": 16 * 1024 * 1024,

@@ -22,7 +22,7 @@ import structlog
 from pydantic import ValidationError
 
 from ore_core.conduit.client import ConduitClient
-from ore_core.conduit.connection import credentials_from_settings
+from ore_core.conduit.connection import NatsCredentials
 from ore_core.config import ConfigError, LogSettings, NatsSettings, OreSettings, load_settings
 from ore_core.errors import BusError, validation_message
 from ore_core.logging import configure_logging
@@ -139,7 +139,7 @@ async def connect_conduit(name: str, nats: NatsSettings, connect_timeout: float)
                 servers,
                 name=name,
                 prefix=nats.subject_prefix,
-                **credentials_from_settings(nats),
+                credentials=NatsCredentials.from_settings(nats),
             )
     except TimeoutError:
         raise BusError(

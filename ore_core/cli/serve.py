@@ -18,7 +18,7 @@ from ore_core.bus.service import CoreService, run
 from ore_core.bus.streams import BusConfig
 from ore_core.cli.app import build_runtime, start_embedded_nats
 from ore_core.cli.options import cli_state, nats_option, nats_settings
-from ore_core.conduit.connection import credentials_from_settings
+from ore_core.conduit.connection import NatsCredentials
 from ore_core.config import OreSettings
 from ore_core.plugins.manager import OrePluginManager
 from ore_core.subjects import Subjects
@@ -76,5 +76,5 @@ async def _core(
             subjects=Subjects(nats.subject_prefix),
             config=BusConfig(partitions=nats.partitions, max_payload=int(nats.max_payload)),
             health_port=health_port,
-            **credentials_from_settings(nats),
+            credentials=NatsCredentials.from_settings(nats),
         )

@@ -12,10 +12,8 @@ called from many tasks at once; each `EventFeed` is read by one task.
 from __future__ import annotations
 
 import asyncio
-import ssl
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from os import PathLike
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -34,7 +32,7 @@ from nats.js.errors import APIError, NoStreamResponseError
 from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
 
 from ore_core import jsonutil
-from ore_core.conduit.connection import PermissionWatch, TlsFiles, connect_options
+from ore_core.conduit.connection import NatsCredentials, PermissionWatch
 from ore_core.conduit.feed import Delivery, EventFeed
 from ore_core.errors import ApiError, BusError
 from ore_core.events import (
@@ -60,16 +58,15 @@ __all__ = [
     "ConduitClient",
     "Delivery",
     "EventFeed",
+    "NatsCredentials",
     "PermissionWatch",
     "ThreadInfo",
     "ThreadPage",
-    "TlsFiles",
 ]
 
 log = structlog.get_logger("ore.bus.client")
 
 _I = TypeVar("_I", UserMessageEvent, InterruptEvent)
-_StrPath = str | PathLike[str]
 _RETRYABLE = (
     NatsTimeoutError,
     NoStreamResponseError,
@@ -136,12 +133,7 @@ class ConduitClient:
         *,
         name: str,
         prefix: str = DEFAULT_PREFIX,
-        user: str | None = None,
-        password: str | None = None,
-        token: str | None = None,
-        nkey_seed: str | _StrPath | None = None,
-        creds_file: _StrPath | None = None,
-        tls: ssl.SSLContext | TlsFiles | None = None,
+        credentials: NatsCredentials | None = None,
         request_timeout: float = 5.0,
         send_deadline: float = 30.0,
         reconnect_wait: float = 2.0,
@@ -152,8 +144,8 @@ class ConduitClient:
         The first connection must succeed within `connect_timeout` seconds, else
         BusError: nats-py would otherwise keep retrying an unreachable server forever.
 
-        `nkey_seed` is a seed (`SU...`) or the path of a file holding one (needs the
-        `nkeys` package). `tls` is a ready SSLContext or `TlsFiles`. `send_deadline`
+        `credentials` (user/password, token, nkey, creds file, TLS) default to none.
+        `send_deadline`
         bounds how long `send` keeps retrying while NATS or the core is unreachable;
         `reconnect_wait` is the pause between reconnect attempts to one server.
         """
@@ -178,14 +170,7 @@ class ConduitClient:
             "reconnected_cb": on_reconnected,
             "max_reconnect_attempts": -1,
             "reconnect_time_wait": reconnect_wait,
-            **connect_options(
-                user=user,
-                password=password,
-                token=token,
-                nkey_seed=nkey_seed,
-                creds_file=creds_file,
-                tls=tls,
-            ),
+            **(credentials or NatsCredentials()).connect_options(),
         }
         try:
             async with asyncio.timeout(connect_timeout):

@@ -1,9 +1,8 @@
 """The NATS connection, as the core and every conduit open and use it.
 
-Credentials and TLS: the core (`CoreService`) and every conduit (`ConduitClient`)
-accept the same keyword arguments (`user`, `password`, `token`, `nkey_seed`,
-`creds_file`, `tls`); `connect_options` maps them onto nats-py, and
-`credentials_from_settings` maps the `[nats]` table of the configuration onto them.
+Credentials and TLS: the core (`CoreService`), every conduit (`ConduitClient`) and
+the CLI pass one `NatsCredentials`; `NatsCredentials.from_settings` reads it from the
+`[nats]` table of the configuration and `connect_options()` maps it onto nats-py.
 
 The subscription barrier: nats-py's `flush()` writes its PING straight to the socket
 while SUB commands may still wait in the client's pending buffer, so a returned flush
@@ -28,7 +27,7 @@ import re
 import ssl
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -41,9 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PermissionWatch",
+    "NatsCredentials",
     "TlsFiles",
-    "connect_options",
-    "credentials_from_settings",
     "subscriptions_registered",
 ]
 
@@ -70,48 +68,54 @@ class TlsFiles:
         return context
 
 
-def connect_options(
-    *,
-    user: str | None = None,
-    password: str | None = None,
-    token: str | None = None,
-    nkey_seed: str | _StrPath | None = None,
-    creds_file: _StrPath | None = None,
-    tls: ssl.SSLContext | TlsFiles | None = None,
-) -> dict[str, Any]:
-    """nats-py `connect` keyword arguments for these credentials.
+@dataclass(frozen=True, slots=True)
+class NatsCredentials:
+    """How a connection authenticates to NATS: one object for the core, conduits and CLI.
 
-    `nkey_seed` is a seed (`SU...`) or the path of a file holding one (nkeys and
-    creds files need the `nkeys` package); `tls` is a ready SSLContext or `TlsFiles`.
+    `user`+`password`, `token`, `nkey_seed` (a seed `SU...` or the path of a file
+    holding one) and `creds_file` (a `.creds` file: JWT + seed) need the server's
+    matching setup (nkeys and creds need the `nkeys` package); `tls` is a ready
+    SSLContext or `TlsFiles`. All unset: no authentication, and nats-py's TLS defaults
+    (TLS only for `tls://` URLs). `repr` never shows the password or the token.
     """
-    options: dict[str, Any] = {
-        "user": user,
-        "password": password,
-        "token": token,
-        "user_credentials": None if creds_file is None else str(creds_file),
-        "tls": tls.context() if isinstance(tls, TlsFiles) else tls,
-    }
-    if nkey_seed is not None:
-        seed = str(nkey_seed).strip()
-        if _SEED.fullmatch(seed):
-            options["nkeys_seed_str"] = seed
-        else:
-            options["nkeys_seed"] = str(Path(seed))
-    return options
 
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+    nkey_seed: str | _StrPath | None = field(default=None, repr=False)
+    creds_file: _StrPath | None = None
+    tls: ssl.SSLContext | TlsFiles | None = None
 
-def credentials_from_settings(nats: NatsSettings) -> dict[str, Any]:
-    """The credential keyword arguments of `CoreService`/`ConduitClient` from `[nats]`."""
-    tls_files = (nats.tls_ca_file, nats.tls_cert_file, nats.tls_key_file)
-    return {
-        "user": nats.user,
-        "password": nats.password.get_secret_value() if nats.password else None,
-        "token": nats.token.get_secret_value() if nats.token else None,
-        "nkey_seed": nats.nkey_seed_file,
-        "creds_file": nats.creds_file,
-        # No TLS files configured: nats-py's defaults (TLS only for tls:// URLs).
-        "tls": TlsFiles(*tls_files) if any(tls_files) else None,
-    }
+    @classmethod
+    def from_settings(cls, nats: NatsSettings) -> NatsCredentials:
+        """The credentials and TLS files of the `[nats]` settings."""
+        tls_files = (nats.tls_ca_file, nats.tls_cert_file, nats.tls_key_file)
+        return cls(
+            user=nats.user,
+            password=nats.password.get_secret_value() if nats.password else None,
+            token=nats.token.get_secret_value() if nats.token else None,
+            nkey_seed=nats.nkey_seed_file,
+            creds_file=nats.creds_file,
+            tls=TlsFiles(*tls_files) if any(tls_files) else None,
+        )
+
+    def connect_options(self) -> dict[str, Any]:
+        """The nats-py `connect` keyword arguments for these credentials."""
+        tls = self.tls
+        options: dict[str, Any] = {
+            "user": self.user,
+            "password": self.password,
+            "token": self.token,
+            "user_credentials": None if self.creds_file is None else str(self.creds_file),
+            "tls": tls.context() if isinstance(tls, TlsFiles) else tls,
+        }
+        if self.nkey_seed is not None:
+            seed = str(self.nkey_seed).strip()
+            if _SEED.fullmatch(seed):
+                options["nkeys_seed_str"] = seed
+            else:
+                options["nkeys_seed"] = str(Path(seed))
+        return options
 
 
 async def subscriptions_registered(nc: NatsClient, within: int = 5) -> None:

@@ -29,6 +29,7 @@ from ore_core import (
     InterruptEvent,
     LifecycleEvent,
     Manager,
+    NatsCredentials,
     OutputEvent,
     PermissionDenied,
     Text,
@@ -406,7 +407,11 @@ async def secured(tmp_path: Path) -> AsyncIterator[tuple[str, Client]]:
 
 async def connect_as_conduit(url: str, **options: Any) -> ConduitClient:
     return await ConduitClient.connect(
-        url, name="slack", user="slack", password="conduit-secret", request_timeout=5, **options
+        url,
+        name="slack",
+        credentials=NatsCredentials(user="slack", password="conduit-secret"),
+        request_timeout=5,
+        **options,
     )
 
 
@@ -470,7 +475,9 @@ async def test_a_refused_output_subscription_fails_the_feed(tmp_path: Path) -> N
         core = await nats.connect(server.url, user="ore", password="core-secret")
         await ensure_streams(core.jetstream(), Subjects(), BusConfig(partitions=2))
         async with await ConduitClient.connect(
-            server.url, name="blind", user="blind", password="blind-secret"
+            server.url,
+            name="blind",
+            credentials=NatsCredentials(user="blind", password="blind-secret"),
         ) as conduit:
             # The server may report the refusal after start() returned: then the
             # first read raises it.
