@@ -363,6 +363,15 @@ def test_fork_moves_the_tip_so_the_next_append_starts_a_branch() -> None:
     assert thread.get_turn("a2") is not None
 
 
+def test_fork_at_no_turn_makes_the_next_append_a_new_root() -> None:
+    thread = chain("u1", "a1")
+    thread.fork("")
+    root = thread.append(Role.USER, Text("instead"))
+    assert root.parent_id == ""
+    assert ids(thread.turns()) == [root.id]
+    assert thread.get_turn("a1") is not None
+
+
 def test_fork_at_an_unknown_turn_raises_turn_not_found_and_keeps_the_tip() -> None:
     thread = chain("u1", "a1")
     with pytest.raises(TurnNotFound, match=r"thread-1.*'missing'"):

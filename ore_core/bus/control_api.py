@@ -94,7 +94,7 @@ class _Lookup(_Body):
 
 
 class _Fork(_ThreadRef):
-    turn_id: _Key
+    turn_id: str  # "" starts a new root
 
 
 class _MetaSet(_ThreadRef):

@@ -193,8 +193,12 @@ class Thread:
         self._turns[turn_id] = replace(turn, control=value)
 
     def fork(self, turn_id: str) -> None:
-        """Move the tip to an existing turn so the next `append` starts a new branch there."""
-        if turn_id not in self._turns:
+        """Move the tip to an existing turn so the next `append` starts a new branch there.
+
+        `""` empties the tip: the next `append` starts a new root (a branch beside the
+        first message, e.g. when that message is edited).
+        """
+        if turn_id and turn_id not in self._turns:
             raise TurnNotFound(
                 f"cannot fork thread {self.id!r} at turn {turn_id!r}: no such turn "
                 "(pick an id from all_turns() or branches())"
