@@ -1,0 +1,175 @@
+"""SlackConduit: `ore conduit slack`.
+
+One run: check the bot token with `auth.test` (and the app token or signing secret
+for the chosen mode), open the durable output feed, build one Bolt `AsyncApp` whose
+listeners hand events to `Inbound`, and serve it over Socket Mode or HTTP until
+cancelled. Output events go through `Outbound`. Every task belongs to one TaskGroup,
+so cancelling `run` stops them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar
+
+import structlog
+from aiohttp import web
+from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+from slack_bolt.app.async_app import AsyncApp
+from slack_sdk.web.async_client import AsyncWebClient
+
+from ore_conduit_slack.api import Ambiguous, SlackApi, SlackError
+from ore_conduit_slack.config import ENV_APP_TOKEN, ENV_BOT_TOKEN, MissingSecret, SlackConfig
+from ore_conduit_slack.inbound import Identity, Inbound, Lanes
+from ore_conduit_slack.outbound import OUTPUT_KINDS, Clock, Outbound
+from ore_core.bus.client import ConduitClient
+from ore_core.conduits import Conduit, ConduitConfig
+
+__all__ = ["MonotonicClock", "SlackConduit"]
+
+log = structlog.get_logger("ore.conduit.slack")
+
+_EVENTS = ("app_mention", "message")
+
+
+class MonotonicClock:
+    """The real clock of stream ages."""
+
+    def now(self) -> float:
+        """Seconds of `time.monotonic`."""
+        return time.monotonic()
+
+
+class SlackConduit(Conduit):
+    """The `slack` conduit: see the package README.
+
+    `clock` is where stream ages are read; tests set a fake one on a subclass.
+    `on_http_ready` is called with the HTTP mode's base URL once it listens.
+    """
+
+    name = "slack"
+    description = "Slack (Socket Mode or the Events API): a Slack thread is an ore thread"
+    config_model = SlackConfig
+    clock: ClassVar[Clock] = MonotonicClock()
+    on_http_ready: ClassVar[Callable[[str], None] | None] = None
+
+    async def run(self, client: ConduitClient, config: ConduitConfig) -> None:
+        """Bridge Slack until cancelled; MissingSecret (one line) for a bad token."""
+        if not isinstance(config, SlackConfig):
+            raise TypeError(f"the slack conduit needs a SlackConfig, got {config!r}")
+        bot_token = config.secret("bot_token")
+        app_token = config.secret("app_token") if config.mode == "socket" else ""
+        signing_secret = config.secret("signing_secret") if config.mode == "http" else ""
+        web_client = AsyncWebClient(token=bot_token, base_url=config.api_url, retry_handlers=[])
+        api = SlackApi(web_client)
+        identity = await _check_tokens(api, app_token)
+        log.info("slack conduit starting", mode=config.mode, team=identity.team_id)
+        async with (
+            client.events(kinds=OUTPUT_KINDS, durable=config.durable) as feed,
+            asyncio.TaskGroup() as tasks,
+        ):
+            outbound = Outbound(
+                name=self.name,
+                client=client,
+                api=api,
+                config=config,
+                identity=identity,
+                clock=self.clock,
+                tasks=tasks,
+            )
+            inbound = Inbound(
+                name=self.name,
+                client=client,
+                api=api,
+                config=config,
+                identity=identity,
+                lanes=Lanes(tasks),
+                answering=outbound.answering,
+            )
+            app = _bolt_app(web_client, inbound, signing_secret, config.mode)
+            tasks.create_task(outbound.run(feed), name="slack-outbound")
+            if config.mode == "socket":
+                await _serve_socket_mode(app, app_token, config)
+            else:
+                await _serve_http(app, config, type(self).on_http_ready)
+
+
+async def _check_tokens(api: SlackApi, app_token: str) -> Identity:
+    """Who the bot is (`auth.test`); MissingSecret naming the variable of a refused token."""
+    try:
+        me = await api.call("auth.test")
+    except SlackError as exc:
+        raise MissingSecret(
+            f"{ENV_BOT_TOKEN} was refused by Slack (auth.test: {exc.error}); "
+            "use the app's Bot User OAuth Token (xoxb-...)"
+        ) from None
+    except Ambiguous as exc:
+        raise MissingSecret(f"cannot reach Slack to check {ENV_BOT_TOKEN}: {exc}") from None
+    if app_token:
+        try:
+            await api.client.apps_connections_open(app_token=app_token)
+        except Exception as exc:  # the SDK raises SlackApiError or a client error
+            error = getattr(getattr(exc, "response", None), "data", {}) or {}
+            code = error.get("error", type(exc).__name__) if isinstance(error, dict) else exc
+            raise MissingSecret(
+                f"{ENV_APP_TOKEN} was refused by Slack (apps.connections.open: {code}); "
+                "use an app-level token (xapp-...) with connections:write"
+            ) from None
+    return Identity(str(me["user_id"]), str(me.get("bot_id") or ""), str(me["team_id"]))
+
+
+def _bolt_app(
+    web_client: AsyncWebClient, inbound: Inbound, signing_secret: str, mode: str
+) -> AsyncApp:
+    """One Bolt app for both modes; its listeners only hand events to `inbound`."""
+    app = AsyncApp(
+        client=web_client,
+        signing_secret=signing_secret or "socket-mode-has-no-signing-secret",
+        request_verification_enabled=mode == "http",
+        logger=logging.getLogger("ore.conduit.slack.bolt"),
+    )
+
+    async def listener(body: dict[str, Any]) -> None:
+        inbound.accept(body)  # Bolt acked already (process_before_response=False)
+
+    for event in _EVENTS:
+        app.event(event)(listener)
+    return app
+
+
+async def _serve_socket_mode(app: AsyncApp, app_token: str, config: SlackConfig) -> None:
+    handler = AsyncSocketModeHandler(app, app_token, ping_interval=config.ping_interval)
+    try:
+        await handler.connect_async()
+        await asyncio.Event().wait()  # until cancelled
+    finally:
+        await asyncio.shield(_close(handler.client.close))
+
+
+async def _serve_http(
+    app: AsyncApp, config: SlackConfig, ready: Callable[[str], None] | None
+) -> None:
+    runner = web.AppRunner(app.web_app(path=config.http_path), handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, config.http_host, config.http_port)
+        await site.start()
+        server = site._server
+        port = server.sockets[0].getsockname()[1] if server is not None else config.http_port
+        url = f"http://{config.http_host}:{port}{config.http_path}"
+        log.info("slack events endpoint listening", url=url)
+        if ready is not None:
+            ready(url)
+        await asyncio.Event().wait()  # until cancelled
+    finally:
+        await asyncio.shield(runner.cleanup())
+
+
+async def _close(close: Callable[[], Awaitable[None]]) -> None:
+    try:
+        await close()
+    except Exception as exc:  # closing a half-open socket may fail; nothing to undo
+        log.debug("socket mode close failed", error=str(exc))

@@ -1,0 +1,119 @@
+"""SlackConfig: the `[plugins.slack]` table of ore.toml.
+
+```toml
+[plugins.slack]
+mode = "socket"            # or "http" (the Events API; needs signing_secret)
+# Secrets are best left to the environment: SLACK_BOT_TOKEN, SLACK_APP_TOKEN,
+# SLACK_SIGNING_SECRET (or ORE_PLUGINS__SLACK__BOT_TOKEN, ...).
+on_edit = "branch"         # or "ignore"
+streaming = "auto"         # "native" streams, "edit" (post + chat.update), or auto
+```
+
+Every key is documented on its field below and in the package README.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator
+
+from ore_core.bus.feed import DURABLE_NAME
+from ore_core.conduits import ConduitConfig
+from ore_core.errors import OreError
+
+__all__ = ["ENV_APP_TOKEN", "ENV_BOT_TOKEN", "ENV_SIGNING_SECRET", "MissingSecret", "SlackConfig"]
+
+ENV_BOT_TOKEN = "SLACK_BOT_TOKEN"
+ENV_APP_TOKEN = "SLACK_APP_TOKEN"
+ENV_SIGNING_SECRET = "SLACK_SIGNING_SECRET"
+
+_PATH = re.compile(r"/[A-Za-z0-9/_.-]*")
+
+
+class MissingSecret(OreError):
+    """A token or the signing secret is missing or refused; the message names the variable."""
+
+
+class SlackConfig(ConduitConfig):
+    """How the Slack conduit connects, and how it renders replies."""
+
+    mode: Literal["socket", "http"] = "socket"
+    """`socket`: Socket Mode (no public URL; needs the app token). `http`: the Events API."""
+    bot_token: SecretStr | None = None
+    """The bot token `xoxb-...`; default: the environment variable SLACK_BOT_TOKEN."""
+    app_token: SecretStr | None = None
+    """The app-level token `xapp-...` (Socket Mode); default: SLACK_APP_TOKEN."""
+    signing_secret: SecretStr | None = None
+    """The app's signing secret (HTTP mode); default: SLACK_SIGNING_SECRET."""
+    api_url: str = "https://slack.com/api/"
+    """Base URL of the Web API (tests point it at a local fake)."""
+    http_host: str = "0.0.0.0"
+    """HTTP mode: the address to listen on."""
+    http_port: int = Field(default=3000, ge=0, le=65535)
+    """HTTP mode: the port (0: any free port)."""
+    http_path: str = "/slack/events"
+    """HTTP mode: the Request URL's path."""
+    on_edit: Literal["branch", "ignore"] = "branch"
+    """An edit of the latest message of a thread answers it again on a branch, or is ignored."""
+    streaming: Literal["auto", "native", "edit"] = "auto"
+    """`native`: chat.startStream/appendStream/stopStream; `edit`: post + chat.update;
+    `auto`: native, falling back to edit where streams are refused or their budget is spent."""
+    reply_in_owned_threads: bool = True
+    """Answer every reply in a thread the bot is part of, without a fresh @mention."""
+    allow_bots: tuple[str, ...] = ()
+    """Bot ids (`B...`) whose messages are answered; all other bots are ignored."""
+    status: str = "is thinking…"
+    """The assistant status shown while a turn runs (empty: none)."""
+    durable: str = "slack"
+    """The durable consumer keeping the conduit's place in ore's output across restarts."""
+    flush_chars: int = Field(default=200, ge=1)
+    """Streamed text is sent once this many characters are pending..."""
+    flush_interval: float = Field(default=0.8, gt=0)
+    """...or once this many seconds have passed since the last send."""
+    stream_max_age: float = Field(default=240.0, gt=0)
+    """A native stream is finished and continued in a new message after this many seconds
+    (Slack ends streams after about 5 minutes)."""
+    message_chars: int = Field(default=11_000, ge=200, le=12_000)
+    """Most characters in one message (Slack refuses about 12k in a stream or markdown_text)."""
+    stream_starts_per_minute: int = Field(default=30, ge=1)
+    """Native streams started per minute and workspace before falling back to edits."""
+    edit_interval: float = Field(default=1.2, ge=0)
+    """Seconds between two intermediate edits of one message (edit mode)."""
+    updates_per_minute: int = Field(default=50, ge=1)
+    """chat.update calls per minute for the whole workspace (Slack's Tier 3)."""
+    ping_interval: float = Field(default=10.0, gt=0)
+    """Socket Mode: seconds between pings (and between reconnect attempts)."""
+    dedupe_ttl: float = Field(default=900.0, ge=600)
+    """Seconds an event is remembered to drop Slack's retries (its last retry comes ~5 min late)."""
+
+    @field_validator("durable")
+    @classmethod
+    def _check_durable(cls, durable: str) -> str:
+        if not DURABLE_NAME.fullmatch(durable):
+            raise ValueError("must be 1-64 letters, digits and - (no _ or .)")
+        return durable
+
+    @field_validator("http_path")
+    @classmethod
+    def _check_path(cls, path: str) -> str:
+        if not _PATH.fullmatch(path):
+            raise ValueError("must be a URL path starting with / (e.g. /slack/events)")
+        return path
+
+    def secret(self, name: Literal["bot_token", "app_token", "signing_secret"]) -> str:
+        """The secret from this table, else its environment variable; MissingSecret if neither."""
+        variable = {
+            "bot_token": ENV_BOT_TOKEN,
+            "app_token": ENV_APP_TOKEN,
+            "signing_secret": ENV_SIGNING_SECRET,
+        }[name]
+        value: SecretStr | None = getattr(self, name)
+        text = value.get_secret_value() if value is not None else os.environ.get(variable, "")
+        if not text.strip():
+            raise MissingSecret(
+                f"{variable} is not set: export it (or set {name} in [plugins.slack])"
+            )
+        return text.strip()

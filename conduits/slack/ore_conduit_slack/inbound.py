@@ -1,0 +1,336 @@
+"""Inbound: Slack events -> ore user messages, interrupts and branches.
+
+`Inbound.accept(body)` is called by the Bolt listener, after Bolt acknowledged the
+event; it only decides and queues, so it never delays an ack. The queued work runs in
+lanes, one per Slack thread (messages of a thread reach the core in order; a slow
+thread never holds up another).
+
+- Answered: `app_mention`, direct messages, and replies in a thread the bot is part of
+  (`reply_in_owned_threads`). The bot's mention is stripped.
+- Ignored: the bot's own messages and edits, other bots (unless `allow_bots`), and
+  subtypes that are not a person writing (joins, topic changes, ...).
+- Effectively once: the event id is derived from (team, channel, ts), so Slack's retries
+  and an `app_mention` plus `message` pair are one message. A local TTL set drops
+  repeats early; the core's de-duplication by event id is the durable guard. A retry
+  is never dropped by its header alone: if the first delivery was never handled, the
+  retry is the message.
+- Edits of the latest user message of a thread branch the ore thread (`on_edit`);
+  deleting a message whose answer is being written interrupts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from ore_conduit_slack.api import Ambiguous, SlackApi, SlackError
+from ore_conduit_slack.config import SlackConfig
+from ore_conduit_slack.ids import (
+    THREAD_KEY,
+    SlackThread,
+    edit_event_id,
+    event_id,
+    traceparent_of,
+)
+from ore_core.bus.client import ConduitClient
+from ore_core.bus.errors import ApiError, BusError
+from ore_core.errors import OreError
+from ore_core.events import EventContext, UserMessageEvent
+from ore_core.ledger.turn import Role
+
+__all__ = ["Identity", "Inbound", "Lanes", "TtlSet"]
+
+log = structlog.get_logger("ore.conduit.slack")
+
+_PERSON_SUBTYPES = frozenset({None, "", "file_share", "thread_broadcast"})
+_FORK_PATIENCE = 10.0  # seconds an edit waits for the interrupted answer to end
+_LINK = re.compile(r"<(https?://[^|>]+)\|[^>]*>")
+
+Job = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who the bot is, from `auth.test` at start."""
+
+    user_id: str
+    bot_id: str
+    team_id: str
+
+
+class TtlSet:
+    """Keys remembered for `ttl` seconds of the clock `now`."""
+
+    def __init__(self, ttl: float, now: Callable[[], float]) -> None:
+        self.ttl = ttl
+        self._now = now
+        self._expiry: dict[str, float] = {}
+
+    def add(self, key: str) -> bool:
+        """Remember `key`; False if it was already remembered (and not expired)."""
+        now = self._now()
+        if len(self._expiry) > 10_000:
+            self._expiry = {k: t for k, t in self._expiry.items() if t > now}
+        if self._expiry.get(key, 0.0) > now:
+            return False
+        self._expiry[key] = now + self.ttl
+        return True
+
+    def discard(self, key: str) -> None:
+        """Forget `key` (its handling failed: a retry must be handled)."""
+        self._expiry.pop(key, None)
+
+
+class Lanes:
+    """Jobs run one after another per key, concurrently across keys, in `tasks`."""
+
+    def __init__(self, tasks: asyncio.TaskGroup) -> None:
+        self._tasks = tasks
+        self._queues: dict[str, asyncio.Queue[Job]] = {}
+
+    def submit(self, key: str, job: Job) -> None:
+        """Queue `job` behind the jobs of `key`."""
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._queues[key] = asyncio.Queue()
+            self._tasks.create_task(self._run(key, queue), name=f"slack-lane-{key}")
+        queue.put_nowait(job)
+
+    async def _run(self, key: str, queue: asyncio.Queue[Job]) -> None:
+        while not queue.empty():
+            job = queue.get_nowait()
+            try:
+                await job()
+            except OreError as exc:
+                log.error("slack event not handled", lane=key, error=str(exc))
+        del self._queues[key]
+
+
+class Inbound:
+    """Turns Slack events into ore events; see the module docstring.
+
+    `answering(event_id)` tells whether the answer to a message is being written (True),
+    done (False) or not started (None); the outbound side knows. Deletes use it.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        client: ConduitClient,
+        api: SlackApi,
+        config: SlackConfig,
+        identity: Identity,
+        lanes: Lanes,
+        answering: Callable[[str], bool | None],
+    ) -> None:
+        self.name = name
+        self.client = client
+        self.api = api
+        self.config = config
+        self.identity = identity
+        self.lanes = lanes
+        self.answering = answering
+        self._sent: dict[str, str] = {}  # event id sent this run -> thread id (recent ones)
+        self._edits: dict[str, str] = {}  # event id -> the id of its latest edit
+        self.seen = TtlSet(config.dedupe_ttl, api.now)
+        self._owned: set[str] = set()  # thread keys known to be the bot's
+
+    def accept(self, body: Mapping[str, Any]) -> None:
+        """Take one `event_callback` body (already acknowledged); never blocks."""
+        event = body.get("event")
+        if not isinstance(event, Mapping):
+            return
+        team = str(body.get("team_id") or event.get("team") or self.identity.team_id)
+        enterprise = str(body.get("enterprise_id") or "")
+        subtype = event.get("subtype")
+        if subtype == "message_changed":
+            self._edited(event, enterprise, team)
+        elif subtype == "message_deleted":
+            self._deleted(event, enterprise, team)
+        elif subtype in _PERSON_SUBTYPES and event.get("type") in ("message", "app_mention"):
+            self._message(event, enterprise, team)
+
+    def _from_bot(self, message: Mapping[str, Any]) -> bool:
+        """The bot itself, or another bot that is not allow-listed."""
+        if message.get("user") == self.identity.user_id:
+            return True
+        bot = message.get("bot_id")
+        if bot == self.identity.bot_id:
+            return True
+        return bool(bot) and bot not in self.config.allow_bots
+
+    def _addressed(self, event: Mapping[str, Any]) -> bool | None:
+        """True: answer; False: ignore; None: answer if the thread is the bot's."""
+        text = str(event.get("text") or "")
+        if event.get("type") == "app_mention" or f"<@{self.identity.user_id}>" in text:
+            return True
+        if event.get("channel_type") == "im":
+            return True
+        if event.get("thread_ts") and self.config.reply_in_owned_threads:
+            return None
+        return False
+
+    def _message(self, event: Mapping[str, Any], enterprise: str, team: str) -> None:
+        if self._from_bot(event):
+            return
+        addressed = self._addressed(event)
+        if addressed is False:
+            return
+        channel, ts = str(event.get("channel", "")), str(event.get("ts", ""))
+        thread = SlackThread(enterprise, team, channel, str(event.get("thread_ts") or ts))
+        message_id = event_id(enterprise, team, channel, ts)
+        if not channel or not ts or not self.seen.add(message_id):
+            return
+        text = self.clean(str(event.get("text") or ""))
+        if not text:
+            self.seen.discard(message_id)
+            return
+        user = str(event.get("user") or event.get("bot_id") or "")
+
+        async def forward() -> None:
+            try:
+                if addressed is None and not await self._owns(thread):
+                    return
+                thread_id = await self._thread_id(thread)
+                await self.client.send(thread_id, self._event(message_id, text, user))
+                self._remember(message_id, thread_id)
+            except BaseException:
+                self.seen.discard(message_id)
+                raise
+
+        self.lanes.submit(thread.key, forward)
+
+    def clean(self, text: str) -> str:
+        """The text without the bot's mention, links shown as their URL."""
+        text = text.replace(f"<@{self.identity.user_id}>", "")
+        return _LINK.sub(r"\1", text).strip()
+
+    def _event(self, message_id: str, text: str, user: str) -> UserMessageEvent:
+        context = EventContext(
+            provenance=self.name, user=user, traceparent=traceparent_of(message_id)
+        )
+        return UserMessageEvent(id=message_id, content=text, context=context)
+
+    async def _thread_id(self, thread: SlackThread) -> str:
+        thread_id, _ = await self.client.lookup_or_create(
+            THREAD_KEY, thread.key, thread.metadata()
+        )
+        self._owned.add(thread.key)
+        return thread_id
+
+    async def _owns(self, thread: SlackThread) -> bool:
+        """Is the bot part of the Slack thread? (It wrote in it, or was mentioned in it.)"""
+        if thread.key in self._owned:
+            return True
+        try:
+            replies = await self.api.call(
+                "conversations.replies",
+                thread.team,
+                channel=thread.channel,
+                ts=thread.thread_ts,
+                limit=200,
+            )
+        except (SlackError, Ambiguous) as exc:
+            log.warning("cannot read a thread", channel=thread.channel, error=str(exc))
+            return False
+        mention = f"<@{self.identity.user_id}>"
+        for message in replies.get("messages") or []:
+            if message.get("user") == self.identity.user_id or (
+                message.get("bot_id") == self.identity.bot_id
+                or mention in str(message.get("text") or "")
+            ):
+                self._owned.add(thread.key)
+                return True
+        return False
+
+    # -- edits and deletes ---------------------------------------------------------
+
+    def _edited(self, event: Mapping[str, Any], enterprise: str, team: str) -> None:
+        message = event.get("message")
+        previous = event.get("previous_message")
+        if not isinstance(message, Mapping) or self._from_bot(message):
+            return  # the bot's own stream and edits come back as message_changed
+        if self.config.on_edit == "ignore":
+            return
+        text = self.clean(str(message.get("text") or ""))
+        if isinstance(previous, Mapping) and self.clean(str(previous.get("text") or "")) == text:
+            return  # an unfurl or a reaction, not a new text
+        edited = message.get("edited")
+        if not text or not isinstance(edited, Mapping):
+            return
+        channel, ts = str(event.get("channel", "")), str(message.get("ts", ""))
+        thread = SlackThread(enterprise, team, channel, str(message.get("thread_ts") or ts))
+        original = event_id(enterprise, team, channel, ts)
+        branch_id = edit_event_id(original, str(edited.get("ts", "")))
+        if not self.seen.add(branch_id):
+            return
+        user = str(message.get("user") or "")
+
+        async def branch() -> None:
+            try:
+                if not await self._owns(thread):
+                    return
+                thread_id = await self._thread_id(thread)
+                if await self._branch(thread_id, original, self._event(branch_id, text, user)):
+                    self._remember(branch_id, thread_id)
+                    self._edits[original] = branch_id
+            except BaseException:
+                self.seen.discard(branch_id)
+                raise
+
+        self.lanes.submit(thread.key, branch)
+
+    def _remember(self, message_id: str, thread_id: str) -> None:
+        if len(self._sent) >= 10_000:
+            del self._sent[next(iter(self._sent))]
+        self._sent[message_id] = thread_id
+
+    async def _branch(self, thread_id: str, original: str, event: UserMessageEvent) -> bool:
+        """Answer `event` again beside the latest user turn, if that turn is `original`'s."""
+        turns = await self.client.turns(thread_id)
+        latest = next((t for t in reversed(turns) if t.role == Role.USER), None)
+        if latest is None or not (
+            latest.event_id == original or latest.event_id.startswith(f"{original}:edit:")
+        ):
+            log.info("edit of an older message ignored", thread_id=thread_id, event_id=original)
+            return False
+        await self.client.interrupt(thread_id)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _FORK_PATIENCE
+        pause = 0.02
+        while True:
+            try:
+                await self.client.fork(thread_id, latest.parent_id)
+                break
+            except ApiError as exc:
+                if exc.status != 409 or loop.time() > deadline:
+                    raise
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.5)
+        await self.client.send(thread_id, event)
+        return True
+
+    def _deleted(self, event: Mapping[str, Any], enterprise: str, team: str) -> None:
+        previous = event.get("previous_message")
+        if isinstance(previous, Mapping) and self._from_bot(previous):
+            return
+        channel, ts = str(event.get("channel", "")), str(event.get("deleted_ts", ""))
+        message_id = event_id(enterprise, team, channel, ts)
+        message_id = self._edits.get(message_id, message_id)
+        thread_id = self._sent.get(message_id)
+        if thread_id is None or self.answering(message_id) is False:
+            return  # not answered by this run, or answered: ore keeps its history either way
+
+        async def interrupt() -> None:
+            try:
+                await self.client.interrupt(thread_id)
+            except BusError as exc:
+                log.warning("interrupt not sent", thread_id=thread_id, error=str(exc))
+
+        self.lanes.submit(f"delete-{thread_id}", interrupt)
