@@ -25,7 +25,7 @@ import structlog
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from ore_core.errors import OreError
+from ore_core import OreError
 
 __all__ = ["Ambiguous", "Budget", "SlackApi", "SlackError"]
 

@@ -25,8 +25,7 @@ from ore_conduit_slack.api import Ambiguous, SlackApi, SlackError
 from ore_conduit_slack.config import ENV_APP_TOKEN, ENV_BOT_TOKEN, MissingSecret, SlackConfig
 from ore_conduit_slack.inbound import Identity, Inbound, Lanes
 from ore_conduit_slack.outbound import OUTPUT_KINDS, Clock, Outbound
-from ore_core.bus.client import ConduitClient
-from ore_core.conduits import Conduit, ConduitConfig
+from ore_core.conduit import Conduit, ConduitClient, ConduitConfig
 
 __all__ = ["MonotonicClock", "SlackConduit"]
 

@@ -20,9 +20,8 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 
-from ore_core.bus.feed import DURABLE_NAME
-from ore_core.conduits import ConduitConfig
-from ore_core.errors import OreError
+from ore_core import OreError
+from ore_core.conduit import DURABLE_NAME, ConduitConfig
 
 __all__ = ["ENV_APP_TOKEN", "ENV_BOT_TOKEN", "ENV_SIGNING_SECRET", "MissingSecret", "SlackConfig"]
 

@@ -37,11 +37,8 @@ from ore_conduit_slack.ids import (
     event_id,
     traceparent_of,
 )
-from ore_core.bus.client import ConduitClient
-from ore_core.bus.errors import ApiError, BusError
-from ore_core.errors import OreError
-from ore_core.events import EventContext, UserMessageEvent
-from ore_core.ledger.turn import Role
+from ore_core import ApiError, BusError, EventContext, OreError, Role, UserMessageEvent
+from ore_core.conduit import ConduitClient
 
 __all__ = ["Identity", "Inbound", "Lanes", "TtlSet"]
 

@@ -39,19 +39,22 @@ from ore_conduit_slack.config import SlackConfig
 from ore_conduit_slack.ids import REPLY_KEY, SlackThread, traceparent_of
 from ore_conduit_slack.inbound import Identity
 from ore_conduit_slack.text import fence_at, neutralise, split_parts
-from ore_core.artifacts import Text, TextDelta
-from ore_core.bus.client import ConduitClient, Delivery, EventFeed
-from ore_core.bus.errors import ApiError, BusError, PermissionDenied
-from ore_core.errors import OreError
-from ore_core.events import (
+from ore_core import (
+    ApiError,
     ArtifactEvent,
+    BusError,
     ErrorEvent,
     LifecycleEvent,
     NoticeEvent,
+    OreError,
     OutputEvent,
+    PermissionDenied,
+    Role,
+    Text,
+    TextDelta,
     TurnCompleteEvent,
 )
-from ore_core.ledger.turn import Role
+from ore_core.conduit import ConduitClient, Delivery, EventFeed
 
 __all__ = ["OUTPUT_KINDS", "Clock", "Outbound", "ThreadRenderer"]
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ore_conduit_slack.conduit import SlackConduit
-from ore_core.plugins.hookspecs import hookimpl
+from ore_core import hookimpl
 
 __all__ = ["ore_register_conduits"]
 
