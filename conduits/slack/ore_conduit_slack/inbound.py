@@ -37,15 +37,24 @@ from ore_conduit_slack.ids import (
     event_id,
     traceparent_of,
 )
-from ore_core import ApiError, BusError, EventContext, OreError, Role, UserMessageEvent
+from ore_core import (
+    ApiError,
+    BusError,
+    EventContext,
+    OreError,
+    PermissionDenied,
+    Role,
+    UserMessageEvent,
+)
 from ore_core.conduit import ConduitClient
 
 __all__ = ["Identity", "Inbound", "Lanes", "TtlSet"]
 
 log = structlog.get_logger("ore.conduit.slack")
 
-_PERSON_SUBTYPES = frozenset({None, "", "file_share", "thread_broadcast"})
+_WRITTEN = frozenset({None, "", "file_share", "thread_broadcast", "bot_message"})
 _FORK_PATIENCE = 10.0  # seconds an edit waits for the interrupted answer to end
+_CORE_PATIENCE = 60.0  # seconds a message waits for the core to come (back)
 _LINK = re.compile(r"<(https?://[^|>]+)\|[^>]*>")
 
 Job = Callable[[], Awaitable[None]]
@@ -150,7 +159,7 @@ class Inbound:
             self._edited(event, enterprise, team)
         elif subtype == "message_deleted":
             self._deleted(event, enterprise, team)
-        elif subtype in _PERSON_SUBTYPES and event.get("type") in ("message", "app_mention"):
+        elif subtype in _WRITTEN and event.get("type") in ("message", "app_mention"):
             self._message(event, enterprise, team)
 
     def _from_bot(self, message: Mapping[str, Any]) -> bool:
@@ -215,9 +224,22 @@ class Inbound:
         return UserMessageEvent(id=message_id, content=text, context=context)
 
     async def _thread_id(self, thread: SlackThread) -> str:
-        thread_id, _ = await self.client.lookup_or_create(
-            THREAD_KEY, thread.key, thread.metadata()
-        )
+        """The ore thread of a Slack thread; retried while the core is away."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _CORE_PATIENCE
+        pause = 0.05
+        while True:
+            try:
+                thread_id, _ = await self.client.lookup_or_create(
+                    THREAD_KEY, thread.key, thread.metadata()
+                )
+                break
+            except BusError as exc:
+                if isinstance(exc, PermissionDenied) or loop.time() + pause > deadline:
+                    raise
+                log.info("core unreachable, retrying", error=str(exc))
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 2.0)
         self._owned.add(thread.key)
         return thread_id
 
