@@ -71,10 +71,10 @@ class Budget:
         self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
         self._stamp = now
 
-    def try_take(self) -> bool:
-        """Take a token if one is there; False (and nothing taken) otherwise."""
+    def try_take(self, reserve: float = 0) -> bool:
+        """Take a token if one is there beyond `reserve`; False (nothing taken) otherwise."""
         self._refill()
-        if self._tokens >= 1:
+        if self._tokens >= 1 + reserve:
             self._tokens -= 1
             return True
         return False

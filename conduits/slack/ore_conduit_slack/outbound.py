@@ -446,6 +446,7 @@ class ThreadRenderer:
         last = final and len(parts) == 1
         native = self._native(answer)
         part = len(answer.messages)
+        started_at = self.out.clock.now()  # Slack counts a stream's age from its start call
         ts = await self._create(answer, part, content, native, last)
         if ts is None and native:  # the workspace cannot stream: post instead
             native = answer.native = False
@@ -453,7 +454,7 @@ class ThreadRenderer:
         assert ts is not None
         message = _Message(ts, start, fence, content, streaming=native)
         message.tagged_last = last and not native
-        message.started_at = self.out.clock.now()
+        message.started_at = started_at
         message.edited_at = self.api.now()
         answer.messages.append(message)
         if answer.status_set and not native:
@@ -570,8 +571,8 @@ class ThreadRenderer:
         team = self.out.team(self.slack.team)
         if self.api.now() - message.edited_at < self.config.edit_interval:
             return
-        if self.api.blocked_for(self.slack.team, "chat.update") > 0 or not team.updates.try_take():
-            return  # over the workspace's edit budget: skip this edit, the next one catches up
+        if self.api.blocked_for(self.slack.team, "chat.update") > 0 or not team.updates.try_take(reserve=1):
+            return  # over the workspace's edit budget (one edit is kept for final texts)
         await self._update(message, target)
 
     async def _update(self, message: _Message, text: str, metadata: Any = None) -> None:
@@ -590,13 +591,12 @@ class ThreadRenderer:
         assert self.slack is not None
         metadata = self._metadata(answer, answer.messages.index(message), last)
         if message.streaming:
-            tail = text[len(message.shown) :] if text.startswith(message.shown) else ""
+            completes = text.startswith(message.shown)
+            tail = text[len(message.shown) :] if completes else ""
             try:
-                args: dict[str, Any] = {
-                    "channel": self.slack.channel,
-                    "ts": message.ts,
-                    "metadata": metadata,
-                }
+                args: dict[str, Any] = {"channel": self.slack.channel, "ts": message.ts}
+                if completes:  # else the metadata comes with the chat.update below
+                    args["metadata"] = metadata
                 if tail:
                     args["markdown_text"] = tail
                 await self.api.call("chat.stopStream", self.slack.team, **args)

@@ -32,6 +32,8 @@ HOLD = object()
 class Script:
     """An answer: text pieces streamed as deltas of `chunk` characters, `HOLD`s between.
 
+    At a `HOLD` the answer sets `holding` and waits for `proceed` (both are then cleared).
+
     An exception in `pieces` is raised there (a failed turn).
     """
 
@@ -69,6 +71,8 @@ class ScriptedKit(KitProcessor):
             if piece is HOLD:
                 script.holding.set()
                 await script.proceed.wait()
+                script.proceed.clear()
+                script.holding.clear()
             elif isinstance(piece, BaseException):
                 raise piece
             else:
@@ -143,6 +147,13 @@ class Harness:
                 self.conduit.check()
             raise
         return self.fake.answers(channel, ts)
+
+    async def settled(self, channel: str, root: FakeMessage) -> None:
+        """Until the conduit has finished the thread's answers (their status is cleared)."""
+        await self.wait_for(
+            lambda: any(s == (channel, root.ts, "") for s in self.fake.statuses)
+            and self.fake.status_of(channel, root.ts) == ""
+        )
 
     async def threads(self) -> list[Thread]:
         """Every thread the core stores."""

@@ -1,0 +1,286 @@
+"""ore output out: streaming, limits, rate limits, lost responses, markers, restarts."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import pytest
+
+from ore_conduit_slack import split_parts
+from ore_conduit_slack.text import fence_at
+from ore_core import Role, Text
+
+if TYPE_CHECKING:
+    from tests.conftest import Harness
+
+pytestmark = pytest.mark.asyncio
+
+CHANNEL = "CGENERAL"
+STREAM_CALLS = ("chat.startStream", "chat.appendStream", "chat.stopStream")
+
+
+def paragraphs(count: int, words: int = 40, tag: str = "p") -> str:
+    return "\n\n".join(f"{tag}{i} " + " ".join(["word"] * words) for i in range(count))
+
+
+async def stored_answer(slack: Harness) -> str:
+    """The text of the one stored thread's last assistant turn."""
+    (thread,) = await slack.threads()
+    turn = [t for t in thread.turns() if t.role == Role.ASSISTANT][-1]
+    return "".join(a.content for a in turn.artifacts if isinstance(a, Text))
+
+
+async def test_deltas_are_coalesced_and_the_final_text_equals_the_ore_turn(
+    slack: Harness,
+) -> None:
+    reply = paragraphs(12)  # ~3,000 characters in 4-character deltas
+    slack.script("tell me", reply)
+    await slack.start()
+    root = await slack.fake.user_says(CHANNEL, "tell me")
+    assert await slack.answers(CHANNEL, root) == [reply]
+    assert await stored_answer(slack) == reply
+    calls = [c for c in slack.fake.calls() if c.method in STREAM_CALLS]
+    assert len(slack.fake.calls("chat.startStream")) == 1
+    assert len(calls) <= len(reply) // 200 + 6, [c.method for c in calls]
+    assert slack.fake.rendered_thread(CHANNEL, root.ts) == [reply]
+
+
+async def test_the_stream_goes_to_the_user_who_asked(slack: Harness) -> None:
+    await slack.start()
+    root = await slack.fake.user_says(CHANNEL, "who", user="UCAROL")
+    await slack.answers(CHANNEL, root)
+    (start,) = slack.fake.calls("chat.startStream")
+    assert start.args["recipient_user_id"] == "UCAROL"
+    assert start.args["recipient_team_id"] == slack.fake.team
+    assert start.args["thread_ts"] == root.ts
+
+
+async def test_two_threads_streaming_at_once_never_cross(slack: Harness) -> None:
+    one = slack.script("one?", "ONE " * 300, slack.HOLD, "ONE-END")
+    two = slack.script("two?", "TWO " * 300, slack.HOLD, "TWO-END")
+    await slack.start()
+    root_one = await slack.fake.user_says(CHANNEL, "one?")
+    root_two = await slack.fake.user_says("CRANDOM", "two?")
+    await asyncio.wait_for(one.holding.wait(), 10)
+    await asyncio.wait_for(two.holding.wait(), 10)
+    two.proceed.set()
+    one.proceed.set()
+    assert await slack.answers(CHANNEL, root_one) == [one.text]
+    assert await slack.answers("CRANDOM", root_two) == [two.text]
+    assert slack.fake.channel_level_bot_messages(CHANNEL) == []
+    assert slack.fake.channel_level_bot_messages("CRANDOM") == []
+
+
+async def test_a_status_shows_while_the_turn_runs_and_is_cleared_after(slack: Harness) -> None:
+    script = slack.script("slow", "thinking done", slack.HOLD, " and more")
+    await slack.start(status="is pondering…")
+    root = await slack.fake.user_says(CHANNEL, "slow")
+    await asyncio.wait_for(script.holding.wait(), 10)
+    await slack.wait_for(lambda: slack.fake.status_of(CHANNEL, root.ts) == "is pondering…")
+    script.proceed.set()
+    await slack.answers(CHANNEL, root)
+    await slack.wait_for(lambda: slack.fake.status_of(CHANNEL, root.ts) == "")
+
+
+async def test_a_stream_that_slack_ends_mid_answer_is_finished_with_chat_update(
+    slack: Harness,
+) -> None:
+    script = slack.script("long", "first half. ", slack.HOLD, "second half.")
+    await slack.start(stream_max_age=10_000)  # never rolls over on its own
+    root = await slack.fake.user_says(CHANNEL, "long")
+    await asyncio.wait_for(script.holding.wait(), 10)
+    await slack.wait_for(lambda: bool(slack.fake.calls("chat.startStream")))
+    slack.fake.clock.advance(slack.fake.stream_lifetime + 1)
+    script.proceed.set()
+    assert await slack.answers(CHANNEL, root) == [script.text]
+    assert ("chat.appendStream", "message_not_in_streaming_state") in slack.fake.refused or (
+        "chat.stopStream",
+        "message_not_in_streaming_state",
+    ) in slack.fake.refused
+    assert slack.fake.calls("chat.update")
+    assert len(slack.fake.bot_messages(CHANNEL, root.ts)) == 1
+
+
+async def test_an_old_stream_is_rolled_over_into_a_new_message_before_slack_ends_it(
+    slack: Harness,
+) -> None:
+    script = slack.script("longer", "part one. ", slack.HOLD, "part two.", slack.HOLD, " end")
+    await slack.start(stream_max_age=240)
+    root = await slack.fake.user_says(CHANNEL, "longer")
+    await asyncio.wait_for(script.holding.wait(), 10)
+    await slack.wait_for(lambda: bool(slack.fake.calls("chat.startStream")))
+    slack.fake.clock.advance(250)  # older than stream_max_age, younger than Slack's limit
+    script.proceed.set()
+    await slack.wait_for(lambda: len(slack.fake.calls("chat.startStream")) == 2)
+    script.proceed.set()
+    await slack.answers(CHANNEL, root)
+    assert "".join(slack.fake.rendered_thread(CHANNEL, root.ts)) == script.text
+    assert len(slack.fake.calls("chat.startStream")) == 2
+    assert ("chat.appendStream", "message_not_in_streaming_state") not in slack.fake.refused
+
+
+async def test_a_long_answer_is_split_into_messages_with_balanced_fences(slack: Harness) -> None:
+    code = "```python\n" + "\n".join(f"value_{i} = {i}" for i in range(1500)) + "\n```\n\n"
+    reply = paragraphs(40) + "\n\n" + code + paragraphs(30, tag="q")
+    assert len(reply) > 30_000
+    slack.script("essay", reply, chunk=500)
+    await slack.start(message_chars=11_000)
+    root = await slack.fake.user_says(CHANNEL, "essay")
+    await slack.answers(CHANNEL, root)
+    shown = slack.fake.rendered_thread(CHANNEL, root.ts)
+    expected = split_parts(reply, 11_000)
+    assert shown == [part.text for part in expected]
+    assert "".join(part.body for part in expected) == reply
+    assert len(shown) >= 3
+    assert all(len(text) <= 11_000 and fence_at(text) is None for text in shown)
+    assert await stored_answer(slack) == reply
+
+
+async def test_a_long_answer_is_split_in_edit_mode_too(slack: Harness) -> None:
+    reply = paragraphs(60)
+    slack.script("essay", reply, chunk=300)
+    await slack.start(streaming="edit", message_chars=4_000)
+    root = await slack.fake.user_says(CHANNEL, "essay")
+    await slack.answers(CHANNEL, root)
+    shown = slack.fake.rendered_thread(CHANNEL, root.ts)
+    assert shown == [part.text for part in split_parts(reply, 4_000)]
+    assert not slack.fake.calls("chat.startStream")
+
+
+async def test_without_native_streams_the_answer_is_posted_and_edited(slack: Harness) -> None:
+    slack.fake.streams_enabled = False
+    reply = paragraphs(8)
+    slack.script("no streams", reply)
+    await slack.start()
+    root = await slack.fake.user_says(CHANNEL, "no streams")
+    assert await slack.answers(CHANNEL, root) == [reply]
+    root_two = await slack.fake.user_says(CHANNEL, "no streams")
+    assert await slack.answers(CHANNEL, root_two) == [reply]
+    assert len(slack.fake.calls("chat.startStream")) == 1  # refused once, then not tried
+    assert len(slack.fake.calls("chat.postMessage")) == 2
+
+
+async def test_a_rate_limited_chat_update_backs_off_and_the_final_edit_lands(
+    slack: Harness,
+) -> None:
+    reply = paragraphs(10)
+    slack.script("edits", reply, chunk=8, pause=0.003)
+    slack.fake.rate_limit("chat.update", limit=2, seconds=1.0, retry_after=1)
+    await slack.start(
+        streaming="edit", edit_interval=0, flush_chars=20, flush_interval=0.05,
+        updates_per_minute=6_000,
+    )
+    root = await slack.fake.user_says(CHANNEL, "edits")
+    assert await slack.answers(CHANNEL, root) == [reply]
+    assert 1 <= slack.fake.throttled.count("chat.update") <= 3  # honoured, not hammered
+
+
+async def test_the_workspace_edit_budget_bounds_chat_update_calls(slack: Harness) -> None:
+    reply = paragraphs(10)
+    slack.script("budget", reply, chunk=8, pause=0.003)
+    await slack.start(
+        streaming="edit", edit_interval=0, flush_chars=20, flush_interval=0.05,
+        updates_per_minute=6,
+    )
+    root = await slack.fake.user_says(CHANNEL, "budget")
+    assert await slack.answers(CHANNEL, root) == [reply]
+    assert len(slack.fake.calls("chat.update")) <= 2 + 1  # the burst, then only the final edit
+
+
+async def test_a_post_whose_response_was_lost_is_not_posted_twice(slack: Harness) -> None:
+    slack.fake.fail_next("chat.postMessage", lost_response=True)
+    reply = paragraphs(3)
+    slack.script("lost", reply)
+    await slack.start(streaming="edit")
+    root = await slack.fake.user_says(CHANNEL, "lost")
+    assert await slack.answers(CHANNEL, root) == [reply]
+    await slack.settled(CHANNEL, root)
+    assert len(slack.fake.calls("chat.postMessage")) == 1
+    assert len(slack.fake.bot_messages(CHANNEL, root.ts)) == 1
+    assert slack.fake.calls("conversations.replies")
+
+
+async def test_a_stream_start_whose_response_was_lost_is_not_started_twice(
+    slack: Harness,
+) -> None:
+    slack.fake.fail_next("chat.startStream", lost_response=True)
+    reply = paragraphs(3)
+    slack.script("lost", reply)
+    await slack.start()
+    root = await slack.fake.user_says(CHANNEL, "lost")
+    assert await slack.answers(CHANNEL, root) == [reply]
+    await slack.settled(CHANNEL, root)
+    assert len(slack.fake.bot_messages(CHANNEL, root.ts)) == 1
+
+
+async def test_ok_false_is_never_taken_for_success(slack: Harness) -> None:
+    slack.fake.fail_next("chat.appendStream", error="internal_error")
+    script = slack.script("refused", "a" * 100, slack.HOLD, "b" * 300, slack.HOLD, "end")
+    await slack.start(flush_chars=100)
+    root = await slack.fake.user_says(CHANNEL, "refused")
+    await asyncio.wait_for(script.holding.wait(), 10)
+    await slack.wait_for(lambda: bool(slack.fake.calls("chat.startStream")))
+    script.proceed.set()
+    await slack.wait_for(lambda: ("chat.appendStream", "internal_error") in slack.fake.refused)
+    await slack.wait_for(lambda: "b" * 300 in slack.fake.bot_messages(CHANNEL)[0].text)
+    script.proceed.set()
+    assert await slack.answers(CHANNEL, root) == [script.text]
+
+
+async def test_an_interrupted_answer_ends_with_a_marker_and_clears_the_status(
+    slack: Harness,
+) -> None:
+    script = slack.script("stop me", "partial answer", slack.HOLD, "never shown")
+    await slack.start()
+    root = await slack.fake.user_says(CHANNEL, "stop me")
+    await asyncio.wait_for(script.holding.wait(), 10)
+    (thread,) = await slack.threads()
+    await slack.core.client.interrupt(thread.id)
+    assert await slack.answers(CHANNEL, root) == ["partial answer\n\n_(interrupted)_"]
+    await slack.wait_for(lambda: slack.fake.status_of(CHANNEL, root.ts) == "")
+    assert not any(m.stream == "streaming" for m in slack.fake.bot_messages(CHANNEL))
+
+
+async def test_a_failed_turn_ends_with_an_error_marker_and_clears_the_status(
+    slack: Harness,
+) -> None:
+    slack.script("fail", "so far", RuntimeError("model unavailable"))
+    await slack.start()
+    root = await slack.fake.user_says(CHANNEL, "fail")
+    (answer,) = await slack.answers(CHANNEL, root)
+    assert answer.startswith("so far\n\n_(error: ")
+    assert "model unavailable" in answer
+    await slack.wait_for(lambda: slack.fake.status_of(CHANNEL, root.ts) == "")
+    assert not any(m.stream == "streaming" for m in slack.fake.bot_messages(CHANNEL))
+
+
+async def test_broadcast_mentions_in_model_output_never_ping_and_markdown_text_is_used(
+    slack: Harness,
+) -> None:
+    reply = "Hey <!here> and <!channel>: **bold** and `code`"
+    slack.script("ping", reply)
+    await slack.start()
+    root = await slack.fake.user_says(CHANNEL, "ping")
+    assert await slack.answers(CHANNEL, root) == [reply]
+    assert slack.fake.pings() == []
+    sent = [c for c in slack.fake.calls() if c.method.startswith("chat.")]
+    assert all("text" not in c.args for c in sent)
+    assert any("markdown_text" in c.args for c in sent)
+
+
+async def test_a_restart_mid_answer_finishes_the_same_message(slack: Harness) -> None:
+    script = slack.script("restart", "before the restart. ", slack.HOLD, "after it.")
+    conduit = await slack.start()
+    root = await slack.fake.user_says(CHANNEL, "restart")
+    await asyncio.wait_for(script.holding.wait(), 10)
+    await slack.wait_for(lambda: bool(slack.fake.bot_messages(CHANNEL, root.ts)))
+    (first,) = slack.fake.bot_messages(CHANNEL, root.ts)
+    await conduit.stop()
+    script.proceed.set()
+    await slack.start()
+    assert await slack.answers(CHANNEL, root) == [script.text]
+    assert [m.ts for m in slack.fake.bot_messages(CHANNEL, root.ts)] == [first.ts]
+    assert len(slack.fake.calls("chat.startStream")) == 1
+    assert len(slack.fake.calls("chat.postMessage")) == 0
+
