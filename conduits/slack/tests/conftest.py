@@ -23,6 +23,8 @@ from ore_core.bus.streams import BusConfig
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.testing.conduit_conformance import ConduitCore, KitProcessor, RunningConduit
 
+pytest_plugins = ["ore_core.testing"]
+
 TIMEOUT = 10.0
 HOLD = object()
 """In a script, a point where the answer waits until `Script.proceed` is set."""
@@ -194,12 +196,13 @@ async def _core(nats_url: str, store: MemoryStore, processor: ScriptedKit) -> Co
 
 
 @pytest_asyncio.fixture
-async def slack(nats_url: str) -> AsyncIterator[Harness]:
+async def slack(ore_nats_url: str) -> AsyncIterator[Harness]:
     """The harness of one test (the conduit is not started: `await slack.start()`)."""
     from ore_core.conduit import ConduitClient
 
     store = MemoryStore()
     processor = ScriptedKit()
+    nats_url = ore_nats_url
     service = await _core(nats_url, store, processor)
     fake = await FakeSlack(FakeClock()).start()
     client = await ConduitClient.connect(nats_url, name="test", reconnect_wait=0.05)
