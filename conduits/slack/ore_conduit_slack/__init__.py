@@ -6,8 +6,8 @@ and the `[plugins.slack]` table (see `SlackConfig` and the README).
 `ore_conduit_slack.testing` has a fake Slack for tests.
 """
 
-from ore_conduit_slack.config import MissingSecret, SlackConfig
 from ore_conduit_slack.conduit import SlackConduit
+from ore_conduit_slack.config import MissingSecret, SlackConfig
 from ore_conduit_slack.ids import SlackThread, event_id, traceparent_of
 from ore_conduit_slack.text import Part, neutralise, split_parts
 

@@ -91,7 +91,9 @@ class Budget:
 
     async def take(self) -> None:
         """Wait for a token and take it."""
-        while not self.try_take():
+        while True:
+            if self.try_take():
+                return
             await asyncio.sleep(self.wait_time())
 
 
@@ -165,5 +167,8 @@ class SlackApi:
         return max(0.0, self._blocked.get((team, method), 0.0) - self.now())
 
     async def _wait_unblocked(self, team: str, method: str) -> None:
-        while (pause := self.blocked_for(team, method)) > 0:
+        while True:
+            pause = self.blocked_for(team, method)
+            if pause <= 0:
+                return
             await asyncio.sleep(pause)

@@ -142,7 +142,8 @@ def _bolt_app(
 async def _serve_socket_mode(app: AsyncApp, app_token: str, config: SlackConfig) -> None:
     handler = AsyncSocketModeHandler(app, app_token, ping_interval=config.ping_interval)
     try:
-        await handler.connect_async()
+        connect: Callable[[], Awaitable[None]] = handler.connect_async  # untyped in Bolt
+        await connect()
         await asyncio.Event().wait()  # until cancelled
     finally:
         await asyncio.shield(_close(handler.client.close))
@@ -154,10 +155,8 @@ async def _serve_http(
     runner = web.AppRunner(app.web_app(path=config.http_path), handle_signals=False)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, config.http_host, config.http_port)
-        await site.start()
-        server = site._server
-        port = server.sockets[0].getsockname()[1] if server is not None else config.http_port
+        await web.TCPSite(runner, config.http_host, config.http_port).start()
+        port = int(runner.addresses[0][1])
         url = f"http://{config.http_host}:{port}{config.http_path}"
         log.info("slack events endpoint listening", url=url)
         if ready is not None:

@@ -411,7 +411,9 @@ class ThreadRenderer:
             segment = text[message.start :]
             if self._too_old(message) and not final and len(prefix + segment) > len(message.shown):
                 cut = len(text)
-                await self._close(answer, message, self._closed_text(prefix, text[message.start : cut]))
+                await self._close(
+                    answer, message, self._closed_text(prefix, text[message.start : cut])
+                )
                 await self._open(answer, cut, fence_at(prefix + text[message.start : cut]), text)
                 continue
             parts = split_parts(segment, self.config.message_chars, open_fence=message.fence)
@@ -571,13 +573,19 @@ class ThreadRenderer:
         team = self.out.team(self.slack.team)
         if self.api.now() - message.edited_at < self.config.edit_interval:
             return
-        if self.api.blocked_for(self.slack.team, "chat.update") > 0 or not team.updates.try_take(reserve=1):
+        if self.api.blocked_for(self.slack.team, "chat.update") > 0 or not team.updates.try_take(
+            reserve=1
+        ):
             return  # over the workspace's edit budget (one edit is kept for final texts)
         await self._update(message, target)
 
     async def _update(self, message: _Message, text: str, metadata: Any = None) -> None:
         assert self.slack is not None
-        args: dict[str, Any] = {"channel": self.slack.channel, "ts": message.ts, "markdown_text": text}
+        args: dict[str, Any] = {
+            "channel": self.slack.channel,
+            "ts": message.ts,
+            "markdown_text": text,
+        }
         if metadata is not None:
             args["metadata"] = metadata
         await self.api.call("chat.update", self.slack.team, **args)
@@ -586,7 +594,9 @@ class ThreadRenderer:
         if metadata is not None:
             message.tagged_last = bool(metadata["event_payload"].get("last"))
 
-    async def _close(self, answer: _Answer, message: _Message, text: str, last: bool = False) -> None:
+    async def _close(
+        self, answer: _Answer, message: _Message, text: str, last: bool = False
+    ) -> None:
         """Finish a message: it shows `text` for good."""
         assert self.slack is not None
         metadata = self._metadata(answer, answer.messages.index(message), last)
@@ -652,7 +662,9 @@ class ThreadRenderer:
     async def _drop_extra(self, answer: _Answer, text: str) -> None:
         """Messages past the end of the final text (left by a rewrite) are deleted."""
         assert self.slack is not None
-        while answer.messages and answer.messages[-1].start >= len(text) and len(answer.messages) > 1:
+        while (
+            answer.messages and answer.messages[-1].start >= len(text) and len(answer.messages) > 1
+        ):
             extra = answer.messages.pop()
             try:
                 await self.api.call(

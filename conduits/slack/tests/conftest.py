@@ -59,9 +59,7 @@ class ScriptedKit(KitProcessor):
         self.scripts: dict[str, Script] = {}
 
     async def __call__(self, ctx: TurnContext) -> None:
-        said = " ".join(
-            a.content for a in ctx.turns()[-1].artifacts if isinstance(a, Text)
-        )
+        said = " ".join(a.content for a in ctx.turns()[-1].artifacts if isinstance(a, Text))
         script = self.scripts.get(said)
         if self.gated is not None or script is None:
             await super().__call__(ctx)
@@ -153,8 +151,10 @@ class Harness:
     async def settled(self, channel: str, root: FakeMessage) -> None:
         """Until the conduit has finished the thread's answers (their status is cleared)."""
         await self.wait_for(
-            lambda: any(s == (channel, root.ts, "") for s in self.fake.statuses)
-            and self.fake.status_of(channel, root.ts) == ""
+            lambda: (
+                any(s == (channel, root.ts, "") for s in self.fake.statuses)
+                and self.fake.status_of(channel, root.ts) == ""
+            )
         )
 
     async def threads(self) -> list[Thread]:
@@ -216,4 +216,3 @@ async def slack(ore_nats_url: str) -> AsyncIterator[Harness]:
         await fake.close()
         await harness.core.service.stop(grace=0)
         await store.close()
-

@@ -59,7 +59,7 @@ async def test_an_event_is_acked_at_once_while_the_core_is_down_and_answered_whe
     envelope = await slack.fake.deliver(
         slack.fake.callback(slack.fake.message_event(message, event_type="app_mention"))
     )
-    await slack.fake.wait_ack(envelope, timeout=3.0)  # Slack's limit; nothing answered yet
+    await slack.fake.wait_ack(envelope, within=3.0)  # Slack's limit; nothing answered yet
     assert slack.fake.answers(CHANNEL, message.ts) == []
     await slack.restart_core()
     assert await slack.answers(CHANNEL, message) == ["echo: patience"]
@@ -73,8 +73,12 @@ async def test_the_bots_own_messages_other_bots_and_its_own_edits_are_ignored(
     root = await fake.user_says(CHANNEL, "start")
     assert await slack.answers(CHANNEL, root) == ["echo: start"]
     mine = fake.bot_messages(CHANNEL, root.ts)[0]
-    own = fake.add_message(CHANNEL, f"<@{fake.bot_user}> me", user=fake.bot_user, bot_id=fake.bot_id, thread_ts=root.ts)
-    other = fake.add_message(CHANNEL, f"<@{fake.bot_user}> loop?", bot_id="BOTHER", thread_ts=root.ts)
+    own = fake.add_message(
+        CHANNEL, f"<@{fake.bot_user}> me", user=fake.bot_user, bot_id=fake.bot_id, thread_ts=root.ts
+    )
+    other = fake.add_message(
+        CHANNEL, f"<@{fake.bot_user}> loop?", bot_id="BOTHER", thread_ts=root.ts
+    )
     for message in (own, other):
         await fake.deliver(fake.callback(fake.message_event(message)))
         await fake.deliver(fake.callback(fake.message_event(message, event_type="app_mention")))
@@ -168,7 +172,9 @@ async def test_an_http_retry_makes_one_user_message_and_one_answer(slack: Harnes
     assert await fake.post_event(slack.http_url, payload) == 200
     for retry in (1, 2):
         assert await fake.post_event(slack.http_url, payload, retry_num=retry) == 200
-    follow = fake.add_message(CHANNEL, f"<@{fake.bot_user}> twice", user="UALICE", thread_ts=message.ts)
+    follow = fake.add_message(
+        CHANNEL, f"<@{fake.bot_user}> twice", user="UALICE", thread_ts=message.ts
+    )
     follow_payload = fake.callback(fake.message_event(follow, event_type="app_mention"))
     assert await fake.post_event(slack.http_url, follow_payload) == 200
     assert await slack.answers(CHANNEL, message, 2) == ["echo: once", "echo: twice"]

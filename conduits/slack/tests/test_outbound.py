@@ -168,7 +168,10 @@ async def test_a_rate_limited_chat_update_backs_off_and_the_final_edit_lands(
     slack.script("edits", reply, chunk=8, pause=0.003)
     slack.fake.rate_limit("chat.update", limit=2, seconds=1.0, retry_after=1)
     await slack.start(
-        streaming="edit", edit_interval=0, flush_chars=20, flush_interval=0.05,
+        streaming="edit",
+        edit_interval=0,
+        flush_chars=20,
+        flush_interval=0.05,
         updates_per_minute=6_000,
     )
     root = await slack.fake.user_says(CHANNEL, "edits")
@@ -180,7 +183,10 @@ async def test_the_workspace_edit_budget_bounds_chat_update_calls(slack: Harness
     reply = paragraphs(10)
     slack.script("budget", reply, chunk=8, pause=0.003)
     await slack.start(
-        streaming="edit", edit_interval=0, flush_chars=20, flush_interval=0.05,
+        streaming="edit",
+        edit_interval=0,
+        flush_chars=20,
+        flush_interval=0.05,
         updates_per_minute=6,
     )
     root = await slack.fake.user_says(CHANNEL, "budget")
@@ -283,4 +289,3 @@ async def test_a_restart_mid_answer_finishes_the_same_message(slack: Harness) ->
     assert [m.ts for m in slack.fake.bot_messages(CHANNEL, root.ts)] == [first.ts]
     assert len(slack.fake.calls("chat.startStream")) == 1
     assert len(slack.fake.calls("chat.postMessage")) == 0
-

@@ -131,10 +131,6 @@ class _Window:
     stamps: deque[float] = field(default_factory=deque)
 
 
-class _LostResponse(Exception):
-    """The call was carried out; its answer must never reach the client."""
-
-
 class FakeSlack:
     """See the module docstring. `start()` it, `close()` it; `api_url` for the client."""
 
@@ -178,11 +174,8 @@ class FakeSlack:
         app.router.add_get("/link", self._link)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server
-        assert server is not None
-        self.port = server.sockets[0].getsockname()[1]
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.port = int(self._runner.addresses[0][1])
         return self
 
     async def close(self) -> None:
@@ -216,9 +209,9 @@ class FakeSlack:
         async with self._changed:
             self._changed.notify_all()
 
-    async def wait_until(self, predicate: Any, timeout: float = 10.0) -> None:
+    async def wait_until(self, predicate: Any, within: float = 10.0) -> None:
         """Wait until `predicate()` is true (re-checked on every change the fake sees)."""
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(within):
             async with self._changed:
                 await self._changed.wait_for(predicate)
 
@@ -400,7 +393,10 @@ class FakeSlack:
         previous = message.to_json()
         message.text = text
         message.edits += 1
-        edited = {**message.to_json(), "edited": {"user": user or message.user, "ts": self._next_ts()}}
+        edited = {
+            **message.to_json(),
+            "edited": {"user": user or message.user, "ts": self._next_ts()},
+        }
         return {
             "type": "message",
             "subtype": "message_changed",
@@ -458,9 +454,9 @@ class FakeSlack:
         """True while an app socket is open."""
         return bool(self._sockets)
 
-    async def wait_connected(self, connections: int = 1, timeout: float = 10.0) -> None:
+    async def wait_connected(self, connections: int = 1, within: float = 10.0) -> None:
         """Wait until the app has opened `connections` sockets in all, and one is open."""
-        await self.wait_until(lambda: self.connections >= connections and self.connected, timeout)
+        await self.wait_until(lambda: self.connections >= connections and self.connected, within)
 
     async def deliver(
         self, payload: Mapping[str, Any], *, retry_attempt: int = 0, retry_reason: str = ""
@@ -482,9 +478,9 @@ class FakeSlack:
         await socket.send_json(envelope)
         return envelope_id
 
-    async def wait_ack(self, envelope_id: str, timeout: float = 3.0) -> None:
+    async def wait_ack(self, envelope_id: str, within: float = 3.0) -> None:
         """Wait until the app acknowledged the envelope (Slack's limit is 3 s)."""
-        await self.wait_until(lambda: envelope_id in self.acks, timeout)
+        await self.wait_until(lambda: envelope_id in self.acks, within)
 
     async def disconnect(self, reason: str = "refresh_requested") -> None:
         """Ask the app to reconnect, as Slack does every few hours."""
@@ -517,7 +513,10 @@ class FakeSlack:
         body = json.dumps(payload).encode()
         stamp = str(int(time.time() - age))
         secret = (signing_secret or self.signing_secret).encode()
-        signature = "v0=" + hmac.new(secret, b"v0:" + stamp.encode() + b":" + body, hashlib.sha256).hexdigest()
+        signature = (
+            "v0="
+            + hmac.new(secret, b"v0:" + stamp.encode() + b":" + body, hashlib.sha256).hexdigest()
+        )
         headers = {"Content-Type": "application/json"}
         if signed:
             headers["X-Slack-Request-Timestamp"] = stamp
@@ -527,10 +526,12 @@ class FakeSlack:
             headers["X-Slack-Retry-Reason"] = "http_timeout"
         if tamper:
             body = body.replace(b'"text": "', b'"text": "tampered ', 1)
-        async with aiohttp.ClientSession() as session:
-            async with session.post(url, data=body, headers=headers) as response:
-                await response.read()
-                return response.status
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(url, data=body, headers=headers) as response,
+        ):
+            await response.read()
+            return response.status
 
     # -- the Web API ------------------------------------------------------------------
 

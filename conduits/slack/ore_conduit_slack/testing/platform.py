@@ -7,7 +7,6 @@ the conduit finished (its last message carries `last` in its metadata).
 
 from __future__ import annotations
 
-
 from ore_conduit_slack.testing.fake import FakeMessage, FakeSlack
 
 __all__ = ["SlackPlatform"]
@@ -37,7 +36,7 @@ class SlackPlatform:
     async def wait_until_ready(self) -> None:
         """Until the conduit has (re)opened its socket since the last call."""
         self._connections += 1
-        await self.fake.wait_connected(self._connections, timeout=self.patience)
+        await self.fake.wait_connected(self._connections, within=self.patience)
 
     async def post_user_message(self, conversation: str, text: str, message_id: str) -> None:
         """An @mention (the thread root, or a reply in it); a repeated id redelivers it."""
@@ -65,7 +64,7 @@ class SlackPlatform:
             root = self.roots.get(conversation)
             return [] if root is None else self.fake.answers(channel, root.ts)
 
-        await self.fake.wait_until(lambda: len(answers()) > seen, timeout=self.patience)
+        await self.fake.wait_until(lambda: len(answers()) > seen, within=self.patience)
         self._read[conversation] = seen + 1
         return answers()[seen]
 
@@ -79,5 +78,3 @@ class SlackPlatform:
     async def close(self) -> None:
         """Stop the fake."""
         await self.fake.close()
-
-
