@@ -59,10 +59,13 @@ def split_parts(text: str, limit: int, *, open_fence: str | None = None) -> list
         if len(prefix) + len(rest) <= limit and fence_at(prefix + rest) is None:
             parts.append(Part(prefix + rest, rest))
             return parts
-        room = limit - len(prefix) - len(_CLOSE)
+        room = limit - len(prefix)
         cut = _cut(rest, room)
+        ends_in = fence_at(prefix + rest[:cut])
+        if ends_in is not None:  # the part must close its fence: leave room for it
+            cut = _cut(rest, room - len(_CLOSE))
+            ends_in = fence_at(prefix + rest[:cut])
         body = rest[:cut]
-        ends_in = fence_at(prefix + body)
         shown = prefix + body
         if ends_in is not None:
             shown = shown.rstrip("\n") + _CLOSE
