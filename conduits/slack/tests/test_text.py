@@ -34,7 +34,7 @@ def test_a_cut_prefers_a_paragraph_then_a_line_then_a_space() -> None:
 
 def test_a_fence_cut_in_two_is_closed_and_reopened_with_its_language() -> None:
     code = "```python\n" + "\n".join(f"line_{i} = {i}" for i in range(40)) + "\n```"
-    first, second, *rest = split_parts(code, 200)
+    first, second, *_ = split_parts(code, 200)
     assert first.text.endswith("\n```")
     assert second.text.startswith("```python\n")
     assert fence_at(first.text) is None
