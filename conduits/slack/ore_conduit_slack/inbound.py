@@ -114,6 +114,8 @@ class Lanes:
                 await job()
             except OreError as exc:
                 log.error("slack event not handled", lane=key, error=str(exc))
+            except Exception:  # a bug handling one event must not stop the others
+                log.exception("slack event not handled", lane=key)
         del self._queues[key]
 
 

@@ -246,8 +246,10 @@ class ThreadRenderer:
     async def _safely(self, step: Callable[..., Any], *args: Any) -> None:
         try:
             await step(*args)
-        except (OreError, KeyError, ValueError) as exc:
+        except OreError as exc:
             log.error("slack rendering failed", thread_id=self.thread_id, error=str(exc))
+        except Exception:  # a bug rendering one event must not stop the other threads
+            log.exception("slack rendering failed", thread_id=self.thread_id)
 
     async def _slack_thread(self) -> SlackThread | None:
         """The Slack thread of the ore thread (None: not a Slack thread); retried while away."""

@@ -185,3 +185,14 @@ async def test_http_mode_answers_slacks_url_verification(slack: Harness) -> None
     await slack.start(mode="http", http_host="127.0.0.1", http_port=0)
     challenge = {"type": "url_verification", "challenge": "abc123", "token": "x"}
     assert await slack.fake.post_event(slack.http_url, challenge) == 200
+
+
+async def test_a_thread_keeps_its_ore_thread_across_a_conduit_restart(slack: Harness) -> None:
+    conduit = await slack.start()
+    root = await slack.fake.user_says(CHANNEL, "remember me")
+    await slack.answers(CHANNEL, root)
+    await conduit.stop()
+    await slack.start()
+    await slack.fake.user_says(CHANNEL, "still me?", thread_ts=root.ts, mention=False)
+    assert await slack.answers(CHANNEL, root, 2) == ["echo: remember me", "echo: still me?"]
+    assert await slack.user_texts() == [["remember me", "still me?"]]

@@ -148,3 +148,13 @@ async def test_ore_conduit_slack_with_a_wrong_token_exits_1_naming_it(
     assert result.returncode == 1
     (line,) = result.stderr.splitlines()
     assert line.startswith("Error: SLACK_BOT_TOKEN was refused by Slack (auth.test: invalid_auth)")
+
+
+def test_the_readme_settings_table_is_valid() -> None:
+    import tomllib
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    block = readme.split("```toml\n", 1)[1].split("```", 1)[0]
+    section = tomllib.loads(block)["plugins"]["slack"]
+    config = SlackConduit.load_config(section)
+    assert config == SlackConfig()  # the README shows the defaults
