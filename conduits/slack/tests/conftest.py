@@ -3,7 +3,9 @@
 `slack` is a `Harness`: a `FakeSlack` (with a `FakeClock`), a real ore core
 (`CoreService` on the test's nats-server, MemoryStore) whose processor plays scripted
 answers, and the conduit run as `ore conduit slack` runs it (its own client, a task).
-Tests run in pytest's importlib mode: test modules import nothing from here at runtime.
+The `ore_*` fixtures come from the ore pytest kit, enabled in the repository's top-level
+conftest.py. Tests run in pytest's importlib mode: test modules import nothing from here
+at runtime.
 """
 
 from __future__ import annotations
@@ -22,8 +24,6 @@ from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.testing.conduit_conformance import ConduitCore, KitProcessor, RunningConduit
-
-pytest_plugins = ["ore_core.testing"]
 
 TIMEOUT = 10.0
 HOLD = object()
