@@ -247,6 +247,18 @@ async def test_fork_of_a_stored_thread_is_saved(client: ConduitClient, manager: 
     assert (await manager.store.get("t-1")).current_tip == user_turn.id
 
 
+async def test_fork_at_no_turn_makes_the_next_message_a_new_root(
+    client: ConduitClient, manager: Manager
+) -> None:
+    stream = await manager.create_with_id("t-1")
+    await stream.process(message("one"))
+    assert await client.fork("t-1", "") == ""
+    await stream.process(message("instead"))
+    path = await client.turns("t-1")
+    assert [turn.parent_id for turn in path] == ["", path[0].id]
+    assert (await client.get_thread("t-1")).turns == 4
+
+
 async def test_fork_to_an_unknown_turn_is_a_404(client: ConduitClient) -> None:
     await client.create_thread("t-1")
     error = await api_error(client.fork("t-1", "nope"))
