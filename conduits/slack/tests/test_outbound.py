@@ -289,3 +289,20 @@ async def test_a_restart_mid_answer_finishes_the_same_message(slack: Harness) ->
     assert [m.ts for m in slack.fake.bot_messages(CHANNEL, root.ts)] == [first.ts]
     assert len(slack.fake.calls("chat.startStream")) == 1
     assert len(slack.fake.calls("chat.postMessage")) == 0
+
+
+async def test_a_stream_nearing_slacks_size_cap_continues_in_a_new_message(
+    slack: Harness,
+) -> None:
+    slack.fake.markdown_limit = 5_000  # Slack's cap on one streamed message, scaled down
+    head = paragraphs(40)  # ~10,000 characters
+    script = slack.script("big", head, slack.HOLD, "\n\nthe end")
+    await slack.start(message_chars=4_800, flush_chars=500)
+    root = await slack.fake.user_says(CHANNEL, "big")
+    await asyncio.wait_for(script.holding.wait(), 10)
+    await slack.wait_for(lambda: len(slack.fake.calls("chat.startStream")) >= 2)
+    script.proceed.set()
+    await slack.answers(CHANNEL, root)
+    shown = slack.fake.rendered_thread(CHANNEL, root.ts)
+    assert shown == [part.text for part in split_parts(script.text, 4_800)]
+    assert ("chat.appendStream", "msg_too_long") not in slack.fake.refused
