@@ -107,7 +107,6 @@ class SlackApi:
         self.client = client
         self._loop = asyncio.get_running_loop()
         self._blocked: dict[tuple[str, str], float] = {}  # (team, method) -> loop time
-        self.throttled = 0  # calls Slack throttled (for logs and tests)
 
     def now(self) -> float:
         """The clock of rate limits (the event loop's)."""
@@ -152,7 +151,6 @@ class SlackApi:
         return data
 
     def _throttle(self, team: str, method: str, headers: Any) -> None:
-        self.throttled += 1
         try:
             pause = float((headers or {}).get("retry-after") or _DEFAULT_RETRY_AFTER)
         except (TypeError, ValueError):

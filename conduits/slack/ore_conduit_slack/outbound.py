@@ -114,7 +114,6 @@ class _Answer:
 
     trace: str
     user: str = ""
-    event_id: str = ""
     raw: str = ""  # the streamed text (deltas; text artifacts joined once complete)
     texts: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
@@ -287,10 +286,7 @@ class ThreadRenderer:
                     del self.answers[trace]
                     return
         self.out.active[trace] = self.thread_id
-        if isinstance(event, TurnCompleteEvent):
-            if event.turn.role == Role.USER:
-                answer.event_id = event.turn.event_id
-        elif isinstance(event, LifecycleEvent):
+        if isinstance(event, LifecycleEvent):
             if event.phase == "submitted":
                 await self._status(answer, self.config.status)
             elif event.phase == "cancelled":
@@ -461,8 +457,6 @@ class ThreadRenderer:
         message.started_at = started_at
         message.edited_at = self.api.now()
         answer.messages.append(message)
-        if answer.status_set and not native:
-            answer.status_set = True  # Slack clears it on a reply; cleared again at the end
         await self._save(answer)
 
     def _native(self, answer: _Answer) -> bool:
@@ -470,14 +464,15 @@ class ThreadRenderer:
         assert self.slack is not None
         if answer.native is None:
             team = self.out.team(self.slack.team)
-            recipient = bool(answer.user) or self.slack.channel.startswith("D")
+            person = answer.user.startswith(("U", "W"))  # not a bot: streams address people
+            recipient = person or self.slack.channel.startswith("D")
             answer.native = team.can_stream and recipient and team.starts.try_take()
         return answer.native
 
     async def _create(
         self, answer: _Answer, part: int, content: str, native: bool, last: bool
     ) -> str | None:
-        """Post (or start streaming) one message; its ts. None: streams are refused here."""
+        """Post (or start streaming) one message; its ts. None: the stream was refused."""
         assert self.slack is not None
         thread = self.slack
         if native:
@@ -503,12 +498,12 @@ class ThreadRenderer:
                 reply = await self.api.call(method, thread.team, **args)
                 return str(reply["ts"])
             except SlackError as exc:
-                if native and exc.error in _NO_STREAMS:
-                    log.info("native streams refused: posting", error=exc.error)
-                    if self.config.streaming == "auto":
-                        self.out.team(thread.team).can_stream = False
-                    return None
-                raise
+                if not native:
+                    raise
+                log.info("stream refused: posting instead", error=exc.error)
+                if exc.error in _NO_STREAMS and self.config.streaming == "auto":
+                    self.out.team(thread.team).can_stream = False
+                return None
             except Ambiguous:
                 found = await self._find(answer, part, content)
                 if found is not None:
@@ -640,7 +635,7 @@ class ThreadRenderer:
                 text = f"{text}\n\n{marker}" if text else marker
             if text:
                 if answer.messages and not self._consistent(answer, text):
-                    await self._rewrite(answer)
+                    self._rewrite(answer)
                 await self._show(answer, text, final=True)
                 await self._drop_extra(answer, text)
                 await self._save(answer, final=True)
@@ -655,7 +650,7 @@ class ThreadRenderer:
         last = answer.messages[-1]
         return last.start <= len(text)
 
-    async def _rewrite(self, answer: _Answer) -> None:
+    def _rewrite(self, answer: _Answer) -> None:
         """The final text does not fit the closed messages: restart from the first one."""
         answer.messages[1:] = []
         first = answer.messages[0]
