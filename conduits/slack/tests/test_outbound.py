@@ -306,3 +306,15 @@ async def test_a_stream_nearing_slacks_size_cap_continues_in_a_new_message(
     shown = slack.fake.rendered_thread(CHANNEL, root.ts)
     assert shown == [part.text for part in split_parts(script.text, 4_800)]
     assert ("chat.appendStream", "msg_too_long") not in slack.fake.refused
+
+
+async def test_a_ratelimited_answer_with_http_200_is_honoured_too(slack: Harness) -> None:
+    slack.fake.fail_next("chat.update", error="ratelimited")
+    script = slack.script("polite", "first", slack.HOLD, " and second")
+    await slack.start(streaming="edit")
+    root = await slack.fake.user_says(CHANNEL, "polite")
+    await asyncio.wait_for(script.holding.wait(), 10)
+    await slack.wait_for(lambda: bool(slack.fake.calls("chat.postMessage")))
+    script.proceed.set()
+    assert await slack.answers(CHANNEL, root) == [script.text]
+    assert ("chat.update", "ratelimited") in slack.fake.refused
