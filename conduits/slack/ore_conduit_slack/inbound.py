@@ -55,6 +55,7 @@ log = structlog.get_logger("ore.conduit.slack")
 _WRITTEN = frozenset({None, "", "file_share", "thread_broadcast", "bot_message"})
 _FORK_PATIENCE = 10.0  # seconds an edit waits for the interrupted answer to end
 _CORE_PATIENCE = 60.0  # seconds a message waits for the core to come (back)
+_FOREIGN_TTL = 300.0  # seconds a thread found not to be the bot's is not asked about again
 _LINK = re.compile(r"<(https?://[^|>]+)\|[^>]*>")
 
 Job = Callable[[], Awaitable[None]]
@@ -148,6 +149,7 @@ class Inbound:
         self._edits: dict[str, str] = {}  # event id -> the id of its latest edit
         self.seen = TtlSet(config.dedupe_ttl, api.now)
         self._owned: set[str] = set()  # thread keys known to be the bot's
+        self._foreign = TtlSet(_FOREIGN_TTL, api.now)  # thread keys recently found not to be
 
     def accept(self, body: Mapping[str, Any]) -> None:
         """Take one `event_callback` body (already acknowledged); never blocks."""
@@ -249,6 +251,8 @@ class Inbound:
         """Is the bot part of the Slack thread? (It wrote in it, or was mentioned in it.)"""
         if thread.key in self._owned:
             return True
+        if not self._foreign.add(thread.key):
+            return False  # asked recently (a mention since would have made it the bot's)
         try:
             replies = await self.api.call(
                 "conversations.replies",
@@ -259,6 +263,7 @@ class Inbound:
             )
         except (SlackError, Ambiguous) as exc:
             log.warning("cannot read a thread", channel=thread.channel, error=str(exc))
+            self._foreign.discard(thread.key)
             return False
         mention = f"<@{self.identity.user_id}>"
         for message in replies.get("messages") or []:
@@ -268,7 +273,7 @@ class Inbound:
             ):
                 self._owned.add(thread.key)
                 return True
-        return False
+        return False  # remembered in _foreign for a while
 
     # -- edits and deletes ---------------------------------------------------------
 

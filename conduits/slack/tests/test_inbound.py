@@ -196,3 +196,18 @@ async def test_a_thread_keeps_its_ore_thread_across_a_conduit_restart(slack: Har
     await slack.fake.user_says(CHANNEL, "still me?", thread_ts=root.ts, mention=False)
     assert await slack.answers(CHANNEL, root, 2) == ["echo: remember me", "echo: still me?"]
     assert await slack.user_texts() == [["remember me", "still me?"]]
+
+
+async def test_a_thread_of_others_is_asked_about_once_and_joined_by_a_mention(
+    slack: Harness,
+) -> None:
+    await slack.start()
+    fake = slack.fake
+    root = fake.add_message(CHANNEL, "people talking", user="UBOB")
+    for text in ("reply one", "reply two"):
+        await fake.user_says(CHANNEL, text, thread_ts=root.ts, mention=False)
+    await slack.wait_for(lambda: bool(fake.calls("conversations.replies")))
+    await fake.user_says(CHANNEL, "now you", thread_ts=root.ts)
+    await fake.user_says(CHANNEL, "and this", thread_ts=root.ts, mention=False)
+    assert await slack.answers(CHANNEL, root, 2) == ["echo: now you", "echo: and this"]
+    assert len(fake.calls("conversations.replies")) == 1
