@@ -32,6 +32,7 @@ __all__ = ["MonotonicClock", "SlackConduit"]
 log = structlog.get_logger("ore.conduit.slack")
 
 _EVENTS = ("app_mention", "message")
+_ACKNOWLEDGED = ("assistant_thread_started", "assistant_thread_context_changed")
 
 
 class MonotonicClock:
@@ -134,8 +135,13 @@ def _bolt_app(
     async def listener(body: dict[str, Any]) -> None:
         inbound.accept(body)  # Bolt acked already (process_before_response=False)
 
+    async def acknowledge_only(body: dict[str, Any]) -> None:
+        """Events of the AI-app split view that need no answer (no warning logged)."""
+
     for event in _EVENTS:
         app.event(event)(listener)
+    for event in _ACKNOWLEDGED:
+        app.event(event)(acknowledge_only)
     return app
 
 

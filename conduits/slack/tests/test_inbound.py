@@ -211,3 +211,18 @@ async def test_a_thread_of_others_is_asked_about_once_and_joined_by_a_mention(
     await fake.user_says(CHANNEL, "and this", thread_ts=root.ts, mention=False)
     assert await slack.answers(CHANNEL, root, 2) == ["echo: now you", "echo: and this"]
     assert len(fake.calls("conversations.replies")) == 1
+
+
+async def test_assistant_thread_events_are_acknowledged_and_answer_nothing(
+    slack: Harness,
+) -> None:
+    await slack.start()
+    started = {
+        "type": "assistant_thread_started",
+        "assistant_thread": {"user_id": "UALICE", "channel_id": "DALICE", "thread_ts": "1.2"},
+    }
+    envelope = await slack.fake.deliver(slack.fake.callback(started))
+    await slack.fake.wait_ack(envelope)
+    sentinel = await slack.fake.user_says(CHANNEL, "sentinel")
+    await slack.answers(CHANNEL, sentinel)
+    assert slack.fake.bot_messages("DALICE") == []
