@@ -34,6 +34,7 @@ from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
 from ore_core import jsonutil
 from ore_core.conduit.connection import NatsCredentials, PermissionWatch
 from ore_core.conduit.feed import Delivery, EventFeed
+from ore_core.conduit.server_support import CONDUIT_FEATURES, check_server
 from ore_core.errors import ApiError, BusError
 from ore_core.events import (
     EventContext,
@@ -187,6 +188,12 @@ class ConduitClient:
             ) from exc
         except (NatsError, OSError) as exc:
             raise BusError(f"cannot connect conduit {name} to NATS at {servers}: {exc}") from exc
+        try:
+            required = max(feature.since for feature in CONDUIT_FEATURES)
+            check_server(nc, required, CONDUIT_FEATURES, who=f"conduit {name}")
+        except BusError:
+            await nc.close()
+            raise
         client = cls(
             nc,
             name=name,
