@@ -18,11 +18,14 @@ from nats.errors import ConnectionClosedError, OutboundBufferLimitError
 from ore_core.artifacts import Delta
 from ore_core.bus.codec import output_headers
 from ore_core.bus.pipeline import Pipeline
-from ore_core.events import ArtifactEvent, OutputEvent, encode_event
+from ore_core.events import ArtifactEvent, ErrorEvent, OutputEvent, encode_event
 from ore_core.session.manager import Manager
 from ore_core.subjects import Subjects
 
-__all__ = ["Egress"]
+__all__ = ["STORAGE_FULL", "Egress"]
+
+STORAGE_FULL = "storage_full"
+"""`code` of the error event a user gets while a JetStream limit holds their answer."""
 
 log = structlog.get_logger("ore.bus")
 
@@ -38,8 +41,11 @@ class Egress:
         self._nc = nc
         self._subjects = subjects
         self._pipeline = pipeline
+        self._events_prefix = subjects.events_wildcard[:-1]
         self._cache: dict[str, tuple[str, str]] = {}
+        self._told: set[str] = set()  # threads told that their answer waits for space
         self.dropped_deltas = 0
+        pipeline.watch_limits(reached=self._limit_reached, cleared=self._told.clear)
 
     def attach(self, manager: Manager) -> Callable[[], Awaitable[None]]:
         """Receive every event of `manager`'s streams; returns the async unregister.
@@ -72,6 +78,21 @@ class Egress:
         await self._publish_live(
             self._subjects_of(thread_id)[1], encode_event(event), output_headers(event)
         )
+
+    async def _limit_reached(self, subject: str, reason: str) -> None:
+        """A stored event of a thread is held by a JetStream limit: tell its users once."""
+        if not subject.startswith(self._events_prefix):
+            return  # a dead-letter record: the operator's log line is enough
+        thread_id = self._subjects.thread_id_of(subject)
+        if thread_id in self._told:
+            return
+        self._told.add(thread_id)
+        message = (
+            f"ore cannot store its answer right now: a JetStream limit of the NATS server "
+            f"is reached ({reason}). Nothing is lost: the answer follows once the operator "
+            "frees space"
+        )
+        await self.reply(thread_id, ErrorEvent(message=message, code=STORAGE_FULL))
 
     async def _publish_live(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
         try:

@@ -6,7 +6,9 @@ the order they were stored. A valid message is submitted to the thread's stream 
 acknowledged when the stream reports it completely handled and saved; a turn cut
 short by shutdown stays unacknowledged and is redelivered (the stream recognises a
 message it has seen by its event id). While a message waits or runs, a ticker tells
-the server it is in progress, so long turns are not redelivered meanwhile.
+the server it is in progress, so long turns are not redelivered meanwhile. While a
+JetStream limit holds the core's output back (`Pipeline.full`), no message is
+acknowledged: handled ones wait, kept in progress, and come back if the worker dies.
 
 Bad input (protocol.md "Rejected input") is acknowledged at once, answered with an
 `error` then `lifecycle: done` on `P.out.T` when the thread id is valid, logged, and
@@ -118,6 +120,7 @@ class Ingress:
         self._helpers: list[asyncio.Task[None]] = []
         self._idle: asyncio.Future[None] | None = None
         self._stopping = False
+        pipeline.watch_limits(cleared=self._ack_wakeup.set)
 
     # -- state ------------------------------------------------------------------
 
@@ -316,10 +319,12 @@ class Ingress:
             idle.set_result(None)
 
     async def _ack_loop(self) -> None:
+        # While a JetStream limit holds output (`pipeline.full`), handled messages stay
+        # unacknowledged: if the worker dies before space frees, they come back.
         while True:
             await self._ack_wakeup.wait()
             self._ack_wakeup.clear()
-            while self._acks:
+            while self._acks and self._pipeline.full is None:
                 await self._settle(self._acks.popleft().ack)
 
     async def _progress_loop(self) -> None:
@@ -335,6 +340,9 @@ class Ingress:
                     else:
                         await self._settle(delivery.msg.in_progress)
                 self._forget_if_empty(thread_id)
+            if self._pipeline.full is not None:
+                for msg in list(self._acks):  # handled, ack held back: not to redeliver
+                    await self._settle(msg.in_progress)
 
     @staticmethod
     async def _settle(action: Callable[[], Awaitable[object]]) -> None:

@@ -142,11 +142,12 @@ class CoreService:
             and self._ingress is not None
             and self._ingress.running
             and self._stopping is None
+            and (self._pipeline is None or self._pipeline.full is None)
         )
 
     @property
     def ready(self) -> bool:
-        """Connected, streams set up and every partition being pulled."""
+        """Connected, streams set up, every partition pulled, no JetStream limit reached."""
         return self._ready()
 
     # -- lifetime -----------------------------------------------------------------

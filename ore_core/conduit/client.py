@@ -34,7 +34,7 @@ from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
 from ore_core import jsonutil
 from ore_core.conduit.connection import NatsCredentials, PermissionWatch
 from ore_core.conduit.feed import Delivery, EventFeed
-from ore_core.conduit.server_support import CONDUIT_FEATURES, check_server
+from ore_core.conduit.server_support import CONDUIT_FEATURES, LIMIT_ERROR_CODES, check_server
 from ore_core.errors import ApiError, BusError
 from ore_core.events import (
     EventContext,
@@ -393,6 +393,12 @@ class ConduitClient:
                     error=type(exc).__name__,
                 )
             except APIError as exc:
+                if exc.err_code in LIMIT_ERROR_CODES:
+                    raise BusError(
+                        f"ore's ingress stream is full ({exc.description}): {event.kind} "
+                        f"{event.id} was not accepted; send it again later (the NATS operator "
+                        "must free JetStream space)"
+                    ) from exc
                 raise BusError(f"JetStream refused {event.kind} {event.id}: {exc}") from exc
             except NatsError as exc:
                 raise BusError(f"could not send {event.kind} {event.id}: {exc}") from exc

@@ -31,6 +31,7 @@ __all__ = [
     "CORE_FEATURES",
     "DIRECT_GET",
     "JETSTREAM",
+    "LIMIT_ERROR_CODES",
     "MIN_SERVER_VERSION",
     "PER_KEY_TTL",
     "PRIORITY_GROUPS",
@@ -97,6 +98,13 @@ CORE_FEATURES: tuple[Feature, ...] = (JETSTREAM,)
 
 CONDUIT_FEATURES: tuple[Feature, ...] = (JETSTREAM, REPUBLISH)
 """What a conduit needs: publishing with acks into ORE_IN and republished output."""
+
+
+LIMIT_ERROR_CODES = frozenset({10023, 10028, 10047, 10077})
+"""JetStream `err_code`s of a publish refused by a limit: insufficient resources,
+memory or storage resources exceeded, and a stream's own limits (`maximum bytes
+exceeded`, `maximum messages per subject exceeded`, ... with discard new). Space may
+free up: such a publish is held and sent again, never given up."""
 
 
 class ServerUnsupported(BusError):
