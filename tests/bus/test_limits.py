@@ -45,12 +45,12 @@ def _tight(config: StreamConfig, limit: str, stored_per_thread: int, size: int) 
 @pytest.mark.slow
 @pytest.mark.parametrize("limit", ["max_bytes", "max_msgs_per_subject"])
 async def test_a_limit_reached_mid_load_tells_users_fails_readyz_and_loses_nothing(
-    start_core: CoreFactory, nats_client: Client, outbox: Outbox, limit: str
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox, limit: str
 ) -> None:
     core = await start_core(health_port=0)
-    js = nats_client.jetstream()
+    js = ore_nats_client.jetstream()
     for thread in THREADS:
-        await publish(nats_client, thread, user_message("first", f"{thread}-1"))
+        await publish(ore_nats_client, thread, user_message("first", f"{thread}-1"))
     for thread in THREADS:
         await outbox.done(thread)
     info = await js.stream_info("ORE_EVENTS")
@@ -59,14 +59,14 @@ async def test_a_limit_reached_mid_load_tells_users_fails_readyz_and_loses_nothi
     # The operator (or the account) leaves no room for another stored event.
     await js.update_stream(_tight(info.config, limit, per_thread, info.state.bytes))
     for thread in THREADS:
-        await publish(nats_client, thread, user_message("second", f"{thread}-2"))
+        await publish(ore_nats_client, thread, user_message("second", f"{thread}-2"))
 
     # Every user is told, the core says it is not ready, and nothing is acknowledged.
     await outbox.until(lambda: all(_told(outbox, thread) for thread in THREADS))
     assert core.nc.is_connected
     assert await http_status(core.health_port or 0, "/readyz") == 503
     assert await http_status(core.health_port or 0, "/healthz") == 200
-    assert not await all_acknowledged(nats_client)
+    assert not await all_acknowledged(ore_nats_client)
     assert all(outbox.count_done(thread) == 1 for thread in THREADS)
 
     # Space frees: every held answer is stored and delivered, then everything is acked.
@@ -74,7 +74,7 @@ async def test_a_limit_reached_mid_load_tells_users_fails_readyz_and_loses_nothi
     for thread in THREADS:
         await outbox.done(thread, 2)
         assert _texts(outbox, thread) == ["first", "second"]
-    await eventually(lambda: all_acknowledged(nats_client))
+    await eventually(lambda: all_acknowledged(ore_nats_client))
     await eventually(lambda: _ready(core.health_port or 0))
     stored = await js.stream_info("ORE_EVENTS")
     assert stored.state.messages == 2 * per_thread * len(THREADS)
@@ -85,21 +85,21 @@ async def _ready(port: int) -> bool:
 
 
 async def test_a_full_ingress_stream_refuses_the_publisher(
-    start_core: CoreFactory, nats_client: Client, nats_url: str
+    start_core: CoreFactory, ore_nats_client: Client, ore_nats_url: str
 ) -> None:
     await start_core()
-    js = nats_client.jetstream()
+    js = ore_nats_client.jetstream()
     config = (await js.stream_info("ORE_IN")).config
     await js.update_stream(dataclasses.replace(config, max_msgs=1))
-    await publish(nats_client, "full1", user_message("one", "f-1"))
+    await publish(ore_nats_client, "full1", user_message("one", "f-1"))
     await asyncio.sleep(0)
 
     # ORE_IN discards new messages when full: the oldest unhandled one is never dropped.
     assert (await js.stream_info("ORE_IN")).config.discard == DiscardPolicy.NEW
     with pytest.raises(Exception, match="maximum messages exceeded"):
-        await publish(nats_client, "full2", user_message("two", "f-2"))
+        await publish(ore_nats_client, "full2", user_message("two", "f-2"))
 
-    client = await ConduitClient.connect(nats_url, name="probe", send_deadline=5)
+    client = await ConduitClient.connect(ore_nats_url, name="probe", send_deadline=5)
     try:
         with pytest.raises(BusError, match=r"ore's ingress stream is full \(maximum messages"):
             await client.send("full3", UserMessageEvent(id="f-3", content="three", user="u"))

@@ -41,30 +41,30 @@ def _threads(count: int) -> list[str]:
 
 
 async def _handled_then_queued(
-    nats_client: Client, start_core: CoreFactory, outbox: Outbox
+    ore_nats_client: Client, start_core: CoreFactory, outbox: Outbox
 ) -> tuple[list[str], list[str]]:
     """5 threads answered by a 4-partition core, then 10 messages left for the next core."""
     handled, queued = _threads(5), _threads(10)
     core = await start_core(config=OLD)
     for thread in handled:
-        await publish(nats_client, thread, user_message("before", uuid.uuid4().hex))
+        await publish(ore_nats_client, thread, user_message("before", uuid.uuid4().hex))
     for thread in handled:
         await outbox.done(thread)
     await core.stop()
     for thread in queued:
-        await publish(nats_client, thread, user_message("after", uuid.uuid4().hex))
+        await publish(ore_nats_client, thread, user_message("after", uuid.uuid4().hex))
     return handled, queued
 
 
 async def test_another_partition_count_is_refused_then_migrated_keeping_unhandled_messages(
-    nats_client: Client, nats_url: str, start_core: CoreFactory, outbox: Outbox
+    ore_nats_client: Client, ore_nats_url: str, start_core: CoreFactory, outbox: Outbox
 ) -> None:
-    handled, queued = await _handled_then_queued(nats_client, start_core, outbox)
-    js = nats_client.jetstream()
+    handled, queued = await _handled_then_queued(ore_nats_client, start_core, outbox)
+    js = ore_nats_client.jetstream()
     before = (await js.stream_info("ORE_IN")).state.messages
 
     # ore serve with 8 partitions: one line, nothing changed.
-    serve = await asyncio.to_thread(_ore, nats_url, "serve", "--partitions", "8")
+    serve = await asyncio.to_thread(_ore, ore_nats_url, "serve", "--partitions", "8")
     assert serve.returncode == 1
     assert serve.stderr.strip().splitlines() == [
         "Error: NATS has ore streams from another layout: stream ORE_IN: partition count is "
@@ -73,7 +73,7 @@ async def test_another_partition_count_is_refused_then_migrated_keeping_unhandle
     ]
     assert (await js.stream_info("ORE_IN")).state.messages == before
 
-    dry = await asyncio.to_thread(_ore, nats_url, "migrate", "--partitions", "8", "--dry-run")
+    dry = await asyncio.to_thread(_ore, ore_nats_url, "migrate", "--partitions", "8", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert "ORE_IN: recreate (stream ORE_IN: partition count is 4, configured 8" in dry.stdout
     assert f"keep the {len(queued)} unhandled of {before} message(s)" in dry.stdout
@@ -81,7 +81,7 @@ async def test_another_partition_count_is_refused_then_migrated_keeping_unhandle
         "ore.inp.{{partition(4,"
     )
 
-    done = await asyncio.to_thread(_ore, nats_url, "migrate", "--partitions", "8")
+    done = await asyncio.to_thread(_ore, ore_nats_url, "migrate", "--partitions", "8")
     assert done.returncode == 0, done.stderr
     assert "10 message(s) copied to ORE_IN_MIGRATION and counted" in done.stdout
     assert not await diff_layout(js, build_layout(Subjects(), NEW))
@@ -97,9 +97,9 @@ async def test_another_partition_count_is_refused_then_migrated_keeping_unhandle
 
 
 async def test_a_stream_with_other_retention_is_migrated_with_every_message(
-    nats_client: Client,
+    ore_nats_client: Client,
 ) -> None:
-    js = nats_client.jetstream()
+    js = ore_nats_client.jetstream()
     await js.add_stream(
         StreamConfig(name="ORE_DLQ", subjects=["ore.dlq.>"], retention=RetentionPolicy.INTEREST)
     )
@@ -124,14 +124,14 @@ async def test_a_stream_with_other_retention_is_migrated_with_every_message(
 
 
 async def test_an_older_layout_without_partitions_is_refused_then_migrated(
-    nats_client: Client, start_core: CoreFactory, outbox: Outbox
+    ore_nats_client: Client, start_core: CoreFactory, outbox: Outbox
 ) -> None:
-    js = nats_client.jetstream()
+    js = ore_nats_client.jetstream()
     # What an ore without ingress partitions left behind: ORE_IN on ore.in.*, untransformed.
     await js.add_stream(StreamConfig(name="ORE_IN", subjects=["ore.in.*"]))
     threads = _threads(6)
     for thread in threads:
-        await publish(nats_client, thread, user_message("old", uuid.uuid4().hex))
+        await publish(ore_nats_client, thread, user_message("old", uuid.uuid4().hex))
     layout = build_layout(Subjects(), OLD)
 
     with pytest.raises(BusConfigError, match=r"no partition transform \(a layout of an older"):
@@ -143,12 +143,12 @@ async def test_an_older_layout_without_partitions_is_refused_then_migrated(
         await outbox.done(thread)
 
 
-async def test_an_interrupted_migration_resumes_from_its_backup(nats_client: Client) -> None:
-    js = nats_client.jetstream()
+async def test_an_interrupted_migration_resumes_from_its_backup(ore_nats_client: Client) -> None:
+    js = ore_nats_client.jetstream()
     await ensure_streams(js, Subjects(), OLD)
     threads = _threads(5)
     for thread in threads:
-        await publish(nats_client, thread, user_message("x", uuid.uuid4().hex))
+        await publish(ore_nats_client, thread, user_message("x", uuid.uuid4().hex))
     layout = build_layout(Subjects(), NEW)
     plan = await plan_migration(js, layout)
     # Simulate a crash after the old stream was deleted: the backup is all that is left.
