@@ -114,6 +114,9 @@ class NatsSettings(_Section):
     max_payload: ByteSize = ByteSize(1024 * 1024)
     """Largest message ore publishes (e.g. `1MiB`, at most `64MiB`); also the limit of the
     private nats-server."""
+    replicas: Annotated[int, Field(ge=1, le=5)] = 1
+    """JetStream replicas of every stream ore creates (1, 3 or 5 in a cluster); a change
+    on existing streams is made by `ore migrate`, never silently at start."""
 
     @field_validator("url", mode="before")
     @classmethod

@@ -9,6 +9,7 @@ the sink never waits for the server between two events of a busy thread.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -44,6 +45,9 @@ class Egress:
         self._events_prefix = subjects.events_wildcard[:-1]
         self._cache: dict[str, tuple[str, str]] = {}
         self._told: set[str] = set()  # threads told that their answer waits for space
+        self._waiter: tuple[int, asyncio.Future[None]] | None = None
+        self.emitted = 0
+        """Events taken from the manager so far (compare `Manager.sink_queued`)."""
         self.dropped_deltas = 0
         pipeline.watch_limits(reached=self._limit_reached, cleared=self._told.clear)
 
@@ -65,13 +69,30 @@ class Egress:
 
     async def emit(self, thread_id: str, event: OutputEvent) -> None:
         """Publish one event of `thread_id` (the sink function)."""
-        stored, live = self._subjects_of(thread_id)
-        data = encode_event(event)
-        headers = output_headers(event)
-        if isinstance(event, ArtifactEvent) and isinstance(event.artifact, Delta):
-            await self._publish_live(live, data, headers)
-        else:
-            await self._pipeline.publish(stored, data, headers)
+        try:
+            stored, live = self._subjects_of(thread_id)
+            data = encode_event(event)
+            headers = output_headers(event)
+            if isinstance(event, ArtifactEvent) and isinstance(event.artifact, Delta):
+                await self._publish_live(live, data, headers)
+            else:
+                await self._pipeline.publish(stored, data, headers)
+        finally:
+            self.emitted += 1
+            waiter = self._waiter
+            if waiter is not None and self.emitted >= waiter[0] and not waiter[1].done():
+                waiter[1].set_result(None)
+
+    async def wait_emitted(self, position: int) -> None:
+        """Wait until `emitted >= position` (one waiter at a time: the ingress ack loop)."""
+        if self.emitted >= position:
+            return
+        future = asyncio.get_running_loop().create_future()
+        self._waiter = (position, future)
+        try:
+            await future
+        finally:
+            self._waiter = None
 
     async def reply(self, thread_id: str, event: OutputEvent) -> None:
         """Send `event` to the thread's live subject only (answers to rejected input)."""

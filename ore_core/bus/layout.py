@@ -68,6 +68,9 @@ StreamRole = Literal["work", "history"]
 class StreamEntry:
     """One stream (or KV bucket, which is a stream `KV_<bucket>`) ore needs.
 
+    `guarded` fields can change in place but only when asked (`ore migrate`): an
+    operator may have scaled a stream's replicas on purpose, and a start with other
+    settings must not quietly undo that.
     `role` says what `ore migrate` must keep: `work` streams (ingress) keep the messages
     no consumer has acknowledged yet; `history` streams keep every message.
     `resubmit(stored_subject)` is the subject a kept message is published to again (an
@@ -80,6 +83,7 @@ class StreamEntry:
     fixed: tuple[str, ...]
     tunable: tuple[str, ...]
     features: tuple[Feature, ...] = ()
+    guarded: tuple[str, ...] = ("num_replicas",)
     role: StreamRole = "history"
     resubmit: Callable[[str], str] | None = None
     kv_bucket: str | None = None
@@ -184,7 +188,7 @@ def kv_bucket(
         config,
         purpose=purpose,
         fixed=("subjects", "storage", "retention", "max_msgs_per_subject"),
-        tunable=("max_age", "max_bytes", "num_replicas"),
+        tunable=("max_age", "max_bytes"),
         features=(JETSTREAM, DIRECT_GET, *((PER_KEY_TTL,) if per_key_ttl else ())),
         kv_bucket=bucket,
     )
@@ -193,7 +197,7 @@ def kv_bucket(
 def build_layout(subjects: Subjects, config: BusConfig) -> Layout:
     """Everything a deployment with this prefix and bus configuration needs."""
     common = ("subjects", "storage", "retention")
-    limits = ("max_age", "duplicate_window", "num_replicas")
+    limits = ("max_age", "duplicate_window")
     ingress = StreamEntry(
         StreamConfig(
             name=subjects.inbound_stream,

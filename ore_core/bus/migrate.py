@@ -195,7 +195,7 @@ async def migrate(
     for move in plan.moves:
         say(move.line())
         await _move(js, move, say)
-    await ensure_layout(js, layout)
+    await ensure_layout(js, layout, change_guarded=True)
     return plan
 
 

@@ -56,6 +56,7 @@ class _Record:
     subject: str
     data: bytes
     headers: dict[str, str]
+    index: int = 0
     deadline: float = 0.0
     attempts: int = 0
     held: bool = False
@@ -87,6 +88,9 @@ class Pipeline:
         self._idle: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._failing = False
+        self._next_index = 0
+        self._outstanding: dict[int, None] = {}  # indexes not yet stored, oldest first
+        self._progress = asyncio.Event()
         self._hold_retry = hold_retry
         self._held: deque[_Record] = deque()
         self._held_count = 0  # held records not yet stored (waiting or sent again)
@@ -100,6 +104,25 @@ class Pipeline:
     def pending(self) -> int:
         """Messages not yet acknowledged by the server (sent, to retry or queued)."""
         return len(self._pending) + len(self._retries) + len(self._backlog) + len(self._held)
+
+    def mark(self) -> int:
+        """A position: `wait_stored(mark)` returns once everything published before it is
+        stored (or given up and logged)."""
+        return self._next_index
+
+    def stored_before(self, mark: int) -> bool:
+        """True once every message published before `mark` is settled."""
+        return next(iter(self._outstanding), self._next_index) >= mark
+
+    async def wait_stored(self, mark: int) -> None:
+        """Wait until `stored_before(mark)`; a JetStream limit makes that wait for space."""
+        while not self.stored_before(mark):
+            self._progress.clear()
+            await self._progress.wait()
+
+    def _settle_record(self, record: _Record) -> None:
+        self._outstanding.pop(record.index, None)
+        self._progress.set()
 
     def watch_limits(
         self, *, reached: LimitReached | None = None, cleared: Callable[[], None] | None = None
@@ -152,7 +175,9 @@ class Pipeline:
         for retries: do not reuse the dict.
         """
         headers[HEADER_MSG_ID] = msg_id or self._id_prefix + str(next(self._ids))
-        record = _Record(subject, data, headers)
+        record = _Record(subject, data, headers, self._next_index)
+        self._outstanding[self._next_index] = None
+        self._next_index += 1
         if self._backlog or len(self._pending) >= self._window:
             self._backlog.append(record)
             return
@@ -196,6 +221,7 @@ class Pipeline:
                 log.info("stored events acknowledged again")
             if record.held:
                 self._stored_after_hold()
+            self._settle_record(record)
             self._check_idle()
 
     def _settled(self, token: str) -> _Record | None:
@@ -260,6 +286,7 @@ class Pipeline:
     def _drop(self, record: _Record, reason: str) -> None:
         if record.held:
             self._stored_after_hold()  # given up for another reason: no longer held
+        self._settle_record(record)
         self.lost += 1
         log.error(
             "message could not be stored",

@@ -20,7 +20,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import RePublish, StreamConfig, SubjectTransform
 from nats.js.client import JetStreamContext
-from nats.js.errors import NotFoundError, ServiceUnavailableError
+from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
 from ore_core.bus.layout import (
     HEADER_ALLOWANCE,
@@ -102,7 +102,9 @@ class Difference:
 
     `kind` is `stream` or `consumer`; `name` the stream (or `STREAM/consumer`); `field`
     the config field (`missing` when the whole thing is absent, `unmanaged` for a
-    consumer this layout no longer has); `fixed` when only `ore migrate` may change it.
+    consumer this layout no longer has); `fixed` when only `ore migrate` may change it
+    (by making the stream again), `guarded` when only `ore migrate` may change it (in
+    place).
     """
 
     kind: str
@@ -111,6 +113,7 @@ class Difference:
     have: Any
     want: Any
     fixed: bool
+    guarded: bool = False
 
     def describe(self) -> str:
         """`stream ORE_IN: partition count is 4, configured 8` and the like."""
@@ -169,6 +172,12 @@ async def jetstream_call(action: str, call: Any) -> Any:
             "account (server `jetstream {}` block and the account's `jetstream: enabled`), "
             "or run without --nats to use the embedded server"
         ) from None
+    except NotFoundError:
+        raise
+    except APIError as exc:
+        raise BusError(
+            f"JetStream refused {action}: {exc.description} (error {exc.err_code})"
+        ) from None
 
 
 async def _stream_differences(js: JetStreamContext, entry: StreamEntry) -> list[Difference]:
@@ -178,11 +187,14 @@ async def _stream_differences(js: JetStreamContext, entry: StreamEntry) -> list[
         return [Difference("stream", entry.name, "missing", None, entry.config, fixed=False)]
     have: StreamConfig = info.config
     differences = []
-    for fields, fixed in ((entry.fixed, True), (entry.tunable, False)):
+    for fields, fixed in ((entry.fixed, True), (entry.tunable, False), (entry.guarded, False)):
         for name in fields:
             ours, theirs = getattr(entry.config, name), getattr(have, name)
             if not _same(name, theirs, ours):
-                differences.append(Difference("stream", entry.name, name, theirs, ours, fixed))
+                guarded = name in entry.guarded
+                differences.append(
+                    Difference("stream", entry.name, name, theirs, ours, fixed, guarded)
+                )
     return differences
 
 
@@ -244,8 +256,16 @@ async def diff_layout(js: JetStreamContext, layout: Layout) -> list[Difference]:
 
 
 def refusal(differences: list[Difference]) -> BusConfigError:
-    """One line naming the first fixed difference (and how many more) and the fix."""
+    """One line naming the first difference start may not apply (and how many more)."""
     fixed = [d for d in differences if d.fixed]
+    if not fixed:
+        guarded = [d for d in differences if d.guarded]
+        more = f" (and {len(guarded) - 1} more)" if len(guarded) > 1 else ""
+        return BusConfigError(
+            f"NATS streams differ from this configuration: {guarded[0].describe()}{more}; "
+            f"set nats.{_SETTING.get(guarded[0].field, guarded[0].field)} to keep it, or "
+            f"{MIGRATE_HINT} in place"
+        )
     more = f" (and {len(fixed) - 1} more difference(s))" if len(fixed) > 1 else ""
     return BusConfigError(
         f"NATS has ore streams from another layout: {fixed[0].describe()}{more}; "
@@ -253,14 +273,20 @@ def refusal(differences: list[Difference]) -> BusConfigError:
     )
 
 
-async def ensure_layout(js: JetStreamContext, layout: Layout) -> list[Difference]:
+_SETTING = {"num_replicas": "replicas"}
+
+
+async def ensure_layout(
+    js: JetStreamContext, layout: Layout, *, change_guarded: bool = False
+) -> list[Difference]:
     """Create what is missing and update tunable fields; refuse fixed differences.
 
-    Checks everything before changing anything, so a refused start leaves the server as
-    it was. Returns the differences it applied (for a log line).
+    Guarded differences (replicas) are refused too unless `change_guarded` (ore
+    migrate). Checks everything before changing anything, so a refused start leaves the
+    server as it was. Returns the differences it applied (for a log line).
     """
     differences = await diff_layout(js, layout)
-    if any(d.fixed for d in differences):
+    if any(d.fixed or (d.guarded and not change_guarded) for d in differences):
         raise refusal(differences)
     changed_streams = {d.name for d in differences if d.kind == "stream"}
     for stream in layout.streams:

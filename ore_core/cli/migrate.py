@@ -47,7 +47,11 @@ def migrate(nats_urls: tuple[str, ...], partitions: int | None, dry_run: bool) -
 
 
 async def _migrate(settings: NatsSettings, dry_run: bool) -> None:
-    config = BusConfig(partitions=settings.partitions, max_payload=int(settings.max_payload))
+    config = BusConfig(
+        partitions=settings.partitions,
+        max_payload=int(settings.max_payload),
+        replicas=settings.replicas,
+    )
     layout = build_layout(Subjects(settings.subject_prefix), config)
     async with AsyncExitStack() as stack:
         servers = list(settings.url or [])

@@ -100,8 +100,9 @@ CONDUIT_FEATURES: tuple[Feature, ...] = (JETSTREAM, REPUBLISH)
 """What a conduit needs: publishing with acks into ORE_IN and republished output."""
 
 
-LIMIT_ERROR_CODES = frozenset({10023, 10028, 10047, 10077})
-"""JetStream `err_code`s of a publish refused by a limit: insufficient resources,
+LIMIT_ERROR_CODES = frozenset({10002, 10023, 10028, 10047, 10077})
+"""JetStream `err_code`s of a publish refused by a limit: the account's resource limits,
+insufficient resources,
 memory or storage resources exceeded, and a stream's own limits (`maximum bytes
 exceeded`, `maximum messages per subject exceeded`, ... with discard new). Space may
 free up: such a publish is held and sent again, never given up."""

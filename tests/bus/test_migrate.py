@@ -9,6 +9,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import nats
 import pytest
 from nats.aio.client import Client
 from nats.js.api import RetentionPolicy, StreamConfig
@@ -17,6 +18,7 @@ from ore_core.bus.layout import build_layout
 from ore_core.bus.migrate import migrate, plan_migration, subject_matches
 from ore_core.bus.streams import BusConfig, BusConfigError, diff_layout, ensure_streams
 from ore_core.subjects import Subjects
+from ore_core.testing.cluster import EmbeddedNatsCluster
 
 from .conftest import CoreFactory, Outbox, publish, user_message
 
@@ -170,3 +172,39 @@ def test_subject_matching_follows_nats_wildcards() -> None:
     assert not subject_matches("ore.inp.3.*", "ore.inp.30.t1")
     assert subject_matches("ore.>", "ore.inp.3.t1")
     assert not subject_matches("ore.>", "ore")
+
+
+async def test_other_replicas_are_refused_not_quietly_changed(ore_nats_client: Client) -> None:
+    js = ore_nats_client.jetstream()
+    await ensure_streams(js, Subjects(), OLD)
+
+    with pytest.raises(
+        BusConfigError,
+        match=r"stream ORE_IN: num_replicas is 1, configured 3 \(and 2 more\); set "
+        r"nats.replicas to keep it, or run `ore migrate --dry-run`",
+    ):
+        await ensure_streams(js, Subjects(), BusConfig(partitions=4, replicas=3))
+    assert (await js.stream_info("ORE_IN")).config.num_replicas == 1
+
+
+@pytest.mark.slow
+async def test_migrate_scales_replicas_in_place_keeping_messages(
+    ore_nats_cluster: EmbeddedNatsCluster,
+) -> None:
+    nc = await nats.connect(servers=ore_nats_cluster.urls)
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js, Subjects(), OLD)
+        for thread in _threads(4):
+            await publish(nc, thread, user_message("kept", uuid.uuid4().hex))
+        layout = build_layout(Subjects(), BusConfig(partitions=4, replicas=3))
+
+        plan = await plan_migration(js, layout)
+        assert "stream ORE_IN: num_replicas is 1, configured 3 -> update in place" in plan.lines()
+        await migrate(js, layout)
+
+        info = await js.stream_info("ORE_IN")
+        assert (info.config.num_replicas, info.state.messages) == (3, 4)
+        assert not await diff_layout(js, layout)
+    finally:
+        await nc.close()
