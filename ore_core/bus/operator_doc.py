@@ -37,6 +37,8 @@ def _fields(entry: StreamEntry) -> str:
     return (
         f"Fixed (changing them needs `ore migrate`): {', '.join(f'`{f}`' for f in entry.fixed)}."
         f" Tunable (ore updates them at start): {', '.join(f'`{f}`' for f in entry.tunable)}."
+        f" Guarded (start refuses a difference, `ore migrate` changes them in place): "
+        f"{', '.join(f'`{f}`' for f in entry.guarded)}."
     )
 
 
