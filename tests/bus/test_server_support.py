@@ -117,10 +117,16 @@ accounts {
     jetstream: enabled
     users: [
       {user: admin, password: admin}
-      {user: core, password: core, permissions: {publish: {deny: [
-        "$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.UPDATE.>",
-        "$JS.API.CONSUMER.CREATE.>", "$JS.API.CONSUMER.DURABLE.CREATE.>"
-      ]}}}
+      # Exactly what docs/operating-nats.md lists for a core that may not create streams.
+      {user: core, password: core, permissions: {
+        publish: {allow: [
+          "$JS.API.INFO", "$JS.API.STREAM.INFO.*", "$JS.API.CONSUMER.INFO.*.*",
+          "$JS.API.CONSUMER.LIST.*", "$JS.API.CONSUMER.MSG.NEXT.*.*",
+          "$JS.API.STREAM.MSG.GET.*", "$JS.API.DIRECT.GET.*", "$JS.ACK.>", "ore.>"
+        ]}
+        subscribe: {allow: ["_INBOX.>", "ore.>", "$SRV.>"]}
+        allow_responses: true
+      }}
     ]
   }
   PLAIN: { users: [{user: plain, password: plain}] }
