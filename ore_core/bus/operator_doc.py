@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ore_core.bus.layout import Layout, StreamEntry, build_layout
 from ore_core.bus.streams import BusConfig
-from ore_core.conduit.server_support import (
+from ore_core.conduit.connection import (
     MIN_SERVER_VERSION,
     TESTED_SERVER_VERSIONS,
     format_version,

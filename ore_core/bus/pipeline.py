@@ -37,7 +37,7 @@ from nats.aio.msg import Msg
 from nats.errors import ConnectionClosedError, MaxPayloadError, OutboundBufferLimitError
 
 from ore_core import jsonutil
-from ore_core.conduit.server_support import LIMIT_ERROR_CODES
+from ore_core.conduit.connection import LIMIT_ERROR_CODES
 from ore_core.subjects import HEADER_MSG_ID
 
 __all__ = ["LimitReached", "Pipeline"]
@@ -93,6 +93,7 @@ class Pipeline:
         self._progress = asyncio.Event()
         self._hold_retry = hold_retry
         self._held: deque[_Record] = deque()
+        self._delayed: deque[_Record] = deque()  # retried after `hold_retry`
         self._held_count = 0  # held records not yet stored (waiting or sent again)
         self._on_limit: list[LimitReached] = []
         self._on_clear: list[Callable[[], None]] = []
@@ -103,7 +104,8 @@ class Pipeline:
     @property
     def pending(self) -> int:
         """Messages not yet acknowledged by the server (sent, to retry or queued)."""
-        return len(self._pending) + len(self._retries) + len(self._backlog) + len(self._held)
+        queued = len(self._retries) + len(self._backlog) + len(self._held) + len(self._delayed)
+        return len(self._pending) + queued
 
     def mark(self) -> int:
         """A position: `wait_stored(mark)` returns once everything published before it is
@@ -205,14 +207,14 @@ class Pipeline:
         data = msg.data
         if not data:
             status = msg.headers.get("Status") if msg.headers else None
-            self._failed(record, f"no stream answered (status {status})")
+            self._failed(record, f"no stream answered (status {status})", pause=True)
         elif data.startswith(b'{"error"') or b'"error":' in data:
             error = jsonutil.loads(data).get("error", {})
             reason = f"{error.get('description', 'error')} (code {error.get('err_code')})"
             if error.get("err_code") in LIMIT_ERROR_CODES:
                 await self._hold(record, reason)
             elif error.get("code") == _UNAVAILABLE:
-                self._failed(record, reason)
+                self._failed(record, reason, pause=True)
             else:
                 self._drop(record, reason)
         else:
@@ -238,13 +240,18 @@ class Pipeline:
         if idle is not None and not self.pending and not idle.done():
             idle.set_result(None)
 
-    def _failed(self, record: _Record, reason: str) -> None:
+    def _failed(self, record: _Record, reason: str, *, pause: bool = False) -> None:
         if record.attempts >= self._attempts:
             self._drop(record, reason)
             return
         if not self._failing:
             self._failing = True
             log.warning("stored event not acknowledged; retrying", reason=reason)
+        if pause:
+            # JetStream is briefly away (a leader election, a config reload): retry after a
+            # pause instead of spending every attempt within milliseconds.
+            self._delayed.append(record)
+            return
         self._retries.append(record)
         self._wakeup.set()
 
@@ -276,11 +283,13 @@ class Pipeline:
     async def _hold_loop(self) -> None:
         while True:
             await asyncio.sleep(self._hold_retry)
-            if self._held:
+            if self._held or self._delayed:
                 while self._held:
                     record = self._held.popleft()
                     record.attempts = 0  # a limit is no failure: keep all retries for those
                     self._retries.append(record)
+                self._retries.extend(self._delayed)
+                self._delayed.clear()
                 self._wakeup.set()
 
     def _drop(self, record: _Record, reason: str) -> None:

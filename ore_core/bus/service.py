@@ -35,9 +35,9 @@ from ore_core.bus.ingress import Ingress
 from ore_core.bus.layout import build_layout
 from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.streams import BusConfig, ensure_layout
-from ore_core.conduit.connection import NatsCredentials
-from ore_core.conduit.server_support import (
+from ore_core.conduit.connection import (
     MIN_SERVER_VERSION,
+    NatsCredentials,
     check_jetstream,
     check_server,
 )

@@ -21,8 +21,12 @@ from ore_core.bus.migrate import plan_migration
 from ore_core.bus.streams import BusConfig
 from ore_core.cli.app import start_embedded_nats
 from ore_core.cli.options import cli_state, nats_option, nats_settings
-from ore_core.conduit.connection import NatsCredentials
-from ore_core.conduit.server_support import MIN_SERVER_VERSION, check_jetstream, check_server
+from ore_core.conduit.connection import (
+    MIN_SERVER_VERSION,
+    NatsCredentials,
+    check_jetstream,
+    check_server,
+)
 from ore_core.config import NatsSettings
 from ore_core.errors import BusError
 from ore_core.subjects import Subjects

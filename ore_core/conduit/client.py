@@ -32,9 +32,14 @@ from nats.js.errors import APIError, NoStreamResponseError
 from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
 
 from ore_core import jsonutil
-from ore_core.conduit.connection import NatsCredentials, PermissionWatch
+from ore_core.conduit.connection import (
+    CONDUIT_FEATURES,
+    LIMIT_ERROR_CODES,
+    NatsCredentials,
+    PermissionWatch,
+    check_server,
+)
 from ore_core.conduit.feed import Delivery, EventFeed
-from ore_core.conduit.server_support import CONDUIT_FEATURES, LIMIT_ERROR_CODES, check_server
 from ore_core.errors import ApiError, BusError
 from ore_core.events import (
     EventContext,

@@ -13,6 +13,7 @@ import pytest
 from nats.aio.client import Client
 from nats.js.api import DiscardPolicy, StreamConfig
 from nats.js.client import JetStreamContext
+from nats.js.errors import ServiceUnavailableError
 
 from ore_core.bus.egress import STORAGE_FULL
 from ore_core.bus.embedded import EmbeddedNatsServer
@@ -56,7 +57,10 @@ async def _account_limit(server: EmbeddedNatsServer, nc: Client, max_file: int) 
     js = nc.jetstream()
 
     async def applied() -> bool:
-        return (await js.account_info()).limits.max_storage == max_file
+        try:
+            return (await js.account_info()).limits.max_storage == max_file
+        except ServiceUnavailableError:  # the account's JetStream is reloading
+            return False
 
     await eventually(applied)
 

@@ -11,7 +11,7 @@ from nats.aio.client import Client
 from ore_core.bus.layout import build_layout
 from ore_core.bus.operator_doc import BEGIN, END, default_section
 from ore_core.bus.streams import BusConfig, diff_layout
-from ore_core.conduit.server_support import (
+from ore_core.conduit.connection import (
     MIN_SERVER_VERSION,
     TESTED_SERVER_VERSIONS,
     format_version,

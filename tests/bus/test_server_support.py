@@ -18,10 +18,10 @@ from ore_core.bus.layout import build_layout
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig, ensure_streams
 from ore_core.conduit.client import ConduitClient
-from ore_core.conduit.connection import NatsCredentials
-from ore_core.conduit.server_support import (
+from ore_core.conduit.connection import (
     MIN_SERVER_VERSION,
     TESTED_SERVER_VERSIONS,
+    NatsCredentials,
     ServerUnsupported,
     format_version,
     parse_version,
