@@ -1,13 +1,13 @@
 """CoreService: the engine of `ore serve`, binding a `Manager` to NATS.
 
-It connects, checks the server's version and JetStream (`server_check`), makes sure
-the streams of its layout exist (`ensure_layout`), feeds `ORE_IN` into the
-manager's streams (`Ingress`), publishes their output (`Egress`), answers the control
-API (`ControlAPI`) and, if asked, a health endpoint. `stop()` drains: it stops
-pulling, lets running turns finish for a grace period, acknowledges what finished,
-closes the streams (unfinished messages stay unacknowledged and are redelivered to
-the next worker) and closes the connection. `run()` does all that under SIGTERM and
-SIGINT handlers, as a process entry point.
+It connects, checks the server's version and JetStream (`check_server`,
+`check_jetstream`), makes sure the streams of its layout exist (`ensure_layout`),
+feeds `ORE_IN` into the manager's streams (`Ingress`), publishes their output
+(`Egress`), answers the control API (`ControlAPI`) and, if asked, a health endpoint.
+`stop()` drains: it stops pulling, lets running turns finish for a grace period,
+acknowledges what finished, closes the streams (unfinished messages stay
+unacknowledged and are redelivered to the next worker) and closes the connection.
+`run()` does all that under SIGTERM and SIGINT handlers, as a process entry point.
 
 nats-py reconnects by itself (forever); after a reconnect the partitions are pulled
 again, and the publisher retries what the outage swallowed. An outage is logged once.
