@@ -15,9 +15,8 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import click
 
 from ore_core.bus.service import CoreService, run
-from ore_core.bus.streams import BusConfig
 from ore_core.cli.app import build_runtime, start_embedded_nats
-from ore_core.cli.options import cli_state, nats_option, nats_settings
+from ore_core.cli.options import bus_config, cli_state, nats_option, nats_settings
 from ore_core.conduit.connection import NatsCredentials
 from ore_core.config import OreSettings
 from ore_core.plugins.manager import OrePluginManager
@@ -40,12 +39,27 @@ __all__ = ["serve"]
     type=int,
     help="Ingress partitions, a power of two (default: nats.partitions).",
 )
-def serve(nats_urls: tuple[str, ...], health_port: int | None, partitions: int | None) -> None:
+@click.option(
+    "--store",
+    "store_name",
+    metavar="NAME",
+    help="The store to keep threads in (default: store.name): sqlite for one machine, "
+    "jetstream for several workers sharing the threads.",
+)
+def serve(
+    nats_urls: tuple[str, ...],
+    health_port: int | None,
+    partitions: int | None,
+    store_name: str | None,
+) -> None:
     """Run the ore core on NATS until SIGTERM or Ctrl-C."""
     state = cli_state()
     # Plugins (ore_configure) see the effective settings, options included.
     nats = nats_settings(state.settings.nats, nats_urls, partitions)
-    settings = state.settings.model_copy(update={"nats": nats})
+    update: dict[str, object] = {"nats": nats}
+    if store_name:
+        update["store"] = state.settings.store.model_copy(update={"name": store_name})
+    settings = state.settings.model_copy(update=update)
     run(lambda: _core(settings, state.plugin_manager, health_port))
 
 
@@ -74,11 +88,8 @@ async def _core(
             runtime.manager,
             servers=servers,
             subjects=Subjects(nats.subject_prefix),
-            config=BusConfig(
-                partitions=nats.partitions,
-                max_payload=int(nats.max_payload),
-                replicas=nats.replicas,
-            ),
+            config=bus_config(nats),
+            store_probe_interval=nats.store_probe_interval,
             health_port=health_port,
             credentials=NatsCredentials.from_settings(nats),
         )
