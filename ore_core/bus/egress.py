@@ -5,23 +5,42 @@ stored); every other event is appended to `P.ev.T` in `ORE_EVENTS`, which the se
 republishes to `P.out.T` with its sequence and the thread's previous sequence. Each
 event is serialised exactly once; stored appends are pipelined (see `Pipeline`), so
 the sink never waits for the server between two events of a busy thread.
+
+Ownership (issue 10b): a worker whose partition lease is overdue (`may_write` false:
+it was paused or cut off) publishes nothing for the partition's threads, and once a
+thread left this worker (`forget`) whatever its old stream still emits is dropped
+until the thread is attached here again (`prime`). `prime` also publishes a saved
+answer that never reached `P.ev.T` (its owner died between the save and the append).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import structlog
 from nats.aio.client import Client as NatsClient
 from nats.errors import ConnectionClosedError, OutboundBufferLimitError
+from nats.errors import Error as NatsError
+from nats.js.errors import NotFoundError
 
+from ore_core import jsonutil
 from ore_core.artifacts import Delta
 from ore_core.bus.codec import output_headers
 from ore_core.bus.pipeline import Pipeline
-from ore_core.events import ArtifactEvent, ErrorEvent, OutputEvent, encode_event
+from ore_core.events import (
+    ArtifactEvent,
+    ErrorEvent,
+    LifecycleEvent,
+    OutputEvent,
+    TurnCompleteEvent,
+    encode_event,
+)
+from ore_core.ledger.thread import Thread
 from ore_core.session.manager import Manager
 from ore_core.subjects import Subjects
+from ore_core.turn import Role
 
 __all__ = ["STORAGE_FULL", "Egress"]
 
@@ -38,8 +57,19 @@ class Egress:
 
     name = "ore-bus-egress"
 
-    def __init__(self, nc: NatsClient, subjects: Subjects, pipeline: Pipeline) -> None:
+    def __init__(
+        self,
+        nc: NatsClient,
+        subjects: Subjects,
+        pipeline: Pipeline,
+        *,
+        may_write: Callable[[str], bool] = lambda thread_id: True,
+    ) -> None:
         self._nc = nc
+        self._may_write = may_write
+        self._gone: set[str] = set()  # threads that left this worker, until attached again
+        self._primed: set[str] = set()
+        self.refused = 0  # events not published: overdue lease or a thread that left
         self._subjects = subjects
         self._pipeline = pipeline
         self._events_prefix = subjects.events_wildcard[:-1]
@@ -73,7 +103,9 @@ class Egress:
             stored, live = self._subjects_of(thread_id)
             data = encode_event(event)
             headers = output_headers(event)
-            if isinstance(event, ArtifactEvent) and isinstance(event.artifact, Delta):
+            if (self._gone and thread_id in self._gone) or not self._may_write(thread_id):
+                self.refused += 1
+            elif isinstance(event, ArtifactEvent) and isinstance(event.artifact, Delta):
                 await self._publish_live(live, data, headers)
             else:
                 await self._pipeline.publish(stored, data, headers)
@@ -82,6 +114,37 @@ class Egress:
             waiter = self._waiter
             if waiter is not None and self.emitted >= waiter[0] and not waiter[1].done():
                 waiter[1].set_result(None)
+
+    def forget(self, thread_id: str) -> None:
+        """The thread left this worker: drop what its old stream still emits."""
+        self._gone.add(thread_id)
+        self._primed.discard(thread_id)
+
+    async def prime(self, thread_id: str, thread: Thread | None = None) -> None:
+        """The thread is (again) attached here: publish for it; once per attach, if its
+        latest answer is saved but not in `P.ev.T`, publish that answer and a `done`."""
+        self._gone.discard(thread_id)
+        if thread is None or thread_id in self._primed:
+            return
+        if len(self._primed) >= _SUBJECT_CACHE:
+            self._primed.clear()
+        self._primed.add(thread_id)
+        tip = thread.get_turn(thread.current_tip)
+        if tip is None or tip.role == Role.USER:
+            return
+        try:
+            last = await self._nc.jetstream().get_last_msg(
+                self._subjects.events_stream, self._subjects_of(thread_id)[0], direct=True
+            )
+        except NotFoundError:
+            return  # nothing stored (or expired): nothing to compare
+        except (NatsError, TimeoutError) as exc:
+            log.debug("last event not read", thread_id=thread_id, error=repr(exc))
+            return
+        if _answer_missing(last.data, tip.id):
+            log.warning("stored answer missing from the events; publishing it", thread_id=thread_id)
+            await self.emit(thread_id, TurnCompleteEvent(turn=tip))
+            await self.emit(thread_id, LifecycleEvent(phase="done"))
 
     async def wait_emitted(self, position: int) -> None:
         """Wait until `emitted >= position` (one waiter at a time: the ingress ack loop)."""
@@ -120,3 +183,17 @@ class Egress:
             await self._nc.publish(subject, data, headers=headers)
         except (OutboundBufferLimitError, ConnectionClosedError):
             self.dropped_deltas += 1  # best effort: the stored events carry the full text
+
+
+def _answer_missing(data: Any, answer_id: str) -> bool:
+    """Whether the last stored event of a thread shows a turn cut off before its answer."""
+    try:
+        event = jsonutil.loads(data or b"{}")
+    except ValueError:
+        return False
+    kind = event.get("kind")
+    if kind == "lifecycle" and event.get("phase") in ("done", "cancelled"):
+        return False  # the turn's tail is stored (its `done` comes after its answer)
+    if kind == "turn_complete" and (event.get("turn") or {}).get("id") == answer_id:
+        return False
+    return kind in ("turn_complete", "lifecycle", "text")

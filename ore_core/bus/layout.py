@@ -281,4 +281,12 @@ def build_layout(subjects: Subjects, config: BusConfig) -> Layout:
         )
         for partition in range(config.partitions)
     )
-    return Layout((ingress, events, dlq), consumers)
+    # Partition ownership (ownership.py): worker registry and leases. A bucket-level TTL
+    # expires what is not renewed (no per-key TTL needed); claims are revision CAS.
+    workers = kv_bucket(
+        config.workers_bucket,
+        purpose="worker registry and partition leases (which worker pulls which partition)",
+        ttl=config.lease_ttl,
+        replicas=config.replicas,
+    )
+    return Layout((ingress, events, dlq, workers), consumers)

@@ -2,12 +2,18 @@
 
 It connects, checks the server's version and JetStream (`check_server`,
 `check_jetstream`), makes sure the streams of its layout exist (`ensure_layout`),
-feeds `ORE_IN` into the manager's streams (`Ingress`), publishes their output
-(`Egress`), answers the control API (`ControlAPI`) and, if asked, a health endpoint.
-`stop()` drains: it stops pulling, lets running turns finish for a grace period,
-acknowledges what finished, closes the streams (unfinished messages stay
-unacknowledged and are redelivered to the next worker) and closes the connection.
+takes its share of the ingress partitions (`Ownership`: KV leases, so any number of
+workers share one NATS and each thread has one owner), feeds those partitions into
+the manager's streams (`Ingress`), publishes their output (`Egress`), answers the
+control API (`ControlAPI`) and, if asked, a health endpoint. `stop()` drains: it
+stops pulling, lets running turns finish for a grace period, acknowledges what
+finished, closes the streams (unfinished messages are handed back), releases its
+leases so other workers take over at once, and closes the connection.
 `run()` does all that under SIGTERM and SIGINT handlers, as a process entry point.
+
+The background loops (lease renewal and balancing, acks, progress) run in one
+TaskGroup: if any of them crashes, the crash is logged, `/readyz` fails and the
+service stops (a worker that cannot keep its leases must not keep serving).
 
 nats-py reconnects by itself (forever); after a reconnect the partitions are pulled
 again, and the publisher retries what the outage swallowed. An outage is logged once.
@@ -31,9 +37,11 @@ from nats.errors import StaleConnectionError
 from ore_core import __version__
 from ore_core.bus.control_api import ControlAPI
 from ore_core.bus.egress import Egress
+from ore_core.bus.fencing import FencedStore
 from ore_core.bus.health import HealthServer
 from ore_core.bus.ingress import Ingress
 from ore_core.bus.layout import build_layout
+from ore_core.bus.ownership import Ownership
 from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.streams import BusConfig, ensure_layout
 from ore_core.conduit.connection import (
@@ -44,7 +52,7 @@ from ore_core.conduit.connection import (
 )
 from ore_core.errors import BusError
 from ore_core.session.manager import Manager
-from ore_core.subjects import Subjects
+from ore_core.subjects import Subjects, partition_of
 
 __all__ = ["CoreService", "run", "serve"]
 
@@ -78,6 +86,8 @@ class CoreService:
         health_port: int | None = None,
         health_host: str = "127.0.0.1",
         drain_grace: float = 30.0,
+        handover_grace: float = 30.0,
+        worker_id: str | None = None,
         pull_batch: int = 256,
         publish_window: int = 4096,
         reconnect_wait: float = 1.0,
@@ -98,12 +108,18 @@ class CoreService:
             "pending_size": 16 * 1024 * 1024,
         }
         self._drain_grace = drain_grace
+        self._handover_grace = handover_grace
+        self._worker_id = worker_id
         self._pull_batch = pull_batch
         self._publish_window = publish_window
         self._version = version
         self._nc: NatsClient | None = None
         self._pipeline: Pipeline | None = None
         self._ingress: Ingress | None = None
+        self._egress: Egress | None = None
+        self._ownership: Ownership | None = None
+        self._supervisor: asyncio.Task[None] | None = None
+        self._crashed = False
         self._control: ControlAPI | None = None
         self._health = (
             None
@@ -143,8 +159,11 @@ class CoreService:
     def _ready(self) -> bool:
         return (
             self._healthy()
+            and not self._crashed
             and self._ingress is not None
             and self._ingress.running
+            and self._ownership is not None
+            and self._ownership.running
             and self._stopping is None
             and (self._pipeline is None or self._pipeline.full is None)
             and self.manager.store_health.usable
@@ -152,9 +171,23 @@ class CoreService:
 
     @property
     def ready(self) -> bool:
-        """Connected, streams set up, every partition pulled, no JetStream limit reached,
-        and the store usable."""
+        """Connected, streams set up, leases kept, every owned partition pulled, no
+        JetStream limit reached, and the store usable."""
         return self._ready()
+
+    @property
+    def ownership(self) -> Ownership:
+        """This worker's partition leases (after `start`)."""
+        if self._ownership is None:
+            raise BusError("CoreService is not started: await start() first")
+        return self._ownership
+
+    @property
+    def ingress(self) -> Ingress:
+        """The partition pullers (after `start`)."""
+        if self._ingress is None:
+            raise BusError("CoreService is not started: await start() first")
+        return self._ingress
 
     # -- lifetime -----------------------------------------------------------------
 
@@ -213,22 +246,71 @@ class CoreService:
         attach_nats = getattr(self.manager.store, "attach_nats", None)
         if callable(attach_nats):
             await attach_nats(nc, self.subjects)
+        config = self.config
         self._pipeline = Pipeline(nc, window=self._publish_window)
         await self._pipeline.start()
-        egress = Egress(nc, self.subjects, self._pipeline)
+        ownership = Ownership(
+            nc,
+            config,
+            on_acquire=self._acquire,
+            on_release=self._release,
+            on_lost=self._lost,
+            worker_id=self._worker_id,
+        )
+        self._ownership = ownership
+
+        def may_write(thread_id: str) -> bool:
+            return bool(ownership.may_write(partition_of(thread_id, config.partitions)))
+
+        # Saves of a worker whose lease is overdue are refused (the stream drops itself).
+        self.manager.store = FencedStore(self.manager.store, may_write)
+        egress = Egress(nc, self.subjects, self._pipeline, may_write=may_write)
         egress.attach(self.manager)
+        self._egress = egress
         self._ingress = Ingress(
             nc,
             self.manager,
             self.subjects,
-            self.config,
+            config,
             egress=egress,
             pipeline=self._pipeline,
+            owns=ownership.owns,
             batch=self._pull_batch,
+            handover_grace=self._handover_grace,
         )
-        await self._ingress.start()
+        await ownership.start()
+        self._supervisor = asyncio.get_running_loop().create_task(
+            self._supervise(ownership, self._ingress), name="ore-core-loops"
+        )
         self._control = ControlAPI(nc, self.manager, self.subjects, version=self._version)
         await self._control.start()
+
+    async def _acquire(self, partition: int) -> None:
+        if self._ingress is not None:
+            await self._ingress.acquire(partition)
+
+    async def _release(self, partition: int) -> None:
+        if self._ingress is not None:
+            await self._ingress.release(partition)
+
+    async def _lost(self, partition: int) -> None:
+        if self._ingress is not None:
+            await self._ingress.abandon(partition)
+
+    async def _supervise(self, ownership: Ownership, ingress: Ingress) -> None:
+        """Run the background loops in one TaskGroup; a crash of any stops the service."""
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(ownership.run(), name="ore-ownership")
+                group.create_task(ingress.run(), name="ore-ingress-loops")
+        except Exception as exc:  # an ExceptionGroup of what crashed
+            self._crashed = True
+            log.error(
+                "a background loop of the core crashed; stopping",
+                error=repr(exc),
+                exc_info=exc,
+            )
+            self.request_stop(now=True)
 
     def request_stop(self, *, now: bool = False) -> None:
         """Ask `serve_forever` to return after draining; `now` skips the grace period."""
@@ -255,6 +337,8 @@ class CoreService:
         if self._control is not None:
             await self._control.stop()
         ingress = self._ingress
+        if self._ownership is not None:
+            self._ownership.stop_taking()
         if ingress is not None:
             await ingress.stop_pulling()
             if not await self._drain(ingress, grace):
@@ -265,6 +349,11 @@ class CoreService:
         await self.manager.aclose()
         if ingress is not None:
             await ingress.stop()
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            await asyncio.gather(self._supervisor, return_exceptions=True)
+        if self._ownership is not None and self._nc is not None and self._nc.is_connected:
+            await self._ownership.close()  # others take the partitions over at once
         if self._pipeline is not None:
             await self._pipeline.stop()
         if self._nc is not None:

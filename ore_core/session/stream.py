@@ -159,6 +159,7 @@ class Stream:
         self.delta_pacing = delta_pacing
         """(interval in seconds, max bytes) of live text deltas; interval 0: every delta."""
         self.last_active = asyncio.get_running_loop().time() if _has_loop() else 0.0
+        self._abandoned = False  # another worker owns the thread: publish nothing
 
     # -- identity and state -------------------------------------------------
 
@@ -500,6 +501,8 @@ class Stream:
 
     def publish(self, event: OutputEvent) -> None:
         """Fan `event` out to subscribers and sinks without blocking (the hot path)."""
+        if self._abandoned:
+            return  # a stale copy: whatever it says, the owner says it
         kind = event.kind
         for subscription in self._subscriptions:
             if not subscription.kinds or kind in subscription.kinds:
@@ -590,6 +593,21 @@ class Stream:
     def _check_open(self) -> None:
         if self._closed:
             raise SessionClosed(f"session {self.id} is closed")
+
+    @property
+    def abandoned(self) -> bool:
+        """True once the stream was dropped as stale (`abandon`, or a save refused)."""
+        return self._abandoned
+
+    async def abandon(self) -> None:
+        """Close without saving or publishing anything more: another worker owns the thread.
+
+        The turn in flight is cancelled; its message is not acknowledged (the bus hands
+        it to the owner, which has the thread as stored).
+        """
+        self._abandoned = True
+        self._discarded = True
+        await self.close()
 
     async def close(self) -> None:
         """Cancel the turn in flight, fail queued events, end subscriptions. Idempotent.
