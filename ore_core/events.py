@@ -40,6 +40,7 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from ore_core import jsonutil
 from ore_core.artifacts import Artifact, Delta, decode_artifact
 from ore_core.errors import ArtifactError, OreError
 from ore_core.ids import validate_thread_id
@@ -64,9 +65,12 @@ __all__ = [
     "SessionSwitchEvent",
     "Severity",
     "TurnCompleteEvent",
+    "BATCH_KIND",
     "UserMessageEvent",
+    "decode_batch",
     "decode_ingress",
     "decode_output",
+    "encode_batch",
     "encode_event",
     "event_json_schema",
     "new_event_id",
@@ -514,3 +518,56 @@ def event_json_schema() -> dict[str, Any]:
         "$defs": defs,
         "anyOf": [{"$ref": "#/$defs/IngressEvent"}, {"$ref": "#/$defs/OutputEvent"}],
     }
+
+
+# --- batches --------------------------------------------------------------------------
+
+BATCH_KIND = "batch"
+"""`kind` of a message that carries several output events: `{"kind":"batch","events":[...]}`."""
+
+_BATCH_HEAD = b'{"kind":"batch","events":['
+_BATCH_TAIL = b"]}"
+
+
+class _Batch(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    kind: Literal["batch"]
+    events: list[OutputEvent]
+
+
+_BATCH: TypeAdapter[_Batch] = TypeAdapter(_Batch)
+
+
+def encode_batch(encoded: Sequence[bytes]) -> bytes:
+    """One batch message from events already encoded by `encode_event`.
+
+    The events are joined, never serialised again: one serialisation per event.
+    """
+    return _BATCH_HEAD + b",".join(encoded) + _BATCH_TAIL
+
+
+def decode_batch(data: bytes | str) -> list[OutputEvent]:
+    """The events of a batch message, in order (one parse and validation for all).
+
+    An event that does not decode is skipped (the others still count); a payload that
+    is not a batch at all raises EventDecodeError.
+    """
+    try:
+        return _BATCH.validate_json(data).events
+    except ValidationError as exc:
+        first = exc
+    try:
+        value = jsonutil.loads(data)
+    except ValueError:
+        raise _decode_error("batch", first) from first
+    items = value.get("events") if isinstance(value, dict) else None
+    if not isinstance(items, list) or value.get("kind") != BATCH_KIND:
+        raise _decode_error("batch", first) from first
+    events = []
+    for item in items:
+        try:
+            events.append(_OUTPUT.validate_python(item))
+        except ValidationError:
+            continue  # one bad event must not hide the rest of the turn
+    return events

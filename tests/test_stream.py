@@ -22,6 +22,7 @@ from ore_core import (
     SessionClosed,
     Text,
     TextDelta,
+    Thread,
     ToolCallDelta,
     TurnCancelled,
     TurnCompleteEvent,
@@ -380,15 +381,32 @@ async def test_recorded_but_unanswered_message_is_answered_on_redelivery(
     assert [t.role for t in stream.turns()] == [Role.USER, Role.ASSISTANT]
 
 
-async def test_user_turn_is_saved_before_the_processor_runs(store: MemoryStore) -> None:
+class CountingStore(MemoryStore):
+    """A memory store that counts its saves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saves = 0
+
+    async def save(self, thread: Thread) -> None:
+        self.saves += 1
+        await super().save(thread)
+
+
+async def test_a_turn_is_saved_once_after_the_processor_and_before_done() -> None:
+    store = CountingStore()
     gate = GatedProcessor()
     async with Manager(store, gate) as manager:
         stream = await manager.create()
-        stream.submit(message("hi"))
+        handled = asyncio.Event()
+        stream.submit(message("hi"), on_handled=handled.set)
         await asyncio.wait_for(gate.started.wait(), 5)
-        stored = await store.get(stream.id)
-        assert [t.role for t in stored.turns()] == [Role.USER]
+        assert (await store.get(stream.id)).turns() == []  # nothing stored mid-turn
         gate.release()
+        await asyncio.wait_for(handled.wait(), 5)
+        stored = await store.get(stream.id)
+        assert [t.role for t in stored.turns()] == [Role.USER, Role.ASSISTANT]
+        assert store.saves == 1
 
 
 async def test_on_handled_fires_after_done_and_the_final_save(store: MemoryStore) -> None:

@@ -36,7 +36,7 @@ from nats.js.errors import NotFoundError
 
 from ore_core.conduit.connection import PermissionWatch, subscriptions_registered
 from ore_core.errors import BusError, OreError, PermissionDenied
-from ore_core.events import EventDecodeError, OutputEvent, decode_output
+from ore_core.events import BATCH_KIND, EventDecodeError, OutputEvent, decode_batch, decode_output
 from ore_core.ids import validate_thread_id
 from ore_core.subjects import HEADER_KIND, HEADER_LAST_SEQUENCE, Subjects
 
@@ -253,7 +253,10 @@ class EventFeed:
     async def __anext__(self) -> Delivery:
         if not self._started:
             await self.start()
-        await self._ack_pending()
+        if not self._ready:
+            # The stored message read last is done with only once all of its events
+            # (a batch) were read: acknowledging earlier could lose the rest in a crash.
+            await self._ack_pending()
         while not self._ready:
             source, msg = await self._queue.get()
             if source == "end":
@@ -322,14 +325,33 @@ class EventFeed:
         self._permits.release()
 
     def _deliver(self, thread_id: str, data: bytes, kind: str | None, sequence: int | None) -> bool:
-        if self.kinds and kind is not None and kind not in self.kinds:
+        """Queue the event(s) of one message for the reader; False when none is kept.
+
+        A `batch` (every stored message, and live events sent together) is unpacked:
+        its events are delivered one by one, in order, all with the batch's sequence.
+        """
+        kinds = self.kinds
+        if kind == BATCH_KIND:
+            try:
+                events = decode_batch(data)
+            except EventDecodeError as exc:
+                log.warning("undecodable output batch skipped", thread_id=thread_id, error=str(exc))
+                return False
+            ready = self._ready
+            kept = False
+            for event in events:
+                if not kinds or event.kind in kinds:
+                    ready.append(Delivery(thread_id, event, sequence))
+                    kept = True
+            return kept
+        if kinds and kind is not None and kind not in kinds:
             return False
         try:
             event = decode_output(data)
         except EventDecodeError as exc:
             log.warning("undecodable output event skipped", thread_id=thread_id, error=str(exc))
             return False
-        if self.kinds and event.kind not in self.kinds:
+        if kinds and event.kind not in kinds:
             return False
         self._ready.append(Delivery(thread_id, event, sequence))
         return True

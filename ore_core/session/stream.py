@@ -153,6 +153,7 @@ class Stream:
         self._worker: asyncio.Task[None] | None = None
         self._turn: asyncio.Task[None] | None = None
         self._handling_message = False
+        self._in_turn = False
         self._closed = False
         self._discarded = False  # the copy of the thread is given up: never save it
         self._health = store_health if store_health is not None else StoreHealth()
@@ -176,6 +177,15 @@ class Stream:
     def busy(self) -> bool:
         """True while a user message is being handled."""
         return self._handling_message
+
+    @property
+    def in_turn(self) -> bool:
+        """True from the start of handling an event until its `lifecycle: done` is published.
+
+        Sinks that group a turn's events (the bus egress) use it to tell an event of a
+        turn still running from one published outside any turn.
+        """
+        return self._in_turn
 
     @property
     def policy(self) -> DoubleTexting:
@@ -322,6 +332,7 @@ class Stream:
         error: BaseException | None = None
         cancelled = False
         self._handling_message = isinstance(event, UserMessageEvent)
+        self._in_turn = True
         try:
             await self._dispatch(item)
         except asyncio.CancelledError:
@@ -353,6 +364,7 @@ class Stream:
         elif error is not None:
             self.publish(ErrorEvent(message=f"process event: {error}", context=context))
         self.publish(LifecycleEvent(phase="done", context=context))
+        self._in_turn = False
         if not (cancelled and self._closed):
             # A turn cut short by close() stays unacknowledged so a bus redelivers it.
             item.handled()
