@@ -105,7 +105,7 @@ async def raw_client(url: str) -> tuple[Send, Waiters, Callable[[], Awaitable[No
 
 
 async def ore_client(url: str) -> tuple[Send, Waiters, Callable[[], Awaitable[None]]]:
-    from ore_core.bus.client import ConduitClient
+    from ore_core import ConduitClient
 
     client = await ConduitClient.connect(url, name="bench")
     waiters = Waiters()
