@@ -113,8 +113,7 @@ async def ore_client(url: str) -> tuple[Send, Waiters, Callable[[], Awaitable[No
 
     async def read() -> None:
         async for delivery in feed:
-            event = delivery.event
-            if event.kind == "lifecycle" and getattr(event, "phase", "") == "done":
+            if delivery.kind == "lifecycle" and getattr(delivery.event, "phase", "") == "done":
                 waiters.resolve(delivery.thread_id)
 
     reader = asyncio.get_running_loop().create_task(read())

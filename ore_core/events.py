@@ -70,6 +70,7 @@ __all__ = [
     "decode_batch",
     "decode_ingress",
     "decode_output",
+    "decode_output_value",
     "encode_batch",
     "encode_event",
     "event_json_schema",
@@ -498,6 +499,14 @@ def decode_output(data: bytes | str) -> OutputEvent:
     """Parse and validate an output event (unknown kinds become ArtifactEvents)."""
     try:
         return _OUTPUT.validate_json(data)
+    except ValidationError as exc:
+        raise _decode_error("output", exc) from exc
+
+
+def decode_output_value(value: Any) -> OutputEvent:
+    """Validate an output event already parsed from JSON (e.g. one event of a batch)."""
+    try:
+        return _OUTPUT.validate_python(value)
     except ValidationError as exc:
         raise _decode_error("output", exc) from exc
 
