@@ -309,7 +309,7 @@ class Child:
                 self.process.wait()
 
 
-def wait_core_ready(url: str) -> None:
+def wait_core_ready(url: str, core: Child) -> None:
     """Until the core answers its control API (`CoreService.start` registers it last)."""
 
     async def ask() -> None:
@@ -318,6 +318,8 @@ def wait_core_ready(url: str) -> None:
         nc = await nats.connect(url)
         try:
             for _ in range(300):
+                if core.process.poll() is not None:
+                    raise RuntimeError(f"ore serve exited with {core.process.returncode}")
                 try:
                     await nc.request("ore.api.health", b"{}", timeout=0.5)
                     return
@@ -347,14 +349,16 @@ def run_side(
         env = {
             **os.environ,
             "ORE_LOAD_PLUGINS": "",  # built-in plugins only, as a bare install has
-            "ORE_STORE__PATH": str(tmp / f"ore-{run}.db"),
+            "ORE_STORE__NAME": args.store,
             "ORE_CONFIG": str(tmp / "ore.toml"),
         }
+        if args.store != "memory":
+            env["ORE_STORE__PATH"] = str(tmp / f"ore-{run}.db")
         (tmp / "ore.toml").write_text("")
         log = (tmp / f"ore-serve-{run}.log").open("wb")
         ore = str(Path(sys.executable).with_name("ore"))
         worker = Child([ore, "serve", "--nats", server_url], env=env, log=log)
-        wait_core_ready(server_url)
+        wait_core_ready(server_url, worker)
     role = "raw-client" if side == "raw" else "ore-client"
     client = Child(
         [
@@ -455,6 +459,7 @@ if __name__ == "__main__":
     parser.add_argument("--per-thread", type=int, default=30)
     parser.add_argument("--latency", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--store", default="sqlite", help="the core's store (default sqlite)")
     parser.add_argument("--role", choices=["raw-worker", "raw-client", "ore-client"])
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--run", default="", help=argparse.SUPPRESS)
