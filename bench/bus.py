@@ -131,9 +131,12 @@ async def client_main(args: argparse.Namespace) -> dict[str, Any]:
     else:
 
         async def on_event(msg: Msg) -> None:
-            headers = msg.headers
-            lifecycle = headers is not None and headers.get("Ore-Kind") == "lifecycle"
-            if lifecycle and jsonutil.loads(msg.data).get("phase") == "done":
+            # Every handled message ends with a stored batch whose last event is `done`.
+            if msg.headers is None or msg.headers.get("Ore-Kind") != "batch":
+                return
+            events = jsonutil.loads(msg.data)["events"]
+            last = events[-1] if events else {}
+            if last.get("kind") == "lifecycle" and last.get("phase") == "done":
                 waiters.resolve(msg.subject.rpartition(".")[2].removeprefix(run))
 
         await nc.subscribe("ore.out.*", cb=on_event)
