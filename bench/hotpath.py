@@ -381,7 +381,9 @@ def run_side(
         result = client.answer()
         after = Probe(monitor, pids)
         figures["p50_ms"] = result["p50"] * 1e3
-        figures["cpu_total_1thread"] = per_turn(before, after, result["turns"])["cpu_total"]
+        one = per_turn(before, after, result["turns"])
+        for name in ("worker", "nats", "client", "total"):
+            figures[f"cpu_{name}_1thread"] = one[f"cpu_{name}"]
         client.send("quit")
         client.process.wait(30)
     finally:
@@ -403,6 +405,9 @@ ROWS = [
     ("cpu_total", "CPU per turn, core+nats+client (µs)", "{:.1f}", 2.5, "<="),
     ("rate", "throughput, 100 threads (turns/s)", "{:,.0f}", 0.4, ">="),
     ("p50_ms", "p50 latency, 1 thread (ms)", "{:.3f}", 2.5, "<="),
+    ("cpu_worker_1thread", "core CPU per turn, 1 thread (µs)", "{:.1f}", None, ""),
+    ("cpu_nats_1thread", "nats-server CPU per turn, 1 thread (µs)", "{:.1f}", None, ""),
+    ("cpu_client_1thread", "client CPU per turn, 1 thread (µs)", "{:.1f}", None, ""),
     ("cpu_total_1thread", "CPU per turn, 1 thread (µs)", "{:.1f}", None, ""),
     ("msgs_in", "NATS messages in per turn", "{:.2f}", None, ""),
     ("msgs_out", "NATS messages out per turn", "{:.2f}", None, ""),
