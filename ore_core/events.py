@@ -501,10 +501,10 @@ def _context_value(context: EventContext) -> dict[str, str]:
 def encode_event(event: IngressEvent | OutputEvent) -> bytes:
     """The event's compact JSON bytes (one serialisation; what goes on the bus).
 
-    The events of every turn (lifecycle, turn_complete, text and reasoning artifacts
-    and their deltas) are written directly with orjson, byte for byte what the pydantic
-    serializer writes (a test checks it) at a fraction of the cost; the rest go
-    through pydantic.
+    The events of every turn (user_message, lifecycle, turn_complete, text and
+    reasoning artifacts and their deltas) are written directly with orjson, byte
+    for byte what the pydantic serializer writes (a test checks it) at a fraction of
+    the cost; the rest go through pydantic.
     """
     cls = type(event)
     if cls is LifecycleEvent:
@@ -513,6 +513,11 @@ def encode_event(event: IngressEvent | OutputEvent) -> bytes:
         if not context.provenance:
             return head + b"}"
         return head + b',"context":' + jsonutil.dumps(_context_value(context)) + b"}"
+    if cls is UserMessageEvent:
+        wire = {"kind": "user_message", "id": event.id, "content": event.content}  # type: ignore[union-attr]
+        if event.context.provenance:
+            wire["context"] = _context_value(event.context)  # type: ignore[assignment]
+        return jsonutil.dumps(wire)
     if cls is TurnCompleteEvent:
         wire = {"kind": "turn_complete", "turn": turn_to_dict(event.turn)}  # type: ignore[union-attr]
         if event.context.provenance:

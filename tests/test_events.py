@@ -596,3 +596,8 @@ def test_the_fast_encoder_writes_exactly_what_pydantic_writes(event: OutputEvent
 )
 def test_the_fast_encoder_of_text_events_matches_pydantic_for_any_text(event: OutputEvent) -> None:
     assert encode_event(event) == _encode_with_pydantic(event)
+
+
+@given(st.builds(UserMessageEvent, id=_text.filter(bool), content=_text, context=_contexts))
+def test_the_fast_encoder_of_user_messages_matches_pydantic(event: UserMessageEvent) -> None:
+    assert encode_event(event) == _encode_with_pydantic(event)
