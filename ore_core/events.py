@@ -516,7 +516,7 @@ def encode_event(event: IngressEvent | OutputEvent) -> bytes:
     if cls is UserMessageEvent:
         wire = {"kind": "user_message", "id": event.id, "content": event.content}  # type: ignore[union-attr]
         if event.context.provenance:
-            wire["context"] = _context_value(event.context)  # type: ignore[assignment]
+            wire["context"] = _context_value(event.context)
         return jsonutil.dumps(wire)
     if cls is TurnCompleteEvent:
         wire = {"kind": "turn_complete", "turn": turn_to_dict(event.turn)}  # type: ignore[union-attr]
