@@ -173,6 +173,7 @@ class EventFeed:
         self._fetcher: asyncio.Task[None] | None = None
         self._permits = asyncio.Semaphore(prefetch)
         self._unacked: Msg | None = None
+        self._unacked_tail: Delivery | None = None  # the last event of `_unacked`
         self._last_stored = 0  # highest sequence the durable consumer delivered to the reader
         self._started = False
         self._closed = False
@@ -265,7 +266,7 @@ class EventFeed:
                 log.debug("unsubscribe failed", error=str(exc))
         # Unfinished stored events go back to the consumer now, not after ack_wait.
         unfinished = [] if self._unacked is None else [self._unacked]
-        self._unacked = None
+        self._unacked = self._unacked_tail = None
         while not self._queue.empty():
             source, msg = self._queue.get_nowait()
             if source == "stored" and msg is not None:
@@ -280,9 +281,9 @@ class EventFeed:
         return await self.start()
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
-        if exc_type is None:
+        if exc_type is None and self._batch_read():
             await self._ack_pending()
-        await self.close()
+        await self.close()  # a batch not read to its end is handed back whole
 
     def resync(self) -> None:
         """Catch up on stored events after a reconnect (called by the client)."""
@@ -297,7 +298,7 @@ class EventFeed:
     async def __anext__(self) -> Delivery:
         if not self._started:
             await self.start()
-        if not self._ready:
+        if self._batch_read():
             # The stored message read last is done with only once all of its events
             # (a batch) were read: acknowledging earlier could lose the rest in a crash.
             await self._ack_pending()
@@ -316,7 +317,13 @@ class EventFeed:
                 await self._accept_stored(msg)
         return self._ready.popleft()
 
+    def _batch_read(self) -> bool:
+        """True when the reader has taken every event of the unacknowledged message."""
+        tail = self._unacked_tail
+        return tail is None or not any(delivery is tail for delivery in self._ready)
+
     async def _ack_pending(self) -> None:
+        self._unacked_tail = None
         msg, self._unacked = self._unacked, None
         if msg is not None:
             await self._settle(msg.ack())
@@ -362,7 +369,8 @@ class EventFeed:
         kind = (msg.headers or {}).get(HEADER_KIND)
         if sequence > self._last_stored and self._deliver(thread_id, msg.data, kind, sequence):
             self._last_stored = sequence
-            self._unacked = msg  # acked when the reader asks for the next event
+            self._unacked = msg  # acked when the reader asks for the event after its last
+            self._unacked_tail = self._ready[-1]
             return
         # Filtered out, undecodable, or redelivered after it was read: done with it.
         await self._settle(msg.ack())

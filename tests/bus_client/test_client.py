@@ -355,6 +355,18 @@ async def test_live_events_sent_together_reach_a_feed_one_by_one(
 
 
 @uses_streams
+async def test_a_durable_feed_left_in_the_middle_of_a_batch_delivers_it_again_whole(
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
+) -> None:
+    async with client.events("t-1", durable="bot") as feed:
+        await store_batch(ore_nats_client, subjects, "t-1", text("one"), text("two"))
+        await take(feed, 1)  # the block ends without an error after the first event
+    async with client.events("t-1", durable="bot") as feed:
+        again = await take(feed, 2)
+    assert [d.event for d in again] == [text("one"), text("two")]
+
+
+@uses_streams
 async def test_a_durable_feed_acknowledges_a_batch_only_after_its_last_event(
     client: ConduitClient, ore_nats_client: Client, subjects: Subjects
 ) -> None:
