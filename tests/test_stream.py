@@ -393,6 +393,38 @@ class CountingStore(MemoryStore):
         await super().save(thread)
 
 
+class GatedSaveStore(MemoryStore):
+    """A memory store whose saves of a thread with turns wait for `release`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saving = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def save(self, thread: Thread) -> None:
+        if thread.turns():
+            self.saving.set()
+            await self.release.wait()
+        await super().save(thread)
+
+
+async def test_a_cancel_during_the_final_save_does_not_cut_the_turn_short() -> None:
+    store = GatedSaveStore()
+    async with Manager(store, ScriptedProcessor(["answer"])) as manager:
+        stream = await manager.create()
+        handled = asyncio.Event()
+        sub = stream.subscribe("lifecycle")
+        stream.submit(message("hi"), on_handled=handled.set)
+        await asyncio.wait_for(store.saving.wait(), 5)
+        stream.cancel()  # the processor is done: nothing left to cancel
+        store.release.set()
+        await asyncio.wait_for(handled.wait(), 5)
+        stored = await store.get(stream.id)
+        assert [t.role for t in stored.turns()] == [Role.USER, Role.ASSISTANT]
+        phases = [getattr(sub.get_nowait(), "phase", None) for _ in range(4)]
+        assert phases == ["submitted", "streaming", "done", None]  # no "cancelled"
+
+
 async def test_a_turn_is_saved_once_after_the_processor_and_before_done() -> None:
     store = CountingStore()
     gate = GatedProcessor()

@@ -368,6 +368,9 @@ class Stream:
             error = exc
         finally:
             self._handling_message = False
+            # The turn's work is over: a cancel from now on must not cut its save short
+            # (which would leave it unsaved and without `done`), so there is none.
+            self._turn = None
         retry = _retry_reason(error)
         if retry is None and not self._discarded:
             try:
