@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -423,6 +424,35 @@ async def test_a_cancel_during_the_final_save_does_not_cut_the_turn_short() -> N
         assert [t.role for t in stored.turns()] == [Role.USER, Role.ASSISTANT]
         phases = [getattr(sub.get_nowait(), "phase", None) for _ in range(4)]
         assert phases == ["submitted", "streaming", "done", None]  # no "cancelled"
+
+
+class SwallowingProcessor:
+    """Waits until cancelled, swallows the cancellation and answers anyway."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+
+    async def __call__(self, ctx: Any) -> None:
+        if not self.started.is_set():
+            self.started.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                pass
+        await ctx.append(Role.ASSISTANT, Text("anyway"))
+
+
+async def test_a_processor_that_swallows_a_cancel_does_not_stop_the_stream(
+    store: MemoryStore,
+) -> None:
+    processor = SwallowingProcessor()
+    async with Manager(store, processor) as manager:
+        stream = await manager.create()
+        stream.submit(message("first"))
+        await asyncio.wait_for(processor.started.wait(), 5)
+        stream.cancel()
+        await asyncio.wait_for(stream.process(message("second")), 5)
+        assert [t.role for t in stream.turns()][:2] == [Role.USER, Role.ASSISTANT]
 
 
 async def test_a_turn_is_saved_once_after_the_processor_and_before_done() -> None:

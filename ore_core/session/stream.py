@@ -330,6 +330,8 @@ class Stream:
             except Exception:  # a bug in a callback must not stop the stream
                 log.exception("event handling failed", thread_id=self.id)
             finally:
+                if self._cancel_requested and task.cancelling():
+                    task.uncancel()  # our cancel, swallowed by the processor
                 self._turn = None
                 self._cancel_requested = False
             if task.cancelling():
