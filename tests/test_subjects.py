@@ -133,7 +133,7 @@ def test_wire_header_names_and_schema_version() -> None:
         "Ore-Schema",
         "Nats-Msg-Id",
         "traceparent",
-        1,
+        2,
     )
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "BAD_JSON",
     "BAD_SCHEMA",
     "BAD_THREAD_ID",
+    "INGRESS_SCHEMAS",
     "SCHEMA",
     "TOO_LARGE",
     "UNKNOWN_THREAD",
@@ -28,6 +29,8 @@ __all__ = [
 ]
 
 SCHEMA = str(SCHEMA_VERSION)
+INGRESS_SCHEMAS = frozenset({"1", SCHEMA})
+"""`Ore-Schema` values accepted on ingress (its events did not change in version 2)."""
 
 BAD_JSON = "bad_json"
 BAD_SCHEMA = "bad_schema"

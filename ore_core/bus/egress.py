@@ -1,16 +1,33 @@
-"""Egress: every output event of every stream onto NATS, as protocol.md describes.
+"""Egress: every output event of every stream onto NATS, one stored message per turn.
 
-A `Manager` sink. Deltas go straight to `P.out.T` on core NATS (best effort, never
-stored); every other event is appended to `P.ev.T` in `ORE_EVENTS`, which the server
-republishes to `P.out.T` with its sequence and the thread's previous sequence. Each
-event is serialised exactly once; stored appends are pipelined (see `Pipeline`), so
-the sink never waits for the server between two events of a busy thread.
+A batch sink of the `Manager` (it gets every event queued since it last ran, in
+order). Live-only events (deltas, notices, `lifecycle` submitted/streaming) go straight
+to `P.out.T` on core NATS: never stored, best effort, and several queued together for
+one thread leave as one `batch` message. Every other event of a turn (turn_complete,
+complete artifacts, properties, error, `lifecycle` cancelled/done) is held until the
+turn's `lifecycle: done` and then appended to `P.ev.T` in `ORE_EVENTS` as ONE message
+(`Ore-Kind: batch`), which the server republishes to `P.out.T` with its sequence and
+the thread's previous sequence. A durable event published outside any turn (a
+`properties` event from the control API on an idle thread) is stored at the end of
+the sink's run, as a batch of its own.
+
+Why: a JetStream append costs the core, the server and every conduit far more than
+building the event (protocol.md "Batches"; docs/performance.md). Each event is
+serialised exactly once (`encode_event`); a batch only joins those bytes. Appends are
+pipelined (see `Pipeline`), so the sink never waits for the server.
+
+`emitted` counts the events taken from the manager (a turn's held events count when
+taken, and its `done` is taken only with its batch handed to the pipeline), so the
+ingress acknowledges a message once `emitted` passed its position and the pipeline
+stored everything published up to then (`Ingress._ack_loop`).
 
 Ownership (issue 10b): a worker whose partition lease is overdue (`may_write` false:
-it was paused or cut off) publishes nothing for the partition's threads, and once a
-thread left this worker (`forget`) whatever its old stream still emits is dropped
-until the thread is attached here again (`prime`). `prime` also publishes a saved
-answer that never reached `P.ev.T` (its owner died between the save and the append).
+it was paused or cut off) publishes nothing for the partition's threads (a turn's held
+events are dropped with it, never stored in part), and once a thread left this worker
+(`forget`) whatever its old stream still emits is dropped until the thread is attached
+here again (`prime`). `prime` also publishes a saved answer that never reached `P.ev.T`
+(its owner died between the save and the append): it looks inside the thread's last
+stored batch for that answer (see `_answer_missing`).
 """
 
 from __future__ import annotations
@@ -30,19 +47,22 @@ from ore_core.artifacts import Delta
 from ore_core.bus.codec import output_headers
 from ore_core.bus.pipeline import Pipeline
 from ore_core.events import (
+    BATCH_KIND,
     ArtifactEvent,
     ErrorEvent,
     LifecycleEvent,
+    NoticeEvent,
     OutputEvent,
     TurnCompleteEvent,
+    encode_batch,
     encode_event,
 )
 from ore_core.ledger.thread import Thread
 from ore_core.session.manager import Manager
-from ore_core.subjects import Subjects
+from ore_core.subjects import HEADER_KIND, HEADER_SCHEMA, HEADER_TRACEPARENT, Subjects
 from ore_core.turn import Role
 
-__all__ = ["STORAGE_FULL", "Egress"]
+__all__ = ["STORAGE_FULL", "Egress", "is_live_only"]
 
 STORAGE_FULL = "storage_full"
 """`code` of the error event a user gets while a JetStream limit holds their answer."""
@@ -50,10 +70,53 @@ STORAGE_FULL = "storage_full"
 log = structlog.get_logger("ore.bus")
 
 _SUBJECT_CACHE = 65536  # threads whose subjects are remembered; cleared when exceeded
+_LIVE_PHASES = frozenset({"submitted", "streaming"})
+
+
+def is_live_only(event: OutputEvent) -> bool:
+    """True for events sent on core NATS only: deltas, notices, lifecycle submitted/streaming."""
+    if isinstance(event, ArtifactEvent):
+        return isinstance(event.artifact, Delta)
+    if isinstance(event, LifecycleEvent):
+        return event.phase in _LIVE_PHASES
+    return isinstance(event, NoticeEvent)
+
+
+_BATCH_OVERHEAD = len(encode_batch([]))
+
+
+def _parts(encoded: list[bytes], limit: int) -> list[list[bytes]]:
+    """`encoded` cut into runs whose batch fits `limit` bytes (almost always one run).
+
+    An event too large on its own is a run of its own: the pipeline refuses and logs
+    it, and the rest of the turn (its `done` above all) is still stored.
+    """
+    if sum(map(len, encoded)) + len(encoded) <= limit:
+        return [encoded]
+    parts: list[list[bytes]] = []
+    size = limit + 1
+    for data in encoded:
+        if size + len(data) + 1 > limit:
+            parts.append([])
+            size = 0
+        parts[-1].append(data)
+        size += len(data) + 1
+    return parts
+
+
+class _Run:
+    """Encoded events of one thread waiting to leave as one message."""
+
+    __slots__ = ("data", "first")
+
+    def __init__(self, data: bytes, first: OutputEvent) -> None:
+        self.data = [data]
+        self.first = first
 
 
 class Egress:
-    """Publishes output events: deltas live on `P.out.T`, the rest stored on `P.ev.T`."""
+    """Publishes output events: live-only ones on `P.out.T`, each turn's others as one
+    stored batch on `P.ev.T`."""
 
     name = "ore-bus-egress"
 
@@ -72,8 +135,11 @@ class Egress:
         self.refused = 0  # events not published: overdue lease or a thread that left
         self._subjects = subjects
         self._pipeline = pipeline
+        self._schema = output_headers(LifecycleEvent(phase="done"))[HEADER_SCHEMA]
         self._events_prefix = subjects.events_wildcard[:-1]
         self._cache: dict[str, tuple[str, str]] = {}
+        self._turns: dict[str, _Run] = {}  # durable events of turns not ended yet
+        self._manager: Manager | None = None
         self._told: set[str] = set()  # threads told that their answer waits for space
         self._waiter: tuple[int, asyncio.Future[None]] | None = None
         self.emitted = 0
@@ -86,7 +152,8 @@ class Egress:
 
         Lossless: however far NATS falls behind (an outage), no stored event is dropped.
         """
-        return manager.register_sink((), self.emit, name=self.name, lossless=True)
+        self._manager = manager
+        return manager.register_batch_sink((), self.emit_batch, name=self.name, lossless=True)
 
     def _subjects_of(self, thread_id: str) -> tuple[str, str]:
         pair = self._cache.get(thread_id)
@@ -98,31 +165,39 @@ class Egress:
         return pair
 
     async def emit(self, thread_id: str, event: OutputEvent) -> None:
-        """Publish one event of `thread_id` (the sink function)."""
+        """Publish one event of `thread_id` (a batch of one; see `emit_batch`)."""
+        await self.emit_batch([(thread_id, event)])
+
+    async def emit_batch(self, items: list[tuple[str, OutputEvent]]) -> None:
+        """Publish events in order: live runs at once, a turn's durable events at its end.
+
+        Per thread, live events queued before a turn's `done` leave before its stored
+        batch, so a reader sees them first (deltas never arrive after `done`).
+        """
         try:
-            stored, live = self._subjects_of(thread_id)
-            data = encode_event(event)
-            headers = output_headers(event)
-            if (self._gone and thread_id in self._gone) or not self._may_write(thread_id):
-                self.refused += 1
-            elif isinstance(event, ArtifactEvent) and isinstance(event.artifact, Delta):
-                await self._publish_live(live, data, headers)
-            else:
-                await self._pipeline.publish(stored, data, headers)
+            await self._emit_batch(items)
         finally:
-            self.emitted += 1
+            self.emitted += len(items)
             waiter = self._waiter
             if waiter is not None and self.emitted >= waiter[0] and not waiter[1].done():
                 waiter[1].set_result(None)
 
     def forget(self, thread_id: str) -> None:
-        """The thread left this worker: drop what its old stream still emits."""
+        """The thread left this worker: drop what its old stream held or still emits."""
         self._gone.add(thread_id)
         self._primed.discard(thread_id)
+        held = self._turns.pop(thread_id, None)
+        if held is not None:
+            self.refused += len(held.data)
 
     async def prime(self, thread_id: str, thread: Thread | None = None) -> None:
         """The thread is (again) attached here: publish for it; once per attach, if its
-        latest answer is saved but not in `P.ev.T`, publish that answer and a `done`."""
+        latest answer is saved but not in `P.ev.T`, store that answer and a `done`.
+
+        The restored events are appended directly as one batch of their own: they are
+        not the manager's events, so they do not count in `emitted` (the ingress ack
+        loop compares `emitted` with the manager's queue).
+        """
         self._gone.discard(thread_id)
         if thread is None or thread_id in self._primed:
             return
@@ -137,14 +212,17 @@ class Egress:
                 self._subjects.events_stream, self._subjects_of(thread_id)[0], direct=True
             )
         except NotFoundError:
-            return  # nothing stored (or expired): nothing to compare
+            last = None
         except (NatsError, TimeoutError) as exc:
             log.debug("last event not read", thread_id=thread_id, error=repr(exc))
             return
-        if _answer_missing(last.data, tip.id):
+        first_turn = len(thread.all_turns()) == 2  # one message and its answer
+        if _answer_missing(None if last is None else last.data, tip.id, first_turn=first_turn):
             log.warning("stored answer missing from the events; publishing it", thread_id=thread_id)
-            await self.emit(thread_id, TurnCompleteEvent(turn=tip))
-            await self.emit(thread_id, LifecycleEvent(phase="done"))
+            answer = TurnCompleteEvent(turn=tip)
+            run = _Run(encode_event(answer), answer)
+            run.data.append(encode_event(LifecycleEvent(phase="done")))
+            await self._append(thread_id, run)
 
     async def wait_emitted(self, position: int) -> None:
         """Wait until `emitted >= position` (one waiter at a time: the ingress ack loop)."""
@@ -157,14 +235,97 @@ class Egress:
         finally:
             self._waiter = None
 
-    async def reply(self, thread_id: str, event: OutputEvent) -> None:
-        """Send `event` to the thread's live subject only (answers to rejected input)."""
-        await self._publish_live(
-            self._subjects_of(thread_id)[1], encode_event(event), output_headers(event)
-        )
+    def _refuses(self, thread_id: str) -> bool:
+        """Whether nothing may be published for `thread_id` here (lease overdue or gone)."""
+        return bool(self._gone and thread_id in self._gone) or not self._may_write(thread_id)
+
+    async def _emit_batch(self, items: list[tuple[str, OutputEvent]]) -> None:
+        live: dict[str, _Run] = {}
+        turns = self._turns
+        for thread_id, event in items:
+            if self._refuses(thread_id):
+                self.refused += 1
+                held = turns.pop(thread_id, None)
+                if held is not None:
+                    self.refused += len(held.data)
+                continue
+            data = encode_event(event)
+            if is_live_only(event):
+                run = live.get(thread_id)
+                if run is None:
+                    live[thread_id] = _Run(data, event)
+                else:
+                    run.data.append(data)
+                continue
+            turn = turns.get(thread_id)
+            if turn is None:
+                turns[thread_id] = turn = _Run(data, event)
+            else:
+                turn.data.append(data)
+            if isinstance(event, LifecycleEvent) and event.phase == "done":
+                run = live.pop(thread_id, None)
+                if run is not None:
+                    await self._publish_live(thread_id, run)
+                del turns[thread_id]
+                await self._append(thread_id, turn)
+        for thread_id, run in live.items():
+            await self._publish_live(thread_id, run)
+        if turns:
+            await self._store_outside_turns()
+
+    async def _store_outside_turns(self) -> None:
+        """Store held events of threads not in a turn (published outside one, or closed)."""
+        manager = self._manager
+        for thread_id in list(self._turns):
+            stream = manager.stream_of(thread_id) if manager is not None else None
+            if stream is None or not stream.in_turn:
+                await self._append(thread_id, self._turns.pop(thread_id))
+
+    async def flush(self) -> None:
+        """Store every held event now (shutdown: nothing waits for a `done` any more)."""
+        while self._turns:
+            thread_id, turn = self._turns.popitem()
+            await self._append(thread_id, turn)
+
+    def _headers(self, run: _Run) -> dict[str, str]:
+        if len(run.data) == 1:
+            return output_headers(run.first)
+        headers = {HEADER_KIND: BATCH_KIND, HEADER_SCHEMA: self._schema}
+        traceparent = run.first.context.traceparent
+        if traceparent:
+            headers[HEADER_TRACEPARENT] = traceparent
+        return headers
+
+    async def _append(self, thread_id: str, turn: _Run) -> None:
+        """Store a turn's held events: one batch, or several if one would be too large."""
+        if self._refuses(thread_id):
+            self.refused += len(turn.data)
+            return
+        subject = self._subjects_of(thread_id)[0]
+        traceparent = turn.first.context.traceparent
+        for part in _parts(turn.data, self._nc.max_payload - _BATCH_OVERHEAD):
+            await self._append_batch(subject, encode_batch(part), traceparent)
+
+    async def _append_batch(self, subject: str, data: bytes, traceparent: str) -> None:
+        """The one place that appends to `P.ev.T` (always a batch, even of one event)."""
+        headers = {HEADER_KIND: BATCH_KIND, HEADER_SCHEMA: self._schema}
+        if traceparent:
+            headers[HEADER_TRACEPARENT] = traceparent
+        await self._pipeline.publish(subject, data, headers)
+
+    async def _publish_live(self, thread_id: str, run: _Run) -> None:
+        data = run.data[0] if len(run.data) == 1 else encode_batch(run.data)
+        await self._send_live(self._subjects_of(thread_id)[1], data, self._headers(run))
+
+    async def reply(self, thread_id: str, *events: OutputEvent) -> None:
+        """Send `events` to the thread's live subject only (answers to rejected input)."""
+        encoded = [encode_event(event) for event in events]
+        run = _Run(encoded[0], events[0])
+        run.data = encoded
+        await self._publish_live(thread_id, run)
 
     async def _limit_reached(self, subject: str, reason: str) -> None:
-        """A stored event of a thread is held by a JetStream limit: tell its users once."""
+        """A stored batch of a thread is held by a JetStream limit: tell its users once."""
         if not subject.startswith(self._events_prefix):
             return  # a dead-letter record: the operator's log line is enough
         thread_id = self._subjects.thread_id_of(subject)
@@ -178,22 +339,53 @@ class Egress:
         )
         await self.reply(thread_id, ErrorEvent(message=message, code=STORAGE_FULL))
 
-    async def _publish_live(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
+    async def _send_live(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
         try:
             await self._nc.publish(subject, data, headers=headers)
         except (OutboundBufferLimitError, ConnectionClosedError):
             self.dropped_deltas += 1  # best effort: the stored events carry the full text
 
 
-def _answer_missing(data: Any, answer_id: str) -> bool:
-    """Whether the last stored event of a thread shows a turn cut off before its answer."""
+def _stored_events(data: Any) -> tuple[list[dict[str, Any]], bool]:
+    """The events of one stored message, and whether it was a batch (issue 11)."""
     try:
-        event = jsonutil.loads(data or b"{}")
+        value = jsonutil.loads(data or b"{}")
     except ValueError:
+        return [], False
+    if not isinstance(value, dict):
+        return [], False
+    if value.get("kind") != BATCH_KIND:
+        return [value], False  # one event per message (stored before batches)
+    events = value.get("events")
+    if not isinstance(events, list):
+        return [], True
+    return [e for e in events if isinstance(e, dict)], True
+
+
+def _answer_missing(data: Any, answer_id: str, *, first_turn: bool) -> bool:
+    """Whether the thread's last stored message shows its latest answer was never stored.
+
+    `data` is the last message on the thread's `P.ev.T` (None: nothing stored). With
+    batches a turn's events are stored together at its end, so an owner that died
+    between saving the answer and appending the batch leaves the PREVIOUS turn's batch
+    last (or nothing, on a thread's first turn): a batch that holds turns but not this
+    answer means the answer came after it. A batch without any turn (the `done` of a
+    redelivered message answered before, a `properties` event) tells nothing, and
+    nothing is restored: never an answer twice. A thread's first answer with nothing
+    stored is restored (the same holds for a one-turn thread whose events expired after
+    `events_max_age`: its answer is sent once more).
+    """
+    if data is None:
+        return first_turn
+    events, batch = _stored_events(data)
+    turn_ids = [(e.get("turn") or {}).get("id") for e in events if e.get("kind") == "turn_complete"]
+    if answer_id in turn_ids:
         return False
-    kind = event.get("kind")
-    if kind == "lifecycle" and event.get("phase") in ("done", "cancelled"):
+    if batch:
+        return bool(turn_ids)
+    if not events:
+        return False
+    kind = events[-1].get("kind")  # one event per message: the cut-off turn's last one
+    if kind == "lifecycle" and events[-1].get("phase") in ("done", "cancelled"):
         return False  # the turn's tail is stored (its `done` comes after its answer)
-    if kind == "turn_complete" and (event.get("turn") or {}).get("id") == answer_id:
-        return False
     return kind in ("turn_complete", "lifecycle", "text")

@@ -53,6 +53,7 @@ from ore_core import jsonutil
 from ore_core.bus.codec import (
     BAD_SCHEMA,
     BAD_THREAD_ID,
+    INGRESS_SCHEMAS,
     SCHEMA,
     TOO_LARGE,
     UNKNOWN_THREAD,
@@ -548,7 +549,7 @@ class Ingress:
         headers = msg.headers
         if headers:
             schema = headers.get(HEADER_SCHEMA)
-            if schema is not None and schema != SCHEMA:
+            if schema is not None and schema not in INGRESS_SCHEMAS:
                 raise _Rejected(
                     BAD_SCHEMA, f"unsupported {HEADER_SCHEMA} {schema!r}: this core speaks {SCHEMA}"
                 )
@@ -615,9 +616,10 @@ class Ingress:
         if reason != BAD_THREAD_ID:
             context = rejected.context
             await self._egress.reply(
-                thread_id, ErrorEvent(message=detail, code=reason, context=context)
+                thread_id,
+                ErrorEvent(message=detail, code=reason, context=context),
+                LifecycleEvent(phase="done", context=context),
             )
-            await self._egress.reply(thread_id, LifecycleEvent(phase="done", context=context))
         await self._settle(msg.ack)
 
     # -- acknowledgements -------------------------------------------------------

@@ -115,8 +115,8 @@ class CoreService:
         self._version = version
         self._nc: NatsClient | None = None
         self._pipeline: Pipeline | None = None
-        self._ingress: Ingress | None = None
         self._egress: Egress | None = None
+        self._ingress: Ingress | None = None
         self._ownership: Ownership | None = None
         self._supervisor: asyncio.Task[None] | None = None
         self._crashed = False
@@ -347,6 +347,8 @@ class CoreService:
                     count=ingress.inflight,
                 )
         await self.manager.aclose()
+        if self._egress is not None:
+            await self._egress.flush()  # events held for a `done` that will not come
         if ingress is not None:
             await ingress.stop()
         if self._supervisor is not None:

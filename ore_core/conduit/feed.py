@@ -21,8 +21,7 @@ import asyncio
 import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import structlog
 from nats.aio.client import Client as NatsClient
@@ -34,9 +33,10 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RawStreamMsg
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
+from ore_core import jsonutil
 from ore_core.conduit.connection import PermissionWatch, subscriptions_registered
 from ore_core.errors import BusError, OreError, PermissionDenied
-from ore_core.events import EventDecodeError, OutputEvent, decode_output
+from ore_core.events import BATCH_KIND, OutputEvent, decode_output_value
 from ore_core.ids import validate_thread_id
 from ore_core.subjects import HEADER_KIND, HEADER_LAST_SEQUENCE, Subjects
 
@@ -52,22 +52,66 @@ _FETCH_WAIT = 5.0  # seconds a pull waits on the server before asking again
 _RETRY_PAUSE = 1.0  # seconds between fetch attempts while the server is unreachable
 
 
-@dataclass(frozen=True, slots=True)
 class Delivery:
     """One output event of one thread.
 
-    `sequence` is the event's sequence in `ORE_EVENTS` (increasing per thread), or
-    None for deltas, which are never stored.
+    `sequence` is the sequence in `ORE_EVENTS` of the stored batch the event came in
+    (increasing per thread; the events of one batch share it), or None for live-only
+    events, which are never stored. `kind` is known at once; `event` is decoded and
+    validated on first access (a reader usually looks at `kind` first, and most
+    events of a turn are not rendered), and raises EventDecodeError for a malformed
+    event (the core never sends one).
     """
 
-    thread_id: str
-    event: OutputEvent
-    sequence: int | None
+    __slots__ = ("_event", "_value", "kind", "sequence", "thread_id")
+
+    def __init__(self, thread_id: str, event: OutputEvent, sequence: int | None) -> None:
+        self.thread_id = thread_id
+        self.sequence = sequence
+        self.kind: str = event.kind
+        self._event: OutputEvent | None = event
+        self._value: dict[str, Any] | None = None
+
+    @classmethod
+    def of_value(
+        cls, thread_id: str, kind: str, value: dict[str, Any], sequence: int | None
+    ) -> Delivery:
+        """A delivery decoded lazily from the parsed JSON `value` of an event."""
+        delivery = cls.__new__(cls)
+        delivery.thread_id = thread_id
+        delivery.sequence = sequence
+        delivery.kind = kind
+        delivery._event = None
+        delivery._value = value
+        return delivery
 
     @property
-    def kind(self) -> str:
-        """The event's kind (`text_delta`, `lifecycle`, ...)."""
-        return self.event.kind
+    def event(self) -> OutputEvent:
+        """The decoded event."""
+        event = self._event
+        if event is None:
+            assert self._value is not None
+            event = self._event = decode_output_value(self._value)
+            self._value = None
+        return event
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Delivery):
+            return NotImplemented
+        return (self.thread_id, self.event, self.sequence) == (
+            other.thread_id,
+            other.event,
+            other.sequence,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.thread_id, self.kind, self.sequence))
+
+    def __repr__(self) -> str:
+        return (
+            f"Delivery(thread_id={self.thread_id!r}, event={self.event!r}, "
+            f"sequence={self.sequence!r})"
+        )
 
 
 def durable_consumer_name(durable: str, thread_id: str | None) -> str:
@@ -129,6 +173,7 @@ class EventFeed:
         self._fetcher: asyncio.Task[None] | None = None
         self._permits = asyncio.Semaphore(prefetch)
         self._unacked: Msg | None = None
+        self._unacked_tail: Delivery | None = None  # the last event of `_unacked`
         self._last_stored = 0  # highest sequence the durable consumer delivered to the reader
         self._started = False
         self._closed = False
@@ -221,7 +266,7 @@ class EventFeed:
                 log.debug("unsubscribe failed", error=str(exc))
         # Unfinished stored events go back to the consumer now, not after ack_wait.
         unfinished = [] if self._unacked is None else [self._unacked]
-        self._unacked = None
+        self._unacked = self._unacked_tail = None
         while not self._queue.empty():
             source, msg = self._queue.get_nowait()
             if source == "stored" and msg is not None:
@@ -236,9 +281,9 @@ class EventFeed:
         return await self.start()
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
-        if exc_type is None:
+        if exc_type is None and self._batch_read():
             await self._ack_pending()
-        await self.close()
+        await self.close()  # a batch not read to its end is handed back whole
 
     def resync(self) -> None:
         """Catch up on stored events after a reconnect (called by the client)."""
@@ -253,7 +298,10 @@ class EventFeed:
     async def __anext__(self) -> Delivery:
         if not self._started:
             await self.start()
-        await self._ack_pending()
+        if self._batch_read():
+            # The stored message read last is done with only once all of its events
+            # (a batch) were read: acknowledging earlier could lose the rest in a crash.
+            await self._ack_pending()
         while not self._ready:
             source, msg = await self._queue.get()
             if source == "end":
@@ -269,7 +317,13 @@ class EventFeed:
                 await self._accept_stored(msg)
         return self._ready.popleft()
 
+    def _batch_read(self) -> bool:
+        """True when the reader has taken every event of the unacknowledged message."""
+        tail = self._unacked_tail
+        return tail is None or not any(delivery is tail for delivery in self._ready)
+
     async def _ack_pending(self) -> None:
+        self._unacked_tail = None
         msg, self._unacked = self._unacked, None
         if msg is not None:
             await self._settle(msg.ack())
@@ -315,24 +369,49 @@ class EventFeed:
         kind = (msg.headers or {}).get(HEADER_KIND)
         if sequence > self._last_stored and self._deliver(thread_id, msg.data, kind, sequence):
             self._last_stored = sequence
-            self._unacked = msg  # acked when the reader asks for the next event
+            self._unacked = msg  # acked when the reader asks for the event after its last
+            self._unacked_tail = self._ready[-1]
             return
         # Filtered out, undecodable, or redelivered after it was read: done with it.
         await self._settle(msg.ack())
         self._permits.release()
 
     def _deliver(self, thread_id: str, data: bytes, kind: str | None, sequence: int | None) -> bool:
-        if self.kinds and kind is not None and kind not in self.kinds:
+        """Queue the event(s) of one message for the reader; False when none is kept.
+
+        A `batch` (every stored message, and live events sent together) is unpacked:
+        its events are delivered one by one, in order, all with the batch's sequence.
+        Events are parsed here (one JSON parse per message) and validated only when
+        the reader asks for `Delivery.event`.
+        """
+        kinds = self.kinds
+        if kinds and kind is not None and kind != BATCH_KIND and kind not in kinds:
             return False
         try:
-            event = decode_output(data)
-        except EventDecodeError as exc:
-            log.warning("undecodable output event skipped", thread_id=thread_id, error=str(exc))
+            value = jsonutil.loads(data)
+        except ValueError as exc:
+            log.warning("undecodable output message skipped", thread_id=thread_id, error=str(exc))
             return False
-        if self.kinds and event.kind not in self.kinds:
+        if not isinstance(value, dict):
             return False
-        self._ready.append(Delivery(thread_id, event, sequence))
-        return True
+        if value.get("kind") == BATCH_KIND:
+            items = value.get("events")
+            if not isinstance(items, list):
+                log.warning("output batch without events skipped", thread_id=thread_id)
+                return False
+        else:
+            items = [value]
+        ready = self._ready
+        kept = False
+        for item in items:
+            item_kind = item.get("kind") if isinstance(item, dict) else None
+            if not isinstance(item_kind, str) or not item_kind:
+                log.warning("output event without a kind skipped", thread_id=thread_id)
+                continue
+            if not kinds or item_kind in kinds:
+                ready.append(Delivery.of_value(thread_id, item_kind, item, sequence))
+                kept = True
+        return kept
 
     # -- stored events --------------------------------------------------------
 

@@ -41,7 +41,7 @@ CASES = {
     "missing content": Case("t1", {"kind": "user_message", "id": "m-1"}, "bad_schema"),
     "unknown kind": Case("t1", {"kind": "dance", "id": "m-1"}, "bad_schema"),
     "event id too long": Case("t1", user_message("hi", "i" * 300), "bad_schema"),
-    "newer schema": Case("t1", user_message("hi", "m-1"), "bad_schema", {"Ore-Schema": "2"}),
+    "newer schema": Case("t1", user_message("hi", "m-1"), "bad_schema", {"Ore-Schema": "3"}),
     "thread id too long": Case(LONG_THREAD, user_message("hi", "m-1"), "bad_thread_id"),
     "interrupt for unknown thread": Case(
         "t1", {"kind": "interrupt", "id": "i-1"}, "unknown_thread"

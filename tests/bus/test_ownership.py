@@ -11,18 +11,22 @@ import structlog
 from nats.aio.client import Client
 from nats.js.api import ConsumerConfig
 
+from ore_core.artifacts import Text
 from ore_core.bus.egress import Egress
 from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig, consumer_name, ensure_streams, reset_consumer
-from ore_core.events import LifecycleEvent
+from ore_core.events import LifecycleEvent, TurnCompleteEvent
+from ore_core.ledger.thread import Thread
 from ore_core.subjects import Subjects, partition_of
+from ore_core.turn import Role
 from tests.bus.conftest import (
     PARTITIONS,
     CoreFactory,
     Outbox,
     publish,
     stored_events,
+    stored_messages,
     user_message,
     wait_for,
 )
@@ -135,3 +139,60 @@ async def test_a_worker_whose_lease_is_overdue_neither_saves_nor_appends(
     await stream.emit(LifecycleEvent(phase="done"))
     await asyncio.sleep(0.2)
     assert len(await stored_events(ore_nats_client, "t1")) == before
+
+
+async def test_the_next_owner_stores_an_answer_saved_but_never_stored_as_a_batch(
+    ore_nats_client: Client,
+) -> None:
+    """An owner died between saving an answer and appending its turn's batch: the last
+    stored batch is the previous turn's. Attaching the thread stores the answer once."""
+    await ensure_streams(ore_nats_client.jetstream(), SUBJECTS, BusConfig(partitions=PARTITIONS))
+    pipeline = Pipeline(ore_nats_client)
+    await pipeline.start()
+    thread = Thread("t1")
+    first = [thread.append(Role.USER, Text("q1"), event_id="m-1")]
+    first.append(thread.append(Role.ASSISTANT, Text("a1")))
+    dead = Egress(ore_nats_client, SUBJECTS, pipeline)  # the owner that died
+    done = LifecycleEvent(phase="done")
+    await dead.emit_batch([("t1", TurnCompleteEvent(turn=t)) for t in first] + [("t1", done)])
+    await pipeline.flush()
+    thread.append(Role.USER, Text("q2"), event_id="m-2")
+    answer = thread.append(Role.ASSISTANT, Text("a2"))  # saved; its batch never appended
+
+    for _ in range(2):  # attached twice (a second takeover): stored once
+        egress = Egress(ore_nats_client, SUBJECTS, pipeline)
+        await egress.prime("t1", thread)
+        await pipeline.flush()
+    # The redelivered message is recognised as answered: a batch of its `done` alone.
+    await egress.emit("t1", LifecycleEvent(phase="done"))
+    await pipeline.flush()
+    await Egress(ore_nats_client, SUBJECTS, pipeline).prime("t1", thread)  # a third owner
+    await pipeline.flush()
+
+    batches = await stored_messages(ore_nats_client, "t1")
+    kinds = [[e["kind"] for e in batch] for batch in batches]
+    assert kinds == [
+        ["turn_complete", "turn_complete", "lifecycle"],
+        ["turn_complete", "lifecycle"],
+        ["lifecycle"],
+    ]
+    assert batches[1][0]["turn"]["id"] == answer.id
+    await pipeline.stop()
+
+
+async def test_a_first_answer_with_nothing_stored_is_stored_once(ore_nats_client: Client) -> None:
+    await ensure_streams(ore_nats_client.jetstream(), SUBJECTS, BusConfig(partitions=PARTITIONS))
+    pipeline = Pipeline(ore_nats_client)
+    await pipeline.start()
+    thread = Thread("t2")
+    thread.append(Role.USER, Text("q1"), event_id="m-1")
+    answer = thread.append(Role.ASSISTANT, Text("a1"))
+    for _ in range(2):
+        await Egress(ore_nats_client, SUBJECTS, pipeline).prime("t2", thread)
+        await pipeline.flush()
+    events = await stored_events(ore_nats_client, "t2")
+    assert [(e["kind"], (e.get("turn") or {}).get("id")) for e in events] == [
+        ("turn_complete", answer.id),
+        ("lifecycle", None),
+    ]
+    await pipeline.stop()

@@ -42,7 +42,7 @@ from ore_core.bus.control_api import ControlAPI
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig, ensure_streams
-from ore_core.events import decode_ingress, encode_event
+from ore_core.events import decode_ingress, encode_batch, encode_event
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.subjects import (
@@ -70,6 +70,16 @@ async def store(nc: Client, subjects: Subjects, thread_id: str, event: OutputEve
     """Append an event to ORE_EVENTS as the core does; its sequence."""
     ack = await nc.jetstream().publish(
         subjects.events(thread_id), encode_event(event), headers=output_headers(event)
+    )
+    return ack.seq
+
+
+async def store_batch(nc: Client, subjects: Subjects, thread_id: str, *events: OutputEvent) -> int:
+    """Append events to ORE_EVENTS as one batch, as the core stores a turn; its sequence."""
+    ack = await nc.jetstream().publish(
+        subjects.events(thread_id),
+        encode_batch([encode_event(event) for event in events]),
+        headers={HEADER_KIND: "batch", HEADER_SCHEMA: "2"},
     )
     return ack.seq
 
@@ -112,7 +122,7 @@ async def test_send_stores_the_event_with_id_kind_schema_and_trace_headers(
     assert (headers[HEADER_MSG_ID], headers[HEADER_KIND], headers[HEADER_SCHEMA]) == (
         "slack-C1-1",
         "user_message",
-        "1",
+        "2",
     )
     assert headers[HEADER_TRACEPARENT] == TRACE
     assert decode_ingress(stored.data or b"") == sent
@@ -294,7 +304,86 @@ async def test_after_a_reconnect_a_live_feed_reads_what_was_stored_meanwhile(
     assert [d.sequence for d in got] == meanwhile
 
 
+@uses_streams
+async def test_a_stored_batch_reaches_a_live_feed_as_its_events_in_order(
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
+) -> None:
+    async with client.events("t-1") as feed:
+        first = await store_batch(
+            ore_nats_client, subjects, "t-1", text("a"), text("b"), phase("done")
+        )
+        second = await store_batch(ore_nats_client, subjects, "t-1", text("c"))
+        got = await take(feed, 4)
+    assert [d.event for d in got] == [text("a"), text("b"), phase("done"), text("c")]
+    assert [d.sequence for d in got] == [first, first, first, second]
+
+
+@uses_streams
+async def test_a_missed_batch_is_caught_up_whole_before_the_next_one(
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
+) -> None:
+    js = ore_nats_client.jetstream()
+    config = (await js.stream_info(subjects.events_stream)).config
+    republish = config.republish
+    async with client.events("t-1", kinds={"text", "lifecycle"}) as feed:
+        config.republish = None
+        await js.update_stream(config)
+        await store_batch(ore_nats_client, subjects, "t-1", text("m0"), phase("done"))
+        config.republish = republish
+        await js.update_stream(config)
+        await store_batch(ore_nats_client, subjects, "t-1", text("live"), phase("done"))
+        got = await take(feed, 4)
+    assert [d.event for d in got] == [text("m0"), phase("done"), text("live"), phase("done")]
+
+
+@uses_streams
+async def test_live_events_sent_together_reach_a_feed_one_by_one(
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
+) -> None:
+    events = [phase("submitted"), ArtifactEvent(artifact=TextDelta("hi"))]
+    async with client.events("t-1") as feed:
+        await ore_nats_client.publish(
+            subjects.output("t-1"),
+            encode_batch([encode_event(event) for event in events]),
+            headers={HEADER_KIND: "batch", HEADER_SCHEMA: "2"},
+        )
+        got = await take(feed, 2)
+    assert [(d.event, d.sequence) for d in got] == [(events[0], None), (events[1], None)]
+
+
 # -- durable feeds --------------------------------------------------------------------
+
+
+@uses_streams
+async def test_a_durable_feed_left_in_the_middle_of_a_batch_delivers_it_again_whole(
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
+) -> None:
+    async with client.events("t-1", durable="bot") as feed:
+        await store_batch(ore_nats_client, subjects, "t-1", text("one"), text("two"))
+        await take(feed, 1)  # the block ends without an error after the first event
+    async with client.events("t-1", durable="bot") as feed:
+        again = await take(feed, 2)
+    assert [d.event for d in again] == [text("one"), text("two")]
+
+
+@uses_streams
+async def test_a_durable_feed_acknowledges_a_batch_only_after_its_last_event(
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
+) -> None:
+    class PlatformDown(Exception):
+        pass
+
+    async def fail_on_the_second_event() -> None:
+        async with client.events("t-1", durable="bot") as feed:
+            await store_batch(ore_nats_client, subjects, "t-1", text("one"), text("two"))
+            await take(feed, 2)
+            raise PlatformDown
+
+    with pytest.raises(PlatformDown):
+        await fail_on_the_second_event()
+    async with client.events("t-1", durable="bot") as feed:
+        again = await take(feed, 2)
+    assert [d.event for d in again] == [text("one"), text("two")]
 
 
 @uses_streams

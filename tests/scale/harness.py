@@ -201,20 +201,20 @@ class Load:
 
     async def _on_output(self, msg: Msg) -> None:
         headers = msg.headers or {}
-        if headers.get("Ore-Kind") != "turn_complete" or "Nats-Sequence" not in headers:
-            return
-        event = json.loads(msg.data)
-        answer = _answer_of(event)
-        if answer is not None:
-            self.answer_times[answer].append(time.monotonic())
-            self._changed.set()
-            waiter = self._waiters.pop(answer, None)
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
-        else:
-            user = _answer_of(event, role="user")
-            if user is not None:
-                self.recorded.add(user)
+        if "Nats-Sequence" not in headers:
+            return  # live only (deltas, notices): not stored
+        for event in _turn_completes(headers, msg.data):
+            answer = _answer_of(event)
+            if answer is not None:
+                self.answer_times[answer].append(time.monotonic())
+                self._changed.set()
+                waiter = self._waiters.pop(answer, None)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(None)
+            else:
+                user = _answer_of(event, role="user")
+                if user is not None:
+                    self.recorded.add(user)
 
     async def send(self, thread_id: str) -> None:
         """The thread's next message, published with a JetStream ack (retried)."""
@@ -346,6 +346,18 @@ def _answer_of(event: dict[str, Any], role: str = "assistant") -> tuple[str, int
     return (thread_id, int(n)) if thread_id and n.isdigit() else None
 
 
+def _turn_completes(headers: dict[str, str], data: bytes) -> list[dict[str, Any]]:
+    """The turn_complete events of one stored message: a batch (issue 11) or one event."""
+    kind = headers.get("Ore-Kind")
+    if kind == "batch":
+        events = json.loads(data).get("events") or []
+    elif kind == "turn_complete":
+        events = [json.loads(data)]
+    else:
+        return []
+    return [e for e in events if isinstance(e, dict) and e.get("kind") == "turn_complete"]
+
+
 async def stored_answers(nc: Client) -> dict[str, list[int]]:
     """Per thread, the n of every stored assistant answer, in stream order."""
     js = nc.jetstream()
@@ -360,11 +372,10 @@ async def stored_answers(nc: Client) -> dict[str, list[int]]:
         while seen < total:
             msg = await sub.next_msg(timeout=10)
             seen += 1
-            if (msg.headers or {}).get("Ore-Kind") != "turn_complete":
-                continue
-            answer = _answer_of(json.loads(msg.data))
-            if answer is not None:
-                answers[answer[0]].append(answer[1])
+            for event in _turn_completes(msg.headers or {}, msg.data):
+                answer = _answer_of(event)
+                if answer is not None:
+                    answers[answer[0]].append(answer[1])
     finally:
         await sub.unsubscribe()
     return answers
