@@ -45,7 +45,6 @@ __all__ = [
     "ensure_layout",
     "ensure_streams",
     "jetstream_call",
-    "rewind_unacknowledged",
     "reset_consumer",
 ]
 
@@ -326,7 +325,7 @@ async def ensure_layout(
 
 async def _keep_start(js: JetStreamContext, consumer: ConsumerEntry) -> ConsumerConfig:
     """The consumer's config for an update in place: a consumer rewound after a crash
-    (`rewind_unacknowledged`) keeps its start, which the server does not let change."""
+    (`reset_consumer`) keeps its start, which the server does not let change."""
     info = await jetstream_call(
         f"consumer info {consumer.stream}/{consumer.name}",
         js.consumer_info(consumer.stream, consumer.name),
@@ -338,43 +337,6 @@ async def _keep_start(js: JetStreamContext, consumer: ConsumerEntry) -> Consumer
         deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
         opt_start_seq=info.config.opt_start_seq,
     )
-
-
-async def rewind_unacknowledged(
-    js: JetStreamContext, subjects: Subjects, config: BusConfig, partition: int
-) -> int:
-    """Make a partition's unacknowledged messages come back first, at once, in order.
-
-    A worker killed mid-turn leaves its messages delivered and unacknowledged: the
-    server would redeliver them only after `ack_wait`, after newer messages of the
-    same threads, which would answer a thread out of order. Recreating the durable
-    consumer to start at its ack floor + 1 redelivers from there in stream order now.
-    Messages after the floor that were handled already come back too; the stream
-    recognises them by event id (answered -> only `done`). Call it only when no
-    other worker pulls the partition (at start of a single worker, or after taking
-    its ownership). Returns how many messages were unacknowledged.
-    """
-    name = consumer_name(partition)
-    entry = next(c for c in build_layout(subjects, config).consumers if c.name == name)
-    info = await jetstream_call(
-        f"consumer info {entry.stream}/{name}", js.consumer_info(entry.stream, name)
-    )
-    pending = int(info.num_ack_pending or 0)
-    if not pending:
-        return 0
-    floor = info.ack_floor.stream_seq if info.ack_floor is not None else 0
-    rewound = dataclasses.replace(
-        entry.config,
-        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-        opt_start_seq=(floor or 0) + 1,
-    )
-    await jetstream_call(
-        f"delete consumer {entry.stream}/{name}", js.delete_consumer(entry.stream, name)
-    )
-    await jetstream_call(
-        f"create consumer {entry.stream}/{name}", js.add_consumer(entry.stream, rewound)
-    )
-    return pending
 
 
 async def ensure_streams(js: JetStreamContext, subjects: Subjects, config: BusConfig) -> None:
