@@ -17,8 +17,10 @@ from ore_core.subjects import HEADER_KIND, HEADER_SCHEMA, HEADER_TRACEPARENT, SC
 
 __all__ = [
     "BAD_JSON",
+    "BAD_NAMESPACE",
     "BAD_SCHEMA",
     "BAD_THREAD_ID",
+    "IDENTITY",
     "SCHEMA",
     "TOO_LARGE",
     "UNKNOWN_THREAD",
@@ -32,6 +34,8 @@ SCHEMA = str(SCHEMA_VERSION)
 BAD_JSON = "bad_json"
 BAD_SCHEMA = "bad_schema"
 BAD_THREAD_ID = "bad_thread_id"
+BAD_NAMESPACE = "bad_namespace"
+IDENTITY = "identity"
 UNKNOWN_THREAD = "unknown_thread"
 TOO_LARGE = "too_large"
 

@@ -1,8 +1,11 @@
 """Egress: every output event of every stream onto NATS, as protocol.md describes.
 
-A `Manager` sink. Deltas go straight to `P.out.T` on core NATS (best effort, never
-stored); every other event is appended to `P.ev.T` in `ORE_EVENTS`, which the server
-republishes to `P.out.T` with its sequence and the thread's previous sequence. Each
+A `Manager` sink. Deltas go straight to `P.out.NS.T` on core NATS (best effort, never
+stored); every other event is appended to `P.ev.NS.T` in `ORE_EVENTS`, which the server
+republishes to `P.out.NS.T` with its sequence and the thread's previous sequence. `NS`
+is the namespace the thread recorded when it was created (`namespace_of`): a sink
+only hears a thread id, so ingress and the control API `bind` the namespaces of the
+threads they resolve, and a thread nobody bound is looked up in its active stream. Each
 event is serialised exactly once; stored appends are pipelined (see `Pipeline`), so
 the sink never waits for the server between two events of a busy thread.
 """
@@ -18,28 +21,58 @@ from nats.errors import ConnectionClosedError, OutboundBufferLimitError
 from ore_core.artifacts import Delta
 from ore_core.bus.codec import output_headers
 from ore_core.bus.pipeline import Pipeline
+from ore_core.errors import SessionNotFound
 from ore_core.events import ArtifactEvent, OutputEvent, encode_event
+from ore_core.ledger.thread import Thread
 from ore_core.session.manager import Manager
-from ore_core.subjects import Subjects
+from ore_core.subjects import DEFAULT_NAMESPACE, NAMESPACE_KEY, Subjects
 
-__all__ = ["Egress"]
+__all__ = ["Egress", "namespace_of"]
 
 log = structlog.get_logger("ore.bus")
 
 _SUBJECT_CACHE = 65536  # threads whose subjects are remembered; cleared when exceeded
 
 
+def namespace_of(thread: Thread) -> str:
+    """The namespace a thread was created in (`DEFAULT_NAMESPACE` if it records none)."""
+    return thread.meta().get(NAMESPACE_KEY) or DEFAULT_NAMESPACE
+
+
 class Egress:
-    """Publishes output events: deltas live on `P.out.T`, the rest stored on `P.ev.T`."""
+    """Publishes output events: deltas live on `P.out.NS.T`, the rest stored on `P.ev.NS.T`."""
 
     name = "ore-bus-egress"
 
-    def __init__(self, nc: NatsClient, subjects: Subjects, pipeline: Pipeline) -> None:
+    def __init__(
+        self, nc: NatsClient, subjects: Subjects, pipeline: Pipeline, manager: Manager | None = None
+    ) -> None:
         self._nc = nc
         self._subjects = subjects
         self._pipeline = pipeline
+        self._manager = manager
         self._cache: dict[str, tuple[str, str]] = {}
         self.dropped_deltas = 0
+
+    def bind(self, thread_id: str, namespace: str) -> None:
+        """Publish the events of `thread_id` under `namespace` (ingress and API call it)."""
+        pair = self._cache.get(thread_id)
+        if pair is None or not pair[0].endswith(f".{namespace}.{thread_id}"):
+            self._remember(thread_id, namespace)
+
+    def _remember(self, thread_id: str, namespace: str) -> tuple[str, str]:
+        if len(self._cache) >= _SUBJECT_CACHE:
+            self._cache.clear()
+        pair = (
+            self._subjects.events(namespace, thread_id),
+            self._subjects.output(namespace, thread_id),
+        )
+        self._cache[thread_id] = pair
+        return pair
+
+    def forget(self, thread_id: str) -> None:
+        """The thread was deleted: its id may come back in another namespace."""
+        self._cache.pop(thread_id, None)
 
     def attach(self, manager: Manager) -> Callable[[], Awaitable[None]]:
         """Receive every event of `manager`'s streams; returns the async unregister.
@@ -51,10 +84,13 @@ class Egress:
     def _subjects_of(self, thread_id: str) -> tuple[str, str]:
         pair = self._cache.get(thread_id)
         if pair is None:
-            if len(self._cache) >= _SUBJECT_CACHE:
-                self._cache.clear()
-            pair = (self._subjects.events(thread_id), self._subjects.output(thread_id))
-            self._cache[thread_id] = pair
+            namespace = DEFAULT_NAMESPACE
+            if self._manager is not None:
+                try:
+                    namespace = namespace_of(self._manager.get(thread_id).state())
+                except SessionNotFound:
+                    log.warning("output of an unbound thread", thread_id=thread_id)
+            pair = self._remember(thread_id, namespace)
         return pair
 
     async def emit(self, thread_id: str, event: OutputEvent) -> None:
@@ -67,10 +103,10 @@ class Egress:
         else:
             await self._pipeline.publish(stored, data, headers)
 
-    async def reply(self, thread_id: str, event: OutputEvent) -> None:
-        """Send `event` to the thread's live subject only (answers to rejected input)."""
+    async def reply(self, namespace: str, thread_id: str, event: OutputEvent) -> None:
+        """Send `event` to `P.out.NS.T` only (answers to rejected input of that namespace)."""
         await self._publish_live(
-            self._subjects_of(thread_id)[1], encode_event(event), output_headers(event)
+            self._subjects.output(namespace, thread_id), encode_event(event), output_headers(event)
         )
 
     async def _publish_live(self, subject: str, data: bytes, headers: dict[str, str]) -> None:

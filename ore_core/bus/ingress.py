@@ -8,8 +8,14 @@ short by shutdown stays unacknowledged and is redelivered (the stream recognises
 message it has seen by its event id). While a message waits or runs, a ticker tells
 the server it is in progress, so long turns are not redelivered meanwhile.
 
+The subject `P.inp.<p>.NS.T` names the sender's namespace NS, which NATS permissions
+let only that conduit (and the core and admins) publish on: it is the sender's
+identity. The payload cannot claim another one (`context.provenance` must be empty or
+NS; the core fills it in), and a thread of another namespace is answered exactly like
+an unknown thread, so a conduit can neither write into nor learn about other threads.
+
 Bad input (protocol.md "Rejected input") is acknowledged at once, answered with an
-`error` then `lifecycle: done` on `P.out.T` when the thread id is valid, logged, and
+`error` then `lifecycle: done` on `P.out.NS.T` when the subject is usable, logged, and
 recorded on `P.dlq.REASON`. Nothing a client sends stops a partition.
 """
 
@@ -29,15 +35,17 @@ from nats.errors import Error as NatsError
 
 from ore_core import jsonutil
 from ore_core.bus.codec import (
+    BAD_NAMESPACE,
     BAD_SCHEMA,
     BAD_THREAD_ID,
+    IDENTITY,
     SCHEMA,
     TOO_LARGE,
     UNKNOWN_THREAD,
     classify,
     with_traceparent,
 )
-from ore_core.bus.egress import Egress
+from ore_core.bus.egress import Egress, namespace_of
 from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.puller import Puller
 from ore_core.bus.streams import BusConfig, consumer_name
@@ -55,7 +63,7 @@ from ore_core.events import (
 from ore_core.ids import is_valid_thread_id
 from ore_core.session.manager import Manager
 from ore_core.session.stream import Stream
-from ore_core.subjects import HEADER_SCHEMA, Subjects
+from ore_core.subjects import HEADER_SCHEMA, NAMESPACE_KEY, Subjects, is_valid_namespace
 
 __all__ = ["DLQ_DATA_LIMIT", "Ingress"]
 
@@ -110,7 +118,7 @@ class Ingress:
         self._pipeline = pipeline
         self._batch = batch
         self._max_payload = config.max_payload
-        self._raw_inbound = subjects.inbound_wildcard[:-1]  # "P.in." for raw subject tokens
+        self._raw_inbound = subjects.prefix + ".in."  # for raw subject tokens
         self._inflight: dict[str, dict[str, _Delivery]] = {}
         self._acks: deque[Msg] = deque()
         self._ack_wakeup = asyncio.Event()
@@ -185,12 +193,13 @@ class Ingress:
     # -- one message ------------------------------------------------------------
 
     async def _receive(self, msg: Msg) -> None:
-        thread_id = msg.subject.rpartition(".")[2]
+        head, _, thread_id = msg.subject.rpartition(".")
+        namespace = head.rpartition(".")[2]
         try:
-            event = self._decode(msg, thread_id)
-            stream = await self._stream_for(thread_id, event)
+            event = self._decode(msg, namespace, thread_id)
+            stream = await self._stream_for(namespace, thread_id, event)
         except _Rejected as rejected:
-            await self._reject(msg, thread_id, rejected)
+            await self._reject(msg, namespace, thread_id, rejected)
             return
         except OreError as exc:  # the store failed: not the sender's fault, try later
             log.error("ingress store failure; will retry", thread_id=thread_id, error=str(exc))
@@ -208,7 +217,13 @@ class Ingress:
             self._forget_if_empty(thread_id)
             await self._settle(msg.nak)
 
-    def _decode(self, msg: Msg, thread_id: str) -> IngressEvent:
+    def _decode(self, msg: Msg, namespace: str, thread_id: str) -> IngressEvent:
+        if not is_valid_namespace(namespace):
+            raise _Rejected(
+                BAD_NAMESPACE,
+                f"invalid namespace {namespace[:40]!r}: use 1-32 characters from a-z, 0-9, "
+                "'_' and '-'",
+            )
         if not is_valid_thread_id(thread_id):
             raise _Rejected(
                 BAD_THREAD_ID,
@@ -232,25 +247,48 @@ class Ingress:
             event = decode_ingress(data)
         except EventDecodeError as exc:
             raise _Rejected(classify(exc), str(exc)) from None
+        claimed = event.context.provenance
+        if claimed != namespace:
+            if claimed:
+                raise _Rejected(
+                    IDENTITY,
+                    f"context.provenance {claimed[:40]!r} does not match the namespace "
+                    f"{namespace!r} this message was sent on: a conduit speaks only for its "
+                    "own namespace (leave provenance empty; the core sets it)",
+                    event.context.model_copy(update={"provenance": namespace}),
+                )
+            event = event.with_context(event.context.model_copy(update={"provenance": namespace}))
         return with_traceparent(event, headers) if headers else event
 
-    async def _stream_for(self, thread_id: str, event: IngressEvent) -> Stream:
+    async def _stream_for(self, namespace: str, thread_id: str, event: IngressEvent) -> Stream:
         try:
-            return await self._manager.attach(thread_id)
+            stream = await self._manager.attach(thread_id)
         except ThreadNotFound:
             if not isinstance(event, UserMessageEvent):
-                raise _Rejected(
-                    UNKNOWN_THREAD,
-                    f"thread {thread_id} does not exist: a {event.kind} needs an existing "
-                    "thread (send a user_message to create one)",
-                    event.context,
-                ) from None
-        try:
-            return await self._manager.create_with_id(thread_id)
-        except ThreadExists:  # created meanwhile by another worker or the control API
-            return await self._manager.attach(thread_id)
+                raise self._unknown(namespace, thread_id, event) from None
+            try:
+                stream = await self._manager.create_with_id(thread_id, {NAMESPACE_KEY: namespace})
+            except ThreadExists:  # created meanwhile by another worker or the control API
+                stream = await self._manager.attach(thread_id)
+        if namespace_of(stream.state()) != namespace:
+            raise self._unknown(namespace, thread_id, event)
+        self._egress.bind(thread_id, namespace)
+        return stream
 
-    async def _reject(self, msg: Msg, thread_id: str, rejected: _Rejected) -> None:
+    @staticmethod
+    def _unknown(namespace: str, thread_id: str, event: IngressEvent) -> _Rejected:
+        """The answer for a thread that does not exist in `namespace` (or is another's)."""
+        if isinstance(event, UserMessageEvent):
+            hint = "this id is not available: use another thread id, or threads.lookup"
+        else:
+            hint = f"a {event.kind} needs an existing thread (send a user_message to create one)"
+        return _Rejected(
+            UNKNOWN_THREAD,
+            f"thread {thread_id} does not exist in namespace {namespace}: {hint}",
+            event.context,
+        )
+
+    async def _reject(self, msg: Msg, namespace: str, thread_id: str, rejected: _Rejected) -> None:
         reason, detail = rejected.reason, rejected.detail
         log.warning(
             "ingress message rejected",
@@ -263,7 +301,8 @@ class Ingress:
         record: dict[str, object] = {
             "reason": reason,
             "detail": detail,
-            "subject": self._raw_inbound + thread_id,
+            "subject": f"{self._raw_inbound}{namespace}.{thread_id}",
+            "namespace": namespace,
             "thread_id": thread_id,
             "data": data[:DLQ_DATA_LIMIT].decode("utf-8", errors="replace"),
             "time": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
@@ -277,12 +316,14 @@ class Ingress:
             {HEADER_SCHEMA: SCHEMA},
             msg_id=f"{self._subjects.inbound_stream}-{sequence}",
         )
-        if reason != BAD_THREAD_ID:
+        if reason not in (BAD_THREAD_ID, BAD_NAMESPACE):
             context = rejected.context
             await self._egress.reply(
-                thread_id, ErrorEvent(message=detail, code=reason, context=context)
+                namespace, thread_id, ErrorEvent(message=detail, code=reason, context=context)
             )
-            await self._egress.reply(thread_id, LifecycleEvent(phase="done", context=context))
+            await self._egress.reply(
+                namespace, thread_id, LifecycleEvent(phase="done", context=context)
+            )
         await self._settle(msg.ack)
 
     # -- acknowledgements -------------------------------------------------------

@@ -185,7 +185,7 @@ class CoreService:
         await ensure_streams(nc.jetstream(), self.subjects, self.config)
         self._pipeline = Pipeline(nc, window=self._publish_window)
         await self._pipeline.start()
-        egress = Egress(nc, self.subjects, self._pipeline)
+        egress = Egress(nc, self.subjects, self._pipeline, self.manager)
         egress.attach(self.manager)
         self._ingress = Ingress(
             nc,
@@ -197,7 +197,14 @@ class CoreService:
             batch=self._pull_batch,
         )
         await self._ingress.start()
-        self._control = ControlAPI(nc, self.manager, self.subjects, version=self._version)
+        self._control = ControlAPI(
+            nc,
+            self.manager,
+            self.subjects,
+            version=self._version,
+            on_resolve=egress.bind,
+            on_delete=egress.forget,
+        )
         await self._control.start()
 
     def request_stop(self, *, now: bool = False) -> None:

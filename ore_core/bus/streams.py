@@ -2,7 +2,7 @@
 
 `ensure_streams` makes the server match protocol.md: `ORE_IN` (ingress, partitioned
 by a subject transform), `ORE_EVENTS` (stored output events, republished to
-`P.out.T`), `ORE_DLQ` (rejected input) and one durable pull consumer per partition.
+`P.out.NS.T`), `ORE_DLQ` (rejected input) and one durable pull consumer per partition.
 Limits (ages, sizes, ack timing) are updated in place when the configuration changes;
 anything that would change what a subject means (subjects, partition count,
 republish, storage) is refused with `BusConfigError`, never silently rewritten, because
@@ -20,6 +20,7 @@ from nats.js.api import (
     ConsumerConfig,
     DeliverPolicy,
     DiscardPolicy,
+    KeyValueConfig,
     RePublish,
     RetentionPolicy,
     StorageType,
@@ -27,7 +28,7 @@ from nats.js.api import (
     SubjectTransform,
 )
 from nats.js.client import JetStreamContext
-from nats.js.errors import NotFoundError
+from nats.js.errors import BucketNotFoundError, NotFoundError
 
 from ore_core.errors import OreError
 from ore_core.subjects import Subjects
@@ -37,6 +38,7 @@ __all__ = [
     "BusConfig",
     "BusConfigError",
     "consumer_name",
+    "ensure_cursors",
     "ensure_streams",
 ]
 
@@ -127,7 +129,7 @@ def _specs(subjects: Subjects, config: BusConfig) -> list[_Spec]:
         subjects=[subjects.events_wildcard],
         republish=RePublish(
             src=subjects.events_wildcard,
-            dest=subjects.output_wildcard.replace("*", "{{wildcard(1)}}"),
+            dest=f"{subjects.prefix}.out.{{{{wildcard(1)}}}}.{{{{wildcard(2)}}}}",
         ),
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
@@ -208,7 +210,7 @@ def _consumer(subjects: Subjects, config: BusConfig, partition: int) -> Consumer
     return ConsumerConfig(
         durable_name=consumer_name(partition),
         description=f"ore core workers, partition {partition}",
-        filter_subject=subjects.partitioned(partition, "*"),
+        filter_subject=subjects.partitioned(partition),
         deliver_policy=DeliverPolicy.ALL,
         ack_policy=AckPolicy.EXPLICIT,
         ack_wait=backoff[0],
@@ -249,3 +251,20 @@ async def ensure_streams(js: JetStreamContext, subjects: Subjects, config: BusCo
         await _ensure_stream(js, spec)
     for partition in range(config.partitions):
         await _ensure_consumer(js, subjects.inbound_stream, _consumer(subjects, config, partition))
+    await ensure_cursors(js, subjects, config)
+
+
+async def ensure_cursors(js: JetStreamContext, subjects: Subjects, config: BusConfig) -> None:
+    """The KV bucket where the core keeps durable feed positions (`ORE_CURSORS`)."""
+    try:
+        await js.key_value(subjects.cursors_bucket)
+    except (NotFoundError, BucketNotFoundError):
+        await js.create_key_value(
+            KeyValueConfig(
+                bucket=subjects.cursors_bucket,
+                description="ore durable feed positions, by namespace and name",
+                history=1,
+                storage=StorageType.FILE,
+                replicas=config.replicas,
+            )
+        )
