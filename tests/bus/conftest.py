@@ -47,15 +47,16 @@ async def publish(
     *,
     msg_id: str | None = None,
     headers: dict[str, str] | None = None,
+    namespace: str = "raw",
 ) -> Any:
-    """Publish to `ore.in.T` with a JetStream ack; `Nats-Msg-Id` from the event id."""
+    """Publish to `ore.in.raw.T` (namespace `raw`) with a JetStream ack; `Nats-Msg-Id` from the event id."""
     data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     all_headers = dict(headers or {})
     if msg_id is None and isinstance(payload, dict):
         msg_id = str(payload.get("id", ""))
     if msg_id:
         all_headers["Nats-Msg-Id"] = msg_id
-    return await nc.jetstream().publish(f"ore.in.{thread_id}", data, headers=all_headers or None)
+    return await nc.jetstream().publish(f"ore.in.{namespace}.{thread_id}", data, headers=all_headers or None)
 
 
 async def eventually(check: Callable[[], Awaitable[bool]]) -> None:
@@ -97,7 +98,7 @@ async def stored_events(nc: Client, thread_id: str) -> list[dict[str, Any]]:
     events = []
     for seq in range(state.first_seq, state.last_seq + 1):
         msg = await js.get_msg("ORE_EVENTS", seq)
-        if msg.subject == f"ore.ev.{thread_id}":
+        if msg.subject == f"ore.ev.raw.{thread_id}":
             assert msg.headers is not None
             event = json.loads(msg.data or b"{}")
             assert msg.headers["Ore-Kind"] == event["kind"]
@@ -115,7 +116,7 @@ async def consumer_of(nc: Client, thread_id: str) -> ConsumerInfo:
 
 @dataclass
 class Outbox:
-    """Everything received on `ore.out.*`, per thread, in arrival order."""
+    """Everything received on `ore.out.*.*`, per thread, in arrival order."""
 
     messages: dict[str, list[Msg]] = field(default_factory=dict)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -154,9 +155,9 @@ class Outbox:
 
 @pytest.fixture
 async def outbox(ore_nats_client: Client) -> Outbox:
-    """A subscriber of `ore.out.*` on the raw test connection."""
+    """A subscriber of `ore.out.*.*` on the raw test connection."""
     box = Outbox()
-    await ore_nats_client.subscribe("ore.out.*", cb=box.receive)
+    await ore_nats_client.subscribe("ore.out.*.*", cb=box.receive)
     await ore_nats_client.flush()
     return box
 

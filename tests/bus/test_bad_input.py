@@ -41,7 +41,7 @@ CASES = {
     "missing content": Case("t1", {"kind": "user_message", "id": "m-1"}, "bad_schema"),
     "unknown kind": Case("t1", {"kind": "dance", "id": "m-1"}, "bad_schema"),
     "event id too long": Case("t1", user_message("hi", "i" * 300), "bad_schema"),
-    "newer schema": Case("t1", user_message("hi", "m-1"), "bad_schema", {"Ore-Schema": "2"}),
+    "newer schema": Case("t1", user_message("hi", "m-1"), "bad_schema", {"Ore-Schema": "3"}),
     "thread id too long": Case(LONG_THREAD, user_message("hi", "m-1"), "bad_thread_id"),
     "interrupt for unknown thread": Case(
         "t1", {"kind": "interrupt", "id": "i-1"}, "unknown_thread"
@@ -83,7 +83,7 @@ async def test_bad_input_is_dead_lettered_with_its_reason(
 
     assert record["reason"] == case.reason
     assert record["thread_id"] == case.thread
-    assert record["subject"] == f"ore.in.{case.thread}"
+    assert record["subject"] == f"ore.in.raw.{case.thread}"
     assert record["detail"]
     assert record["time"].endswith("Z")
     raw = case.payload if isinstance(case.payload, bytes) else json.dumps(case.payload).encode()

@@ -67,7 +67,7 @@ async def test_every_output_message_names_its_kind_and_schema_in_headers(
     for msg in outbox.messages["t1"]:
         assert msg.headers is not None
         assert msg.headers["Ore-Kind"] == json.loads(msg.data)["kind"]
-        assert msg.headers["Ore-Schema"] == "1"
+        assert msg.headers["Ore-Schema"] == "2"
 
 
 async def test_many_threads_are_answered_concurrently_each_in_order(
@@ -123,7 +123,7 @@ async def test_traceparent_header_reaches_every_output_event_of_the_turn(
 async def test_control_api_answers_next_to_the_ingress(
     core: CoreService, ore_nats_client: Client
 ) -> None:
-    reply = await ore_nats_client.request("ore.api.health", b"{}", timeout=5)
+    reply = await ore_nats_client.request("ore.api.raw.health", b"{}", timeout=5)
 
     assert json.loads(reply.data)["status"] == "ok"
 
