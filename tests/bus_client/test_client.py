@@ -39,6 +39,7 @@ from ore_core import (
 )
 from ore_core.bus.codec import output_headers
 from ore_core.bus.control_api import ControlAPI
+from ore_core.conduit.client import message_id
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig, ensure_streams
@@ -55,6 +56,7 @@ from ore_core.subjects import (
 from tests.bus_client.conftest import VERSION
 
 DOCS = Path(__file__).parents[2] / "docs"
+NS = "test"  # the namespace of the `client` fixture (its name)
 TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
@@ -69,15 +71,15 @@ def phase(name: str) -> LifecycleEvent:
 async def store(nc: Client, subjects: Subjects, thread_id: str, event: OutputEvent) -> int:
     """Append an event to ORE_EVENTS as the core does; its sequence."""
     ack = await nc.jetstream().publish(
-        subjects.events(thread_id), encode_event(event), headers=output_headers(event)
+        subjects.events(NS, thread_id), encode_event(event), headers=output_headers(event)
     )
     return ack.seq
 
 
 async def delta(nc: Client, subjects: Subjects, thread_id: str, content: str) -> None:
-    """Publish a delta straight to P.out.T as the core does."""
+    """Publish a delta straight to P.out.NS.T as the core does."""
     event = ArtifactEvent(artifact=TextDelta(content))
-    await nc.publish(subjects.output(thread_id), encode_event(event), headers=output_headers(event))
+    await nc.publish(subjects.output(NS, thread_id), encode_event(event), headers=output_headers(event))
     await nc.flush()
 
 
@@ -106,22 +108,24 @@ async def test_send_stores_the_event_with_id_kind_schema_and_trace_headers(
     )
     sent = await client.send("t-1", event)
     stored = await ore_nats_client.jetstream().get_msg(
-        subjects.inbound_stream, subject=subjects.partitioned("*", "t-1")
+        subjects.inbound_stream, subject=subjects.partitioned("*", NS, "t-1")
     )
     headers = stored.headers or {}
     assert (headers[HEADER_MSG_ID], headers[HEADER_KIND], headers[HEADER_SCHEMA]) == (
-        "slack-C1-1",
+        "t-1:slack-C1-1",  # scoped to the thread; no secret, so not keyed
         "user_message",
-        "1",
+        "2",
     )
     assert headers[HEADER_TRACEPARENT] == TRACE
-    assert decode_ingress(stored.data or b"") == sent
-    assert sent.context.provenance == "test"
+    assert decode_ingress(stored.data or b"") == sent.event
+    assert sent.event.context.provenance == "test"
+    assert (sent.duplicate, sent.sequence) == (False, stored.seq)
 
 
 @pytest.mark.usefixtures("streams")
 async def test_send_of_text_carries_the_conduit_name_and_user(client: ConduitClient) -> None:
-    sent = await client.send("t-1", "hi", id="m-1", user="U123")
+    sent = (await client.send("t-1", "hi", id="m-1", user="U123")).event
+    assert isinstance(sent, UserMessageEvent)
     assert (sent.id, sent.content) == ("m-1", "hi")
     assert sent.context == EventContext(provenance="test", user="U123")
 
@@ -130,10 +134,22 @@ async def test_send_of_text_carries_the_conduit_name_and_user(client: ConduitCli
 async def test_a_message_sent_twice_with_one_id_is_stored_once(
     client: ConduitClient, ore_nats_client: Client, subjects: Subjects
 ) -> None:
-    await client.send("t-1", "hello", id="m-1")
-    await client.send("t-1", "hello", id="m-1")
+    first = await client.send("t-1", "hello", id="m-1")
+    second = await client.send("t-1", "hello", id="m-1")
+    other_thread = await client.send("t-2", "hello", id="m-1")
     info = await ore_nats_client.jetstream().stream_info(subjects.inbound_stream)
-    assert info.state.messages == 1
+    assert info.state.messages == 2
+    assert (first.duplicate, second.duplicate, other_thread.duplicate) == (False, True, False)
+
+
+def test_a_secret_keys_the_message_id_so_others_cannot_guess_it() -> None:
+    plain = message_id("slack", "t-1", "m-1")
+    keyed = message_id("slack", "t-1", "m-1", "s3cret")
+    assert plain == "t-1:m-1"
+    assert keyed.startswith("t-1:") and len(keyed) == 4 + 32 and "m-1" not in keyed
+    assert keyed != message_id("slack", "t-1", "m-1", "other")
+    assert keyed != message_id("nats", "t-1", "m-1", "s3cret")
+    assert keyed == message_id("slack", "t-1", "m-1", b"s3cret")
 
 
 async def test_send_retries_with_the_same_id_until_the_stream_exists(
@@ -141,7 +157,7 @@ async def test_send_retries_with_the_same_id_until_the_stream_exists(
 ) -> None:
     attempts: asyncio.Queue[Msg] = asyncio.Queue()
     # A silent subscriber: every attempt before the stream exists times out.
-    await ore_nats_client.subscribe(subjects.inbound("t-1"), cb=attempts.put)
+    await ore_nats_client.subscribe(subjects.inbound(NS, "t-1"), cb=attempts.put)
     await ore_nats_client.flush()
     async with await ConduitClient.connect(
         ore_nats_url, name="test", request_timeout=0.2, send_deadline=10
@@ -154,7 +170,7 @@ async def test_send_retries_with_the_same_id_until_the_stream_exists(
         seen.append(attempts.get_nowait())
     ids = [(attempt.headers or {})[HEADER_MSG_ID] for attempt in seen]
     assert len(ids) >= 2
-    assert set(ids) == {"m-1"}
+    assert set(ids) == {"t-1:m-1"}
     info = await ore_nats_client.jetstream().stream_info(subjects.inbound_stream)
     assert info.state.messages == 1
 
@@ -163,7 +179,7 @@ async def test_send_gives_up_after_its_deadline_naming_the_subject(ore_nats_url:
     async with await ConduitClient.connect(
         ore_nats_url, name="test", request_timeout=0.1, send_deadline=0.3
     ) as client:
-        with pytest.raises(BusError, match=re.escape("ore.in.t-1")):
+        with pytest.raises(BusError, match=re.escape("ore.in.test.t-1")):
             await client.send("t-1", "hello")
 
 
@@ -173,10 +189,10 @@ async def test_interrupt_is_sent_as_an_interrupt_event(
 ) -> None:
     sent = await client.interrupt("t-1")
     stored = await ore_nats_client.jetstream().get_msg(
-        subjects.inbound_stream, subject=subjects.partitioned("*", "t-1")
+        subjects.inbound_stream, subject=subjects.partitioned("*", NS, "t-1")
     )
-    assert decode_ingress(stored.data or b"") == sent
-    assert isinstance(sent, InterruptEvent)
+    assert decode_ingress(stored.data or b"") == sent.event
+    assert isinstance(sent.event, InterruptEvent)
 
 
 async def test_send_to_an_invalid_thread_id_is_refused_before_publishing(
@@ -188,7 +204,8 @@ async def test_send_to_an_invalid_thread_id_is_refused_before_publishing(
 
 # -- live feeds -----------------------------------------------------------------------
 
-uses_streams = pytest.mark.usefixtures("streams")
+# Feeds catch up through the core's events.read: the control API plays that part.
+uses_streams = pytest.mark.usefixtures("streams", "control_api")
 
 
 @uses_streams
@@ -265,7 +282,7 @@ async def test_a_gap_is_filled_from_the_stream_before_the_next_event(
 
 
 async def test_after_a_reconnect_a_live_feed_reads_what_was_stored_meanwhile(
-    ore_nats_server: EmbeddedNatsServer, ore_nats_url: str, subjects: Subjects
+    ore_nats_server: EmbeddedNatsServer, ore_nats_url: str, subjects: Subjects, manager: Manager
 ) -> None:
     reconnected = asyncio.Event()
 
@@ -273,13 +290,11 @@ async def test_after_a_reconnect_a_live_feed_reads_what_was_stored_meanwhile(
         reconnected.set()
 
     core = await nats.connect(
-        ore_nats_url,
-        reconnect_time_wait=0.05,
-        max_reconnect_attempts=-1,
-        reconnected_cb=on_reconnect,
+        ore_nats_url, reconnect_time_wait=0.05, max_reconnect_attempts=-1, reconnected_cb=on_reconnect
     )
     await ensure_streams(core.jetstream(), subjects, BusConfig(partitions=2))
     async with (
+        ControlAPI(core, manager, subjects, version=VERSION),
         await ConduitClient.connect(ore_nats_url, name="test", reconnect_wait=1.0) as client,
         client.events("t-1") as feed,
     ):
@@ -307,9 +322,7 @@ async def test_a_durable_feed_gets_everything_produced_while_it_was_stopped(
     ):
         await store(ore_nats_client, subjects, "t-1", text("seen"))
         assert summary(await take(feed, 1))[0][:2] == ("t-1", "text")
-    produced = [
-        await store(ore_nats_client, subjects, f"t-{i % 2}", text(f"r{i}")) for i in range(5)
-    ]
+    produced = [await store(ore_nats_client, subjects, f"t-{i % 2}", text(f"r{i}")) for i in range(5)]
     async with (
         await ConduitClient.connect(ore_nats_url, name="test") as restarted,
         restarted.events(durable="slack") as feed,
