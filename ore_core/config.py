@@ -67,6 +67,7 @@ ENV_PREFIX = "ORE_"
 
 _MAX_PAYLOAD_LIMIT = 64 * 1024 * 1024  # nats-server refuses max_payload above max_pending
 _SUBJECT_PREFIX = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+_NAMESPACE = re.compile(r"[a-z0-9_-]{1,32}")
 _NATS_SCHEMES = ("nats", "tls", "ws", "wss")
 # Free-form tables (plugins, store, processor) cannot type their secrets: mask by name.
 _SECRET_NAME = re.compile(r"password|passwd|secret|token|api_?key|credential", re.IGNORECASE)
@@ -96,6 +97,10 @@ class NatsSettings(_Section):
     tls_key_file: Path | None = None
     tls_ca_file: Path | None = None
     subject_prefix: str = "ore"
+    # A conduit's namespace (default: the conduit's name) and the secret that keys its
+    # message ids; `ore auth` writes both into each conduit's settings file.
+    namespace: str | None = None
+    secret: SecretStr | None = None
     partitions: int = 8
     max_payload: ByteSize = ByteSize(1024 * 1024)
 
@@ -123,6 +128,13 @@ class NatsSettings(_Section):
         if not _SUBJECT_PREFIX.fullmatch(prefix):
             raise ValueError("must be dot-separated tokens of letters, digits, _ and - (e.g. ore)")
         return prefix
+
+    @field_validator("namespace")
+    @classmethod
+    def _check_namespace(cls, namespace: str | None) -> str | None:
+        if namespace is not None and not _NAMESPACE.fullmatch(namespace):
+            raise ValueError("must be 1-32 characters from a-z, 0-9, _ and - (e.g. slack)")
+        return namespace
 
     @field_validator("partitions")
     @classmethod

@@ -121,12 +121,16 @@ async def build_runtime(settings: OreSettings, pm: pluggy.PluginManager) -> Runt
     return runtime
 
 
-async def start_embedded_nats(settings: NatsSettings) -> EmbeddedNatsServer:
+async def start_embedded_nats(
+    settings: NatsSettings, auth: str | None = None
+) -> EmbeddedNatsServer:
     """A started private nats-server (loopback, JetStream, data under the user state dir).
 
-    Its `max_payload` follows `nats.max_payload`. The caller owns it: `await astop()`.
+    Its `max_payload` follows `nats.max_payload`; `auth` is an `authorization` block
+    (`ore auth`'s nats-auth.conf). The caller owns it: `await astop()`.
     """
-    server = EmbeddedNatsServer(config=f"max_payload: {int(settings.max_payload)}\n")
+    config = f"max_payload: {int(settings.max_payload)}\n" + (auth or "")
+    server = EmbeddedNatsServer(config=config)
     await server.astart()
     return server
 

@@ -30,6 +30,7 @@ from ore_core.errors import OreError
 __all__ = ["LAZY_COMMANDS", "OreGroup", "main"]
 
 LAZY_COMMANDS: dict[str, str] = {
+    "auth": "ore_core.cli.auth:auth",
     "chat": "ore_core.cli.chat:chat",
     "conduit": "ore_core.cli.conduit:conduit",
     "serve": "ore_core.cli.serve:serve",

@@ -1,8 +1,10 @@
 """`ore serve`: run the ore core (plugins, store, Manager) behind NATS until SIGTERM.
 
 With no NATS URL (`--nats` or `nats.url`) it first starts a private embedded
-nats-server (JetStream, loopback only, data under the user's state directory),
-prints where it listens, and stops it after the core has drained. SIGTERM or
+nats-server (JetStream, bound to 127.0.0.1 only, data under the user's state
+directory), prints where it listens, and stops it after the core has drained.
+`--auth FILE` gives that server the users and permissions `ore auth` wrote; the core
+then connects with the `[nats]` credentials of the settings (`ore auth`'s core.toml). SIGTERM or
 SIGINT drains: running turns finish (a second signal stops at once), the
 `ore_shutdown` hooks run, the store closes, and the exit status is 0.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 
 import click
 
@@ -40,18 +43,44 @@ __all__ = ["serve"]
     type=int,
     help="Ingress partitions, a power of two (default: nats.partitions).",
 )
-def serve(nats_urls: tuple[str, ...], health_port: int | None, partitions: int | None) -> None:
+@click.option(
+    "--auth",
+    "auth_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Users and permissions for the embedded server (the nats-auth.conf of `ore auth`).",
+)
+def serve(
+    nats_urls: tuple[str, ...],
+    health_port: int | None,
+    partitions: int | None,
+    auth_file: Path | None,
+) -> None:
     """Run the ore core on NATS until SIGTERM or Ctrl-C."""
     state = cli_state()
     # Plugins (ore_configure) see the effective settings, options included.
     nats = nats_settings(state.settings.nats, nats_urls, partitions)
+    if auth_file is not None:
+        if nats.url:
+            raise click.UsageError(
+                "--auth configures the embedded server; a server at nats.url / --nats has "
+                "its own configuration: include the file there instead"
+            )
+        if not (nats.user or nats.nkey_seed_file or nats.creds_file or nats.token):
+            raise click.UsageError(
+                "--auth needs the core's own credentials: run with --config core.toml "
+                "(written by `ore auth` next to the auth file)"
+            )
     settings = state.settings.model_copy(update={"nats": nats})
-    run(lambda: _core(settings, state.plugin_manager, health_port))
+    auth = None if auth_file is None else auth_file.read_text(encoding="utf-8")
+    run(lambda: _core(settings, state.plugin_manager, health_port, auth))
 
 
 @asynccontextmanager
 async def _core(
-    settings: OreSettings, plugins: OrePluginManager, health_port: int | None
+    settings: OreSettings,
+    plugins: OrePluginManager,
+    health_port: int | None,
+    auth: str | None = None,
 ) -> AsyncIterator[CoreService]:
     """The core service, with what it needs opened around it and closed after it drains.
 
@@ -62,7 +91,7 @@ async def _core(
     async with AsyncExitStack() as stack:
         servers = list(nats.url or [])
         if not servers:
-            embedded = await start_embedded_nats(nats)
+            embedded = await start_embedded_nats(nats, auth)
             stack.push_async_callback(embedded.astop)
             click.echo(
                 f"Embedded NATS server listening on {embedded.url} (data in {embedded.store_dir})"

@@ -185,6 +185,7 @@ class ConduitClient:
         namespace: str | None = None,
         prefix: str = DEFAULT_PREFIX,
         secret: str | bytes | None = None,
+        inbox_prefix: str | None = None,
         credentials: NatsCredentials | None = None,
         request_timeout: float = 5.0,
         send_deadline: float = 30.0,
@@ -202,6 +203,7 @@ class ConduitClient:
         `reconnect_wait` is the pause between reconnect attempts to one server.
         The connection's inbox prefix is `_INBOX_NS` (NS the namespace, by default
         `name`): replies and acks arrive where only this conduit's user may listen.
+        An operator's client (the admin user of `ore auth`) passes `inbox_prefix="_INBOX"`.
         """
         ns = validate_namespace(name if namespace is None else namespace)
         client: ConduitClient | None = None
@@ -225,7 +227,7 @@ class ConduitClient:
             "reconnected_cb": on_reconnected,
             "max_reconnect_attempts": -1,
             "reconnect_time_wait": reconnect_wait,
-            "inbox_prefix": Subjects(prefix).inbox(ns),
+            "inbox_prefix": inbox_prefix or Subjects(prefix).inbox(ns),
             **(credentials or NatsCredentials()).connect_options(),
         }
         try:

@@ -56,7 +56,9 @@ async def publish(
         msg_id = str(payload.get("id", ""))
     if msg_id:
         all_headers["Nats-Msg-Id"] = msg_id
-    return await nc.jetstream().publish(f"ore.in.{namespace}.{thread_id}", data, headers=all_headers or None)
+    return await nc.jetstream().publish(
+        f"ore.in.{namespace}.{thread_id}", data, headers=all_headers or None
+    )
 
 
 async def eventually(check: Callable[[], Awaitable[bool]]) -> None:

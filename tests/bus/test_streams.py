@@ -25,7 +25,10 @@ async def test_ingress_stream_partitions_client_subjects(ore_nats_client: Client
     config = (await ore_nats_client.jetstream().stream_info("ORE_IN")).config
     assert config.subjects == ["ore.in.*.*"]
     assert config.subject_transform is not None
-    assert config.subject_transform.dest == "ore.inp.{{partition(4,2)}}.{{wildcard(1)}}.{{wildcard(2)}}"
+    assert (
+        config.subject_transform.dest
+        == "ore.inp.{{partition(4,2)}}.{{wildcard(1)}}.{{wildcard(2)}}"
+    )
     assert config.duplicate_window == 120.0
     assert config.max_msg_size == 10_000 + HEADER_ALLOWANCE
 

@@ -39,10 +39,10 @@ from ore_core import (
 )
 from ore_core.bus.codec import output_headers
 from ore_core.bus.control_api import ControlAPI
-from ore_core.conduit.client import message_id
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig, ensure_streams
+from ore_core.conduit.client import message_id
 from ore_core.events import decode_ingress, encode_event
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
@@ -79,7 +79,9 @@ async def store(nc: Client, subjects: Subjects, thread_id: str, event: OutputEve
 async def delta(nc: Client, subjects: Subjects, thread_id: str, content: str) -> None:
     """Publish a delta straight to P.out.NS.T as the core does."""
     event = ArtifactEvent(artifact=TextDelta(content))
-    await nc.publish(subjects.output(NS, thread_id), encode_event(event), headers=output_headers(event))
+    await nc.publish(
+        subjects.output(NS, thread_id), encode_event(event), headers=output_headers(event)
+    )
     await nc.flush()
 
 
