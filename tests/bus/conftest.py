@@ -49,7 +49,7 @@ async def publish(
     headers: dict[str, str] | None = None,
     namespace: str = "raw",
 ) -> Any:
-    """Publish to `ore.in.raw.T` (namespace `raw`) with a JetStream ack; `Nats-Msg-Id` from the event id."""
+    """Publish to `ore.in.NS.T` (namespace `raw`) with an ack; `Nats-Msg-Id` = the event id."""
     data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     all_headers = dict(headers or {})
     if msg_id is None and isinstance(payload, dict):

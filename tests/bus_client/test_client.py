@@ -148,7 +148,9 @@ def test_a_secret_keys_the_message_id_so_others_cannot_guess_it() -> None:
     plain = message_id("slack", "t-1", "m-1")
     keyed = message_id("slack", "t-1", "m-1", "s3cret")
     assert plain == "t-1:m-1"
-    assert keyed.startswith("t-1:") and len(keyed) == 4 + 32 and "m-1" not in keyed
+    assert keyed.startswith("t-1:")
+    assert len(keyed) == 4 + 32
+    assert "m-1" not in keyed
     assert keyed != message_id("slack", "t-1", "m-1", "other")
     assert keyed != message_id("nats", "t-1", "m-1", "s3cret")
     assert keyed == message_id("slack", "t-1", "m-1", b"s3cret")

@@ -311,7 +311,7 @@ ADMIN_CALLS: dict[str, Callable[[ConduitClient, str], Awaitable[object]]] = {
 async def test_alpha_may_not_call_the_admin_api(
     deployment: Deployment, call: Callable[[ConduitClient, str], Awaitable[object]]
 ) -> None:
-    with pytest.raises(PermissionDenied, match="ore.admin."):
+    with pytest.raises(PermissionDenied, match=r"ore\.admin\."):
         await call(deployment.alpha, deployment.beta_thread)
 
 
