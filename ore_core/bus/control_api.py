@@ -27,6 +27,7 @@ from typing import Annotated, Any, TypeVar
 
 import structlog
 from nats.aio.client import Client as NatsClient
+from nats.errors import NoRespondersError
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 from nats.micro import add_service
@@ -511,6 +512,15 @@ class ControlAPI:
             else subjects.events(namespace, body.thread)
         )
         stream = subjects.events_stream
+        try:
+            return await self._read_stored(stream, subject, body)
+        except NoRespondersError:
+            raise _Failure(
+                500, f"stream {stream} does not exist: start `ore serve` to create it"
+            ) from None
+
+    async def _read_stored(self, stream: str, subject: str, body: _Read) -> _Reply:
+        subjects = self._subjects
         if body.limit == 0:
             return {"events": [], "next": None, "last": await self._last(stream, subject)}
         entries: list[bytes] = []

@@ -40,6 +40,7 @@ from ore_core import (
 from ore_core.bus.codec import output_headers
 from ore_core.bus.control_api import ControlAPI
 from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.permissions import conduit_permissions
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig, ensure_streams
 from ore_core.conduit.client import message_id
@@ -432,22 +433,37 @@ async def connect_as_conduit(url: str, **options: Any) -> ConduitClient:
     )
 
 
+def test_the_documented_block_is_what_ore_auth_grants_a_conduit() -> None:
+    config = documented_server_config()
+    for subject in (
+        *conduit_permissions(Subjects(), "slack")["publish"]["allow"],
+        *conduit_permissions(Subjects(), "slack")["subscribe"]["allow"],
+    ):
+        assert f'"{subject}"' in config
+    assert "$JS.API" not in config.split('user: "slack"')[1], "a conduit needs no JetStream API"
+
+
 async def test_a_conduit_user_may_lookup_send_and_read_live_and_durable_events(
     secured: tuple[str, Client],
 ) -> None:
     url, core = secured
     async with await connect_as_conduit(url) as conduit:
         thread_id, created = await conduit.lookup_or_create("slack.thread", "C1-1")
-        await conduit.send(thread_id, "hello", id="slack-C1-1")
+        sent = await conduit.send(thread_id, "hello", id="slack-C1-1")
         async with (
             conduit.events(thread_id, durable="slack") as durable,
             conduit.events() as live,
         ):
-            sequence = await store(core, Subjects(), thread_id, text("reply"))
+            ack = await core.jetstream().publish(
+                Subjects().events("slack", thread_id),
+                encode_event(text("reply")),
+                headers=output_headers(text("reply")),
+            )
             [from_durable] = await take(durable, 1)
             [from_live] = await take(live, 1)
     assert created is True
-    assert from_durable.sequence == from_live.sequence == sequence
+    assert sent.duplicate is False
+    assert from_durable.sequence == from_live.sequence == ack.seq
 
 
 async def test_a_conduit_user_gets_permission_denied_from_the_admin_api_at_once(
@@ -460,28 +476,30 @@ async def test_a_conduit_user_gets_permission_denied_from_the_admin_api_at_once(
         with pytest.raises(PermissionDenied) as denied:
             await conduit.delete_thread("anything")
         assert loop.time() - started < 5, "a refusal must not wait for the request timeout"
-    assert denied.value.subject == "ore.api.threads.delete"
-    assert "ore.api.threads.delete" in str(denied.value)
+    assert denied.value.subject == "ore.admin.threads.delete"
+    assert "ore.admin.threads.delete" in str(denied.value)
 
 
-async def test_a_feed_that_may_not_read_stored_events_fails_when_it_starts(
+async def test_a_conduit_that_claims_another_namespace_is_refused_when_a_feed_starts(
     secured: tuple[str, Client],
 ) -> None:
     url, _ = secured
-    async with await connect_as_conduit(url, prefix="other") as conduit:
-        with pytest.raises(
-            PermissionDenied, match=re.escape("$JS.API.STREAM.MSG.GET.OTHER_EVENTS")
-        ):
+    async with await connect_as_conduit(url, namespace="other") as conduit:
+        with pytest.raises(PermissionDenied, match=re.escape("ore.api.other.events.read")):
             await conduit.events("t-1").start()
-        with pytest.raises(PermissionDenied, match=re.escape("CONSUMER.CREATE.OTHER_EVENTS")):
+        with pytest.raises(PermissionDenied, match=re.escape("ore.api.other.cursors.get")):
             await conduit.events("t-1", durable="x").start()
+        with pytest.raises(PermissionDenied, match=re.escape("ore.in.other.t-1")):
+            await conduit.send("t-1", "hello")
 
 
 WATCHER_ONLY = """
 authorization {
   users = [
     {user: ore, password: core-secret}
-    {user: blind, password: blind-secret, permissions: {subscribe: {allow: ["_INBOX.>"]}}}
+    {user: blind, password: blind-secret, permissions: {
+      publish: {allow: ["ore.api.blind.>"]}, subscribe: {allow: ["_INBOX_blind.>"]}
+    }}
   ]
 }
 """
@@ -491,21 +509,27 @@ async def test_a_refused_output_subscription_fails_the_feed(tmp_path: Path) -> N
     with EmbeddedNatsServer(tmp_path / "blind", config=WATCHER_ONLY) as server:
         core = await nats.connect(server.url, user="ore", password="core-secret")
         await ensure_streams(core.jetstream(), Subjects(), BusConfig(partitions=2))
-        async with await ConduitClient.connect(
-            server.url,
-            name="blind",
-            credentials=NatsCredentials(user="blind", password="blind-secret"),
-        ) as conduit:
+        async with (
+            Manager(MemoryStore(), EchoProcessor()) as manager,
+            ControlAPI(core, manager, Subjects(), version=VERSION),
+            await ConduitClient.connect(
+                server.url,
+                name="blind",
+                credentials=NatsCredentials(user="blind", password="blind-secret"),
+            ) as conduit,
+        ):
             # The server may report the refusal after start() returned: then the
             # first read raises it.
-            with pytest.raises(PermissionDenied, match=re.escape("subscribe to 'ore.out.t-1'")):
+            with pytest.raises(
+                PermissionDenied, match=re.escape("subscribe to 'ore.out.blind.t-1'")
+            ):
                 async with conduit.events("t-1") as feed:
                     await asyncio.wait_for(anext(feed), 5)
         await core.close()
 
 
-async def test_a_feed_before_the_core_created_its_streams_says_so(client: ConduitClient) -> None:
-    with pytest.raises(BusError, match="ORE_EVENTS does not exist"):
+async def test_a_feed_before_the_core_runs_says_so(client: ConduitClient) -> None:
+    with pytest.raises(BusError, match="ore serve"):
         await client.events("t-1").start()
 
 
@@ -542,18 +566,20 @@ class FakeRoom:
 
 
 async def test_the_example_conduit_of_the_docs_answers_a_room_message(
-    client: ConduitClient, ore_nats_url: str, manager: Manager
+    ore_nats_url: str, manager: Manager
 ) -> None:
     example = example_conduit_module()
     room = FakeRoom(example.RoomMessage("1712.1", "general", "1712.0", "U1", "hello room"))
     service = CoreService(manager, servers=[ore_nats_url], config=BusConfig(partitions=2))
     await service.start()
+    client = await ConduitClient.connect(ore_nats_url, name="room", request_timeout=2.0)
     conduit = asyncio.ensure_future(example.RoomConduit(room).run(client, {}))
     try:
         posted = await asyncio.wait_for(room.posted.get(), 10)
     finally:
         conduit.cancel()
         await asyncio.wait([conduit])
+        await client.close()
         await service.stop(grace=0)
     assert posted == ("general", "1712.0", "hello room")
     assert room.posted.empty(), "the user's own message must not be echoed"
