@@ -13,7 +13,15 @@ from typing import Any
 import pytest
 
 from ore_core import Manager
-from ore_core.bus.codec import BAD_JSON, BAD_SCHEMA, BAD_THREAD_ID, TOO_LARGE, UNKNOWN_THREAD
+from ore_core.bus.codec import (
+    BAD_JSON,
+    BAD_NAMESPACE,
+    BAD_SCHEMA,
+    BAD_THREAD_ID,
+    IDENTITY,
+    TOO_LARGE,
+    UNKNOWN_THREAD,
+)
 from ore_core.bus.control_api import ERROR_CODES, ControlAPI
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig
@@ -21,8 +29,16 @@ from ore_core.events import decode_ingress, decode_output, encode_event
 
 PROTOCOL = (Path(__file__).parents[2] / "docs" / "protocol.md").read_text(encoding="utf-8")
 INGRESS_KINDS = {"user_message", "interrupt"}
-DLQ_FIELDS = {"reason", "detail", "subject", "thread_id", "data", "time"}
-DLQ_REASONS = {BAD_JSON, BAD_SCHEMA, BAD_THREAD_ID, UNKNOWN_THREAD, TOO_LARGE}
+DLQ_FIELDS = {"reason", "detail", "subject", "namespace", "thread_id", "data", "time"}
+DLQ_REASONS = {
+    BAD_JSON,
+    BAD_SCHEMA,
+    BAD_THREAD_ID,
+    BAD_NAMESPACE,
+    IDENTITY,
+    UNKNOWN_THREAD,
+    TOO_LARGE,
+}
 
 
 def json_examples() -> list[str]:
@@ -65,8 +81,10 @@ def test_every_other_example_is_an_api_error_or_a_dead_letter_record(line: str) 
 
 
 def documented_api_subjects() -> set[str]:
+    """The table's subjects as the core subscribes them (`P.api.NS.m` -> `ore.api.*.m`)."""
     section = PROTOCOL.split("## Control API", 1)[1].split("\n## ", 1)[0]
-    return {f"ore.{path}" for path in re.findall(r"^\| `P\.(api\.[a-z.]+)` \|", section, re.M)}
+    paths = re.findall(r"^\| `P\.((?:api\.NS|admin)\.[a-z.]+)` \|", section, re.M)
+    return {"ore." + path.replace("api.NS.", "api.*.") for path in paths}
 
 
 def test_the_api_table_lists_exactly_the_served_endpoints(control_api: ControlAPI) -> None:
