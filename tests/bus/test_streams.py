@@ -54,7 +54,9 @@ async def test_dead_letter_stream_takes_every_reason(ore_nats_client: Client) ->
     assert config.subjects == ["ore.dlq.>"]
 
 
-async def test_every_partition_gets_a_durable_explicit_ack_consumer(ore_nats_client: Client) -> None:
+async def test_every_partition_gets_a_durable_explicit_ack_consumer(
+    ore_nats_client: Client,
+) -> None:
     js = ore_nats_client.jetstream()
     await ensure_streams(js, SUBJECTS, CONFIG)
 

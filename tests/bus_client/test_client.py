@@ -295,7 +295,10 @@ async def test_after_a_reconnect_a_live_feed_reads_what_was_stored_meanwhile(
         reconnected.set()
 
     core = await nats.connect(
-        ore_nats_url, reconnect_time_wait=0.05, max_reconnect_attempts=-1, reconnected_cb=on_reconnect
+        ore_nats_url,
+        reconnect_time_wait=0.05,
+        max_reconnect_attempts=-1,
+        reconnected_cb=on_reconnect,
     )
     await ensure_streams(core.jetstream(), subjects, BusConfig(partitions=2))
     async with (
@@ -327,7 +330,9 @@ async def test_a_durable_feed_gets_everything_produced_while_it_was_stopped(
     ):
         await store(ore_nats_client, subjects, "t-1", text("seen"))
         assert summary(await take(feed, 1))[0][:2] == ("t-1", "text")
-    produced = [await store(ore_nats_client, subjects, f"t-{i % 2}", text(f"r{i}")) for i in range(5)]
+    produced = [
+        await store(ore_nats_client, subjects, f"t-{i % 2}", text(f"r{i}")) for i in range(5)
+    ]
     async with (
         await ConduitClient.connect(ore_nats_url, name="test") as restarted,
         restarted.events(durable="slack") as feed,

@@ -258,9 +258,7 @@ async def test_racing_lookups_on_two_workers_get_one_thread(
     two_workers: list[ControlAPI], ore_nats_url: str
 ) -> None:
     async with await ConduitClient.connect(ore_nats_url, name="racer", prefix="race") as racer:
-        results = await asyncio.gather(
-            *(racer.lookup_or_create("racer.k", "v") for _ in range(24))
-        )
+        results = await asyncio.gather(*(racer.lookup_or_create("racer.k", "v") for _ in range(24)))
     assert len({thread_id for thread_id, _ in results}) == 1
     assert [created for _, created in results].count(True) == 1
     served = [api._service.stats().endpoints for api in two_workers]  # type: ignore[union-attr]
