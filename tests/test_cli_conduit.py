@@ -111,7 +111,7 @@ async def bridge_running(
 ) -> tuple[Process, Process]:
     """`ore serve` and `ore conduit nats` on the test's server, both ready."""
     serve = start_ore("serve", "--nats", ore_nats_server.url)
-    await until_answered(raw, "ore.api.health", serve)
+    await until_answered(raw, "ore.admin.health", serve)
     bridge = start_ore("conduit", "nats", "--nats", ore_nats_server.url)
     # An empty message is refused with an error reply: the bridge listens.
     await until_answered(raw, "bridge.ready-probe.in", bridge)
@@ -160,7 +160,7 @@ async def test_set_overrides_the_conduit_settings(
     ore_nats_server: EmbeddedNatsServer, raw: Client, start_ore: Callable[..., Process]
 ) -> None:
     serve = start_ore("serve", "--nats", ore_nats_server.url)
-    await until_answered(raw, "ore.api.health", serve)
+    await until_answered(raw, "ore.admin.health", serve)
     bridge = start_ore("conduit", "nats", "--nats", ore_nats_server.url, "--set", "prefix=acme.ops")
     await until_answered(raw, "acme.ops.ready-probe.in", bridge)
     reply = await raw.request("acme.ops.support.in", b"via acme", timeout=10)

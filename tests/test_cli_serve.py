@@ -107,7 +107,7 @@ async def wait_until_serving(nc: Client, served: Served) -> dict[str, Any]:
     deadline = time.monotonic() + READY_TIMEOUT
     while True:
         try:
-            reply = await nc.request("ore.api.health", b"{}", timeout=0.5)
+            reply = await nc.request("ore.admin.health", b"{}", timeout=0.5)
             answer: dict[str, Any] = json.loads(reply.data)
             return answer
         except (NoRespondersError, NatsTimeout):
@@ -131,10 +131,10 @@ async def converse(nc: Client, thread_id: str, text: str) -> list[dict[str, Any]
         if event["kind"] == "lifecycle" and event["phase"] == "done":
             done.set()
 
-    await nc.subscribe(f"ore.out.{thread_id}", cb=on_event)
+    await nc.subscribe(f"ore.out.raw.{thread_id}", cb=on_event)
     message = {"kind": "user_message", "id": uuid.uuid4().hex, "content": text}
     await nc.jetstream().publish(
-        f"ore.in.{thread_id}", json.dumps(message).encode(), headers={"Nats-Msg-Id": message["id"]}
+        f"ore.in.raw.{thread_id}", json.dumps(message).encode(), headers={"Nats-Msg-Id": message["id"]}
     )
     await asyncio.wait_for(done.wait(), 10)
     return events
@@ -240,7 +240,7 @@ async def test_without_a_url_serve_starts_an_embedded_server_and_prints_its_url(
     nc = await client_of(url)
     await wait_until_serving(nc, served)
     events = await converse(nc, "embedded", "hi")
-    assert events[-1] == {"kind": "lifecycle", "phase": "done"}
+    assert events[-1] == {"kind": "lifecycle", "phase": "done", "context": {"provenance": "raw"}}
     await nc.close()
     assert await served.terminate() == 0
     port = int(url.rsplit(":", 1)[1])

@@ -101,7 +101,7 @@ async def test_the_sender_and_its_trace_reach_the_core(
 ) -> None:
     await run_bridge()
     trace = "0af7651916cd43dd8448eb211c80319c"
-    async with ore_conduit_core.client.events(kinds={"turn_complete"}) as feed:
+    async with ore_conduit_core.client_for("nats").events(kinds={"turn_complete"}) as feed:
         await raw.publish(
             "support",
             b'{"text": "traced", "user": "alice"}',
