@@ -30,6 +30,7 @@ from typing import Literal
 from nats.js.api import SubjectTransform
 
 from ore_core.errors import OreError
+from ore_core.ids import NAMESPACE_KEY as NAMESPACE_KEY
 from ore_core.ids import validate_thread_id
 
 SCHEMA_VERSION = 2
@@ -50,8 +51,6 @@ HEADER_LAST_SEQUENCE = "Nats-Last-Sequence"
 
 DEFAULT_PREFIX = "ore"
 
-NAMESPACE_KEY = "ore.namespace"
-"""Thread metadata key recording the namespace a thread was created in (never changes)."""
 DEFAULT_NAMESPACE = "default"
 """The namespace of a thread that records none (created before namespaces existed)."""
 INBOX_PREFIX = "_INBOX_"

@@ -134,7 +134,9 @@ async def converse(nc: Client, thread_id: str, text: str) -> list[dict[str, Any]
     await nc.subscribe(f"ore.out.raw.{thread_id}", cb=on_event)
     message = {"kind": "user_message", "id": uuid.uuid4().hex, "content": text}
     await nc.jetstream().publish(
-        f"ore.in.raw.{thread_id}", json.dumps(message).encode(), headers={"Nats-Msg-Id": message["id"]}
+        f"ore.in.raw.{thread_id}",
+        json.dumps(message).encode(),
+        headers={"Nats-Msg-Id": message["id"]},
     )
     await asyncio.wait_for(done.wait(), 10)
     return events

@@ -19,6 +19,7 @@ import structlog
 
 from ore_core.errors import SessionNotFound
 from ore_core.events import OutputEvent
+from ore_core.ids import NAMESPACE_KEY
 from ore_core.ledger.thread import Thread
 from ore_core.session.fanout import EventBuffer, SubscriberOverflow
 from ore_core.session.policy import DoubleTexting
@@ -156,13 +157,15 @@ class Manager:
             subscriber_buffer=self._subscriber_buffer,
             on_publish=self._to_sinks,
             on_closed=self._forget,
-            new_thread=self._new_thread,
+            new_thread=lambda: self._new_thread(thread),
         )
         self._streams[thread.id] = stream
         return stream
 
-    async def _new_thread(self) -> str:
-        return (await self.create()).id
+    async def _new_thread(self, origin: Thread) -> str:
+        """`/new` from `origin`: the new thread stays in origin's namespace (bus v2)."""
+        namespace = origin.meta().get(NAMESPACE_KEY)
+        return (await self.create({NAMESPACE_KEY: namespace} if namespace else None)).id
 
     async def create(self, metadata: Mapping[str, str] | None = None) -> Stream:
         """A new thread (default metadata + `metadata`) and its active stream."""

@@ -112,7 +112,7 @@ class ChatSession:
         """Send `text` and show what it causes until the core reports it handled."""
         if self._feed is None:
             raise BusError("the chat session is not open: use `async with ChatSession(...)`")
-        name = self._client.name
+        name = self._client.namespace
         trace = new_traceparent()
         message = UserMessageEvent(
             id=f"{name}-{secrets.token_hex(16)}",
@@ -151,7 +151,7 @@ class ChatSession:
             self._interrupted
             and isinstance(event, LifecycleEvent)
             and event.phase == "done"
-            and context.provenance == self._client.name
+            and context.provenance == self._client.namespace
             and not context.traceparent
         )
 
