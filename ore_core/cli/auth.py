@@ -6,8 +6,9 @@ Writes into one directory (files readable by the owner only):
   an admin user (the whole control API, operators' tools) and one user per conduit,
   limited to its namespace (see `ore_core.bus.permissions`). Include it in the
   server's configuration, or run `ore serve --auth nats-auth.conf`.
-- `core.toml`, `admin.toml`: the `[nats]` settings of `ore serve` and of operators
-  (`ore --config admin.toml threads ...`).
+- `core.toml`, `admin.toml`: the `[nats]` settings of `ore serve` and of operators'
+  tools (the admin user may call `P.admin.*` and every `P.api.NS.*`, e.g. with the
+  `nats` CLI: `nats --user admin --password ... req ore.admin.threads.list '{}'`).
 - `conduit-NAME.toml`: the `[nats]` settings of conduit NAME: user and password (or an
   nkey seed file `conduit-NAME.nk` with `--nkey`), its namespace, and the secret that
   keys its message ids. `ore --config conduit-NAME.toml conduit NAME` runs it.
@@ -197,6 +198,6 @@ def auth(
     click.echo(f"nats-server authorization: {files.server_config}")
     click.echo(f"  (ore serve --auth {files.server_config}, or include it in your server config)")
     click.echo(f"ore serve:  ore --config {files.core} serve")
-    click.echo(f"operators:  ore --config {files.admin} threads ...")
+    click.echo(f"operators:  the admin user in {files.admin} (ore.admin.* control API)")
     for name, path in files.conduits.items():
         click.echo(f"conduit {name}: ore --config {path} conduit {name}")
