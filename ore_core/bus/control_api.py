@@ -86,6 +86,7 @@ CONDUIT_METHODS = (
     "threads.get",
     "threads.list",
     "threads.lookup",
+    "threads.turns",
     "events.read",
     "cursors.get",
     "cursors.set",
@@ -366,6 +367,9 @@ class ControlAPI:
             _Endpoint("threads_get", api("*", "threads.get"), conduit(_ThreadRef, self._get)),
             _Endpoint("threads_list", api("*", "threads.list"), conduit(_List, self._list)),
             _Endpoint("threads_lookup", api("*", "threads.lookup"), conduit(_Lookup, self._lookup)),
+            _Endpoint(
+                "threads_turns", api("*", "threads.turns"), conduit(_ThreadRef, self._own_turns)
+            ),
             _Endpoint("events_read", api("*", "events.read"), conduit(_Read, self._read)),
             _Endpoint(
                 "cursors_get", api("*", "cursors.get"), conduit(_CursorRef, self._cursor_get)
@@ -496,6 +500,10 @@ class ControlAPI:
             raise _Failure(404, f"no thread with {body.key}={body.value!r} in {namespace}")
         self._resolved(stream.id, namespace)
         return {"id": stream.id, "created": created}
+
+    async def _own_turns(self, body: _ThreadRef, namespace: str) -> _Reply:
+        thread = await self._own_thread(body.id, namespace)
+        return {"id": thread.id, "turns": [turn_to_dict(turn) for turn in thread.turns()]}
 
     async def _read(self, body: _Read, namespace: str) -> _Reply:
         """Stored events of one thread (or of every thread) of `namespace` after a sequence.

@@ -337,6 +337,11 @@ class ConduitClient:
             body["thread"] = thread_id
         return await self._call("events.read", body)
 
+    async def turns(self, thread_id: str) -> list[Turn]:
+        """The thread's active path, oldest first; ApiError 404 if unknown (or another's)."""
+        reply = await self._call("threads.turns", {"id": thread_id})
+        return [turn_from_dict(turn) for turn in reply["turns"]]
+
     async def health(self) -> dict[str, Any]:
         """`{"status": "ok", "version": ..., "streams": ...}` from one worker."""
         return await self._call("health", {})
@@ -362,11 +367,6 @@ class ConduitClient:
         """Admin: delete one metadata key (missing is fine); the new metadata."""
         reply = await self._admin("threads.meta.delete", {"id": thread_id, "key": key})
         return dict(reply["metadata"])
-
-    async def turns(self, thread_id: str) -> list[Turn]:
-        """Admin: the thread's active path, oldest first."""
-        reply = await self._admin("threads.turns", {"id": thread_id})
-        return [turn_from_dict(turn) for turn in reply["turns"]]
 
     async def admin_get_thread(self, thread_id: str) -> ThreadInfo:
         """Admin: any thread of any namespace."""

@@ -32,7 +32,7 @@ ADMIN_ONLY = {"threads.fork", "threads.delete", "threads.meta.set", "threads.met
 
 def endpoint_subject(subjects: Subjects, endpoint: str) -> str:
     """`P.api.test.<endpoint>`, or `P.admin.<endpoint>` for the operator-only methods."""
-    if endpoint in ADMIN_ONLY or endpoint == "threads.turns":
+    if endpoint in ADMIN_ONLY:
         return subjects.admin(endpoint)
     return subjects.api(NS, endpoint)
 
@@ -339,7 +339,7 @@ async def test_delete_removes_the_thread_and_reports_whether_it_existed(
 async def test_turns_is_the_active_path_oldest_first(
     client: ConduitClient, manager: Manager
 ) -> None:
-    stream = await manager.create_with_id("t-1")
+    stream = await manager.create_with_id("t-1", OWNED)
     await stream.process(message("hello"))
     turns = await client.turns("t-1")
     assert [turn.role for turn in turns] == [Role.USER, Role.ASSISTANT]

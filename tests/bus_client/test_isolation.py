@@ -34,6 +34,7 @@ from ore_core.conduit.client import message_id
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.subjects import Subjects
+from ore_core.turn import turn_from_dict
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -297,7 +298,7 @@ async def test_alpha_may_not_publish(
 
 ADMIN_CALLS: dict[str, Callable[[ConduitClient, str], Awaitable[object]]] = {
     "threads.delete": lambda c, t: c.delete_thread(t),
-    "threads.turns": lambda c, t: c.turns(t),
+    "threads.turns (any namespace)": lambda c, t: c.admin_call("threads.turns", {"id": t}),
     "threads.meta.set": lambda c, t: c.set_metadata(t, "title", "pwned"),
     "threads.meta.delete": lambda c, t: c.delete_metadata(t, "beta.channel"),
     "threads.fork": lambda c, t: c.fork(t, "x"),
@@ -327,6 +328,12 @@ async def test_alpha_cannot_get_beta_s_thread_it_is_unknown(deployment: Deployme
     assert foreign.value.message.replace(deployment.beta_thread, "T") == (
         unknown.value.message.replace("no-such-thread", "T")
     )
+
+
+async def test_alpha_cannot_read_beta_s_turns_through_its_api(deployment: Deployment) -> None:
+    with pytest.raises(ApiError) as foreign:
+        await deployment.alpha.turns(deployment.beta_thread)
+    assert foreign.value.status == 404
 
 
 async def test_alpha_reads_no_events_of_beta_s_thread_through_its_api(
@@ -485,7 +492,10 @@ async def test_the_admin_can_use_the_whole_control_api(deployment: Deployment) -
     admin, thread = d.admin, d.beta_thread
     info = await admin.admin_get_thread(thread)
     assert info.namespace == "beta"
-    turns = await admin.turns(thread)
+    turns = [
+        turn_from_dict(t)
+        for t in (await admin.admin_call("threads.turns", {"id": thread}))["turns"]
+    ]
     assert [t.role.value for t in turns][:2] == ["user", "assistant"]
     assert (await admin.set_metadata(thread, "title", "plan"))["title"] == "plan"
     assert "title" not in await admin.delete_metadata(thread, "title")
