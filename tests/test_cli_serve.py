@@ -53,7 +53,7 @@ def start_serve(ore_isolated_env: Path, tmp_path: Path) -> Iterator[Callable[...
     """`start_serve(*args)` runs `ore serve *args`; every process is gone after the test."""
     started: list[Served] = []
 
-    def start(*args: str) -> Served:
+    def start(*args: str, config: Path | None = None) -> Served:
         index = len(started)
         store_path = tmp_path / f"serve{index}.db"
         stderr_path = tmp_path / f"serve{index}.log"
@@ -65,7 +65,7 @@ def start_serve(ore_isolated_env: Path, tmp_path: Path) -> Iterator[Callable[...
         }
         with stderr_path.open("w") as stderr:
             process = subprocess.Popen(
-                [str(ORE), "serve", *args],
+                [str(ORE), *(["--config", str(config)] if config else []), "serve", *args],
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 text=True,

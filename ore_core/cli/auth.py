@@ -114,7 +114,9 @@ def write_auth(
 ) -> AuthFiles:
     """Generate the users of a deployment into `directory` (see the module docstring)."""
     directory.mkdir(parents=True, exist_ok=True)
-    common: dict[str, str | list[str]] = {"url": urls, "subject_prefix": subjects.prefix}
+    common: dict[str, str | list[str]] = {"subject_prefix": subjects.prefix}
+    if urls:
+        common["url"] = urls
     core_password = secrets.token_urlsafe(24)
     admin_password = secrets.token_urlsafe(24)
     users = [
@@ -176,7 +178,8 @@ def write_auth(
     "urls",
     multiple=True,
     metavar="URL",
-    help="The NATS URL the settings files name (default: nats.url, else nats://127.0.0.1:4222).",
+    help="The NATS URL the settings files name (default: nats.url; none: `ore serve --auth` "
+    "runs an embedded server, pass its URL to the conduits with --nats).",
 )
 @click.option("--nkey", is_flag=True, help="Conduits authenticate with nkeys, not passwords.")
 def auth(
@@ -192,7 +195,7 @@ def auth(
         directory,
         conduits,
         subjects=Subjects(nats.subject_prefix),
-        urls=list(urls) or list(nats.url or ["nats://127.0.0.1:4222"]),
+        urls=list(urls) or list(nats.url or []),
         nkey=nkey,
     )
     click.echo(f"nats-server authorization: {files.server_config}")

@@ -102,7 +102,7 @@ async def deployment(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
         base / "auth",
         [("alpha", "alpha"), ("beta", "beta")],
         subjects=SUBJECTS,
-        urls=["nats://127.0.0.1:4222"],
+        urls=[],
     )
     settings = {
         "core": nats_table(files.core),
