@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import stat
+import struct
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -56,10 +57,12 @@ def test_auth_writes_private_files_for_every_role(tmp_path: Path) -> None:
         "nats",
     )
     assert slack.url == ["nats://h:4222"]
-    assert slack.secret is not None and bridge.secret is not None
+    assert slack.secret is not None
+    assert bridge.secret is not None
     assert slack.secret.get_secret_value() != bridge.secret.get_secret_value()
     config = (out / "nats-auth.conf").read_text()
-    assert '"ore.in.nats.>"' in config and '"_INBOX_nats.>"' in config
+    assert '"ore.in.nats.>"' in config
+    assert '"_INBOX_nats.>"' in config
 
 
 @pytest.mark.parametrize("spec", ["Slack", "a.b", "ore", "admin", "x" * 33, "a:B"])
@@ -142,11 +145,22 @@ def test_serve_auth_needs_the_core_credentials(
 
 
 def _non_loopback_addresses() -> list[str]:
+    """This machine's own IPv4 addresses other than loopback (read locally, no traffic)."""
+    found: set[str] = set()
     try:
-        infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
-    except OSError:
-        return []
-    return sorted({str(info[4][0]) for info in infos if not str(info[4][0]).startswith("127.")})
+        import fcntl
+
+        for _, name in socket.if_nameindex():
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+                request = struct.pack("256s", name.encode()[:15])
+                try:
+                    answer = fcntl.ioctl(sock.fileno(), 0x8915, request)  # SIOCGIFADDR
+                except OSError:
+                    continue  # no IPv4 address on this interface
+                found.add(socket.inet_ntoa(answer[20:24]))
+    except (ImportError, OSError):
+        pass
+    return sorted(address for address in found if not address.startswith("127."))
 
 
 def test_the_embedded_server_binds_loopback_only(tmp_path: Path) -> None:
