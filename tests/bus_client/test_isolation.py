@@ -30,6 +30,7 @@ from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig
 from ore_core.cli.auth import write_auth
+from ore_core.conduit import NatsCredentials
 from ore_core.conduit.client import message_id
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
@@ -69,9 +70,11 @@ async def connect(
         name=name,
         namespace=nats_settings.get("namespace"),
         secret=nats_settings.get("secret"),
-        user=nats_settings.get("user"),
-        password=nats_settings.get("password"),
-        nkey_seed=nats_settings.get("nkey_seed_file"),
+        credentials=NatsCredentials(
+            user=nats_settings.get("user"),
+            password=nats_settings.get("password"),
+            nkey_seed=nats_settings.get("nkey_seed_file"),
+        ),
         request_timeout=TIMEOUT,
         **extra,
     )
@@ -120,8 +123,9 @@ async def deployment(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
                 manager,
                 servers=[server.url],
                 config=BusConfig(partitions=2),
-                user=core_creds["user"],
-                password=core_creds["password"],
+                credentials=NatsCredentials(
+                    user=core_creds["user"], password=core_creds["password"]
+                ),
             )
             await service.start()
             alpha = await connect(server.url, "alpha", settings["alpha"])
