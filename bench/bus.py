@@ -6,8 +6,8 @@ One embedded nats-server (file storage); the worker side runs in this process, t
 client side in a child process (as a conduit would), for every variant:
   raw request-reply       core NATS request; the responder echoes
   raw JetStream ingress   publish+ack to a stream, pull fetch, reply on core NATS, ack
-  ore end to end          publish a user_message to `ore.in.T`, wait for `lifecycle: done`
-                          on `ore.out.T`; CoreService + Manager + echo processor + store
+  ore end to end          publish a user_message to `ore.in.NS.T`, wait for `lifecycle:
+                          done` on `ore.out.NS.T`; CoreService + Manager + echo processor + store
                           (SQLite, and memory to separate the store's share)
 Latency: sequential round trips of one thread (p50/p99). Throughput: 100 threads, each
 sending its next message when the previous one is answered. Ratios are against the
@@ -132,15 +132,15 @@ async def client_main(args: argparse.Namespace) -> dict[str, Any]:
             if lifecycle and jsonutil.loads(msg.data).get("phase") == "done":
                 waiters.resolve(msg.subject.rpartition(".")[2].removeprefix(run))
 
-        await nc.subscribe("ore.out.*", cb=on_event)
+        await nc.subscribe("ore.out.bench.*", cb=on_event)
 
         async def send_ore(thread_id: str, index: int) -> None:
             event_id = f"{run}{thread_id}-{index}"
             event = {"kind": "user_message", "id": event_id, "content": TEXT}
             await js.publish(
-                f"ore.in.{run}{thread_id}",
+                f"ore.in.bench.{run}{thread_id}",
                 jsonutil.dumps(event),
-                headers={"Nats-Msg-Id": event_id},
+                headers={"Nats-Msg-Id": f"{run}{thread_id}:{event_id}"},
             )
 
         send = send_ore
