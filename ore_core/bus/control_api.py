@@ -87,12 +87,15 @@ CONDUIT_METHODS = (
     "threads.list",
     "threads.lookup",
     "threads.turns",
+    "threads.fork",
+    "threads.meta.set",
+    "threads.meta.delete",
     "events.read",
     "cursors.get",
     "cursors.set",
     "health",
 )
-"""Methods under `P.api.NS.`: a conduit's own threads."""
+"""Methods under `P.api.NS.`: a conduit's own threads (never deleting one)."""
 ADMIN_METHODS = (
     "threads.create",
     "threads.get",
@@ -370,6 +373,17 @@ class ControlAPI:
             _Endpoint(
                 "threads_turns", api("*", "threads.turns"), conduit(_ThreadRef, self._own_turns)
             ),
+            _Endpoint("threads_fork", api("*", "threads.fork"), conduit(_Fork, self._own_fork)),
+            _Endpoint(
+                "threads_meta_set",
+                api("*", "threads.meta.set"),
+                conduit(_MetaSet, self._own_meta_set),
+            ),
+            _Endpoint(
+                "threads_meta_delete",
+                api("*", "threads.meta.delete"),
+                conduit(_MetaDelete, self._own_meta_delete),
+            ),
             _Endpoint("events_read", api("*", "events.read"), conduit(_Read, self._read)),
             _Endpoint(
                 "cursors_get", api("*", "cursors.get"), conduit(_CursorRef, self._cursor_get)
@@ -504,6 +518,18 @@ class ControlAPI:
     async def _own_turns(self, body: _ThreadRef, namespace: str) -> _Reply:
         thread = await self._own_thread(body.id, namespace)
         return {"id": thread.id, "turns": [turn_to_dict(turn) for turn in thread.turns()]}
+
+    async def _own_fork(self, body: _Fork, namespace: str) -> _Reply:
+        await self._own_thread(body.id, namespace)
+        return await self._fork(body)
+
+    async def _own_meta_set(self, body: _MetaSet, namespace: str) -> _Reply:
+        await self._own_thread(body.id, namespace)
+        return await self._meta_set(body)
+
+    async def _own_meta_delete(self, body: _MetaDelete, namespace: str) -> _Reply:
+        await self._own_thread(body.id, namespace)
+        return await self._meta_delete(body)
 
     async def _read(self, body: _Read, namespace: str) -> _Reply:
         """Stored events of one thread (or of every thread) of `namespace` after a sequence.

@@ -346,12 +346,12 @@ class ConduitClient:
         """`{"status": "ok", "version": ..., "streams": ...}` from one worker."""
         return await self._call("health", {})
 
-    # Operator methods: `P.admin.*`, refused (PermissionDenied) for a conduit's user.
-
     async def fork(self, thread_id: str, turn_id: str) -> str:
-        """Admin: make `turn_id` the thread's tip (the next message branches from it)."""
-        reply = await self._admin("threads.fork", {"id": thread_id, "turn_id": turn_id})
+        """Make `turn_id` the thread's tip (the next message branches from it)."""
+        reply = await self._call("threads.fork", {"id": thread_id, "turn_id": turn_id})
         return str(reply["current_tip"])
+
+    # Operator methods: `P.admin.*`, refused (PermissionDenied) for a conduit's user.
 
     async def delete_thread(self, thread_id: str) -> bool:
         """Admin: delete the thread; False if it did not exist."""
@@ -359,13 +359,13 @@ class ConduitClient:
         return bool(reply["deleted"])
 
     async def set_metadata(self, thread_id: str, key: str, value: str) -> dict[str, str]:
-        """Admin: set one metadata key (announced as a `properties` event); the new metadata."""
-        reply = await self._admin("threads.meta.set", {"id": thread_id, "key": key, "value": value})
+        """Set one metadata key (announced as a `properties` event); the new metadata."""
+        reply = await self._call("threads.meta.set", {"id": thread_id, "key": key, "value": value})
         return dict(reply["metadata"])
 
     async def delete_metadata(self, thread_id: str, key: str) -> dict[str, str]:
-        """Admin: delete one metadata key (missing is fine); the new metadata."""
-        reply = await self._admin("threads.meta.delete", {"id": thread_id, "key": key})
+        """Delete one metadata key (missing is fine); the new metadata."""
+        reply = await self._call("threads.meta.delete", {"id": thread_id, "key": key})
         return dict(reply["metadata"])
 
     async def admin_get_thread(self, thread_id: str) -> ThreadInfo:

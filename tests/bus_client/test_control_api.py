@@ -27,7 +27,7 @@ pytestmark = pytest.mark.usefixtures("control_api")
 
 NS = "test"  # the `client` fixture's namespace
 OWNED = {"ore.namespace": NS}  # metadata of a thread created in it
-ADMIN_ONLY = {"threads.fork", "threads.delete", "threads.meta.set", "threads.meta.delete"}
+ADMIN_ONLY = {"threads.delete"}
 
 
 def endpoint_subject(subjects: Subjects, endpoint: str) -> str:
@@ -283,7 +283,7 @@ async def test_fork_moves_the_tip_so_the_next_reply_branches(
 
 
 async def test_fork_of_a_stored_thread_is_saved(client: ConduitClient, manager: Manager) -> None:
-    stream = await manager.create_with_id("t-1")
+    stream = await manager.create_with_id("t-1", OWNED)
     await stream.process(message("one"))
     await manager.close("t-1")
     user_turn = (await manager.store.get("t-1")).turns()[0]
@@ -294,7 +294,7 @@ async def test_fork_of_a_stored_thread_is_saved(client: ConduitClient, manager: 
 async def test_fork_at_no_turn_makes_the_next_message_a_new_root(
     client: ConduitClient, manager: Manager
 ) -> None:
-    stream = await manager.create_with_id("t-1")
+    stream = await manager.create_with_id("t-1", OWNED)
     await stream.process(message("one"))
     assert await client.fork("t-1", "") == ""
     await stream.process(message("instead"))
@@ -352,9 +352,9 @@ async def test_turns_is_the_active_path_oldest_first(
 async def test_meta_set_on_an_active_thread_announces_a_properties_event(
     client: ConduitClient, manager: Manager
 ) -> None:
-    stream = await manager.create_with_id("t-1")
+    stream = await manager.create_with_id("t-1", OWNED)
     subscription = stream.subscribe("properties")
-    assert await client.set_metadata("t-1", "title", "Plans") == {"title": "Plans"}
+    assert await client.set_metadata("t-1", "title", "Plans") == {"title": "Plans", **OWNED}
     [event] = await collect(subscription, until=lambda e: True)
     assert isinstance(event, PropertiesEvent)
     assert [(op.op, op.key, op.value) for op in event.operations or ()] == [
@@ -365,7 +365,7 @@ async def test_meta_set_on_an_active_thread_announces_a_properties_event(
 async def test_meta_set_on_a_stored_thread_is_saved(
     client: ConduitClient, manager: Manager
 ) -> None:
-    await manager.create_with_id("t-1")
+    await manager.create_with_id("t-1", OWNED)
     await manager.close("t-1")
     await client.set_metadata("t-1", "title", "Plans")
     assert (await manager.store.get("t-1")).meta().get("title") == "Plans"

@@ -303,9 +303,15 @@ async def test_alpha_may_not_publish(
 ADMIN_CALLS: dict[str, Callable[[ConduitClient, str], Awaitable[object]]] = {
     "threads.delete": lambda c, t: c.delete_thread(t),
     "threads.turns (any namespace)": lambda c, t: c.admin_call("threads.turns", {"id": t}),
-    "threads.meta.set": lambda c, t: c.set_metadata(t, "title", "pwned"),
-    "threads.meta.delete": lambda c, t: c.delete_metadata(t, "beta.channel"),
-    "threads.fork": lambda c, t: c.fork(t, "x"),
+    "threads.meta.set (any namespace)": lambda c, t: c.admin_call(
+        "threads.meta.set", {"id": t, "key": "title", "value": "pwned"}
+    ),
+    "threads.meta.delete (any namespace)": lambda c, t: c.admin_call(
+        "threads.meta.delete", {"id": t, "key": "beta.channel"}
+    ),
+    "threads.fork (any namespace)": lambda c, t: c.admin_call(
+        "threads.fork", {"id": t, "turn_id": ""}
+    ),
     "threads.get (any namespace)": lambda c, t: c.admin_get_thread(t),
     "threads.list (every namespace)": lambda c, t: c.admin_call("threads.list", {}),
     "threads.create (in beta)": lambda c, t: c.admin_call("threads.create", {"namespace": "beta"}),
@@ -334,10 +340,27 @@ async def test_alpha_cannot_get_beta_s_thread_it_is_unknown(deployment: Deployme
     )
 
 
-async def test_alpha_cannot_read_beta_s_turns_through_its_api(deployment: Deployment) -> None:
+OWN_THREAD_CALLS: dict[str, Callable[[ConduitClient, str], Awaitable[object]]] = {
+    "threads.turns": lambda c, t: c.turns(t),
+    "threads.fork": lambda c, t: c.fork(t, ""),
+    "threads.meta.set": lambda c, t: c.set_metadata(t, "title", "pwned"),
+    "threads.meta.delete": lambda c, t: c.delete_metadata(t, "beta.channel"),
+}
+
+
+@pytest.mark.parametrize("call", OWN_THREAD_CALLS.values(), ids=OWN_THREAD_CALLS.keys())
+async def test_alpha_s_own_thread_methods_do_not_reach_beta_s_thread(
+    deployment: Deployment, call: Callable[[ConduitClient, str], Awaitable[object]]
+) -> None:
     with pytest.raises(ApiError) as foreign:
-        await deployment.alpha.turns(deployment.beta_thread)
-    assert foreign.value.status == 404
+        await call(deployment.alpha, deployment.beta_thread)
+    assert (foreign.value.status, foreign.value.message) == (
+        404,
+        f"thread {deployment.beta_thread} not found in namespace alpha",
+    )
+    info = await deployment.admin.admin_get_thread(deployment.beta_thread)
+    assert "title" not in info.metadata
+    assert info.metadata["beta.channel"] == "C-secret"
 
 
 async def test_alpha_reads_no_events_of_beta_s_thread_through_its_api(
@@ -501,9 +524,12 @@ async def test_the_admin_can_use_the_whole_control_api(deployment: Deployment) -
         for t in (await admin.admin_call("threads.turns", {"id": thread}))["turns"]
     ]
     assert [t.role.value for t in turns][:2] == ["user", "assistant"]
-    assert (await admin.set_metadata(thread, "title", "plan"))["title"] == "plan"
-    assert "title" not in await admin.delete_metadata(thread, "title")
-    assert await admin.fork(thread, turns[0].id) == turns[0].id
+    meta_set = {"id": thread, "key": "title", "value": "plan"}
+    assert (await admin.admin_call("threads.meta.set", meta_set))["metadata"]["title"] == "plan"
+    meta_delete = {"id": thread, "key": "title"}
+    assert "title" not in (await admin.admin_call("threads.meta.delete", meta_delete))["metadata"]
+    fork = {"id": thread, "turn_id": turns[0].id}
+    assert (await admin.admin_call("threads.fork", fork))["current_tip"] == turns[0].id
     listed = await admin.admin_call("threads.list", {"limit": 1000})
     assert thread in listed["threads"]
     assert (await admin.admin_call("threads.list", {"namespace": "alpha"}))["threads"]
@@ -513,7 +539,9 @@ async def test_the_admin_can_use_the_whole_control_api(deployment: Deployment) -
     found = await admin.admin_call("threads.lookup", {"key": "beta.channel", "value": "C-secret"})
     assert found == {"id": thread, "created": False}
     with pytest.raises(ApiError, match="never changes"):
-        await admin.set_metadata(thread, "ore.namespace", "alpha")
+        await admin.admin_call(
+            "threads.meta.set", {"id": thread, "key": "ore.namespace", "value": "alpha"}
+        )
     # Admins may also call any namespace's conduit API (a support tool reading beta's events).
     beta_view = ConduitClient(admin.nc, name="admin", namespace="beta")
     assert (await beta_view.read_events(thread))["events"]
