@@ -5,8 +5,11 @@ name below is re-exported lazily (loaded on first use), so `import ore_core` sta
 cheap and a conduit process never loads the core it does not run.
 
 - plugins: `hookimpl`, the protocols (`Interceptor`, `InterceptResult`, `Sink`,
-  `Store`, `TurnProcessor`), `TurnContext`, `Tool`, and what they are handed
-  (`Stream`, `Manager`, `Thread`, `ModelSpec`);
+  `Store`, `TurnProcessor`) and factories (`StoreFactory`, `TurnProcessorFactory`),
+  `TurnContext`, `Tool`, and what they are handed
+  (`Stream`, `Manager`, `Thread`, `ModelSpec`, `OreSettings`);
+- stores: `Store`, `Thread`, `validate_thread_id`, and the turn JSON codec
+  (`turn_to_dict`, `turn_from_dict`);
 - the vocabulary: `Turn`, `Role`, `TraversalControl`, the events and the artifacts;
 - conduits: `Conduit`, `ConduitConfig`, `ConduitClient`, `EventFeed`, `Delivery`
   (also importable from `ore_core.conduit`, the light conduit SDK);
@@ -43,7 +46,7 @@ if TYPE_CHECKING:
     from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
     from ore_core.conduit.connection import NatsCredentials, TlsFiles
     from ore_core.conduit.feed import Delivery, EventFeed
-    from ore_core.config import ConfigError
+    from ore_core.config import ConfigError, OreSettings
     from ore_core.errors import (
         ApiError,
         ArtifactError,
@@ -86,19 +89,28 @@ if TYPE_CHECKING:
         TurnCompleteEvent,
         UserMessageEvent,
     )
+    from ore_core.ids import validate_thread_id
     from ore_core.ledger.thread import Thread
     from ore_core.plugins.hookspecs import hookimpl
     from ore_core.plugins.manager import PluginError
     from ore_core.plugins.tools import Tool
     from ore_core.session.fanout import SubscriberOverflow
     from ore_core.session.manager import Manager
-    from ore_core.session.protocols import Interceptor, InterceptResult, Sink, Store, TurnProcessor
+    from ore_core.session.protocols import (
+        Interceptor,
+        InterceptResult,
+        Sink,
+        Store,
+        StoreFactory,
+        TurnProcessor,
+        TurnProcessorFactory,
+    )
     from ore_core.session.slash import CommandError
     from ore_core.session.spec import ModelSpec
     from ore_core.session.stream import Stream
     from ore_core.session.turn_context import HandlerFailed, TurnContext
     from ore_core.subjects import SubjectError
-    from ore_core.turn import Role, TraversalControl, Turn
+    from ore_core.turn import Role, TraversalControl, Turn, turn_from_dict, turn_to_dict
 
 __version__ = "0.1.0"
 
@@ -109,6 +121,8 @@ _EXPORTS: dict[str, str] = {
     "Sink": "ore_core.session.protocols",
     "Store": "ore_core.session.protocols",
     "TurnProcessor": "ore_core.session.protocols",
+    "StoreFactory": "ore_core.session.protocols",
+    "TurnProcessorFactory": "ore_core.session.protocols",
     "TurnContext": "ore_core.session.turn_context",
     "Tool": "ore_core.plugins.tools",
     "Stream": "ore_core.session.stream",
@@ -118,6 +132,10 @@ _EXPORTS: dict[str, str] = {
     "Role": "ore_core.turn",
     "TraversalControl": "ore_core.turn",
     "Turn": "ore_core.turn",
+    "turn_from_dict": "ore_core.turn",
+    "turn_to_dict": "ore_core.turn",
+    "validate_thread_id": "ore_core.ids",
+    "OreSettings": "ore_core.config",
     "ActivityEvent": "ore_core.events",
     "ArtifactEvent": "ore_core.events",
     "ErrorEvent": "ore_core.events",
@@ -197,6 +215,8 @@ __all__ = [
     "Sink",
     "Store",
     "TurnProcessor",
+    "StoreFactory",
+    "TurnProcessorFactory",
     "TurnContext",
     "Tool",
     "Stream",
@@ -206,6 +226,10 @@ __all__ = [
     "Role",
     "TraversalControl",
     "Turn",
+    "turn_from_dict",
+    "turn_to_dict",
+    "validate_thread_id",
+    "OreSettings",
     "ActivityEvent",
     "ArtifactEvent",
     "ErrorEvent",

@@ -81,28 +81,49 @@ class ConfigError(OreError):
 class _Section(BaseModel):
     """A settings table whose unknown keys are errors (they are almost always typos)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class NatsSettings(_Section):
     """How to reach NATS. No `url` means: start a private embedded nats-server."""
 
     url: Annotated[list[str] | None, NoDecode] = None
+    """NATS server URLs (`nats://`, `tls://`, `ws://`, `wss://`); in the environment, a
+    comma-separated list. Unset: `ore serve` and `ore chat` start a private nats-server."""
     user: str | None = None
+    """User name for user/password authentication."""
     password: SecretStr | None = None
+    """Password for user/password authentication (hidden in `ore config`)."""
     token: SecretStr | None = None
+    """Token authentication (hidden in `ore config`)."""
     nkey_seed_file: Path | None = None
+    """File holding an NKey seed, for NKey authentication."""
     creds_file: Path | None = None
+    """A `.creds` file (JWT and NKey seed), for decentralised authentication."""
     tls_cert_file: Path | None = None
+    """Client certificate for mutual TLS (with `tls_key_file`)."""
     tls_key_file: Path | None = None
+    """Private key of `tls_cert_file`."""
     tls_ca_file: Path | None = None
+    """CA certificate that signed the server's certificate."""
     subject_prefix: str = "ore"
-    # A conduit's namespace (default: the conduit's name) and the secret that keys its
-    # message ids; `ore auth` writes both into each conduit's settings file.
+    """First token(s) of every subject, stream and bucket name ore uses; lets several
+    deployments share one NATS account."""
     namespace: str | None = None
+    """A conduit's namespace (default: the conduit's name): the threads it may reach.
+    `ore auth` writes it into each conduit's settings file."""
     secret: SecretStr | None = None
+    """Secret that keys a conduit's message ids so no other conduit can squat them
+    (hidden in `ore config`); written by `ore auth`."""
     partitions: int = 8
+    """Number of ingress partitions (a power of two, 1 to 1024): how many core workers
+    can share the threads."""
     max_payload: ByteSize = ByteSize(1024 * 1024)
+    """Largest message ore publishes (e.g. `1MiB`, at most `64MiB`); also the limit of the
+    private nats-server."""
+    replicas: Annotated[int, Field(ge=1, le=5)] = 1
+    """JetStream replicas of every stream ore creates (1, 3 or 5 in a cluster); a change
+    on existing streams is made by `ore migrate`, never silently at start."""
 
     @field_validator("url", mode="before")
     @classmethod
@@ -153,30 +174,38 @@ class NatsSettings(_Section):
 
 
 def _default_store_path() -> Path:
+    """`threads.db` in the user state directory (platformdirs: `~/.local/state/ore` on Linux)."""
     return Path(platformdirs.user_state_dir("ore")) / "threads.db"
 
 
 class StoreSettings(BaseModel):
     """Which store keeps threads; extra keys are passed to the store's factory."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, use_attribute_docstrings=True)
 
     name: str = "sqlite"
+    """The registered store that keeps threads (built-in: `memory`, `json`, `journal`,
+    `sqlite`); other keys of `[store]` go to its factory."""
     path: Path = Field(default_factory=_default_store_path)
+    """Where the store keeps its data (a file or a directory, depending on the store)."""
 
 
 class ProcessorSettings(BaseModel):
     """Which turn processor answers; extra keys are passed to the processor's factory."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, use_attribute_docstrings=True)
 
     name: str = "echo"
+    """The registered turn processor that answers user messages (built-in: `echo`);
+    other keys of `[processor]` go to its factory."""
 
 
 class SessionSettings(_Section):
     """How a thread handles a message that arrives while a turn is running."""
 
     double_texting: DoubleTexting = DoubleTexting.QUEUE
+    """A message arriving during a running turn: `queue` it, `interrupt` the turn,
+    `collect` queued messages into one turn, or `reject` it with a notice."""
 
 
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
@@ -187,7 +216,10 @@ class LogSettings(_Section):
     """Log level and format (`auto`: console on a terminal, JSON lines otherwise)."""
 
     level: LogLevel = "info"
+    """Lowest level logged (`ore --log-level` overrides it)."""
     format: LogFormat = "auto"
+    """`console` (human-readable), `json` (one object per line) or `auto` (console on a
+    terminal, JSON otherwise)."""
 
     @field_validator("level", "format", mode="before")
     @classmethod
@@ -211,15 +243,26 @@ class OreSettings(BaseSettings):
     """
 
     model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
     )
 
     nats: NatsSettings = NatsSettings()
+    """How to reach NATS."""
     store: StoreSettings = Field(default_factory=StoreSettings)
+    """Where threads are kept."""
     processor: ProcessorSettings = ProcessorSettings()
+    """What answers user messages."""
     session: SessionSettings = SessionSettings()
+    """How a thread handles messages."""
     log: LogSettings = LogSettings()
+    """Logging."""
     plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """One table per plugin, `[plugins.<name>]`, handed to the plugin as it is (the plugin
+    validates it; see `OreSettings.plugin_config`)."""
 
     # Where explicitly set values came from: key path -> file path or env var name.
     _origins: dict[tuple[str, ...], str] = PrivateAttr(default_factory=dict)

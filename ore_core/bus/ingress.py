@@ -6,7 +6,10 @@ the order they were stored. A valid message is submitted to the thread's stream 
 acknowledged when the stream reports it completely handled and saved; a turn cut
 short by shutdown stays unacknowledged and is redelivered (the stream recognises a
 message it has seen by its event id). While a message waits or runs, a ticker tells
-the server it is in progress, so long turns are not redelivered meanwhile.
+the server it is in progress, so long turns are not redelivered meanwhile. While a
+handled message is acknowledged only once its output events are stored; while a
+JetStream limit holds them back (`Pipeline.full`) it waits, kept in progress, and
+comes back if the worker dies.
 
 The subject `P.inp.<p>.NS.T` names the sender's namespace NS, which NATS permissions
 let only that conduit (and the core and admins) publish on: it is the sender's
@@ -74,6 +77,7 @@ DLQ_DATA_LIMIT = 64 * 1024
 
 _NO_CONTEXT = EventContext()
 _STORE_RETRY_DELAY = 1.0
+_STOP_STORE_WAIT = 5.0  # seconds stop() waits for handled messages' output to be stored
 
 
 class _Rejected(Exception):
@@ -120,7 +124,9 @@ class Ingress:
         self._max_payload = config.max_payload
         self._raw_inbound = subjects.prefix + ".in."  # for raw subject tokens
         self._inflight: dict[str, dict[str, _Delivery]] = {}
-        self._acks: deque[Msg] = deque()
+        # Handled messages with the egress sink position at that moment: acked once
+        # everything published up to it is stored (see `_ack_loop`).
+        self._acks: deque[tuple[Msg, int]] = deque()
         self._ack_wakeup = asyncio.Event()
         self._pullers: list[Puller] = []
         self._helpers: list[asyncio.Task[None]] = []
@@ -183,12 +189,31 @@ class Ingress:
             await self._settle(msg.nak)
         if unfinished:
             log.info("unfinished messages handed back for redelivery", count=len(unfinished))
-        while self._acks:
-            await self._settle(self._acks.popleft().ack)
         for task in self._helpers:
             task.cancel()
         await asyncio.gather(*self._helpers, return_exceptions=True)
         self._helpers = []
+        await self._settle_handled()
+
+    async def _settle_handled(self) -> None:
+        """At stop (the sinks have drained): ack what is stored, hand back the rest."""
+        if not self._acks:
+            return
+        mark = self._pipeline.mark()
+        try:
+            async with asyncio.timeout(_STOP_STORE_WAIT):
+                await self._pipeline.wait_stored(mark)
+        except TimeoutError:
+            pass
+        stored = self._pipeline.stored_before(mark)
+        handled = [msg for msg, _ in self._acks]
+        self._acks.clear()
+        for msg in handled:
+            await self._settle(msg.ack if stored else msg.nak)
+        if not stored:
+            log.warning(
+                "output not stored at stop; handled messages handed back", count=len(handled)
+            )
 
     # -- one message ------------------------------------------------------------
 
@@ -335,15 +360,16 @@ class Ingress:
         if entries is None:
             return
         reply = delivery.msg.reply
+        position = self._manager.sink_queued(self._egress.name)
         if delivery.interrupt:
             while entries:
                 key, earlier = next(iter(entries.items()))
                 del entries[key]
-                self._acks.append(earlier.msg)
+                self._acks.append((earlier.msg, position))
                 if key == reply:
                     break
         elif entries.pop(reply, None) is not None:
-            self._acks.append(delivery.msg)
+            self._acks.append((delivery.msg, position))
         self._forget_if_empty(delivery.thread_id)
         self._ack_wakeup.set()
 
@@ -357,11 +383,19 @@ class Ingress:
             idle.set_result(None)
 
     async def _ack_loop(self) -> None:
+        # A handled message is acked only once its output is stored: first the egress
+        # sink must have taken every event queued before it was handled, then the
+        # pipeline must have stored everything published up to then. While a JetStream
+        # limit holds output back, that waits, so a worker dying meanwhile loses nothing.
         while True:
             await self._ack_wakeup.wait()
             self._ack_wakeup.clear()
             while self._acks:
-                await self._settle(self._acks.popleft().ack)
+                position = self._acks[-1][1]
+                await self._egress.wait_emitted(position)
+                await self._pipeline.wait_stored(self._pipeline.mark())
+                while self._acks and self._acks[0][1] <= position:
+                    await self._settle(self._acks.popleft()[0].ack)
 
     async def _progress_loop(self) -> None:
         interval = self._config.backoff[0] / 3
@@ -376,6 +410,8 @@ class Ingress:
                     else:
                         await self._settle(delivery.msg.in_progress)
                 self._forget_if_empty(thread_id)
+            for msg, _ in list(self._acks):  # handled, output not stored yet
+                await self._settle(msg.in_progress)
 
     @staticmethod
     async def _settle(action: Callable[[], Awaitable[object]]) -> None:

@@ -14,6 +14,12 @@ acks come back. It is called from a `Manager` sink, which must keep up or lose i
 buffer, and what can queue is bounded by the messages in flight upstream.
 Retries can put a message after ones published later; the stream sequence stays the
 total order that readers see. Concurrency: one event loop, the one of the connection.
+
+A JetStream limit (a stream's `max_bytes` or `max_msgs_per_subject` with discard new,
+the account's storage) is not a reason to give a message up: it is held and sent
+again every `hold_retry` seconds until the server takes it, `full` names the limit
+meanwhile, and the `LimitListener`s hear when it is reached and cleared (the core
+tells the users, fails /readyz and holds its ingress acks).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import asyncio
 import itertools
 import secrets
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import structlog
@@ -30,9 +37,13 @@ from nats.aio.msg import Msg
 from nats.errors import ConnectionClosedError, MaxPayloadError, OutboundBufferLimitError
 
 from ore_core import jsonutil
+from ore_core.conduit.connection import LIMIT_ERROR_CODES
 from ore_core.subjects import HEADER_MSG_ID
 
-__all__ = ["Pipeline"]
+__all__ = ["LimitReached", "Pipeline"]
+
+LimitReached = Callable[[str, str], Awaitable[None]]
+"""`await on_limit(subject, reason)`: a message to `subject` is held by a JetStream limit."""
 
 log = structlog.get_logger("ore.bus")
 
@@ -45,8 +56,10 @@ class _Record:
     subject: str
     data: bytes
     headers: dict[str, str]
+    index: int = 0
     deadline: float = 0.0
     attempts: int = 0
+    held: bool = False
 
 
 class Pipeline:
@@ -59,6 +72,7 @@ class Pipeline:
         window: int = 4096,
         ack_timeout: float = 5.0,
         attempts: int = 5,
+        hold_retry: float = 1.0,
     ) -> None:
         self._nc = nc
         self._window = window
@@ -74,12 +88,52 @@ class Pipeline:
         self._idle: asyncio.Future[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._failing = False
+        self._next_index = 0
+        self._outstanding: dict[int, None] = {}  # indexes not yet stored, oldest first
+        self._progress = asyncio.Event()
+        self._hold_retry = hold_retry
+        self._held: deque[_Record] = deque()
+        self._delayed: deque[_Record] = deque()  # retried after `hold_retry`
+        self._held_count = 0  # held records not yet stored (waiting or sent again)
+        self._on_limit: list[LimitReached] = []
+        self._on_clear: list[Callable[[], None]] = []
+        self.full: str | None = None
+        """What JetStream limit holds messages back right now (None: none)."""
         self.lost = 0
 
     @property
     def pending(self) -> int:
         """Messages not yet acknowledged by the server (sent, to retry or queued)."""
-        return len(self._pending) + len(self._retries) + len(self._backlog)
+        queued = len(self._retries) + len(self._backlog) + len(self._held) + len(self._delayed)
+        return len(self._pending) + queued
+
+    def mark(self) -> int:
+        """A position: `wait_stored(mark)` returns once everything published before it is
+        stored (or given up and logged)."""
+        return self._next_index
+
+    def stored_before(self, mark: int) -> bool:
+        """True once every message published before `mark` is settled."""
+        return next(iter(self._outstanding), self._next_index) >= mark
+
+    async def wait_stored(self, mark: int) -> None:
+        """Wait until `stored_before(mark)`; a JetStream limit makes that wait for space."""
+        while not self.stored_before(mark):
+            self._progress.clear()
+            await self._progress.wait()
+
+    def _settle_record(self, record: _Record) -> None:
+        self._outstanding.pop(record.index, None)
+        self._progress.set()
+
+    def watch_limits(
+        self, *, reached: LimitReached | None = None, cleared: Callable[[], None] | None = None
+    ) -> None:
+        """Call `reached(subject, reason)` for each held message, `cleared()` once all went."""
+        if reached is not None:
+            self._on_limit.append(reached)
+        if cleared is not None:
+            self._on_clear.append(cleared)
 
     async def start(self) -> None:
         """Subscribe to the ack inbox and start the timeout and sender tasks."""
@@ -89,6 +143,7 @@ class Pipeline:
         self._tasks = [
             loop.create_task(self._expire_loop(), name="ore-pipeline-expire"),
             loop.create_task(self._send_loop(), name="ore-pipeline-send"),
+            loop.create_task(self._hold_loop(), name="ore-pipeline-hold"),
         ]
 
     async def stop(self) -> None:
@@ -122,7 +177,9 @@ class Pipeline:
         for retries: do not reuse the dict.
         """
         headers[HEADER_MSG_ID] = msg_id or self._id_prefix + str(next(self._ids))
-        record = _Record(subject, data, headers)
+        record = _Record(subject, data, headers, self._next_index)
+        self._outstanding[self._next_index] = None
+        self._next_index += 1
         if self._backlog or len(self._pending) >= self._window:
             self._backlog.append(record)
             return
@@ -150,18 +207,23 @@ class Pipeline:
         data = msg.data
         if not data:
             status = msg.headers.get("Status") if msg.headers else None
-            self._failed(record, f"no stream answered (status {status})")
+            self._failed(record, f"no stream answered (status {status})", pause=True)
         elif data.startswith(b'{"error"') or b'"error":' in data:
             error = jsonutil.loads(data).get("error", {})
             reason = f"{error.get('description', 'error')} (code {error.get('err_code')})"
-            if error.get("code") == _UNAVAILABLE:
-                self._failed(record, reason)
+            if error.get("err_code") in LIMIT_ERROR_CODES:
+                await self._hold(record, reason)
+            elif error.get("code") == _UNAVAILABLE:
+                self._failed(record, reason, pause=True)
             else:
                 self._drop(record, reason)
         else:
             if self._failing and not self._retries:
                 self._failing = False
                 log.info("stored events acknowledged again")
+            if record.held:
+                self._stored_after_hold()
+            self._settle_record(record)
             self._check_idle()
 
     def _settled(self, token: str) -> _Record | None:
@@ -178,17 +240,62 @@ class Pipeline:
         if idle is not None and not self.pending and not idle.done():
             idle.set_result(None)
 
-    def _failed(self, record: _Record, reason: str) -> None:
+    def _failed(self, record: _Record, reason: str, *, pause: bool = False) -> None:
         if record.attempts >= self._attempts:
             self._drop(record, reason)
             return
         if not self._failing:
             self._failing = True
             log.warning("stored event not acknowledged; retrying", reason=reason)
+        if pause:
+            # JetStream is briefly away (a leader election, a config reload): retry after a
+            # pause instead of spending every attempt within milliseconds.
+            self._delayed.append(record)
+            return
         self._retries.append(record)
         self._wakeup.set()
 
+    async def _hold(self, record: _Record, reason: str) -> None:
+        """Keep a message a JetStream limit refused; it is sent again after `hold_retry`."""
+        if not record.held:
+            record.held = True
+            self._held_count += 1
+        self._held.append(record)
+        if self.full is None:
+            self.full = reason
+            log.warning(
+                "JetStream limit reached: holding stored events until space frees; "
+                "/readyz fails and ingress is not acknowledged meanwhile",
+                reason=reason,
+                subject=record.subject,
+            )
+        for listener in self._on_limit:
+            await listener(record.subject, reason)
+
+    def _stored_after_hold(self) -> None:
+        self._held_count -= 1
+        if self._held_count == 0 and self.full is not None:
+            log.info("JetStream accepts stored events again", was=self.full)
+            self.full = None
+            for cleared in self._on_clear:
+                cleared()
+
+    async def _hold_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._hold_retry)
+            if self._held or self._delayed:
+                while self._held:
+                    record = self._held.popleft()
+                    record.attempts = 0  # a limit is no failure: keep all retries for those
+                    self._retries.append(record)
+                self._retries.extend(self._delayed)
+                self._delayed.clear()
+                self._wakeup.set()
+
     def _drop(self, record: _Record, reason: str) -> None:
+        if record.held:
+            self._stored_after_hold()  # given up for another reason: no longer held
+        self._settle_record(record)
         self.lost += 1
         log.error(
             "message could not be stored",

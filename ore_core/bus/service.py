@@ -1,12 +1,13 @@
 """CoreService: the engine of `ore serve`, binding a `Manager` to NATS.
 
-It connects, makes sure the streams exist (`ensure_streams`), feeds `ORE_IN` into the
-manager's streams (`Ingress`), publishes their output (`Egress`), answers the control
-API (`ControlAPI`) and, if asked, a health endpoint. `stop()` drains: it stops
-pulling, lets running turns finish for a grace period, acknowledges what finished,
-closes the streams (unfinished messages stay unacknowledged and are redelivered to
-the next worker) and closes the connection. `run()` does all that under SIGTERM and
-SIGINT handlers, as a process entry point.
+It connects, checks the server's version and JetStream (`check_server`,
+`check_jetstream`), makes sure the streams of its layout exist (`ensure_layout`),
+feeds `ORE_IN` into the manager's streams (`Ingress`), publishes their output
+(`Egress`), answers the control API (`ControlAPI`) and, if asked, a health endpoint.
+`stop()` drains: it stops pulling, lets running turns finish for a grace period,
+acknowledges what finished, closes the streams (unfinished messages stay
+unacknowledged and are redelivered to the next worker) and closes the connection.
+`run()` does all that under SIGTERM and SIGINT handlers, as a process entry point.
 
 nats-py reconnects by itself (forever); after a reconnect the partitions are pulled
 again, and the publisher retries what the outage swallowed. An outage is logged once.
@@ -31,9 +32,15 @@ from ore_core.bus.control_api import ControlAPI
 from ore_core.bus.egress import Egress
 from ore_core.bus.health import HealthServer
 from ore_core.bus.ingress import Ingress
+from ore_core.bus.layout import build_layout
 from ore_core.bus.pipeline import Pipeline
-from ore_core.bus.streams import BusConfig, ensure_streams
-from ore_core.conduit.connection import NatsCredentials
+from ore_core.bus.streams import BusConfig, ensure_layout
+from ore_core.conduit.connection import (
+    MIN_SERVER_VERSION,
+    NatsCredentials,
+    check_jetstream,
+    check_server,
+)
 from ore_core.errors import BusError
 from ore_core.session.manager import Manager
 from ore_core.subjects import Subjects
@@ -135,11 +142,12 @@ class CoreService:
             and self._ingress is not None
             and self._ingress.running
             and self._stopping is None
+            and (self._pipeline is None or self._pipeline.full is None)
         )
 
     @property
     def ready(self) -> bool:
-        """Connected, streams set up and every partition being pulled."""
+        """Connected, streams set up, every partition pulled, no JetStream limit reached."""
         return self._ready()
 
     # -- lifetime -----------------------------------------------------------------
@@ -182,7 +190,16 @@ class CoreService:
                 f"cannot connect the ore core to NATS at {', '.join(self._servers)}: {exc}"
             ) from exc
         self._nc = nc
-        await ensure_streams(nc.jetstream(), self.subjects, self.config)
+        layout = build_layout(self.subjects, self.config)
+        required = max(MIN_SERVER_VERSION, layout.required_version())
+        check_server(nc, required, layout.features(), who="the ore core (ore serve)")
+        await check_jetstream(nc, who="the ore core (ore serve)")
+        applied = await ensure_layout(nc.jetstream(), layout)
+        if applied:
+            log.info(
+                "NATS streams and consumers set up",
+                changes=[difference.describe() for difference in applied][:10],
+            )
         self._pipeline = Pipeline(nc, window=self._publish_window)
         await self._pipeline.start()
         egress = Egress(nc, self.subjects, self._pipeline, self.manager)
@@ -248,7 +265,8 @@ class CoreService:
             await _close(self._nc)
         if self._health is not None:
             await self._health.stop()
-        log.info("ore core stopped")
+        if ingress is not None:  # a refused start says why in its exception, nothing more
+            log.info("ore core stopped")
 
     async def _drain(self, ingress: Ingress, grace: float) -> bool:
         """Wait for in-flight messages, at most `grace` seconds or until told to hurry."""

@@ -1,12 +1,13 @@
 """The JetStream streams and consumers of the bus, created or checked at start-up.
 
-`ensure_streams` makes the server match protocol.md: `ORE_IN` (ingress, partitioned
-by a subject transform), `ORE_EVENTS` (stored output events, republished to
-`P.out.NS.T`), `ORE_DLQ` (rejected input) and one durable pull consumer per partition.
-Limits (ages, sizes, ack timing) are updated in place when the configuration changes;
-anything that would change what a subject means (subjects, partition count,
-republish, storage) is refused with `BusConfigError`, never silently rewritten, because
-other workers and clients rely on it.
+What ore needs is declared once in `layout.build_layout`; `ensure_streams` makes the
+server match it: missing streams and consumers are created, differences in tunable
+fields (limits, ack timing) are updated in place, and a difference in a fixed field
+(subjects, partition count, retention, storage, republish: what a subject or a stored
+message means) is refused with one line naming it and `ore migrate`, never silently
+rewritten, because other workers, clients and stored messages rely on it.
+`diff_layout` reports the same differences without changing anything (for the check
+at start, `ore migrate --dry-run` and operators who pre-create streams).
 """
 
 from __future__ import annotations
@@ -15,38 +16,38 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from nats.js.api import (
-    AckPolicy,
-    ConsumerConfig,
-    DeliverPolicy,
-    DiscardPolicy,
-    KeyValueConfig,
-    RePublish,
-    RetentionPolicy,
-    StorageType,
-    StreamConfig,
-    SubjectTransform,
-)
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.api import RePublish, StreamConfig, SubjectTransform
 from nats.js.client import JetStreamContext
-from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
-from ore_core.errors import OreError
+from ore_core.bus.layout import (
+    HEADER_ALLOWANCE,
+    ConsumerEntry,
+    Layout,
+    StreamEntry,
+    build_layout,
+    consumer_name,
+)
+from ore_core.errors import BusError, OreError
 from ore_core.subjects import Subjects
 
 __all__ = [
     "HEADER_ALLOWANCE",
     "BusConfig",
     "BusConfigError",
+    "Difference",
     "consumer_name",
-    "ensure_cursors",
+    "diff_layout",
+    "ensure_layout",
     "ensure_streams",
+    "jetstream_call",
 ]
-
-HEADER_ALLOWANCE = 4096
-"""Bytes of headers a stored message may carry on top of the payload limit."""
 
 _DAY = 24 * 3600.0
 _PARTITION_COUNT = re.compile(r"partition\((\d+)")
+MIGRATE_HINT = "run `ore migrate --dry-run` to see the change and `ore migrate` to apply it"
 
 
 class BusConfigError(OreError):
@@ -95,69 +96,43 @@ class BusConfig:
         return delays[: self.max_deliver]
 
 
-def consumer_name(partition: int) -> str:
-    """The durable pull consumer that owns `partition` of ORE_IN."""
-    return f"ore-core-p{partition}"
-
-
 @dataclass(frozen=True, slots=True)
-class _Spec:
-    """A desired stream and which of its fields may never change under a running system."""
+class Difference:
+    """One way the server differs from the layout.
 
-    config: StreamConfig
-    fixed: tuple[str, ...]
-    tunable: tuple[str, ...]
+    `kind` is `stream` or `consumer`; `name` the stream (or `STREAM/consumer`); `field`
+    the config field (`missing` when the whole thing is absent, `unmanaged` for a
+    consumer this layout no longer has); `fixed` when only `ore migrate` may change it
+    (by making the stream again), `guarded` when only `ore migrate` may change it (in
+    place).
+    """
 
+    kind: str
+    name: str
+    field: str
+    have: Any
+    want: Any
+    fixed: bool
+    guarded: bool = False
 
-def _specs(subjects: Subjects, config: BusConfig) -> list[_Spec]:
-    common = ("subjects", "storage", "retention")
-    ingress = StreamConfig(
-        name=subjects.inbound_stream,
-        description="ore ingress: client messages, partitioned by thread",
-        subjects=[subjects.inbound_wildcard],
-        subject_transform=subjects.inbound_transform(config.partitions),
-        retention=RetentionPolicy.LIMITS,
-        storage=StorageType.FILE,
-        max_age=config.ingress_max_age,
-        duplicate_window=config.duplicate_window,
-        max_msg_size=config.max_payload + HEADER_ALLOWANCE,
-        num_replicas=config.replicas,
-    )
-    events = StreamConfig(
-        name=subjects.events_stream,
-        description="ore output events per thread, republished live",
-        subjects=[subjects.events_wildcard],
-        republish=RePublish(
-            src=subjects.events_wildcard,
-            dest=f"{subjects.prefix}.out.{{{{wildcard(1)}}}}.{{{{wildcard(2)}}}}",
-        ),
-        retention=RetentionPolicy.LIMITS,
-        storage=StorageType.FILE,
-        discard=DiscardPolicy.OLD,
-        max_age=config.events_max_age,
-        max_bytes=config.events_max_bytes,
-        duplicate_window=config.events_duplicate_window,
-        allow_direct=True,
-        num_replicas=config.replicas,
-    )
-    dlq = StreamConfig(
-        name=subjects.dlq_stream,
-        description="ore rejected input, by reason",
-        subjects=[subjects.dlq_wildcard],
-        retention=RetentionPolicy.LIMITS,
-        storage=StorageType.FILE,
-        discard=DiscardPolicy.OLD,
-        max_age=config.dlq_max_age,
-        max_bytes=config.dlq_max_bytes,
-        duplicate_window=config.duplicate_window,
-        num_replicas=config.replicas,
-    )
-    limits = ("max_age", "duplicate_window", "num_replicas")
-    return [
-        _Spec(ingress, (*common, "subject_transform"), (*limits, "max_msg_size")),
-        _Spec(events, (*common, "republish"), (*limits, "max_bytes", "allow_direct", "discard")),
-        _Spec(dlq, common, (*limits, "max_bytes", "discard")),
-    ]
+    def describe(self) -> str:
+        """`stream ORE_IN: partition count is 4, configured 8` and the like."""
+        what = f"{self.kind} {self.name}"
+        if self.field == "missing":
+            return f"{what} does not exist"
+        if self.field == "unmanaged":
+            return f"{what} belongs to another layout ({self.have})"
+        detail = f"{self.field} is {_describe(self.have)}, configured {_describe(self.want)}"
+        if self.field == "subject_transform":
+            found = _PARTITION_COUNT.search(str(getattr(self.have, "dest", "")))
+            wanted = _PARTITION_COUNT.search(str(getattr(self.want, "dest", "")))
+            if found and wanted and found.group(1) != wanted.group(1):
+                detail = f"partition count is {found.group(1)}, configured {wanted.group(1)}"
+            elif self.have is None:
+                detail = "it has no partition transform (a layout of an older ore)"
+        elif self.field == "subjects":
+            detail += " (a layout of another ore version, or another prefix's stream)"
+        return f"{what}: {detail}"
 
 
 def _describe(value: Any) -> str:
@@ -166,105 +141,177 @@ def _describe(value: Any) -> str:
     return repr(value.value if hasattr(value, "value") else value)
 
 
-def _conflict(stream: str, field: str, have: Any, want: Any) -> BusConfigError:
-    detail = f"{field} is {_describe(have)}, configured {_describe(want)}"
-    if field == "subject_transform" and have is not None:
-        found = _PARTITION_COUNT.search(str(have.dest))
-        wanted = _PARTITION_COUNT.search(str(want.dest))
-        if found and wanted and found.group(1) != wanted.group(1):
-            detail = f"partition count is {found.group(1)}, configured {wanted.group(1)}"
-    return BusConfigError(
-        f"stream {stream} on the server conflicts with this configuration: {detail}. "
-        "Use the deployment's settings, or move the data and delete the stream to change it"
-    )
-
-
 def _same(field: str, have: Any, want: Any) -> bool:
     if isinstance(want, SubjectTransform | RePublish):
         return have is not None and (have.src, have.dest) == (want.src, want.dest)
     if field == "allow_direct":
         return bool(have) == bool(want)
+    if field in ("discard", "retention", "storage") and have is not None and want is not None:
+        return bool(getattr(have, "value", have) == getattr(want, "value", want))
     return bool(have == want)
 
 
-async def _ensure_stream(js: JetStreamContext, spec: _Spec) -> None:
-    name = str(spec.config.name)
+async def jetstream_call(action: str, call: Any) -> Any:
+    """Await a JetStream API call; turn "no answer" into one line saying what to check.
+
+    A user without permission for a `$JS.API` subject gets no answer at all (the server
+    drops the request and reports a permissions violation asynchronously), so a timeout
+    here almost always means missing permissions or an account without JetStream.
+    """
     try:
-        info = await js.stream_info(name)
+        return await call
+    except (NatsTimeoutError, TimeoutError):
+        raise BusError(
+            f"JetStream did not answer {action}: the NATS user probably lacks permission "
+            "for it ($JS.API.>); grant it, or have an operator create the streams and "
+            "consumers listed in docs/operating-nats.md (then ore only reads them)"
+        ) from None
+    except (ServiceUnavailableError, NoRespondersError):
+        raise BusError(
+            f"JetStream is not available for {action}: enable JetStream for this NATS "
+            "account (server `jetstream {}` block and the account's `jetstream: enabled`), "
+            "or run without --nats to use the embedded server"
+        ) from None
     except NotFoundError:
-        await js.add_stream(spec.config)
-        return
-    have = info.config
-    for field in spec.fixed:
-        if not _same(field, getattr(have, field), getattr(spec.config, field)):
-            raise _conflict(name, field, getattr(have, field), getattr(spec.config, field))
-    if any(
-        not _same(field, getattr(have, field), getattr(spec.config, field))
-        for field in spec.tunable
-    ):
-        await js.update_stream(spec.config)
+        raise
+    except APIError as exc:
+        raise BusError(
+            f"JetStream refused {action}: {exc.description} (error {exc.err_code})"
+        ) from None
 
 
-def _consumer(subjects: Subjects, config: BusConfig, partition: int) -> ConsumerConfig:
-    backoff = config.backoff
-    return ConsumerConfig(
-        durable_name=consumer_name(partition),
-        description=f"ore core workers, partition {partition}",
-        filter_subject=subjects.partitioned(partition),
-        deliver_policy=DeliverPolicy.ALL,
-        ack_policy=AckPolicy.EXPLICIT,
-        ack_wait=backoff[0],
-        backoff=backoff if config.max_deliver > 1 else None,
-        max_deliver=config.max_deliver,
-        max_ack_pending=config.max_ack_pending,
-        num_replicas=config.replicas,
+async def _stream_differences(js: JetStreamContext, entry: StreamEntry) -> list[Difference]:
+    try:
+        info = await jetstream_call(f"stream info {entry.name}", js.stream_info(entry.name))
+    except NotFoundError:
+        return [Difference("stream", entry.name, "missing", None, entry.config, fixed=False)]
+    have: StreamConfig = info.config
+    differences = []
+    for fields, fixed in ((entry.fixed, True), (entry.tunable, False), (entry.guarded, False)):
+        for name in fields:
+            ours, theirs = getattr(entry.config, name), getattr(have, name)
+            if not _same(name, theirs, ours):
+                guarded = name in entry.guarded
+                differences.append(
+                    Difference("stream", entry.name, name, theirs, ours, fixed, guarded)
+                )
+    return differences
+
+
+async def _consumer_differences(js: JetStreamContext, entry: ConsumerEntry) -> list[Difference]:
+    where = f"{entry.stream}/{entry.name}"
+    try:
+        info = await jetstream_call(
+            f"consumer info {where}", js.consumer_info(entry.stream, entry.name)
+        )
+    except NotFoundError:
+        return [Difference("consumer", where, "missing", None, entry.config, fixed=False)]
+    differences = []
+    for fields, fixed in ((entry.fixed, True), (entry.tunable, False)):
+        for name in fields:
+            ours, theirs = getattr(entry.config, name), getattr(info.config, name)
+            if not _same(name, theirs, ours):
+                differences.append(Difference("consumer", where, name, theirs, ours, fixed))
+    return differences
+
+
+async def _unmanaged_consumers(js: JetStreamContext, layout: Layout) -> list[Difference]:
+    """Consumers named like ore's on its streams that this layout does not list."""
+    wanted = {(entry.stream, entry.name) for entry in layout.consumers}
+    differences = []
+    for stream in {entry.stream for entry in layout.consumers}:
+        try:
+            infos = await jetstream_call(f"consumer list of {stream}", js.consumers_info(stream))
+        except NotFoundError:
+            continue
+        for info in infos:
+            name = str(info.name)
+            if layout.owned_consumers.fullmatch(name) and (stream, name) not in wanted:
+                differences.append(
+                    Difference(
+                        "consumer",
+                        f"{stream}/{name}",
+                        "unmanaged",
+                        f"filter {info.config.filter_subject}",
+                        None,
+                        fixed=True,
+                    )
+                )
+    return differences
+
+
+async def diff_layout(js: JetStreamContext, layout: Layout) -> list[Difference]:
+    """Every difference between the server and `layout`; changes nothing."""
+    differences: list[Difference] = []
+    for stream in layout.streams:
+        differences += await _stream_differences(js, stream)
+    stream_missing = {d.name for d in differences if d.field == "missing"}
+    for consumer in layout.consumers:
+        if consumer.stream in stream_missing:
+            where = f"{consumer.stream}/{consumer.name}"
+            differences.append(Difference("consumer", where, "missing", None, None, False))
+        else:
+            differences += await _consumer_differences(js, consumer)
+    return differences + await _unmanaged_consumers(js, layout)
+
+
+def refusal(differences: list[Difference]) -> BusConfigError:
+    """One line naming the first difference start may not apply (and how many more)."""
+    fixed = [d for d in differences if d.fixed]
+    if not fixed:
+        guarded = [d for d in differences if d.guarded]
+        more = f" (and {len(guarded) - 1} more)" if len(guarded) > 1 else ""
+        return BusConfigError(
+            f"NATS streams differ from this configuration: {guarded[0].describe()}{more}; "
+            f"set nats.{_SETTING.get(guarded[0].field, guarded[0].field)} to keep it, or "
+            f"{MIGRATE_HINT} in place"
+        )
+    more = f" (and {len(fixed) - 1} more difference(s))" if len(fixed) > 1 else ""
+    return BusConfigError(
+        f"NATS has ore streams from another layout: {fixed[0].describe()}{more}; "
+        f"{MIGRATE_HINT} (it keeps every message), or use the deployment's settings"
     )
 
 
-async def _ensure_consumer(js: JetStreamContext, stream: str, want: ConsumerConfig) -> None:
-    name = str(want.durable_name)
-    try:
-        info = await js.consumer_info(stream, name)
-    except NotFoundError:
-        await js.add_consumer(stream, want)
-        return
-    have = info.config
-    for field in ("filter_subject", "ack_policy", "deliver_policy"):
-        if getattr(have, field) != getattr(want, field):
-            raise BusConfigError(
-                f"consumer {name} of stream {stream} conflicts with this configuration: "
-                f"{field} is {_describe(getattr(have, field))}, configured "
-                f"{_describe(getattr(want, field))}. Delete the consumer to recreate it"
+_SETTING = {"num_replicas": "replicas"}
+
+
+async def ensure_layout(
+    js: JetStreamContext, layout: Layout, *, change_guarded: bool = False
+) -> list[Difference]:
+    """Create what is missing and update tunable fields; refuse fixed differences.
+
+    Guarded differences (replicas) are refused too unless `change_guarded` (ore
+    migrate). Checks everything before changing anything, so a refused start leaves the
+    server as it was. Returns the differences it applied (for a log line).
+    """
+    differences = await diff_layout(js, layout)
+    if any(d.fixed or (d.guarded and not change_guarded) for d in differences):
+        raise refusal(differences)
+    changed_streams = {d.name for d in differences if d.kind == "stream"}
+    for stream in layout.streams:
+        if stream.name not in changed_streams:
+            continue
+        missing = any(d.name == stream.name and d.field == "missing" for d in differences)
+        if missing:
+            await jetstream_call(f"create stream {stream.name}", js.add_stream(stream.config))
+        else:
+            await jetstream_call(f"update stream {stream.name}", js.update_stream(stream.config))
+    changed_consumers = {d.name for d in differences if d.kind == "consumer"}
+    for consumer in layout.consumers:
+        where = f"{consumer.stream}/{consumer.name}"
+        if where in changed_consumers:
+            await jetstream_call(
+                f"create consumer {where}", js.add_consumer(consumer.stream, consumer.config)
             )
-    tunable = ("ack_wait", "backoff", "max_deliver", "max_ack_pending")
-    if any(getattr(have, field) != getattr(want, field) for field in tunable):
-        await js.add_consumer(stream, want)
+    return differences
 
 
 async def ensure_streams(js: JetStreamContext, subjects: Subjects, config: BusConfig) -> None:
-    """Create or update ORE_IN, ORE_EVENTS, ORE_DLQ and the partition consumers.
+    """Create or update the streams and consumers of `build_layout(subjects, config)`.
 
     Idempotent: safe on every start of every worker. Raises BusConfigError when an
-    existing stream or consumer differs in a way that cannot be changed in place.
+    existing stream or consumer differs in a way that cannot be changed in place, and
+    BusError (one line) when JetStream is missing or the user may not do this.
     """
-    for spec in _specs(subjects, config):
-        await _ensure_stream(js, spec)
-    for partition in range(config.partitions):
-        await _ensure_consumer(js, subjects.inbound_stream, _consumer(subjects, config, partition))
-    await ensure_cursors(js, subjects, config)
-
-
-async def ensure_cursors(js: JetStreamContext, subjects: Subjects, config: BusConfig) -> None:
-    """The KV bucket where the core keeps durable feed positions (`ORE_CURSORS`)."""
-    try:
-        await js.key_value(subjects.cursors_bucket)
-    except (NotFoundError, BucketNotFoundError):
-        await js.create_key_value(
-            KeyValueConfig(
-                bucket=subjects.cursors_bucket,
-                description="ore durable feed positions, by namespace and name",
-                history=1,
-                storage=StorageType.FILE,
-                replicas=config.replicas,
-            )
-        )
+    await ensure_layout(js, build_layout(subjects, config))

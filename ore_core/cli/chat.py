@@ -228,7 +228,11 @@ async def _everything(
             runtime.manager,
             servers=[server.url],
             subjects=Subjects(nats.subject_prefix),
-            config=BusConfig(partitions=nats.partitions, max_payload=int(nats.max_payload)),
+            config=BusConfig(
+                partitions=nats.partitions,
+                max_payload=int(nats.max_payload),
+                replicas=nats.replicas,
+            ),
         )
         await service.start()
         stack.push_async_callback(service.stop, DRAIN_GRACE)

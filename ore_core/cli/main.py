@@ -33,6 +33,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "auth": "ore_core.cli.auth:auth",
     "chat": "ore_core.cli.chat:chat",
     "conduit": "ore_core.cli.conduit:conduit",
+    "migrate": "ore_core.cli.migrate:migrate",
     "serve": "ore_core.cli.serve:serve",
     "threads": "ore_core.cli.threads:threads",
 }

@@ -103,7 +103,11 @@ async def _core(
             runtime.manager,
             servers=servers,
             subjects=Subjects(nats.subject_prefix),
-            config=BusConfig(partitions=nats.partitions, max_payload=int(nats.max_payload)),
+            config=BusConfig(
+                partitions=nats.partitions,
+                max_payload=int(nats.max_payload),
+                replicas=nats.replicas,
+            ),
             health_port=health_port,
             credentials=NatsCredentials.from_settings(nats),
         )

@@ -38,7 +38,13 @@ from nats.js.errors import APIError, NoStreamResponseError
 from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
 
 from ore_core import jsonutil
-from ore_core.conduit.connection import NatsCredentials, PermissionWatch
+from ore_core.conduit.connection import (
+    CONDUIT_FEATURES,
+    LIMIT_ERROR_CODES,
+    NatsCredentials,
+    PermissionWatch,
+    check_server,
+)
 from ore_core.conduit.feed import Delivery, EventFeed
 from ore_core.errors import ApiError, BusError
 from ore_core.events import (
@@ -245,6 +251,12 @@ class ConduitClient:
             ) from exc
         except (NatsError, OSError) as exc:
             raise BusError(f"cannot connect conduit {name} to NATS at {servers}: {exc}") from exc
+        try:
+            required = max(feature.since for feature in CONDUIT_FEATURES)
+            check_server(nc, required, CONDUIT_FEATURES, who=f"conduit {name}")
+        except BusError:
+            await nc.close()
+            raise
         client = cls(
             nc,
             name=name,
@@ -483,6 +495,12 @@ class ConduitClient:
                     error=type(exc).__name__,
                 )
             except APIError as exc:
+                if exc.err_code in LIMIT_ERROR_CODES:
+                    raise BusError(
+                        f"ore's ingress stream is full ({exc.description}): {event.kind} "
+                        f"{event.id} was not accepted; send it again later (the NATS operator "
+                        "must free JetStream space)"
+                    ) from exc
                 raise BusError(f"JetStream refused {event.kind} {event.id}: {exc}") from exc
             except NatsError as exc:
                 raise BusError(f"could not send {event.kind} {event.id}: {exc}") from exc

@@ -89,6 +89,8 @@ class EventBuffer(Generic[T]):
         self._error: BaseException | None = None
         self.dropped = 0
         self.coalesced = 0
+        self.appended = 0
+        """Items ever queued (a merged delta is no new item): a position readers can await."""
 
     def __len__(self) -> int:
         return len(self._items)
@@ -112,6 +114,7 @@ class EventBuffer(Generic[T]):
                 self.close(SubscriberOverflow(f"subscriber fell {len(items)} events behind"))
                 return
         items.append(item)
+        self.appended += 1
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

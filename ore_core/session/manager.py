@@ -297,6 +297,17 @@ class Manager:
 
         return unregister
 
+    def sink_queued(self, name: str) -> int:
+        """How many items were ever queued for the sink named `name` (0: no such sink).
+
+        A sink that counts what it has handled can tell from this that everything
+        published before a given moment has reached it (the bus acks ingress that way).
+        """
+        for runner in self._sinks:
+            if runner.name == name:
+                return runner.buffer.appended
+        return 0
+
     def _to_sinks(self, thread_id: str, event: OutputEvent) -> None:
         kind = event.kind
         for runner in self._sinks:
