@@ -191,7 +191,7 @@ async def test_a_user_who_may_not_create_streams_is_told_then_uses_precreated_on
 
 
 async def _converse(nc: nats.NATS) -> None:
-    """One message through the core: its `done` arrives on ore.out.T."""
+    """One message through the core: its `done` arrives on ore.out.NS.T."""
     thread = "t-" + uuid.uuid4().hex[:8]
     done = asyncio.Event()
 
@@ -199,8 +199,8 @@ async def _converse(nc: nats.NATS) -> None:
         if b'"phase":"done"' in msg.data:  # type: ignore[attr-defined]
             done.set()
 
-    await nc.subscribe(f"ore.out.{thread}", cb=on_event)
-    await publish(nc, thread, user_message("hello", uuid.uuid4().hex))
+    await nc.subscribe(Subjects().output("raw", thread), cb=on_event)
+    await publish(nc, thread, user_message("hello", uuid.uuid4().hex), namespace="raw")
     await asyncio.wait_for(done.wait(), TIMEOUT)
 
 
