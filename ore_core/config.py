@@ -25,6 +25,9 @@ from pydantic import (
     ByteSize,
     ConfigDict,
     Field,
+    NonNegativeFloat,
+    PositiveFloat,
+    PositiveInt,
     PrivateAttr,
     SecretStr,
     ValidationError,
@@ -124,6 +127,15 @@ class NatsSettings(_Section):
     replicas: Annotated[int, Field(ge=1, le=5)] = 1
     """JetStream replicas of every stream ore creates (1, 3 or 5 in a cluster); a change
     on existing streams is made by `ore migrate`, never silently at start."""
+    retry_delay: PositiveFloat = 1.0
+    """Seconds before a message the store could not save (disk full, read-only, locked) is
+    handled again; doubles per failure up to `retry_delay_max`. Such a message, and the
+    newer ones of its thread, stay unacknowledged until they are handled."""
+    retry_delay_max: PositiveFloat = 30.0
+    """Longest delay between two attempts at a message the store could not save."""
+    store_probe_interval: PositiveFloat = 5.0
+    """Seconds between checks that the store takes writes; `/readyz` answers 503 while it
+    does not."""
 
     @field_validator("url", mode="before")
     @classmethod
@@ -201,11 +213,20 @@ class ProcessorSettings(BaseModel):
 
 
 class SessionSettings(_Section):
-    """How a thread handles a message that arrives while a turn is running."""
+    """How threads handle messages: double texting, streaming pace, memory."""
 
     double_texting: DoubleTexting = DoubleTexting.QUEUE
     """A message arriving during a running turn: `queue` it, `interrupt` the turn,
     `collect` queued messages into one turn, or `reject` it with a notice."""
+    idle_timeout: NonNegativeFloat = 600.0
+    """Seconds a thread with nothing to do stays loaded; then it is closed (it is in the
+    store) and loaded again by its next message. 0 keeps every thread loaded."""
+    delta_interval: NonNegativeFloat = 0.1
+    """Live text deltas of a thread are sent at most once per this many seconds (the first
+    at once); 0 sends every delta as the model produces it."""
+    delta_max_bytes: PositiveInt = 4096
+    """Largest live delta message; text beyond it waits for the next interval, and what is
+    left when the answer completes arrives with the complete text instead."""
 
 
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]

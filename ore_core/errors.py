@@ -57,6 +57,15 @@ class ThreadExists(StoreError):
     """A thread with this id already exists; creating it again would overwrite it."""
 
 
+class StaleThread(OreError):
+    """A save from a copy of a thread that another writer changed since it was loaded.
+
+    Stores compare the version a copy was loaded at with the stored one (compare and
+    set) and refuse the save instead of overwriting or branching: the caller drops its
+    copy and reloads (a bus worker does that by not acknowledging the message).
+    """
+
+
 class SessionClosed(OreError):
     """The stream (session) was closed; it accepts no more events."""
 

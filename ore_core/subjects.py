@@ -293,6 +293,11 @@ class Subjects:
         """Name of the ledger journal stream of the JetStream store: `ORE_JOURNAL`."""
         return self._stream("JOURNAL")
 
+    @property
+    def threads_bucket(self) -> str:
+        """KV bucket of the JetStream store's thread metadata and lookups: `ORE_THREADS`."""
+        return self._stream("THREADS")
+
     def thread_of(self, subject: str) -> tuple[str | None, str]:
         """(namespace, thread id) of a per-thread subject of this prefix.
 

@@ -39,7 +39,8 @@ BUILTINS = {
     "ore_core.plugins.builtin.commands": {"ore_register_interceptors"},
     "ore_core.plugins.builtin.log_sink": {"ore_register_sinks"},
 }
-STORES = ["memory", "json", "journal", "sqlite"]
+LOCAL_STORES = ["memory", "json", "journal", "sqlite"]
+STORES = [*LOCAL_STORES, "jetstream"]
 
 
 @pytest.fixture(autouse=True)
@@ -126,7 +127,7 @@ def test_empty_load_plugins_still_loads_every_builtin() -> None:
 # --- stores ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", STORES)
+@pytest.mark.parametrize("name", LOCAL_STORES)
 async def test_a_message_through_the_runtime_is_stored_in_each_store(
     name: str, pm: OrePluginManager, tmp_path: Path
 ) -> None:
@@ -139,6 +140,14 @@ async def test_a_message_through_the_runtime_is_stored_in_each_store(
         (Role.USER, (Text("hello store"),)),
         (Role.ASSISTANT, (Text("hello store"),)),
     ]
+
+
+async def test_the_jetstream_store_outside_ore_serve_says_it_needs_the_core_connection(
+    pm: OrePluginManager,
+) -> None:
+    async with await build_runtime(settings(store={"name": "jetstream"}), pm) as runtime:
+        with pytest.raises(StoreError, match="binds it to the core's connection"):
+            await runtime.store.list_ids()
 
 
 @pytest.mark.parametrize(
@@ -169,7 +178,9 @@ def test_bad_store_value_is_a_config_error_naming_the_key(pm: OrePluginManager) 
 async def test_unregistered_store_name_fails_listing_the_registered_ones(
     pm: OrePluginManager,
 ) -> None:
-    with pytest.raises(PluginError, match=r'no store named "nope" \(registered: journal, json'):
+    with pytest.raises(
+        PluginError, match=r'no store named "nope" \(registered: jetstream, journal, json'
+    ):
         await build_runtime(settings(store={"name": "nope"}), pm)
 
 

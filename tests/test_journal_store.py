@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ore_core import Role, StoreError, Text, Thread, ThreadCorrupt, TraversalControl
+from ore_core import Role, StaleThread, StoreError, Text, Thread, ThreadCorrupt, TraversalControl
 from ore_core.jsonutil import loads
 from ore_core.session.stores import JournalStore
 
@@ -154,17 +154,18 @@ async def test_get_by_after_restart_finds_threads_from_the_journals(tmp_path: Pa
         await reopened.close()
 
 
-async def test_saving_stale_copies_keeps_both_branches(store: JournalStore) -> None:
+async def test_saving_a_stale_copy_is_refused_and_appends_nothing(store: JournalStore) -> None:
     thread = await _thread_with_turns(store, "root")
     first = await store.get(thread.id)
     second = await store.get(thread.id)
     kept = first.append(Role.USER, Text("from first"))
     await store.save(first)
-    latest = second.append(Role.USER, Text("from second"))
-    await store.save(second)
-    loaded = await store.get(thread.id)
-    assert loaded.current_tip == latest.id
-    assert loaded.get_turn(kept.id) is not None
+    size = _journal(store, thread.id).stat().st_size
+    second.append(Role.USER, Text("from second"))
+    with pytest.raises(StaleThread, match=thread.id):
+        await store.save(second)
+    assert _journal(store, thread.id).stat().st_size == size
+    assert (await store.get(thread.id)).current_tip == kept.id
 
 
 async def test_a_second_store_cannot_write_a_thread_the_first_holds(tmp_path: Path) -> None:

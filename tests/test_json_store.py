@@ -12,6 +12,7 @@ import pytest
 from ore_core import (
     InvalidThreadId,
     Role,
+    StaleThread,
     StoreError,
     Text,
     Thread,
@@ -182,9 +183,12 @@ async def test_concurrent_saves_leave_no_temporary_files(store: JSONStore) -> No
     copies = [await store.get("busy") for _ in range(20)]
     for n, copy in enumerate(copies):
         copy.append(Role.USER, Text(f"copy {n}"))
-    await asyncio.gather(*(store.save(copy) for copy in copies))
-    assert sorted(path.name for path in store.directory.iterdir()) == [f"{thread.id}.json"]
-    assert len(await store.get("busy")) == 1  # each copy replaced the file whole
+    results = await asyncio.gather(*(store.save(c) for c in copies), return_exceptions=True)
+    assert sum(result is None for result in results) == 1  # the others were stale
+    assert all(isinstance(result, StaleThread) for result in results if result is not None)
+    names = sorted(path.name for path in store.directory.iterdir())
+    assert names == [".ore-json.lock", f"{thread.id}.json"]
+    assert len(await store.get("busy")) == 1
 
 
 async def test_refused_create_leaves_the_file_and_no_temporary_file(store: JSONStore) -> None:

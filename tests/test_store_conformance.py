@@ -16,6 +16,9 @@ class TestMemoryStore(StoreConformance):
     async def reopen(self, store: Store, path: Path) -> Store:
         return store  # nothing outlives the object: "reopening" keeps it
 
+    async def open_second(self, store: Store, path: Path) -> Store:
+        return store  # one process, one dict: a second worker shares the object
+
 
 class TestJSONStore(StoreConformance):
     async def open_store(self, path: Path) -> Store:
@@ -23,8 +26,10 @@ class TestJSONStore(StoreConformance):
 
 
 class TestJournalStore(StoreConformance):
+    exclusive_writer = True
+
     async def open_store(self, path: Path) -> Store:
-        return JournalStore(path, fsync="never")
+        return JournalStore(path, fsync="never", lock_timeout=0.2)
 
 
 class TestSQLiteStore(StoreConformance):

@@ -42,6 +42,7 @@ from ore_core.errors import (
     InvalidThreadId,
     SessionClosed,
     SessionNotFound,
+    StaleThread,
     ThreadExists,
     ThreadNotFound,
     TurnNotFound,
@@ -255,7 +256,9 @@ def _classify(exc: Exception) -> _Failure:
         return _Failure(404, str(exc))
     if isinstance(exc, ThreadExists):
         return _Failure(409, str(exc))
-    if isinstance(exc, SessionClosed):
+    if isinstance(exc, SessionClosed | StaleThread):
+        # Another writer (worker, `ore chat`) changed the thread meanwhile; the copy is
+        # reloaded, so the same request succeeds when sent again.
         return _Failure(409, f"{exc}; retry the request")
     return _Failure(500, f"internal error: {type(exc).__name__}: {exc}")
 

@@ -19,16 +19,30 @@ an unknown thread, so a conduit can neither write into nor learn about other thr
 
 Bad input (protocol.md "Rejected input") is acknowledged at once, answered with an
 `error` then `lifecycle: done` on `P.out.NS.T` when the subject is usable, logged, and
-recorded on `P.dlq.REASON`. Nothing a client sends stops a partition.
+recorded on `P.dlq.REASON`. Nothing a client sends stops a partition. A stored thread
+that cannot be decoded is treated the same way (reason `corrupt_thread`), at once.
+
+Failures are retried, never acknowledged away. When the store refuses a stale copy
+(`StaleThread`) or cannot save (disk full, read-only, locked), the stream hands the
+message back and the thread is *parked*: its handed-back messages, and every newer
+one that arrives meanwhile, wait here unacknowledged (kept alive with progress acks)
+and are handled again in stream order, at once for a stale copy (the thread is
+reloaded), after a backoff for an unavailable store (`retry_delay` doubling up to
+`retry_delay_max`; the sender is told once that the answer is delayed). Why not NAK
+with a delay: the server applies the consumer's BackOff on top of a NAK's delay from
+the second redelivery on (measured: delay + backoff[n] - ack_wait, minutes with the
+defaults), and redeliveries of one thread's messages come back in any order. If the
+worker stops or dies, parked messages are redelivered by the server as usual.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import random
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import structlog
@@ -51,8 +65,15 @@ from ore_core.bus.codec import (
 from ore_core.bus.egress import Egress, namespace_of
 from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.puller import Puller
-from ore_core.bus.streams import BusConfig, consumer_name
-from ore_core.errors import OreError, SessionClosed, ThreadExists, ThreadNotFound
+from ore_core.bus.streams import BusConfig, consumer_name, rewind_unacknowledged
+from ore_core.errors import (
+    OreError,
+    SessionClosed,
+    StaleThread,
+    ThreadCorrupt,
+    ThreadExists,
+    ThreadNotFound,
+)
 from ore_core.events import (
     ErrorEvent,
     EventContext,
@@ -60,11 +81,14 @@ from ore_core.events import (
     IngressEvent,
     InterruptEvent,
     LifecycleEvent,
+    NoticeEvent,
+    Severity,
     UserMessageEvent,
     decode_ingress,
 )
 from ore_core.ids import is_valid_thread_id
 from ore_core.session.manager import Manager
+from ore_core.session.store_health import DELAYED_NOTICE, is_store_failure
 from ore_core.session.stream import Stream
 from ore_core.subjects import HEADER_SCHEMA, NAMESPACE_KEY, Subjects, is_valid_namespace
 
@@ -76,8 +100,19 @@ DLQ_DATA_LIMIT = 64 * 1024
 """Bytes of a rejected payload kept in its dead-letter record (the rest is cut)."""
 
 _NO_CONTEXT = EventContext()
-_STORE_RETRY_DELAY = 1.0
 _STOP_STORE_WAIT = 5.0  # seconds stop() waits for handled messages' output to be stored
+_RACE_BACKOFF = 0.1  # seconds: the first ceiling of the random delay after repeated races
+CORRUPT_THREAD = "corrupt_thread"
+"""Dead-letter reason of a message whose stored thread cannot be decoded."""
+
+
+@dataclass(slots=True, eq=False)
+class _Parked:
+    """A thread's messages waiting to be handled again, by stream sequence."""
+
+    messages: dict[int, Msg] = field(default_factory=dict)
+    timer: asyncio.TimerHandle | None = None
+    resuming: bool = False
 
 
 class _Rejected(Exception):
@@ -98,6 +133,7 @@ class _Delivery:
     thread_id: str
     stream: Stream
     interrupt: bool
+    sequence: int
 
 
 class Ingress:
@@ -127,6 +163,9 @@ class Ingress:
         # Handled messages with the egress sink position at that moment: acked once
         # everything published up to it is stored (see `_ack_loop`).
         self._acks: deque[tuple[Msg, int]] = deque()
+        self._parked: dict[str, _Parked] = {}
+        self._resumers: set[asyncio.Task[None]] = set()
+        self._failures: dict[str, int] = {}  # store failures in a row per thread: backoff
         self._ack_wakeup = asyncio.Event()
         self._pullers: list[Puller] = []
         self._helpers: list[asyncio.Task[None]] = []
@@ -150,7 +189,11 @@ class Ingress:
     async def start(self) -> None:
         """Start pulling every partition's consumer."""
         stream = self._subjects.inbound_stream
+        js = self._nc.jetstream()
         for partition in range(self._config.partitions):
+            # A single worker starting after a crash: what was in flight comes back first.
+            if await rewind_unacknowledged(js, self._subjects, self._config, partition):
+                log.info("unacknowledged messages redelivered first", partition=partition)
             puller = Puller(
                 self._nc, stream, consumer_name(partition), self._receive, batch=self._batch
             )
@@ -189,6 +232,16 @@ class Ingress:
             await self._settle(msg.nak)
         if unfinished:
             log.info("unfinished messages handed back for redelivery", count=len(unfinished))
+        for parked in self._parked.values():
+            if parked.timer is not None:
+                parked.timer.cancel()
+            parked.resuming = False
+            for msg in parked.messages.values():
+                await self._settle(msg.nak)  # the next worker (or this one, restarted)
+        self._parked.clear()
+        for task in list(self._resumers):
+            task.cancel()
+        await asyncio.gather(*self._resumers, return_exceptions=True)
         for task in self._helpers:
             task.cancel()
         await asyncio.gather(*self._helpers, return_exceptions=True)
@@ -218,8 +271,21 @@ class Ingress:
     # -- one message ------------------------------------------------------------
 
     async def _receive(self, msg: Msg) -> None:
-        head, _, thread_id = msg.subject.rpartition(".")
-        namespace = head.rpartition(".")[2]
+        thread_id = msg.subject.rpartition(".")[2]
+        sequence = msg.metadata.sequence.stream
+        parked = self._parked.get(thread_id)
+        if parked is not None:  # older messages of the thread wait: this one waits too
+            parked.messages[sequence] = msg
+            return
+        await self._admit(msg, thread_id, sequence)
+
+    async def _admit(self, msg: Msg, thread_id: str, sequence: int) -> None:
+        """Decode `msg` and hand it to its thread's stream (or reject or park it).
+
+        Parked messages are keyed by thread id alone (ids are unique across namespaces);
+        each keeps its own subject, so its namespace (the sender's identity) is read here.
+        """
+        namespace = msg.subject.rpartition(".")[0].rpartition(".")[2]
         try:
             event = self._decode(msg, namespace, thread_id)
             stream = await self._stream_for(namespace, thread_id, event)
@@ -227,20 +293,91 @@ class Ingress:
             await self._reject(msg, namespace, thread_id, rejected)
             return
         except OreError as exc:  # the store failed: not the sender's fault, try later
-            log.error("ingress store failure; will retry", thread_id=thread_id, error=str(exc))
-            await self._settle(functools.partial(msg.nak, delay=_STORE_RETRY_DELAY))
+            log.warning("ingress store failure; will retry", thread_id=thread_id, error=str(exc))
+            if self._manager.store_health.failed(thread_id, exc):
+                await self._egress.reply(
+                    namespace,
+                    thread_id,
+                    NoticeEvent(
+                        content=DELAYED_NOTICE, severity=Severity.WARN, context=event.context
+                    ),
+                )
+            self._park(msg, thread_id, sequence, exc)
             return
-        delivery = _Delivery(msg, thread_id, stream, isinstance(event, InterruptEvent))
+        parked = self._parked.get(thread_id)
+        if parked is not None and not parked.resuming:
+            parked.messages[sequence] = msg  # its thread failed while we attached: wait
+            return
+        delivery = _Delivery(msg, thread_id, stream, isinstance(event, InterruptEvent), sequence)
         entries = self._inflight.get(thread_id)
         if entries is None:
             entries = self._inflight[thread_id] = {}
         entries[msg.reply] = delivery
         try:
-            stream.submit(event, on_handled=functools.partial(self._handled, delivery))
-        except SessionClosed:  # closed while we attached: let it come back
+            stream.submit(
+                event,
+                on_handled=functools.partial(self._handled, delivery),
+                on_retry=functools.partial(self._retry, delivery),
+            )
+        except SessionClosed as exc:  # closed while we attached: attach again
             del entries[msg.reply]
             self._forget_if_empty(thread_id)
-            await self._settle(msg.nak)
+            self._park(msg, thread_id, sequence, exc)
+
+    # -- retries ------------------------------------------------------------------
+
+    def _retry(self, delivery: _Delivery, error: OreError) -> None:
+        """The stream handed this message back (stale copy or store failure): park it."""
+        entries = self._inflight.get(delivery.thread_id)
+        if entries is None or entries.pop(delivery.msg.reply, None) is None:
+            return
+        self._park(delivery.msg, delivery.thread_id, delivery.sequence, error)
+        self._forget_if_empty(delivery.thread_id)
+
+    def _park(self, msg: Msg, thread_id: str, sequence: int, error: OreError) -> None:
+        """Hold `msg` (and its thread's newer messages) and try again after a delay:
+        none for a stale copy or a closed stream, a backoff for a store failure."""
+        parked = self._parked.get(thread_id)
+        if parked is None:
+            parked = self._parked[thread_id] = _Parked()
+        parked.messages[sequence] = msg
+        delay = 0.0
+        config = self._config
+        if is_store_failure(error):
+            failures = self._failures[thread_id] = self._failures.get(thread_id, 0) + 1
+            delay = min(config.retry_delay * 2 ** (failures - 1), config.retry_delay_max)
+        elif isinstance(error, StaleThread):
+            # Lost a race with another writer of the thread: retry at once the first
+            # time; if it keeps happening (two workers busy on one thread), back off by
+            # a random, growing delay so one of them can finish its turn.
+            races = self._failures[thread_id] = self._failures.get(thread_id, 0) + 1
+            if races > 1:
+                ceiling = min(_RACE_BACKOFF * 2 ** (races - 2), config.retry_delay_max)
+                delay = random.uniform(0, ceiling)
+        parked.resuming = False
+        if parked.timer is not None:
+            parked.timer.cancel()
+        parked.timer = asyncio.get_running_loop().call_later(delay, self._resume, thread_id)
+
+    def _resume(self, thread_id: str) -> None:
+        parked = self._parked.get(thread_id)
+        if parked is None or self._stopping:
+            return
+        parked.timer = None
+        parked.resuming = True
+        task = asyncio.get_running_loop().create_task(
+            self._readmit(thread_id, parked), name=f"ore-ingress-retry-{thread_id}"
+        )
+        self._resumers.add(task)
+        task.add_done_callback(self._resumers.discard)
+
+    async def _readmit(self, thread_id: str, parked: _Parked) -> None:
+        """Admit the parked messages oldest first, until one is parked again."""
+        while parked.resuming and parked.messages:
+            sequence = min(parked.messages)
+            await self._admit(parked.messages.pop(sequence), thread_id, sequence)
+        if parked.resuming and self._parked.get(thread_id) is parked:
+            del self._parked[thread_id]  # all admitted: the thread flows again
 
     def _decode(self, msg: Msg, namespace: str, thread_id: str) -> IngressEvent:
         if not is_valid_namespace(namespace):
@@ -288,6 +425,13 @@ class Ingress:
     async def _stream_for(self, namespace: str, thread_id: str, event: IngressEvent) -> Stream:
         try:
             stream = await self._manager.attach(thread_id)
+        except ThreadCorrupt as exc:  # retrying reads the same bytes: tell the sender now
+            raise _Rejected(
+                CORRUPT_THREAD,
+                f"thread {thread_id} is stored but cannot be read ({exc}); an operator "
+                "must repair or delete it",
+                event.context,
+            ) from None
         except ThreadNotFound:
             if not isinstance(event, UserMessageEvent):
                 raise self._unknown(namespace, thread_id, event) from None
@@ -370,6 +514,7 @@ class Ingress:
                     break
         elif entries.pop(reply, None) is not None:
             self._acks.append((delivery.msg, position))
+        self._failures.pop(delivery.thread_id, None)  # it saved: the backoff starts over
         self._forget_if_empty(delivery.thread_id)
         self._ack_wakeup.set()
 
@@ -412,6 +557,9 @@ class Ingress:
                 self._forget_if_empty(thread_id)
             for msg, _ in list(self._acks):  # handled, output not stored yet
                 await self._settle(msg.in_progress)
+            for parked in list(self._parked.values()):  # waiting here, not forgotten
+                for msg in list(parked.messages.values()):
+                    await self._settle(msg.in_progress)
 
     @staticmethod
     async def _settle(action: Callable[[], Awaitable[object]]) -> None:

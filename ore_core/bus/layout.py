@@ -56,7 +56,9 @@ __all__ = [
     "StreamEntry",
     "build_layout",
     "consumer_name",
+    "journal_stream",
     "kv_bucket",
+    "threads_bucket",
 ]
 
 HEADER_ALLOWANCE = 4096
@@ -287,7 +289,44 @@ def build_layout(subjects: Subjects, config: BusConfig) -> Layout:
         purpose="durable feed positions of conduits, by namespace and feed name (core only)",
         replicas=config.replicas,
     )
-    return Layout((ingress, events, dlq, cursors), consumers)
+    store = (
+        journal_stream(subjects, config.replicas),
+        threads_bucket(subjects, config.replicas),
+    )
+    return Layout((ingress, events, dlq, cursors, *store), consumers)
+
+
+def journal_stream(subjects: Subjects, replicas: int) -> StreamEntry:
+    """`ORE_JOURNAL` of the jetstream store: one ledger journal subject per thread.
+
+    In the layout whatever the store, so a deployment can switch to the jetstream store
+    (or run `ore chat` on it next to `ore serve`) with the streams an operator made; an
+    unused empty stream costs nothing. The store creates it from this entry too.
+    """
+    return StreamEntry(
+        StreamConfig(
+            name=subjects.journal_stream,
+            description="ore threads: one ledger journal subject per thread",
+            subjects=[subjects.journal_wildcard],
+            retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            allow_direct=True,
+            num_replicas=replicas,
+        ),
+        purpose="the jetstream store's ledger journals, one subject per thread (core only)",
+        fixed=("subjects", "storage", "retention"),
+        tunable=("allow_direct",),
+        features=(JETSTREAM, DIRECT_GET),
+    )
+
+
+def threads_bucket(subjects: Subjects, replicas: int) -> StreamEntry:
+    """KV `ORE_THREADS` of the jetstream store: thread metadata and lookups."""
+    return kv_bucket(
+        subjects.threads_bucket,
+        purpose="the jetstream store's thread metadata and lookups (core only)",
+        replicas=replicas,
+    )
 
 
 def _namespaced(subjects: Subjects, stored: str) -> tuple[str, str]:

@@ -16,6 +16,7 @@ again, and the publisher retries what the outage swallowed. An outage is logged 
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -80,6 +81,7 @@ class CoreService:
         pull_batch: int = 256,
         publish_window: int = 4096,
         reconnect_wait: float = 1.0,
+        store_probe_interval: float = 5.0,
         version: str = __version__,
     ) -> None:
         if not servers:
@@ -113,6 +115,8 @@ class CoreService:
         self._stop_requested = asyncio.Event()
         self._hurry = asyncio.Event()
         self._stopping: asyncio.Task[None] | None = None
+        self._store_probe_interval = store_probe_interval
+        self._prober: asyncio.Task[None] | None = None
 
     # -- state ------------------------------------------------------------------
 
@@ -143,11 +147,13 @@ class CoreService:
             and self._ingress.running
             and self._stopping is None
             and (self._pipeline is None or self._pipeline.full is None)
+            and self.manager.store_health.usable
         )
 
     @property
     def ready(self) -> bool:
-        """Connected, streams set up, every partition pulled, no JetStream limit reached."""
+        """Connected, streams set up, every partition pulled, no JetStream limit reached,
+        and the store usable."""
         return self._ready()
 
     # -- lifetime -----------------------------------------------------------------
@@ -156,6 +162,9 @@ class CoreService:
         """Connect, set up streams and start serving; on failure undo what was started."""
         if self._health is not None:
             await self._health.start()
+        self._prober = asyncio.get_running_loop().create_task(
+            self._probe_store(), name="ore-store-probe"
+        )
         try:
             await self._start()
         except BaseException:
@@ -200,6 +209,10 @@ class CoreService:
                 "NATS streams and consumers set up",
                 changes=[difference.describe() for difference in applied][:10],
             )
+        # A store that lives in NATS (jetstream) shares this connection.
+        attach_nats = getattr(self.manager.store, "attach_nats", None)
+        if callable(attach_nats):
+            await attach_nats(nc, self.subjects)
         self._pipeline = Pipeline(nc, window=self._publish_window)
         await self._pipeline.start()
         egress = Egress(nc, self.subjects, self._pipeline, self.manager)
@@ -263,6 +276,9 @@ class CoreService:
             await self._pipeline.stop()
         if self._nc is not None:
             await _close(self._nc)
+        if self._prober is not None:
+            self._prober.cancel()
+            await asyncio.gather(self._prober, return_exceptions=True)
         if self._health is not None:
             await self._health.stop()
         if ingress is not None:  # a refused start says why in its exception, nothing more
@@ -276,6 +292,19 @@ class CoreService:
         for task in (handled, hurry):
             task.cancel()
         return handled.done() and not handled.cancelled()
+
+    async def _probe_store(self) -> None:
+        """Check the store now and every `store_probe_interval` s: `/readyz` follows it.
+
+        A store may offer `check()` (a write probe: can it take a save now?); any
+        other store is probed with a read (`list_ids(limit=1)`).
+        """
+        store = self.manager.store
+        check = getattr(store, "check", None)
+        probe = check if callable(check) else functools.partial(store.list_ids, limit=1)
+        while True:
+            await self.manager.store_health.probe(probe)
+            await asyncio.sleep(self._store_probe_interval)
 
     # -- connection events ----------------------------------------------------------
 

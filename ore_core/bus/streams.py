@@ -12,13 +12,14 @@ at start, `ore migrate --dry-run` and operators who pre-create streams).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
-from nats.js.api import RePublish, StreamConfig, SubjectTransform
+from nats.js.api import ConsumerConfig, DeliverPolicy, RePublish, StreamConfig, SubjectTransform
 from nats.js.client import JetStreamContext
 from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
 
@@ -43,6 +44,7 @@ __all__ = [
     "ensure_layout",
     "ensure_streams",
     "jetstream_call",
+    "rewind_unacknowledged",
 ]
 
 _DAY = 24 * 3600.0
@@ -61,6 +63,9 @@ class BusConfig:
     `max_payload` bounds an ingress event's JSON; `ack_wait` is how long the server
     waits for an ack before redelivering (long turns extend it with progress acks).
     Redeliveries back off from `ack_wait` to ten times it, `max_deliver` times at most.
+    A message the store could not save is handled again by the worker after
+    `retry_delay`, doubling per failure up to `retry_delay_max` (held locally and kept
+    unacknowledged, not NAKed: see `Ingress`), so it never uses up `max_deliver`.
     `events_duplicate_window` must outlast the core's publish retries (5 attempts of
     5 s); it is short because the server keeps an id per stored event for that long.
     """
@@ -78,6 +83,8 @@ class BusConfig:
     max_ack_pending: int = 1000
     max_deliver: int = 10
     replicas: int = 1
+    retry_delay: float = 1.0
+    retry_delay_max: float = 30.0
 
     def __post_init__(self) -> None:
         if self.partitions < 1 or self.partitions & (self.partitions - 1):
@@ -301,10 +308,67 @@ async def ensure_layout(
     for consumer in layout.consumers:
         where = f"{consumer.stream}/{consumer.name}"
         if where in changed_consumers:
+            config = consumer.config
+            missing = any(d.name == where and d.field == "missing" for d in differences)
+            if not missing:
+                config = await _keep_start(js, consumer)
             await jetstream_call(
-                f"create consumer {where}", js.add_consumer(consumer.stream, consumer.config)
+                f"create consumer {where}", js.add_consumer(consumer.stream, config)
             )
     return differences
+
+
+async def _keep_start(js: JetStreamContext, consumer: ConsumerEntry) -> ConsumerConfig:
+    """The consumer's config for an update in place: a consumer rewound after a crash
+    (`rewind_unacknowledged`) keeps its start, which the server does not let change."""
+    info = await jetstream_call(
+        f"consumer info {consumer.stream}/{consumer.name}",
+        js.consumer_info(consumer.stream, consumer.name),
+    )
+    if info.config.deliver_policy != DeliverPolicy.BY_START_SEQUENCE:
+        return consumer.config
+    return dataclasses.replace(
+        consumer.config,
+        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+        opt_start_seq=info.config.opt_start_seq,
+    )
+
+
+async def rewind_unacknowledged(
+    js: JetStreamContext, subjects: Subjects, config: BusConfig, partition: int
+) -> int:
+    """Make a partition's unacknowledged messages come back first, at once, in order.
+
+    A worker killed mid-turn leaves its messages delivered and unacknowledged: the
+    server would redeliver them only after `ack_wait`, after newer messages of the
+    same threads, which would answer a thread out of order. Recreating the durable
+    consumer to start at its ack floor + 1 redelivers from there in stream order now.
+    Messages after the floor that were handled already come back too; the stream
+    recognises them by event id (answered -> only `done`). Call it only when no
+    other worker pulls the partition (at start of a single worker, or after taking
+    its ownership). Returns how many messages were unacknowledged.
+    """
+    name = consumer_name(partition)
+    entry = next(c for c in build_layout(subjects, config).consumers if c.name == name)
+    info = await jetstream_call(
+        f"consumer info {entry.stream}/{name}", js.consumer_info(entry.stream, name)
+    )
+    pending = int(info.num_ack_pending or 0)
+    if not pending:
+        return 0
+    floor = info.ack_floor.stream_seq if info.ack_floor is not None else 0
+    rewound = dataclasses.replace(
+        entry.config,
+        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+        opt_start_seq=(floor or 0) + 1,
+    )
+    await jetstream_call(
+        f"delete consumer {entry.stream}/{name}", js.delete_consumer(entry.stream, name)
+    )
+    await jetstream_call(
+        f"create consumer {entry.stream}/{name}", js.add_consumer(entry.stream, rewound)
+    )
+    return pending
 
 
 async def ensure_streams(js: JetStreamContext, subjects: Subjects, config: BusConfig) -> None:

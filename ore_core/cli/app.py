@@ -107,6 +107,9 @@ async def build_runtime(settings: OreSettings, pm: pluggy.PluginManager) -> Runt
             interceptors=registrations.interceptors,
             sinks=registrations.sinks,
             policy=settings.session.double_texting,
+            idle_timeout=settings.session.idle_timeout or None,
+            delta_interval=settings.session.delta_interval,
+            delta_max_bytes=settings.session.delta_max_bytes,
         )
     except BaseException:
         await store.close()

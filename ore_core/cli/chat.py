@@ -31,9 +31,15 @@ import pluggy
 
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
 from ore_core.cli.app import build_runtime
-from ore_core.cli.options import CliState, cli_state, connect_conduit, nats_option, nats_settings
+from ore_core.cli.options import (
+    CliState,
+    bus_config,
+    cli_state,
+    connect_conduit,
+    nats_option,
+    nats_settings,
+)
 from ore_core.conduit.base import Conduit, ConduitConfig
 from ore_core.config import NatsSettings, OreSettings, ProcessorSettings
 from ore_core.errors import InvalidThreadId, OreError
@@ -228,11 +234,8 @@ async def _everything(
             runtime.manager,
             servers=[server.url],
             subjects=Subjects(nats.subject_prefix),
-            config=BusConfig(
-                partitions=nats.partitions,
-                max_payload=int(nats.max_payload),
-                replicas=nats.replicas,
-            ),
+            config=bus_config(nats),
+            store_probe_interval=nats.store_probe_interval,
         )
         await service.start()
         stack.push_async_callback(service.stop, DRAIN_GRACE)

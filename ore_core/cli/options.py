@@ -6,6 +6,7 @@ Commands never import each other; whatever two of them need lives here:
 - `nats_option(help)`: the `--nats URL` option (repeatable, for a cluster) and
   `nats_settings`, which applies it (and `--partitions`) to the `[nats]` settings;
 - `connect_conduit`: a `ConduitClient` for the configured NATS, with a deadline;
+- `bus_config`: the core's `BusConfig` from the `[nats]` settings;
 - `table_columns`: aligned text columns for listings.
 """
 
@@ -21,6 +22,7 @@ import click
 import structlog
 from pydantic import ValidationError
 
+from ore_core.bus.streams import BusConfig
 from ore_core.conduit.client import ConduitClient
 from ore_core.conduit.connection import NatsCredentials
 from ore_core.config import ConfigError, LogSettings, NatsSettings, OreSettings, load_settings
@@ -30,6 +32,7 @@ from ore_core.plugins.manager import OrePluginManager, create_plugin_manager, pl
 
 __all__ = [
     "CliState",
+    "bus_config",
     "cli_state",
     "connect_conduit",
     "nats_option",
@@ -128,6 +131,17 @@ def nats_settings(
         error = exc.errors()[0]
         option = _OPTION_OF_KEY.get(str(error["loc"][0]), str(error["loc"][0]))
         raise click.BadParameter(validation_message(error["msg"]), param_hint=option) from None
+
+
+def bus_config(nats: NatsSettings) -> BusConfig:
+    """The core's bus configuration (partitions, payload limit, store retry delays)."""
+    return BusConfig(
+        partitions=nats.partitions,
+        max_payload=int(nats.max_payload),
+        replicas=nats.replicas,
+        retry_delay=nats.retry_delay,
+        retry_delay_max=nats.retry_delay_max,
+    )
 
 
 async def connect_conduit(name: str, nats: NatsSettings, connect_timeout: float) -> ConduitClient:

@@ -18,9 +18,8 @@ from pathlib import Path
 import click
 
 from ore_core.bus.service import CoreService, run
-from ore_core.bus.streams import BusConfig
 from ore_core.cli.app import build_runtime, start_embedded_nats
-from ore_core.cli.options import cli_state, nats_option, nats_settings
+from ore_core.cli.options import bus_config, cli_state, nats_option, nats_settings
 from ore_core.conduit.connection import NatsCredentials
 from ore_core.config import OreSettings
 from ore_core.plugins.manager import OrePluginManager
@@ -49,11 +48,19 @@ __all__ = ["serve"]
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Users and permissions for the embedded server (the nats-auth.conf of `ore auth`).",
 )
+@click.option(
+    "--store",
+    "store_name",
+    metavar="NAME",
+    help="The store to keep threads in (default: store.name): sqlite for one machine, "
+    "jetstream for several workers sharing the threads.",
+)
 def serve(
     nats_urls: tuple[str, ...],
     health_port: int | None,
     partitions: int | None,
     auth_file: Path | None,
+    store_name: str | None,
 ) -> None:
     """Run the ore core on NATS until SIGTERM or Ctrl-C."""
     state = cli_state()
@@ -70,7 +77,10 @@ def serve(
                 "--auth needs the core's own credentials: run with --config core.toml "
                 "(written by `ore auth` next to the auth file)"
             )
-    settings = state.settings.model_copy(update={"nats": nats})
+    update: dict[str, object] = {"nats": nats}
+    if store_name:
+        update["store"] = state.settings.store.model_copy(update={"name": store_name})
+    settings = state.settings.model_copy(update=update)
     auth = None if auth_file is None else auth_file.read_text(encoding="utf-8")
     run(lambda: _core(settings, state.plugin_manager, health_port, auth))
 
@@ -103,11 +113,8 @@ async def _core(
             runtime.manager,
             servers=servers,
             subjects=Subjects(nats.subject_prefix),
-            config=BusConfig(
-                partitions=nats.partitions,
-                max_payload=int(nats.max_payload),
-                replicas=nats.replicas,
-            ),
+            config=bus_config(nats),
+            store_probe_interval=nats.store_probe_interval,
             health_port=health_port,
             credentials=NatsCredentials.from_settings(nats),
         )

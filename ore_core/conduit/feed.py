@@ -49,6 +49,8 @@ DURABLE_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
 log = structlog.get_logger("ore.bus.feed")
 
 _PAGE = 200  # events per events.read request while catching up
+_CORE_RETRY_FIRST = 0.05  # seconds before a catch-up asks a core that did not answer again
+_CORE_RETRY_MAX = 2.0
 
 Call = Callable[[str, Mapping[str, Any]], Awaitable[dict[str, Any]]]
 """Calls a control-API method of the feed's namespace: (method, body) -> reply."""
@@ -282,11 +284,41 @@ class EventFeed:
         except PermissionDenied:
             raise
         except (BusError, ApiError) as exc:
-            raise BusError(
-                f"cannot read stored events of namespace {self.namespace} through "
-                f"{self._subjects.prefix}.api.{self.namespace}.events.read: {exc}. "
-                "Is `ore serve` running?"
-            ) from exc
+            raise self._unreadable(exc) from exc
+
+    def _unreadable(self, exc: Exception) -> BusError:
+        return BusError(
+            f"cannot read stored events of namespace {self.namespace} through "
+            f"{self._subjects.prefix}.api.{self.namespace}.events.read: {exc}. "
+            "Is `ore serve` running?"
+        )
+
+    async def _read_when_up(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """`events.read` for a catch-up, waiting while the core is away.
+
+        Catch-ups run inside the reader's loop (after a reconnect, at a durable start,
+        on a gap), often while the core restarts: the read goes through the core, so
+        nothing answering then is normal, not fatal. Wait for it (backing off, told
+        once in the log) instead of ending the feed, and so the conduit; a refusal or
+        an error reply still ends it, and closing the feed stops the wait.
+        """
+        pause = _CORE_RETRY_FIRST
+        told = False
+        while True:
+            try:
+                return await self._call("events.read", body)
+            except PermissionDenied:
+                raise
+            except ApiError as exc:
+                raise self._unreadable(exc) from exc
+            except BusError as exc:
+                if self._closed:
+                    raise self._unreadable(exc) from exc
+                if not told:
+                    log.warning("core unreachable, catch-up waits for it", error=str(exc))
+                    told = True
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _CORE_RETRY_MAX)
 
     async def _last_sequence(self) -> int:
         body: dict[str, Any] = {"limit": 0}
@@ -317,7 +349,7 @@ class EventFeed:
             body: dict[str, Any] = {"after": after, "limit": _PAGE}
             if thread_id is not None:
                 body["thread"] = thread_id
-            reply = await self._read(body)
+            reply = await self._read_when_up(body)
             for entry in reply.get("events", ()):
                 found = int(entry["sequence"])
                 if last is not None and found > last:

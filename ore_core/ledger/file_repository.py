@@ -269,6 +269,31 @@ class FileRepository(JournalRepository):
         """Where the thread's journal lives (it may not exist yet)."""
         return self.directory / journal_file_name(thread_id)
 
+    def locked_length(self, thread_id: str) -> int | None:
+        """Take the thread's lock as a write would and return its journal's length in bytes.
+
+        None (and no file created) when the thread has no journal. While this
+        repository holds the lock no other process can append, so a length compared
+        here stays true until this repository's next write: the compare of a
+        compare-and-set save. A torn tail is cut first (as before any write).
+        """
+        while True:
+            if not self.exists(thread_id):
+                return None
+            journal = self._journal(thread_id)
+            with journal.lock:
+                if journal.released:
+                    continue  # released meanwhile: look the thread up again
+                try:
+                    if journal.fd < 0:
+                        self._open(journal, thread_id)
+                    return os.fstat(journal.fd).st_size
+                except OSError as exc:
+                    self._abandon(thread_id, journal)
+                    raise LedgerError(
+                        f"cannot open journal {str(journal.path)!r} of thread {thread_id!r}: {exc}"
+                    ) from exc
+
     def release(self, thread_id: str) -> None:
         """fsync (unless `never`), unlock and close the thread's file, so another process
         may write it. A later write here takes the lock again."""

@@ -7,6 +7,7 @@ lifecycle, persistence) with no model latency.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -20,12 +21,19 @@ _WORDS = re.compile(r"\S+\s*|\s+")
 
 
 class EchoProcessor:
-    """Replies with the user's message, one delta per word (`prefix` is prepended)."""
+    """Replies with the user's message, one delta per word (`prefix` is prepended).
 
-    def __init__(self, prefix: str = "") -> None:
+    `delay` seconds pass before the answer starts: a stand-in for a model's latency
+    when trying out crashes, failover and load without a model.
+    """
+
+    def __init__(self, prefix: str = "", delay: float = 0.0) -> None:
         self.prefix = prefix
+        self.delay = delay
 
     async def __call__(self, ctx: TurnContext) -> None:
+        if self.delay > 0:
+            await asyncio.sleep(self.delay)
         await ctx.step(self._deltas(self.prefix + ctx.event.content))
 
     @staticmethod
@@ -35,5 +43,7 @@ class EchoProcessor:
 
 
 def echo_factory(config: Mapping[str, Any]) -> EchoProcessor:
-    """Build the echo processor from its config section (`prefix`, optional)."""
-    return EchoProcessor(prefix=str(config.get("prefix", "")))
+    """Build the echo processor from its config section (`prefix`, `delay`, both optional)."""
+    return EchoProcessor(
+        prefix=str(config.get("prefix", "")), delay=float(config.get("delay", 0.0))
+    )

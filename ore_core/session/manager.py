@@ -6,6 +6,13 @@ to the registered sinks, and forgets streams when they close.
 
 Sinks run in their own tasks behind bounded buffers: a slow or failing sink never
 stalls a stream or another sink; failures are logged with the sink's name.
+
+Live text deltas are paced with `delta_interval` > 0: at most one message per
+interval per thread, each up to `delta_max_bytes` (see `ore_core.session.deltas`).
+
+Memory is bounded by active threads: with `idle_timeout`, a stream with nothing
+queued or running and no subscriber for that long is closed (its thread is in the
+store already) and loaded again by the next `attach`.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from ore_core.ledger.thread import Thread
 from ore_core.session.fanout import EventBuffer, SubscriberOverflow
 from ore_core.session.policy import DoubleTexting
 from ore_core.session.protocols import Interceptor, Sink, SinkFunc, Store, TurnProcessor
+from ore_core.session.store_health import StoreHealth
 from ore_core.session.stream import Stream
 from ore_core.session.turn_context import Transform
 
@@ -111,8 +119,15 @@ class Manager:
         default_metadata: DefaultMetadata | None = None,
         policy: DoubleTexting | str = DoubleTexting.QUEUE,
         subscriber_buffer: int = 1024,
+        idle_timeout: float | None = None,
+        delta_interval: float = 0.0,
+        delta_max_bytes: int = 4096,
     ) -> None:
         self.store = store
+        self.store_health = StoreHealth()
+        self.idle_timeout = idle_timeout
+        self._delta_pacing = (delta_interval, delta_max_bytes)
+        self._sweeper: asyncio.Task[None] | None = None
         self.processor = processor
         ordered = sorted(enumerate(interceptors), key=lambda p: (getattr(p[1], "order", 0), p[0]))
         self.interceptors: tuple[Interceptor, ...] = tuple(i for _, i in ordered)
@@ -158,14 +173,30 @@ class Manager:
             on_publish=self._to_sinks,
             on_closed=self._forget,
             new_thread=lambda: self._new_thread(thread),
+            store_health=self.store_health,
+            delta_pacing=self._delta_pacing,
         )
         self._streams[thread.id] = stream
+        if self.idle_timeout is not None and self._sweeper is None and not self._closed:
+            self._sweeper = asyncio.get_running_loop().create_task(
+                self._sweep(self.idle_timeout), name="ore-idle-streams"
+            )
         return stream
 
     async def _new_thread(self, origin: Thread) -> str:
         """`/new` from `origin`: the new thread stays in origin's namespace (bus v2)."""
         namespace = origin.meta().get(NAMESPACE_KEY)
         return (await self.create({NAMESPACE_KEY: namespace} if namespace else None)).id
+
+    async def _sweep(self, idle: float) -> None:
+        """Close streams idle for `idle` seconds, checking a few times per period."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(max(idle / 4, 0.01))
+            now = loop.time()
+            for stream in list(self._streams.values()):
+                if stream.idle and not stream.subscribed and now - stream.last_active >= idle:
+                    await stream.close()
 
     async def create(self, metadata: Mapping[str, str] | None = None) -> Stream:
         """A new thread (default metadata + `metadata`) and its active stream."""
@@ -323,6 +354,9 @@ class Manager:
         if self._closed:
             return
         self._closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
         for stream in list(self._streams.values()):
             await stream.close()
         for runner in list(self._sinks):

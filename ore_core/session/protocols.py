@@ -38,6 +38,10 @@ class Store(Protocol):
     `save` persists every change made to the Thread since it was loaded or last
     saved (incrementally where the store can). Threads returned by `get` are
     independent objects: mutating one never changes another caller's copy.
+    `save` is compare-and-set: the store remembers the version each copy it handed
+    out was loaded at, and saving a copy of a thread that was saved since (by this
+    store or another process sharing its data) raises `StaleThread` and writes
+    nothing, so several workers can share a store without forking threads.
     """
 
     name: str
@@ -62,7 +66,7 @@ class Store(Protocol):
         """
 
     async def save(self, thread: Thread) -> None:
-        """Persist the thread's changes."""
+        """Persist the thread's changes; StaleThread when the stored thread moved on."""
 
     async def delete(self, thread_id: str) -> bool:
         """Remove the thread; True when it existed (in any form, cached or not)."""

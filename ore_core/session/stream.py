@@ -5,6 +5,15 @@ handles events in FIFO order. For a user message it runs the interceptors, recor
 the user turn, saves, runs the turn processor, saves again and always ends with
 `lifecycle: done` (after `error` for a failed turn, `cancelled` for a cancelled one).
 
+Saves can fail in two ways that are nobody's answer: the store refused a stale copy
+(`StaleThread`: another worker wrote the thread) or the store is unavailable (disk
+full, read-only, locked). Then the stream gives up its copy of the thread at once
+(closes without saving, so the next message reloads it), reports the event and
+everything queued after it as "retry later" (a bus leaves them unacknowledged and
+redelivers them, in order), and, for an unavailable store, tells the sender once
+that the answer is delayed. A message seen before (same event id) is recognised in
+the thread: answered -> only `done`; recorded but unanswered -> answered now.
+
 Concurrency: every method must be called from the event loop that runs the stream.
 Output events fan out to subscribers through bounded buffers, so a slow subscriber
 never stalls the worker (see `fanout`).
@@ -25,6 +34,7 @@ from ore_core.errors import (
     MessageRejected,
     OreError,
     SessionClosed,
+    StaleThread,
     TurnCancelled,
     TurnFailed,
 )
@@ -48,6 +58,7 @@ from ore_core.session.fanout import Subscription
 from ore_core.session.policy import DoubleTexting
 from ore_core.session.protocols import Interceptor, Store, TurnProcessor
 from ore_core.session.spec import ModelSpec
+from ore_core.session.store_health import DELAYED_NOTICE, StoreHealth, is_store_failure
 from ore_core.session.turn_context import Transform, TurnContext
 from ore_core.turn import Role, TraversalControl, Turn
 
@@ -67,19 +78,33 @@ HandledCallback = Callable[[], object]
 was dropped on purpose (duplicate, rejected): the moment to acknowledge it upstream.
 Not called for events failed by close() or an interrupt, so a bus redelivers them."""
 
+RetryCallback = Callable[[OreError], object]
+"""Called instead of `HandledCallback` when the event must be handled again later: the
+store refused a stale copy (`StaleThread`: redeliver now, the thread is reloaded) or is
+unavailable (a `StoreError`: redeliver after a delay). The stream is closed by then."""
+
 
 @dataclass(slots=True)
 class _Pending:
     event: IngressEvent
     waiter: asyncio.Future[None] | None = None
     on_handled: HandledCallback | None = None
+    on_retry: RetryCallback | None = None
     merged: list[_Pending] = field(default_factory=list)
 
     def handled(self) -> None:
         for item in (self, *self.merged):
+            item.on_retry = None
             if item.on_handled is not None:
                 callback, item.on_handled = item.on_handled, None
                 callback()
+
+    def retry(self, error: OreError) -> None:
+        for item in (self, *self.merged):
+            item.on_handled = None
+            if item.on_retry is not None:
+                callback, item.on_retry = item.on_retry, None
+                callback(error)
 
     def resolve(self, error: BaseException | None) -> None:
         for item in (self, *self.merged):
@@ -109,6 +134,8 @@ class Stream:
         on_publish: Callable[[str, OutputEvent], None] | None = None,
         on_closed: Callable[[Stream], None] | None = None,
         new_thread: NewThread | None = None,
+        store_health: StoreHealth | None = None,
+        delta_pacing: tuple[float, int] = (0.0, 4096),
     ) -> None:
         self._thread = thread
         self._store = store
@@ -127,6 +154,11 @@ class Stream:
         self._turn: asyncio.Task[None] | None = None
         self._handling_message = False
         self._closed = False
+        self._discarded = False  # the copy of the thread is given up: never save it
+        self._health = store_health if store_health is not None else StoreHealth()
+        self.delta_pacing = delta_pacing
+        """(interval in seconds, max bytes) of live text deltas; interval 0: every delta."""
+        self.last_active = asyncio.get_running_loop().time() if _has_loop() else 0.0
 
     # -- identity and state -------------------------------------------------
 
@@ -160,16 +192,38 @@ class Stream:
 
     # -- events in ------------------------------------------------------------
 
-    def submit(self, event: IngressEvent, *, on_handled: HandledCallback | None = None) -> None:
-        """Queue `event` and return at once. An interrupt clears the queue and cancels the turn."""
-        self._enqueue(_Pending(event, None, on_handled))
+    @property
+    def subscribed(self) -> bool:
+        """True while someone holds a live subscription to this stream."""
+        return bool(self._subscriptions)
+
+    @property
+    def idle(self) -> bool:
+        """True when nothing is queued or running (the stream may be closed to save memory)."""
+        return self._turn is None and not self._queue
+
+    def submit(
+        self,
+        event: IngressEvent,
+        *,
+        on_handled: HandledCallback | None = None,
+        on_retry: RetryCallback | None = None,
+    ) -> None:
+        """Queue `event` and return at once. An interrupt clears the queue and cancels the turn.
+
+        Exactly one of `on_handled` (acknowledge) and `on_retry` (redeliver) is called
+        for an event that is not dropped by close() or an interrupt.
+        """
+        self._enqueue(_Pending(event, None, on_handled, on_retry))
 
     async def process(self, event: IngressEvent) -> None:
         """Queue `event` and wait until it is fully handled.
 
         Raises TurnFailed, TurnCancelled, Interrupted (dropped by an interrupt),
-        MessageRejected or SessionClosed. Cancelling the caller only stops the
-        waiting; the event is still handled.
+        MessageRejected or SessionClosed; StaleThread or the store's StoreError when
+        the thread could not be saved (the stream is closed then: attach again and
+        resend). Cancelling the caller only stops the waiting; the event is still
+        handled.
         """
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._enqueue(_Pending(event, waiter))
@@ -177,6 +231,7 @@ class Stream:
 
     def _enqueue(self, item: _Pending) -> None:
         self._check_open()
+        self.last_active = asyncio.get_running_loop().time()
         event = item.event
         if isinstance(event, InterruptEvent):
             self._drop_queued(Interrupted(f"session {self.id}: dropped by an interrupt"))
@@ -278,13 +333,21 @@ class Stream:
             error = exc
         finally:
             self._handling_message = False
-        try:
-            await self._store.save(self._thread)
-        except Exception as exc:
-            log.error("save failed", thread_id=self.id, error=str(exc))
-            if error is None and not cancelled:
-                error = TurnFailed(f"save thread {self.id}: {exc}")
-                error.__cause__ = exc
+        retry = _retry_reason(error)
+        if retry is None and not self._discarded:
+            try:
+                await self._save_thread()
+            except Exception as exc:
+                retry = _retry_reason(exc)
+                if retry is None:
+                    log.error("save failed", thread_id=self.id, error=str(exc))
+                    if error is None and not cancelled:
+                        error = TurnFailed(f"save thread {self.id}: {exc}")
+                        error.__cause__ = exc
+        if retry is not None and not (cancelled and self._closed):
+            self._give_up(item, retry)
+            return
+        self.last_active = asyncio.get_running_loop().time()
         if cancelled:
             self.publish(LifecycleEvent(phase="cancelled", context=context))
         elif error is not None:
@@ -305,10 +368,44 @@ class Stream:
         else:
             item.resolve(None)
 
+    async def _save_thread(self) -> None:
+        """Save the thread; a success after store failures tells `StoreHealth`."""
+        await self._store.save(self._thread)
+        self._health.saved(self.id)
+
+    def _give_up(self, item: _Pending, error: OreError) -> None:
+        """Drop this copy of the thread: the event and everything queued after it are
+        handed back for redelivery (in order), and the stream closes without saving."""
+        stale = isinstance(error, StaleThread)
+        if stale:
+            log.warning("thread changed by another writer; reloading", thread_id=self.id)
+        elif self._health.failed(self.id, error):
+            self.publish(
+                NoticeEvent(
+                    content=DELAYED_NOTICE, severity=Severity.WARN, context=item.event.context
+                )
+            )
+        self._discarded = True
+        self._closed = True
+        items = [item, *self._queue]
+        self._queue.clear()
+        if self._on_closed is not None:  # forget the stream now: the next message reloads
+            on_closed, self._on_closed = self._on_closed, None
+            on_closed(self)
+        for pending in items:
+            pending.retry(error)
+            pending.resolve(error)
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
+        for subscription in self._subscriptions:
+            subscription.end()
+        self._subscriptions.clear()
+
     async def _dispatch(self, item: _Pending) -> None:
         event: IngressEvent | None = item.event
         if isinstance(event, UserMessageEvent) and self._thread.has_event(event.id):
-            await self._redelivered(item, event)
+            await self._redelivered(event)
             return
         for interceptor in self._interceptors:
             if event is None:
@@ -323,20 +420,42 @@ class Stream:
             return
         if not isinstance(event, UserMessageEvent):
             raise TurnFailed(f"unsupported event kind: {event.kind}")
-        user_turn = self._thread.append(Role.USER, Text(event.content), event_id=event.id)
-        self.publish(TurnCompleteEvent(turn=user_turn, context=event.context))
-        await self._store.save(self._thread)
+        await self._record_user_turn(event)
         await self._run_processor(event)
 
-    async def _redelivered(self, item: _Pending, event: UserMessageEvent) -> None:
-        """A message seen before: never record it twice, answer it at most once."""
+    async def _record_user_turn(self, event: UserMessageEvent) -> None:
+        """Append and save the user turn, then announce it (never a turn the store lacks)."""
+        user_turn = self._thread.append(Role.USER, Text(event.content), event_id=event.id)
+        await self._save_thread()
+        self.publish(TurnCompleteEvent(turn=user_turn, context=event.context))
+
+    async def _redelivered(self, event: UserMessageEvent) -> None:
+        """A message seen before (a redelivery): never record it twice, answer it once.
+
+        Answered (a non-user turn follows its user turn) -> nothing but `done`.
+        Recorded but unanswered (the worker died or lost the save mid-turn) -> answer
+        it now; it is the tip when messages arrive in order, and if newer turns
+        follow it the message is recorded again at the tip and answered there, late
+        rather than never.
+        """
         turns = self._thread.all_turns()
-        user_turn = next(t for t in turns if t.event_id == event.id)
-        answered = any(t.parent_id == user_turn.id for t in turns)
-        if answered or self._thread.current_tip != user_turn.id:
-            log.info("duplicate event skipped", thread_id=self.id, event_id=event.id)
+        mine = {t.id for t in turns if t.event_id == event.id}
+        if any(t.parent_id in mine and t.role != Role.USER for t in turns):
+            log.debug("redelivered message already answered", thread_id=self.id)
             return
-        # Recorded but never answered (the worker died mid-turn): answer it now.
+        if self._thread.current_tip not in mine:
+            log.warning(
+                "unanswered message redelivered after newer ones; answering it now",
+                thread_id=self.id,
+                event_id=event.id,
+            )
+            await self._record_user_turn(event)
+        else:
+            # The worker that stored it may have died before announcing it: announce
+            # it again (same turn id, so a receiver that saw it can tell).
+            user_turn = self._thread.get_turn(self._thread.current_tip)
+            if user_turn is not None:
+                self.publish(TurnCompleteEvent(turn=user_turn, context=event.context))
         await self._run_processor(event)
 
     async def _intercept(
@@ -367,7 +486,14 @@ class Stream:
         tip = self._thread.get_turn(self._thread.current_tip)
         if tip is None or tip.role != Role.USER:
             return
-        ctx = TurnContext(self.publish, self._thread, event, self.spec(), self._transforms)
+        ctx = TurnContext(
+            self.publish,
+            self._thread,
+            event,
+            self.spec(),
+            self._transforms,
+            delta_pacing=self.delta_pacing,
+        )
         await self._processor(ctx)
 
     # -- events out -----------------------------------------------------------
@@ -430,7 +556,7 @@ class Stream:
                 context=APP_CONTEXT,
             )
         )
-        await self._store.save(self._thread)
+        await self._save_thread()
 
     async def delete_metadata(self, key: str) -> None:
         """Delete a metadata key (missing is fine), announce it and save."""
@@ -441,7 +567,7 @@ class Stream:
                 operations=[PropertyOperation(op="delete", key=key)], context=APP_CONTEXT
             )
         )
-        await self._store.save(self._thread)
+        await self._save_thread()
 
     def spec(self) -> ModelSpec:
         """Model and sampling settings from the `ore.model.*` metadata keys."""
@@ -453,11 +579,11 @@ class Stream:
         self._thread.set_control(summary_turn_id, TraversalControl.STOP)
         if info:
             self._thread.meta().set(BOUNDARY_INFO_KEY, info)
-        await self._store.save(self._thread)
+        await self._save_thread()
 
     async def save(self) -> None:
         """Persist the thread now."""
-        await self._store.save(self._thread)
+        await self._save_thread()
 
     # -- lifetime -------------------------------------------------------------
 
@@ -486,3 +612,19 @@ class Stream:
         if self._on_closed is not None:
             on_closed, self._on_closed = self._on_closed, None
             on_closed(self)
+
+
+def _retry_reason(error: BaseException | None) -> OreError | None:
+    """`error` when it means "handle this event again later", else None."""
+    if isinstance(error, StaleThread) or (error is not None and is_store_failure(error)):
+        assert isinstance(error, OreError)
+        return error
+    return None
+
+
+def _has_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

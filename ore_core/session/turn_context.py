@@ -9,6 +9,7 @@ transforms (system prompts, guardrails) never stack across tool round trips.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterable, Awaitable, Callable, Sequence
 
 from ore_core.artifacts import Accumulable, Artifact
@@ -24,10 +25,13 @@ from ore_core.events import (
     UserMessageEvent,
 )
 from ore_core.ledger.thread import Thread
+from ore_core.session.deltas import DeltaAccumulator, DeltaPacer
 from ore_core.session.spec import ModelSpec
 from ore_core.turn import Role, Turn
 
 __all__ = ["ArtifactHandler", "HandlerFailed", "Transform", "TurnContext"]
+
+_YIELD_EVERY = 256  # artifacts between two turns of the event loop for other threads
 
 Transform = Callable[[list[Turn], "TurnContext"], list[Turn]]
 """Builds the model's view of the conversation from the persistent turns (per call)."""
@@ -47,7 +51,7 @@ class TurnContext:
     that outlive the processor call.
     """
 
-    __slots__ = ("_context", "_publish", "_thread", "event", "spec", "transforms")
+    __slots__ = ("_context", "_delta_pacing", "_publish", "_thread", "event", "spec", "transforms")
 
     def __init__(
         self,
@@ -56,8 +60,11 @@ class TurnContext:
         event: UserMessageEvent,
         spec: ModelSpec,
         transforms: Sequence[Transform] = (),
+        *,
+        delta_pacing: tuple[float, int] = (0.0, 4096),
     ) -> None:
         self._publish = publish
+        self._delta_pacing = delta_pacing
         self._thread = thread
         self._context: EventContext = event.context
         self.event = event
@@ -113,7 +120,8 @@ class TurnContext:
         """Stream one model response into the conversation and return the recorded turn.
 
         Emits `lifecycle: submitted`, then `lifecycle: streaming` on the first artifact,
-        every delta as it arrives, each complete artifact when it is flushed (deltas
+        the deltas (every one as it arrives, or paced: see `ore_core.session.deltas`),
+        each complete artifact when it is flushed (deltas
         accumulate per key in first-seen order and flush before any complete artifact
         and at the end), then `turn_complete`. Handlers run afterwards. If `source`
         raises, nothing is recorded and the error propagates.
@@ -121,21 +129,35 @@ class TurnContext:
         publish = self._publish
         context = self._context
         publish(LifecycleEvent(phase="submitted", context=context))
-        pending: dict[str, Artifact] = {}
+        pending = DeltaAccumulator()
+        interval, max_bytes = self._delta_pacing
+        pacer = DeltaPacer(
+            lambda delta: publish(ArtifactEvent(artifact=delta, context=context)),
+            interval=interval,
+            max_bytes=max_bytes,
+        )
         result: list[Artifact] = []
         streaming = False
-        async for artifact in source:
-            if not streaming:
-                streaming = True
-                publish(LifecycleEvent(phase="streaming", context=context))
-            if isinstance(artifact, Accumulable):
-                key = artifact.accumulator_key()
-                pending[key] = artifact.merge_into(pending.get(key))
+        count = 0
+        try:
+            async for artifact in source:
+                count += 1
+                if not count % _YIELD_EVERY:
+                    # A producer that never awaits must not starve the other threads.
+                    await asyncio.sleep(0)
+                if not streaming:
+                    streaming = True
+                    publish(LifecycleEvent(phase="streaming", context=context))
+                if isinstance(artifact, Accumulable):
+                    pending.add(artifact)
+                    pacer.add(artifact)
+                    continue
+                pacer.finish()
+                self._flush(pending, result)
                 publish(ArtifactEvent(artifact=artifact, context=context))
-                continue
-            self._flush(pending, result)
-            publish(ArtifactEvent(artifact=artifact, context=context))
-            result.append(artifact)
+                result.append(artifact)
+        finally:
+            pacer.finish()
         self._flush(pending, result)
         turn = await self.append(role, *result)
         for artifact in result:
@@ -146,10 +168,9 @@ class TurnContext:
                     raise HandlerFailed(f"artifact handler failed: {exc}") from exc
         return turn
 
-    def _flush(self, pending: dict[str, Artifact], result: list[Artifact]) -> None:
+    def _flush(self, pending: DeltaAccumulator, result: list[Artifact]) -> None:
         if not pending:
             return
-        for artifact in pending.values():
+        for artifact in pending.take():
             self._publish(ArtifactEvent(artifact=artifact, context=self._context))
             result.append(artifact)
-        pending.clear()

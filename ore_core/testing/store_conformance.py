@@ -13,6 +13,11 @@ pytest then runs every test below against it. `open_store(path)` is called with 
 directory per test; a persistent store must see the same threads when opened again on
 the same `path` (that is how `reopen` checks durability). A store that cannot outlive
 its object (memory) overrides `reopen` to return the store it was given.
+
+Saves are compare-and-set: `open_second(store, path)` opens a second store on the same
+data (what a second worker sees; by default `open_store(path)` again, memory returns
+the same object), and the suite checks that a save from a copy loaded before another
+writer's save raises `StaleThread`, writes nothing, and succeeds after a reload.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from ore_core.artifacts import Reasoning, Text, TextDelta
 from ore_core.errors import (
     ArtifactError,
     InvalidThreadId,
+    StaleThread,
     StoreError,
     ThreadExists,
     ThreadNotFound,
@@ -79,6 +85,20 @@ class StoreConformance:
         """Close `store` and open the same location again: what a process restart sees."""
         await store.close()
         return await self.open_store(path)
+
+    exclusive_writer = False
+    """True for a store whose writer locks a thread for its process (the journal store):
+    a second store's save of that thread is then refused with a StoreError instead of
+    a StaleThread, and succeeds once the first store is closed."""
+
+    async def open_second(self, store: Store, path: Path) -> Store:
+        """Another store on the same data as `store` (a second worker's), still open."""
+        return await self.open_store(path)
+
+    async def close_second(self, store: Store, second: Store) -> None:
+        """Close what `open_second` opened (nothing when it returned `store` itself)."""
+        if second is not store:
+            await second.close()
 
     @pytest.fixture
     def store_path(self, tmp_path: Path) -> Path:
@@ -352,17 +372,99 @@ class StoreConformance:
         await store.save(thread)
         assert _texts(await store.get(thread.id)) == ["unsaved"]
 
-    async def test_saving_a_stale_copy_keeps_the_store_readable(self, store: Store) -> None:
+    async def test_saving_a_stale_copy_raises_stale_thread_and_writes_nothing(
+        self, store: Store
+    ) -> None:
         created = await store.create()
         first = await store.get(created.id)
         second = await store.get(created.id)
         first.append(Role.USER, Text("from first"))
         await store.save(first)
-        latest = second.append(Role.USER, Text("from second"))
-        await store.save(second)
+        second.append(Role.USER, Text("from second"))
+        second.meta().set("winner", "second")
+        with pytest.raises(StaleThread, match=created.id):
+            await store.save(second)
         loaded = await store.get(created.id)
-        assert loaded.current_tip == latest.id
-        assert _texts(loaded) == ["from second"]
+        assert _texts(loaded) == ["from first"]
+        assert len(loaded.all_turns()) == 1  # no branch either
+        assert loaded.meta().get("winner") is None
+
+    async def test_a_copy_keeps_saving_after_its_own_saves(self, store: Store) -> None:
+        thread = await store.create()
+        for n in range(3):
+            thread.append(Role.USER, Text(f"message {n}"))
+            await store.save(thread)
+            thread.meta().set("n", str(n))
+            await store.save(thread)
+        assert _texts(await store.get(thread.id)) == [f"message {n}" for n in range(3)]
+
+    async def test_a_reloaded_copy_saves_after_a_stale_one_was_refused(self, store: Store) -> None:
+        created = await store.create()
+        stale = await store.get(created.id)
+        fresh = await store.get(created.id)
+        fresh.append(Role.USER, Text("first"))
+        await store.save(fresh)
+        stale.append(Role.USER, Text("lost"))
+        with pytest.raises(StaleThread):
+            await store.save(stale)
+        reloaded = await store.get(created.id)
+        reloaded.append(Role.ASSISTANT, Text("second"))
+        await store.save(reloaded)
+        assert _texts(await store.get(created.id)) == ["first", "second"]
+
+    async def test_a_second_store_on_the_same_data_cannot_save_a_stale_copy(
+        self, store: Store, store_path: Path
+    ) -> None:
+        thread = await store.create()
+        thread.append(Role.USER, Text("hello"))
+        await store.save(thread)
+        if self.exclusive_writer:
+            store = await self.reopen(store, store_path)  # releases the thread's lock
+        other = await self.open_second(store, store_path)
+        try:
+            theirs = await other.get(thread.id)
+            mine = await store.get(thread.id)
+            theirs.append(Role.ASSISTANT, Text("answer from the other worker"))
+            await other.save(theirs)
+            mine.append(Role.ASSISTANT, Text("answer from this worker"))
+            if self.exclusive_writer:
+                with pytest.raises(StoreError, match=thread.id):
+                    await store.save(mine)  # refused while the other store holds the lock
+                await self.close_second(store, other)
+                other = store
+            with pytest.raises(StaleThread, match=thread.id):
+                await store.save(mine)
+            reloaded = await store.get(thread.id)
+            assert _texts(reloaded) == ["hello", "answer from the other worker"]
+            reloaded.append(Role.USER, Text("next"))
+            await store.save(reloaded)
+            if not self.exclusive_writer:  # ...and now the other worker's copy is stale
+                theirs.append(Role.USER, Text("late"))
+                with pytest.raises(StaleThread):
+                    await other.save(theirs)
+            assert _texts(await other.get(thread.id)) == [
+                "hello",
+                "answer from the other worker",
+                "next",
+            ]
+        finally:
+            await self.close_second(store, other)
+            if self.exclusive_writer:
+                await store.close()
+
+    async def test_concurrent_saves_of_copies_of_one_version_let_exactly_one_win(
+        self, store: Store
+    ) -> None:
+        created = await store.create()
+        copies = [await store.get(created.id) for _ in range(8)]
+        for n, copy in enumerate(copies):
+            copy.append(Role.USER, Text(f"copy {n}"))
+        results = await asyncio.gather(
+            *(store.save(copy) for copy in copies), return_exceptions=True
+        )
+        assert sum(result is None for result in results) == 1
+        assert all(isinstance(r, StaleThread) for r in results if r is not None)
+        assert len((await store.get(created.id)).all_turns()) == 1
 
     async def test_fifty_concurrent_create_save_get_cycles(self, store: Store) -> None:
         async def cycle(n: int) -> str:

@@ -97,7 +97,9 @@ async def stored_events(nc: Client, thread_id: str) -> list[dict[str, Any]]:
     """The events stored for `thread_id` in ORE_EVENTS, in sequence order."""
     js = nc.jetstream()
     state = (await js.stream_info("ORE_EVENTS")).state
-    events = []
+    events: list[dict[str, Any]] = []
+    if not state.last_seq:
+        return events
     for seq in range(state.first_seq, state.last_seq + 1):
         msg = await js.get_msg("ORE_EVENTS", seq)
         if msg.subject == f"ore.ev.raw.{thread_id}":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
@@ -12,6 +14,7 @@ from ore_core.bus.streams import (
     BusConfigError,
     consumer_name,
     ensure_streams,
+    rewind_unacknowledged,
 )
 from ore_core.subjects import Subjects, partition_of
 
@@ -144,3 +147,25 @@ async def test_another_prefix_gets_streams_of_its_own(ore_nats_client: Client) -
 def test_a_partition_count_that_is_not_a_power_of_two_is_refused() -> None:
     with pytest.raises(BusConfigError, match="power of two"):
         BusConfig(partitions=6)
+
+
+async def test_rewinding_redelivers_the_unacknowledged_messages_first_and_at_once(
+    ore_nats_client: Client,
+) -> None:
+    js = ore_nats_client.jetstream()
+    await ensure_streams(js, SUBJECTS, CONFIG)
+    partition = partition_of("t1", CONFIG.partitions)
+    for n in range(3):
+        await js.publish("ore.in.ns.t1", f"m{n}".encode())
+    sub = await js.pull_subscribe_bind(consumer_name(partition), "ORE_IN")
+    first, _unacked = await sub.fetch(2, timeout=5)
+    await first.ack_sync()  # m0 handled; m1 delivered and never acknowledged (a crash)
+    await sub.unsubscribe()
+
+    assert await rewind_unacknowledged(js, SUBJECTS, CONFIG, partition) == 1
+    await ensure_streams(js, SUBJECTS, dataclasses.replace(CONFIG, ack_wait=20.0))  # an update
+
+    sub = await js.pull_subscribe_bind(consumer_name(partition), "ORE_IN")
+    again = await sub.fetch(2, timeout=5)  # now, not after ack_wait
+    assert [m.data for m in again] == [b"m1", b"m2"]
+    assert await rewind_unacknowledged(js, SUBJECTS, CONFIG, 0 if partition else 1) == 0

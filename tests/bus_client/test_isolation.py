@@ -255,6 +255,12 @@ JETSTREAM_API = {
         b"",
     ),
     "read the cursor bucket": lambda d: ("$JS.API.DIRECT.GET.KV_ORE_CURSORS", b"{}"),
+    "read the store's thread bucket": lambda d: ("$JS.API.DIRECT.GET.KV_ORE_THREADS", b"{}"),
+    "read beta's journal": lambda d: (
+        f"$JS.API.DIRECT.GET.ORE_JOURNAL.{SUBJECTS.journal(d.beta_thread)}",
+        b"",
+    ),
+    "purge the store's journal": lambda d: ("$JS.API.STREAM.PURGE.ORE_JOURNAL", b""),
     "service discovery": lambda d: ("$SRV.INFO.ore", b""),
 }
 
@@ -285,6 +291,7 @@ WRITES = {
         json.dumps({"thread": d.beta_thread}).encode(),
     ),
     "the journal": lambda d: (SUBJECTS.journal(d.beta_thread), b"{}"),
+    "the store's thread bucket": lambda d: (f"$KV.ORE_THREADS.t.{d.beta_thread}", b"{}"),
 }
 
 

@@ -10,6 +10,10 @@ the user's state directory, so `ore` keeps its threads without any configuration
 | `json` | `threads/` (one `<id>.json` per thread) | none |
 | `journal` | `journal/` (one `<id>.jsonl` per thread) | `fsync`, `lock_timeout`, `max_open` |
 | `sqlite` | `threads.db` | `fsync`, `busy_timeout` |
+| `jetstream` | none (threads live in NATS JetStream) | `replicas` |
+
+`jetstream` is the store for several `ore serve` workers: it uses the core's own NATS
+connection (bound by `ore serve` at start), so it needs no address of its own.
 
 `name` (the `store.name` that chose the factory) is accepted and ignored.
 """
@@ -23,6 +27,7 @@ from typing import Any, TypeVar
 import platformdirs
 from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError
 
+from ore_core.bus.jetstream_store import JetStreamStore
 from ore_core.config import ConfigError
 from ore_core.errors import describe_validation_error
 from ore_core.ledger.file_repository import FsyncPolicy
@@ -31,6 +36,7 @@ from ore_core.session.protocols import StoreFactory
 from ore_core.session.stores import JournalStore, JSONStore, MemoryStore, SQLiteStore
 
 __all__ = [
+    "jetstream_store",
     "journal_store",
     "json_store",
     "memory_store",
@@ -63,6 +69,11 @@ class _JournalOptions(_FileOptions):
     fsync: FsyncPolicy = FsyncPolicy.BATCH
     lock_timeout: PositiveFloat = 2.0
     max_open: PositiveInt | None = None
+
+
+class _JetStreamOptions(_StoreOptions):
+    path: Path | None = None  # accepted (a shared environment may set it) and ignored
+    replicas: PositiveInt = 1
 
 
 class _SQLiteOptions(_FileOptions):
@@ -118,10 +129,17 @@ def sqlite_store(section: Mapping[str, Any]) -> SQLiteStore:
     )
 
 
+def jetstream_store(section: Mapping[str, Any]) -> JetStreamStore:
+    """Threads in NATS JetStream (journal stream + KV), shared by every worker."""
+    options = _options(_JetStreamOptions, "jetstream", section)
+    return JetStreamStore(replicas=options.replicas)
+
+
 @hookimpl
 def ore_register_stores(register: Callable[[str, StoreFactory], None]) -> None:
-    """Offer `store.name` = `memory`, `json`, `journal` and `sqlite`."""
+    """Offer `store.name` = `memory`, `json`, `journal`, `sqlite` and `jetstream`."""
     register("memory", memory_store)
     register("json", json_store)
     register("journal", journal_store)
     register("sqlite", sqlite_store)
+    register("jetstream", jetstream_store)

@@ -8,17 +8,45 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import os
+import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ore_core.errors import StoreError, ThreadCorrupt, ThreadExists, ThreadNotFound
+from ore_core.errors import (
+    StaleThread,
+    StoreError,
+    ThreadCorrupt,
+    ThreadExists,
+    ThreadNotFound,
+)
 from ore_core.ids import validate_thread_id
 
 if TYPE_CHECKING:
     from ore_core.ledger.thread import Thread
 
-__all__ = ["BaseStore"]
+__all__ = ["BaseStore", "probe_directory", "stale_thread"]
+
+
+def probe_directory(directory: str | os.PathLike[str]) -> None:
+    """Write, fsync and remove a small file in `directory`: OSError when it cannot take
+    a write now (read-only, full, gone). Blocking: run it in a worker thread."""
+    fd, name = tempfile.mkstemp(prefix=".ore-probe-", dir=directory)
+    try:
+        os.write(fd, b"ore store probe\n" * 64)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+        os.unlink(name)
+
+
+def stale_thread(thread_id: str, location: str) -> StaleThread:
+    """The error of a refused compare-and-set save (one wording for every store)."""
+    return StaleThread(
+        f"thread {thread_id} in {location}: another worker changed this thread after this "
+        "copy was loaded, so the save was refused and nothing was written; reload it"
+    )
 
 
 class BaseStore(ABC):
@@ -96,6 +124,13 @@ class BaseStore(ABC):
         ids = [thread_id for thread_id in await self._thread_ids() if thread_id > after]
         return ids if limit is None else ids[: max(limit, 0)]
 
+    async def check(self) -> None:
+        """Raise StoreError unless the store can take a save now (the health probe).
+
+        The default reads; file stores override it with a small write.
+        """
+        await self.list_ids(limit=1)
+
     async def close(self) -> None:
         """Mark the store closed; later calls raise StoreError. Idempotent."""
         self._closed = True
@@ -120,6 +155,9 @@ class BaseStore(ABC):
         return ThreadExists(
             f"thread {thread_id} already exists in {self.location}: use get() to load it"
         )
+
+    def _stale(self, thread_id: str) -> StaleThread:
+        return stale_thread(thread_id, self.location)
 
     def _no_match(self, key: str, value: str) -> ThreadNotFound:
         return ThreadNotFound(f"no thread with metadata {key}={value!r} in {self.location}")

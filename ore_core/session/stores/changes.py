@@ -165,19 +165,33 @@ class ChangeTracker:
     another journal hides its later changes from the store: don't.
     """
 
-    __slots__ = ("_recorders",)
+    __slots__ = ("_recorders", "_versions")
 
     def __init__(self) -> None:
         self._recorders: weakref.WeakKeyDictionary[Thread, ChangeRecorder] = (
             weakref.WeakKeyDictionary()
         )
+        # The stored version each handed-out Thread was loaded at (or last saved as):
+        # what a compare-and-set save compares with.
+        self._versions: weakref.WeakKeyDictionary[Thread, object] = weakref.WeakKeyDictionary()
 
-    def track(self, thread: Thread) -> Thread:
-        """Bind a fresh recorder to `thread` and remember it; returns `thread`."""
+    def track(self, thread: Thread, version: object = None) -> Thread:
+        """Bind a fresh recorder to `thread`, remember it and the stored `version` it
+        was loaded at; returns `thread`."""
         recorder = ChangeRecorder()
         thread.bind(recorder)
         self._recorders[thread] = recorder
+        self._versions[thread] = version
         return thread
+
+    def version(self, thread: Thread) -> object:
+        """The stored version `thread` was loaded at or last saved as (None: unknown)."""
+        return self._versions.get(thread)
+
+    def saved(self, thread: Thread, version: object) -> None:
+        """`thread` was just saved and the store now holds `version` of it."""
+        if thread in self._recorders:
+            self._versions[thread] = version
 
     @contextmanager
     def pending(self, thread: Thread) -> Iterator[list[Change] | None]:

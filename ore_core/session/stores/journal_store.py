@@ -5,13 +5,16 @@ Thread and binds a `ChangeRecorder` to it; `save` appends the recorded changes t
 thread's journal writer, so the file receives exactly the entries a bound thread
 would have written (saving after one more turn appends the two lines of that turn)
 and nothing reaches the file before `save`. Copies are therefore independent, and
-two copies can never write the same change twice. Saving a stale copy appends its
-own changes: its new turns become a branch, its tip and metadata keys win.
+two copies can never write the same change twice. Saves are compare-and-set on the
+journal's length: a copy remembers the length it was read at, and a save (holding
+the journal's lock) from a copy whose journal grew meanwhile, in this process or
+another, raises StaleThread and appends nothing.
 
 Durability is the repository's fsync policy (`always`, `batch`, `never`), not `save`'s:
 with `batch` a power loss can cost the last fraction of a second. Each journal is
 locked by the process that writes it (FileRepository's flock), so two processes
-cannot interleave one thread; `JournalLocked` surfaces as a StoreError.
+cannot interleave one thread; `JournalLocked` surfaces as a StoreError (the save
+wrote nothing: a bus worker retries the message later).
 
 `get_by` uses an in-memory metadata index built on first use by replaying every
 journal (O(total journal size), once per process) and kept current by this store's
@@ -33,7 +36,7 @@ from ore_core.ids import generate_thread_id, is_valid_thread_id
 from ore_core.ledger.file_repository import FileRepository, FsyncPolicy
 from ore_core.ledger.journal import JournalState
 from ore_core.ledger.thread import Thread
-from ore_core.session.stores.base import BaseStore
+from ore_core.session.stores.base import BaseStore, probe_directory
 from ore_core.session.stores.changes import (
     AddTurn,
     Change,
@@ -47,13 +50,13 @@ from ore_core.session.stores.thread_json import build_thread, ordered_turns
 from ore_core.session.stores.worker import SerialWorker
 from ore_core.turn import Turn
 
-__all__ = ["JournalStore"]
+__all__ = ["JournalStore", "Snapshot"]
 
 _R = TypeVar("_R")
 
 
 @dataclass(frozen=True, slots=True)
-class _Snapshot:
+class Snapshot:
     """A thread's full state, taken on the loop for a save that must write everything."""
 
     turns: list[Turn]
@@ -61,7 +64,7 @@ class _Snapshot:
     metadata: dict[str, str]
 
     @classmethod
-    def of(cls, thread: Thread) -> _Snapshot:
+    def of(cls, thread: Thread) -> Snapshot:
         return cls(ordered_turns(thread.all_turns()), thread.current_tip, thread.meta().all())
 
     def changes_since(self, state: JournalState | None) -> list[Change]:
@@ -156,14 +159,14 @@ class JournalStore(BaseStore):
     ) -> Thread:
         """Start a journal for a new empty thread; ThreadExists when the id has one."""
         thread_id = generate_thread_id() if thread_id is None else thread_id
-        snapshot = _Snapshot([], "", dict(metadata or {}))
-        await self._run(self._create, self._checked_id(thread_id), snapshot)
-        return self._hand_out(thread_id, snapshot.turns, "", snapshot.metadata)
+        snapshot = Snapshot([], "", dict(metadata or {}))
+        length = await self._run(self._create, self._checked_id(thread_id), snapshot)
+        return self._hand_out(thread_id, snapshot.turns, "", snapshot.metadata, length)
 
     async def get(self, thread_id: str) -> Thread:
         """Replay the journal into a new Thread (a torn tail after a crash is left out)."""
-        state = await self._run(self._load, self._checked_id(thread_id))
-        return self._hand_out(thread_id, state.turns.values(), state.tip, state.meta)
+        state, length = await self._run(self._load, self._checked_id(thread_id))
+        return self._hand_out(thread_id, state.turns.values(), state.tip, state.meta, length)
 
     async def get_by(self, key: str, value: str) -> Thread:
         """The lowest-id thread whose metadata has `key` == `value` (an index lookup)."""
@@ -171,22 +174,28 @@ class JournalStore(BaseStore):
         found = await self._run(self._find, key, value)
         if found is None:
             raise self._no_match(key, value)
-        thread_id, state = found
-        return self._hand_out(thread_id, state.turns.values(), state.tip, state.meta)
+        thread_id, (state, length) = found
+        return self._hand_out(thread_id, state.turns.values(), state.tip, state.meta, length)
 
     async def save(self, thread: Thread) -> None:
         """Append the changes since load or last save (a foreign Thread: its difference).
 
-        With no changes it touches nothing.
+        With no changes it touches nothing. StaleThread (nothing appended) when the
+        journal grew since this copy was read.
         """
         thread_id = self._checked_id(thread.id)
         with self._tracker.pending(thread) as changes:
             if changes == []:
                 return
-            if changes is not None and await self._run(self._append, thread_id, changes):
-                return
+            if changes is not None:
+                expected = self._tracker.version(thread)
+                length = await self._run(self._append, thread_id, changes, expected)
+                if length is not None:
+                    self._tracker.saved(thread, length)
+                    return
             # Untracked, or the journal was deleted meanwhile (changes alone: a fragment).
-            await self._run(self._write_difference, thread_id, _Snapshot.of(thread))
+            length = await self._run(self._write_difference, thread_id, Snapshot.of(thread))
+            self._tracker.saved(thread, length)
 
     async def delete(self, thread_id: str) -> bool:
         """Remove the thread's journal; True when there was one."""
@@ -202,6 +211,11 @@ class JournalStore(BaseStore):
         except (LedgerError, OSError) as exc:  # a failed final fsync: data may be lost
             raise self._failed(exc) from exc
 
+    async def check(self) -> None:
+        """StoreError unless a file can be written in the journal directory now."""
+        self._check_open()
+        await self._run(probe_directory, self.repository.directory)
+
     async def _thread_ids(self) -> builtins.list[str]:
         return await self._run(self._scan_ids)
 
@@ -214,24 +228,35 @@ class JournalStore(BaseStore):
             raise self._failed(exc) from exc
 
     def _hand_out(
-        self, thread_id: str, turns: Iterable[Turn], tip: str, metadata: Mapping[str, str]
+        self,
+        thread_id: str,
+        turns: Iterable[Turn],
+        tip: str,
+        metadata: Mapping[str, str],
+        length: int | None,
     ) -> Thread:
-        """The caller's Thread, tracked so that `save` appends only what changes."""
-        return self._tracker.track(build_thread(thread_id, turns, tip, metadata))
+        """The caller's Thread, tracked so that `save` appends only what changes, and
+        only onto the journal `length` bytes long it was read from."""
+        return self._tracker.track(build_thread(thread_id, turns, tip, metadata), length)
 
     # -- on the worker thread ----------------------------------------------------------------------
 
     def _scan_ids(self) -> builtins.list[str]:
         return [i for i in self.repository.thread_ids() if is_valid_thread_id(i)]
 
-    def _create(self, thread_id: str, snapshot: _Snapshot) -> None:
+    def _create(self, thread_id: str, snapshot: Snapshot) -> int | None:
         if self.repository.exists(thread_id):
             raise self._exists(thread_id)
         self._write(thread_id, snapshot.changes_since(None))
+        return self.repository.locked_length(thread_id)
 
-    def _load(self, thread_id: str) -> JournalState:
-        if not self.repository.exists(thread_id):
-            raise self._not_found(thread_id)
+    def _load(self, thread_id: str) -> tuple[JournalState, int | None]:
+        """The replayed journal and its length before the replay (a length taken first
+        can only be too short: a save from this copy is then refused, never wrong)."""
+        try:
+            length: int | None = self.repository.path(thread_id).stat().st_size
+        except FileNotFoundError:
+            raise self._not_found(thread_id) from None
         state = self.repository.hydrate(thread_id)
         if state.problem is not None and state.entries == 0:
             raise ThreadCorrupt(
@@ -239,9 +264,14 @@ class JournalStore(BaseStore):
                 f"{self.repository.path(thread_id)} has no readable entry ({state.problem}); "
                 "repair or delete the file"
             )
-        return state
+        if state.problem is not None:
+            # A torn or bad tail is cut by the first write; cut it now, under the lock,
+            # so the length this copy remembers is the one its save will find.
+            length = self._locked_length(thread_id)
+            state = self.repository.hydrate(thread_id)
+        return state, length
 
-    def _find(self, key: str, value: str) -> tuple[str, JournalState] | None:
+    def _find(self, key: str, value: str) -> tuple[str, tuple[JournalState, int | None]] | None:
         for thread_id in self._metadata_index().find(key, value):
             try:
                 return thread_id, self._load(thread_id)
@@ -254,38 +284,54 @@ class JournalStore(BaseStore):
             index = _MetaIndex()
             for thread_id in self._scan_ids():
                 try:
-                    index.put(thread_id, self._load(thread_id).meta)
+                    index.put(thread_id, self._load(thread_id)[0].meta)
                 except (ThreadCorrupt, ThreadNotFound):
                     continue
             self._index = index
         return self._index
 
-    def _append(self, thread_id: str, changes: Sequence[Change]) -> bool:
-        """Append recorded changes; False (nothing written) when the journal is gone."""
-        # A journal we hold open is flocked, and delete() takes that lock: it exists.
-        if thread_id not in self._open and not self.repository.exists(thread_id):
-            return False
+    def _append(self, thread_id: str, changes: Sequence[Change], expected: object) -> int | None:
+        """Append recorded changes if the journal is still `expected` bytes long (None:
+        any length); the new length, or None (nothing written) when the journal is gone."""
+        # The lock is held from here through the write: nobody else can append between.
+        length = self._locked_length(thread_id)
+        if length is None:
+            return None
+        if expected is not None and length != expected:
+            raise self._stale(thread_id)
         self._write(thread_id, changes)
-        return True
+        return self.repository.locked_length(thread_id)
 
-    def _write_difference(self, thread_id: str, snapshot: _Snapshot) -> None:
+    def _write_difference(self, thread_id: str, snapshot: Snapshot) -> int | None:
         exists = self.repository.exists(thread_id)
         state = self.repository.hydrate(thread_id) if exists else None
         self._write(thread_id, snapshot.changes_since(state))
+        return self.repository.locked_length(thread_id)
 
     def _write(self, thread_id: str, changes: Sequence[Change]) -> None:
         if not changes:
             return
         replay(changes, self.repository.writer(thread_id))
+        self._opened(thread_id)
+        if self._index is not None:
+            for key, value in ChangeSet.of(changes).meta.items():
+                self._index.change(thread_id, key, value)
+
+    def _locked_length(self, thread_id: str) -> int | None:
+        """The journal's length with its lock held (see FileRepository.locked_length)."""
+        length = self.repository.locked_length(thread_id)
+        if length is not None:
+            self._opened(thread_id)
+        return length
+
+    def _opened(self, thread_id: str) -> None:
+        """Count `thread_id` as open (and locked), releasing the least recent over the bound."""
         self._open[thread_id] = None
         self._open.move_to_end(thread_id)
         if len(self._open) > self._max_open:
             # Bound open files; a released journal is fsynced and reopened on its next write.
             stale, _ = self._open.popitem(last=False)
             self.repository.release(stale)
-        if self._index is not None:
-            for key, value in ChangeSet.of(changes).meta.items():
-                self._index.change(thread_id, key, value)
 
     def _delete(self, thread_id: str) -> bool:
         self._open.pop(thread_id, None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -28,11 +29,12 @@ class _Saved:
     turns: dict[str, bytes]
     tip: str
     metadata: dict[str, str]
+    version: int
 
     @classmethod
-    def of(cls, thread: Thread) -> _Saved:
+    def of(cls, thread: Thread, version: int) -> _Saved:
         turns = {turn.id: _encode(turn) for turn in ordered_turns(thread.all_turns())}
-        return cls(turns, thread.current_tip, thread.meta().all())
+        return cls(turns, thread.current_tip, thread.meta().all(), version)
 
     def apply(self, turns: Mapping[str, bytes], net: ChangeSet) -> None:
         self.turns.update(turns)
@@ -56,8 +58,10 @@ class MemoryStore(BaseStore):
     return it (a delta is refused on save; a tool call's display becomes its
     rendering). Like SQLiteStore, `save` applies only what changed since the thread
     was handed out (O(changes)); a Thread from elsewhere replaces the stored one.
-    Saving a stale copy adds its turns as a branch; its tip and metadata keys win.
-    No method awaits anything, so each is atomic on the event loop.
+    Saves are compare-and-set: every stored thread carries a version (from one
+    counter, so a deleted and recreated thread never repeats one) and saving a copy
+    loaded at an older version raises StaleThread. No method awaits anything, so
+    each is atomic on the event loop.
     """
 
     name = "memory"
@@ -66,6 +70,7 @@ class MemoryStore(BaseStore):
         super().__init__("memory")
         self._threads: dict[str, _Saved] = {}
         self._tracker = ChangeTracker()
+        self._versions = itertools.count(1)
 
     async def create(
         self, thread_id: str | None = None, metadata: Mapping[str, str] | None = None
@@ -74,7 +79,7 @@ class MemoryStore(BaseStore):
         thread_id = generate_thread_id() if thread_id is None else thread_id
         if self._checked_id(thread_id) in self._threads:
             raise self._exists(thread_id)
-        self._threads[thread_id] = _Saved({}, "", dict(metadata or {}))
+        self._threads[thread_id] = _Saved({}, "", dict(metadata or {}), next(self._versions))
         return self._hand_out(thread_id)
 
     async def get(self, thread_id: str) -> Thread:
@@ -94,18 +99,24 @@ class MemoryStore(BaseStore):
     async def save(self, thread: Thread) -> None:
         """Apply the thread's changes (ArtifactError for a delta, leaving the store as it was).
 
-        With no changes it touches nothing.
+        With no changes it touches nothing. StaleThread when the stored thread changed
+        since this copy was loaded.
         """
         thread_id = self._checked_id(thread.id)
         with self._tracker.pending(thread) as changes:
             if changes == []:
                 return
             saved = self._threads.get(thread_id)
+            version = next(self._versions)
             if changes is not None and saved is not None:
+                if saved.version != self._tracker.version(thread):
+                    raise self._stale(thread_id)
                 net = ChangeSet.of(changes)
                 saved.apply({turn.id: _encode(turn) for turn in net.changed_turns(thread)}, net)
+                saved.version = version
             else:  # untracked, or deleted meanwhile
-                self._threads[thread_id] = _Saved.of(thread)
+                self._threads[thread_id] = _Saved.of(thread, version)
+            self._tracker.saved(thread, version)
 
     async def delete(self, thread_id: str) -> bool:
         """Drop the thread; True when it was stored."""
@@ -117,4 +128,4 @@ class MemoryStore(BaseStore):
     def _hand_out(self, thread_id: str) -> Thread:
         saved = self._threads[thread_id]
         thread = build_thread(thread_id, saved.turn_list(), saved.tip, saved.metadata)
-        return self._tracker.track(thread)
+        return self._tracker.track(thread, saved.version)

@@ -1,7 +1,8 @@
 """SQLiteStore: threads in one SQLite database (stdlib `sqlite3`), safe for several processes.
 
-Schema (version 2, kept in `PRAGMA user_version`):
-`threads(id, current_tip, created_at, updated_at)` (times as RFC 3339 text),
+Schema (version 3, kept in `PRAGMA user_version`):
+`threads(id, current_tip, created_at, updated_at, version)` (times as RFC 3339 text;
+`version` counts saves and makes every save a compare-and-set),
 `turns(seq, thread_id, turn_id, json)` (the Go turn JSON; `seq` is the rowid, so a
 thread's turns come back in the order first stored and a new turn needs no lookup of
 its number), unique on `(thread_id, turn_id)`; `metadata(thread_id, key, value)`
@@ -79,7 +80,16 @@ def _schema_v2(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE turns_v2 RENAME TO turns")
 
 
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_schema_v1, _schema_v2)
+def _schema_v3(conn: sqlite3.Connection) -> None:
+    # The version every save compares and bumps (compare-and-set across processes).
+    conn.execute("ALTER TABLE threads ADD COLUMN version INTEGER NOT NULL DEFAULT 0")
+
+
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
+    _schema_v1,
+    _schema_v2,
+    _schema_v3,
+)
 """`MIGRATIONS[n]` takes the schema from version n to n + 1 (0 = empty database)."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -94,8 +104,10 @@ _INSERT_THREAD = (
     f"INSERT INTO threads (id, current_tip, created_at, updated_at) VALUES (?, ?, {_NOW}, {_NOW})"
 )
 _UPDATE_THREAD = (
-    f"UPDATE threads SET updated_at = {_NOW}, current_tip = coalesce(?, current_tip) WHERE id = ?"
+    f"UPDATE threads SET updated_at = {_NOW}, current_tip = coalesce(?, current_tip),"
+    " version = version + 1 WHERE id = ?"
 )
+_UPDATE_THREAD_IF = _UPDATE_THREAD + " AND version = ?"
 
 
 class _GroupUndone(Exception):
@@ -110,6 +122,7 @@ class _Loaded:
     tip: str
     turns: list[Turn]  # in seq order
     metadata: dict[str, str]
+    version: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +133,7 @@ class _Rows:
     tip: str | None
     metadata: dict[str, str | None]
     full: bool = False  # replace everything stored for the thread
+    expected: int | None = None  # the version the rows were loaded at (compare-and-set)
 
 
 def _turn_json(turn: Turn) -> str:
@@ -138,8 +152,10 @@ class SQLiteStore(BaseStore):
     Threads handed out carry a `ChangeRecorder`; `save` writes only the turns, tip and
     metadata keys changed since the thread was loaded or last saved, in one transaction.
     A Thread that did not come from this store is written in full. Copies from `get` are
-    independent; saving a stale copy writes its own changes (its new turns become a
-    branch, its tip and metadata keys win), so the store stays consistent.
+    independent. Saves are compare-and-set on the thread's `version` column, checked
+    and bumped in the save's transaction: saving a copy loaded before another save
+    (from this process or another sharing the file) raises StaleThread and writes
+    nothing, so two workers on one file never fork a thread.
     `get_or_create_by` runs in one `BEGIN IMMEDIATE` transaction: atomic across
     processes sharing the file.
     """
@@ -179,7 +195,7 @@ class SQLiteStore(BaseStore):
         thread_id = generate_thread_id() if thread_id is None else thread_id
         metadata = dict(metadata or {})
         await self._run(self._insert_thread, self._checked_id(thread_id), metadata)
-        return self._hand_out(_Loaded(thread_id, "", [], metadata))
+        return self._hand_out(_Loaded(thread_id, "", [], metadata, 0))
 
     async def get(self, thread_id: str) -> Thread:
         """The stored thread, read in one transaction."""
@@ -208,7 +224,9 @@ class SQLiteStore(BaseStore):
     async def save(self, thread: Thread) -> None:
         """Write the changes since load or last save (everything for a foreign Thread).
 
-        Returns once they are committed; with no changes it touches nothing.
+        Returns once they are committed; with no changes it touches nothing. Raises
+        StaleThread (nothing written) when the stored thread changed since this copy
+        was loaded.
         """
         thread_id = self._checked_id(thread.id)
         with self._tracker.pending(thread) as changes:
@@ -217,11 +235,15 @@ class SQLiteStore(BaseStore):
                     return
                 net = ChangeSet.of(changes)
                 turns = [(turn.id, _turn_json(turn)) for turn in net.changed_turns(thread)]
-                rows = _Rows(turns, net.tip, net.meta)
-                if await self._run(self._write, thread_id, rows, grouped=True):
+                expected = self._tracker.version(thread)
+                rows = _Rows(turns, net.tip, net.meta, expected=_int_or_none(expected))
+                version = await self._run(self._write, thread_id, rows, grouped=True)
+                if version is not None:
+                    self._tracker.saved(thread, version)
                     return
                 # Deleted meanwhile: the changes alone would leave a fragment of the thread.
-            await self._run(self._write, thread_id, _full_rows(thread), grouped=True)
+            version = await self._run(self._write, thread_id, _full_rows(thread), grouped=True)
+            self._tracker.saved(thread, version)
 
     async def delete(self, thread_id: str) -> bool:
         """Delete the thread and its rows; True when it existed."""
@@ -242,6 +264,11 @@ class SQLiteStore(BaseStore):
         finally:
             await self._worker.close(self._disconnect)
 
+    async def check(self) -> None:
+        """StoreError unless the database takes a write now (a rolled-back insert)."""
+        self._check_open()
+        await self._run(self._probe_write)
+
     async def _thread_ids(self) -> builtins.list[str]:
         return await self._run(self._select_ids, "", -1)
 
@@ -256,7 +283,7 @@ class SQLiteStore(BaseStore):
     def _hand_out(self, loaded: _Loaded) -> Thread:
         """The caller's Thread, tracked so that `save` writes only what changes."""
         thread = build_thread(loaded.thread_id, loaded.turns, loaded.tip, loaded.metadata)
-        return self._tracker.track(thread)
+        return self._tracker.track(thread, loaded.version)
 
     # -- on the worker thread ----------------------------------------------------------------------
 
@@ -353,26 +380,38 @@ class SQLiteStore(BaseStore):
                 return loaded, False
             thread_id = generate_thread_id()
             self._insert(conn, thread_id, metadata)
-            return _Loaded(thread_id, "", [], dict(metadata)), True
+            return _Loaded(thread_id, "", [], dict(metadata), 0), True
 
-    def _write(self, thread_id: str, rows: _Rows) -> bool:
-        """Apply `rows` inside the group's transaction; False (nothing written) when
-        partial rows meet a thread that is no longer stored."""
+    def _write(self, thread_id: str, rows: _Rows) -> int | None:
+        """Apply `rows` inside the group's transaction and return the thread's new
+        version; None (nothing written) when partial rows meet a thread that is no
+        longer stored; StaleThread when the stored version is not `rows.expected`."""
         conn = self._connection()
-        updated = conn.execute(_UPDATE_THREAD, (rows.tip, thread_id)).rowcount
+        if rows.expected is None:
+            updated = conn.execute(_UPDATE_THREAD, (rows.tip, thread_id)).rowcount
+        else:
+            updated = conn.execute(_UPDATE_THREAD_IF, (rows.tip, thread_id, rows.expected)).rowcount
         if not updated:
+            exists = conn.execute("SELECT 1 FROM threads WHERE id = ?", (thread_id,)).fetchone()
+            if exists is not None:
+                raise self._stale(thread_id)
             if not rows.full:
-                return False
+                return None
             conn.execute(_INSERT_THREAD, (thread_id, rows.tip or ""))
         if rows.full:
             conn.execute("DELETE FROM turns WHERE thread_id = ?", (thread_id,))
             conn.execute("DELETE FROM metadata WHERE thread_id = ?", (thread_id,))
         _upsert_turns(conn, thread_id, rows.turns)
         _apply_metadata(conn, thread_id, rows.metadata.items())
-        return True
+        (version,) = conn.execute(
+            "SELECT version FROM threads WHERE id = ?", (thread_id,)
+        ).fetchone()
+        return int(version)
 
     def _load(self, conn: sqlite3.Connection, thread_id: str) -> _Loaded | None:
-        row = conn.execute("SELECT current_tip FROM threads WHERE id = ?", (thread_id,)).fetchone()
+        row = conn.execute(
+            "SELECT current_tip, version FROM threads WHERE id = ?", (thread_id,)
+        ).fetchone()
         if row is None:
             return None
         rows = conn.execute(
@@ -388,7 +427,15 @@ class SQLiteStore(BaseStore):
                     f"{exc} (repair the row or delete the thread)"
                 ) from exc
         metadata = conn.execute("SELECT key, value FROM metadata WHERE thread_id = ?", (thread_id,))
-        return _Loaded(thread_id, row[0], turns, dict(metadata.fetchall()))
+        return _Loaded(thread_id, row[0], turns, dict(metadata.fetchall()), int(row[1]))
+
+    def _probe_write(self) -> None:
+        conn = self._connection()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(_INSERT_THREAD, ("\x00ore-probe", ""))
+        finally:
+            _rollback(conn)
 
     def _delete_thread(self, thread_id: str) -> bool:
         with self._transaction("IMMEDIATE") as conn:
@@ -402,6 +449,10 @@ class SQLiteStore(BaseStore):
             "SELECT id FROM threads WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
         )
         return [thread_id for (thread_id,) in rows]
+
+
+def _int_or_none(version: object) -> int | None:
+    return version if isinstance(version, int) else None
 
 
 def _enable_wal(conn: sqlite3.Connection, deadline: float) -> None:

@@ -1,0 +1,82 @@
+"""StoreHealth: whether the store can take saves, as the last saves and probes saw it.
+
+A failed save (disk full, read-only, locked) is not the sender's fault and not the
+end of the message: the stream drops its copy of the thread and the bus redelivers
+the message later. Meanwhile the person waiting should hear once that the answer
+is delayed (not once per redelivery), and an orchestrator should see the worker as
+not ready. This object keeps exactly that state: which threads were told, and
+whether the store is usable; a successful save or probe clears it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import structlog
+
+from ore_core.errors import StoreError, ThreadCorrupt, ThreadExists, ThreadNotFound
+
+__all__ = ["DELAYED_NOTICE", "StoreHealth", "is_store_failure"]
+
+log = structlog.get_logger("ore.session")
+
+DELAYED_NOTICE = "answer delayed: the store is unavailable, retrying"
+"""The one notice a sender gets while its thread cannot be saved."""
+
+
+def is_store_failure(error: BaseException) -> bool:
+    """True for a store that could not do its job (I/O, lock, read-only): worth a retry.
+
+    Not for a missing, existing or corrupt thread, or a refused stale save: those are
+    answers about the data, and retrying would give the same answer (or, for a stale
+    save, needs a reload, not a wait).
+    """
+    return isinstance(error, StoreError) and not isinstance(
+        error, ThreadCorrupt | ThreadExists | ThreadNotFound
+    )
+
+
+class StoreHealth:
+    """Usable or not, the last failure, and the threads told that their answer waits."""
+
+    def __init__(self) -> None:
+        self.usable = True
+        self.error = ""
+        self._told: set[str] = set()
+
+    def failed(self, thread_id: str, error: BaseException) -> bool:
+        """A save of `thread_id` failed; True when its sender has not been told yet."""
+        if self.usable:
+            log.error("store unavailable; messages are retried", error=str(error))
+        self.usable = False
+        self.error = str(error)
+        if thread_id in self._told:
+            return False
+        self._told.add(thread_id)
+        return True
+
+    def saved(self, thread_id: str) -> None:
+        """A save of `thread_id` worked: the store is usable again (cheap when nothing failed)."""
+        if not self.usable or self._told:
+            self._told.discard(thread_id)
+            self._recovered()
+
+    def _recovered(self) -> None:
+        if not self.usable:
+            log.info("store usable again")
+        self.usable = True
+        self.error = ""
+
+    async def probe(self, check: Callable[[], Awaitable[object]]) -> bool:
+        """Run `check` (a cheap store call that must succeed); record and return the outcome."""
+        try:
+            await check()
+        except Exception as exc:
+            if self.usable:
+                log.error("store probe failed", error=str(exc))
+            self.usable = False
+            self.error = str(exc)
+            return False
+        if not self.usable:
+            self._recovered()
+        return True
