@@ -88,8 +88,8 @@ async def test_chat_and_serve_on_one_store_answer_everything_without_forking(
         js = nc.jetstream()
         for n in range(ROUNDS):
             body = {"kind": "user_message", "id": uuid.uuid4().hex, "content": f"serve {n}"}
-            # a thread made by local `ore chat` records no namespace: it is `default`'s
-            await js.publish("ore.in.default.shared", json.dumps(body).encode())
+            # local `ore chat` runs the stdin conduit: the thread is namespace stdin's
+            await js.publish("ore.in.stdin.shared", json.dumps(body).encode())
             if n:
                 chat.stdin.write(f"chat {n}\n".encode())
                 await chat.stdin.drain()
