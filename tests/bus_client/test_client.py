@@ -317,6 +317,25 @@ async def test_after_a_reconnect_a_live_feed_reads_what_was_stored_meanwhile(
     assert [d.sequence for d in got] == meanwhile
 
 
+async def test_a_catch_up_while_the_core_is_away_waits_for_it_instead_of_ending_the_feed(
+    ore_nats_client: Client, client: ConduitClient, subjects: Subjects, manager: Manager
+) -> None:
+    await ensure_streams(ore_nats_client.jetstream(), subjects, BusConfig(partitions=2))
+    async with ControlAPI(ore_nats_client, manager, subjects, version=VERSION):
+        feed = await client.events("t-1").start()
+    try:
+        feed.resync()  # as after a reconnect; events.read now has no responder
+        stored = await store(ore_nats_client, subjects, "t-1", text("while the core restarts"))
+        reading = asyncio.create_task(take(feed, 1))
+        await asyncio.sleep(0.3)  # lets the catch-up meet the absent core (not an assertion)
+        assert not reading.done() or reading.exception() is None
+        async with ControlAPI(ore_nats_client, manager, subjects, version=VERSION):
+            got = await reading
+    finally:
+        await feed.close()
+    assert [(d.sequence, d.event) for d in got] == [(stored, text("while the core restarts"))]
+
+
 # -- durable feeds --------------------------------------------------------------------
 
 
