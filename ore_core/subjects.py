@@ -34,7 +34,11 @@ from ore_core.ids import NAMESPACE_KEY as NAMESPACE_KEY
 from ore_core.ids import validate_thread_id
 
 SCHEMA_VERSION = 2
-"""Version of the wire schema, sent in the `Ore-Schema` header of every ore message."""
+"""Version of the wire schema, sent in the `Ore-Schema` header of every ore message.
+
+2: stored output is one `batch` message per handled event; lifecycle submitted and
+streaming and notices are live only. Ingress events are unchanged, so the core also
+accepts ingress marked `1`."""
 
 HEADER_KIND = "Ore-Kind"
 """The event kind (`user_message`, `text_delta`, ...): lets subscribers filter unparsed."""

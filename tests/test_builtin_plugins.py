@@ -28,6 +28,8 @@ from ore_core import (
 from ore_core.cli import main
 from ore_core.cli.app import build_runtime
 from ore_core.config import OreSettings
+from ore_core.logging import configure_logging
+from ore_core.plugins.builtin.log_sink import LogSink
 from ore_core.plugins.manager import BUILTIN_PLUGINS, OrePluginManager, create_plugin_manager
 from ore_core.plugins.registry import collect_registrations
 from ore_core.session.stores import MemoryStore
@@ -323,20 +325,32 @@ async def test_failing_startup_hook_names_the_plugin_shuts_down_and_closes_the_s
 # --- log sink ----------------------------------------------------------------------
 
 
-async def test_log_sink_logs_each_finished_turn_and_done_with_the_thread_id_never_deltas(
+async def test_log_sink_logs_each_finished_turn_and_done_at_debug_with_the_thread_id_never_deltas(
     pm: OrePluginManager,
 ) -> None:
+    configure_logging("debug")
     with capture_logs() as logs:
         async with await build_runtime(settings(store={"name": "memory"}), pm) as runtime:
             thread_id = await say(runtime.manager, "several words to stream")
     events = [(log["event"], log["log_level"]) for log in logs if log.get("thread_id")]
     assert events == [
-        ("turn complete", "info"),
-        ("turn complete", "info"),
-        ("turn done", "info"),
+        ("turn complete", "debug"),
+        ("turn complete", "debug"),
+        ("turn done", "debug"),
     ]
     assert all(log["thread_id"] == thread_id for log in logs if "thread_id" in log)
     assert not any("delta" in json.dumps(log, default=str) for log in logs)
+
+
+async def test_at_info_the_log_sink_logs_no_line_per_turn_and_never_sees_those_events(
+    pm: OrePluginManager,
+) -> None:
+    configure_logging("info")
+    assert LogSink().kinds == {"error"}
+    with capture_logs() as logs:
+        async with await build_runtime(settings(store={"name": "memory"}), pm) as runtime:
+            await say(runtime.manager, "several words")
+    assert [log for log in logs if log.get("thread_id")] == []
 
 
 async def test_log_sink_logs_a_failed_turn_as_a_warning(

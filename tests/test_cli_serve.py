@@ -126,10 +126,11 @@ async def converse(nc: Client, thread_id: str, text: str) -> list[dict[str, Any]
     done = asyncio.Event()
 
     async def on_event(msg: Any) -> None:
-        event = json.loads(msg.data)
-        events.append(event)
-        if event["kind"] == "lifecycle" and event["phase"] == "done":
-            done.set()
+        message = json.loads(msg.data)
+        for event in message["events"] if message["kind"] == "batch" else [message]:
+            events.append(event)
+            if event["kind"] == "lifecycle" and event["phase"] == "done":
+                done.set()
 
     await nc.subscribe(f"ore.out.raw.{thread_id}", cb=on_event)
     message = {"kind": "user_message", "id": uuid.uuid4().hex, "content": text}
@@ -169,10 +170,11 @@ async def test_serve_answers_a_raw_nats_client_as_protocol_md_describes(
     await wait_until_serving(nc, served)
     events = await converse(nc, "raw-1", "hello core")
     stored = [e for e in events if e["kind"] != "text_delta"]
+    # Live events as they happen, then the turn's stored batch (protocol.md "Batches").
     assert [(e["kind"], e.get("phase") or e.get("turn", {}).get("role")) for e in stored] == [
-        ("turn_complete", "user"),
         ("lifecycle", "submitted"),
         ("lifecycle", "streaming"),
+        ("turn_complete", "user"),
         ("text", None),
         ("turn_complete", "assistant"),
         ("lifecycle", "done"),

@@ -38,7 +38,13 @@ from ore_core import (
     UnknownArtifact,
     UserMessageEvent,
 )
-from ore_core.events import decode_ingress, decode_output, encode_event, event_json_schema
+from ore_core.events import (
+    _encode_with_pydantic,
+    decode_ingress,
+    decode_output,
+    encode_event,
+    event_json_schema,
+)
 from ore_core.jsonutil import dumps
 
 HTTP = EventContext(provenance="http")
@@ -569,3 +575,29 @@ def test_every_output_event_survives_encode_then_decode(event: OutputEvent) -> N
     expected = event if event.context.provenance else event.with_context(EventContext())
     assert decoded == expected
     assert encode_event(decoded) == raw
+
+
+@given(_output_events)
+def test_the_fast_encoder_writes_exactly_what_pydantic_writes(event: OutputEvent) -> None:
+    assert encode_event(event) == _encode_with_pydantic(event)
+
+
+@given(
+    st.builds(
+        ArtifactEvent,
+        artifact=st.one_of(
+            st.builds(Text, _text),
+            st.builds(TextDelta, _text),
+            st.builds(Reasoning, _text),
+            st.builds(ReasoningDelta, _text),
+        ),
+        context=_contexts,
+    )
+)
+def test_the_fast_encoder_of_text_events_matches_pydantic_for_any_text(event: OutputEvent) -> None:
+    assert encode_event(event) == _encode_with_pydantic(event)
+
+
+@given(st.builds(UserMessageEvent, id=_text.filter(bool), content=_text, context=_contexts))
+def test_the_fast_encoder_of_user_messages_matches_pydantic(event: UserMessageEvent) -> None:
+    assert encode_event(event) == _encode_with_pydantic(event)

@@ -84,7 +84,9 @@ class _Outbox:
         self.changed = asyncio.Event()
 
     async def receive(self, msg: Msg) -> None:
-        self.events.setdefault(msg.subject.rpartition(".")[2], []).append(json.loads(msg.data))
+        message = json.loads(msg.data)  # a batch (protocol.md "Batches") or one event
+        events = message["events"] if message["kind"] == "batch" else [message]
+        self.events.setdefault(msg.subject.rpartition(".")[2], []).extend(events)
         self.changed.set()
 
     def turns(self, thread_id: str, role: str) -> list[dict[str, Any]]:

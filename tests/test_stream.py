@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,7 @@ from ore_core import (
     SessionClosed,
     Text,
     TextDelta,
+    Thread,
     ToolCallDelta,
     TurnCancelled,
     TurnCompleteEvent,
@@ -389,6 +391,67 @@ async def test_user_turn_is_saved_before_the_processor_runs(store: MemoryStore) 
         stored = await store.get(stream.id)
         assert [t.role for t in stored.turns()] == [Role.USER]
         gate.release()
+
+
+class GatedSaveStore(MemoryStore):
+    """A memory store whose final saves (a thread with an answer) wait for `release`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saving = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def save(self, thread: Thread) -> None:
+        if len(thread.turns()) > 1:
+            self.saving.set()
+            await self.release.wait()
+        await super().save(thread)
+
+
+async def test_a_cancel_during_the_final_save_does_not_cut_the_turn_short() -> None:
+    store = GatedSaveStore()
+    async with Manager(store, ScriptedProcessor(["answer"])) as manager:
+        stream = await manager.create()
+        handled = asyncio.Event()
+        sub = stream.subscribe("lifecycle")
+        stream.submit(message("hi"), on_handled=handled.set)
+        await asyncio.wait_for(store.saving.wait(), 5)
+        stream.cancel()  # the processor is done: nothing left to cancel
+        store.release.set()
+        await asyncio.wait_for(handled.wait(), 5)
+        stored = await store.get(stream.id)
+        assert [t.role for t in stored.turns()] == [Role.USER, Role.ASSISTANT]
+        phases = [getattr(sub.get_nowait(), "phase", None) for _ in range(4)]
+        assert phases == ["submitted", "streaming", "done", None]  # no "cancelled"
+
+
+class SwallowingProcessor:
+    """Waits until cancelled, swallows the cancellation and answers anyway."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+
+    async def __call__(self, ctx: Any) -> None:
+        if not self.started.is_set():
+            self.started.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                pass
+        await ctx.append(Role.ASSISTANT, Text("anyway"))
+
+
+async def test_a_processor_that_swallows_a_cancel_does_not_stop_the_stream(
+    store: MemoryStore,
+) -> None:
+    processor = SwallowingProcessor()
+    async with Manager(store, processor) as manager:
+        stream = await manager.create()
+        stream.submit(message("first"))
+        await asyncio.wait_for(processor.started.wait(), 5)
+        stream.cancel()
+        await asyncio.wait_for(stream.process(message("second")), 5)
+        assert [t.role for t in stream.turns()][:2] == [Role.USER, Role.ASSISTANT]
 
 
 async def test_on_handled_fires_after_done_and_the_final_save(store: MemoryStore) -> None:

@@ -21,6 +21,7 @@ __all__ = [
     "BAD_SCHEMA",
     "BAD_THREAD_ID",
     "IDENTITY",
+    "INGRESS_SCHEMAS",
     "SCHEMA",
     "TOO_LARGE",
     "UNKNOWN_THREAD",
@@ -30,6 +31,8 @@ __all__ = [
 ]
 
 SCHEMA = str(SCHEMA_VERSION)
+INGRESS_SCHEMAS = frozenset({"1", SCHEMA})
+"""`Ore-Schema` values accepted on ingress (its events did not change in version 2)."""
 
 BAD_JSON = "bad_json"
 BAD_SCHEMA = "bad_schema"

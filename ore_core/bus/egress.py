@@ -1,13 +1,29 @@
-"""Egress: every output event of every stream onto NATS, as protocol.md describes.
+"""Egress: every output event of every stream onto NATS, one stored message per turn.
 
-A `Manager` sink. Deltas go straight to `P.out.NS.T` on core NATS (best effort, never
-stored); every other event is appended to `P.ev.NS.T` in `ORE_EVENTS`, which the server
-republishes to `P.out.NS.T` with its sequence and the thread's previous sequence. `NS`
-is the namespace the thread recorded when it was created (`namespace_of`): a sink
+A batch sink of the `Manager` (it gets every event queued since it last ran, in
+order). Live-only events (deltas, notices, `lifecycle` submitted/streaming) go straight
+to `P.out.NS.T` on core NATS: never stored, best effort, and several queued together for
+one thread leave as one `batch` message. Every other event of a turn (turn_complete,
+complete artifacts, properties, error, `lifecycle` cancelled/done) is held until the
+turn's `lifecycle: done` and then appended to `P.ev.NS.T` in `ORE_EVENTS` as ONE message
+(`Ore-Kind: batch`), which the server republishes to `P.out.NS.T` with its sequence and
+the thread's previous sequence. A durable event published outside any turn (a
+`properties` event from the control API on an idle thread) is stored at the end of
+the sink's run, as a batch of its own.
+
+Why: a JetStream append costs the core, the server and every conduit far more than
+building the event (protocol.md "Batches"; docs/performance.md). Each event is
+serialised exactly once (`encode_event`); a batch only joins those bytes. Appends are
+pipelined (see `Pipeline`), so the sink never waits for the server.
+
+`emitted` counts the events taken from the manager (a turn's held events count when
+taken, and its `done` is taken only with its batch handed to the pipeline), so the
+ingress acknowledges a message once `emitted` passed its position and the pipeline
+stored everything published up to then (`Ingress._ack_loop`).
+
+`NS` is the namespace the thread recorded when it was created (`namespace_of`): a sink
 only hears a thread id, so ingress and the control API `bind` the namespaces of the
-threads they resolve, and a thread nobody bound is looked up in its active stream. Each
-event is serialised exactly once; stored appends are pipelined (see `Pipeline`), so
-the sink never waits for the server between two events of a busy thread.
+threads they resolve, and a thread nobody bound is looked up in its active stream.
 """
 
 from __future__ import annotations
@@ -23,12 +39,28 @@ from ore_core.artifacts import Delta
 from ore_core.bus.codec import output_headers
 from ore_core.bus.pipeline import Pipeline
 from ore_core.errors import SessionNotFound
-from ore_core.events import ArtifactEvent, ErrorEvent, OutputEvent, encode_event
+from ore_core.events import (
+    BATCH_KIND,
+    ArtifactEvent,
+    ErrorEvent,
+    LifecycleEvent,
+    NoticeEvent,
+    OutputEvent,
+    encode_batch,
+    encode_event,
+)
 from ore_core.ledger.thread import Thread
 from ore_core.session.manager import Manager
-from ore_core.subjects import DEFAULT_NAMESPACE, NAMESPACE_KEY, Subjects
+from ore_core.subjects import (
+    DEFAULT_NAMESPACE,
+    HEADER_KIND,
+    HEADER_SCHEMA,
+    HEADER_TRACEPARENT,
+    NAMESPACE_KEY,
+    Subjects,
+)
 
-__all__ = ["STORAGE_FULL", "Egress", "namespace_of"]
+__all__ = ["STORAGE_FULL", "Egress", "is_live_only", "namespace_of"]
 
 STORAGE_FULL = "storage_full"
 """`code` of the error event a user gets while a JetStream limit holds their answer."""
@@ -36,6 +68,48 @@ STORAGE_FULL = "storage_full"
 log = structlog.get_logger("ore.bus")
 
 _SUBJECT_CACHE = 65536  # threads whose subjects are remembered; cleared when exceeded
+_LIVE_PHASES = frozenset({"submitted", "streaming"})
+
+
+def is_live_only(event: OutputEvent) -> bool:
+    """True for events sent on core NATS only: deltas, notices, lifecycle submitted/streaming."""
+    if isinstance(event, ArtifactEvent):
+        return isinstance(event.artifact, Delta)
+    if isinstance(event, LifecycleEvent):
+        return event.phase in _LIVE_PHASES
+    return isinstance(event, NoticeEvent)
+
+
+_BATCH_OVERHEAD = len(encode_batch([]))
+
+
+def _parts(encoded: list[bytes], limit: int) -> list[list[bytes]]:
+    """`encoded` cut into runs whose batch fits `limit` bytes (almost always one run).
+
+    An event too large on its own is a run of its own: the pipeline refuses and logs
+    it, and the rest of the turn (its `done` above all) is still stored.
+    """
+    if sum(map(len, encoded)) + len(encoded) <= limit:
+        return [encoded]
+    parts: list[list[bytes]] = []
+    size = limit + 1
+    for data in encoded:
+        if size + len(data) + 1 > limit:
+            parts.append([])
+            size = 0
+        parts[-1].append(data)
+        size += len(data) + 1
+    return parts
+
+
+class _Run:
+    """Encoded events of one thread waiting to leave as one message."""
+
+    __slots__ = ("data", "first")
+
+    def __init__(self, data: bytes, first: OutputEvent) -> None:
+        self.data = [data]
+        self.first = first
 
 
 def namespace_of(thread: Thread) -> str:
@@ -44,7 +118,8 @@ def namespace_of(thread: Thread) -> str:
 
 
 class Egress:
-    """Publishes output events: deltas live on `P.out.NS.T`, the rest stored on `P.ev.NS.T`."""
+    """Publishes output events: live-only ones on `P.out.NS.T`, each turn's others as one
+    stored batch on `P.ev.NS.T`."""
 
     name = "ore-bus-egress"
 
@@ -55,8 +130,10 @@ class Egress:
         self._subjects = subjects
         self._pipeline = pipeline
         self._manager = manager
+        self._schema = output_headers(LifecycleEvent(phase="done"))[HEADER_SCHEMA]
         self._events_prefix = f"{subjects.prefix}.ev."
         self._cache: dict[str, tuple[str, str]] = {}
+        self._turns: dict[str, _Run] = {}  # durable events of turns not ended yet
         self._told: set[str] = set()  # threads told that their answer waits for space
         self._waiter: tuple[int, asyncio.Future[None]] | None = None
         self.emitted = 0
@@ -89,7 +166,8 @@ class Egress:
 
         Lossless: however far NATS falls behind (an outage), no stored event is dropped.
         """
-        return manager.register_sink((), self.emit, name=self.name, lossless=True)
+        self._manager = manager
+        return manager.register_batch_sink((), self.emit_batch, name=self.name, lossless=True)
 
     def _subjects_of(self, thread_id: str) -> tuple[str, str]:
         pair = self._cache.get(thread_id)
@@ -104,17 +182,19 @@ class Egress:
         return pair
 
     async def emit(self, thread_id: str, event: OutputEvent) -> None:
-        """Publish one event of `thread_id` (the sink function)."""
+        """Publish one event of `thread_id` (a batch of one; see `emit_batch`)."""
+        await self.emit_batch([(thread_id, event)])
+
+    async def emit_batch(self, items: list[tuple[str, OutputEvent]]) -> None:
+        """Publish events in order: live runs at once, a turn's durable events at its end.
+
+        Per thread, live events queued before a turn's `done` leave before its stored
+        batch, so a reader sees them first (deltas never arrive after `done`).
+        """
         try:
-            stored, live = self._subjects_of(thread_id)
-            data = encode_event(event)
-            headers = output_headers(event)
-            if isinstance(event, ArtifactEvent) and isinstance(event.artifact, Delta):
-                await self._publish_live(live, data, headers)
-            else:
-                await self._pipeline.publish(stored, data, headers)
+            await self._emit_batch(items)
         finally:
-            self.emitted += 1
+            self.emitted += len(items)
             waiter = self._waiter
             if waiter is not None and self.emitted >= waiter[0] and not waiter[1].done():
                 waiter[1].set_result(None)
@@ -130,14 +210,87 @@ class Egress:
         finally:
             self._waiter = None
 
-    async def reply(self, namespace: str, thread_id: str, event: OutputEvent) -> None:
-        """Send `event` to `P.out.NS.T` only (answers to rejected input of that namespace)."""
-        await self._publish_live(
-            self._subjects.output(namespace, thread_id), encode_event(event), output_headers(event)
-        )
+    async def _emit_batch(self, items: list[tuple[str, OutputEvent]]) -> None:
+        live: dict[str, _Run] = {}
+        turns = self._turns
+        for thread_id, event in items:
+            data = encode_event(event)
+            if is_live_only(event):
+                run = live.get(thread_id)
+                if run is None:
+                    live[thread_id] = _Run(data, event)
+                else:
+                    run.data.append(data)
+                continue
+            turn = turns.get(thread_id)
+            if turn is None:
+                turns[thread_id] = turn = _Run(data, event)
+            else:
+                turn.data.append(data)
+            if isinstance(event, LifecycleEvent) and event.phase == "done":
+                run = live.pop(thread_id, None)
+                if run is not None:
+                    await self._publish_live(thread_id, run)
+                del turns[thread_id]
+                await self._append(thread_id, turn)
+        for thread_id, run in live.items():
+            await self._publish_live(thread_id, run)
+        if turns:
+            await self._store_outside_turns()
+
+    async def _store_outside_turns(self) -> None:
+        """Store held events of threads not in a turn (published outside one, or closed)."""
+        manager = self._manager
+        for thread_id in list(self._turns):
+            stream = manager.stream_of(thread_id) if manager is not None else None
+            if stream is None or not stream.in_turn:
+                await self._append(thread_id, self._turns.pop(thread_id))
+
+    async def flush(self) -> None:
+        """Store every held event now (shutdown: nothing waits for a `done` any more)."""
+        while self._turns:
+            thread_id, turn = self._turns.popitem()
+            await self._append(thread_id, turn)
+
+    def _headers(self, run: _Run) -> dict[str, str]:
+        if len(run.data) == 1:
+            return output_headers(run.first)
+        headers = {HEADER_KIND: BATCH_KIND, HEADER_SCHEMA: self._schema}
+        traceparent = run.first.context.traceparent
+        if traceparent:
+            headers[HEADER_TRACEPARENT] = traceparent
+        return headers
+
+    async def _append(self, thread_id: str, turn: _Run) -> None:
+        """Store a turn's held events: one batch, or several if one would be too large."""
+        subject = self._subjects_of(thread_id)[0]
+        traceparent = turn.first.context.traceparent
+        for part in _parts(turn.data, self._nc.max_payload - _BATCH_OVERHEAD):
+            await self._append_batch(subject, encode_batch(part), traceparent)
+
+    async def _append_batch(self, subject: str, data: bytes, traceparent: str) -> None:
+        """The one place that appends to `P.ev.T` (always a batch, even of one event)."""
+        headers = {HEADER_KIND: BATCH_KIND, HEADER_SCHEMA: self._schema}
+        if traceparent:
+            headers[HEADER_TRACEPARENT] = traceparent
+        await self._pipeline.publish(subject, data, headers)
+
+    async def _publish_live(self, thread_id: str, run: _Run) -> None:
+        await self._publish_run(self._subjects_of(thread_id)[1], run)
+
+    async def _publish_run(self, subject: str, run: _Run) -> None:
+        data = run.data[0] if len(run.data) == 1 else encode_batch(run.data)
+        await self._send_live(subject, data, self._headers(run))
+
+    async def reply(self, namespace: str, thread_id: str, *events: OutputEvent) -> None:
+        """Send `events` to `P.out.NS.T` only (answers to rejected input of that namespace)."""
+        encoded = [encode_event(event) for event in events]
+        run = _Run(encoded[0], events[0])
+        run.data = encoded
+        await self._publish_run(self._subjects.output(namespace, thread_id), run)
 
     async def _limit_reached(self, subject: str, reason: str) -> None:
-        """A stored event of a thread is held by a JetStream limit: tell its users once."""
+        """A stored batch of a thread is held by a JetStream limit: tell its users once."""
         if not subject.startswith(self._events_prefix):
             return  # a dead-letter record: the operator's log line is enough
         namespace, thread_id = self._subjects.thread_of(subject)
@@ -155,7 +308,7 @@ class Egress:
             ErrorEvent(message=message, code=STORAGE_FULL),
         )
 
-    async def _publish_live(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
+    async def _send_live(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
         try:
             await self._nc.publish(subject, data, headers=headers)
         except (OutboundBufferLimitError, ConnectionClosedError):

@@ -56,6 +56,7 @@ from ore_core.bus.codec import (
     BAD_SCHEMA,
     BAD_THREAD_ID,
     IDENTITY,
+    INGRESS_SCHEMAS,
     SCHEMA,
     TOO_LARGE,
     UNKNOWN_THREAD,
@@ -401,7 +402,7 @@ class Ingress:
         headers = msg.headers
         if headers:
             schema = headers.get(HEADER_SCHEMA)
-            if schema is not None and schema != SCHEMA:
+            if schema is not None and schema not in INGRESS_SCHEMAS:
                 raise _Rejected(
                     BAD_SCHEMA, f"unsupported {HEADER_SCHEMA} {schema!r}: this core speaks {SCHEMA}"
                 )
@@ -488,10 +489,10 @@ class Ingress:
         if reason not in (BAD_THREAD_ID, BAD_NAMESPACE):
             context = rejected.context
             await self._egress.reply(
-                namespace, thread_id, ErrorEvent(message=detail, code=reason, context=context)
-            )
-            await self._egress.reply(
-                namespace, thread_id, LifecycleEvent(phase="done", context=context)
+                namespace,
+                thread_id,
+                ErrorEvent(message=detail, code=reason, context=context),
+                LifecycleEvent(phase="done", context=context),
             )
         await self._settle(msg.ack)
 

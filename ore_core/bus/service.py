@@ -103,6 +103,7 @@ class CoreService:
         self._version = version
         self._nc: NatsClient | None = None
         self._pipeline: Pipeline | None = None
+        self._egress: Egress | None = None
         self._ingress: Ingress | None = None
         self._control: ControlAPI | None = None
         self._health = (
@@ -215,7 +216,7 @@ class CoreService:
             await attach_nats(nc, self.subjects)
         self._pipeline = Pipeline(nc, window=self._publish_window)
         await self._pipeline.start()
-        egress = Egress(nc, self.subjects, self._pipeline, self.manager)
+        egress = self._egress = Egress(nc, self.subjects, self._pipeline, self.manager)
         egress.attach(self.manager)
         self._ingress = Ingress(
             nc,
@@ -270,6 +271,8 @@ class CoreService:
                     count=ingress.inflight,
                 )
         await self.manager.aclose()
+        if self._egress is not None:
+            await self._egress.flush()  # events held for a `done` that will not come
         if ingress is not None:
             await ingress.stop()
         if self._pipeline is not None:

@@ -24,7 +24,6 @@ import asyncio
 import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import structlog
@@ -36,7 +35,7 @@ from nats.errors import Error as NatsError
 from ore_core import jsonutil
 from ore_core.conduit.connection import PermissionWatch, subscriptions_registered
 from ore_core.errors import ApiError, BusError, PermissionDenied
-from ore_core.events import EventDecodeError, OutputEvent, decode_output
+from ore_core.events import BATCH_KIND, OutputEvent, decode_output_value
 from ore_core.ids import validate_thread_id
 from ore_core.subjects import HEADER_KIND, HEADER_LAST_SEQUENCE, Subjects
 
@@ -56,22 +55,66 @@ Call = Callable[[str, Mapping[str, Any]], Awaitable[dict[str, Any]]]
 """Calls a control-API method of the feed's namespace: (method, body) -> reply."""
 
 
-@dataclass(frozen=True, slots=True)
 class Delivery:
     """One output event of one thread.
 
-    `sequence` is the event's sequence in `ORE_EVENTS` (increasing per thread), or
-    None for deltas, which are never stored.
+    `sequence` is the sequence in `ORE_EVENTS` of the stored batch the event came in
+    (increasing per thread; the events of one batch share it), or None for live-only
+    events, which are never stored. `kind` is known at once; `event` is decoded and
+    validated on first access (a reader usually looks at `kind` first, and most
+    events of a turn are not rendered), and raises EventDecodeError for a malformed
+    event (the core never sends one).
     """
 
-    thread_id: str
-    event: OutputEvent
-    sequence: int | None
+    __slots__ = ("_event", "_value", "kind", "sequence", "thread_id")
+
+    def __init__(self, thread_id: str, event: OutputEvent, sequence: int | None) -> None:
+        self.thread_id = thread_id
+        self.sequence = sequence
+        self.kind: str = event.kind
+        self._event: OutputEvent | None = event
+        self._value: dict[str, Any] | None = None
+
+    @classmethod
+    def of_value(
+        cls, thread_id: str, kind: str, value: dict[str, Any], sequence: int | None
+    ) -> Delivery:
+        """A delivery decoded lazily from the parsed JSON `value` of an event."""
+        delivery = cls.__new__(cls)
+        delivery.thread_id = thread_id
+        delivery.sequence = sequence
+        delivery.kind = kind
+        delivery._event = None
+        delivery._value = value
+        return delivery
 
     @property
-    def kind(self) -> str:
-        """The event's kind (`text_delta`, `lifecycle`, ...)."""
-        return self.event.kind
+    def event(self) -> OutputEvent:
+        """The decoded event."""
+        event = self._event
+        if event is None:
+            assert self._value is not None
+            event = self._event = decode_output_value(self._value)
+            self._value = None
+        return event
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Delivery):
+            return NotImplemented
+        return (self.thread_id, self.event, self.sequence) == (
+            other.thread_id,
+            other.event,
+            other.sequence,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.thread_id, self.kind, self.sequence))
+
+    def __repr__(self) -> str:
+        return (
+            f"Delivery(thread_id={self.thread_id!r}, event={self.event!r}, "
+            f"sequence={self.sequence!r})"
+        )
 
 
 def durable_consumer_name(durable: str, thread_id: str | None) -> str:
@@ -190,7 +233,7 @@ class EventFeed:
     async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
         if exc_type is None:
             await self._ack_pending()
-        await self.close()
+        await self.close()  # a batch not read to its end is read again next time
 
     def resync(self) -> None:
         """Catch up on stored events after a reconnect (called by the client)."""
@@ -217,9 +260,13 @@ class EventFeed:
                 await self._catch_up(self.thread_id, self._high_water(), None)
             elif source == "live" and msg is not None:
                 await self._accept_live(msg)
-        delivery = self._ready.popleft()
-        if delivery.sequence is not None:
-            self._delivered = max(self._delivered, delivery.sequence)
+        ready = self._ready
+        delivery = ready.popleft()
+        sequence = delivery.sequence
+        if sequence is not None and not (ready and ready[0].sequence == sequence):
+            # A stored batch is done with only once all of its events were read (they
+            # are queued together): moving the cursor earlier could lose the rest.
+            self._delivered = max(self._delivered, sequence)
         return delivery
 
     async def _ack_pending(self) -> None:
@@ -261,17 +308,50 @@ class EventFeed:
         self._deliver(thread_id, msg.data, headers.get(HEADER_KIND), sequence)
 
     def _deliver(self, thread_id: str, data: bytes, kind: str | None, sequence: int | None) -> bool:
-        if self.kinds and kind is not None and kind not in self.kinds:
+        """Queue the event(s) of one message for the reader; False when none is kept.
+
+        A `batch` (every stored message, and live events sent together) is unpacked:
+        its events are delivered one by one, in order, all with the batch's sequence.
+        Events are parsed here (one JSON parse per message) and validated only when
+        the reader asks for `Delivery.event`.
+        """
+        kinds = self.kinds
+        if kinds and kind is not None and kind != BATCH_KIND and kind not in kinds:
             return False
         try:
-            event = decode_output(data)
-        except EventDecodeError as exc:
-            log.warning("undecodable output event skipped", thread_id=thread_id, error=str(exc))
+            value = jsonutil.loads(data)
+        except ValueError as exc:
+            log.warning("undecodable output message skipped", thread_id=thread_id, error=str(exc))
             return False
-        if self.kinds and event.kind not in self.kinds:
+        return self._deliver_value(thread_id, value, None, sequence)
+
+    def _deliver_value(
+        self, thread_id: str, value: Any, kind: str | None, sequence: int | None
+    ) -> bool:
+        """`_deliver` of a message already parsed (catch-up replies hold parsed events)."""
+        kinds = self.kinds
+        if kinds and kind is not None and kind != BATCH_KIND and kind not in kinds:
             return False
-        self._ready.append(Delivery(thread_id, event, sequence))
-        return True
+        if not isinstance(value, dict):
+            return False
+        if value.get("kind") == BATCH_KIND:
+            items = value.get("events")
+            if not isinstance(items, list):
+                log.warning("output batch without events skipped", thread_id=thread_id)
+                return False
+        else:
+            items = [value]
+        ready = self._ready
+        kept = False
+        for item in items:
+            item_kind = item.get("kind") if isinstance(item, dict) else None
+            if not isinstance(item_kind, str) or not item_kind:
+                log.warning("output event without a kind skipped", thread_id=thread_id)
+                continue
+            if not kinds or item_kind in kinds:
+                ready.append(Delivery.of_value(thread_id, item_kind, item, sequence))
+                kept = True
+        return kept
 
     # -- stored events (through the core) -------------------------------------
 
@@ -359,8 +439,7 @@ class EventFeed:
                 if found <= self._seen.get(thread, self._floor):
                     continue
                 self._seen[thread] = found
-                data = jsonutil.dumps(entry["event"])
-                self._deliver(thread, data, entry.get("kind") or None, found)
+                self._deliver_value(thread, entry["event"], entry.get("kind") or None, found)
             following = reply.get("next")
             if following is None:
                 return

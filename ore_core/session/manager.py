@@ -53,15 +53,30 @@ def _rebuild(item: _SinkItem, event: OutputEvent) -> _SinkItem:
     return (item[0], event)
 
 
+BatchSinkFunc = Callable[[list[tuple[str, OutputEvent]]], Awaitable[None]]
+"""A sink that takes every `(thread_id, event)` queued for it at once, in order."""
+
+
 class _SinkRunner:
-    """Delivers events to one sink function from its own task, in order."""
+    """Delivers events to one sink function from its own task, in order.
+
+    A batch sink (`batch_fn`) gets everything queued at each wake-up in one call, so
+    a burst of events (a turn) costs it one task switch, not one per event.
+    """
 
     def __init__(
-        self, name: str, kinds: frozenset[str], fn: SinkFunc, maxsize: int, lossless: bool
+        self,
+        name: str,
+        kinds: frozenset[str],
+        fn: SinkFunc | None,
+        maxsize: int,
+        lossless: bool,
+        batch_fn: BatchSinkFunc | None = None,
     ) -> None:
         self.name = name
         self.kinds = kinds
         self.fn = fn
+        self.batch_fn = batch_fn
         self.buffer: EventBuffer[_SinkItem] = EventBuffer(
             _event_of, _rebuild, maxsize=maxsize, lossless=lossless
         )
@@ -74,6 +89,10 @@ class _SinkRunner:
             )
 
     async def _run(self) -> None:
+        if self.batch_fn is not None:
+            await self._run_batches(self.batch_fn)
+            return
+        assert self.fn is not None
         while True:
             try:
                 thread_id, event = await self.buffer.get()
@@ -94,6 +113,25 @@ class _SinkRunner:
                     kind=event.kind,
                     error=str(exc),
                 )
+
+    async def _run_batches(self, batch_fn: BatchSinkFunc) -> None:
+        buffer = self.buffer
+        while True:
+            try:
+                items = [await buffer.get()]
+            except StopAsyncIteration:
+                return
+            except SubscriberOverflow as exc:
+                log.error(
+                    "sink disconnected: it fell too far behind", sink=self.name, error=str(exc)
+                )
+                return
+            while (item := buffer.get_nowait()) is not None:
+                items.append(item)
+            try:
+                await batch_fn(items)
+            except Exception as exc:
+                log.error("sink failed", sink=self.name, events=len(items), error=str(exc))
 
     async def stop(self) -> None:
         self.buffer.close()
@@ -315,6 +353,25 @@ class Manager:
             self._subscriber_buffer,
             lossless,
         )
+        return self._add_runner(runner)
+
+    def register_batch_sink(
+        self,
+        kinds: Iterable[str],
+        fn: BatchSinkFunc,
+        *,
+        name: str,
+        lossless: bool = False,
+    ) -> Callable[[], Awaitable[None]]:
+        """Like `register_sink`, but `fn(items)` gets every queued `(thread_id, event)`
+        at once, in order (events of several threads interleaved, each thread's in order).
+        """
+        runner = _SinkRunner(
+            name, frozenset(kinds), None, self._subscriber_buffer, lossless, batch_fn=fn
+        )
+        return self._add_runner(runner)
+
+    def _add_runner(self, runner: _SinkRunner) -> Callable[[], Awaitable[None]]:
         self._sinks.append(runner)
         try:
             runner.start()
@@ -338,6 +395,10 @@ class Manager:
             if runner.name == name:
                 return runner.buffer.appended
         return 0
+
+    def stream_of(self, thread_id: str) -> Stream | None:
+        """The active stream of `thread_id`, or None (no error: for sinks on the hot path)."""
+        return self._streams.get(thread_id)
 
     def _to_sinks(self, thread_id: str, event: OutputEvent) -> None:
         kind = event.kind

@@ -151,8 +151,10 @@ class Stream:
         self._queue: deque[_Pending] = deque()
         self._wakeup: asyncio.Future[None] | None = None
         self._worker: asyncio.Task[None] | None = None
-        self._turn: asyncio.Task[None] | None = None
+        self._turn: asyncio.Task[None] | None = None  # the worker, while it runs a turn
+        self._cancel_requested = False
         self._handling_message = False
+        self._in_turn = False
         self._closed = False
         self._discarded = False  # the copy of the thread is given up: never save it
         self._health = store_health if store_health is not None else StoreHealth()
@@ -176,6 +178,15 @@ class Stream:
     def busy(self) -> bool:
         """True while a user message is being handled."""
         return self._handling_message
+
+    @property
+    def in_turn(self) -> bool:
+        """True from the start of handling an event until its `lifecycle: done` is published.
+
+        Sinks that group a turn's events (the bus egress) use it to tell an event of a
+        turn still running from one published outside any turn.
+        """
+        return self._in_turn
 
     @property
     def policy(self) -> DoubleTexting:
@@ -281,13 +292,23 @@ class Stream:
 
     def _cancel_turn(self) -> None:
         turn = self._turn
-        if turn is not None and not turn.done():
+        if turn is not None and not self._cancel_requested:
+            self._cancel_requested = True
             turn.cancel()
 
     # -- the worker -----------------------------------------------------------
 
     async def _work(self) -> None:
+        """The stream's one worker task: handles queued events one at a time, in itself.
+
+        A turn runs in this task (no task per event: a task, its wake-ups and the
+        wait for it cost about a tenth of a turn on the bus). `cancel()` cancels this
+        task while `_turn` is set and flags it, so the turn ends with `cancelled` and
+        the worker goes on; a cancellation from outside (shutdown) ends the worker.
+        """
         loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
         while True:
             while not self._queue and not self._closed:
                 self._wakeup = loop.create_future()
@@ -299,9 +320,22 @@ class Stream:
             item = self._queue.popleft()
             if self._policy is DoubleTexting.COLLECT:
                 item = self._collect(item)
-            self._turn = loop.create_task(self._handle(item))
-            await asyncio.wait([self._turn])
-            self._turn = None
+            self._turn = task
+            try:
+                await self._handle(item)
+            except asyncio.CancelledError:
+                if not self._cancel_requested:
+                    raise  # not a turn cancel: the worker itself is being stopped
+                task.uncancel()  # a turn cancel that landed after the processor ended
+            except Exception:  # a bug in a callback must not stop the stream
+                log.exception("event handling failed", thread_id=self.id)
+            finally:
+                if self._cancel_requested and task.cancelling():
+                    task.uncancel()  # our cancel, swallowed by the processor
+                self._turn = None
+                self._cancel_requested = False
+            if task.cancelling():
+                raise asyncio.CancelledError  # cancelled from outside during the turn
 
     def _collect(self, item: _Pending) -> _Pending:
         if not isinstance(item.event, UserMessageEvent):
@@ -322,17 +356,23 @@ class Stream:
         error: BaseException | None = None
         cancelled = False
         self._handling_message = isinstance(event, UserMessageEvent)
+        self._in_turn = True
         try:
             await self._dispatch(item)
         except asyncio.CancelledError:
             cancelled = True
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
+            if self._cancel_requested:  # our own cancel (interrupt, close): not the task's
+                self._cancel_requested = False
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
         except Exception as exc:
             error = exc
         finally:
             self._handling_message = False
+            # The turn's work is over: a cancel from now on must not cut its save short
+            # (which would leave it unsaved and without `done`), so there is none.
+            self._turn = None
         retry = _retry_reason(error)
         if retry is None and not self._discarded:
             try:
@@ -353,6 +393,7 @@ class Stream:
         elif error is not None:
             self.publish(ErrorEvent(message=f"process event: {error}", context=context))
         self.publish(LifecycleEvent(phase="done", context=context))
+        self._in_turn = False
         if not (cancelled and self._closed):
             # A turn cut short by close() stays unacknowledged so a bus redelivers it.
             item.handled()

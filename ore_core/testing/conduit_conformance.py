@@ -128,8 +128,15 @@ class ConduitCore:
     client: ConduitClient
 
     async def thread_holding(self, text: str) -> Thread:
-        """The one stored thread with a user message `text` (fails if none or several)."""
-        found = [thread for thread in await self.store.list() if text in _user_texts(thread)]
+        """The one thread with a user message `text` (fails if none or several).
+
+        Active threads are read live: a turn is saved once, when it ends, so the user
+        message of a turn still running is not in the store yet.
+        """
+        threads = {thread.id: thread for thread in await self.store.list()}
+        for stream in self.service.manager.list():
+            threads[stream.id] = stream.state()
+        found = [thread for thread in threads.values() if text in _user_texts(thread)]
         assert len(found) == 1, f"{len(found)} threads hold the user message {text!r}"
         return found[0]
 

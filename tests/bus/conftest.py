@@ -93,21 +93,31 @@ async def all_acknowledged(nc: Client) -> bool:
     return True
 
 
-async def stored_events(nc: Client, thread_id: str) -> list[dict[str, Any]]:
-    """The events stored for `thread_id` in ORE_EVENTS, in sequence order."""
+def unpack(data: bytes) -> list[dict[str, Any]]:
+    """The events of one message: a batch's events in order, or the one event."""
+    message = json.loads(data)
+    return list(message["events"]) if message["kind"] == "batch" else [message]
+
+
+async def stored_messages(nc: Client, thread_id: str) -> list[list[dict[str, Any]]]:
+    """The messages stored for `thread_id` in ORE_EVENTS (each a batch), in sequence order."""
     js = nc.jetstream()
     state = (await js.stream_info("ORE_EVENTS")).state
-    events: list[dict[str, Any]] = []
-    if not state.last_seq:
-        return events
+    messages: list[list[dict[str, Any]]] = []
+    if not state.last_seq or not state.messages:
+        return messages
     for seq in range(state.first_seq, state.last_seq + 1):
         msg = await js.get_msg("ORE_EVENTS", seq)
         if msg.subject == f"ore.ev.raw.{thread_id}":
             assert msg.headers is not None
-            event = json.loads(msg.data or b"{}")
-            assert msg.headers["Ore-Kind"] == event["kind"]
-            events.append(event)
-    return events
+            assert msg.headers["Ore-Kind"] == json.loads(msg.data or b"{}")["kind"] == "batch"
+            messages.append(unpack(msg.data or b""))
+    return messages
+
+
+async def stored_events(nc: Client, thread_id: str) -> list[dict[str, Any]]:
+    """The events stored for `thread_id` in ORE_EVENTS, in sequence order."""
+    return [event for batch in await stored_messages(nc, thread_id) for event in batch]
 
 
 async def consumer_of(nc: Client, thread_id: str) -> ConsumerInfo:
@@ -131,7 +141,7 @@ class Outbox:
 
     def events(self, thread_id: str) -> list[dict[str, Any]]:
         """The decoded events of `thread_id` so far."""
-        return [json.loads(m.data) for m in self.messages.get(thread_id, [])]
+        return [event for m in self.messages.get(thread_id, []) for event in unpack(m.data)]
 
     def stored(self, thread_id: str) -> list[Msg]:
         """The republished (stored) messages of `thread_id`: they carry a sequence."""

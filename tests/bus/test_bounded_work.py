@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -13,7 +12,7 @@ from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
-from tests.bus.conftest import PARTITIONS, publish, user_message
+from tests.bus.conftest import PARTITIONS, publish, unpack, user_message
 
 BIG = 900 * 1024
 
@@ -27,13 +26,13 @@ async def test_a_900_kb_echo_is_paced_and_does_not_hold_up_another_thread(
 
     async def receive(msg: Msg) -> None:
         thread_id = msg.subject.rpartition(".")[2]
-        event = json.loads(msg.data)
-        kind = event.get("phase", event["kind"])
-        arrivals.append((thread_id, kind))
-        if thread_id == "big" and event["kind"] == "text_delta":
-            deltas.append(len(event["content"].encode()))
-        if (thread_id, kind) == ("big", "done"):
-            big_done.set()
+        for event in unpack(msg.data):
+            kind = event.get("phase", event["kind"])
+            arrivals.append((thread_id, kind))
+            if thread_id == "big" and event["kind"] == "text_delta":
+                deltas.append(len(event["content"].encode()))
+            if (thread_id, kind) == ("big", "done"):
+                big_done.set()
 
     await ore_nats_client.subscribe("ore.out.raw.*", cb=receive)
     manager = Manager(MemoryStore(), EchoProcessor(), delta_interval=0.1, delta_max_bytes=4096)

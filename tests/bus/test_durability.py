@@ -33,7 +33,7 @@ from tests.bus.conftest import (
 RUNNER = Path(__file__).with_name("core_runner.py")
 PROCESS_TIMEOUT = 20.0  # a fresh interpreter imports ore first
 RUNNER_CONFIG = BusConfig(partitions=PARTITIONS, ack_wait=1.0)
-TURN_KINDS = ["turn_complete", "lifecycle", "lifecycle", "text", "turn_complete", "lifecycle"]
+TURN_KINDS = ["turn_complete", "text", "turn_complete", "lifecycle"]  # one stored batch
 
 
 def answered(nc: Client, thread_id: str, count: int = 1) -> Callable[[], Awaitable[bool]]:

@@ -1,9 +1,9 @@
-"""Egress: stored events on `P.ev.T` (republished live), deltas live only; the pipeline."""
+"""Egress: one stored batch per turn on `P.ev.T` (republished live), live-only events on
+`P.out.T`; the pipeline."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 
 import structlog
 from nats.aio.client import Client
@@ -13,10 +13,17 @@ from ore_core import Text
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.pipeline import Pipeline
 from ore_core.testing.processors import ScriptedProcessor
-from tests.bus.conftest import CoreFactory, Outbox, publish, stored_events, user_message
+from tests.bus.conftest import (
+    CoreFactory,
+    Outbox,
+    publish,
+    stored_messages,
+    unpack,
+    user_message,
+)
 
 
-async def test_every_event_but_deltas_is_stored_on_the_thread_events_subject(
+async def test_a_turn_is_stored_as_one_batch_of_its_durable_events_ending_with_done(
     start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     await start_core()
@@ -24,17 +31,16 @@ async def test_every_event_but_deltas_is_stored_on_the_thread_events_subject(
     await publish(ore_nats_client, "t1", user_message("hello there", "m-1"))
     await outbox.done("t1")
 
-    assert [e["kind"] for e in await stored_events(ore_nats_client, "t1")] == [
-        "turn_complete",
-        "lifecycle",
-        "lifecycle",
-        "text",
-        "turn_complete",
-        "lifecycle",
+    (batch,) = await stored_messages(ore_nats_client, "t1")
+    assert [(e["kind"], e.get("phase")) for e in batch] == [
+        ("turn_complete", None),
+        ("text", None),
+        ("turn_complete", None),
+        ("lifecycle", "done"),
     ]
 
 
-async def test_deltas_are_published_live_without_a_sequence(
+async def test_deltas_and_lifecycle_progress_are_published_live_without_a_sequence(
     start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     await start_core()
@@ -42,9 +48,41 @@ async def test_deltas_are_published_live_without_a_sequence(
     await publish(ore_nats_client, "t1", user_message("hello there", "m-1"))
     await outbox.done("t1")
 
-    deltas = [m for m in outbox.messages["t1"] if json.loads(m.data)["kind"] == "text_delta"]
-    assert [json.loads(m.data)["content"] for m in deltas] == ["hello ", "there"]
-    assert all("Nats-Sequence" not in (m.headers or {}) for m in deltas)
+    live = [m for m in outbox.messages["t1"] if "Nats-Sequence" not in (m.headers or {})]
+    events = [event for m in live for event in unpack(m.data)]
+    assert [e["content"] for e in events if e["kind"] == "text_delta"] == ["hello ", "there"]
+    assert [e["phase"] for e in events if e["kind"] == "lifecycle"] == ["submitted", "streaming"]
+    assert {e["kind"] for e in events} == {"lifecycle", "text_delta"}
+
+
+async def test_a_metadata_change_on_an_idle_thread_is_stored_at_once(
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
+) -> None:
+    service = await start_core()
+    await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
+    await outbox.done("t1")
+
+    stream = await service.manager.attach("t1")
+    await stream.set_metadata("title", "greeting")
+
+    await outbox.until(lambda: len(outbox.stored("t1")) == 2)
+    assert [e["kind"] for e in unpack(outbox.stored("t1")[1].data)] == ["properties"]
+
+
+async def test_a_turn_too_large_for_one_message_is_stored_in_several_in_order(
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
+) -> None:
+    words = ["x" * (ore_nats_client.max_payload // 3) for _ in range(4)]
+    await start_core(ScriptedProcessor([[Text(word) for word in words]]))
+
+    await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
+    await outbox.done("t1")
+
+    stored = await stored_messages(ore_nats_client, "t1")
+    assert len(stored) > 1
+    events = [event for batch in stored for event in batch]
+    assert [e["content"] for e in events if e["kind"] == "text"] == words
+    assert events[-1] == {"kind": "lifecycle", "phase": "done", "context": {"provenance": "raw"}}
 
 
 async def test_an_event_too_large_to_publish_is_logged_and_the_turn_still_ends(

@@ -18,11 +18,16 @@ from tests.bus.conftest import (
     all_acknowledged,
     eventually,
     publish,
+    stored_messages,
+    unpack,
     user_message,
     wait_for,
 )
 
-STORED_KINDS = ["turn_complete", "lifecycle", "lifecycle", "text", "turn_complete", "lifecycle"]
+# An echo turn: the live events as they happen (one message when queued together), then
+# the turn's durable events as one stored batch.
+LIVE = [("lifecycle", "submitted"), ("lifecycle", "streaming"), ("text_delta", None)]
+STORED_KINDS = ["turn_complete", "text", "turn_complete", "lifecycle"]
 
 
 async def http_status(port: int, path: str) -> int:
@@ -43,19 +48,32 @@ async def test_raw_client_receives_the_documented_events_of_an_echo_turn_in_orde
 
     events = await outbox.done("t1")
 
-    stored = [e for e in events if not e["kind"].endswith("_delta")]
-    assert [e["kind"] for e in stored] == STORED_KINDS
-    assert [e.get("phase") for e in stored if e["kind"] == "lifecycle"] == [
-        "submitted",
-        "streaming",
-        "done",
+    assert [(e["kind"], e.get("phase")) for e in events] == [
+        *LIVE,
+        ("turn_complete", None),
+        ("text", None),
+        ("turn_complete", None),
+        ("lifecycle", "done"),
     ]
-    user, assistant = stored[0]["turn"], stored[4]["turn"]
+    user, assistant = events[3]["turn"], events[5]["turn"]
     assert (user["role"], user["metadata"]) == ("user", {"event_id": "m-1"})
     assert (assistant["role"], assistant["parent_id"]) == ("assistant", user["id"])
-    assert stored[3]["content"] == "hello"
+    assert events[4]["content"] == "hello"
     assert [e["content"] for e in events if e["kind"] == "text_delta"] == ["hello"]
     assert all(e["context"] == {"provenance": "raw"} for e in events)
+
+
+async def test_a_turn_is_one_live_message_and_one_stored_batch_ending_with_done(
+    core: CoreService, ore_nats_client: Client, outbox: Outbox
+) -> None:
+    await publish(ore_nats_client, "t1", user_message("hello", "m-1"))
+    await outbox.done("t1")
+
+    live, stored = outbox.messages["t1"]
+    assert "Nats-Sequence" not in (live.headers or {})
+    assert [(e["kind"], e.get("phase")) for e in unpack(live.data)] == LIVE
+    assert [e["kind"] for e in unpack(stored.data)] == STORED_KINDS
+    assert await stored_messages(ore_nats_client, "t1") == [unpack(stored.data)]
 
 
 async def test_every_output_message_names_its_kind_and_schema_in_headers(

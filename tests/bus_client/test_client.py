@@ -44,7 +44,7 @@ from ore_core.bus.permissions import conduit_permissions
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig, ensure_streams
 from ore_core.conduit.client import message_id
-from ore_core.events import decode_ingress, encode_event
+from ore_core.events import decode_ingress, encode_batch, encode_event
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.subjects import (
@@ -73,6 +73,16 @@ async def store(nc: Client, subjects: Subjects, thread_id: str, event: OutputEve
     """Append an event to ORE_EVENTS as the core does; its sequence."""
     ack = await nc.jetstream().publish(
         subjects.events(NS, thread_id), encode_event(event), headers=output_headers(event)
+    )
+    return ack.seq
+
+
+async def store_batch(nc: Client, subjects: Subjects, thread_id: str, *events: OutputEvent) -> int:
+    """Append events to ORE_EVENTS as one batch, as the core stores a turn; its sequence."""
+    ack = await nc.jetstream().publish(
+        subjects.events(NS, thread_id),
+        encode_batch([encode_event(event) for event in events]),
+        headers={HEADER_KIND: "batch", HEADER_SCHEMA: "2"},
     )
     return ack.seq
 
@@ -336,7 +346,86 @@ async def test_a_catch_up_while_the_core_is_away_waits_for_it_instead_of_ending_
     assert [(d.sequence, d.event) for d in got] == [(stored, text("while the core restarts"))]
 
 
+@uses_streams
+async def test_a_stored_batch_reaches_a_live_feed_as_its_events_in_order(
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
+) -> None:
+    async with client.events("t-1") as feed:
+        first = await store_batch(
+            ore_nats_client, subjects, "t-1", text("a"), text("b"), phase("done")
+        )
+        second = await store_batch(ore_nats_client, subjects, "t-1", text("c"))
+        got = await take(feed, 4)
+    assert [d.event for d in got] == [text("a"), text("b"), phase("done"), text("c")]
+    assert [d.sequence for d in got] == [first, first, first, second]
+
+
+@uses_streams
+async def test_a_missed_batch_is_caught_up_whole_before_the_next_one(
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
+) -> None:
+    js = ore_nats_client.jetstream()
+    config = (await js.stream_info(subjects.events_stream)).config
+    republish = config.republish
+    async with client.events("t-1", kinds={"text", "lifecycle"}) as feed:
+        config.republish = None
+        await js.update_stream(config)
+        await store_batch(ore_nats_client, subjects, "t-1", text("m0"), phase("done"))
+        config.republish = republish
+        await js.update_stream(config)
+        await store_batch(ore_nats_client, subjects, "t-1", text("live"), phase("done"))
+        got = await take(feed, 4)
+    assert [d.event for d in got] == [text("m0"), phase("done"), text("live"), phase("done")]
+
+
+@uses_streams
+async def test_live_events_sent_together_reach_a_feed_one_by_one(
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
+) -> None:
+    events = [phase("submitted"), ArtifactEvent(artifact=TextDelta("hi"))]
+    async with client.events("t-1") as feed:
+        await ore_nats_client.publish(
+            subjects.output(NS, "t-1"),
+            encode_batch([encode_event(event) for event in events]),
+            headers={HEADER_KIND: "batch", HEADER_SCHEMA: "2"},
+        )
+        got = await take(feed, 2)
+    assert [(d.event, d.sequence) for d in got] == [(events[0], None), (events[1], None)]
+
+
 # -- durable feeds --------------------------------------------------------------------
+
+
+@uses_streams
+async def test_a_durable_feed_left_in_the_middle_of_a_batch_delivers_it_again_whole(
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
+) -> None:
+    async with client.events("t-1", durable="bot") as feed:
+        await store_batch(ore_nats_client, subjects, "t-1", text("one"), text("two"))
+        await take(feed, 1)  # the block ends without an error after the first event
+    async with client.events("t-1", durable="bot") as feed:
+        again = await take(feed, 2)
+    assert [d.event for d in again] == [text("one"), text("two")]
+
+
+@uses_streams
+async def test_a_durable_feed_acknowledges_a_batch_only_after_its_last_event(
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
+) -> None:
+    class PlatformDown(Exception):
+        pass
+
+    async def fail_on_the_second_event() -> None:
+        async with client.events("t-1", durable="bot") as feed:
+            await store_batch(ore_nats_client, subjects, "t-1", text("one"), text("two"))
+            await take(feed, 2)
+            raise PlatformDown
+
+    with pytest.raises(PlatformDown):
+        await fail_on_the_second_event()
+    async with client.events("t-1", durable="bot") as feed:
+        again = await take(feed, 2)
+    assert [d.event for d in again] == [text("one"), text("two")]
 
 
 @uses_streams

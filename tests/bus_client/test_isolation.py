@@ -511,7 +511,11 @@ async def test_alpha_s_own_conversation_keeps_working(deployment: Deployment) ->
     assert thread in (await alpha.list_threads()).threads
     page = await alpha.read_events(thread)
     assert [e["thread"] for e in page["events"]] == [thread] * len(page["events"])
-    assert any(e["kind"] == "text" for e in page["events"])
+    stored = [  # each stored message is a batch: the durable events of one turn
+        event["kind"] for entry in page["events"] for event in entry["event"]["events"]
+    ]
+    assert all(entry["kind"] == "batch" for entry in page["events"])
+    assert "text" in stored
     # A durable feed is kept by the core: what arrives while alpha is away comes later.
     async with alpha.events(thread, durable="alpha-bot"):
         pass

@@ -25,7 +25,14 @@ from ore_core.bus.codec import (
 from ore_core.bus.control_api import ERROR_CODES, ControlAPI
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig
-from ore_core.events import decode_ingress, decode_output, encode_event
+from ore_core.events import (
+    decode_batch,
+    decode_ingress,
+    decode_output,
+    decode_output_value,
+    encode_batch,
+    encode_event,
+)
 
 PROTOCOL = (Path(__file__).parents[2] / "docs" / "protocol.md").read_text(encoding="utf-8")
 INGRESS_KINDS = {"user_message", "interrupt"}
@@ -64,8 +71,17 @@ def test_the_page_has_examples_of_every_shape() -> None:
 @pytest.mark.parametrize("line", EVENTS)
 def test_every_event_example_decodes_and_reencodes_to_the_same_json(line: str) -> None:
     value = json.loads(line)
-    decode = decode_ingress if value["kind"] in INGRESS_KINDS else decode_output
-    assert encode_event(decode(line)) == compact(value)
+    if value["kind"] == "batch":
+        events = decode_batch(line)
+        assert len(events) == len(value["events"])
+        assert encode_batch([encode_event(event) for event in events]) == compact(value)
+        return
+    if value["kind"] in INGRESS_KINDS:
+        assert encode_event(decode_ingress(line)) == compact(value)
+        return
+    event = decode_output(line)
+    assert encode_event(event) == compact(value)
+    assert decode_output_value(value) == event  # how a feed decodes a parsed batch
 
 
 @pytest.mark.parametrize("line", [line for line in EXAMPLES if line not in EVENTS])

@@ -49,10 +49,8 @@ from ore_core import (
     OreError,
     OutputEvent,
     PermissionDenied,
-    Role,
     Text,
     TextDelta,
-    TurnCompleteEvent,
 )
 from ore_core.conduit import ConduitClient, Delivery, EventFeed
 
@@ -280,11 +278,13 @@ class ThreadRenderer:
         answer = self.answers.get(trace)
         if answer is None:
             answer = self.answers[trace] = _Answer(trace, user=event.context.user)
-            if not (isinstance(event, TurnCompleteEvent) and event.turn.role == Role.USER):
-                await self._resume(answer)
-                if trace in self.out.finished:
-                    del self.answers[trace]
-                    return
+            # Live events (submitted, deltas) come before the turn's stored batch, which
+            # starts with the user's turn: no first event tells a new answer from one a
+            # previous run of the conduit started, so the reply record is always read.
+            await self._resume(answer)
+            if trace in self.out.finished:
+                del self.answers[trace]
+                return
         self.out.active[trace] = self.thread_id
         if isinstance(event, LifecycleEvent):
             if event.phase == "submitted":

@@ -1,0 +1,477 @@
+"""The hot path: what one turn costs in `ore serve` against the fastest raw nats-py loop.
+
+Run: `python bench/hotpath.py [--threads 100] [--per-thread 30] [--latency 1000] [--rounds 1]`.
+
+One nats-server (file storage, monitoring port) serves both sides; each side runs as
+real processes, measured from outside:
+
+  raw   a nats-py worker process: JetStream ingress (`raw.in.T`, stream RAW) through a
+        streaming pull (long-lived `CONSUMER.MSG.NEXT` requests re-armed at half credit,
+        the same shape as ore's `Puller`), one core-NATS reply on `raw.out.T`, and a
+        pipelined ack (published, never awaited). Its client publishes with
+        `Nats-Msg-Id`, awaits the publish ack, and waits for the reply.
+  ore   `ore serve --nats URL` exactly as an operator starts it (built-in plugins,
+        default SQLite store, echo processor; third-party plugins not loaded), and a
+        conduit built on `ConduitClient`: `send()` plus one `events()` feed for all
+        threads, waiting for `lifecycle: done`.
+
+Per side, a client process warms up (every thread gets its first turns), then runs
+  throughput   `--threads` threads, each sending its next message when the previous one
+               is answered, `--per-thread` messages each;
+  latency      `--latency` sequential round trips on one thread (p50).
+Around the throughput phase the orchestrator reads, from outside the processes:
+  CPU           /proc/<pid>/task/*/schedstat (ns on CPU) of the worker, nats-server and
+                client processes (threads that exit during a phase are not counted;
+                none of these processes start threads per message);
+  NATS messages nats-server `/varz` in_msgs/out_msgs deltas;
+  JetStream     the sum of every stream's last_seq (`/jsz`), i.e. messages stored.
+Everything is divided by the turns of the phase. Ratios are ore / raw in the same
+run: absolute rates on a shared machine swing several-fold, ratios much less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import IO, Any
+
+TEXT = "hello"
+WARMUP_PER_THREAD = 3
+LATENCY_WARMUP = 100
+RAW_STREAM = "RAW"
+RAW_CONSUMER = "w"
+PULL_BATCH = 256
+
+Send = Callable[[str, int], Awaitable[None]]
+
+
+# --- client process -----------------------------------------------------------------------
+
+
+class Waiters:
+    """One future per thread, resolved by the reply (raw) or `lifecycle: done` (ore)."""
+
+    def __init__(self) -> None:
+        self.futures: dict[str, asyncio.Future[None]] = {}
+
+    def expect(self, thread_id: str) -> asyncio.Future[None]:
+        future = asyncio.get_running_loop().create_future()
+        self.futures[thread_id] = future
+        return future
+
+    def resolve(self, thread_id: str) -> None:
+        future = self.futures.pop(thread_id, None)
+        if future is not None and not future.done():
+            future.set_result(None)
+
+
+async def converse(send: Send, waiters: Waiters, thread_id: str, first: int, count: int) -> None:
+    for index in range(first, first + count):
+        done = waiters.expect(thread_id)
+        await send(thread_id, index)
+        await asyncio.wait_for(done, 30)
+
+
+async def raw_client(url: str) -> tuple[Send, Waiters, Callable[[], Awaitable[None]]]:
+    import nats
+    from nats.aio.msg import Msg
+
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    waiters = Waiters()
+
+    async def on_reply(msg: Msg) -> None:
+        waiters.resolve(msg.subject[8:])  # "raw.out."
+
+    await nc.subscribe("raw.out.*", cb=on_reply)
+    await nc.flush()
+
+    async def send(thread_id: str, index: int) -> None:
+        await js.publish(
+            f"raw.in.{thread_id}", TEXT.encode(), headers={"Nats-Msg-Id": f"{thread_id}-{index}"}
+        )
+
+    return send, waiters, nc.close
+
+
+async def ore_client(url: str) -> tuple[Send, Waiters, Callable[[], Awaitable[None]]]:
+    from ore_core import ConduitClient
+
+    client = await ConduitClient.connect(url, name="bench")
+    waiters = Waiters()
+    feed = await client.events().start()
+
+    async def read() -> None:
+        async for delivery in feed:
+            if delivery.kind == "lifecycle" and getattr(delivery.event, "phase", "") == "done":
+                waiters.resolve(delivery.thread_id)
+
+    reader = asyncio.get_running_loop().create_task(read())
+
+    async def send(thread_id: str, index: int) -> None:
+        await client.send(thread_id, TEXT, id=f"{thread_id}-{index}")
+
+    async def close() -> None:
+        await feed.close()
+        reader.cancel()
+        await asyncio.gather(reader, return_exceptions=True)
+        await client.close()
+
+    return send, waiters, close
+
+
+async def client_main(args: argparse.Namespace) -> None:
+    """Phases driven by the orchestrator over stdin/stdout, one JSON line per answer."""
+    make = raw_client if args.role == "raw-client" else ore_client
+    send, waiters, close = await make(args.url)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    run = args.run
+    threads = [f"{run}t{n}" for n in range(args.threads)]
+    lat_thread = f"{run}lat"
+
+    await asyncio.gather(*(converse(send, waiters, t, 0, WARMUP_PER_THREAD) for t in threads))
+    await converse(send, waiters, lat_thread, 0, LATENCY_WARMUP)
+    say({"ready": True})
+    while command := (await reader.readline()).decode().strip():
+        if command == "throughput":
+            started = time.perf_counter()
+            await asyncio.gather(
+                *(converse(send, waiters, t, WARMUP_PER_THREAD, args.per_thread) for t in threads)
+            )
+            seconds = time.perf_counter() - started
+            say({"turns": args.threads * args.per_thread, "seconds": seconds})
+        elif command == "latency":
+            samples = []
+            for index in range(args.latency):
+                started = time.perf_counter()
+                await converse(send, waiters, lat_thread, LATENCY_WARMUP + index, 1)
+                samples.append(time.perf_counter() - started)
+            say({"turns": args.latency, "p50": statistics.median(samples)})
+        elif command == "quit":
+            break
+    await close()
+
+
+def say(value: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(value) + "\n")
+    sys.stdout.flush()
+
+
+# --- raw worker process -------------------------------------------------------------------
+
+
+async def raw_worker_main(args: argparse.Namespace) -> None:
+    """The fastest honest raw loop: streaming pull, core-NATS reply, pipelined ack."""
+    import nats
+    from nats.aio.msg import Msg
+    from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
+
+    nc = await nats.connect(args.url)
+    js = nc.jetstream()
+    await js.add_stream(
+        StreamConfig(
+            name=RAW_STREAM, subjects=["raw.in.*"], storage=StorageType.FILE, duplicate_window=120
+        )
+    )
+    await js.add_consumer(
+        RAW_STREAM,
+        ConsumerConfig(
+            durable_name=RAW_CONSUMER, ack_policy=AckPolicy.EXPLICIT, max_ack_pending=1000
+        ),
+    )
+    inbox = nc.new_inbox()
+    next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{RAW_STREAM}.{RAW_CONSUMER}"
+    request = json.dumps(
+        {"batch": PULL_BATCH, "expires": 30_000_000_000, "idle_heartbeat": 5_000_000_000}
+    ).encode()
+    outstanding = 0
+    publish = nc.publish
+
+    async def pull() -> None:
+        nonlocal outstanding
+        outstanding += PULL_BATCH
+        await publish(next_subject, request, reply=inbox)
+
+    async def on_message(msg: Msg) -> None:
+        nonlocal outstanding
+        if not msg.data and msg.headers and "Status" in msg.headers:
+            if msg.headers["Status"] != "100":  # a request ended: its credit is gone
+                outstanding = max(0, outstanding - int(msg.headers.get("Nats-Pending-Messages", 0)))
+                if outstanding <= PULL_BATCH // 2:
+                    await pull()
+            return
+        outstanding -= 1
+        if outstanding <= PULL_BATCH // 2:
+            await pull()
+        await publish("raw.out." + msg.subject[7:], msg.data)  # "raw.in."
+        await publish(msg.reply, b"+ACK")
+
+    await nc.subscribe(inbox, cb=on_message)
+    await pull()
+    await nc.flush()
+    say({"ready": True})
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    await nc.close()
+
+
+# --- orchestrator -------------------------------------------------------------------------
+
+
+def cpu_ns(pid: int) -> int:
+    """Nanoseconds on CPU of every live thread of `pid`."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as file:
+                total += int(file.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return total
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return json.load(answer)
+
+
+class Probe:
+    """A snapshot of CPU per process and of the server's message counters."""
+
+    def __init__(self, monitor: str, pids: dict[str, int]) -> None:
+        self.cpu = {name: cpu_ns(pid) for name, pid in pids.items()}
+        varz = get_json(monitor + "/varz")
+        self.msgs_in, self.msgs_out = int(varz["in_msgs"]), int(varz["out_msgs"])
+        jsz = get_json(monitor + "/jsz?accounts=true&streams=true")
+        self.stored = sum(
+            int(stream["state"]["last_seq"])
+            for account in jsz.get("account_details") or []
+            for stream in account.get("stream_detail") or []
+        )
+
+
+def per_turn(before: Probe, after: Probe, turns: int) -> dict[str, float]:
+    figures = {
+        f"cpu_{name}": (after.cpu[name] - before.cpu[name]) / turns / 1e3 for name in after.cpu
+    }
+    figures["cpu_total"] = sum(v for k, v in figures.items() if k.startswith("cpu_"))
+    figures["msgs_in"] = (after.msgs_in - before.msgs_in) / turns
+    figures["msgs_out"] = (after.msgs_out - before.msgs_out) / turns
+    figures["stored"] = (after.stored - before.stored) / turns
+    return figures
+
+
+class Child:
+    """A process spoken to in JSON lines (stdin commands, stdout answers)."""
+
+    def __init__(
+        self, argv: list[str], env: dict[str, str] | None = None, log: IO[bytes] | None = None
+    ) -> None:
+        self.process = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env, text=True
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def send(self, command: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(command + "\n")
+        self.process.stdin.flush()
+
+    def answer(self) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.process.args[:3]} ended (code {self.process.wait()})")
+        result: dict[str, Any] = json.loads(line)
+        return result
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def wait_core_ready(url: str, core: Child) -> None:
+    """Until the core answers its control API (`CoreService.start` registers it last)."""
+
+    async def ask() -> None:
+        import nats
+
+        nc = await nats.connect(url)
+        try:
+            for _ in range(300):
+                if core.process.poll() is not None:
+                    raise RuntimeError(f"ore serve exited with {core.process.returncode}")
+                try:
+                    await nc.request("ore.api.health", b"{}", timeout=0.5)
+                    return
+                except Exception:
+                    await asyncio.sleep(0.1)
+            raise RuntimeError("ore serve did not answer ore.api.health within ~3 minutes")
+        finally:
+            await nc.close()
+
+    asyncio.run(ask())
+
+
+def run_side(
+    side: str,
+    server_url: str,
+    monitor: str,
+    nats_pid: int,
+    tmp: Path,
+    args: argparse.Namespace,
+    run: str,
+) -> dict[str, float]:
+    me = [sys.executable, __file__, "--url", server_url]
+    if side == "raw":
+        worker = Child([*me, "--role", "raw-worker"])
+        worker.answer()
+    else:
+        env = {
+            **os.environ,
+            "ORE_LOAD_PLUGINS": "",  # built-in plugins only, as a bare install has
+            "ORE_STORE__NAME": args.store,
+            "ORE_CONFIG": str(tmp / "ore.toml"),
+        }
+        if args.store != "memory":
+            env["ORE_STORE__PATH"] = str(tmp / f"ore-{run}.db")
+        (tmp / "ore.toml").write_text("")
+        log = (tmp / f"ore-serve-{run}.log").open("wb")
+        ore = str(Path(sys.executable).with_name("ore"))
+        worker = Child([ore, "serve", "--nats", server_url], env=env, log=log)
+        wait_core_ready(server_url, worker)
+    role = "raw-client" if side == "raw" else "ore-client"
+    client = Child(
+        [
+            *me,
+            *("--role", role, "--run", run, "--threads", str(args.threads)),
+            *("--per-thread", str(args.per_thread), "--latency", str(args.latency)),
+        ]
+    )
+    try:
+        client.answer()  # warmed up
+        pids = {"worker": worker.pid, "nats": nats_pid, "client": client.pid}
+        before = Probe(monitor, pids)
+        client.send("throughput")
+        result = client.answer()
+        after = Probe(monitor, pids)
+        figures = per_turn(before, after, result["turns"])
+        figures["rate"] = result["turns"] / result["seconds"]
+        before = Probe(monitor, pids)
+        client.send("latency")
+        result = client.answer()
+        after = Probe(monitor, pids)
+        figures["p50_ms"] = result["p50"] * 1e3
+        one = per_turn(before, after, result["turns"])
+        for name in ("worker", "nats", "client", "total"):
+            figures[f"cpu_{name}_1thread"] = one[f"cpu_{name}"]
+        client.send("quit")
+        client.process.wait(30)
+    finally:
+        client.stop()
+        if side == "raw":
+            worker.send("quit")
+            try:
+                worker.process.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        worker.stop()
+    return figures
+
+
+ROWS = [
+    ("cpu_worker", "core CPU per turn, 100 threads (µs)", "{:.1f}", 6.0, "<="),
+    ("cpu_nats", "nats-server CPU per turn (µs)", "{:.1f}", None, ""),
+    ("cpu_client", "client CPU per turn (µs)", "{:.1f}", 2.0, "<="),
+    ("cpu_total", "CPU per turn, core+nats+client (µs)", "{:.1f}", 2.5, "<="),
+    ("rate", "throughput, 100 threads (turns/s)", "{:,.0f}", 0.4, ">="),
+    ("p50_ms", "p50 latency, 1 thread (ms)", "{:.3f}", 2.5, "<="),
+    ("cpu_worker_1thread", "core CPU per turn, 1 thread (µs)", "{:.1f}", None, ""),
+    ("cpu_nats_1thread", "nats-server CPU per turn, 1 thread (µs)", "{:.1f}", None, ""),
+    ("cpu_client_1thread", "client CPU per turn, 1 thread (µs)", "{:.1f}", None, ""),
+    ("cpu_total_1thread", "CPU per turn, 1 thread (µs)", "{:.1f}", None, ""),
+    ("msgs_in", "NATS messages in per turn", "{:.2f}", None, ""),
+    ("msgs_out", "NATS messages out per turn", "{:.2f}", None, ""),
+    ("stored", "JetStream messages stored per turn", "{:.2f}", None, ""),
+]
+
+
+def report(rounds: list[dict[str, dict[str, float]]], args: argparse.Namespace) -> None:
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load "
+        f"{os.getloadavg()[0]:.1f}; {args.threads} threads x {args.per_thread} turns; "
+        f"latency {args.latency} turns; {len(rounds)} round(s)"
+    )
+    print()
+    print("| figure | ore serve | raw loop | ratio | goal |")
+    print("|---|---|---|---|---|")
+    for key, label, fmt, goal, sense in ROWS:
+        ore = statistics.median(r["ore"][key] for r in rounds)
+        raw = statistics.median(r["raw"][key] for r in rounds)
+        ratio = ore / raw if raw else float("nan")
+        ratios = [r["ore"][key] / r["raw"][key] for r in rounds if r["raw"][key]]
+        spread = f" ({min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 else ""
+        met = ""
+        if goal is not None:
+            ok = ratio <= goal if sense == "<=" else ratio >= goal
+            met = f"{sense} {goal:g}x {'met' if ok else 'NOT met'}"
+        print(f"| {label} | {fmt.format(ore)} | {fmt.format(raw)} | {ratio:.2f}x{spread} | {met} |")
+    print()
+    print("client CPU ratio = a ConduitClient conduit receiving each answer vs the raw client.")
+
+
+def main(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from ore_core.bus.embedded import EmbeddedNatsServer
+
+    rounds = []
+    with tempfile.TemporaryDirectory(prefix="ore-hotpath-") as name:
+        tmp = Path(name)
+        with EmbeddedNatsServer(tmp / "nats") as server:
+            for index in range(args.rounds):
+                result = {}
+                for side in ("raw", "ore"):
+                    result[side] = run_side(
+                        side, server.url, server.monitor_url, server.pid, tmp, args, f"r{index}"
+                    )
+                rounds.append(result)
+                print(f"round {index + 1}: " + json.dumps(result), file=sys.stderr)
+    report(rounds, args)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--threads", type=int, default=100)
+    parser.add_argument("--per-thread", type=int, default=30)
+    parser.add_argument("--latency", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--store", default="sqlite", help="the core's store (default sqlite)")
+    parser.add_argument("--role", choices=["raw-worker", "raw-client", "ore-client"])
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--run", default="", help=argparse.SUPPRESS)
+    arguments = parser.parse_args()
+    if arguments.role == "raw-worker":
+        asyncio.run(raw_worker_main(arguments))
+    elif arguments.role:
+        asyncio.run(client_main(arguments))
+    else:
+        main(arguments)
