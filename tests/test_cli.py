@@ -18,6 +18,8 @@ from ore_core.cli import main
 from ore_core.config import SECRET_MASK
 from ore_core.plugins import manager as manager_module
 
+pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
+
 ORE = Path(sys.executable).with_name("ore")
 FAKE_BUILTIN = "ore_cli_test_builtin"
 

@@ -21,9 +21,11 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from ore_core.bus.embedded import EmbeddedNatsServer
 
+pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
+
 ORE = Path(sys.executable).with_name("ore")
-READY_TIMEOUT = 20.0
-EXIT_TIMEOUT = 30.0
+READY_TIMEOUT = 60.0
+EXIT_TIMEOUT = 60.0
 
 
 @dataclass

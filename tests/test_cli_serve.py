@@ -26,9 +26,11 @@ from nats.errors import TimeoutError as NatsTimeout
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.session.stores import SQLiteStore
 
+pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
+
 ORE = Path(sys.executable).with_name("ore")
-READY_TIMEOUT = 20.0
-EXIT_TIMEOUT = 30.0
+READY_TIMEOUT = 60.0
+EXIT_TIMEOUT = 60.0
 
 
 @dataclass

@@ -23,6 +23,8 @@ from ore_core.config import OreSettings
 from ore_core.plugins.manager import create_plugin_manager
 from ore_core.session.stores import JSONStore, SQLiteStore
 
+pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
+
 ORE = Path(sys.executable).with_name("ore")
 
 

@@ -86,7 +86,7 @@ async def test_connected_client_reconnects_to_the_same_url_after_restart(
     try:
         await ore_nats_server.arestart()
         await asyncio.wait_for(reconnected.wait(), timeout=10)
-        await client.flush(timeout=5)
+        await client.flush(timeout=30)
     finally:
         await client.close()
 

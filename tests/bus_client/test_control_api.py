@@ -28,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("control_api")
 
 async def raw(nc: Client, subject: str, data: bytes) -> tuple[dict[str, str], object]:
     """Headers and decoded JSON body of the reply to a raw request."""
-    reply = await nc.request(subject, data, timeout=2)
+    reply = await nc.request(subject, data, timeout=30)
     return dict(reply.headers or {}), jsonutil.loads(reply.data)
 
 
@@ -275,7 +275,7 @@ async def test_fork_while_a_reply_is_written_is_a_409(
         async with ControlAPI(ore_nats_client, busy_manager, busy, version=VERSION):
             stream = await busy_manager.create_with_id("t-1")
             stream.submit(message("hi"))
-            await asyncio.wait_for(gate.started.wait(), 5)
+            await asyncio.wait_for(gate.started.wait(), 30)
             headers, _ = await raw(
                 ore_nats_client, busy.api("threads.fork"), b'{"id":"t-1","turn_id":"x"}'
             )
@@ -346,7 +346,7 @@ async def test_health_counts_active_streams(client: ConduitClient, manager: Mana
 
 
 async def test_srv_ping_is_answered_by_the_ore_service(ore_nats_client: Client) -> None:
-    reply = await ore_nats_client.request("$SRV.PING.ore", b"", timeout=2)
+    reply = await ore_nats_client.request("$SRV.PING.ore", b"", timeout=30)
     ping = jsonutil.loads(reply.data)
     assert (ping["name"], ping["version"], ping["metadata"]) == ("ore", VERSION, {"worker": "w1"})
 
@@ -354,7 +354,7 @@ async def test_srv_ping_is_answered_by_the_ore_service(ore_nats_client: Client) 
 async def test_srv_info_lists_every_endpoint_subject(
     ore_nats_client: Client, control_api: ControlAPI
 ) -> None:
-    reply = await ore_nats_client.request("$SRV.INFO.ore", b"", timeout=2)
+    reply = await ore_nats_client.request("$SRV.INFO.ore", b"", timeout=30)
     info = jsonutil.loads(reply.data)
     assert {e["name"]: e["subject"] for e in info["endpoints"]} == control_api.endpoints
     assert "ore.api.threads.meta.delete" in control_api.endpoints.values()

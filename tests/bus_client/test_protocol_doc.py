@@ -26,6 +26,8 @@ from ore_core.events import (
     encode_event,
 )
 
+pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
+
 PROTOCOL = (Path(__file__).parents[2] / "docs" / "protocol.md").read_text(encoding="utf-8")
 INGRESS_KINDS = {"user_message", "interrupt"}
 DLQ_FIELDS = {"reason", "detail", "subject", "thread_id", "data", "time"}

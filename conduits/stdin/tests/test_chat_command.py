@@ -17,6 +17,8 @@ from ore_core.config import OreSettings, load_settings
 from ore_core.testing.processors import ScriptedProcessor
 from ore_openai.testing import MockOpenAIServer, MockResponse
 
+pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
+
 RunChat = Callable[..., subprocess.CompletedProcess[str]]
 ORE = Path(sys.executable).with_name("ore")
 TIMEOUT = 60.0

@@ -8,13 +8,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pexpect
+import pytest
 
 from ore_openai.testing import MockOpenAIServer, MockResponse
+
+pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
 
 SpawnChat = Callable[..., pexpect.spawn]
 PROMPT = "you>"
 THREAD = re.compile(r"Thread ([A-Za-z0-9_-]+) \((new thread|resumed, \d+ turns)\)")
-EXIT_TIMEOUT = 30
+EXIT_TIMEOUT = 60
 
 
 def model_env(model: MockOpenAIServer) -> dict[str, str]:

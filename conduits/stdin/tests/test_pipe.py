@@ -16,7 +16,7 @@ from ore_core.session.echo import EchoProcessor
 from ore_core.testing.processors import ScriptedProcessor
 
 StartCore = Callable[[TurnProcessor], Awaitable[None]]
-TIMEOUT = 15.0
+TIMEOUT = 30.0
 
 
 class Pipe:

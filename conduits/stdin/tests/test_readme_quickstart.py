@@ -13,6 +13,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
+
 CHECKOUT = Path(__file__).resolve().parents[3]
 CHAT = " && ore chat"
 INSTALL_TIMEOUT = 600.0
