@@ -112,9 +112,9 @@ def test_list_shows_each_thread_with_its_turn_count_and_latest_text(
     result = ore("threads", "list")
     assert result.exit_code == 0, result.output
     header, *rows = result.stdout.splitlines()
-    assert header.split() == ["ID", "TURNS", "UPDATED", "PREVIEW"]
+    assert header.split() == ["ID", "TURNS", "UPDATED", "TITLE", "LAST"]
     assert [(row.split()[0], row.split()[1]) for row in rows] == [("other", "2"), ("demo", "6")]
-    assert rows[1].endswith("second try")
+    assert rows[1].split()[-3:] == ["Demo", "second", "try"]  # title, then the last text
 
 
 def test_list_json_has_id_turns_branches_updated_preview_and_metadata(
@@ -318,5 +318,6 @@ def test_ore_threads_in_a_real_process_reports_an_unknown_id_in_one_stderr_line(
     missing = run_ore("threads", "show", "ghost")
     assert missing.returncode == 1
     assert missing.stderr.splitlines() == [
-        f"Error: thread ghost not found in sqlite:{populated.store['path']}"
+        f"Error: thread ghost not found in sqlite:{populated.store['path']}: "
+        "`ore threads list` shows them"
     ]

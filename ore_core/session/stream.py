@@ -391,7 +391,7 @@ class Stream:
         if cancelled:
             self.publish(LifecycleEvent(phase="cancelled", context=context))
         elif error is not None:
-            self.publish(ErrorEvent(message=f"process event: {error}", context=context))
+            self.publish(ErrorEvent(message=f"the turn failed: {error}", context=context))
         self.publish(LifecycleEvent(phase="done", context=context))
         self._in_turn = False
         if not (cancelled and self._closed):
@@ -401,7 +401,7 @@ class Stream:
             item.resolve(TurnCancelled(f"session {self.id}: turn cancelled"))
         elif error is not None:
             failure = (
-                error if isinstance(error, TurnFailed) else TurnFailed(f"process event: {error}")
+                error if isinstance(error, TurnFailed) else TurnFailed(f"the turn failed: {error}")
             )
             if failure is not error:
                 failure.__cause__ = error

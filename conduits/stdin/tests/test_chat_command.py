@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ore_core import TurnProcessor
-from ore_core.cli.chat import choose_processor
+from ore_core.cli.processor import choose_processor
 from ore_core.config import OreSettings, load_settings
 from ore_core.testing.processors import ScriptedProcessor
 from ore_openai.testing import MockOpenAIServer, MockResponse
@@ -57,10 +57,11 @@ def test_the_cores_logs_stay_out_of_the_chat_and_go_to_the_log_file(
 
 def test_the_openai_processor_answers_when_an_endpoint_is_configured(run_chat: RunChat) -> None:
     with MockOpenAIServer(["Hi from the model."]) as model:
-        chat = run_chat(input="hello\n", env={"ORE_OPENAI_BASE_URL": model.base_url})
+        url = model.base_url
+        chat = run_chat(input="hello\n", env={"ORE_OPENAI_BASE_URL": url})
     assert chat.returncode == 0, chat.stderr
     assert chat.stdout == "Hi from the model.\n"
-    assert chat.stderr == ""
+    assert chat.stderr == f"answering with openai model gpt-4o-mini at {url}\n"
 
 
 def test_a_failed_turn_exits_1_with_one_line(run_chat: RunChat) -> None:
@@ -72,7 +73,8 @@ def test_a_failed_turn_exits_1_with_one_line(run_chat: RunChat) -> None:
         assert len(model.requests) == 1
     assert chat.returncode == 1
     assert chat.stdout == ""
-    (line,) = chat.stderr.splitlines()
+    answering, line = chat.stderr.splitlines()
+    assert answering.startswith("answering with openai model")
     assert line.startswith("Error: turn failed on thread ")
 
 
@@ -96,10 +98,20 @@ def test_without_a_core_behind_the_configured_nats_it_exits_1_with_one_line(
     assert "ore serve" in line
 
 
-def test_thread_and_new_together_are_a_usage_error(run_chat: RunChat) -> None:
-    chat = run_chat("--thread", "t1", "--new", input="hello\n")
-    assert chat.returncode == 2
-    assert "cannot be used together" in chat.stderr
+def test_an_unknown_thread_is_an_error_that_suggests_new(run_chat: RunChat) -> None:
+    chat = run_chat("--thread", "t1", input="hello\n")
+    assert chat.returncode == 1
+    assert chat.stderr.splitlines()[-1] == (
+        "Error: thread t1 not found in the store of the core: `ore threads list` shows them, "
+        "or add --new to start it"
+    )
+
+
+def test_thread_and_new_together_start_that_thread(run_chat: RunChat) -> None:
+    assert run_chat("--thread", "t1", "--new", input="hello\n").returncode == 0
+    again = run_chat("--thread", "t1", input="again\n")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == "again\n"
 
 
 def test_without_the_stdin_conduit_it_says_what_to_install(run_chat: RunChat) -> None:
@@ -142,42 +154,41 @@ def test_an_explicitly_configured_processor_is_kept(
     ore_isolated_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ORE_PROCESSOR__NAME", "echo")
-    settings, notice = choose_processor(
-        load_settings(), ["echo", "openai"], {"OPENAI_API_KEY": "k"}
-    )
-    assert settings.processor.name == "echo"
-    assert notice is None
+    choice = choose_processor(load_settings(), ["echo", "openai"], {"OPENAI_API_KEY": "k"})
+    assert choice.settings.processor.name == "echo"
+    assert choice.echo_reason == "processor.name is echo"
 
 
 def test_openai_is_chosen_when_installed_and_an_endpoint_is_set(ore_isolated_env: Path) -> None:
     env = {"ORE_OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"}
-    settings, notice = choose_processor(load_settings(), ["echo", "openai"], env)
-    assert settings.processor.name == "openai"
-    assert notice is None
+    choice = choose_processor(load_settings(), ["echo", "openai"], env)
+    assert choice.settings.processor.name == "openai"
+    assert choice.echo_reason is None
+    assert choice.source == "auto: ORE_OPENAI_BASE_URL is set"
 
 
 def test_other_processor_settings_are_kept_when_openai_is_chosen(
     ore_isolated_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ORE_PROCESSOR__MODEL", "llama3.2")
-    settings, _ = choose_processor(load_settings(), ["echo", "openai"], {"OPENAI_API_KEY": "k"})
-    assert settings.processor.model_dump() == {"name": "openai", "model": "llama3.2"}
+    choice = choose_processor(load_settings(), ["echo", "openai"], {"OPENAI_API_KEY": "k"})
+    assert choice.settings.processor.model_dump() == {"name": "openai", "model": "llama3.2"}
 
 
 def test_without_an_endpoint_echo_answers_and_the_notice_says_what_to_export(
     ore_isolated_env: Path,
 ) -> None:
-    settings, notice = choose_processor(OreSettings(), ["echo", "openai"], {})
-    assert settings.processor.name == "echo"
-    assert notice is not None
-    assert "export OPENAI_API_KEY" in notice
-    assert "pip install" not in notice
+    choice = choose_processor(OreSettings(), ["echo", "openai"], {})
+    assert choice.settings.processor.name == "echo"
+    assert choice.echo_reason is not None
+    assert "set OPENAI_API_KEY or ORE_OPENAI_BASE_URL" in choice.echo_reason
+    assert "pip install" not in choice.echo_reason
 
 
 def test_without_the_openai_plugin_the_notice_says_what_to_install(
     ore_isolated_env: Path,
 ) -> None:
-    settings, notice = choose_processor(OreSettings(), ["echo"], {"OPENAI_API_KEY": "k"})
-    assert settings.processor.name == "echo"
-    assert notice is not None
-    assert "pip install ./plugins/openai" in notice
+    choice = choose_processor(OreSettings(), ["echo"], {"OPENAI_API_KEY": "k"})
+    assert choice.settings.processor.name == "echo"
+    assert choice.echo_reason is not None
+    assert "pip install ./plugins/openai" in choice.echo_reason

@@ -109,7 +109,7 @@ def test_the_thread_option_resumes_that_conversation(
     spawn_chat: SpawnChat, run_chat: Callable[..., object]
 ) -> None:
     with MockOpenAIServer(["Nice to meet you, Ada.", "You are Ada."]) as model:
-        run_chat("--thread", "notes", input="my name is Ada\n", env=model_env(model))
+        run_chat("--thread", "notes", "--new", input="my name is Ada\n", env=model_env(model))
         child = spawn_chat("--thread", "notes", env=model_env(model))
         assert started(child) == ("notes", "resumed, 2 turns")
         say(child, "what is my name?", "You are Ada.")

@@ -65,6 +65,10 @@ class OpenAIProcessor:
         )
         self._client: openai.AsyncOpenAI | None = None
 
+    def describe(self) -> str:
+        """What answers, for the line `ore serve` and `ore chat` print at start."""
+        return f"openai model {self.config.model} at {self.config.base_url}"
+
     async def __aenter__(self) -> Self:
         return self
 
