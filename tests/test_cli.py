@@ -18,8 +18,6 @@ from ore_core.cli import main
 from ore_core.config import SECRET_MASK
 from ore_core.plugins import manager as manager_module
 
-pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
-
 ORE = Path(sys.executable).with_name("ore")
 FAKE_BUILTIN = "ore_cli_test_builtin"
 
@@ -198,6 +196,7 @@ def test_install_needs_a_package() -> None:
     assert "name at least one package" in result.stderr
 
 
+@pytest.mark.slow  # starts a process
 def test_uninstall_of_a_package_that_is_not_installed_is_an_error() -> None:
     result = run_ore("uninstall", "-y", "ore-package-that-is-not-installed")
     assert result.returncode == 1
@@ -213,6 +212,7 @@ def test_uninstall_refuses_ore_and_its_own_dependencies(package: str) -> None:
     assert "removing it would break every ore command" in result.output
 
 
+@pytest.mark.slow  # starts a process
 def test_uninstall_without_yes_and_without_a_terminal_says_to_add_y() -> None:
     result = run_ore("uninstall", "ore-test-plugin")  # installed, but nobody can answer
     assert result.returncode == 1
@@ -222,12 +222,14 @@ def test_uninstall_without_yes_and_without_a_terminal_says_to_add_y() -> None:
     ]
 
 
+@pytest.mark.slow  # starts a process
 def test_install_failure_exits_with_pips_status(tmp_path: Path) -> None:
     result = run_ore("install", "-e", str(tmp_path / "no-such-project"))
     assert result.returncode == 1
     assert "no-such-project" in result.stderr
 
 
+@pytest.mark.slow  # starts a process
 def test_console_script_lists_installed_plugins() -> None:
     result = run_ore("plugins", "--json")
     assert result.returncode == 0

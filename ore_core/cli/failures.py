@@ -21,7 +21,7 @@ DEBUG_ENV = "ORE_DEBUG"
 
 _TRACEBACK_HINT = f"run with --debug (or {DEBUG_ENV}=1) to see the traceback"
 _BIND_ADDRESS = re.compile(r"\('?([\d.:a-fA-F]+)'?, (\d+)\)")
-_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR)
 
 
 def debug_requested(flag: bool) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import sys
@@ -192,3 +193,113 @@ def test_without_the_openai_plugin_the_notice_says_what_to_install(
     assert choice.settings.processor.name == "echo"
     assert choice.echo_reason is not None
     assert "pip install ./plugins/openai" in choice.echo_reason
+
+
+# --- one-shot prompts, stdin as one message, -m, dropped lines ---------------------------
+
+
+def threads_json(chat_env: dict[str, str]) -> list[dict[str, object]]:
+    listed = subprocess.run(
+        [str(ORE), "threads", "list", "--all", "--json"],
+        capture_output=True,
+        text=True,
+        env=chat_env,
+        timeout=TIMEOUT,
+        check=True,
+    )
+    threads: list[dict[str, object]] = json.loads(listed.stdout)
+    return threads
+
+
+def test_a_prompt_argument_is_one_message_answered_once(run_chat: RunChat) -> None:
+    chat = run_chat("what", "is", "ore?", input="")
+    assert chat.returncode == 0, chat.stderr
+    assert chat.stdout == "what is ore?\n"
+
+
+def test_piped_input_joins_the_prompt_as_one_message(
+    run_chat: RunChat, chat_env: dict[str, str]
+) -> None:
+    chat = run_chat("summarise this", input="# Notes\n\nline one\nline two\n")
+    assert chat.returncode == 0, chat.stderr
+    assert chat.stdout == "summarise this\n\n# Notes\n\nline one\nline two\n"
+    (thread,) = threads_json(chat_env)
+    assert thread["turns"] == 2  # one message, one answer
+
+
+def test_an_empty_pipe_starts_no_thread(run_chat: RunChat, chat_env: dict[str, str]) -> None:
+    assert run_chat(input="\n\n").returncode == 0
+    assert threads_json(chat_env) == []
+
+
+def test_dash_m_chooses_the_model(run_chat: RunChat) -> None:
+    with MockOpenAIServer(["ok"]) as model:
+        url = model.base_url
+        chat = run_chat("-m", "llama3.2", "hi", input="", env={"ORE_OPENAI_BASE_URL": url})
+        assert chat.returncode == 0, chat.stderr
+        assert [request["model"] for request in model.requests] == ["llama3.2"]
+    assert chat.stderr == f"answering with openai model llama3.2 at {url}\n"
+
+
+def test_lines_dropped_by_an_interceptor_make_the_exit_status_1(run_chat: RunChat) -> None:
+    guard = {
+        "ORE_LOAD_PLUGINS": "ore-conduit-stdin,ore-guard",
+        "ORE_PLUGINS__GUARD__BURST": "1",
+        "ORE_PLUGINS__GUARD__RATE": "1",
+        "ORE_PLUGINS__GUARD__PER": "3600",
+    }
+    chat = run_chat(input="first\nsecond\n", env=guard)
+    assert chat.returncode == 1
+    assert chat.stdout == "first\n"  # the second line was rate limited, not answered
+    assert chat.stderr.splitlines()[-1].startswith(
+        "Error: 1 of 2 message(s) were dropped by an interceptor on thread "
+    )
+
+
+def test_a_state_directory_that_cannot_be_written_is_one_error_line(
+    run_chat: RunChat, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    chat = run_chat("hi", input="", env={"XDG_STATE_HOME": str(blocker / "state")})
+    assert chat.returncode == 1
+    (line,) = chat.stderr.splitlines()
+    assert line.startswith(f"Error: cannot write {blocker}")
+
+
+def test_a_chat_killed_with_sigkill_leaves_nothing_behind_after_the_next_chat(
+    chat_env: dict[str, str], run_chat: RunChat
+) -> None:
+    process = subprocess.Popen(
+        [str(ORE), "chat"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=chat_env,
+    )
+    try:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        process.stdin.write("hello\n")
+        process.stdin.flush()
+        assert process.stdout.readline() == "hello\n"  # running, its nats-server too
+        record = Path(chat_env["XDG_STATE_HOME"]) / "ore" / "chats" / f"{process.pid}.json"
+        server = json.loads(record.read_text())
+        process.kill()
+        process.wait(TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+    assert Path(server["directory"]).exists()  # SIGKILL: nothing could clean up
+    assert run_chat(input="next\n").returncode == 0
+    assert not Path(server["directory"]).exists()
+    assert (
+        not Path(f"/proc/{server['server']}").exists()
+        or b"nats-server" not in Path(f"/proc/{server['server']}/cmdline").read_bytes()
+    )
+    assert list(Path(chat_env["TMPDIR"]).glob("ore-chat-nats-*")) == []

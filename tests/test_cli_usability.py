@@ -1,0 +1,124 @@
+"""One-line errors, the processor choice, the running-core record, ore doctor (in process)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import structlog
+from click.testing import CliRunner, Result
+
+from ore_core import ThreadNotFound
+from ore_core.cli import main
+from ore_core.cli import serve as serve_module
+from ore_core.cli.failures import one_line
+from ore_core.cli.processor import answering_line, choose_processor
+from ore_core.cli.running import (
+    RunningCore,
+    find_running,
+    record_running,
+    remove_record,
+    state_dir,
+)
+from ore_core.config import OreSettings
+
+
+@pytest.fixture(autouse=True)
+def _isolated(ore_isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("ORE_LOAD_PLUGINS", "ore-openai,ore-conduit-stdin")
+    yield
+    structlog.reset_defaults()  # the CLI configures logging process-wide
+
+
+def ore(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+# --- one line per failure -----------------------------------------------------------
+
+
+def test_an_unwritable_path_says_which_and_what_to_do() -> None:
+    line = one_line(PermissionError(errno.EACCES, "Permission denied", "/var/lib/ore"))
+    assert line.startswith("cannot write /var/lib/ore: permission denied; ")
+    assert "XDG_STATE_HOME" in line
+
+
+def test_an_address_in_use_names_the_port_and_the_options() -> None:
+    error = OSError(
+        errno.EADDRINUSE,
+        "error while attempting to bind on address ('127.0.0.1', 8080): address already in use",
+    )
+    assert one_line(error) == (
+        "cannot listen on 127.0.0.1:8080: another process uses it; choose another port "
+        "(--port, --health-port) or stop that process"
+    )
+
+
+def test_an_unexpected_error_says_how_to_see_the_traceback() -> None:
+    assert one_line(ExceptionGroup("x", [KeyError("k")])) == (
+        "unexpected KeyError: 'k' (run with --debug (or ORE_DEBUG=1) to see the traceback)"
+    )
+
+
+def test_ore_errors_are_flattened_to_one_line() -> None:
+    assert one_line(ThreadNotFound("thread t\nnot found")) == "thread t not found"
+
+
+# --- one processor choice -----------------------------------------------------------
+
+
+def test_config_shows_the_processor_serve_and_chat_would_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    result = ore("config")
+    (row,) = [line for line in result.stdout.splitlines() if line.startswith("processor.name")]
+    assert row.split() == ["processor.name", "openai", "auto:", "OPENAI_API_KEY", "is", "set"]
+
+
+def test_echo_chosen_explicitly_says_so() -> None:
+    choice = choose_processor(
+        OreSettings(processor={"name": "echo"}), ["echo", "openai"], {"OPENAI_API_KEY": "k"}
+    )
+    # OreSettings(...) arguments are not a "source" the way the file and env are: default.
+    assert answering_line("echo", "echo", choice).startswith("answering with echo: ")
+
+
+# --- where the parts find each other ---------------------------------------------------
+
+
+def test_a_record_of_a_dead_process_is_ignored_and_removed() -> None:
+    record_running(RunningCore(pid=2**22 + 12345, nats_url="nats://127.0.0.1:1", store="x"))
+    assert find_running() is None
+    assert not (state_dir() / "serve.json").exists()
+
+
+def test_a_record_is_removed_only_by_its_own_process() -> None:
+    mine = RunningCore(pid=os.getpid(), nats_url="nats://127.0.0.1:1", store="sqlite:/x")
+    record_running(mine)
+    remove_record(os.getpid() + 1)
+    assert find_running() == mine
+    remove_record(os.getpid())
+    assert find_running() is None
+
+
+def test_the_default_port_is_used_only_when_it_is_free(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setattr(serve_module, "DEFAULT_PORT", port)
+        assert serve_module._embedded_port(None) is None  # taken: any free port instead
+    assert serve_module._embedded_port(None) == port  # free again
+    assert serve_module._embedded_port(0) is None
+    assert serve_module._embedded_port(5555) == 5555
+
+
+def test_conduit_without_a_url_or_a_running_serve_says_to_start_one() -> None:
+    result = ore("conduit", "stdin")
+    assert result.exit_code == 1
+    assert "no running `ore serve` recorded; start `ore serve`" in result.output
