@@ -25,7 +25,7 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.session.stores import SQLiteStore
-from ore_core.testing.mock_openai import MockOpenAIServer
+from ore_openai.testing import MockOpenAIServer
 
 pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
 
