@@ -197,6 +197,11 @@ class Stream:
         """The live thread (owned by the stream's worker: read, do not mutate concurrently)."""
         return self._thread
 
+    @property
+    def processor(self) -> TurnProcessor:
+        """The turn processor that answers (what `/model` asks which models it has)."""
+        return self._processor
+
     def turns(self) -> list[Turn]:
         """The active path, oldest first (a copy)."""
         return self._thread.turns()

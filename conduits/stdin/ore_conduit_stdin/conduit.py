@@ -195,4 +195,4 @@ class StdinConduit(Conduit):
             view = TerminalView(
                 Console(file=stdout, highlight=False), err, markdown=settings.markdown
             )
-            await chat(session, prompt, view, err=err, last_thread=last_thread)
+            await chat(session, prompt, view, err=err, last_thread=last_thread, stdin=stdin)

@@ -79,6 +79,42 @@ def test_ctrl_c_interrupts_the_running_turn_and_the_prompt_returns(
         assert leave(child) == 0
 
 
+def test_ctrl_c_is_not_echoed_into_the_reply_area(spawn_chat: SpawnChat) -> None:
+    # An echoed `^C` inside the live area broke its redrawing, and the partial reply
+    # was left on the screen twice.
+    replies = [MockResponse.hang("Never finished", after_chunks=3)]
+    with MockOpenAIServer(replies) as model:
+        child = spawn_chat(env=model_env(model))
+        started(child)
+        child.sendline("hello")
+        child.expect("Neve")
+        child.sendintr()
+        child.expect(r"\(interrupted\)")
+        assert "^C" not in str(child.before)
+        child.expect(PROMPT)
+        assert leave(child) == 0
+
+
+def test_text_typed_during_a_reply_is_not_echoed_nor_sent_at_the_next_prompt(
+    spawn_chat: SpawnChat,
+) -> None:
+    # Three chunks two seconds apart: keys sent after the first one arrive mid-reply.
+    slow = MockResponse(text="abc", chunk_size=1, delay=2.0)
+    with MockOpenAIServer([slow, "Next one."]) as model:
+        child = spawn_chat(env=model_env(model))
+        started(child)
+        child.sendline("hello")
+        child.expect("a")
+        child.send("typed ahead\r")
+        child.expect("was not sent")
+        assert "typed ahead" not in str(child.before)
+        child.expect(PROMPT)
+        say(child, "again", "Next one.")
+        assert leave(child) == 0
+        sent = [request["messages"][-1]["content"] for request in model.requests]
+    assert sent == ["hello", "again"]
+
+
 def test_up_arrow_recalls_the_previous_line(spawn_chat: SpawnChat) -> None:
     with MockOpenAIServer(["First reply.", "Second reply."]) as model:
         child = spawn_chat(env=model_env(model))
