@@ -222,6 +222,19 @@ async def test_racing_lookups_on_two_workers_get_one_thread(
     assert all(count > 0 for count in lookups), "both workers must have answered lookups"
 
 
+async def test_errors_do_not_show_clients_where_the_server_keeps_its_store(
+    two_workers: list[ControlAPI], ore_nats_url: str, tmp_path: Path
+) -> None:
+    async with await ConduitClient.connect(ore_nats_url, name="peek", prefix="race") as client:
+        missing = await api_error(client.get_thread("missing"))
+        await client.create_thread("t-1")
+        taken = await api_error(client.create_thread("t-1"))
+    for error in (missing, taken):
+        assert str(tmp_path) not in error.message
+        assert "t-1" in error.message or "missing" in error.message
+    assert missing.message == "thread missing not found in the store"
+
+
 # -- fork / delete / turns ------------------------------------------------------------
 
 
