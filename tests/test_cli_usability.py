@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import socket
 from collections.abc import Iterator
@@ -18,8 +19,10 @@ from ore_core.cli import serve as serve_module
 from ore_core.cli.failures import one_line
 from ore_core.cli.processor import answering_line, choose_processor
 from ore_core.cli.running import (
+    ChatServer,
     RunningCore,
     find_running,
+    record_chat_server,
     record_running,
     remove_record,
     state_dir,
@@ -122,3 +125,70 @@ def test_conduit_without_a_url_or_a_running_serve_says_to_start_one() -> None:
     result = ore("conduit", "stdin")
     assert result.exit_code == 1
     assert "no running `ore serve` recorded; start `ore serve`" in result.output
+
+
+# --- ore doctor -------------------------------------------------------------------------
+
+
+def doctor_checks(*args: str) -> tuple[int, dict[str, dict[str, str]]]:
+    result = ore("doctor", "--json", *args)
+    return result.exit_code, {check["part"]: check for check in json.loads(result.stdout)}
+
+
+def test_doctor_reports_every_part_and_passes_on_a_fresh_setup() -> None:
+    code, checks = doctor_checks()
+    assert code == 0
+    assert list(checks)[:5] == ["config file", "settings", "state directory", "store", "processor"]
+    assert checks["store"]["status"] == "ok"
+    assert checks["processor"]["status"] == "warn"  # echo, and what to set
+    assert "OPENAI_API_KEY" in checks["processor"]["found"]
+    assert checks["running core"]["found"].startswith("none recorded")
+
+
+def test_doctor_names_the_model_the_environment_configures(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ORE_OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("ORE_PROCESSOR__MODEL", "llama3.2")
+    _, checks = doctor_checks()
+    assert checks["processor"] == {
+        "part": "processor",
+        "status": "ok",
+        "found": "openai model llama3.2 (auto: ORE_OPENAI_BASE_URL is set)",
+        "todo": "",
+    }
+
+
+def test_doctor_fails_on_an_unreadable_store_and_says_what_to_fix(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("ORE_STORE__PATH", str(blocker / "threads.db"))
+    code, checks = doctor_checks()
+    assert code == 1
+    assert checks["store"]["status"] == "FAIL"
+    assert "store.path" in checks["store"]["todo"]
+
+
+def test_doctor_fails_on_a_recorded_core_whose_nats_does_not_answer() -> None:
+    with socket.socket() as silent:  # bound, never listening: connections are refused
+        silent.bind(("127.0.0.1", 0))
+        url = f"nats://127.0.0.1:{silent.getsockname()[1]}"
+        record_running(RunningCore(pid=os.getpid(), nats_url=url, store="sqlite:/x"))
+        code, checks = doctor_checks()
+    assert code == 1
+    assert checks["running core"]["status"] == "FAIL"
+    assert checks["running core"]["todo"] == (
+        f"stop process {os.getpid()} and start `ore serve` again"
+    )
+
+
+def test_doctor_lists_what_killed_chats_left_behind(tmp_path: Path) -> None:
+    left = tmp_path / "ore-chat-nats-left"
+    left.mkdir()
+    record_chat_server(ChatServer(owner=2**22 + 4321, server=2**22 + 4322, directory=str(left)))
+    _, checks = doctor_checks()
+    assert checks["killed chats"]["status"] == "warn"
+    assert str(left) in checks["killed chats"]["found"]
+    assert left.exists()  # doctor changes nothing

@@ -32,6 +32,7 @@ __all__ = [
     "RunningCore",
     "find_running",
     "forget_chat_server",
+    "leftover_chat_servers",
     "reap_chat_servers",
     "record_chat_server",
     "record_running",
@@ -149,23 +150,33 @@ def forget_chat_server(owner: int) -> None:
     _chat_record(owner).unlink(missing_ok=True)
 
 
+def leftover_chat_servers() -> list[ChatServer]:
+    """The recorded servers of chats that are no longer running (nothing is changed)."""
+    return [entry for _, entry in _dead_chats()]
+
+
+def _dead_chats() -> list[tuple[Path, ChatServer]]:
+    folder = state_dir() / _CHATS
+    dead = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            entry = ChatServer(int(data["owner"]), int(data["server"]), str(data["directory"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if not _alive(entry.owner):
+            dead.append((path, entry))
+    return dead
+
+
 def reap_chat_servers() -> list[ChatServer]:
     """Stop the servers and remove the directories of chats that died; return them.
 
     A server is only signalled when its command line names its recorded directory, so
     a recycled pid of an unrelated process is never touched.
     """
-    folder = state_dir() / _CHATS
     reaped = []
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            entry = ChatServer(int(data["owner"]), int(data["server"]), str(data["directory"]))
-        except (OSError, ValueError, KeyError, TypeError):
-            path.unlink(missing_ok=True)
-            continue
-        if _alive(entry.owner):
-            continue
+    for path, entry in _dead_chats():
         if _runs_in(entry.server, entry.directory):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(entry.server, signal.SIGKILL)
