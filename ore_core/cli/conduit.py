@@ -157,7 +157,7 @@ def _list_conduits(plugins: OrePluginManager, settings: OreSettings) -> None:
     """One row per installed conduit: name, distribution, description."""
     classes = collect_registrations(plugins, settings).conduits
     if not classes:
-        click.echo("No conduits installed (e.g. `ore install ore-conduit-nats`).")
+        click.echo("No conduits installed (from a checkout: `ore install ./conduits/nats`).")
         return
     owners = _owners(plugins)
     rows = [("NAME", "DISTRIBUTION", "DESCRIPTION")]
