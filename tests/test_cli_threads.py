@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -400,3 +402,40 @@ def test_export_as_json_has_every_turn_and_branch(populated: Populated) -> None:
     data = json.loads(exported.stdout)
     assert len(data["turns"]) == 6
     assert len(data["branches"]) == 2
+
+
+@contextmanager
+def read_only(*paths: Path) -> Iterator[None]:
+    """Make `paths` unwritable, even for root (`chattr +i`); restored afterwards."""
+    if os.geteuid() != 0:
+        modes = {path: path.stat().st_mode for path in paths}
+        for path in paths:
+            path.chmod(0o555 if path.is_dir() else 0o444)
+        try:
+            yield
+        finally:
+            for path, mode in modes.items():
+                path.chmod(mode)
+        return
+    chattr = shutil.which("chattr")
+    if chattr is None or subprocess.run([chattr, "+i", *map(str, paths)], check=False).returncode:
+        pytest.skip("cannot make a file read-only for root here (chattr +i)")
+    try:
+        yield
+    finally:
+        subprocess.run([chattr, "-i", *map(str, paths)], check=True)
+
+
+@pytest.mark.slow  # starts chattr
+def test_listing_and_reading_need_no_write_access_to_the_store(populated: Populated) -> None:
+    database = Path(populated.store["path"])
+    with read_only(database.parent, database):
+        listed = ore("threads", "list")
+        shown = ore("threads", "show", "demo")
+        forked = ore("threads", "fork", "demo", populated.turn("hello there"))
+    assert listed.exit_code == 0, listed.output
+    assert [row.split()[0] for row in listed.stdout.splitlines()[1:]] == ["other", "demo"]
+    assert shown.exit_code == 0, shown.output
+    assert forked.exit_code == 1  # changing it does need write access: one line says so
+    (line,) = forked.stderr.splitlines()
+    assert line.startswith("Error: ")

@@ -69,13 +69,24 @@ class _StoreChoice:
         return section
 
 
-def _with_store(choice: _StoreChoice, action: Callable[[Store], Awaitable[_T]]) -> _T:
-    """Open the chosen store, run `action` on it and close the store, on a fresh loop."""
+def _with_store(
+    choice: _StoreChoice, action: Callable[[Store], Awaitable[_T]], *, read_only: bool = False
+) -> _T:
+    """Open the chosen store, run `action` on it and close the store, on a fresh loop.
+
+    `read_only` commands open an existing SQLite file read-only: reading threads must
+    not need write access to the store.
+    """
     state = cli_state()
+    section = choice.section()
+    if read_only and section["name"] == "sqlite":
+        path = Path(section.get("path") or state.settings.store.path).expanduser()
+        if path.is_file():
+            section = {**section, "read_only": True}
 
     async def run() -> _T:
         registrations = collect_registrations(state.plugin_manager, state.settings)
-        store = open_store(registrations, choice.section())
+        store = open_store(registrations, section)
         try:
             return await action(store)
         finally:
@@ -276,7 +287,7 @@ def list_command(choice: _StoreChoice, include_empty: bool, as_json: bool) -> No
     async def read(store: Store) -> tuple[list[Thread], str]:
         return await store.list(), _location(store)
 
-    found, location = _with_store(choice, read)
+    found, location = _with_store(choice, read, read_only=True)
     hidden = 0 if include_empty else sum(1 for thread in found if len(thread) == 0)
     found = [thread for thread in found if include_empty or len(thread) > 0]
     dated = sorted(((_updated(thread), thread) for thread in found), key=_newest_first)
@@ -332,7 +343,7 @@ def show_command(choice: _StoreChoice, thread_id: str, all_branches: bool, as_js
     async def read(store: Store) -> tuple[Thread, str]:
         return await store.get(await _resolve(store, thread_id)), _location(store)
 
-    thread, location = _with_store(choice, read)
+    thread, location = _with_store(choice, read, read_only=True)
     if as_json:
         _echo_json(_thread_json(thread, location, all_branches))
         return
@@ -398,7 +409,7 @@ def export_command(choice: _StoreChoice, thread_id: str, fmt: str) -> None:
     async def read(store: Store) -> tuple[Thread, str]:
         return await store.get(await _resolve(store, thread_id)), _location(store)
 
-    thread, location = _with_store(choice, read)
+    thread, location = _with_store(choice, read, read_only=True)
     if fmt == "json":
         _echo_json(_thread_json(thread, location, all_branches=True))
         return
