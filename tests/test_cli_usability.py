@@ -192,3 +192,13 @@ def test_doctor_lists_what_killed_chats_left_behind(tmp_path: Path) -> None:
     assert checks["killed chats"]["status"] == "warn"
     assert str(left) in checks["killed chats"]["found"]
     assert left.exists()  # doctor changes nothing
+
+
+def test_threads_reads_the_store_of_the_running_serve(tmp_path: Path) -> None:
+    served = tmp_path / "served.db"
+    record_running(
+        RunningCore(pid=os.getpid(), nats_url="nats://127.0.0.1:1", store=f"sqlite:{served}")
+    )
+    result = ore("threads", "list")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"No threads in sqlite:{served}.\n"
