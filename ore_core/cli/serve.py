@@ -109,14 +109,18 @@ def serve(
         )
     state_dir().mkdir(parents=True, exist_ok=True)  # fails here, in one line, if read-only
     servers: list[str] = []
+    answering: list[str] = []  # said once the core serves: a core that fails to start says why
 
     def started(service: CoreService) -> None:
         record_running(RunningCore(os.getpid(), servers[0], store_key(settings)))
+        click.echo(answering[0])
         click.echo(f"ore core ready: NATS {servers[0]} (recorded in {state_dir()})")
 
     try:
         run(
-            lambda: _core(settings, choice, state.plugin_manager, port, health_port, servers),
+            lambda: _core(
+                settings, choice, state.plugin_manager, port, health_port, servers, answering
+            ),
             started,
         )
     finally:
@@ -143,11 +147,13 @@ async def _core(
     port: int | None,
     health_port: int | None,
     servers: list[str],
+    answering: list[str],
 ) -> AsyncIterator[CoreService]:
     """The core service, with what it needs opened around it and closed after it drains.
 
     Closed in reverse order of opening: the runtime (shutdown hooks, streams, store)
-    before the embedded nats-server it talked through. `servers` receives the URLs.
+    before the embedded nats-server it talked through. `servers` receives the URLs,
+    `answering` the line that says which processor answers.
     """
     nats = settings.nats
     async with AsyncExitStack() as stack:
@@ -166,7 +172,7 @@ async def _core(
         stack.push_async_callback(runtime.aclose)
         for notice in runtime.notices:
             click.echo(notice, err=True)
-        click.echo(answering_line(runtime.processor, runtime.processor_description, choice))
+        answering[:] = [answering_line(runtime.processor, runtime.processor_description, choice)]
         yield CoreService(
             runtime.manager,
             servers=servers,
