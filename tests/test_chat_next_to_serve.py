@@ -69,15 +69,18 @@ async def test_chat_and_serve_on_one_store_answer_everything_without_forking(
     nc = await nats.connect(ore_nats_server.url)
     try:
         await _wait_for_core(nc)
+        # A chat that finds the running serve's record uses that core (issue 14); this
+        # test is about two cores on one store, so the chat looks in a state dir of its own.
         chat = await asyncio.create_subprocess_exec(
             str(ORE),
             "chat",
             "--thread",
             "shared",
+            "--new",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
-            env=env,
+            env={**env, "XDG_STATE_HOME": str(tmp_path / "home" / "chat-state")},
         )
         assert chat.stdin is not None
         assert chat.stdout is not None

@@ -9,7 +9,7 @@ from nats.js.api import StorageType
 from ore_core.testing import cluster as cluster_module
 from ore_core.testing.cluster import EmbeddedNatsCluster
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
 
 async def test_r3_stream_on_the_cluster_replicates_what_is_published(

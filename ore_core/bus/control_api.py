@@ -21,6 +21,7 @@ event loop that owns the connection and the Manager.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
@@ -263,6 +264,20 @@ def _classify(exc: Exception) -> _Failure:
     return _Failure(500, f"internal error: {type(exc).__name__}: {exc}")
 
 
+_PATH = re.compile(r"(?<![\w/:.])/(?:[\w.@+-]+/)*[\w.@+-]+")
+
+
+def _private(message: str, location: str) -> str:
+    """`message` without the server's store location or file paths (logged in full).
+
+    A client learns what went wrong with its request, not how the server's disk is laid
+    out.
+    """
+    if location:
+        message = message.replace(location, "the store")
+    return _PATH.sub("<server path>", message)
+
+
 def _one_line(text: str) -> str:
     # A NATS header value cannot hold a line break.
     return " ".join(text.split())
@@ -451,7 +466,6 @@ class ControlAPI:
 
     async def _fail(self, request: Request, failure: _Failure, cause: Exception) -> None:
         message = _one_line(failure.message)
-        code = ERROR_CODES[failure.status]
         if failure.status >= 500:
             log.error(
                 "control API request failed",
@@ -459,6 +473,8 @@ class ControlAPI:
                 error=message,
                 exc_info=cause,
             )
+        message = _private(message, getattr(self._manager.store, "location", ""))
+        code = ERROR_CODES[failure.status]
         body = jsonutil.dumps({"error": {"code": code, "message": message}})
         await request.respond_error(str(failure.status), message, data=body)
 

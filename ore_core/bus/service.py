@@ -343,10 +343,13 @@ async def _close(nc: NatsClient) -> None:
             pass  # the socket was already gone
 
 
-async def serve(service: CoreService) -> None:
+async def serve(
+    service: CoreService, on_started: Callable[[CoreService], None] | None = None
+) -> None:
     """Start `service`, serve until SIGTERM or SIGINT, then drain and stop.
 
     A second signal while draining stops at once (unfinished turns are redelivered).
+    `on_started` runs once the service answers (e.g. to tell other processes where).
     """
     loop = asyncio.get_running_loop()
     handled: list[signal.Signals] = []
@@ -364,6 +367,8 @@ async def serve(service: CoreService) -> None:
             pass
     try:
         await service.start()
+        if on_started is not None:
+            on_started(service)
         await service.serve_forever()
     finally:
         for signum in handled:
@@ -371,7 +376,10 @@ async def serve(service: CoreService) -> None:
         await service.stop()
 
 
-def run(app: Callable[[], AbstractAsyncContextManager[CoreService]]) -> int:
+def run(
+    app: Callable[[], AbstractAsyncContextManager[CoreService]],
+    on_started: Callable[[CoreService], None] | None = None,
+) -> int:
     """Process entry point: serve the CoreService `app()` yields; 0 after a clean drain.
 
     `app` is an async context manager factory so the caller can open and close what the
@@ -390,7 +398,7 @@ def run(app: Callable[[], AbstractAsyncContextManager[CoreService]]) -> int:
 
     async def main() -> None:
         async with app() as service:
-            await serve(service)
+            await serve(service, on_started)
 
     asyncio.run(main())
     return 0

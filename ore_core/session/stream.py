@@ -197,6 +197,11 @@ class Stream:
         """The live thread (owned by the stream's worker: read, do not mutate concurrently)."""
         return self._thread
 
+    @property
+    def processor(self) -> TurnProcessor:
+        """The turn processor that answers (what `/model` asks which models it has)."""
+        return self._processor
+
     def turns(self) -> list[Turn]:
         """The active path, oldest first (a copy)."""
         return self._thread.turns()
@@ -391,7 +396,7 @@ class Stream:
         if cancelled:
             self.publish(LifecycleEvent(phase="cancelled", context=context))
         elif error is not None:
-            self.publish(ErrorEvent(message=f"process event: {error}", context=context))
+            self.publish(ErrorEvent(message=f"the turn failed: {error}", context=context))
         self.publish(LifecycleEvent(phase="done", context=context))
         self._in_turn = False
         if not (cancelled and self._closed):
@@ -401,7 +406,7 @@ class Stream:
             item.resolve(TurnCancelled(f"session {self.id}: turn cancelled"))
         elif error is not None:
             failure = (
-                error if isinstance(error, TurnFailed) else TurnFailed(f"process event: {error}")
+                error if isinstance(error, TurnFailed) else TurnFailed(f"the turn failed: {error}")
             )
             if failure is not error:
                 failure.__cause__ = error

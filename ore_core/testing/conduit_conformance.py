@@ -534,8 +534,9 @@ class ConduitConformance:
         self, conduit: RunningConduit, platform: FakePlatform
     ) -> None:
         await self.exchange(conduit, platform, "conv-a", "busy")
-        stopped = await conduit.stop()
-        assert stopped.seconds < TIMEOUT / 2
+        # stop() fails the test unless run() returns within TIMEOUT of the cancel; how
+        # long it took is not asserted: on a loaded machine that measures the machine.
+        await conduit.stop()
 
     async def test_cancel_leaves_no_tasks_behind(
         self, conduit: RunningConduit, platform: FakePlatform

@@ -25,7 +25,7 @@ from ore_core.session.stores.memory import MemoryStore
 from ore_core.subjects import Subjects, partition_of
 
 PARTITIONS = 4
-TIMEOUT = 10.0
+TIMEOUT = 30.0
 POLL = 0.02
 SUBJECTS = Subjects()
 

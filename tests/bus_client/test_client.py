@@ -102,7 +102,7 @@ async def take(feed: EventFeed, count: int) -> list[Delivery]:
     async def read() -> list[Delivery]:
         return [await anext(feed) for _ in range(count)]
 
-    return await asyncio.wait_for(read(), 5)
+    return await asyncio.wait_for(read(), 30)
 
 
 def summary(deliveries: list[Delivery]) -> list[tuple[str, str, int | None]]:
@@ -178,7 +178,7 @@ async def test_send_retries_with_the_same_id_until_the_stream_exists(
         ore_nats_url, name="test", request_timeout=0.2, send_deadline=10
     ) as client:
         sending = asyncio.ensure_future(client.send("t-1", "hello", id="m-1"))
-        seen = [await asyncio.wait_for(attempts.get(), 5)]
+        seen = [await asyncio.wait_for(attempts.get(), 30)]
         await ensure_streams(ore_nats_client.jetstream(), subjects, BusConfig(partitions=2))
         await asyncio.wait_for(sending, 10)
     while not attempts.empty():
@@ -319,7 +319,7 @@ async def test_after_a_reconnect_a_live_feed_reads_what_was_stored_meanwhile(
         await store(core, subjects, "t-1", text("before"))
         await take(feed, 1)
         await ore_nats_server.arestart()
-        await asyncio.wait_for(reconnected.wait(), 5)
+        await asyncio.wait_for(reconnected.wait(), 30)
         assert not client.nc.is_connected, "the conduit must still be away for this test"
         meanwhile = [await store(core, subjects, "t-1", text(f"while away {i}")) for i in range(2)]
         got = await take(feed, 2)
@@ -637,7 +637,7 @@ async def test_a_refused_output_subscription_fails_the_feed(tmp_path: Path) -> N
                 PermissionDenied, match=re.escape("subscribe to 'ore.out.blind.t-1'")
             ):
                 async with conduit.events("t-1") as feed:
-                    await asyncio.wait_for(anext(feed), 5)
+                    await asyncio.wait_for(anext(feed), 30)
         await core.close()
 
 

@@ -39,7 +39,7 @@ def endpoint_subject(subjects: Subjects, endpoint: str) -> str:
 
 async def raw(nc: Client, subject: str, data: bytes) -> tuple[dict[str, str], object]:
     """Headers and decoded JSON body of the reply to a raw request."""
-    reply = await nc.request(subject, data, timeout=2)
+    reply = await nc.request(subject, data, timeout=30)
     return dict(reply.headers or {}), jsonutil.loads(reply.data)
 
 
@@ -266,6 +266,19 @@ async def test_racing_lookups_on_two_workers_get_one_thread(
     assert all(count > 0 for count in lookups), "both workers must have answered lookups"
 
 
+async def test_errors_do_not_show_clients_where_the_server_keeps_its_store(
+    two_workers: list[ControlAPI], ore_nats_url: str, tmp_path: Path
+) -> None:
+    async with await ConduitClient.connect(ore_nats_url, name="peek", prefix="race") as client:
+        missing = await api_error(client.get_thread("missing"))
+        await client.create_thread("t-1")
+        taken = await api_error(client.create_thread("t-1"))
+    for error in (missing, taken):
+        assert str(tmp_path) not in error.message
+        assert "t-1" in error.message or "missing" in error.message
+    assert missing.message == "thread missing not found in the store"
+
+
 # -- fork / delete / turns ------------------------------------------------------------
 
 
@@ -319,7 +332,7 @@ async def test_fork_while_a_reply_is_written_is_a_409(
         async with ControlAPI(ore_nats_client, busy_manager, busy, version=VERSION):
             stream = await busy_manager.create_with_id("t-1")
             stream.submit(message("hi"))
-            await asyncio.wait_for(gate.started.wait(), 5)
+            await asyncio.wait_for(gate.started.wait(), 30)
             headers, _ = await raw(
                 ore_nats_client, busy.admin("threads.fork"), b'{"id":"t-1","turn_id":"x"}'
             )
@@ -390,7 +403,7 @@ async def test_health_counts_active_streams(client: ConduitClient, manager: Mana
 
 
 async def test_srv_ping_is_answered_by_the_ore_service(ore_nats_client: Client) -> None:
-    reply = await ore_nats_client.request("$SRV.PING.ore", b"", timeout=2)
+    reply = await ore_nats_client.request("$SRV.PING.ore", b"", timeout=30)
     ping = jsonutil.loads(reply.data)
     assert (ping["name"], ping["version"], ping["metadata"]) == ("ore", VERSION, {"worker": "w1"})
 
@@ -398,7 +411,7 @@ async def test_srv_ping_is_answered_by_the_ore_service(ore_nats_client: Client) 
 async def test_srv_info_lists_every_endpoint_subject(
     ore_nats_client: Client, control_api: ControlAPI
 ) -> None:
-    reply = await ore_nats_client.request("$SRV.INFO.ore", b"", timeout=2)
+    reply = await ore_nats_client.request("$SRV.INFO.ore", b"", timeout=30)
     info = jsonutil.loads(reply.data)
     assert {e["name"]: e["subject"] for e in info["endpoints"]} == control_api.endpoints
     assert "ore.admin.threads.meta.delete" in control_api.endpoints.values()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Protocol
 
@@ -20,9 +20,11 @@ from ore_core import (
     ErrorEvent,
     EventContext,
     LifecycleEvent,
+    NoticeEvent,
     OutputEvent,
     Role,
     SessionSwitchEvent,
+    Severity,
     TurnCompleteEvent,
     UserMessageEvent,
 )
@@ -53,11 +55,26 @@ class View(Protocol):
 
 @dataclass
 class TurnResult:
-    """How a turn ended: the error it reported, whether it was cancelled, a thread switch."""
+    """How a turn ended: the error it reported, whether it was cancelled, a thread switch.
+
+    `recorded` is True once the core stored the message as a turn; a message that an
+    interceptor dropped (a guard, a slash command) never is. `notices` are the
+    severities of the notices the message caused.
+    """
 
     error: str | None = None
     cancelled: bool = False
     switched_to: str | None = None
+    recorded: bool = False
+    notices: list[Severity] = field(default_factory=list)
+
+    @property
+    def dropped(self) -> bool:
+        """An interceptor refused the message: not stored, and nothing but a warning or
+        an error to show for it (a slash command answers with an Info notice)."""
+        if self.recorded or self.switched_to is not None or self.error is not None:
+            return False
+        return not self.notices or max(self.notices) >= Severity.WARN
 
 
 class ChatSession:
@@ -157,7 +174,10 @@ class ChatSession:
 
     def _observe(self, event: OutputEvent, result: TurnResult, view: View) -> None:
         if isinstance(event, TurnCompleteEvent) and event.turn.role == Role.USER:
+            result.recorded = True
             return  # the terminal shows what the user typed already
+        if isinstance(event, NoticeEvent):
+            result.notices.append(event.severity)
         if isinstance(event, SessionSwitchEvent):
             result.switched_to = event.session_id
             return

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 StartCore = Callable[[TurnProcessor], Awaitable[None]]
 MakeView = Callable[[], "RecordingView"]
-TIMEOUT = 10.0
+TIMEOUT = 30.0
 
 
 def test_a_traceparent_is_a_w3c_trace_context_with_a_fresh_trace_id() -> None:
