@@ -276,7 +276,7 @@ async def test_errors_do_not_show_clients_where_the_server_keeps_its_store(
     for error in (missing, taken):
         assert str(tmp_path) not in error.message
         assert "t-1" in error.message or "missing" in error.message
-    assert missing.message == "thread missing not found in the store"
+    assert missing.message == "thread missing not found in namespace peek"
 
 
 # -- fork / delete / turns ------------------------------------------------------------
