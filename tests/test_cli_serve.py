@@ -405,3 +405,30 @@ def test_debug_shows_the_traceback(start_serve: Callable[..., Served], tmp_path:
     served = start_serve(env={"XDG_STATE_HOME": str(blocker / "state"), "ORE_DEBUG": "1"})
     assert served.process.wait(EXIT_TIMEOUT) == 1
     assert "Traceback (most recent call last)" in served.stderr()
+
+
+async def test_a_crashed_loop_stops_serve_with_status_1_and_names_the_task(
+    ore_nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
+) -> None:
+    # ore-test-plugin crashes the ingress ack loop at its first acknowledgement.
+    served = start_serve(
+        "--nats",
+        ore_nats_server.url,
+        env={"ORE_LOAD_PLUGINS": "ore-test-plugin", "ORE_TEST_CRASH": "ingress-ack"},
+    )
+    nc = await client_of(ore_nats_server.url)
+    await wait_until_serving(nc, served)
+    await converse(nc, "crash-1", "the answer comes, its acknowledgement crashes")
+    # No signal: the process stops by itself.
+    status = await asyncio.to_thread(served.process.wait, EXIT_TIMEOUT)
+    assert status == 1, served.stderr()
+    lines = [json.loads(line) for line in served.stderr().splitlines() if line.startswith("{")]
+    crashed = [line for line in lines if line["event"] == "background task crashed"]
+    assert [(line["task"], line["level"]) for line in crashed] == [("ore-ingress-ack", "error")]
+    assert "injected crash of the ingress ack loop" in json.dumps(crashed[0]["exception"])
+    assert any(line["event"] == "ore core stopped" for line in lines)
+    # The turn finished before the crash: it is stored, and its ack was sent on the way out.
+    assert await stored_turn_texts(served.store_path, "crash-1") == [
+        ("user", "the answer comes, its acknowledgement crashes"),
+        ("assistant", "the answer comes, its acknowledgement crashes"),
+    ]

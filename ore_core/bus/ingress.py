@@ -92,6 +92,7 @@ from ore_core.session.manager import Manager
 from ore_core.session.store_health import DELAYED_NOTICE, is_store_failure
 from ore_core.session.stream import Stream
 from ore_core.subjects import HEADER_SCHEMA, NAMESPACE_KEY, Subjects, is_valid_namespace
+from ore_core.tasks import TaskScope
 
 __all__ = ["DLQ_DATA_LIMIT", "Ingress"]
 
@@ -165,11 +166,13 @@ class Ingress:
         # everything published up to it is stored (see `_ack_loop`).
         self._acks: deque[tuple[Msg, int]] = deque()
         self._parked: dict[str, _Parked] = {}
-        self._resumers: set[asyncio.Task[None]] = set()
         self._failures: dict[str, int] = {}  # store failures in a row per thread: backoff
         self._ack_wakeup = asyncio.Event()
         self._pullers: list[Puller] = []
-        self._helpers: list[asyncio.Task[None]] = []
+        self.tasks = TaskScope("ingress")
+        """The ack and progress loops and, as children, the pullers' watchdogs and the
+        retries of parked threads (the core adopts it)."""
+        self._retries = self.tasks.child("retry")
         self._idle: asyncio.Future[None] | None = None
         self._stopping = False
 
@@ -177,8 +180,13 @@ class Ingress:
 
     @property
     def running(self) -> bool:
-        """True while every partition is being pulled and the server answers."""
-        return bool(self._pullers) and not self._stopping and all(p.healthy for p in self._pullers)
+        """True while every partition is being pulled, the server answers and no loop crashed."""
+        return (
+            bool(self._pullers)
+            and not self._stopping
+            and self.tasks.crash is None
+            and all(p.healthy for p in self._pullers)
+        )
 
     @property
     def inflight(self) -> int:
@@ -198,13 +206,11 @@ class Ingress:
             puller = Puller(
                 self._nc, stream, consumer_name(partition), self._receive, batch=self._batch
             )
+            self.tasks.adopt(puller.tasks)
             await puller.start()
             self._pullers.append(puller)
-        loop = asyncio.get_running_loop()
-        self._helpers = [
-            loop.create_task(self._ack_loop(), name="ore-ingress-ack"),
-            loop.create_task(self._progress_loop(), name="ore-ingress-progress"),
-        ]
+        self.tasks.spawn(self._ack_loop(), name="ore-ingress-ack")
+        self.tasks.spawn(self._progress_loop(), name="ore-ingress-progress")
 
     async def reconnected(self) -> None:
         """Re-open the pull requests a server restart may have dropped."""
@@ -225,7 +231,10 @@ class Ingress:
         await asyncio.shield(self._idle)
 
     async def stop(self) -> None:
-        """After the streams closed: send pending acks, hand the rest back for redelivery."""
+        """After the streams closed: send pending acks, hand the rest back for redelivery.
+
+        Raises TaskCrashed if a loop crashed (unless the core's scope reports it).
+        """
         await self.stop_pulling()
         unfinished = [d.msg for entries in self._inflight.values() for d in entries.values()]
         self._inflight.clear()
@@ -240,14 +249,10 @@ class Ingress:
             for msg in parked.messages.values():
                 await self._settle(msg.nak)  # the next worker (or this one, restarted)
         self._parked.clear()
-        for task in list(self._resumers):
-            task.cancel()
-        await asyncio.gather(*self._resumers, return_exceptions=True)
-        for task in self._helpers:
-            task.cancel()
-        await asyncio.gather(*self._helpers, return_exceptions=True)
-        self._helpers = []
-        await self._settle_handled()
+        try:
+            await self.tasks.aclose()
+        finally:
+            await self._settle_handled()
 
     async def _settle_handled(self) -> None:
         """At stop (the sinks have drained): ack what is stored, hand back the rest."""
@@ -366,11 +371,10 @@ class Ingress:
             return
         parked.timer = None
         parked.resuming = True
-        task = asyncio.get_running_loop().create_task(
-            self._readmit(thread_id, parked), name=f"ore-ingress-retry-{thread_id}"
+        # A job, not a loop: a bug in one thread's retry is logged and stops nothing else.
+        self._retries.spawn(
+            self._readmit(thread_id, parked), name=f"ore-ingress-retry-{thread_id}", critical=False
         )
-        self._resumers.add(task)
-        task.add_done_callback(self._resumers.discard)
 
     async def _readmit(self, thread_id: str, parked: _Parked) -> None:
         """Admit the parked messages oldest first, until one is parked again."""

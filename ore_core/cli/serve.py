@@ -9,7 +9,8 @@ the settings (`ore auth`'s core.toml). Once serving it prints which processor an
 and records its NATS URL and store in the state directory (`ore_core.cli.running`),
 where the other commands find it. SIGTERM or SIGINT drains: running turns finish (a
 second signal stops at once), the `ore_shutdown` hooks run, the store closes, and the
-exit status is 0.
+exit status is 0. If a background task crashes,
+the core stops at once the same way and the status is 1.
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ def serve(
         click.echo(f"ore core ready: NATS {servers[0]} (recorded in {state_dir()})")
 
     try:
-        run(
+        status = run(
             lambda: _core(
                 settings, choice, state.plugin_manager, port, health_port, servers, answering, auth
             ),
@@ -147,6 +148,8 @@ def serve(
         )
     finally:
         remove_record(os.getpid())
+    if status:
+        raise SystemExit(status)  # a background task crashed (the log says which)
 
 
 def _embedded_port(port: int | None) -> int | None:
