@@ -427,7 +427,11 @@ async def test_a_crashed_loop_stops_serve_with_status_1_and_names_the_task(
     assert [(line["task"], line["level"]) for line in crashed] == [("ore-ingress-ack", "error")]
     assert "injected crash of the ingress ack loop" in json.dumps(crashed[0]["exception"])
     assert any(line["event"] == "ore core stopped" for line in lines)
-    # The turn finished before the crash: it is stored, and its ack was sent on the way out.
+    # The turn finished before the crash: its ack was sent on the way out, and it is stored.
+    consumers = await nc.jetstream().consumers_info("ORE_IN")
+    assert [(c.num_ack_pending, c.num_pending) for c in consumers if c.delivered.stream_seq] == [
+        (0, 0)
+    ]
     assert await stored_turn_texts(served.store_path, "crash-1") == [
         ("user", "the answer comes, its acknowledgement crashes"),
         ("assistant", "the answer comes, its acknowledgement crashes"),
