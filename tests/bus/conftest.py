@@ -56,7 +56,9 @@ async def publish(
         msg_id = str(payload.get("id", ""))
     if msg_id:
         all_headers["Nats-Msg-Id"] = msg_id
-    return await nc.jetstream().publish(
+    # The timeout only bounds a hang: a loaded machine (or a cluster electing a leader)
+    # may take longer than nats-py's 5 s default to acknowledge.
+    return await nc.jetstream(timeout=30).publish(
         f"ore.in.{namespace}.{thread_id}", data, headers=all_headers or None
     )
 

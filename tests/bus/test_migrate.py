@@ -199,7 +199,9 @@ async def test_migrate_scales_replicas_in_place_keeping_messages(
 ) -> None:
     nc = await nats.connect(servers=ore_nats_cluster.urls)
     try:
-        js = nc.jetstream()
+        # R3 changes wait for Raft elections, slower than nats-py's 5 s default under load;
+        # the timeout only bounds a hang.
+        js = nc.jetstream(timeout=30)
         await ensure_streams(js, Subjects(), OLD)
         for thread in _threads(4):
             await publish(nc, thread, user_message("kept", uuid.uuid4().hex))
