@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+from hotpath import Waiters  # bench/ is on sys.path when a bench runs as a script
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
@@ -57,23 +58,6 @@ def percentile(samples: list[float], fraction: float) -> float:
 
 
 # --- client side (child process) ---------------------------------------------------------
-
-
-class Waiters:
-    """One future per thread, resolved by the reply (raw) or by `lifecycle: done` (ore)."""
-
-    def __init__(self) -> None:
-        self.futures: dict[str, asyncio.Future[None]] = {}
-
-    def expect(self, thread_id: str) -> asyncio.Future[None]:
-        future = asyncio.get_running_loop().create_future()
-        self.futures[thread_id] = future
-        return future
-
-    def resolve(self, thread_id: str) -> None:
-        future = self.futures.pop(thread_id, None)
-        if future is not None and not future.done():
-            future.set_result(None)
 
 
 async def latency(send: Send, waiters: Waiters, messages: int) -> list[float]:
