@@ -6,8 +6,8 @@ One embedded nats-server (file storage); the worker side runs in this process, t
 client side in a child process (as a conduit would), for every variant:
   raw request-reply       core NATS request; the responder echoes
   raw JetStream ingress   publish+ack to a stream, pull fetch, reply on core NATS, ack
-  ore end to end          publish a user_message to `ore.in.T`, wait for `lifecycle: done`
-                          on `ore.out.T`; CoreService + Manager + echo processor + store
+  ore end to end          publish a user_message to `ore.in.NS.T`, wait for `lifecycle:
+                          done` on `ore.out.NS.T`; CoreService + Manager + echo processor + store
                           (SQLite, and memory to separate the store's share)
 Latency: sequential round trips of one thread (p50/p99). Throughput: 100 threads, each
 sending its next message when the previous one is answered. Ratios are against the
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+from hotpath import Waiters  # bench/ is on sys.path when a bench runs as a script
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
@@ -57,23 +58,6 @@ def percentile(samples: list[float], fraction: float) -> float:
 
 
 # --- client side (child process) ---------------------------------------------------------
-
-
-class Waiters:
-    """One future per thread, resolved by the reply (raw) or by `lifecycle: done` (ore)."""
-
-    def __init__(self) -> None:
-        self.futures: dict[str, asyncio.Future[None]] = {}
-
-    def expect(self, thread_id: str) -> asyncio.Future[None]:
-        future = asyncio.get_running_loop().create_future()
-        self.futures[thread_id] = future
-        return future
-
-    def resolve(self, thread_id: str) -> None:
-        future = self.futures.pop(thread_id, None)
-        if future is not None and not future.done():
-            future.set_result(None)
 
 
 async def latency(send: Send, waiters: Waiters, messages: int) -> list[float]:
@@ -139,15 +123,15 @@ async def client_main(args: argparse.Namespace) -> dict[str, Any]:
             if last.get("kind") == "lifecycle" and last.get("phase") == "done":
                 waiters.resolve(msg.subject.rpartition(".")[2].removeprefix(run))
 
-        await nc.subscribe("ore.out.*", cb=on_event)
+        await nc.subscribe("ore.out.bench.*", cb=on_event)
 
         async def send_ore(thread_id: str, index: int) -> None:
             event_id = f"{run}{thread_id}-{index}"
             event = {"kind": "user_message", "id": event_id, "content": TEXT}
             await js.publish(
-                f"ore.in.{run}{thread_id}",
+                f"ore.in.bench.{run}{thread_id}",
                 jsonutil.dumps(event),
-                headers={"Nats-Msg-Id": event_id},
+                headers={"Nats-Msg-Id": f"{run}{thread_id}:{event_id}"},
             )
 
         send = send_ore

@@ -321,11 +321,11 @@ def wait_core_ready(url: str, core: Child) -> None:
                 if core.process.poll() is not None:
                     raise RuntimeError(f"ore serve exited with {core.process.returncode}")
                 try:
-                    await nc.request("ore.api.health", b"{}", timeout=0.5)
+                    await nc.request("ore.admin.health", b"{}", timeout=0.5)
                     return
                 except Exception:
                     await asyncio.sleep(0.1)
-            raise RuntimeError("ore serve did not answer ore.api.health within ~3 minutes")
+            raise RuntimeError("ore serve did not answer ore.admin.health within ~3 minutes")
         finally:
             await nc.close()
 

@@ -13,6 +13,8 @@ cheap and a conduit process never loads the core it does not run.
 - the vocabulary: `Turn`, `Role`, `TraversalControl`, the events and the artifacts;
 - conduits: `Conduit`, `ConduitConfig`, `ConduitClient`, `EventFeed`, `Delivery`
   (also importable from `ore_core.conduit`, the light conduit SDK);
+- background work: `TaskScope` (structured tasks; a crash is logged and reported as
+  `TaskCrashed`, its `Crash` kept for health checks);
 - errors: `OreError` and everything derived from it that ore raises on purpose.
 
 Everything else (`ore_core.session.stores`, `ore_core.bus`, ...) is for the core
@@ -111,6 +113,7 @@ if TYPE_CHECKING:
     from ore_core.session.stream import Stream
     from ore_core.session.turn_context import HandlerFailed, TurnContext
     from ore_core.subjects import SubjectError
+    from ore_core.tasks import Crash, TaskCrashed, TaskScope
     from ore_core.turn import Role, TraversalControl, Turn, turn_from_dict, turn_to_dict
 
 __version__ = "0.1.0"
@@ -206,6 +209,9 @@ _EXPORTS: dict[str, str] = {
     "CommandError": "ore_core.session.slash",
     "HandlerFailed": "ore_core.session.turn_context",
     "SubjectError": "ore_core.subjects",
+    "TaskCrashed": "ore_core.tasks",
+    "TaskScope": "ore_core.tasks",
+    "Crash": "ore_core.tasks",
     "describe_validation_error": "ore_core.errors",
 }
 """Public name -> the module that defines it, imported on first access."""
@@ -301,6 +307,9 @@ __all__ = [
     "CommandError",
     "HandlerFailed",
     "SubjectError",
+    "TaskCrashed",
+    "TaskScope",
+    "Crash",
     "describe_validation_error",
     "__version__",
 ]

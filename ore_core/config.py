@@ -70,6 +70,7 @@ ENV_PREFIX = "ORE_"
 
 _MAX_PAYLOAD_LIMIT = 64 * 1024 * 1024  # nats-server refuses max_payload above max_pending
 _SUBJECT_PREFIX = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+_NAMESPACE = re.compile(r"[a-z0-9_-]{1,32}")
 _NATS_SCHEMES = ("nats", "tls", "ws", "wss")
 # Free-form tables (plugins, store, processor) cannot type their secrets: mask by name.
 _SECRET_NAME = re.compile(r"password|passwd|secret|token|api_?key|credential", re.IGNORECASE)
@@ -111,6 +112,12 @@ class NatsSettings(_Section):
     subject_prefix: str = "ore"
     """First token(s) of every subject, stream and bucket name ore uses; lets several
     deployments share one NATS account."""
+    namespace: str | None = None
+    """A conduit's namespace (default: the conduit's name): the threads it may reach.
+    `ore auth` writes it into each conduit's settings file."""
+    secret: SecretStr | None = None
+    """Secret that keys a conduit's message ids so no other conduit can squat them
+    (hidden in `ore config`); written by `ore auth`."""
     partitions: int = 32
     """Number of ingress partitions (a power of two, 1 to 1024): how many core workers
     can share the threads."""
@@ -157,6 +164,13 @@ class NatsSettings(_Section):
         if not _SUBJECT_PREFIX.fullmatch(prefix):
             raise ValueError("must be dot-separated tokens of letters, digits, _ and - (e.g. ore)")
         return prefix
+
+    @field_validator("namespace")
+    @classmethod
+    def _check_namespace(cls, namespace: str | None) -> str | None:
+        if namespace is not None and not _NAMESPACE.fullmatch(namespace):
+            raise ValueError("must be 1-32 characters from a-z, 0-9, _ and - (e.g. slack)")
+        return namespace
 
     @field_validator("partitions")
     @classmethod

@@ -33,3 +33,7 @@ def validate_thread_id(thread_id: str) -> str:
 def is_valid_thread_id(thread_id: str) -> bool:
     """True when `validate_thread_id` would accept `thread_id`."""
     return isinstance(thread_id, str) and _THREAD_ID.fullmatch(thread_id) is not None
+
+
+NAMESPACE_KEY = "ore.namespace"
+"""Thread metadata key recording the namespace a thread was created in (never changes)."""

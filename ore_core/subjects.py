@@ -2,18 +2,23 @@
 
 Every subject the core, the conduits and the tests use is built here, so a custom
 prefix (several ore deployments on one NATS account) changes all of them at once and
-no f-string elsewhere can drift. Layout (prefix `ore`, `T` a thread id):
+no f-string elsewhere can drift. Layout (prefix `ore`, `NS` a conduit namespace,
+`T` a thread id):
 
-    ore.in.T               conduit -> core (stream ORE_IN)
-    ore.inp.<p>.T          ore.in.T after the stream's partition transform
-    ore.ev.T               durable output events (stream ORE_EVENTS)
-    ore.out.T              what conduits subscribe to (RePublished events + deltas)
+    ore.in.NS.T            conduit -> core (stream ORE_IN)
+    ore.inp.<p>.NS.T       ore.in.NS.T after the partition transform (hash of T only)
+    ore.ev.NS.T            durable output events (stream ORE_EVENTS)
+    ore.out.NS.T           what conduits subscribe to (RePublished events + deltas)
     ore.journal.T          the ledger journal of the JetStream store (stream ORE_JOURNAL)
-    ore.api.<name>         control API, e.g. ore.api.threads.create
+    ore.api.NS.<method>    control API a conduit may call for its own namespace
+    ore.admin.<method>     control API for operators only
     ore.dlq.<reason>       rejected input (stream ORE_DLQ)
+    _INBOX_NS.>            the private inbox of namespace NS's conduit connections
 
-The event kind travels in the `Ore-Kind` header, not in the subject, so each thread
-has one subject per purpose and one per-subject sequence.
+The namespace is the second token of every conduit-facing subject so that one NATS
+permission (`ore.in.slack.>`, `ore.out.slack.>`, ...) says "conduit slack, its threads
+only". The event kind travels in the `Ore-Kind` header, not in the subject, so each
+thread has one subject per purpose and one per-subject sequence.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Literal
 from nats.js.api import SubjectTransform
 
 from ore_core.errors import OreError
+from ore_core.ids import NAMESPACE_KEY as NAMESPACE_KEY
 from ore_core.ids import validate_thread_id
 
 SCHEMA_VERSION = 2
@@ -49,11 +55,19 @@ HEADER_LAST_SEQUENCE = "Nats-Last-Sequence"
 
 DEFAULT_PREFIX = "ore"
 
+DEFAULT_NAMESPACE = "default"
+"""The namespace of a thread that records none (created before namespaces existed)."""
+INBOX_PREFIX = "_INBOX_"
+"""A conduit of namespace NS uses the inbox prefix `_INBOX_NS` (see `Subjects.inbox`)."""
+
 # Tokens are restricted to the thread-id alphabet: safe in subjects, stream names and
 # file names alike, and never a wildcard or a reserved `$` subject.
 _TOKENS = re.compile(r"[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_-]+)*")
 _STREAM_NAME_UNSAFE = re.compile(r"[.-]")
-_PER_THREAD = re.compile(r"(?:in|ev|out|journal|inp\.[0-9]+)\.(?P<thread>[^.]+)")
+_NAMESPACE = re.compile(r"[a-z0-9_-]{1,32}")
+_PER_THREAD = re.compile(
+    r"(?:journal|(?:in|ev|out|inp\.[0-9]+)\.(?P<namespace>[^.]+))\.(?P<thread>[^.]+)"
+)
 
 # 32-bit FNV-1a, the hash nats-server uses for `{{partition(N,...)}}`.
 _FNV32_OFFSET = 0x811C9DC5
@@ -73,6 +87,21 @@ def _check_tokens(value: str, what: str) -> str:
     return value
 
 
+def validate_namespace(namespace: str) -> str:
+    """`namespace` if it is a valid namespace token (`[a-z0-9_-]{1,32}`), else SubjectError."""
+    if not isinstance(namespace, str) or _NAMESPACE.fullmatch(namespace) is None:
+        raise SubjectError(
+            f"invalid namespace {str(namespace)[:40]!r}: use 1-32 characters from a-z, 0-9, "
+            "'_' and '-' (a conduit's namespace defaults to its name)"
+        )
+    return namespace
+
+
+def is_valid_namespace(namespace: str) -> bool:
+    """True when `namespace` may be used as a namespace token."""
+    return isinstance(namespace, str) and _NAMESPACE.fullmatch(namespace) is not None
+
+
 def _check_partitions(partitions: int) -> None:
     # A power of two lets a deployment double N later and split every partition cleanly
     # in two (FNV % 2N % N == FNV % N), with no thread moving to an unrelated partition.
@@ -85,10 +114,11 @@ def _check_partitions(partitions: int) -> None:
 
 
 def partition_of(thread_id: str, partitions: int) -> int:
-    """The partition nats-server's `{{partition(partitions,1)}}` puts this thread in.
+    """The partition nats-server's `{{partition(partitions,2)}}` puts this thread in.
 
     Lets a worker know which partition (and so which consumer) owns a thread without
-    asking the server: FNV-1a 32-bit of the thread id, modulo `partitions`.
+    asking the server: FNV-1a 32-bit of the thread id, modulo `partitions`. The
+    namespace is not hashed: a thread's partition does not depend on it.
     """
     _check_partitions(partitions)
     value = _FNV32_OFFSET
@@ -113,77 +143,125 @@ class Subjects:
     def __post_init__(self) -> None:
         _check_tokens(self.prefix, "subject prefix")
 
-    def _subject(self, kind: str, thread_id: str) -> str:
-        return f"{self.prefix}.{kind}.{validate_thread_id(thread_id)}"
+    def _subject(self, kind: str, namespace: str, thread_id: str) -> str:
+        return (
+            f"{self.prefix}.{kind}.{validate_namespace(namespace)}.{validate_thread_id(thread_id)}"
+        )
+
+    def _namespaced_wildcard(self, kind: str, namespace: str | None) -> str:
+        ns = "*" if namespace is None else validate_namespace(namespace)
+        return f"{self.prefix}.{kind}.{ns}.*"
 
     def _stream(self, suffix: str) -> str:
         return f"{_STREAM_NAME_UNSAFE.sub('_', self.prefix).upper()}_{suffix}"
 
-    def inbound(self, thread_id: str) -> str:
-        """Where a conduit publishes ingress events of a thread: `ore.in.T`."""
-        return self._subject("in", thread_id)
+    def inbound(self, namespace: str, thread_id: str) -> str:
+        """Where a conduit publishes ingress events of a thread: `ore.in.NS.T`."""
+        return self._subject("in", namespace, thread_id)
 
     @property
     def inbound_wildcard(self) -> str:
-        """Every thread's ingress subject: `ore.in.*` (the subjects of `inbound_stream`)."""
-        return f"{self.prefix}.in.*"
+        """Every thread's ingress subject: `ore.in.*.*` (the subjects of `inbound_stream`)."""
+        return f"{self.prefix}.in.*.*"
 
-    def partitioned(self, partition: int | Literal["*"], thread_id: str = "*") -> str:
-        """An ingress subject after the partition transform: `ore.inp.<p>.T`.
+    def partitioned(
+        self, partition: int | Literal["*"], namespace: str = "*", thread_id: str = "*"
+    ) -> str:
+        """An ingress subject after the partition transform: `ore.inp.<p>.NS.T`.
 
-        `"*"` for either part gives a filter: `partitioned(3)` is partition 3's consumer
-        filter `ore.inp.3.*`, `partitioned("*", T)` finds thread T in any partition.
+        `"*"` for any part gives a filter: `partitioned(3)` is partition 3's consumer
+        filter `ore.inp.3.*.*`, `partitioned("*", NS, T)` finds thread T in any partition.
         """
         if partition != "*" and (
             isinstance(partition, bool) or not isinstance(partition, int) or partition < 0
         ):
             raise SubjectError(f"invalid partition {partition!r}: use an int >= 0 or '*'")
+        ns = namespace if namespace == "*" else validate_namespace(namespace)
         token = thread_id if thread_id == "*" else validate_thread_id(thread_id)
-        return f"{self.prefix}.inp.{partition}.{token}"
+        return f"{self.prefix}.inp.{partition}.{ns}.{token}"
 
     def inbound_transform(self, partitions: int) -> SubjectTransform:
-        """The `ORE_IN` stream transform `ore.in.T` -> `ore.inp.<partition_of(T)>.T`."""
+        """The `ORE_IN` transform `ore.in.NS.T` -> `ore.inp.<partition_of(T)>.NS.T`.
+
+        Only the thread token (wildcard 2) is hashed, so `partition_of(T)` holds for
+        every namespace.
+        """
         _check_partitions(partitions)
         return SubjectTransform(
             src=self.inbound_wildcard,
-            dest=f"{self.prefix}.inp.{{{{partition({partitions},1)}}}}.{{{{wildcard(1)}}}}",
+            dest=(
+                f"{self.prefix}.inp.{{{{partition({partitions},2)}}}}"
+                ".{{wildcard(1)}}.{{wildcard(2)}}"
+            ),
         )
 
-    def events(self, thread_id: str) -> str:
-        """Where the core appends a thread's durable output events: `ore.ev.T`."""
-        return self._subject("ev", thread_id)
+    def events(self, namespace: str, thread_id: str) -> str:
+        """Where the core appends a thread's durable output events: `ore.ev.NS.T`."""
+        return self._subject("ev", namespace, thread_id)
+
+    def events_wildcard_of(self, namespace: str | None) -> str:
+        """Stored events of every thread of `namespace` (None: of all): `ore.ev.NS.*`."""
+        return self._namespaced_wildcard("ev", namespace)
 
     @property
     def events_wildcard(self) -> str:
-        """Every thread's durable events: `ore.ev.*` (the subjects of `events_stream`)."""
-        return f"{self.prefix}.ev.*"
+        """Every thread's durable events: `ore.ev.*.*` (the subjects of `events_stream`)."""
+        return f"{self.prefix}.ev.*.*"
 
-    def output(self, thread_id: str) -> str:
-        """What conduits subscribe to for one thread: `ore.out.T`."""
-        return self._subject("out", thread_id)
+    def output(self, namespace: str, thread_id: str) -> str:
+        """What conduits subscribe to for one thread: `ore.out.NS.T`."""
+        return self._subject("out", namespace, thread_id)
+
+    def output_wildcard_of(self, namespace: str | None) -> str:
+        """Output of every thread of `namespace` (None: of all): `ore.out.NS.*`."""
+        return self._namespaced_wildcard("out", namespace)
 
     @property
     def output_wildcard(self) -> str:
-        """Every thread's output: `ore.out.*` (audit sinks, multi-thread conduits)."""
-        return f"{self.prefix}.out.*"
+        """Every thread's output: `ore.out.*.*` (audit sinks)."""
+        return f"{self.prefix}.out.*.*"
 
     def journal(self, thread_id: str) -> str:
         """The ledger journal of one thread in the JetStream store: `ore.journal.T`."""
-        return self._subject("journal", thread_id)
+        return f"{self.prefix}.journal.{validate_thread_id(thread_id)}"
 
     @property
     def journal_wildcard(self) -> str:
         """Every thread's journal: `ore.journal.*` (the subjects of `journal_stream`)."""
         return f"{self.prefix}.journal.*"
 
-    def api(self, name: str) -> str:
-        """A control API endpoint: `api("threads.create")` -> `ore.api.threads.create`."""
-        return f"{self.prefix}.api.{_check_tokens(name, 'API name')}"
+    def api(self, namespace: str, name: str) -> str:
+        """A conduit's control API endpoint: `api("slack", "threads.create")` ->
+        `ore.api.slack.threads.create`."""
+        ns = namespace if namespace == "*" else validate_namespace(namespace)
+        return f"{self.prefix}.api.{ns}.{_check_tokens(name, 'API name')}"
+
+    def api_namespace_wildcard(self, namespace: str) -> str:
+        """The whole control API of one namespace: `ore.api.NS.>` (for permissions)."""
+        return f"{self.prefix}.api.{validate_namespace(namespace)}.>"
 
     @property
     def api_wildcard(self) -> str:
-        """The whole control API: `ore.api.>` (for permissions)."""
+        """The control API of every namespace: `ore.api.>` (for permissions)."""
         return f"{self.prefix}.api.>"
+
+    def admin(self, name: str) -> str:
+        """An operator endpoint: `admin("threads.delete")` -> `ore.admin.threads.delete`."""
+        return f"{self.prefix}.admin.{_check_tokens(name, 'API name')}"
+
+    @property
+    def admin_wildcard(self) -> str:
+        """The whole operator API: `ore.admin.>` (for permissions)."""
+        return f"{self.prefix}.admin.>"
+
+    def inbox(self, namespace: str) -> str:
+        """The inbox prefix of namespace NS's connections: `_INBOX_NS`.
+
+        Replies to a conduit's requests and its JetStream publish acks arrive below it,
+        and only that conduit's user may subscribe to `_INBOX_NS.>`. It does not carry
+        the subject prefix: inboxes are per connection, not per deployment.
+        """
+        return INBOX_PREFIX + validate_namespace(namespace)
 
     def dlq(self, reason: str) -> str:
         """Where rejected input is recorded with its reason: `ore.dlq.<reason>`."""
@@ -210,19 +288,37 @@ class Subjects:
         return self._stream("DLQ")
 
     @property
+    def cursors_bucket(self) -> str:
+        """KV bucket of durable feed positions, per namespace (core only): `ORE_CURSORS`."""
+        return self._stream("CURSORS")
+
+    @property
     def journal_stream(self) -> str:
         """Name of the ledger journal stream of the JetStream store: `ORE_JOURNAL`."""
         return self._stream("JOURNAL")
 
-    def thread_id_of(self, subject: str) -> str:
-        """The thread id in a per-thread subject of this prefix (in, inp, ev, out, journal).
+    @property
+    def threads_bucket(self) -> str:
+        """KV bucket of the JetStream store's thread metadata and lookups: `ORE_THREADS`."""
+        return self._stream("THREADS")
 
-        A received message names its thread only in its subject; this is the inverse of
-        the builders above, and it refuses subjects of another prefix or kind.
+    def thread_of(self, subject: str) -> tuple[str | None, str]:
+        """(namespace, thread id) of a per-thread subject of this prefix.
+
+        in, inp, ev and out subjects name both; a journal subject names only the
+        thread (namespace None). A received message names its thread only in its
+        subject; this is the inverse of the builders above, and it refuses subjects of
+        another prefix or kind.
         """
         match = _PER_THREAD.fullmatch(subject[len(self.prefix) + 1 :])
         if subject.startswith(self.prefix + ".") and match is not None:
-            return validate_thread_id(match.group("thread"))
+            namespace = match.group("namespace")
+            if namespace is None or is_valid_namespace(namespace):
+                return namespace, validate_thread_id(match.group("thread"))
         raise SubjectError(
             f"subject {subject!r} is not a per-thread subject of prefix {self.prefix!r}"
         )
+
+    def thread_id_of(self, subject: str) -> str:
+        """The thread id in a per-thread subject of this prefix (in, inp, ev, out, journal)."""
+        return self.thread_of(subject)[1]

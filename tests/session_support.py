@@ -24,7 +24,7 @@ async def collect(
     *,
     count: int = 1,
     until: Callable[[OutputEvent], bool] = is_done,
-    within: float = 5.0,
+    within: float = 30.0,
 ) -> list[OutputEvent]:
     """Read events until `until` has matched `count` times (fails after `within` s)."""
     events: list[OutputEvent] = []

@@ -69,15 +69,18 @@ async def test_chat_and_serve_on_one_store_answer_everything_without_forking(
     nc = await nats.connect(ore_nats_server.url)
     try:
         await _wait_for_core(nc)
+        # A chat that finds the running serve's record uses that core (issue 14); this
+        # test is about two cores on one store, so the chat looks in a state dir of its own.
         chat = await asyncio.create_subprocess_exec(
             str(ORE),
             "chat",
             "--thread",
             "shared",
+            "--new",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
-            env=env,
+            env={**env, "XDG_STATE_HOME": str(tmp_path / "home" / "chat-state")},
         )
         assert chat.stdin is not None
         assert chat.stdout is not None
@@ -88,7 +91,8 @@ async def test_chat_and_serve_on_one_store_answer_everything_without_forking(
         js = nc.jetstream()
         for n in range(ROUNDS):
             body = {"kind": "user_message", "id": uuid.uuid4().hex, "content": f"serve {n}"}
-            await js.publish("ore.in.shared", json.dumps(body).encode())
+            # local `ore chat` runs the stdin conduit: the thread is namespace stdin's
+            await js.publish("ore.in.stdin.shared", json.dumps(body).encode())
             if n:
                 chat.stdin.write(f"chat {n}\n".encode())
                 await chat.stdin.drain()
@@ -136,7 +140,7 @@ async def _wait_for_core(nc: nats.NATS) -> None:
     async with asyncio.timeout(TIMEOUT):
         while True:
             try:
-                await nc.request("ore.api.health", b"{}", timeout=0.5)
+                await nc.request("ore.admin.health", b"{}", timeout=0.5)
                 return
             except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
                 await asyncio.sleep(0.05)

@@ -196,18 +196,40 @@ def test_install_needs_a_package() -> None:
     assert "name at least one package" in result.stderr
 
 
-def test_uninstall_runs_pip_of_the_interpreter_ore_runs_in() -> None:
+@pytest.mark.slow  # starts a process
+def test_uninstall_of_a_package_that_is_not_installed_is_an_error() -> None:
     result = run_ore("uninstall", "-y", "ore-package-that-is-not-installed")
-    assert result.returncode == 0
-    assert "Skipping ore-package-that-is-not-installed as it is not installed" in result.stderr
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "Error: ore-package-that-is-not-installed is not installed (`ore plugins` lists what is)"
+    ]
 
 
+@pytest.mark.parametrize("package", ["click", "ore-core", "Pydantic_Core"])
+def test_uninstall_refuses_ore_and_its_own_dependencies(package: str) -> None:
+    result = ore("uninstall", "-y", package)
+    assert result.exit_code == 1
+    assert "removing it would break every ore command" in result.output
+
+
+@pytest.mark.slow  # starts a process
+def test_uninstall_without_yes_and_without_a_terminal_says_to_add_y() -> None:
+    result = run_ore("uninstall", "ore-test-plugin")  # installed, but nobody can answer
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "Error: ore uninstall asks before removing ore-test-plugin, but there is no terminal "
+        "to answer: add -y"
+    ]
+
+
+@pytest.mark.slow  # starts a process
 def test_install_failure_exits_with_pips_status(tmp_path: Path) -> None:
     result = run_ore("install", "-e", str(tmp_path / "no-such-project"))
     assert result.returncode == 1
     assert "no-such-project" in result.stderr
 
 
+@pytest.mark.slow  # starts a process
 def test_console_script_lists_installed_plugins() -> None:
     result = run_ore("plugins", "--json")
     assert result.returncode == 0

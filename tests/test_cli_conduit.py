@@ -21,9 +21,11 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from ore_core.bus.embedded import EmbeddedNatsServer
 
+pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
+
 ORE = Path(sys.executable).with_name("ore")
-READY_TIMEOUT = 20.0
-EXIT_TIMEOUT = 30.0
+READY_TIMEOUT = 60.0
+EXIT_TIMEOUT = 60.0
 
 
 @dataclass
@@ -111,7 +113,7 @@ async def bridge_running(
 ) -> tuple[Process, Process]:
     """`ore serve` and `ore conduit nats` on the test's server, both ready."""
     serve = start_ore("serve", "--nats", ore_nats_server.url)
-    await until_answered(raw, "ore.api.health", serve)
+    await until_answered(raw, "ore.admin.health", serve)
     bridge = start_ore("conduit", "nats", "--nats", ore_nats_server.url)
     # An empty message is refused with an error reply: the bridge listens.
     await until_answered(raw, "bridge.ready-probe.in", bridge)
@@ -160,7 +162,7 @@ async def test_set_overrides_the_conduit_settings(
     ore_nats_server: EmbeddedNatsServer, raw: Client, start_ore: Callable[..., Process]
 ) -> None:
     serve = start_ore("serve", "--nats", ore_nats_server.url)
-    await until_answered(raw, "ore.api.health", serve)
+    await until_answered(raw, "ore.admin.health", serve)
     bridge = start_ore("conduit", "nats", "--nats", ore_nats_server.url, "--set", "prefix=acme.ops")
     await until_answered(raw, "acme.ops.ready-probe.in", bridge)
     reply = await raw.request("acme.ops.support.in", b"via acme", timeout=10)
@@ -205,3 +207,26 @@ async def test_an_unknown_conduit_exits_1_listing_the_known_ones(
     process = start_ore("conduit", "smoke-signals", "--nats", "nats://127.0.0.1:1")
     assert await process.exit_status() == 1
     assert 'no conduit named "smoke-signals" (registered: nats)' in process.stderr()
+
+
+async def test_without_a_url_the_conduit_finds_the_running_serve(
+    ore_nats_server: EmbeddedNatsServer,
+    raw: Client,
+    start_ore: Callable[..., Process],
+    ore_isolated_env: Path,
+) -> None:
+    serve = start_ore("serve", "--nats", ore_nats_server.url)
+    await until_answered(raw, "ore.admin.health", serve)
+    record = ore_isolated_env / "state" / "ore" / "serve.json"
+    async with asyncio.timeout(READY_TIMEOUT):  # written right after the core answers
+        while True:
+            if record.exists():
+                break
+            await asyncio.sleep(0.05)  # another process writes it: nothing to wait on
+    bridge = start_ore("conduit", "nats")  # no --nats, no nats.url
+    await until_answered(raw, "bridge.ready-probe.in", bridge)
+    reply = await raw.request("bridge.support.in", b"found you", timeout=30)
+    assert reply.data == b"found you"
+    assert f"using ore serve (pid {serve.popen.pid}) at {ore_nats_server.url}" in bridge.stderr()
+    assert await bridge.terminate() == 0
+    assert await serve.terminate() == 0

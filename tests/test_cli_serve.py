@@ -25,10 +25,13 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.session.stores import SQLiteStore
+from ore_openai.testing import MockOpenAIServer
+
+pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
 
 ORE = Path(sys.executable).with_name("ore")
-READY_TIMEOUT = 20.0
-EXIT_TIMEOUT = 30.0
+READY_TIMEOUT = 60.0
+EXIT_TIMEOUT = 60.0
 
 
 @dataclass
@@ -53,23 +56,26 @@ def start_serve(ore_isolated_env: Path, tmp_path: Path) -> Iterator[Callable[...
     """`start_serve(*args)` runs `ore serve *args`; every process is gone after the test."""
     started: list[Served] = []
 
-    def start(*args: str) -> Served:
+    def start(*args: str, config: Path | None = None, env: dict[str, str] | None = None) -> Served:
         index = len(started)
         store_path = tmp_path / f"serve{index}.db"
         stderr_path = tmp_path / f"serve{index}.log"
-        env = {
+        environment = {
             **os.environ,
             "ORE_LOAD_PLUGINS": "",  # no test plugins from the venv
             "ORE_STORE__PATH": str(store_path),
             "ORE_LOG__FORMAT": "json",
+            **(env or {}),
         }
+        # Never the fixed default port 4222 in a test: any free port.
+        port = [] if "--nats" in args or "--port" in args else ["--port", "0"]
         with stderr_path.open("w") as stderr:
             process = subprocess.Popen(
-                [str(ORE), "serve", *args],
+                [str(ORE), *(["--config", str(config)] if config else []), "serve", *port, *args],
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 text=True,
-                env=env,
+                env=environment,
             )
         served = Served(process, store_path, stderr_path)
         started.append(served)
@@ -107,7 +113,7 @@ async def wait_until_serving(nc: Client, served: Served) -> dict[str, Any]:
     deadline = time.monotonic() + READY_TIMEOUT
     while True:
         try:
-            reply = await nc.request("ore.api.health", b"{}", timeout=0.5)
+            reply = await nc.request("ore.admin.health", b"{}", timeout=0.5)
             answer: dict[str, Any] = json.loads(reply.data)
             return answer
         except (NoRespondersError, NatsTimeout):
@@ -132,10 +138,12 @@ async def converse(nc: Client, thread_id: str, text: str) -> list[dict[str, Any]
             if event["kind"] == "lifecycle" and event["phase"] == "done":
                 done.set()
 
-    await nc.subscribe(f"ore.out.{thread_id}", cb=on_event)
+    await nc.subscribe(f"ore.out.raw.{thread_id}", cb=on_event)
     message = {"kind": "user_message", "id": uuid.uuid4().hex, "content": text}
     await nc.jetstream().publish(
-        f"ore.in.{thread_id}", json.dumps(message).encode(), headers={"Nats-Msg-Id": message["id"]}
+        f"ore.in.raw.{thread_id}",
+        json.dumps(message).encode(),
+        headers={"Nats-Msg-Id": message["id"]},
     )
     await asyncio.wait_for(done.wait(), 10)
     return events
@@ -242,9 +250,189 @@ async def test_without_a_url_serve_starts_an_embedded_server_and_prints_its_url(
     nc = await client_of(url)
     await wait_until_serving(nc, served)
     events = await converse(nc, "embedded", "hi")
-    assert events[-1] == {"kind": "lifecycle", "phase": "done"}
+    assert events[-1] == {"kind": "lifecycle", "phase": "done", "context": {"provenance": "raw"}}
     await nc.close()
     assert await served.terminate() == 0
     port = int(url.rsplit(":", 1)[1])
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()  # stopped with the core
+
+
+# --- the processor, the known address, one-line errors -------------------------------
+
+
+async def read_until(served: Served, prefix: str) -> list[str]:
+    """stdout lines of `ore serve` up to the first one starting with `prefix`."""
+    assert served.process.stdout is not None
+    lines: list[str] = []
+    while not (lines and lines[-1].startswith(prefix)):
+        line = await asyncio.wait_for(
+            asyncio.to_thread(served.process.stdout.readline), READY_TIMEOUT
+        )
+        if not line:
+            pytest.fail(f"ore serve ended before printing {prefix!r}:\n{served.stderr()}")
+        lines.append(line.rstrip("\n"))
+    return lines
+
+
+def recorded(state: Path) -> dict[str, Any] | None:
+    path = state / "ore" / "serve.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+async def test_serve_prints_and_records_its_nats_url_until_it_stops(
+    start_serve: Callable[..., Served], client_of: Any, ore_isolated_env: Path
+) -> None:
+    served = start_serve()
+    lines = await read_until(served, "ore core ready: NATS ")
+    url = lines[-1].split()[4]
+    record = recorded(ore_isolated_env / "state")
+    assert record == {
+        "pid": served.process.pid,
+        "nats_url": url,
+        "store": f"sqlite:{served.store_path}",
+    }
+    await wait_until_serving(await client_of(url), served)  # the recorded URL answers
+    assert await served.terminate() == 0
+    assert recorded(ore_isolated_env / "state") is None
+
+
+async def test_serve_answers_with_the_model_the_environment_configures(
+    start_serve: Callable[..., Served], client_of: Any
+) -> None:
+    with MockOpenAIServer(["Hello from the model."]) as model:
+        served = start_serve(
+            env={"ORE_LOAD_PLUGINS": "ore-openai", "ORE_OPENAI_BASE_URL": model.base_url}
+        )
+        lines = await read_until(served, "ore core ready: NATS ")
+        assert f"answering with openai model gpt-4o-mini at {model.base_url}" in lines
+        nc = await client_of(lines[-1].split()[4])
+        await wait_until_serving(nc, served)
+        events = await converse(nc, "modelled", "hi")
+        assert [e["content"] for e in events if e["kind"] == "text"] == ["Hello from the model."]
+    assert await served.terminate() == 0
+
+
+async def test_serve_without_a_model_says_echo_answers_and_what_to_set(
+    start_serve: Callable[..., Served],
+) -> None:
+    served = start_serve(env={"ORE_LOAD_PLUGINS": "ore-openai"})
+    lines = await read_until(served, "ore core ready: NATS ")
+    assert (
+        "answering with echo: no model configured, set OPENAI_API_KEY or ORE_OPENAI_BASE_URL "
+        "(e.g. ORE_OPENAI_BASE_URL=http://localhost:11434/v1 for Ollama)"
+    ) in lines
+    assert await served.terminate() == 0
+
+
+async def test_chat_uses_the_running_core_on_the_same_store(
+    start_serve: Callable[..., Served], ore_isolated_env: Path
+) -> None:
+    served = start_serve()
+    url = (await read_until(served, "ore core ready: NATS "))[-1].split()[4]
+    env = {
+        **os.environ,
+        "ORE_LOAD_PLUGINS": "ore-conduit-stdin",
+        "ORE_STORE__PATH": str(served.store_path),
+    }
+    chat = await asyncio.to_thread(
+        subprocess.run,
+        [str(ORE), "chat", "hello running core"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=EXIT_TIMEOUT,
+        check=False,
+    )
+    assert chat.returncode == 0, chat.stderr
+    assert chat.stdout == "hello running core\n"
+    assert chat.stderr.splitlines() == [
+        f"Using ore serve (pid {served.process.pid}) at {url}, store sqlite:{served.store_path}"
+    ]  # and no "answering with": no core of its own, no private nats-server
+    assert await served.terminate() == 0
+    store = SQLiteStore(served.store_path)
+    try:
+        (thread,) = await store.list()
+    finally:
+        await store.close()
+    assert [str(turn.role) for turn in thread.turns()] == ["user", "assistant"]
+
+
+async def test_a_second_serve_on_the_same_store_is_refused_naming_the_first(
+    start_serve: Callable[..., Served],
+) -> None:
+    first = start_serve()
+    await read_until(first, "ore core ready: NATS ")
+    second = start_serve("--port", "0", env={"ORE_STORE__PATH": str(first.store_path)})
+    assert await asyncio.to_thread(second.process.wait, EXIT_TIMEOUT) == 1
+    assert (
+        second.stderr()
+        .splitlines()[-1]
+        .startswith(f"Error: ore serve (pid {first.process.pid}) at nats://127.0.0.1:")
+    )
+    assert await first.terminate() == 0
+
+
+def test_a_health_port_in_use_is_one_error_line(start_serve: Callable[..., Served]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        served = start_serve("--health-port", str(port))
+        assert served.process.wait(EXIT_TIMEOUT) == 1
+    errors = [line for line in served.stderr().splitlines() if not line.startswith("{")]
+    assert errors == [
+        f"Error: cannot listen on 127.0.0.1:{port}: another process uses it; choose another "
+        "port (--port, --health-port) or stop that process"
+    ]
+
+
+def test_a_state_directory_that_cannot_be_written_is_one_error_line(
+    start_serve: Callable[..., Served], tmp_path: Path
+) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    served = start_serve(env={"XDG_STATE_HOME": str(blocker / "state")})
+    assert served.process.wait(EXIT_TIMEOUT) == 1
+    (line,) = served.stderr().splitlines()
+    assert line.startswith(f"Error: cannot write {blocker}")
+    assert "XDG_STATE_HOME" in line
+
+
+def test_debug_shows_the_traceback(start_serve: Callable[..., Served], tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    served = start_serve(env={"XDG_STATE_HOME": str(blocker / "state"), "ORE_DEBUG": "1"})
+    assert served.process.wait(EXIT_TIMEOUT) == 1
+    assert "Traceback (most recent call last)" in served.stderr()
+
+
+async def test_a_crashed_loop_stops_serve_with_status_1_and_names_the_task(
+    ore_nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
+) -> None:
+    # ore-test-plugin crashes the ingress ack loop at its first acknowledgement.
+    served = start_serve(
+        "--nats",
+        ore_nats_server.url,
+        env={"ORE_LOAD_PLUGINS": "ore-test-plugin", "ORE_TEST_CRASH": "ingress-ack"},
+    )
+    nc = await client_of(ore_nats_server.url)
+    await wait_until_serving(nc, served)
+    await converse(nc, "crash-1", "the answer comes, its acknowledgement crashes")
+    # No signal: the process stops by itself.
+    status = await asyncio.to_thread(served.process.wait, EXIT_TIMEOUT)
+    assert status == 1, served.stderr()
+    lines = [json.loads(line) for line in served.stderr().splitlines() if line.startswith("{")]
+    crashed = [line for line in lines if line["event"] == "background task crashed"]
+    assert [(line["task"], line["level"]) for line in crashed] == [("ore-ingress-ack", "error")]
+    assert "injected crash of the ingress ack loop" in json.dumps(crashed[0]["exception"])
+    assert any(line["event"] == "ore core stopped" for line in lines)
+    # The turn finished before the crash: its ack was sent on the way out, and it is stored.
+    consumers = await nc.jetstream().consumers_info("ORE_IN")
+    assert [(c.num_ack_pending, c.num_pending) for c in consumers if c.delivered.stream_seq] == [
+        (0, 0)
+    ]
+    assert await stored_turn_texts(served.store_path, "crash-1") == [
+        ("user", "the answer comes, its acknowledgement crashes"),
+        ("assistant", "the answer comes, its acknowledgement crashes"),
+    ]

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,9 +112,9 @@ def test_list_shows_each_thread_with_its_turn_count_and_latest_text(
     result = ore("threads", "list")
     assert result.exit_code == 0, result.output
     header, *rows = result.stdout.splitlines()
-    assert header.split() == ["ID", "TURNS", "UPDATED", "PREVIEW"]
+    assert header.split() == ["ID", "TURNS", "UPDATED", "TITLE", "LAST"]
     assert [(row.split()[0], row.split()[1]) for row in rows] == [("other", "2"), ("demo", "6")]
-    assert rows[1].endswith("second try")
+    assert rows[1].split()[-3:] == ["Demo", "second", "try"]  # title, then the last text
 
 
 def test_list_json_has_id_turns_branches_updated_preview_and_metadata(
@@ -291,6 +293,7 @@ def test_a_corrupt_thread_can_be_deleted(json_dir: Path) -> None:
     assert asyncio.run(ids()) == ["good"]
 
 
+@pytest.mark.slow  # starts a process
 def test_unknown_store_name_is_one_error_line_listing_the_known_ones(populated: Populated) -> None:
     assert_one_error_line(ore("threads", "--store", "nope", "list"), 'no store named "nope"')
 
@@ -304,17 +307,135 @@ def run_ore(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # starts a process
 def test_ore_threads_show_runs_as_a_real_process(populated: Populated) -> None:
     shown = run_ore("threads", "show", "demo", "--all-branches")
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.count("<- tip") == 1
 
 
+@pytest.mark.slow  # starts a process
 def test_ore_threads_in_a_real_process_reports_an_unknown_id_in_one_stderr_line(
     populated: Populated,
 ) -> None:
     missing = run_ore("threads", "show", "ghost")
     assert missing.returncode == 1
     assert missing.stderr.splitlines() == [
-        f"Error: thread ghost not found in sqlite:{populated.store['path']}"
+        f"Error: thread ghost not found in sqlite:{populated.store['path']}: "
+        "`ore threads list` shows them"
     ]
+
+
+# --- ids like git: prefixes, short ids, titles, empty threads, export -----------------
+
+
+@pytest.fixture
+def hex_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Threads with ids that share prefixes, and an empty one."""
+    store = {"name": "sqlite", "path": str(tmp_path / "threads.db")}
+    monkeypatch.setenv("ORE_STORE__PATH", store["path"])
+    say(store, "90d61eb0aa", "first words", create=True)
+    say(store, "90d61eb0bb", "other words", create=True)
+    say(store, "7f00ee", "single", create=True)
+
+    async def empty() -> None:
+        opened = SQLiteStore(store["path"])
+        try:
+            await opened.create("e1e1e1")
+        finally:
+            await opened.close()
+
+    asyncio.run(empty())
+    return store
+
+
+def test_a_unique_prefix_names_the_thread_everywhere(hex_threads: dict[str, Any]) -> None:
+    shown = ore("threads", "show", "7f")
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.startswith("thread 7f00ee in sqlite:")
+    exported = ore("threads", "export", "90d61eb0a", "--format", "json")
+    assert json.loads(exported.stdout)["id"] == "90d61eb0aa"
+    deleted = ore("threads", "delete", "-y", "7f0")
+    assert deleted.stdout == "Deleted thread 7f00ee.\n"
+
+
+def test_an_ambiguous_prefix_is_one_line_listing_the_candidates(
+    hex_threads: dict[str, Any],
+) -> None:
+    assert_one_error_line(
+        ore("threads", "show", "90d6"),
+        "thread id 90d6 is ambiguous",
+        "90d61eb0aa, 90d61eb0bb",
+        "type more of it",
+    )
+
+
+def test_list_shows_short_ids_and_titles_and_hides_empty_threads(
+    hex_threads: dict[str, Any],
+) -> None:
+    listed = ore("threads", "list")
+    assert listed.exit_code == 0, listed.output
+    _header, *rows, note = listed.stdout.splitlines()
+    assert sorted(row.split()[0] for row in rows) == ["7f00ee", "90d61eb0", "90d61eb0"]
+    assert all(row.split()[4] == "Demo" for row in rows)  # the title metadata
+    assert note == "(1 empty thread(s) hidden: --all shows them)"
+    everything = ore("threads", "list", "--all", "--json")
+    assert "e1e1e1" in [entry["id"] for entry in json.loads(everything.stdout)]
+
+
+def test_export_as_markdown_has_a_heading_per_turn_of_the_active_path(
+    hex_threads: dict[str, Any],
+) -> None:
+    exported = ore("threads", "export", "7f00ee")
+    assert exported.exit_code == 0, exported.output
+    lines = exported.stdout.splitlines()
+    assert lines[0] == "# Demo"
+    assert [line.split(" (")[0] for line in lines if line.startswith("## ")] == [
+        "## User",
+        "## Assistant",
+    ]
+    assert lines.count("single") == 2  # echo answered with the same words
+
+
+def test_export_as_json_has_every_turn_and_branch(populated: Populated) -> None:
+    exported = ore("threads", "export", "demo", "--format", "json")
+    data = json.loads(exported.stdout)
+    assert len(data["turns"]) == 6
+    assert len(data["branches"]) == 2
+
+
+@contextmanager
+def read_only(*paths: Path) -> Iterator[None]:
+    """Make `paths` unwritable, even for root (`chattr +i`); restored afterwards."""
+    if os.geteuid() != 0:
+        modes = {path: path.stat().st_mode for path in paths}
+        for path in paths:
+            path.chmod(0o555 if path.is_dir() else 0o444)
+        try:
+            yield
+        finally:
+            for path, mode in modes.items():
+                path.chmod(mode)
+        return
+    chattr = shutil.which("chattr")
+    if chattr is None or subprocess.run([chattr, "+i", *map(str, paths)], check=False).returncode:
+        pytest.skip("cannot make a file read-only for root here (chattr +i)")
+    try:
+        yield
+    finally:
+        subprocess.run([chattr, "-i", *map(str, paths)], check=True)
+
+
+@pytest.mark.slow  # starts chattr
+def test_listing_and_reading_need_no_write_access_to_the_store(populated: Populated) -> None:
+    database = Path(populated.store["path"])
+    with read_only(database.parent, database):
+        listed = ore("threads", "list")
+        shown = ore("threads", "show", "demo")
+        forked = ore("threads", "fork", "demo", populated.turn("hello there"))
+    assert listed.exit_code == 0, listed.output
+    assert [row.split()[0] for row in listed.stdout.splitlines()[1:]] == ["other", "demo"]
+    assert shown.exit_code == 0, shown.output
+    assert forked.exit_code == 1  # changing it does need write access: one line says so
+    (line,) = forked.stderr.splitlines()
+    assert line.startswith("Error: ")

@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
+
 DOC = Path(__file__).resolve().parent.parent / "docs" / "sessions.md"
 
 

@@ -32,7 +32,7 @@ class Recorder:
             self.enough.set()
 
     async def wait(self) -> None:
-        await asyncio.wait_for(self.enough.wait(), 5)
+        await asyncio.wait_for(self.enough.wait(), 30)
 
 
 async def test_create_returns_an_active_stream_with_a_stored_thread(manager: Manager) -> None:
@@ -188,7 +188,7 @@ async def test_stuck_sink_never_stalls_the_stream(manager: Manager) -> None:
     manager.register_sink([], stuck, name="stuck")
     stream = await manager.create()
     for index in range(20):
-        await asyncio.wait_for(stream.process(message(f"m{index}")), 2)
+        await asyncio.wait_for(stream.process(message(f"m{index}")), 30)
     assert len(stream.turns()) == 40
     never.set()
 

@@ -9,7 +9,7 @@ from nats.js.api import StorageType
 from ore_core.testing import cluster as cluster_module
 from ore_core.testing.cluster import EmbeddedNatsCluster
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(60)]
 
 
 async def test_r3_stream_on_the_cluster_replicates_what_is_published(
@@ -18,7 +18,9 @@ async def test_r3_stream_on_the_cluster_replicates_what_is_published(
     assert len(set(ore_nats_cluster.urls)) == 3
     client = await nats.connect(servers=ore_nats_cluster.urls)
     try:
-        js = client.jetstream()
+        # Creating an R3 stream waits for a Raft election: on a loaded machine that takes
+        # longer than nats-py's 5 s default. The timeout only bounds a hang.
+        js = client.jetstream(timeout=30)
         info = await js.add_stream(
             name="R3", subjects=["r3.>"], num_replicas=3, storage=StorageType.FILE
         )

@@ -77,7 +77,7 @@ def served(ore_nats_server: EmbeddedNatsServer, tmp_path: Path) -> Iterator[_Ser
 
 
 class _Outbox:
-    """Events of every thread from `ore.out.*`, in arrival order."""
+    """Events of every thread of namespace `raw` from `ore.out.raw.*`, in arrival order."""
 
     def __init__(self) -> None:
         self.events: dict[str, list[dict[str, Any]]] = {}
@@ -118,7 +118,7 @@ async def test_a_killed_and_restarted_serve_answers_in_flight_messages_first(
     nc = await nats.connect(ore_nats_server.url)
     try:
         outbox = _Outbox()
-        await nc.subscribe("ore.out.*", cb=outbox.receive)
+        await nc.subscribe("ore.out.raw.*", cb=outbox.receive)
         first = served.start()
         js = nc.jetstream()
 
@@ -126,7 +126,7 @@ async def test_a_killed_and_restarted_serve_answers_in_flight_messages_first(
             event_id = uuid.uuid4().hex
             body = {"kind": "user_message", "id": event_id, "content": text}
             await js.publish(
-                f"ore.in.{thread_id}",
+                f"ore.in.raw.{thread_id}",
                 json.dumps(body).encode(),
                 headers={"Nats-Msg-Id": f"{thread_id}:{event_id}"},
             )
@@ -186,7 +186,7 @@ async def _wait_for_streams(nc: nats.NATS) -> None:
     async with asyncio.timeout(TIMEOUT):
         while True:
             try:
-                await nc.request("ore.api.health", b"{}", timeout=0.5)
+                await nc.request("ore.admin.health", b"{}", timeout=0.5)
                 return
             except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
                 await asyncio.sleep(0.05)

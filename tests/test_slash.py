@@ -15,6 +15,7 @@ from ore_core import (
     Stream,
     UserMessageEvent,
 )
+from ore_core.session.echo import EchoProcessor
 from ore_core.session.slash import (
     Command,
     CommandResult,
@@ -163,9 +164,35 @@ async def test_model_command_changes_the_model_the_processor_gets() -> None:
     assert stream.get_metadata("ore.model.name") == "small-model"
 
 
-async def test_model_without_a_name_shows_usage() -> None:
+async def test_model_without_a_name_shows_the_current_model_and_usage() -> None:
     notices, _ = await _run(default_commands(), "/model")
-    assert notices[0].content == "Usage: /model <name>"
+    assert notices[0].content == "Current model: the processor's default. Usage: /model <name>"
+
+
+async def test_model_shows_the_model_chosen_before() -> None:
+    async with Manager(
+        MemoryStore(), ScriptedProcessor(), interceptors=[default_commands()]
+    ) as manager:
+        stream = await manager.create()
+        await stream.process(message("/model small-model"))
+        sub = stream.subscribe("notice", "lifecycle")
+        await stream.process(message("/model"))
+        notices = [e for e in await collect(sub) if isinstance(e, NoticeEvent)]
+    assert notices[0].content == "Current model: small-model. Usage: /model <name>"
+
+
+async def test_model_under_echo_says_it_cannot_switch_and_changes_nothing() -> None:
+    async with Manager(
+        MemoryStore(), EchoProcessor(), interceptors=[default_commands()]
+    ) as manager:
+        stream = await manager.create()
+        sub = stream.subscribe("notice", "lifecycle")
+        await stream.process(message("/model gpt-4o"))
+        notices = [e for e in await collect(sub) if isinstance(e, NoticeEvent)]
+    assert notices[0].severity is Severity.WARN
+    assert notices[0].content.startswith("echo (it repeats your message; no model) answers here")
+    assert "no models to choose from" in notices[0].content
+    assert stream.get_metadata("ore.model.name") is None
 
 
 async def test_undo_removes_the_last_exchange_and_keeps_it_stored() -> None:

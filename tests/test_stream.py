@@ -168,7 +168,7 @@ async def test_interrupt_cancels_the_turn_and_drops_queued_messages(store: Memor
         stream = await manager.create()
         sub = stream.subscribe("lifecycle", "error")
         running = asyncio.create_task(stream.process(message("one")))
-        await asyncio.wait_for(gate.started.wait(), 5)
+        await asyncio.wait_for(gate.started.wait(), 30)
         queued = [asyncio.create_task(stream.process(message(t))) for t in ("two", "three")]
         await asyncio.sleep(0)
         stream.submit(InterruptEvent(context=EventContext(provenance="test")))
@@ -203,7 +203,7 @@ async def test_cancelling_the_process_caller_only_stops_waiting(store: MemorySto
         stream = await manager.create()
         sub = stream.subscribe("lifecycle")
         waiting = asyncio.create_task(stream.process(message("hi")))
-        await asyncio.wait_for(gate.started.wait(), 5)
+        await asyncio.wait_for(gate.started.wait(), 30)
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
@@ -247,8 +247,8 @@ async def test_close_during_a_slow_turn_fails_waiters_quickly(store: MemoryStore
         stream = await manager.create()
         running = asyncio.create_task(stream.process(message("one")))
         queued = asyncio.create_task(stream.process(message("two")))
-        await asyncio.wait_for(gate.started.wait(), 5)
-        await asyncio.wait_for(stream.close(), 2)
+        await asyncio.wait_for(gate.started.wait(), 30)
+        await asyncio.wait_for(stream.close(), 30)
         with pytest.raises(TurnCancelled):
             await running
         with pytest.raises(SessionClosed):
@@ -272,7 +272,7 @@ async def test_emit_reaches_subscribers_while_a_turn_runs(store: MemoryStore) ->
         stream = await manager.create()
         sub = stream.subscribe("notice")
         stream.submit(message("hi"))
-        await asyncio.wait_for(gate.started.wait(), 5)
+        await asyncio.wait_for(gate.started.wait(), 30)
         await stream.emit(NoticeEvent(content="working"))
         events = await collect(sub, until=lambda e: True)
         gate.release()
@@ -286,7 +286,7 @@ async def test_a_slow_subscriber_does_not_stall_the_stream_or_others(store: Memo
         stream = await manager.create()
         laggard = stream.subscribe(maxsize=8)
         fast = stream.subscribe(maxsize=8192)
-        await asyncio.wait_for(stream.process(message("hi")), 5)
+        await asyncio.wait_for(stream.process(message("hi")), 30)
         fast_events = await collect(fast)
         lag_events = [e async for e in _drain(laggard)]
     assert sum(1 for e in fast_events if e.kind == "text_delta") == 4000
@@ -387,7 +387,7 @@ async def test_user_turn_is_saved_before_the_processor_runs(store: MemoryStore) 
     async with Manager(store, gate) as manager:
         stream = await manager.create()
         stream.submit(message("hi"))
-        await asyncio.wait_for(gate.started.wait(), 5)
+        await asyncio.wait_for(gate.started.wait(), 30)
         stored = await store.get(stream.id)
         assert [t.role for t in stored.turns()] == [Role.USER]
         gate.release()
@@ -461,10 +461,10 @@ async def test_on_handled_fires_after_done_and_the_final_save(store: MemoryStore
         handled = asyncio.Event()
         sub = stream.subscribe("lifecycle")
         stream.submit(message("hi"), on_handled=handled.set)
-        await asyncio.wait_for(gate.started.wait(), 5)
+        await asyncio.wait_for(gate.started.wait(), 30)
         assert not handled.is_set()
         gate.release()
-        await asyncio.wait_for(handled.wait(), 5)
+        await asyncio.wait_for(handled.wait(), 30)
         assert kinds(await collect(sub))[-1] == "lifecycle:done"
         assert [t.role for t in (await store.get(stream.id)).turns()] == [
             Role.USER,
@@ -478,7 +478,7 @@ async def test_on_handled_is_not_called_for_turns_cut_short_by_close(store: Memo
         stream = await manager.create()
         calls: list[str] = []
         stream.submit(message("one"), on_handled=lambda: calls.append("one"))
-        await asyncio.wait_for(gate.started.wait(), 5)
+        await asyncio.wait_for(gate.started.wait(), 30)
         stream.submit(message("two"), on_handled=lambda: calls.append("two"))
         await stream.close()
     assert calls == []
@@ -546,11 +546,11 @@ async def test_double_texting_queue_and_collect(
     async with Manager(store, gate, policy=policy) as manager:
         stream = await manager.create()
         first = asyncio.create_task(stream.process(message("one")))
-        await asyncio.wait_for(gate.started.wait(), 5)
+        await asyncio.wait_for(gate.started.wait(), 30)
         later = [asyncio.create_task(stream.process(message(t))) for t in ("two", "three")]
         await asyncio.sleep(0)
         gate.release()
-        await asyncio.wait_for(asyncio.gather(first, *later), 5)
+        await asyncio.wait_for(asyncio.gather(first, *later), 30)
     users = [t.artifacts[0] for t in stream.turns() if t.role == Role.USER]
     assert users == [Text(u) for u in expected_users]
     assert gate.calls == expected_calls
@@ -561,12 +561,12 @@ async def test_double_texting_interrupt_cancels_the_running_turn(store: MemorySt
     async with Manager(store, gate, policy="interrupt") as manager:
         stream = await manager.create()
         first = asyncio.create_task(stream.process(message("one")))
-        await asyncio.wait_for(gate.started.wait(), 5)
+        await asyncio.wait_for(gate.started.wait(), 30)
         second = asyncio.create_task(stream.process(message("two")))
         with pytest.raises(TurnCancelled):
             await first
         gate.release()
-        await asyncio.wait_for(second, 5)
+        await asyncio.wait_for(second, 30)
     assert [t.role for t in stream.turns()] == [Role.USER, Role.USER, Role.ASSISTANT]
 
 
@@ -578,7 +578,7 @@ async def test_double_texting_reject_sends_a_notice_and_stores_nothing(
         stream = await manager.create()
         sub = stream.subscribe("notice")
         first = asyncio.create_task(stream.process(message("one")))
-        await asyncio.wait_for(gate.started.wait(), 5)
+        await asyncio.wait_for(gate.started.wait(), 30)
         with pytest.raises(MessageRejected):
             await stream.process(message("two", provenance="slack"))
         notice = (await collect(sub, until=lambda e: True))[0]

@@ -22,23 +22,26 @@ thread_ids = st.from_regex(r"[A-Za-z0-9_-]{1,128}", fullmatch=True)
 partition_counts = st.sampled_from([1, 2, 4, 8, 16, 64, 1024])
 
 PER_THREAD: dict[str, Callable[[Subjects, str], str]] = {
-    "inbound": Subjects.inbound,
-    "events": Subjects.events,
-    "output": Subjects.output,
+    "inbound": lambda subjects, thread: subjects.inbound("slack", thread),
+    "events": lambda subjects, thread: subjects.events("slack", thread),
+    "output": lambda subjects, thread: subjects.output("slack", thread),
     "journal": Subjects.journal,
 }
+namespaces = st.from_regex(r"[a-z0-9_-]{1,32}", fullmatch=True)
 
 
 @pytest.mark.parametrize(
     ("subject", "expected"),
     [
-        (Subjects().inbound("t1"), "ore.in.t1"),
-        (Subjects().partitioned(5, "t1"), "ore.inp.5.t1"),
-        (Subjects().events("t1"), "ore.ev.t1"),
-        (Subjects().output("t1"), "ore.out.t1"),
+        (Subjects().inbound("slack", "t1"), "ore.in.slack.t1"),
+        (Subjects().partitioned(5, "slack", "t1"), "ore.inp.5.slack.t1"),
+        (Subjects().events("slack", "t1"), "ore.ev.slack.t1"),
+        (Subjects().output("slack", "t1"), "ore.out.slack.t1"),
         (Subjects().journal("t1"), "ore.journal.t1"),
-        (Subjects().api("threads.create"), "ore.api.threads.create"),
+        (Subjects().api("slack", "threads.create"), "ore.api.slack.threads.create"),
+        (Subjects().admin("threads.delete"), "ore.admin.threads.delete"),
         (Subjects().dlq("bad_json"), "ore.dlq.bad_json"),
+        (Subjects().inbox("slack"), "_INBOX_slack"),
     ],
 )
 def test_default_subjects_follow_the_design_table(subject: str, expected: str) -> None:
@@ -54,19 +57,35 @@ def test_wildcards_match_one_thread_token_or_any_api_and_dlq_tail() -> None:
         subjects.journal_wildcard,
         subjects.api_wildcard,
         subjects.dlq_wildcard,
-    ) == ("ore.in.*", "ore.ev.*", "ore.out.*", "ore.journal.*", "ore.api.>", "ore.dlq.>")
+    ) == ("ore.in.*.*", "ore.ev.*.*", "ore.out.*.*", "ore.journal.*", "ore.api.>", "ore.dlq.>")
+    assert subjects.output_wildcard_of("slack") == "ore.out.slack.*"
+    assert subjects.events_wildcard_of("slack") == "ore.ev.slack.*"
+    assert subjects.api_namespace_wildcard("slack") == "ore.api.slack.>"
+    assert subjects.admin_wildcard == "ore.admin.>"
+
+
+@pytest.mark.parametrize("namespace", ["", "Slack", "a.b", "*", ">", "x" * 33, "a b", "é"])
+def test_namespaces_are_one_lowercase_token_of_at_most_32_characters(namespace: str) -> None:
+    with pytest.raises(SubjectError, match="invalid namespace"):
+        Subjects().inbound(namespace, "t1")
+    with pytest.raises(SubjectError, match="invalid namespace"):
+        Subjects().inbox(namespace)
+    if namespace != "*":  # api("*", m) is the core's endpoint filter
+        with pytest.raises(SubjectError, match="invalid namespace"):
+            Subjects().api(namespace, "threads.get")
 
 
 def test_partitioned_with_wildcards_gives_consumer_and_lookup_filters() -> None:
-    assert Subjects().partitioned(3) == "ore.inp.3.*"
-    assert Subjects().partitioned("*", "t1") == "ore.inp.*.t1"
+    assert Subjects().partitioned(3) == "ore.inp.3.*.*"
+    assert Subjects().partitioned("*", "slack", "t1") == "ore.inp.*.slack.t1"
 
 
 def test_custom_prefix_starts_every_subject() -> None:
     subjects = Subjects("acme.ore")
-    assert subjects.inbound("t1") == "acme.ore.in.t1"
-    assert subjects.api("threads.list") == "acme.ore.api.threads.list"
-    assert subjects.inbound_transform(4).src == "acme.ore.in.*"
+    assert subjects.inbound("ns", "t1") == "acme.ore.in.ns.t1"
+    assert subjects.api("ns", "threads.list") == "acme.ore.api.ns.threads.list"
+    assert subjects.admin("threads.list") == "acme.ore.admin.threads.list"
+    assert subjects.inbound_transform(4).src == "acme.ore.in.*.*"
 
 
 def test_default_stream_names() -> None:
@@ -108,7 +127,9 @@ def test_per_thread_subjects_refuse_invalid_thread_ids(
 @pytest.mark.parametrize("name", ["threads.*", ">", "", "threads..create", "a b"])
 def test_api_and_dlq_names_refuse_wildcards_and_empty_tokens(name: str) -> None:
     with pytest.raises(SubjectError):
-        Subjects().api(name)
+        Subjects().api("slack", name)
+    with pytest.raises(SubjectError):
+        Subjects().admin(name)
     with pytest.raises(SubjectError):
         Subjects().dlq(name)
 
@@ -116,7 +137,7 @@ def test_api_and_dlq_names_refuse_wildcards_and_empty_tokens(name: str) -> None:
 @pytest.mark.parametrize("partition", [-1, True, "1"])
 def test_partitioned_refuses_a_partition_that_is_not_a_natural_number(partition: int) -> None:
     with pytest.raises(SubjectError, match="invalid partition"):
-        Subjects().partitioned(partition, "t1")
+        Subjects().partitioned(partition, "slack", "t1")
 
 
 @pytest.mark.parametrize("partitions", [0, -4, 3, 6, 12, True])
@@ -155,12 +176,34 @@ def test_doubling_the_partitions_splits_each_partition_in_two(
 def test_thread_id_of_inverts_every_per_thread_subject(thread_id: str) -> None:
     subjects = Subjects("acme.ore")
     built = [builder(subjects, thread_id) for builder in PER_THREAD.values()]
-    built.append(subjects.partitioned(partition_of(thread_id, 8), thread_id))
+    built.append(subjects.partitioned(partition_of(thread_id, 8), "slack", thread_id))
     assert [subjects.thread_id_of(subject) for subject in built] == [thread_id] * len(built)
 
 
+@given(namespaces, thread_ids)
+def test_thread_of_names_the_namespace_of_namespaced_subjects(namespace: str, thread: str) -> None:
+    subjects = Subjects()
+    for subject in (
+        subjects.inbound(namespace, thread),
+        subjects.events(namespace, thread),
+        subjects.output(namespace, thread),
+        subjects.partitioned(3, namespace, thread),
+    ):
+        assert subjects.thread_of(subject) == (namespace, thread)
+    assert subjects.thread_of(subjects.journal(thread)) == (None, thread)
+
+
 @pytest.mark.parametrize(
-    "subject", ["other.in.t1", "ore.api.threads.create", "ore.in.t1.x", "ore.inp.x.t1", "ore.in"]
+    "subject",
+    [
+        "other.in.ns.t1",
+        "ore.api.ns.threads.create",
+        "ore.in.t1",
+        "ore.in.ns.t1.x",
+        "ore.inp.x.ns.t1",
+        "ore.in",
+        "ore.out.NS.t1",
+    ],
 )
 def test_thread_id_of_refuses_subjects_of_another_prefix_or_kind(subject: str) -> None:
     with pytest.raises(SubjectError, match="not a per-thread subject"):
@@ -179,9 +222,11 @@ async def test_partition_of_matches_the_servers_partition_transform(
         subject_transform=subjects.inbound_transform(partitions),
     )
     ids = [f"th{i:04d}" for i in range(64)] + ["-", "_", "Z" * 128, "a-B_9", "0"]
-    for thread_id in ids:
-        ack = await js.publish(subjects.inbound(thread_id), b"x")
-        stored = await js.get_msg(subjects.inbound_stream, ack.seq)
-        assert stored.subject == subjects.partitioned(
-            partition_of(thread_id, partitions), thread_id
-        )
+    for namespace in ("slack", "a", "x" * 32):
+        for thread_id in ids:
+            ack = await js.publish(subjects.inbound(namespace, thread_id), b"x")
+            stored = await js.get_msg(subjects.inbound_stream, ack.seq)
+            # Only the thread is hashed: one thread id lands in one partition everywhere.
+            assert stored.subject == subjects.partitioned(
+                partition_of(thread_id, partitions), namespace, thread_id
+            )

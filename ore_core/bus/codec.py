@@ -17,8 +17,10 @@ from ore_core.subjects import HEADER_KIND, HEADER_SCHEMA, HEADER_TRACEPARENT, SC
 
 __all__ = [
     "BAD_JSON",
+    "BAD_NAMESPACE",
     "BAD_SCHEMA",
     "BAD_THREAD_ID",
+    "IDENTITY",
     "INGRESS_SCHEMAS",
     "SCHEMA",
     "TOO_LARGE",
@@ -35,6 +37,8 @@ INGRESS_SCHEMAS = frozenset({"1", SCHEMA})
 BAD_JSON = "bad_json"
 BAD_SCHEMA = "bad_schema"
 BAD_THREAD_ID = "bad_thread_id"
+BAD_NAMESPACE = "bad_namespace"
+IDENTITY = "identity"
 UNKNOWN_THREAD = "unknown_thread"
 TOO_LARGE = "too_large"
 

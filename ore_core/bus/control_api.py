@@ -1,5 +1,13 @@
 """ControlAPI: the `ore` NATS micro service that manages threads (protocol.md "Control API").
 
+Two surfaces. `P.api.NS.<method>` is what a conduit of namespace NS may call (NATS
+permissions give it `P.api.NS.>` only): create, get, list and look up threads of NS and
+read their stored events (`events.read`, the catch-up path, so conduits need no
+JetStream API access). The namespace comes from the subject, never from the request;
+a thread of another namespace is answered exactly like an unknown thread.
+`P.admin.<method>` is for operators: every thread of every namespace, and the methods
+that change or delete threads.
+
 Every endpoint validates its JSON request with a small pydantic model and answers
 with JSON. Failures are never a timeout: the reply carries micro's error headers
 (`Nats-Service-Error-Code`, `Nats-Service-Error`) and the body
@@ -13,23 +21,29 @@ event loop that owns the connection and the Manager.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 import structlog
 from nats.aio.client import Client as NatsClient
+from nats.errors import NoRespondersError
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
+from nats.js.kv import KeyValue
 from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ore_core import jsonutil
+from ore_core.bus.egress import namespace_of
 from ore_core.conduit.connection import subscriptions_registered
 from ore_core.errors import (
     InvalidThreadId,
     SessionClosed,
     SessionNotFound,
+    StaleThread,
     ThreadExists,
     ThreadNotFound,
     TurnNotFound,
@@ -38,10 +52,23 @@ from ore_core.ids import validate_thread_id
 from ore_core.ledger.thread import Thread
 from ore_core.session.manager import Manager
 from ore_core.session.stream import Stream
-from ore_core.subjects import Subjects
+from ore_core.subjects import (
+    DEFAULT_NAMESPACE,
+    HEADER_KIND,
+    NAMESPACE_KEY,
+    Subjects,
+    validate_namespace,
+)
 from ore_core.turn import turn_to_dict
 
-__all__ = ["DEFAULT_MAX_REQUEST_BYTES", "ERROR_CODES", "SERVICE_NAME", "ControlAPI"]
+__all__ = [
+    "ADMIN_METHODS",
+    "CONDUIT_METHODS",
+    "DEFAULT_MAX_REQUEST_BYTES",
+    "ERROR_CODES",
+    "SERVICE_NAME",
+    "ControlAPI",
+]
 
 SERVICE_NAME = "ore"
 DEFAULT_MAX_REQUEST_BYTES = 256 * 1024  # metadata maps are small; anything bigger is a mistake
@@ -56,8 +83,64 @@ ERROR_CODES: Mapping[int, str] = {
 
 log = structlog.get_logger("ore.bus.api")
 
+CONDUIT_METHODS = (
+    "threads.create",
+    "threads.get",
+    "threads.list",
+    "threads.lookup",
+    "threads.turns",
+    "threads.fork",
+    "threads.meta.set",
+    "threads.meta.delete",
+    "events.read",
+    "cursors.get",
+    "cursors.set",
+    "health",
+)
+"""Methods under `P.api.NS.`: a conduit's own threads (never deleting one)."""
+ADMIN_METHODS = (
+    "threads.create",
+    "threads.get",
+    "threads.list",
+    "threads.lookup",
+    "threads.fork",
+    "threads.delete",
+    "threads.meta.set",
+    "threads.meta.delete",
+    "threads.turns",
+    "health",
+)
+"""Methods under `P.admin.`: every namespace, and the changes only operators make."""
+
+_LIST_SCAN = 1000  # ids one namespace-filtered list request looks at, at most
+_READ_HEADROOM = 1024  # bytes kept free in an events.read reply for its envelope
+
 _M = TypeVar("_M", bound="_Body")
-_Reply = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Raw:
+    """An events.read reply: stored payloads spliced in as they are, never re-encoded."""
+
+    entries: list[bytes]
+    next: int | None
+
+    def encode(self) -> bytes:
+        following = b"null" if self.next is None else str(self.next).encode()
+        return b'{"events":[' + b",".join(self.entries) + b'],"next":' + following + b"}"
+
+
+_Reply = dict[str, Any] | _Raw
+
+
+def _describe(thread: Thread) -> dict[str, Any]:
+    return {
+        "id": thread.id,
+        "namespace": namespace_of(thread),
+        "current_tip": thread.current_tip,
+        "metadata": thread.meta().all(),
+        "turns": len(thread),
+    }
 
 
 # --- requests ----------------------------------------------------------------------
@@ -73,9 +156,16 @@ _ThreadId = Annotated[str, AfterValidator(validate_thread_id)]
 _Key = Annotated[str, Field(min_length=1)]
 
 
+_Namespace = Annotated[str, AfterValidator(validate_namespace)]
+
+
 class _Create(_Body):
     id: _ThreadId | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
+
+
+class _AdminCreate(_Create):
+    namespace: _Namespace = DEFAULT_NAMESPACE
 
 
 class _ThreadRef(_Body):
@@ -87,10 +177,35 @@ class _List(_Body):
     limit: int = Field(default=100, ge=1, le=1000)
 
 
+class _AdminList(_List):
+    namespace: _Namespace | None = None
+
+
 class _Lookup(_Body):
     key: _Key
     value: str
     metadata: dict[str, str] = Field(default_factory=dict)
+
+
+class _AdminLookup(_Lookup):
+    namespace: _Namespace = DEFAULT_NAMESPACE
+
+
+_Cursor = Annotated[str, Field(pattern=r"^[A-Za-z0-9-]{1,64}(_[A-Za-z0-9_-]{1,128})?$")]
+
+
+class _CursorRef(_Body):
+    name: _Cursor
+
+
+class _CursorSet(_CursorRef):
+    sequence: int = Field(ge=0)
+
+
+class _Read(_Body):
+    thread: _ThreadId | None = None
+    after: int = Field(default=0, ge=0)
+    limit: int = Field(default=100, ge=0, le=1000)
 
 
 class _Fork(_ThreadRef):
@@ -142,9 +257,25 @@ def _classify(exc: Exception) -> _Failure:
         return _Failure(404, str(exc))
     if isinstance(exc, ThreadExists):
         return _Failure(409, str(exc))
-    if isinstance(exc, SessionClosed):
+    if isinstance(exc, SessionClosed | StaleThread):
+        # Another writer (worker, `ore chat`) changed the thread meanwhile; the copy is
+        # reloaded, so the same request succeeds when sent again.
         return _Failure(409, f"{exc}; retry the request")
     return _Failure(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+_PATH = re.compile(r"(?<![\w/:.])/(?:[\w.@+-]+/)*[\w.@+-]+")
+
+
+def _private(message: str, location: str) -> str:
+    """`message` without the server's store location or file paths (logged in full).
+
+    A client learns what went wrong with its request, not how the server's disk is laid
+    out.
+    """
+    if location:
+        message = message.replace(location, "the store")
+    return _PATH.sub("<server path>", message)
 
 
 def _one_line(text: str) -> str:
@@ -158,16 +289,17 @@ def _one_line(text: str) -> str:
 @dataclass(frozen=True, slots=True)
 class _Endpoint:
     name: str  # micro endpoint name (letters, digits, _ and -)
-    path: str  # subject below `P.api.`
+    subject: str
     handler: Callable[[Request], Awaitable[None]]
 
 
 class ControlAPI:
-    """Serves `P.api.threads.*` and `P.api.health` over `nc` for `manager`.
+    """Serves `P.api.*.<method>`, `P.admin.<method>` over `nc` for `manager`.
 
     `version` must be a semantic version (micro requires it); `instance_metadata`
     shows up in `$SRV.PING/INFO.ore` replies so operators can tell workers apart.
-    Requests bigger than `max_request_bytes` are answered with 413.
+    Requests bigger than `max_request_bytes` are answered with 413. `on_resolve(T, NS)`
+    hears of every thread a conduit call resolves (the egress binds its subjects).
     """
 
     def __init__(
@@ -179,19 +311,26 @@ class ControlAPI:
         version: str,
         instance_metadata: Mapping[str, str] | None = None,
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        on_resolve: Callable[[str, str], object] | None = None,
+        on_delete: Callable[[str], object] | None = None,
     ) -> None:
         self._nc = nc
+        self._js = nc.jetstream()
         self._manager = manager
         self._subjects = subjects
         self._version = version
         self._metadata = dict(instance_metadata or {})
         self._max_request_bytes = max_request_bytes
+        self._on_resolve = on_resolve
+        self._on_delete = on_delete
+        self._namespace_at = subjects.prefix.count(".") + 2  # token index of NS in P.api.NS.m
         self._service: Service | None = None
+        self._kv: KeyValue | None = None
 
     @property
     def endpoints(self) -> dict[str, str]:
         """Endpoint name -> subject, as announced in `$SRV.INFO.ore`."""
-        return {e.name: self._subjects.api(e.path) for e in self._endpoints()}
+        return {e.name: e.subject for e in self._endpoints()}
 
     async def start(self) -> None:
         """Subscribe every endpoint (and micro's `$SRV` discovery subjects). Idempotent."""
@@ -201,14 +340,12 @@ class ControlAPI:
             self._nc,
             name=SERVICE_NAME,
             version=self._version,
-            description="ore control API: threads and health",
+            description="ore control API: threads, events and health",
             metadata=self._metadata,
         )
         for endpoint in self._endpoints():
             await service.add_endpoint(
-                name=endpoint.name,
-                subject=self._subjects.api(endpoint.path),
-                handler=endpoint.handler,
+                name=endpoint.name, subject=endpoint.subject, handler=endpoint.handler
             )
         # flush() alone does not prove the endpoints are live (see bus.barrier).
         await subscriptions_registered(self._nc)
@@ -228,25 +365,79 @@ class ControlAPI:
         await self.stop()
 
     def _endpoints(self) -> list[_Endpoint]:
-        def serve(model: type[_M], handler: Callable[[_M], Awaitable[_Reply]]) -> Any:
+        def conduit(model: type[_M], handler: Callable[[_M, str], Awaitable[_Reply]]) -> Any:
+            async def endpoint(request: Request) -> None:
+                namespace = request.subject.split(".")[self._namespace_at]
+
+                async def call(body: _M) -> _Reply:
+                    return await handler(body, namespace)
+
+                await self._serve(request, model, call)
+
+            return endpoint
+
+        def admin(model: type[_M], handler: Callable[[_M], Awaitable[_Reply]]) -> Any:
             async def endpoint(request: Request) -> None:
                 await self._serve(request, model, handler)
 
             return endpoint
 
+        api, adm = self._subjects.api, self._subjects.admin
         return [
-            _Endpoint("threads_create", "threads.create", serve(_Create, self._create)),
-            _Endpoint("threads_get", "threads.get", serve(_ThreadRef, self._get)),
-            _Endpoint("threads_list", "threads.list", serve(_List, self._list)),
-            _Endpoint("threads_lookup", "threads.lookup", serve(_Lookup, self._lookup)),
-            _Endpoint("threads_fork", "threads.fork", serve(_Fork, self._fork)),
-            _Endpoint("threads_delete", "threads.delete", serve(_ThreadRef, self._delete)),
-            _Endpoint("threads_meta_set", "threads.meta.set", serve(_MetaSet, self._meta_set)),
+            _Endpoint("threads_create", api("*", "threads.create"), conduit(_Create, self._create)),
+            _Endpoint("threads_get", api("*", "threads.get"), conduit(_ThreadRef, self._get)),
+            _Endpoint("threads_list", api("*", "threads.list"), conduit(_List, self._list)),
+            _Endpoint("threads_lookup", api("*", "threads.lookup"), conduit(_Lookup, self._lookup)),
             _Endpoint(
-                "threads_meta_delete", "threads.meta.delete", serve(_MetaDelete, self._meta_delete)
+                "threads_turns", api("*", "threads.turns"), conduit(_ThreadRef, self._own_turns)
             ),
-            _Endpoint("threads_turns", "threads.turns", serve(_ThreadRef, self._turns)),
-            _Endpoint("health", "health", serve(_Empty, self._health)),
+            _Endpoint("threads_fork", api("*", "threads.fork"), conduit(_Fork, self._own_fork)),
+            _Endpoint(
+                "threads_meta_set",
+                api("*", "threads.meta.set"),
+                conduit(_MetaSet, self._own_meta_set),
+            ),
+            _Endpoint(
+                "threads_meta_delete",
+                api("*", "threads.meta.delete"),
+                conduit(_MetaDelete, self._own_meta_delete),
+            ),
+            _Endpoint("events_read", api("*", "events.read"), conduit(_Read, self._read)),
+            _Endpoint(
+                "cursors_get", api("*", "cursors.get"), conduit(_CursorRef, self._cursor_get)
+            ),
+            _Endpoint(
+                "cursors_set", api("*", "cursors.set"), conduit(_CursorSet, self._cursor_set)
+            ),
+            _Endpoint("health", api("*", "health"), conduit(_Empty, self._ns_health)),
+            _Endpoint(
+                "admin_threads_create",
+                adm("threads.create"),
+                admin(_AdminCreate, self._admin_create),
+            ),
+            _Endpoint("admin_threads_get", adm("threads.get"), admin(_ThreadRef, self._admin_get)),
+            _Endpoint(
+                "admin_threads_list", adm("threads.list"), admin(_AdminList, self._admin_list)
+            ),
+            _Endpoint(
+                "admin_threads_lookup",
+                adm("threads.lookup"),
+                admin(_AdminLookup, self._admin_lookup),
+            ),
+            _Endpoint("admin_threads_fork", adm("threads.fork"), admin(_Fork, self._fork)),
+            _Endpoint(
+                "admin_threads_delete", adm("threads.delete"), admin(_ThreadRef, self._delete)
+            ),
+            _Endpoint(
+                "admin_threads_meta_set", adm("threads.meta.set"), admin(_MetaSet, self._meta_set)
+            ),
+            _Endpoint(
+                "admin_threads_meta_delete",
+                adm("threads.meta.delete"),
+                admin(_MetaDelete, self._meta_delete),
+            ),
+            _Endpoint("admin_threads_turns", adm("threads.turns"), admin(_ThreadRef, self._turns)),
+            _Endpoint("admin_health", adm("health"), admin(_Empty, self._health)),
         ]
 
     async def _serve(
@@ -260,7 +451,8 @@ class ControlAPI:
                     f"{self._max_request_bytes} bytes",
                 )
             body = model.model_validate_json(request.data or b"{}")
-            reply = jsonutil.dumps(await handler(body))
+            answer = await handler(body)
+            reply = answer.encode() if isinstance(answer, _Raw) else jsonutil.dumps(answer)
             if len(reply) > self._nc.max_payload:
                 raise _Failure(
                     413,
@@ -274,7 +466,6 @@ class ControlAPI:
 
     async def _fail(self, request: Request, failure: _Failure, cause: Exception) -> None:
         message = _one_line(failure.message)
-        code = ERROR_CODES[failure.status]
         if failure.status >= 500:
             log.error(
                 "control API request failed",
@@ -282,36 +473,221 @@ class ControlAPI:
                 error=message,
                 exc_info=cause,
             )
+        message = _private(message, getattr(self._manager.store, "location", ""))
+        code = ERROR_CODES[failure.status]
         body = jsonutil.dumps({"error": {"code": code, "message": message}})
         await request.respond_error(str(failure.status), message, data=body)
 
-    # -- handlers -------------------------------------------------------------
+    # -- conduit handlers (namespace from the subject) -------------------------
 
-    async def _create(self, body: _Create) -> _Reply:
+    def _resolved(self, thread_id: str, namespace: str) -> None:
+        if self._on_resolve is not None:
+            self._on_resolve(thread_id, namespace)
+
+    async def _own_thread(self, thread_id: str, namespace: str) -> Thread:
+        """The thread if it belongs to `namespace`; else the same 404 as an unknown one."""
+        try:
+            thread = await self._manager.get_thread(thread_id)
+        except ThreadNotFound:
+            thread = None
+        if thread is None or namespace_of(thread) != namespace:
+            raise _Failure(404, f"thread {thread_id} not found in namespace {namespace}")
+        return thread
+
+    @staticmethod
+    def _with_namespace(metadata: Mapping[str, str], namespace: str) -> dict[str, str]:
+        claimed = metadata.get(NAMESPACE_KEY, namespace)
+        if claimed != namespace:
+            raise _Failure(
+                400,
+                f"metadata.{NAMESPACE_KEY}: the namespace is {namespace!r} (the caller's) "
+                "and cannot be set to another",
+            )
+        return {**metadata, NAMESPACE_KEY: namespace}
+
+    async def _create(self, body: _Create, namespace: str) -> _Reply:
+        metadata = self._with_namespace(body.metadata, namespace)
         if body.id is None:
-            stream = await self._manager.create(body.metadata)
+            stream = await self._manager.create(metadata)
         else:
-            stream = await self._manager.create_with_id(body.id, body.metadata)
+            stream = await self._manager.create_with_id(body.id, metadata)
+        self._resolved(stream.id, namespace)
         return {"id": stream.id, "created": True}
 
-    async def _get(self, body: _ThreadRef) -> _Reply:
-        thread = await self._manager.get_thread(body.id)
-        return {
-            "id": thread.id,
-            "current_tip": thread.current_tip,
-            "metadata": thread.meta().all(),
-            "turns": len(thread),
-        }
+    async def _get(self, body: _ThreadRef, namespace: str) -> _Reply:
+        return _describe(await self._own_thread(body.id, namespace))
 
-    async def _list(self, body: _List) -> _Reply:
+    async def _list(self, body: _List, namespace: str) -> _Reply:
+        return await self._list_in(body.after, body.limit, namespace)
+
+    async def _lookup(self, body: _Lookup, namespace: str) -> _Reply:
+        if not body.key.startswith(namespace + "."):
+            raise _Failure(
+                400,
+                f"key: lookup keys of namespace {namespace} start with '{namespace}.' "
+                f"(e.g. '{namespace}.channel'), got {body.key!r}",
+            )
+        metadata = self._with_namespace(body.metadata, namespace)
+        stream, created = await self._manager.lookup_or_create(body.key, body.value, metadata)
+        if namespace_of(stream.state()) != namespace:  # an operator made it for another
+            raise _Failure(404, f"no thread with {body.key}={body.value!r} in {namespace}")
+        self._resolved(stream.id, namespace)
+        return {"id": stream.id, "created": created}
+
+    async def _own_turns(self, body: _ThreadRef, namespace: str) -> _Reply:
+        thread = await self._own_thread(body.id, namespace)
+        return {"id": thread.id, "turns": [turn_to_dict(turn) for turn in thread.turns()]}
+
+    async def _own_fork(self, body: _Fork, namespace: str) -> _Reply:
+        await self._own_thread(body.id, namespace)
+        return await self._fork(body)
+
+    async def _own_meta_set(self, body: _MetaSet, namespace: str) -> _Reply:
+        await self._own_thread(body.id, namespace)
+        return await self._meta_set(body)
+
+    async def _own_meta_delete(self, body: _MetaDelete, namespace: str) -> _Reply:
+        await self._own_thread(body.id, namespace)
+        return await self._meta_delete(body)
+
+    async def _read(self, body: _Read, namespace: str) -> _Reply:
+        """Stored events of one thread (or of every thread) of `namespace` after a sequence.
+
+        The subject `P.ev.NS.T` holds only what was written while T was in NS, so the
+        filter alone keeps other namespaces out: a foreign thread reads as empty, as an
+        unknown one does. The reply splices each stored payload in as it is (no
+        re-serialisation) and stops before the reply would exceed `max_payload`.
+        """
+        subjects = self._subjects
+        subject = (
+            subjects.events_wildcard_of(namespace)
+            if body.thread is None
+            else subjects.events(namespace, body.thread)
+        )
+        stream = subjects.events_stream
+        try:
+            return await self._read_stored(stream, subject, body)
+        except NoRespondersError:
+            raise _Failure(
+                500, f"stream {stream} does not exist: start `ore serve` to create it"
+            ) from None
+
+    async def _read_stored(self, stream: str, subject: str, body: _Read) -> _Reply:
+        subjects = self._subjects
+        if body.limit == 0:
+            return {"events": [], "next": None, "last": await self._last(stream, subject)}
+        entries: list[bytes] = []
+        size = _READ_HEADROOM
+        sequence = body.after
+        more = False
+        while len(entries) < body.limit:
+            try:
+                raw = await self._js.get_msg(
+                    stream, seq=sequence + 1, subject=subject, next=True, direct=True
+                )
+            except NotFoundError:
+                break
+            found = int(raw.seq or 0)
+            if found <= sequence:
+                break
+            _, thread_id = subjects.thread_of(str(raw.subject))
+            kind = (raw.headers or {}).get(HEADER_KIND, "")
+            entry = (
+                b'{"thread":'
+                + jsonutil.dumps(thread_id)
+                + b',"sequence":'
+                + str(found).encode()
+                + b',"kind":'
+                + jsonutil.dumps(kind)
+                + b',"event":'
+                + (raw.data or b"null")
+                + b"}"
+            )
+            if entries and size + len(entry) + 1 > self._nc.max_payload:
+                more = True
+                break
+            entries.append(entry)
+            size += len(entry) + 1
+            sequence = found
+        if len(entries) == body.limit:
+            more = True
+        return _Raw(entries, sequence if more else None)
+
+    async def _last(self, stream: str, subject: str) -> int:
+        try:
+            raw = await self._js.get_last_msg(stream, subject, direct=True)
+        except NotFoundError:
+            return 0
+        return int(raw.seq or 0)
+
+    async def _cursors(self) -> KeyValue:
+        if self._kv is None:
+            try:
+                self._kv = await self._js.key_value(self._subjects.cursors_bucket)
+            except (NotFoundError, BucketNotFoundError):
+                raise _Failure(
+                    500, f"KV bucket {self._subjects.cursors_bucket} missing: restart the core"
+                ) from None
+        return self._kv
+
+    async def _cursor_get(self, body: _CursorRef, namespace: str) -> _Reply:
+        """The position of durable feed `name` of `namespace` (None: never saved)."""
+        kv = await self._cursors()
+        try:
+            entry = await kv.get(f"{namespace}.{body.name}")
+        except KeyNotFoundError:
+            return {"name": body.name, "sequence": None}
+        return {"name": body.name, "sequence": int(entry.value or b"0")}
+
+    async def _cursor_set(self, body: _CursorSet, namespace: str) -> _Reply:
+        kv = await self._cursors()
+        await kv.put(f"{namespace}.{body.name}", str(body.sequence).encode())
+        return {"name": body.name, "sequence": body.sequence}
+
+    async def _ns_health(self, body: _Empty, namespace: str) -> _Reply:
+        return await self._health(body)
+
+    # -- admin handlers (every namespace) -----------------------------------------
+
+    async def _admin_create(self, body: _AdminCreate) -> _Reply:
+        return await self._create(_Create(id=body.id, metadata=body.metadata), body.namespace)
+
+    async def _admin_get(self, body: _ThreadRef) -> _Reply:
+        return _describe(await self._manager.get_thread(body.id))
+
+    async def _admin_list(self, body: _AdminList) -> _Reply:
+        if body.namespace is not None:
+            return await self._list_in(body.after, body.limit, body.namespace)
         # One id more than asked tells whether another page follows.
         ids = await self._manager.store.list_ids(after=body.after or "", limit=body.limit + 1)
         page = ids[: body.limit]
         return {"threads": page, "next": page[-1] if len(ids) > body.limit else None}
 
-    async def _lookup(self, body: _Lookup) -> _Reply:
-        stream, created = await self._manager.lookup_or_create(body.key, body.value, body.metadata)
+    async def _admin_lookup(self, body: _AdminLookup) -> _Reply:
+        metadata = {NAMESPACE_KEY: body.namespace, **body.metadata}
+        stream, created = await self._manager.lookup_or_create(body.key, body.value, metadata)
+        self._resolved(stream.id, namespace_of(stream.state()))
         return {"id": stream.id, "created": created}
+
+    async def _list_in(self, after: str | None, limit: int, namespace: str) -> _Reply:
+        """Thread ids of `namespace` after `after`, looking at `_LIST_SCAN` ids at most.
+
+        A page may hold fewer than `limit` ids (even none) while `next` is not null:
+        the scan stopped, ask again from `next`.
+        """
+        ids = await self._manager.store.list_ids(after=after or "", limit=_LIST_SCAN + 1)
+        scan = ids[:_LIST_SCAN]
+        page: list[str] = []
+        for thread_id in scan:
+            if len(page) == limit:
+                return {"threads": page, "next": page[-1]}
+            try:
+                thread = await self._manager.get_thread(thread_id)
+            except ThreadNotFound:
+                continue
+            if namespace_of(thread) == namespace:
+                page.append(thread_id)
+        return {"threads": page, "next": scan[-1] if len(ids) > _LIST_SCAN else None}
 
     async def _fork(self, body: _Fork) -> _Reply:
         async def live(stream: Stream) -> None:
@@ -328,9 +704,20 @@ class ControlAPI:
         return {"id": thread.id, "current_tip": thread.current_tip}
 
     async def _delete(self, body: _ThreadRef) -> _Reply:
-        return {"id": body.id, "deleted": await self._manager.delete_thread(body.id)}
+        deleted = await self._manager.delete_thread(body.id)
+        if self._on_delete is not None:
+            self._on_delete(body.id)
+        return {"id": body.id, "deleted": deleted}
+
+    @staticmethod
+    def _check_key(key: str) -> None:
+        if key == NAMESPACE_KEY:
+            raise _Failure(
+                400, f"key: {NAMESPACE_KEY} is set when a thread is created and never changes"
+            )
 
     async def _meta_set(self, body: _MetaSet) -> _Reply:
+        self._check_key(body.key)
         thread = await self._change(
             body.id,
             lambda stream: stream.set_metadata(body.key, body.value),
@@ -339,6 +726,7 @@ class ControlAPI:
         return {"id": thread.id, "metadata": thread.meta().all()}
 
     async def _meta_delete(self, body: _MetaDelete) -> _Reply:
+        self._check_key(body.key)
         thread = await self._change(
             body.id,
             lambda stream: stream.delete_metadata(body.key),

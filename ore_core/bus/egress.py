@@ -2,11 +2,11 @@
 
 A batch sink of the `Manager` (it gets every event queued since it last ran, in
 order). Live-only events (deltas, notices, `lifecycle` submitted/streaming) go straight
-to `P.out.T` on core NATS: never stored, best effort, and several queued together for
+to `P.out.NS.T` on core NATS: never stored, best effort, and several queued together for
 one thread leave as one `batch` message. Every other event of a turn (turn_complete,
 complete artifacts, properties, error, `lifecycle` cancelled/done) is held until the
-turn's `lifecycle: done` and then appended to `P.ev.T` in `ORE_EVENTS` as ONE message
-(`Ore-Kind: batch`), which the server republishes to `P.out.T` with its sequence and
+turn's `lifecycle: done` and then appended to `P.ev.NS.T` in `ORE_EVENTS` as ONE message
+(`Ore-Kind: batch`), which the server republishes to `P.out.NS.T` with its sequence and
 the thread's previous sequence. A durable event published outside any turn (a
 `properties` event from the control API on an idle thread) is stored at the end of
 the sink's run, as a batch of its own.
@@ -24,10 +24,14 @@ stored everything published up to then (`Ingress._ack_loop`).
 Ownership (issue 10b): a worker whose partition lease is overdue (`may_write` false:
 it was paused or cut off) publishes nothing for the partition's threads (a turn's held
 events are dropped with it, never stored in part), and once a thread left this worker
-(`forget`) whatever its old stream still emits is dropped until the thread is attached
+(`release`) whatever its old stream still emits is dropped until the thread is attached
 here again (`prime`). `prime` also publishes a saved answer that never reached `P.ev.T`
 (its owner died between the save and the append): it looks inside the thread's last
 stored batch for that answer (see `_answer_missing`).
+
+`NS` is the namespace the thread recorded when it was created (`namespace_of`): a sink
+only hears a thread id, so ingress and the control API `bind` the namespaces of the
+threads they resolve, and a thread nobody bound is looked up in its active stream.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from ore_core import jsonutil
 from ore_core.artifacts import Delta
 from ore_core.bus.codec import output_headers
 from ore_core.bus.pipeline import Pipeline
+from ore_core.errors import SessionNotFound
 from ore_core.events import (
     BATCH_KIND,
     ArtifactEvent,
@@ -59,10 +64,17 @@ from ore_core.events import (
 )
 from ore_core.ledger.thread import Thread
 from ore_core.session.manager import Manager
-from ore_core.subjects import HEADER_KIND, HEADER_SCHEMA, HEADER_TRACEPARENT, Subjects
+from ore_core.subjects import (
+    DEFAULT_NAMESPACE,
+    HEADER_KIND,
+    HEADER_SCHEMA,
+    HEADER_TRACEPARENT,
+    NAMESPACE_KEY,
+    Subjects,
+)
 from ore_core.turn import Role
 
-__all__ = ["STORAGE_FULL", "Egress", "is_live_only"]
+__all__ = ["STORAGE_FULL", "Egress", "is_live_only", "namespace_of"]
 
 STORAGE_FULL = "storage_full"
 """`code` of the error event a user gets while a JetStream limit holds their answer."""
@@ -114,9 +126,14 @@ class _Run:
         self.first = first
 
 
+def namespace_of(thread: Thread) -> str:
+    """The namespace a thread was created in (`DEFAULT_NAMESPACE` if it records none)."""
+    return thread.meta().get(NAMESPACE_KEY) or DEFAULT_NAMESPACE
+
+
 class Egress:
-    """Publishes output events: live-only ones on `P.out.T`, each turn's others as one
-    stored batch on `P.ev.T`."""
+    """Publishes output events: live-only ones on `P.out.NS.T`, each turn's others as one
+    stored batch on `P.ev.NS.T`."""
 
     name = "ore-bus-egress"
 
@@ -125,6 +142,7 @@ class Egress:
         nc: NatsClient,
         subjects: Subjects,
         pipeline: Pipeline,
+        manager: Manager | None = None,
         *,
         may_write: Callable[[str], bool] = lambda thread_id: True,
     ) -> None:
@@ -135,17 +153,37 @@ class Egress:
         self.refused = 0  # events not published: overdue lease or a thread that left
         self._subjects = subjects
         self._pipeline = pipeline
+        self._manager = manager
         self._schema = output_headers(LifecycleEvent(phase="done"))[HEADER_SCHEMA]
-        self._events_prefix = subjects.events_wildcard[:-1]
+        self._events_prefix = f"{subjects.prefix}.ev."
         self._cache: dict[str, tuple[str, str]] = {}
         self._turns: dict[str, _Run] = {}  # durable events of turns not ended yet
-        self._manager: Manager | None = None
         self._told: set[str] = set()  # threads told that their answer waits for space
         self._waiter: tuple[int, asyncio.Future[None]] | None = None
         self.emitted = 0
         """Events taken from the manager so far (compare `Manager.sink_queued`)."""
         self.dropped_deltas = 0
         pipeline.watch_limits(reached=self._limit_reached, cleared=self._told.clear)
+
+    def bind(self, thread_id: str, namespace: str) -> None:
+        """Publish the events of `thread_id` under `namespace` (ingress and API call it)."""
+        pair = self._cache.get(thread_id)
+        if pair is None or not pair[0].endswith(f".{namespace}.{thread_id}"):
+            self._remember(thread_id, namespace)
+
+    def _remember(self, thread_id: str, namespace: str) -> tuple[str, str]:
+        if len(self._cache) >= _SUBJECT_CACHE:
+            self._cache.clear()
+        pair = (
+            self._subjects.events(namespace, thread_id),
+            self._subjects.output(namespace, thread_id),
+        )
+        self._cache[thread_id] = pair
+        return pair
+
+    def thread_deleted(self, thread_id: str) -> None:
+        """The thread was deleted: its id may come back in another namespace."""
+        self._cache.pop(thread_id, None)
 
     def attach(self, manager: Manager) -> Callable[[], Awaitable[None]]:
         """Receive every event of `manager`'s streams; returns the async unregister.
@@ -158,10 +196,13 @@ class Egress:
     def _subjects_of(self, thread_id: str) -> tuple[str, str]:
         pair = self._cache.get(thread_id)
         if pair is None:
-            if len(self._cache) >= _SUBJECT_CACHE:
-                self._cache.clear()
-            pair = (self._subjects.events(thread_id), self._subjects.output(thread_id))
-            self._cache[thread_id] = pair
+            namespace = DEFAULT_NAMESPACE
+            if self._manager is not None:
+                try:
+                    namespace = namespace_of(self._manager.get(thread_id).state())
+                except SessionNotFound:
+                    log.warning("output of an unbound thread", thread_id=thread_id)
+            pair = self._remember(thread_id, namespace)
         return pair
 
     async def emit(self, thread_id: str, event: OutputEvent) -> None:
@@ -182,7 +223,7 @@ class Egress:
             if waiter is not None and self.emitted >= waiter[0] and not waiter[1].done():
                 waiter[1].set_result(None)
 
-    def forget(self, thread_id: str) -> None:
+    def release(self, thread_id: str) -> None:
         """The thread left this worker: drop what its old stream held or still emits."""
         self._gone.add(thread_id)
         self._primed.discard(thread_id)
@@ -201,6 +242,8 @@ class Egress:
         self._gone.discard(thread_id)
         if thread is None or thread_id in self._primed:
             return
+        if thread_id not in self._cache:
+            self._remember(thread_id, namespace_of(thread))
         if len(self._primed) >= _SUBJECT_CACHE:
             self._primed.clear()
         self._primed.add(thread_id)
@@ -314,21 +357,24 @@ class Egress:
         await self._pipeline.publish(subject, data, headers)
 
     async def _publish_live(self, thread_id: str, run: _Run) -> None:
-        data = run.data[0] if len(run.data) == 1 else encode_batch(run.data)
-        await self._send_live(self._subjects_of(thread_id)[1], data, self._headers(run))
+        await self._publish_run(self._subjects_of(thread_id)[1], run)
 
-    async def reply(self, thread_id: str, *events: OutputEvent) -> None:
-        """Send `events` to the thread's live subject only (answers to rejected input)."""
+    async def _publish_run(self, subject: str, run: _Run) -> None:
+        data = run.data[0] if len(run.data) == 1 else encode_batch(run.data)
+        await self._send_live(subject, data, self._headers(run))
+
+    async def reply(self, namespace: str, thread_id: str, *events: OutputEvent) -> None:
+        """Send `events` to `P.out.NS.T` only (answers to rejected input of that namespace)."""
         encoded = [encode_event(event) for event in events]
         run = _Run(encoded[0], events[0])
         run.data = encoded
-        await self._publish_live(thread_id, run)
+        await self._publish_run(self._subjects.output(namespace, thread_id), run)
 
     async def _limit_reached(self, subject: str, reason: str) -> None:
         """A stored batch of a thread is held by a JetStream limit: tell its users once."""
         if not subject.startswith(self._events_prefix):
             return  # a dead-letter record: the operator's log line is enough
-        thread_id = self._subjects.thread_id_of(subject)
+        namespace, thread_id = self._subjects.thread_of(subject)
         if thread_id in self._told:
             return
         self._told.add(thread_id)
@@ -337,7 +383,11 @@ class Egress:
             f"is reached ({reason}). Nothing is lost: the answer follows once the operator "
             "frees space"
         )
-        await self.reply(thread_id, ErrorEvent(message=message, code=STORAGE_FULL))
+        await self.reply(
+            namespace or DEFAULT_NAMESPACE,
+            thread_id,
+            ErrorEvent(message=message, code=STORAGE_FULL),
+        )
 
     async def _send_live(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
         try:

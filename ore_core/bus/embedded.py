@@ -149,11 +149,11 @@ class EmbeddedNatsServer(_Lifecycle):
     `store_dir` holds the JetStream data (`jetstream/`), the server's log
     (`nats-server.log`), the extra `config` text (`nats-server.conf`, e.g. `max_payload`
     or accounts and users; the loopback address, ports and store dir always win over
-    it) and the ports file. The first `start()` lets the server choose free ports;
-    later starts reuse them. `stop()` ends only this process (SIGTERM, SIGKILL after
-    `stop_timeout`). Not thread-safe: one owner starts and stops it. The process gets
-    its own session, so a Ctrl-C in the terminal reaches only the Python program,
-    which then stops the server in order.
+    it) and the ports file. The first `start()` lets the server choose free ports
+    (unless `port` fixes the client port); later starts reuse them. `stop()` ends
+    only this process (SIGTERM, SIGKILL after `stop_timeout`). Not thread-safe: one
+    owner starts and stops it. The process gets its own session, so a Ctrl-C in the
+    terminal reaches only the Python program, which then stops the server in order.
     """
 
     def __init__(
@@ -164,6 +164,7 @@ class EmbeddedNatsServer(_Lifecycle):
         binary: str | Path | None = None,
         start_timeout: float = 10.0,
         stop_timeout: float = 10.0,
+        port: int | None = None,
     ) -> None:
         self._store_dir = Path(store_dir) if store_dir is not None else default_store_dir()
         self._config = config
@@ -171,7 +172,8 @@ class EmbeddedNatsServer(_Lifecycle):
         self._start_timeout = start_timeout
         self._stop_timeout = stop_timeout
         self._process: subprocess.Popen[bytes] | None = None
-        self._port: int | None = None
+        # A fixed client port (`ore serve --port`); None: the server picks a free one.
+        self._port: int | None = port
         self._monitor_port: int | None = None
         self._log_offset = 0
 

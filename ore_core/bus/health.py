@@ -2,7 +2,9 @@
 
 Kubernetes-style probes need only a status code, so this is a stdlib asyncio server
 that reads one request line and answers 200 or 503 with a one-line JSON body; no web
-framework on the worker for two URLs.
+framework on the worker for two URLs. A 503 says why (`{"status": "unavailable",
+"reason": "task ore-ingress-ack (core/ingress) crashed: ..."}`), so an operator
+reading the probe learns what to look for in the log.
 """
 
 from __future__ import annotations
@@ -12,24 +14,30 @@ from collections.abc import Callable
 
 from ore_core import jsonutil
 
-__all__ = ["HealthServer"]
+__all__ = ["Check", "HealthServer"]
+
+Check = Callable[[], str | None]
+"""A probe's question: None when all is well, else the reason it is not (one line)."""
 
 _REQUEST_TIMEOUT = 5.0
 _MAX_REQUEST = 8192
 
 
 class HealthServer:
-    """Answers `/healthz` from `healthy()` and `/readyz` from `ready()`; 404 otherwise."""
+    """Answers `/healthz` from `alive()` and `/readyz` from `ready()`; 404 otherwise.
+
+    Each check returns None when the answer is yes, else the reason (see `Check`).
+    """
 
     def __init__(
         self,
-        healthy: Callable[[], bool],
-        ready: Callable[[], bool],
+        alive: Check,
+        ready: Check,
         *,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
-        self._checks = {"/healthz": healthy, "/readyz": ready}
+        self._checks = {"/healthz": alive, "/readyz": ready}
         self._host = host
         self._port = port
         self._server: asyncio.Server | None = None
@@ -62,10 +70,11 @@ class HealthServer:
                 status, body = "405 Method Not Allowed", {"status": "method not allowed"}
             elif check is None:
                 status, body = "404 Not Found", {"status": "not found"}
-            elif check():
+            elif (reason := check()) is None:
                 status, body = "200 OK", {"status": "ok"}
             else:
-                status, body = "503 Service Unavailable", {"status": "unavailable"}
+                status = "503 Service Unavailable"
+                body = {"status": "unavailable", "reason": reason}
             payload = jsonutil.dumps(body)
             writer.write(
                 f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"

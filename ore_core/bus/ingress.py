@@ -11,8 +11,14 @@ handled message is acknowledged only once its output events are stored; while a
 JetStream limit holds them back (`Pipeline.full`) it waits, kept in progress, and
 comes back if the worker dies.
 
+The subject `P.inp.<p>.NS.T` names the sender's namespace NS, which NATS permissions
+let only that conduit (and the core and admins) publish on: it is the sender's
+identity. The payload cannot claim another one (`context.provenance` must be empty or
+NS; the core fills it in), and a thread of another namespace is answered exactly like
+an unknown thread, so a conduit can neither write into nor learn about other threads.
+
 Bad input (protocol.md "Rejected input") is acknowledged at once, answered with an
-`error` then `lifecycle: done` on `P.out.T` when the thread id is valid, logged, and
+`error` then `lifecycle: done` on `P.out.NS.T` when the subject is usable, logged, and
 recorded on `P.dlq.REASON`. Nothing a client sends stops a partition. A stored thread
 that cannot be decoded is treated the same way (reason `corrupt_thread`), at once.
 
@@ -51,8 +57,10 @@ from nats.errors import Error as NatsError
 
 from ore_core import jsonutil
 from ore_core.bus.codec import (
+    BAD_NAMESPACE,
     BAD_SCHEMA,
     BAD_THREAD_ID,
+    IDENTITY,
     INGRESS_SCHEMAS,
     SCHEMA,
     TOO_LARGE,
@@ -60,7 +68,7 @@ from ore_core.bus.codec import (
     classify,
     with_traceparent,
 )
-from ore_core.bus.egress import Egress
+from ore_core.bus.egress import Egress, namespace_of
 from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.puller import Puller
 from ore_core.bus.streams import BusConfig, consumer_name, reset_consumer
@@ -89,7 +97,14 @@ from ore_core.ids import is_valid_thread_id
 from ore_core.session.manager import Manager
 from ore_core.session.store_health import DELAYED_NOTICE, is_store_failure
 from ore_core.session.stream import Stream
-from ore_core.subjects import HEADER_SCHEMA, Subjects, partition_of
+from ore_core.subjects import (
+    HEADER_SCHEMA,
+    NAMESPACE_KEY,
+    Subjects,
+    is_valid_namespace,
+    partition_of,
+)
+from ore_core.tasks import TaskScope
 
 __all__ = ["DLQ_DATA_LIMIT", "Ingress"]
 
@@ -162,7 +177,7 @@ class Ingress:
         self._pipeline = pipeline
         self._batch = batch
         self._max_payload = config.max_payload
-        self._raw_inbound = subjects.inbound_wildcard[:-1]  # "P.in." for raw subject tokens
+        self._raw_inbound = subjects.prefix + ".in."  # for raw subject tokens
         self._owns = owns
         self._handover_grace = handover_grace
         self._partitions = config.partitions
@@ -171,13 +186,17 @@ class Ingress:
         # everything published up to it is stored (see `_ack_loop`).
         self._acks: deque[tuple[Msg, int]] = deque()
         self._parked: dict[str, _Parked] = {}
-        self._resumers: set[asyncio.Task[None]] = set()
         self._failures: dict[str, int] = {}  # store failures in a row per thread: backoff
         self._ack_wakeup = asyncio.Event()
         self._handled_one = asyncio.Event()  # set whenever a thread has nothing in flight
         self._pullers: dict[int, Puller] = {}
         self._recycling: set[int] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.tasks = TaskScope("ingress")
+        """The ack, progress and closed-stream loops and, as children, the pullers'
+        watchdogs, partition recycles and the retries of parked threads (the core adopts
+        it)."""
+        self._retries = self.tasks.child("retry")
+        self._recycles = self.tasks.child("recycle")
         self._idle: asyncio.Future[None] | None = None
         self._stopping = False
 
@@ -185,8 +204,13 @@ class Ingress:
 
     @property
     def running(self) -> bool:
-        """True while every owned partition is being pulled and the server answers."""
-        return not self._stopping and all(p.healthy for p in self._pullers.values())
+        """True while every owned partition is being pulled, the server answers and no
+        loop crashed (a worker that owns no partition yet is running)."""
+        return (
+            not self._stopping
+            and self.tasks.crash is None
+            and all(p.healthy for p in self._pullers.values())
+        )
 
     @property
     def pulled(self) -> list[int]:
@@ -200,12 +224,12 @@ class Ingress:
 
     # -- lifetime ---------------------------------------------------------------
 
-    async def run(self) -> None:
-        """The acknowledgement and progress loops, until cancelled (one TaskGroup)."""
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self._ack_loop(), name="ore-ingress-ack")
-            group.create_task(self._progress_loop(), name="ore-ingress-progress")
-            group.create_task(self._closed_loop(), name="ore-ingress-closed")
+    async def start(self) -> None:
+        """Start the acknowledgement, progress and closed-stream loops; partitions are
+        pulled as they are acquired (`acquire`)."""
+        self.tasks.spawn(self._ack_loop(), name="ore-ingress-ack")
+        self.tasks.spawn(self._progress_loop(), name="ore-ingress-progress")
+        self.tasks.spawn(self._closed_loop(), name="ore-ingress-closed")
 
     async def acquire(self, partition: int, *, fresh: bool = True, settle: float = 0.0) -> None:
         """Start pulling `partition`, just won: reset its consumer if its owner died.
@@ -230,6 +254,7 @@ class Ingress:
             on_interrupted=functools.partial(self._interrupted, partition),
         )
         self._pullers[partition] = puller
+        self.tasks.adopt(puller.tasks)
         await puller.start()
 
     async def release(self, partition: int) -> None:
@@ -282,14 +307,14 @@ class Ingress:
             await self._manager.get(thread_id).abandon()
         except SessionNotFound:
             pass
-        self._egress.forget(thread_id)
+        self._egress.release(thread_id)
         for delivery in self._pop_thread(thread_id):
             await self._settle(delivery.msg.nak)
 
     async def _drop_streams(self, partition: int) -> None:
         for stream in self._streams_of(partition):
             await stream.abandon()
-            self._egress.forget(stream.id)
+            self._egress.release(stream.id)
 
     def _streams_of(self, partition: int) -> list[Stream]:
         count = self._partitions
@@ -314,7 +339,7 @@ class Ingress:
                 await self._settle(msg.nak)
         for thread_id in self._deliveries(partition):
             if forget:
-                self._egress.forget(thread_id)
+                self._egress.release(thread_id)
             for delivery in self._pop_thread(thread_id):
                 await self._settle(delivery.msg.nak)
 
@@ -328,11 +353,9 @@ class Ingress:
         if partition in self._recycling or self._stopping:
             return
         self._recycling.add(partition)
-        task = asyncio.get_running_loop().create_task(
-            self.recycle(partition), name=f"ore-recycle-p{partition}"
+        self._recycles.spawn(
+            self.recycle(partition), name=f"ore-recycle-p{partition}", critical=False
         )
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     async def recycle(self, partition: int) -> None:
         """Pull `partition` afresh after deliveries may have been lost (a reconnect, a
@@ -381,10 +404,10 @@ class Ingress:
         await asyncio.shield(self._idle)
 
     async def stop(self) -> None:
-        """After the streams closed: send pending acks, hand the rest back for redelivery."""
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        """After the streams closed: send pending acks, hand the rest back for redelivery.
+
+        Raises TaskCrashed if a loop crashed (unless the core's scope reports it).
+        """
         await self.stop_pulling()
         unfinished = [d.msg for entries in self._inflight.values() for d in entries.values()]
         self._inflight.clear()
@@ -399,10 +422,10 @@ class Ingress:
             for msg in parked.messages.values():
                 await self._settle(msg.nak)  # the next worker (or this one, restarted)
         self._parked.clear()
-        for task in list(self._resumers):
-            task.cancel()
-        await asyncio.gather(*self._resumers, return_exceptions=True)
-        await self._settle_handled()
+        try:
+            await self.tasks.aclose()
+        finally:
+            await self._settle_handled()
 
     async def _settle_handled(self) -> None:
         """At stop (the sinks have drained): ack what is stored, hand back the rest."""
@@ -440,17 +463,23 @@ class Ingress:
         await self._admit(msg, thread_id, sequence)
 
     async def _admit(self, msg: Msg, thread_id: str, sequence: int) -> None:
-        """Decode `msg` and hand it to its thread's stream (or reject or park it)."""
+        """Decode `msg` and hand it to its thread's stream (or reject or park it).
+
+        Parked messages are keyed by thread id alone (ids are unique across namespaces);
+        each keeps its own subject, so its namespace (the sender's identity) is read here.
+        """
+        namespace = msg.subject.rpartition(".")[0].rpartition(".")[2]
         try:
-            event = self._decode(msg, thread_id)
-            stream = await self._stream_for(thread_id, event)
+            event = self._decode(msg, namespace, thread_id)
+            stream = await self._stream_for(namespace, thread_id, event)
         except _Rejected as rejected:
-            await self._reject(msg, thread_id, rejected)
+            await self._reject(msg, namespace, thread_id, rejected)
             return
         except OreError as exc:  # the store failed: not the sender's fault, try later
             log.warning("ingress store failure; will retry", thread_id=thread_id, error=str(exc))
             if self._manager.store_health.failed(thread_id, exc):
                 await self._egress.reply(
+                    namespace,
                     thread_id,
                     NoticeEvent(
                         content=DELAYED_NOTICE, severity=Severity.WARN, context=event.context
@@ -519,11 +548,10 @@ class Ingress:
             return
         parked.timer = None
         parked.resuming = True
-        task = asyncio.get_running_loop().create_task(
-            self._readmit(thread_id, parked), name=f"ore-ingress-retry-{thread_id}"
+        # A job, not a loop: a bug in one thread's retry is logged and stops nothing else.
+        self._retries.spawn(
+            self._readmit(thread_id, parked), name=f"ore-ingress-retry-{thread_id}", critical=False
         )
-        self._resumers.add(task)
-        task.add_done_callback(self._resumers.discard)
 
     async def _readmit(self, thread_id: str, parked: _Parked) -> None:
         """Admit the parked messages oldest first, until one is parked again."""
@@ -533,7 +561,13 @@ class Ingress:
         if parked.resuming and self._parked.get(thread_id) is parked:
             del self._parked[thread_id]  # all admitted: the thread flows again
 
-    def _decode(self, msg: Msg, thread_id: str) -> IngressEvent:
+    def _decode(self, msg: Msg, namespace: str, thread_id: str) -> IngressEvent:
+        if not is_valid_namespace(namespace):
+            raise _Rejected(
+                BAD_NAMESPACE,
+                f"invalid namespace {namespace[:40]!r}: use 1-32 characters from a-z, 0-9, "
+                "'_' and '-'",
+            )
         if not is_valid_thread_id(thread_id):
             raise _Rejected(
                 BAD_THREAD_ID,
@@ -557,13 +591,22 @@ class Ingress:
             event = decode_ingress(data)
         except EventDecodeError as exc:
             raise _Rejected(classify(exc), str(exc)) from None
+        claimed = event.context.provenance
+        if claimed != namespace:
+            if claimed:
+                raise _Rejected(
+                    IDENTITY,
+                    f"context.provenance {claimed[:40]!r} does not match the namespace "
+                    f"{namespace!r} this message was sent on: a conduit speaks only for its "
+                    "own namespace (leave provenance empty; the core sets it)",
+                    event.context.model_copy(update={"provenance": namespace}),
+                )
+            event = event.with_context(event.context.model_copy(update={"provenance": namespace}))
         return with_traceparent(event, headers) if headers else event
 
-    async def _stream_for(self, thread_id: str, event: IngressEvent) -> Stream:
+    async def _stream_for(self, namespace: str, thread_id: str, event: IngressEvent) -> Stream:
         try:
             stream = await self._manager.attach(thread_id)
-            await self._egress.prime(thread_id, stream.state())
-            return stream
         except ThreadCorrupt as exc:  # retrying reads the same bytes: tell the sender now
             raise _Rejected(
                 CORRUPT_THREAD,
@@ -573,20 +616,31 @@ class Ingress:
             ) from None
         except ThreadNotFound:
             if not isinstance(event, UserMessageEvent):
-                raise _Rejected(
-                    UNKNOWN_THREAD,
-                    f"thread {thread_id} does not exist: a {event.kind} needs an existing "
-                    "thread (send a user_message to create one)",
-                    event.context,
-                ) from None
-        try:
-            stream = await self._manager.create_with_id(thread_id)
-        except ThreadExists:  # created meanwhile by another worker or the control API
-            stream = await self._manager.attach(thread_id)
+                raise self._unknown(namespace, thread_id, event) from None
+            try:
+                stream = await self._manager.create_with_id(thread_id, {NAMESPACE_KEY: namespace})
+            except ThreadExists:  # created meanwhile by another worker or the control API
+                stream = await self._manager.attach(thread_id)
+        if namespace_of(stream.state()) != namespace:
+            raise self._unknown(namespace, thread_id, event)
+        self._egress.bind(thread_id, namespace)
         await self._egress.prime(thread_id, stream.state())
         return stream
 
-    async def _reject(self, msg: Msg, thread_id: str, rejected: _Rejected) -> None:
+    @staticmethod
+    def _unknown(namespace: str, thread_id: str, event: IngressEvent) -> _Rejected:
+        """The answer for a thread that does not exist in `namespace` (or is another's)."""
+        if isinstance(event, UserMessageEvent):
+            hint = "this id is not available: use another thread id, or threads.lookup"
+        else:
+            hint = f"a {event.kind} needs an existing thread (send a user_message to create one)"
+        return _Rejected(
+            UNKNOWN_THREAD,
+            f"thread {thread_id} does not exist in namespace {namespace}: {hint}",
+            event.context,
+        )
+
+    async def _reject(self, msg: Msg, namespace: str, thread_id: str, rejected: _Rejected) -> None:
         reason, detail = rejected.reason, rejected.detail
         log.warning(
             "ingress message rejected",
@@ -599,7 +653,8 @@ class Ingress:
         record: dict[str, object] = {
             "reason": reason,
             "detail": detail,
-            "subject": self._raw_inbound + thread_id,
+            "subject": f"{self._raw_inbound}{namespace}.{thread_id}",
+            "namespace": namespace,
             "thread_id": thread_id,
             "data": data[:DLQ_DATA_LIMIT].decode("utf-8", errors="replace"),
             "time": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
@@ -613,9 +668,10 @@ class Ingress:
             {HEADER_SCHEMA: SCHEMA},
             msg_id=f"{self._subjects.inbound_stream}-{sequence}",
         )
-        if reason != BAD_THREAD_ID:
+        if reason not in (BAD_THREAD_ID, BAD_NAMESPACE):
             context = rejected.context
             await self._egress.reply(
+                namespace,
                 thread_id,
                 ErrorEvent(message=detail, code=reason, context=context),
                 LifecycleEvent(phase="done", context=context),

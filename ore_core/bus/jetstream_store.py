@@ -34,7 +34,7 @@ from typing import Any
 from nats.aio.client import Client as NatsClient
 from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeout
-from nats.js.api import KeyValueConfig, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import KeyValueConfig, StorageType
 from nats.js.client import JetStreamContext
 from nats.js.errors import (
     APIError,
@@ -46,6 +46,7 @@ from nats.js.errors import (
 from nats.js.kv import KeyValue
 
 from ore_core import jsonutil
+from ore_core.bus.layout import journal_stream
 from ore_core.errors import ArtifactError, LedgerError, StoreError, ThreadCorrupt, ThreadNotFound
 from ore_core.ids import generate_thread_id
 from ore_core.ledger.clock import SystemClock
@@ -91,7 +92,8 @@ class JetStreamStore(BaseStore):
         self.subjects = subjects or Subjects()
         super().__init__(f"jetstream:{self.subjects.journal_stream}")
         self._replicas = replicas
-        self._bucket = bucket or f"{self.subjects.journal_stream.rsplit('_', 1)[0]}_THREADS"
+        self._bucket_override = bucket
+        self._bucket = bucket or self.subjects.threads_bucket
         self._nc: NatsClient | None = None
         self._js: JetStreamContext | None = None
         self._kv: KeyValue | None = None
@@ -107,20 +109,14 @@ class JetStreamStore(BaseStore):
         if subjects is not None:
             self.subjects = subjects
             self.location = f"jetstream:{subjects.journal_stream}"
+            self._bucket = self._bucket_override or subjects.threads_bucket
         self._nc = nc
         js = nc.jetstream()
         try:
-            await js.add_stream(
-                StreamConfig(
-                    name=self.subjects.journal_stream,
-                    description="ore threads: one ledger journal subject per thread",
-                    subjects=[self.subjects.journal_wildcard],
-                    retention=RetentionPolicy.LIMITS,
-                    storage=StorageType.FILE,
-                    allow_direct=True,
-                    num_replicas=self._replicas,
-                )
-            )
+            try:  # ensure_streams made it from the layout, unless the store runs alone
+                await js.stream_info(self.subjects.journal_stream)
+            except NotFoundError:
+                await js.add_stream(journal_stream(self.subjects, self._replicas).config)
             try:
                 self._kv = await js.key_value(self._bucket)
             except BucketNotFoundError:

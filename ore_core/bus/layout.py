@@ -43,7 +43,8 @@ from ore_core.conduit.connection import (
     Feature,
     Version,
 )
-from ore_core.subjects import Subjects
+from ore_core.ids import validate_thread_id
+from ore_core.subjects import DEFAULT_NAMESPACE, SubjectError, Subjects
 
 if TYPE_CHECKING:
     from ore_core.bus.streams import BusConfig
@@ -55,7 +56,9 @@ __all__ = [
     "StreamEntry",
     "build_layout",
     "consumer_name",
+    "journal_stream",
     "kv_bucket",
+    "threads_bucket",
 ]
 
 HEADER_ALLOWANCE = 4096
@@ -218,7 +221,7 @@ def build_layout(subjects: Subjects, config: BusConfig) -> Layout:
         tunable=(*limits, "max_msg_size", "discard"),
         features=(JETSTREAM, SUBJECT_TRANSFORM),
         role="work",
-        resubmit=lambda stored: subjects.inbound(subjects.thread_id_of(stored)),
+        resubmit=lambda stored: subjects.inbound(*_namespaced(subjects, stored)),
     )
     events = StreamEntry(
         StreamConfig(
@@ -227,7 +230,7 @@ def build_layout(subjects: Subjects, config: BusConfig) -> Layout:
             subjects=[subjects.events_wildcard],
             republish=RePublish(
                 src=subjects.events_wildcard,
-                dest=subjects.output_wildcard.replace("*", "{{wildcard(1)}}"),
+                dest=f"{subjects.prefix}.out.{{{{wildcard(1)}}}}.{{{{wildcard(2)}}}}",
             ),
             retention=RetentionPolicy.LIMITS,
             storage=StorageType.FILE,
@@ -238,7 +241,7 @@ def build_layout(subjects: Subjects, config: BusConfig) -> Layout:
             allow_direct=True,
             num_replicas=config.replicas,
         ),
-        purpose="durable output events, one subject per thread, republished to P.out.T",
+        purpose="durable output events, one subject per thread, republished to P.out.NS.T",
         fixed=(*common, "republish"),
         tunable=(*limits, "max_bytes", "allow_direct", "discard"),
         features=(JETSTREAM, REPUBLISH, DIRECT_GET),
@@ -281,6 +284,11 @@ def build_layout(subjects: Subjects, config: BusConfig) -> Layout:
         )
         for partition in range(config.partitions)
     )
+    cursors = kv_bucket(
+        subjects.cursors_bucket,
+        purpose="durable feed positions of conduits, by namespace and feed name (core only)",
+        replicas=config.replicas,
+    )
     # Partition ownership (ownership.py): worker registry and leases. A bucket-level TTL
     # expires what is not renewed (no per-key TTL needed); claims are revision CAS.
     workers = kv_bucket(
@@ -289,4 +297,50 @@ def build_layout(subjects: Subjects, config: BusConfig) -> Layout:
         ttl=config.lease_ttl,
         replicas=config.replicas,
     )
-    return Layout((ingress, events, dlq, workers), consumers)
+    store = (
+        journal_stream(subjects, config.replicas),
+        threads_bucket(subjects, config.replicas),
+    )
+    return Layout((ingress, events, dlq, cursors, workers, *store), consumers)
+
+
+def journal_stream(subjects: Subjects, replicas: int) -> StreamEntry:
+    """`ORE_JOURNAL` of the jetstream store: one ledger journal subject per thread.
+
+    In the layout whatever the store, so a deployment can switch to the jetstream store
+    (or run `ore chat` on it next to `ore serve`) with the streams an operator made; an
+    unused empty stream costs nothing. The store creates it from this entry too.
+    """
+    return StreamEntry(
+        StreamConfig(
+            name=subjects.journal_stream,
+            description="ore threads: one ledger journal subject per thread",
+            subjects=[subjects.journal_wildcard],
+            retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            allow_direct=True,
+            num_replicas=replicas,
+        ),
+        purpose="the jetstream store's ledger journals, one subject per thread (core only)",
+        fixed=("subjects", "storage", "retention"),
+        tunable=("allow_direct",),
+        features=(JETSTREAM, DIRECT_GET),
+    )
+
+
+def threads_bucket(subjects: Subjects, replicas: int) -> StreamEntry:
+    """KV `ORE_THREADS` of the jetstream store: thread metadata and lookups."""
+    return kv_bucket(
+        subjects.threads_bucket,
+        purpose="the jetstream store's thread metadata and lookups (core only)",
+        replicas=replicas,
+    )
+
+
+def _namespaced(subjects: Subjects, stored: str) -> tuple[str, str]:
+    """(namespace, thread) of a stored ingress subject; a v1 subject had no namespace."""
+    try:
+        namespace, thread_id = subjects.thread_of(stored)
+    except SubjectError:  # schema 1: `P.in.T` / `P.inp.<p>.T`, the default namespace
+        return DEFAULT_NAMESPACE, validate_thread_id(stored.rsplit(".", 1)[-1])
+    return namespace or DEFAULT_NAMESPACE, thread_id

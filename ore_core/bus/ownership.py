@@ -47,6 +47,7 @@ from nats.js.errors import (
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from ore_core.bus.streams import BusConfig
+from ore_core.tasks import TaskScope
 
 __all__ = ["Ownership", "default_worker_id", "ensure_workers_bucket"]
 
@@ -100,7 +101,8 @@ class Ownership:
     `on_acquire(p)` runs after a lease is won and before it counts as usable (it resets
     and starts pulling the partition); `on_release(p)` drains a partition handed over
     gracefully (the lease is renewed meanwhile and deleted after); `on_lost(p)` drops a
-    partition whose lease is gone. Run `run()` as a task; `close()` releases everything.
+    partition whose lease is gone. `start()` claims a first share and starts the loops
+    (in `tasks`); `close()` stops them and releases everything.
     """
 
     def __init__(
@@ -130,7 +132,8 @@ class Ownership:
         self._holders: dict[int, tuple[str, float]] = {}  # partition -> (worker, seen)
         self._wakeup = asyncio.Event()
         self._taking = True
-        self._running = False
+        self.tasks = TaskScope("ownership")
+        """The watch, renewal and balancing loops and the handovers (the core adopts it)."""
         self._worker_key = _WORKER + self.worker_id
         self._watcher: KeyValue.KeyWatcher | None = None
 
@@ -138,8 +141,8 @@ class Ownership:
 
     @property
     def running(self) -> bool:
-        """True while the renewal loop runs."""
-        return self._running
+        """True while the loops run (started, not stopped, none crashed)."""
+        return bool(self.tasks) and not self.tasks.closed and self.tasks.crash is None
 
     def held(self) -> list[int]:
         """The partitions this worker holds a lease for (usable or being handed over)."""
@@ -196,25 +199,19 @@ class Ownership:
             self._seen(entry.key, entry.value or b"", entry.operation, now)
         share = math.ceil(self._partitions / self.live_workers())
         await self._claim(share, now)
-
-    async def run(self) -> None:
-        """Watch the bucket and keep the leases (until cancelled); one TaskGroup owns it all."""
-        self._running = True
-        try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self._watch(), name="ore-ownership-watch")
-                group.create_task(self._renew_loop(), name="ore-ownership-renew")
-                group.create_task(self._balance_loop(group), name="ore-ownership-balance")
-        finally:
-            self._running = False
+        self.tasks.spawn(self._watch(), name="ore-ownership-watch")
+        self.tasks.spawn(self._renew_loop(), name="ore-ownership-renew")
+        self.tasks.spawn(self._balance_loop(), name="ore-ownership-balance")
 
     def stop_taking(self) -> None:
         """Claim no more leases (shutdown: the ones held stay renewed until `close`)."""
         self._taking = False
 
     async def close(self) -> None:
-        """Release every lease and the registration (after the caller drained)."""
+        """Stop the loops, release every lease and the registration (after the caller
+        drained)."""
         self._taking = False
+        await self.tasks.aclose()
         kv = self._kv
         if kv is None:
             return
@@ -290,10 +287,10 @@ class Ownership:
             await self._renew()
             await asyncio.sleep(max(0.0, self._interval - (loop.time() - started)))
 
-    async def _balance_loop(self, group: asyncio.TaskGroup) -> None:
+    async def _balance_loop(self) -> None:
         while True:
             self._wakeup.clear()
-            await self._balance(group)
+            await self._balance()
             try:
                 async with asyncio.timeout(self._interval):
                     await self._wakeup.wait()
@@ -346,7 +343,7 @@ class Ownership:
         finally:
             self._dropping.discard(partition)
 
-    async def _balance(self, group: asyncio.TaskGroup) -> None:
+    async def _balance(self) -> None:
         # A lease overdue by our own clock (we were paused) is dropped before anything else.
         now = asyncio.get_running_loop().time()
         for partition, lease in list(self._leases.items()):
@@ -357,7 +354,7 @@ class Ownership:
         if len(active) > share:
             for partition in sorted(active, reverse=True)[: len(active) - share]:
                 self._leases[partition].releasing = True
-                group.create_task(self._release(partition), name=f"ore-release-p{partition}")
+                self.tasks.spawn(self._release(partition), name=f"ore-release-p{partition}")
         elif self._taking and len(active) < share:
             await self._claim(share - len(active), now)
 

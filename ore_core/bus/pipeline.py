@@ -39,6 +39,7 @@ from nats.errors import ConnectionClosedError, MaxPayloadError, OutboundBufferLi
 from ore_core import jsonutil
 from ore_core.conduit.connection import LIMIT_ERROR_CODES
 from ore_core.subjects import HEADER_MSG_ID
+from ore_core.tasks import TaskCrashed, TaskScope
 
 __all__ = ["LimitReached", "Pipeline"]
 
@@ -86,7 +87,8 @@ class Pipeline:
         self._backlog: deque[_Record] = deque()
         self._wakeup = asyncio.Event()
         self._idle: asyncio.Future[None] | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self.tasks = TaskScope("pipeline")
+        """The expire and send loops (a core service adopts it into its own scope)."""
         self._failing = False
         self._next_index = 0
         self._outstanding: dict[int, None] = {}  # indexes not yet stored, oldest first
@@ -139,26 +141,25 @@ class Pipeline:
         """Subscribe to the ack inbox and start the timeout and sender tasks."""
         self._inbox = self._nc.new_inbox() + "."
         await self._nc.subscribe(self._inbox + "*", cb=self._on_ack)
-        loop = asyncio.get_running_loop()
-        self._tasks = [
-            loop.create_task(self._expire_loop(), name="ore-pipeline-expire"),
-            loop.create_task(self._send_loop(), name="ore-pipeline-send"),
-            loop.create_task(self._hold_loop(), name="ore-pipeline-hold"),
-        ]
+        self.tasks.spawn(self._expire_loop(), name="ore-pipeline-expire")
+        self.tasks.spawn(self._send_loop(), name="ore-pipeline-send")
+        self.tasks.spawn(self._hold_loop(), name="ore-pipeline-hold")
 
     async def stop(self) -> None:
-        """Wait up to one ack timeout for outstanding acks, then stop (the rest is logged)."""
+        """Wait up to one ack timeout for outstanding acks, then stop (the rest is logged).
+
+        Raises TaskCrashed if a loop crashed (unless an owner's scope reports it).
+        """
         try:
             async with asyncio.timeout(self._ack_timeout):
                 await self.flush()
         except TimeoutError:
             pass
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
-        if self.pending:
-            log.error("stored events not acknowledged at shutdown", count=self.pending)
+        try:
+            await self.tasks.aclose()
+        finally:
+            if self.pending:
+                log.error("stored events not acknowledged at shutdown", count=self.pending)
 
     async def flush(self) -> None:
         """Return once every publish so far is acknowledged or given up (add a timeout)."""
@@ -173,9 +174,13 @@ class Pipeline:
     ) -> None:
         """Send one message now, or queue it behind a full window; never waits for acks.
 
+        Raises TaskCrashed once a loop of the pipeline crashed.
+
         `msg_id` is the de-duplication id (a fresh one when empty). `headers` is kept
         for retries: do not reuse the dict.
         """
+        if self.tasks.crash is not None:  # nothing would retry or send what queues
+            raise TaskCrashed(self.tasks.crash)
         headers[HEADER_MSG_ID] = msg_id or self._id_prefix + str(next(self._ids))
         record = _Record(subject, data, headers, self._next_index)
         self._outstanding[self._next_index] = None

@@ -27,6 +27,7 @@ from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 
 from ore_core import jsonutil
+from ore_core.tasks import TaskScope
 
 __all__ = ["Puller"]
 
@@ -73,22 +74,25 @@ class Puller:
         self._outstanding = 0
         self._last_seen = 0.0
         self._sub: Subscription | None = None
-        self._watchdog: asyncio.Task[None] | None = None
+        self.tasks = TaskScope(f"puller-{consumer}")
+        """The watchdog (its ingress adopts it)."""
 
     @property
     def healthy(self) -> bool:
         """True while the server shows signs of life (messages or heartbeats)."""
         loop = asyncio.get_running_loop()
-        return self._sub is not None and loop.time() - self._last_seen < 2 * self._heartbeat
+        return (
+            self._sub is not None
+            and self.tasks.crash is None
+            and loop.time() - self._last_seen < 2 * self._heartbeat
+        )
 
     async def start(self) -> None:
         """Subscribe the delivery inbox and open the first pull request."""
         self._last_seen = asyncio.get_running_loop().time()
         self._sub = await self._nc.subscribe(self._nc.new_inbox(), cb=self._on_message)
         await self._pull()
-        self._watchdog = asyncio.get_running_loop().create_task(
-            self._watch(), name=f"ore-puller-{self.name}"
-        )
+        self.tasks.spawn(self._watch(), name=f"ore-puller-{self.name}")
 
     async def repull(self) -> None:
         """Forget outstanding requests and ask again (after a reconnect they may be gone)."""
@@ -99,12 +103,15 @@ class Puller:
         """Ask for nothing more and hand on what was already delivered, then return.
 
         Unsubscribing also makes the server drop the open pull requests, so nothing is
-        delivered to a worker that is going away.
+        delivered to a worker that is going away. Raises TaskCrashed if the watchdog
+        crashed (unless its ingress reports it).
         """
-        if self._watchdog is not None:
-            self._watchdog.cancel()
-            await asyncio.gather(self._watchdog, return_exceptions=True)
-            self._watchdog = None
+        try:
+            await self.tasks.aclose()
+        finally:
+            await self._unsubscribe()
+
+    async def _unsubscribe(self) -> None:
         sub, self._sub = self._sub, None
         if sub is None:
             return

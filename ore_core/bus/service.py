@@ -11,9 +11,12 @@ finished, closes the streams (unfinished messages are handed back), releases its
 leases so other workers take over at once, and closes the connection.
 `run()` does all that under SIGTERM and SIGINT handlers, as a process entry point.
 
-The background loops (lease renewal and balancing, acks, progress) run in one
-TaskGroup: if any of them crashes, the crash is logged, `/readyz` fails and the
-service stops (a worker that cannot keep its leases must not keep serving).
+Every background task belongs to one `TaskScope` tree rooted here (the ownership
+loop that renews and balances leases, the Manager's streams and sinks, the pipeline's,
+ingress's and pullers' loops). A crash anywhere is logged with the task's name, turns
+`/readyz` into a 503 that names it, and stops the service at once (as a second SIGTERM
+would; a worker that cannot keep its leases must not keep serving); `stop()` then
+raises `TaskCrashed`, so `ore serve` exits with status 1 instead of staying half alive.
 
 nats-py reconnects by itself (forever); after a reconnect the partitions are pulled
 again, and the publisher retries what the outage swallowed. An outage is logged once.
@@ -53,8 +56,12 @@ from ore_core.conduit.connection import (
 from ore_core.errors import BusError
 from ore_core.session.manager import Manager
 from ore_core.subjects import Subjects, partition_of
+from ore_core.tasks import Crash, TaskCrashed, TaskScope
 
 __all__ = ["CoreService", "run", "serve"]
+
+EXIT_CRASHED = 1
+"""`run()`'s exit status when a background task crashed (0 after a clean drain)."""
 
 CONNECT_TIMEOUT = 10.0  # seconds for the first connection to NATS
 
@@ -118,21 +125,20 @@ class CoreService:
         self._egress: Egress | None = None
         self._ingress: Ingress | None = None
         self._ownership: Ownership | None = None
-        self._supervisor: asyncio.Task[None] | None = None
-        self._crashed = False
         self._control: ControlAPI | None = None
         self._health = (
             None
             if health_port is None
-            else HealthServer(self._healthy, self._ready, host=health_host, port=health_port)
+            else HealthServer(self._unhealthy, self._unready, host=health_host, port=health_port)
         )
+        self.tasks = TaskScope("core", on_crash=self._crashed)
+        """Every background task of the service, the Manager's included (see the module doc)."""
         self._disconnected = False
         self._closing = False
         self._stop_requested = asyncio.Event()
         self._hurry = asyncio.Event()
         self._stopping: asyncio.Task[None] | None = None
         self._store_probe_interval = store_probe_interval
-        self._prober: asyncio.Task[None] | None = None
 
     # -- state ------------------------------------------------------------------
 
@@ -149,31 +155,50 @@ class CoreService:
         return None if self._health is None else self._health.port
 
     @property
+    def stopped(self) -> bool:
+        """True once `stop()` has finished (cleanly or with TaskCrashed)."""
+        return self._stopping is not None and self._stopping.done()
+
+    @property
     def stop_requested(self) -> bool:
         """True once `request_stop` (or a signal under `serve`) asked the service to stop."""
         return self._stop_requested.is_set()
 
-    def _healthy(self) -> bool:
-        return self._nc is not None and self._nc.is_connected
+    def _unhealthy(self) -> str | None:
+        if self._nc is None or not self._nc.is_connected:
+            return "not connected to NATS"
+        return None
 
-    def _ready(self) -> bool:
-        return (
-            self._healthy()
-            and not self._crashed
-            and self._ingress is not None
-            and self._ingress.running
-            and self._ownership is not None
-            and self._ownership.running
-            and self._stopping is None
-            and (self._pipeline is None or self._pipeline.full is None)
-            and self.manager.store_health.usable
-        )
+    def _unready(self) -> str | None:
+        """Why the service is not ready, or None (what `/readyz` answers)."""
+        crash = self.tasks.crash
+        if crash is not None:
+            return crash.describe()
+        if self._stopping is not None:
+            return "stopping"
+        if (problem := self._unhealthy()) is not None:
+            return problem
+        if self._ownership is None or not self._ownership.running:
+            return "not keeping partition leases"
+        if self._ingress is None or not self._ingress.running:
+            return "not pulling every owned ingress partition"
+        if self._pipeline is not None and self._pipeline.full is not None:
+            return f"JetStream limit reached: {self._pipeline.full}"
+        store = self.manager.store_health
+        if not store.usable:
+            return f"store unusable: {store.error}"
+        return None
 
     @property
     def ready(self) -> bool:
         """Connected, streams set up, leases kept, every owned partition pulled, no
-        JetStream limit reached, and the store usable."""
-        return self._ready()
+        JetStream limit reached, the store usable and no task crashed."""
+        return self._unready() is None
+
+    @property
+    def crash(self) -> Crash | None:
+        """The background task that crashed, if one did (the service is then stopping)."""
+        return self.tasks.crash
 
     @property
     def ownership(self) -> Ownership:
@@ -195,9 +220,7 @@ class CoreService:
         """Connect, set up streams and start serving; on failure undo what was started."""
         if self._health is not None:
             await self._health.start()
-        self._prober = asyncio.get_running_loop().create_task(
-            self._probe_store(), name="ore-store-probe"
-        )
+        self.tasks.spawn(self._probe_store(), name="ore-store-probe")
         try:
             await self._start()
         except BaseException:
@@ -232,6 +255,7 @@ class CoreService:
                 f"cannot connect the ore core to NATS at {', '.join(self._servers)}: {exc}"
             ) from exc
         self._nc = nc
+        self.tasks.adopt(self.manager.tasks)
         layout = build_layout(self.subjects, self.config)
         required = max(MIN_SERVER_VERSION, layout.required_version())
         check_server(nc, required, layout.features(), who="the ore core (ore serve)")
@@ -248,6 +272,7 @@ class CoreService:
             await attach_nats(nc, self.subjects)
         config = self.config
         self._pipeline = Pipeline(nc, window=self._publish_window)
+        self.tasks.adopt(self._pipeline.tasks)
         await self._pipeline.start()
         ownership = Ownership(
             nc,
@@ -264,7 +289,7 @@ class CoreService:
 
         # Saves of a worker whose lease is overdue are refused (the stream drops itself).
         self.manager.store = FencedStore(self.manager.store, may_write)
-        egress = Egress(nc, self.subjects, self._pipeline, may_write=may_write)
+        egress = Egress(nc, self.subjects, self._pipeline, self.manager, may_write=may_write)
         egress.attach(self.manager)
         self._egress = egress
         self._ingress = Ingress(
@@ -278,11 +303,18 @@ class CoreService:
             batch=self._pull_batch,
             handover_grace=self._handover_grace,
         )
+        self.tasks.adopt(self._ingress.tasks)
+        await self._ingress.start()
+        self.tasks.adopt(ownership.tasks)
         await ownership.start()
-        self._supervisor = asyncio.get_running_loop().create_task(
-            self._supervise(ownership, self._ingress), name="ore-core-loops"
+        self._control = ControlAPI(
+            nc,
+            self.manager,
+            self.subjects,
+            version=self._version,
+            on_resolve=egress.bind,
+            on_delete=egress.thread_deleted,
         )
-        self._control = ControlAPI(nc, self.manager, self.subjects, version=self._version)
         await self._control.start()
 
     async def _acquire(self, partition: int) -> None:
@@ -297,20 +329,11 @@ class CoreService:
         if self._ingress is not None:
             await self._ingress.abandon(partition)
 
-    async def _supervise(self, ownership: Ownership, ingress: Ingress) -> None:
-        """Run the background loops in one TaskGroup; a crash of any stops the service."""
-        try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(ownership.run(), name="ore-ownership")
-                group.create_task(ingress.run(), name="ore-ingress-loops")
-        except Exception as exc:  # an ExceptionGroup of what crashed
-            self._crashed = True
-            log.error(
-                "a background loop of the core crashed; stopping",
-                error=repr(exc),
-                exc_info=exc,
-            )
-            self.request_stop(now=True)
+    def _crashed(self, crash: Crash) -> None:
+        # Logged where it happened; here the service stops, at once: what is unfinished
+        # is redelivered to a worker whose loops all run.
+        log.error("stopping: a background task crashed", task=crash.task, scope=crash.scope)
+        self.request_stop(now=True)
 
     def request_stop(self, *, now: bool = False) -> None:
         """Ask `serve_forever` to return after draining; `now` skips the grace period."""
@@ -324,7 +347,10 @@ class CoreService:
         await self.stop()
 
     async def stop(self, grace: float | None = None) -> None:
-        """Drain and stop (see the module docstring). Idempotent; concurrent calls wait."""
+        """Drain and stop (see the module docstring). Idempotent; concurrent calls wait.
+
+        Raises TaskCrashed, after stopping, if a background task crashed.
+        """
         self._stop_requested.set()
         if self._stopping is None:
             self._stopping = asyncio.ensure_future(
@@ -351,22 +377,19 @@ class CoreService:
             await self._egress.flush()  # events held for a `done` that will not come
         if ingress is not None:
             await ingress.stop()
-        if self._supervisor is not None:
-            self._supervisor.cancel()
-            await asyncio.gather(self._supervisor, return_exceptions=True)
         if self._ownership is not None and self._nc is not None and self._nc.is_connected:
             await self._ownership.close()  # others take the partitions over at once
         if self._pipeline is not None:
             await self._pipeline.stop()
         if self._nc is not None:
             await _close(self._nc)
-        if self._prober is not None:
-            self._prober.cancel()
-            await asyncio.gather(self._prober, return_exceptions=True)
-        if self._health is not None:
-            await self._health.stop()
-        if ingress is not None:  # a refused start says why in its exception, nothing more
-            log.info("ore core stopped")
+        try:
+            await self.tasks.aclose()  # all ended by now; raises a crash
+        finally:
+            if self._health is not None:
+                await self._health.stop()
+            if ingress is not None:  # a refused start says why in its exception, nothing more
+                log.info("ore core stopped")
 
     async def _drain(self, ingress: Ingress, grace: float) -> bool:
         """Wait for in-flight messages, at most `grace` seconds or until told to hurry."""
@@ -424,10 +447,13 @@ async def _close(nc: NatsClient) -> None:
             pass  # the socket was already gone
 
 
-async def serve(service: CoreService) -> None:
+async def serve(
+    service: CoreService, on_started: Callable[[CoreService], None] | None = None
+) -> None:
     """Start `service`, serve until SIGTERM or SIGINT, then drain and stop.
 
     A second signal while draining stops at once (unfinished turns are redelivered).
+    `on_started` runs once the service answers (e.g. to tell other processes where).
     """
     loop = asyncio.get_running_loop()
     handled: list[signal.Signals] = []
@@ -445,15 +471,24 @@ async def serve(service: CoreService) -> None:
             pass
     try:
         await service.start()
+        if on_started is not None:
+            on_started(service)
         await service.serve_forever()
     finally:
         for signum in handled:
             loop.remove_signal_handler(signum)
-        await service.stop()
+        if not service.stopped:  # cancelled before serve_forever stopped it
+            await service.stop()
 
 
-def run(app: Callable[[], AbstractAsyncContextManager[CoreService]]) -> int:
-    """Process entry point: serve the CoreService `app()` yields; 0 after a clean drain.
+def run(
+    app: Callable[[], AbstractAsyncContextManager[CoreService]],
+    on_started: Callable[[CoreService], None] | None = None,
+) -> int:
+    """Process entry point: serve the CoreService `app()` yields; the exit status.
+
+    0 after a clean drain, `EXIT_CRASHED` when a background task crashed (logged with
+    its traceback; the service stopped at once, the rest of `app` was still closed).
 
     `app` is an async context manager factory so the caller can open and close what the
     service uses (the store) around it::
@@ -471,7 +506,11 @@ def run(app: Callable[[], AbstractAsyncContextManager[CoreService]]) -> int:
 
     async def main() -> None:
         async with app() as service:
-            await serve(service)
+            await serve(service, on_started)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except TaskCrashed as exc:
+        log.error("ore core stopped after a crash", error=str(exc))
+        return EXIT_CRASHED
     return 0

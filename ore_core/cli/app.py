@@ -47,6 +47,10 @@ class Runtime:
     store: Store
     manager: Manager
     notices: list[str] = field(default_factory=list)
+    processor: str = ""
+    """The name of the processor that answers (after any fallback to echo)."""
+    processor_description: str = ""
+    """What answers, e.g. `openai model gpt-4o-mini at https://...` (its `describe()`)."""
     _closed: bool = field(default=False, init=False, repr=False)
 
     async def __aenter__(self) -> Runtime:
@@ -100,7 +104,7 @@ async def build_runtime(settings: OreSettings, pm: pluggy.PluginManager) -> Runt
     notices: list[str] = []
     store = open_store(registrations, store_section(settings.store))
     try:
-        processor = _build_processor(registrations, settings, notices)
+        name, processor = _build_processor(registrations, settings, notices)
         manager = Manager(
             store,
             processor,
@@ -114,7 +118,9 @@ async def build_runtime(settings: OreSettings, pm: pluggy.PluginManager) -> Runt
     except BaseException:
         await store.close()
         raise
-    runtime = Runtime(settings, pm, registrations, store, manager, notices)
+    describe = getattr(processor, "describe", None)
+    description = str(describe()) if callable(describe) else name
+    runtime = Runtime(settings, pm, registrations, store, manager, notices, name, description)
     try:
         await startup_plugins(pm, manager)
     except BaseException:
@@ -124,20 +130,25 @@ async def build_runtime(settings: OreSettings, pm: pluggy.PluginManager) -> Runt
     return runtime
 
 
-async def start_embedded_nats(settings: NatsSettings) -> EmbeddedNatsServer:
+async def start_embedded_nats(
+    settings: NatsSettings, *, port: int | None = None, auth: str | None = None
+) -> EmbeddedNatsServer:
     """A started private nats-server (loopback, JetStream, data under the user state dir).
 
-    Its `max_payload` follows `nats.max_payload`. The caller owns it: `await astop()`.
+    Its `max_payload` follows `nats.max_payload`; `port` fixes the client port (None:
+    any free port); `auth` is an `authorization` block (`ore auth`'s nats-auth.conf).
+    The caller owns it: `await astop()`.
     """
-    server = EmbeddedNatsServer(config=f"max_payload: {int(settings.max_payload)}\n")
+    config = f"max_payload: {int(settings.max_payload)}\n" + (auth or "")
+    server = EmbeddedNatsServer(config=config, port=port)
     await server.astart()
     return server
 
 
 def _build_processor(
     registrations: Registrations, settings: OreSettings, notices: list[str]
-) -> TurnProcessor:
-    """The configured turn processor, or echo (with a notice) when it is not installed."""
+) -> tuple[str, TurnProcessor]:
+    """The configured turn processor and its name, or echo (with a notice) when missing."""
     name = settings.processor.name
     section: dict[str, Any] = settings.processor.model_dump()
     if name not in registrations.turn_processors and ECHO in registrations.turn_processors:
@@ -153,7 +164,7 @@ def _build_processor(
     factory: Callable[..., TurnProcessor] = registrations.turn_processor_factory(name)
     # A processor that offers tools to a model declares `tools`: hand it the registered ones.
     extra = {"tools": registrations.tools} if _takes_tools(factory) else {}
-    return factory(section, **extra)
+    return name, factory(section, **extra)
 
 
 def _takes_tools(factory: Callable[..., object]) -> bool:

@@ -7,10 +7,12 @@ share it with `ore serve` or with each other), the core (`build_runtime` and a
 reverse order when the chat ends (Ctrl-D, end of input, SIGTERM, SIGHUP). With a NATS URL it
 only runs the conduit against the `ore serve` listening there.
 
-Unless `processor.name` is set, the chat uses the `openai` processor when the
-ore-openai plugin is installed and an endpoint is given in the environment, and
-otherwise echo, saying once how to configure a model. Logs go to `chat.log` in the
-user state directory, never between the lines of the chat.
+Without a NATS URL, a core that `ore serve` runs on the same store is used instead of
+starting a second one (`--nats auto` uses the recorded one whatever its store). The
+processor is chosen as for `ore serve` (`ore_core.cli.processor`) and named in one
+line at start. A chat killed with SIGKILL leaves its nats-server and its directory
+behind: the next chat reaps them (`ore_core.cli.running`). Logs go to `chat.log` in
+the user state directory, never between the lines of the chat.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import logging
 import os
 import signal
 import tempfile
-from collections.abc import Collection, Coroutine, Iterator, Mapping
+from collections.abc import Coroutine, Iterator
 from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -40,21 +42,31 @@ from ore_core.cli.options import (
     nats_option,
     nats_settings,
 )
+from ore_core.cli.processor import answering_line, choose_processor, turn_processors
+from ore_core.cli.running import (
+    CHAT_NATS_PREFIX,
+    ChatServer,
+    RunningCore,
+    find_running,
+    forget_chat_server,
+    reap_chat_servers,
+    record_chat_server,
+    state_dir,
+    store_key,
+)
 from ore_core.conduit.base import Conduit, ConduitConfig
 from ore_core.config import NatsSettings, OreSettings, ProcessorSettings
 from ore_core.errors import InvalidThreadId, OreError
 from ore_core.ids import validate_thread_id
 from ore_core.logging import configure_logging
-from ore_core.plugins.manager import plugin_callers
 from ore_core.plugins.registry import Registrations, collect_registrations
 from ore_core.subjects import Subjects
 
-__all__ = ["ChatError", "chat", "choose_processor"]
+__all__ = ["ChatError", "chat"]
 
 CONDUIT = "stdin"
-MODEL_PROCESSOR = "openai"
-# The variables the ore-openai plugin reads (ore_openai.config); the core cannot import it.
-MODEL_ENDPOINT_ENV = ("ORE_OPENAI_BASE_URL", "OPENAI_API_KEY")
+AUTO = "auto"
+"""`--nats auto`: the NATS of the `ore serve` recorded in the state directory."""
 CONNECT_TIMEOUT = 5.0
 """Seconds to reach a configured NATS server before giving up (nats-py would retry forever)."""
 DRAIN_GRACE = 1.0
@@ -62,12 +74,6 @@ DRAIN_GRACE = 1.0
 LOG_FILE = "chat.log"
 _TERMINATING = (signal.SIGTERM, signal.SIGHUP)
 
-_NO_MODEL = (
-    "No model configured: ore answers with echo. To chat with a model, {install}"
-    "export OPENAI_API_KEY=sk-... (or ORE_OPENAI_BASE_URL=http://localhost:11434/v1 "
-    "for a local server such as Ollama)"
-)
-_INSTALL_MODEL = "pip install ./plugins/openai (the ore-openai plugin), then "
 _INSTALL_CONDUIT = (
     "the stdin conduit is not installed: pip install ./conduits/stdin "
     "(the ore-conduit-stdin package), or allow it in ORE_LOAD_PLUGINS"
@@ -79,20 +85,45 @@ class ChatError(OreError):
 
 
 @click.command()
-@click.option("--thread", "thread_id", metavar="ID", help="Continue this thread (created if new).")
-@click.option("--new", "new_thread", is_flag=True, help="Start a new thread.")
-@nats_option(
-    help="NATS of a running `ore serve`; repeat for a cluster "
-    "(default: nats.url, else everything runs in this process).",
+@click.argument("prompt", nargs=-1)
+@click.option(
+    "--thread",
+    "thread_id",
+    metavar="ID",
+    help="Continue thread ID (any unique prefix of it); an unknown id is an error unless "
+    "--new is given too.",
 )
-def chat(thread_id: str | None, new_thread: bool, nats_urls: tuple[str, ...]) -> None:
+@click.option(
+    "--new",
+    "new_thread",
+    is_flag=True,
+    help="Start a new thread (with --thread: start it under that id).",
+)
+@click.option(
+    "-m",
+    "--model",
+    metavar="MODEL",
+    help="The model to answer with (processor.model), e.g. -m llama3.2.",
+)
+@nats_option(
+    help="NATS of a running `ore serve`; `auto` finds the one `ore serve` recorded; repeat "
+    "for a cluster (default: nats.url, else the recorded `ore serve` on the same store, "
+    "else everything runs in this process).",
+)
+def chat(
+    prompt: tuple[str, ...],
+    thread_id: str | None,
+    new_thread: bool,
+    model: str | None,
+    nats_urls: tuple[str, ...],
+) -> None:
     """Chat with ore in the terminal; on a pipe, answer each input line.
 
-    Without --thread or --new, a terminal chat resumes the thread it used last and
-    piped input starts a new thread.
+    With PROMPT, send it as one message, print the answer and exit; piped input is
+    added to it (`cat notes.md | ore chat "summarise this"`). Without --thread or
+    --new, a terminal chat resumes the thread it used last; piped input and a PROMPT
+    start a new thread.
     """
-    if thread_id is not None and new_thread:
-        raise click.UsageError("--thread and --new cannot be used together")
     if thread_id is not None:
         try:
             validate_thread_id(thread_id)
@@ -104,11 +135,48 @@ def chat(thread_id: str | None, new_thread: bool, nats_urls: tuple[str, ...]) ->
         overrides["thread"] = thread_id
     if new_thread:
         overrides["new"] = True
+    if prompt:
+        overrides["prompt"] = " ".join(prompt)
+    settings = state.settings
+    attach = _running_core(settings, nats_urls)
+    if attach is not None:
+        if model is not None:
+            raise click.UsageError(
+                f"-m chooses the model of the core `ore chat` starts; {attach.describe()} "
+                "answers with its own: type /model NAME in the chat instead"
+            )
+        nats_urls = (attach.nats_url,)
+    elif model is not None:
+        processor = ProcessorSettings.model_validate(
+            {**settings.processor.model_dump(), "model": model}
+        )
+        settings = settings.model_copy(update={"processor": processor})
     with _logs_to_file(state):
-        nats = nats_settings(state.settings.nats, nats_urls)
-        settings = state.settings.model_copy(update={"nats": nats})
+        nats = nats_settings(settings.nats, [url for url in nats_urls if url != AUTO])
+        settings = settings.model_copy(update={"nats": nats})
+        if attach is not None:
+            click.echo(f"Using {attach.describe()}", err=True)
         run = _conduit_only if nats.url else _everything
         asyncio.run(_guarded(run(settings, state.plugin_manager, overrides)))
+
+
+def _running_core(settings: OreSettings, nats_urls: tuple[str, ...]) -> RunningCore | None:
+    """The recorded `ore serve` to talk to: asked for (`--nats auto`), or on our store.
+
+    A chat must not start a second core on a store a running core serves.
+    """
+    if AUTO in nats_urls:
+        running = find_running()
+        if running is None:
+            raise ChatError(
+                "--nats auto: no running `ore serve` recorded in "
+                f"{state_dir()}; start one with `ore serve`, or pass its URL"
+            )
+        return running
+    if nats_urls or settings.nats.url:
+        return None
+    running = find_running()
+    return running if running is not None and running.store == store_key(settings) else None
 
 
 @contextmanager
@@ -135,40 +203,6 @@ def _logs_to_file(state: CliState) -> Iterator[None]:
             state.configure_logging(level)
 
 
-def choose_processor(
-    settings: OreSettings, processors: Collection[str], environ: Mapping[str, str]
-) -> tuple[OreSettings, str | None]:
-    """The settings to chat with and, when echo will answer, the one line saying why.
-
-    An explicitly configured `processor.name` is kept. Otherwise `openai` is used when
-    it is among the registered `processors` and the environment names an endpoint.
-    """
-    explicit = any(
-        value.key == "processor.name" and value.source != "default"
-        for value in settings.describe_sources()
-    )
-    if explicit:
-        return settings, None
-    installed = MODEL_PROCESSOR in processors
-    if installed and any(environ.get(name) for name in MODEL_ENDPOINT_ENV):
-        processor = ProcessorSettings.model_validate(
-            {**settings.processor.model_dump(), "name": MODEL_PROCESSOR}
-        )
-        return settings.model_copy(update={"processor": processor}), None
-    return settings, _NO_MODEL.format(install="" if installed else _INSTALL_MODEL)
-
-
-def _turn_processors(plugins: pluggy.PluginManager) -> list[str]:
-    """Names of the registered turn processors (failing plugins are reported later)."""
-    names: list[str] = []
-    for _, caller in plugin_callers(plugins, "ore_register_turn_processors"):
-        try:
-            caller(register=lambda name, factory: names.append(name))
-        except Exception:  # build_runtime names the plugin when it fails there too
-            continue
-    return names
-
-
 def _conduit_class(registrations: Registrations) -> type[Conduit]:
     if CONDUIT not in registrations.conduits:
         raise ChatError(_INSTALL_CONDUIT)
@@ -181,7 +215,7 @@ def _conduit_config(
 ) -> ConduitConfig:
     """The `[plugins.stdin]` table with the command-line choice of thread applied."""
     section = settings.plugin_config(CONDUIT)
-    if overrides:
+    if "thread" in overrides or "new" in overrides:
         section = {k: v for k, v in section.items() if k not in ("thread", "new")}
     return conduit.load_config({**section, **overrides})
 
@@ -217,19 +251,26 @@ async def _everything(
     settings: OreSettings, plugins: pluggy.PluginManager, overrides: dict[str, Any]
 ) -> None:
     """A private nats-server, the core and the conduit, closed in reverse order."""
-    settings, notice = choose_processor(settings, _turn_processors(plugins), os.environ)
+    reap_chat_servers()  # what chats killed with SIGKILL left behind
+    choice = choose_processor(settings, turn_processors(plugins), os.environ)
+    settings = choice.settings
     async with AsyncExitStack() as stack:
         runtime = await build_runtime(settings, plugins)
         stack.push_async_callback(runtime.aclose)
         conduit = _conduit_class(runtime.registrations)
         config = _conduit_config(conduit, settings, overrides)
-        for line in [*runtime.notices, *([notice] if notice else [])]:
+        for line in runtime.notices:
             click.echo(line, err=True)
+        click.echo(
+            answering_line(runtime.processor, runtime.processor_description, choice), err=True
+        )
         nats = settings.nats
-        store_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="ore-chat-nats-"))
+        store_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix=CHAT_NATS_PREFIX))
         server = EmbeddedNatsServer(store_dir, config=f"max_payload: {int(nats.max_payload)}\n")
         await server.astart()
         stack.push_async_callback(server.astop)
+        record_chat_server(ChatServer(os.getpid(), server.pid, store_dir))
+        stack.callback(forget_chat_server, os.getpid())
         service = CoreService(
             runtime.manager,
             servers=[server.url],

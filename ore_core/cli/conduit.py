@@ -3,9 +3,10 @@
 The conduit class comes from the plugins' registrations (`ore_register_conduits`),
 its settings from the `[plugins.NAME]` table (with `--set` overrides on top),
 validated by the class's `load_config`. It connects to the NATS that `ore serve`
-uses (`nats.*` settings: URL, credentials, TLS, subject prefix). A conduit never
-starts a server of its own: with no URL configured, or none reachable, it fails with
-one line and exit status 1. SIGTERM or SIGINT cancels the conduit, closes the
+uses (`nats.*` settings: URL, credentials, TLS, subject prefix), or, with no URL
+configured, the one the running `ore serve` recorded. A conduit never starts a
+server of its own: with no URL found, or none reachable, it fails with one line and
+exit status 1. SIGTERM or SIGINT cancels the conduit, closes the
 connection and exits 0. `ore conduit --list` shows what is installed.
 """
 
@@ -27,6 +28,7 @@ from ore_core.cli.options import (
     nats_settings,
     table_columns,
 )
+from ore_core.cli.running import find_running
 from ore_core.config import NatsSettings, OreSettings
 from ore_core.errors import OreError
 from ore_core.plugins.manager import BUILTIN_PLUGINS, OrePluginManager, plugin_callers
@@ -79,10 +81,15 @@ def conduit(
     config = load(section) if callable(load) else section
     nats = nats_settings(settings.nats, nats_urls)
     if not nats.url:
-        raise OreError(
-            f"conduit {name}: no NATS server configured; pass --nats URL or set nats.url "
-            "(ORE_NATS__URL) to the server `ore serve` uses (a conduit never starts its own)"
-        )
+        running = find_running()
+        if running is None:
+            raise OreError(
+                f"conduit {name}: no NATS server configured and no running `ore serve` "
+                "recorded; start `ore serve`, or pass --nats URL / set nats.url "
+                "(ORE_NATS__URL) to the server it uses (a conduit never starts its own)"
+            )
+        click.echo(f"conduit {name}: using {running.describe()}", err=True)
+        nats = nats_settings(nats, [running.nats_url])
     asyncio.run(_serve(conduit_class, config, nats, connect_timeout))
 
 
@@ -150,7 +157,7 @@ def _list_conduits(plugins: OrePluginManager, settings: OreSettings) -> None:
     """One row per installed conduit: name, distribution, description."""
     classes = collect_registrations(plugins, settings).conduits
     if not classes:
-        click.echo("No conduits installed (e.g. `ore install ore-conduit-nats`).")
+        click.echo("No conduits installed (from a checkout: `ore install ./conduits/nats`).")
         return
     owners = _owners(plugins)
     rows = [("NAME", "DISTRIBUTION", "DESCRIPTION")]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 from dataclasses import asdict
@@ -24,14 +25,18 @@ from typing import Any
 import click
 import structlog
 
+from ore_core.cli.failures import DEBUG_ENV, debug_requested, one_line
 from ore_core.cli.options import cli_state, table_columns
-from ore_core.errors import OreError
+from ore_core.cli.processor import choose_processor, turn_processors
+from ore_core.config import ConfigValue
 
 __all__ = ["LAZY_COMMANDS", "OreGroup", "main"]
 
 LAZY_COMMANDS: dict[str, str] = {
+    "auth": "ore_core.cli.auth:auth",
     "chat": "ore_core.cli.chat:chat",
     "conduit": "ore_core.cli.conduit:conduit",
+    "doctor": "ore_core.cli.doctor:doctor",
     "migrate": "ore_core.cli.migrate:migrate",
     "serve": "ore_core.cli.serve:serve",
     "threads": "ore_core.cli.threads:threads",
@@ -45,8 +50,9 @@ _log = structlog.get_logger("ore.cli")
 class OreGroup(click.Group):
     """A click group that also finds lazy core commands and plugin commands.
 
-    Built-in commands win over plugin commands of the same name. An `OreError`
-    raised by any command becomes a one-line `Error: ...` and exit status 1.
+    Built-in commands win over plugin commands of the same name. Any error a command
+    raises becomes a one-line `Error: ...` saying what to do, and exit status 1;
+    `--debug` or `ORE_DEBUG=1` shows the traceback instead.
     """
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -70,8 +76,12 @@ class OreGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except OreError as exc:
-            raise click.ClickException(str(exc)) from exc
+        except (click.ClickException, click.Abort, click.exceptions.Exit):
+            raise
+        except Exception as exc:
+            if debug_requested(bool(ctx.params.get("debug"))):
+                raise
+            raise click.ClickException(one_line(exc)) from exc
 
 
 @click.group(cls=OreGroup)
@@ -87,8 +97,13 @@ class OreGroup(click.Group):
     type=click.Choice(_LEVELS, case_sensitive=False),
     help="Log level (default: [log] level in the config, else info).",
 )
+@click.option(
+    "--debug",
+    is_flag=True,
+    help=f"Show the traceback of an error instead of one line (or set {DEBUG_ENV}=1).",
+)
 @click.pass_context
-def main(ctx: click.Context, config_path: Path | None, log_level: str | None) -> None:
+def main(ctx: click.Context, config_path: Path | None, log_level: str | None, debug: bool) -> None:
     """ore: a message-bus plugin framework for conversational agents."""
     cli_state(ctx)
 
@@ -142,15 +157,40 @@ def install(packages: tuple[str, ...], upgrade: bool, editable: tuple[str, ...])
 @click.argument("packages", nargs=-1, required=True)
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 def uninstall(packages: tuple[str, ...], yes: bool) -> None:
-    """Uninstall plugin packages from the Python environment ore runs in."""
-    _pip("uninstall", *(["--yes"] if yes else []), *packages)
+    """Uninstall plugin packages from the Python environment ore runs in.
+
+    ore-core and its own dependencies are refused, and so are names that are not
+    installed. Without -y it asks first, which needs a terminal.
+    """
+    from ore_core.cli.packages import refusals
+
+    reasons = refusals(packages)
+    if reasons:
+        raise click.ClickException("; ".join(reasons))
+    if not yes:
+        if not sys.stdin.isatty():
+            raise click.ClickException(
+                f"ore uninstall asks before removing {', '.join(packages)}, but there is no "
+                "terminal to answer: add -y"
+            )
+        click.confirm(f"Uninstall {', '.join(packages)}?", abort=True)
+    _pip("uninstall", "--yes", *packages)
 
 
 @main.command("config")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def config_command(as_json: bool) -> None:
     """Show the effective configuration and where each value came from (secrets hidden)."""
-    values = cli_state().settings.describe_sources()
+    state = cli_state()
+    values = state.settings.describe_sources()
+    # The processor as `ore serve` and `ore chat` will choose it, not only as written.
+    choice = choose_processor(state.settings, turn_processors(state.plugin_manager), os.environ)
+    values = [
+        ConfigValue(value.key, choice.settings.processor.name, choice.source)
+        if value.key == "processor.name" and choice.source.startswith("auto")
+        else value
+        for value in values
+    ]
     if as_json:
         click.echo(json.dumps([asdict(value) for value in values], indent=2))
         return

@@ -146,13 +146,19 @@ def bus_config(nats: NatsSettings) -> BusConfig:
 
 
 async def connect_conduit(name: str, nats: NatsSettings, connect_timeout: float) -> ConduitClient:
-    """A ConduitClient for conduit `name` with the `[nats]` credentials and TLS settings."""
+    """A ConduitClient for conduit `name` with the `[nats]` credentials and TLS settings.
+
+    Its namespace is `nats.namespace` (default: `name`) and `nats.secret` keys its
+    message ids: what `ore auth` writes into the conduit's settings file.
+    """
     servers = list(nats.url or [])
     try:
         async with asyncio.timeout(connect_timeout):
             return await ConduitClient.connect(
                 servers,
                 name=name,
+                namespace=nats.namespace,
+                secret=nats.secret.get_secret_value() if nats.secret else None,
                 prefix=nats.subject_prefix,
                 credentials=NatsCredentials.from_settings(nats),
             )

@@ -22,7 +22,10 @@ import click
 from ore_core.artifacts import Artifact, Image, Reasoning, Text, ToolCall, ToolResult
 from ore_core.cli.app import open_store, store_section
 from ore_core.cli.options import cli_state, table_columns
+from ore_core.cli.running import find_running
 from ore_core.errors import ThreadCorrupt, ThreadNotFound
+from ore_core.id_prefix import resolve_thread_id, short_id
+from ore_core.ids import validate_thread_id
 from ore_core.ledger.thread import Thread
 from ore_core.plugins.registry import collect_registrations
 from ore_core.session.protocols import Store
@@ -32,6 +35,7 @@ __all__ = ["threads"]
 
 _T = TypeVar("_T")
 _PREVIEW_WIDTH = 60
+_TITLE_WIDTH = 40
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +50,18 @@ class _StoreChoice:
 
         A different `--store` drops the configured table: its keys belong to another store.
         """
-        section = store_section(cli_state().settings.store)
+        settings = cli_state().settings
+        section = store_section(settings.store)
+        running = find_running()
+        if self.name is None and self.path is None and running is not None:
+            # The store the running `ore serve` serves, unless the config names one.
+            configured = any(
+                value.key.startswith("store.") and value.source != "default"
+                for value in settings.describe_sources()
+            )
+            name, _, path = running.store.partition(":")
+            if not configured and name and path:
+                return {"name": name, "path": Path(path)}
         if self.name is not None and self.name != section["name"]:
             section = {"name": self.name}
         if self.path is not None:
@@ -54,19 +69,59 @@ class _StoreChoice:
         return section
 
 
-def _with_store(choice: _StoreChoice, action: Callable[[Store], Awaitable[_T]]) -> _T:
-    """Open the chosen store, run `action` on it and close the store, on a fresh loop."""
+def _with_store(
+    choice: _StoreChoice, action: Callable[[Store], Awaitable[_T]], *, read_only: bool = False
+) -> _T:
+    """Open the chosen store, run `action` on it and close the store, on a fresh loop.
+
+    `read_only` commands open an existing SQLite file read-only: reading threads must
+    not need write access to the store.
+    """
     state = cli_state()
+    section = choice.section()
+    if read_only and section["name"] == "sqlite":
+        path = Path(section.get("path") or state.settings.store.path).expanduser()
+        if path.is_file():
+            section = {**section, "read_only": True}
 
     async def run() -> _T:
         registrations = collect_registrations(state.plugin_manager, state.settings)
-        store = open_store(registrations, choice.section())
+        store = open_store(registrations, section)
         try:
             return await action(store)
         finally:
             await store.close()
 
     return asyncio.run(run())
+
+
+async def _resolve(store: Store, typed: str) -> str:
+    """The full id of the thread `typed` names (an exact id or a unique prefix)."""
+
+    validate_thread_id(typed)  # a path-like "id" is refused before any lookup
+
+    async def exists(thread_id: str) -> bool:
+        try:
+            await store.get(thread_id)
+        except ThreadNotFound:
+            return False
+        except ThreadCorrupt:
+            return True  # it exists; the command reports what is wrong with it
+        return True
+
+    async def list_ids(after: str, limit: int) -> list[str]:
+        return await store.list_ids(after=after, limit=limit)
+
+    return await resolve_thread_id(typed, exists, list_ids, _location(store))
+
+
+def _title(thread: Thread) -> str:
+    """The thread's `title` metadata, else its first message, on one line."""
+    title = thread.meta().all().get("title", "")
+    if title:
+        return _shorten(title, _TITLE_WIDTH)
+    first = next(iter(thread.turns()), None)
+    return _shorten(_preview(first), _TITLE_WIDTH) if first is not None else ""
 
 
 def _location(store: Store) -> str:
@@ -212,34 +267,51 @@ def _thread_json(thread: Thread, location: str, all_branches: bool) -> dict[str,
 )
 @click.pass_context
 def threads(ctx: click.Context, store_name: str | None, store_path: Path | None) -> None:
-    """List, show, fork and delete stored threads."""
+    """List, show, fork, delete and export stored threads.
+
+    A thread id may be shortened to any unique prefix (like a git commit).
+    """
     ctx.obj = _StoreChoice(store_name, store_path)
 
 
 @threads.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--all", "include_empty", is_flag=True, help="Include threads without turns.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (full ids).")
 @click.pass_obj
-def list_command(choice: _StoreChoice, as_json: bool) -> None:
-    """Every readable thread, most recently updated first."""
+def list_command(choice: _StoreChoice, include_empty: bool, as_json: bool) -> None:
+    """Every readable thread, most recently updated first (short ids, like git).
+
+    Any unique prefix of an id works wherever a thread id is typed.
+    """
 
     async def read(store: Store) -> tuple[list[Thread], str]:
         return await store.list(), _location(store)
 
-    found, location = _with_store(choice, read)
+    found, location = _with_store(choice, read, read_only=True)
+    hidden = 0 if include_empty else sum(1 for thread in found if len(thread) == 0)
+    found = [thread for thread in found if include_empty or len(thread) > 0]
     dated = sorted(((_updated(thread), thread) for thread in found), key=_newest_first)
     summaries = [_summary(thread, updated) for updated, thread in dated]
     if as_json:
         _echo_json(summaries)
         return
-    if not summaries:
+    if summaries:
+        table = [("ID", "TURNS", "UPDATED", "TITLE", "LAST")]
+        table += [
+            (
+                short_id(summary["id"]),
+                str(summary["turns"]),
+                _local_time(updated),
+                summary["title"] or "-",
+                summary["preview"],
+            )
+            for summary, (updated, _) in zip(summaries, dated, strict=True)
+        ]
+        click.echo("\n".join(table_columns(table)))
+    else:
         click.echo(f"No threads in {location}.")
-        return
-    table = [("ID", "TURNS", "UPDATED", "PREVIEW")]
-    table += [
-        (summary["id"], str(summary["turns"]), _local_time(updated), summary["preview"])
-        for summary, (updated, _) in zip(summaries, dated, strict=True)
-    ]
-    click.echo("\n".join(table_columns(table)))
+    if hidden:
+        click.echo(f"({hidden} empty thread(s) hidden: --all shows them)")
 
 
 def _newest_first(entry: tuple[datetime | None, Thread]) -> tuple[float, str]:
@@ -251,6 +323,7 @@ def _summary(thread: Thread, updated: datetime | None) -> dict[str, Any]:
     path = thread.turns()
     return {
         "id": thread.id,
+        "title": _title(thread),
         "turns": len(thread),
         "branches": len(thread.branches()),
         "updated": format_timestamp(updated) if updated is not None else None,
@@ -268,9 +341,9 @@ def show_command(choice: _StoreChoice, thread_id: str, all_branches: bool, as_js
     """The conversation of THREAD_ID along its active path (or every branch)."""
 
     async def read(store: Store) -> tuple[Thread, str]:
-        return await store.get(thread_id), _location(store)
+        return await store.get(await _resolve(store, thread_id)), _location(store)
 
-    thread, location = _with_store(choice, read)
+    thread, location = _with_store(choice, read, read_only=True)
     if as_json:
         _echo_json(_thread_json(thread, location, all_branches))
         return
@@ -285,13 +358,14 @@ def show_command(choice: _StoreChoice, thread_id: str, all_branches: bool, as_js
 def fork_command(choice: _StoreChoice, thread_id: str, turn_id: str) -> None:
     """Move the tip of THREAD_ID to TURN_ID: the next message starts a branch there."""
 
-    async def fork(store: Store) -> None:
-        thread = await store.get(thread_id)
+    async def fork(store: Store) -> str:
+        thread = await store.get(await _resolve(store, thread_id))
         thread.fork(turn_id)
         await store.save(thread)
+        return thread.id
 
-    _with_store(choice, fork)
-    click.echo(f"Forked thread {thread_id} at turn {turn_id}: the next message branches there.")
+    full = _with_store(choice, fork)
+    click.echo(f"Forked thread {full} at turn {turn_id}: the next message branches there.")
 
 
 @threads.command("delete")
@@ -301,16 +375,55 @@ def fork_command(choice: _StoreChoice, thread_id: str, turn_id: str) -> None:
 def delete_command(choice: _StoreChoice, thread_id: str, yes: bool) -> None:
     """Delete THREAD_ID and every turn of it from the store."""
 
-    async def delete(store: Store) -> None:
+    async def delete(store: Store) -> str:
+        full = await _resolve(store, thread_id)
         try:
-            size = f"{len(await store.get(thread_id))} turns"
+            size = f"{len(await store.get(full))} turns"
         except ThreadCorrupt:
             size = "unreadable"  # a corrupt thread is exactly what one wants to delete
         if not yes:
-            question = f"Delete thread {thread_id} ({size}) from {_location(store)}?"
+            question = f"Delete thread {full} ({size}) from {_location(store)}?"
             click.confirm(question, abort=True)
-        if not await store.delete(thread_id):
-            raise ThreadNotFound(f"thread {thread_id} not found in {_location(store)}")
+        if not await store.delete(full):
+            raise ThreadNotFound(f"thread {full} not found in {_location(store)}")
+        return full
 
-    _with_store(choice, delete)
-    click.echo(f"Deleted thread {thread_id}.")
+    full = _with_store(choice, delete)
+    click.echo(f"Deleted thread {full}.")
+
+
+@threads.command("export")
+@click.argument("thread_id")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["markdown", "json"]),
+    default="markdown",
+    show_default=True,
+    help="Markdown to read or share; JSON (every turn, every branch) to process.",
+)
+@click.pass_obj
+def export_command(choice: _StoreChoice, thread_id: str, fmt: str) -> None:
+    """Print THREAD_ID as Markdown (the active path) or JSON (the whole tree)."""
+
+    async def read(store: Store) -> tuple[Thread, str]:
+        return await store.get(await _resolve(store, thread_id)), _location(store)
+
+    thread, location = _with_store(choice, read, read_only=True)
+    if fmt == "json":
+        _echo_json(_thread_json(thread, location, all_branches=True))
+        return
+    click.echo("\n".join(_markdown_lines(thread)))
+
+
+def _markdown_lines(thread: Thread) -> Iterator[str]:
+    """The active path as Markdown: a heading per turn, the artifacts as written."""
+    yield f"# {_title(thread) or 'Thread ' + thread.id}"
+    yield ""
+    yield f"Thread `{thread.id}`, {len(thread.turns())} turns on the active path."
+    for turn in thread.turns():
+        yield ""
+        yield f"## {str(turn.role).capitalize()} ({_local_time(turn.timestamp)})"
+        yield ""
+        for artifact in turn.artifacts:
+            yield _artifact_text(artifact)

@@ -3,7 +3,11 @@
 It maps platform conversations to threads (`lookup_or_create`), sends user messages
 (JetStream, de-duplicated by event id, retried with the same id), reads output events
 in order without gaps (`events`), and calls the rest of the control API. One client
-per conduit process; `name` is the conduit's name and the provenance of what it sends.
+per conduit process; `name` is the conduit's name, `namespace` (default: the name)
+the namespace of its threads and the provenance of what it sends. Every subject it
+uses carries the namespace (`ore.in.NS.T`, `ore.out.NS.T`, `ore.api.NS.<method>`) and
+its replies arrive on the private inbox `_INBOX_NS`, so a NATS user limited to those
+subjects (what `ore auth` writes) is all a conduit needs.
 
 Concurrency: use a client from the event loop that connected it. Its methods may be
 called from many tasks at once; each `EventFeed` is read by one task.
@@ -12,6 +16,8 @@ called from many tasks at once; each `EventFeed` is read by one task.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -57,6 +63,7 @@ from ore_core.subjects import (
     HEADER_TRACEPARENT,
     SCHEMA_VERSION,
     Subjects,
+    validate_namespace,
 )
 from ore_core.turn import Turn, turn_from_dict
 
@@ -66,8 +73,10 @@ __all__ = [
     "EventFeed",
     "NatsCredentials",
     "PermissionWatch",
+    "Sent",
     "ThreadInfo",
     "ThreadPage",
+    "message_id",
 ]
 
 log = structlog.get_logger("ore.bus.client")
@@ -81,6 +90,39 @@ _RETRYABLE = (
 )
 
 
+def message_id(
+    namespace: str, thread_id: str, event_id: str, secret: str | bytes | None = None
+) -> str:
+    """The `Nats-Msg-Id` of an ingress event: scoped to the thread, keyed by `secret`.
+
+    `T:event_id` without a secret. With one, `T:` + the first 32 hex digits of
+    HMAC-SHA256(secret, `NS|T|event_id`): any publisher may set any header, so only a
+    keyed id stops another conduit from publishing first with this id and getting the
+    real message dropped as a duplicate. The core never relies on the id for
+    correctness (it de-duplicates by event id per thread); it only saves work.
+    """
+    if not secret:
+        return f"{thread_id}:{event_id}"
+    key = secret.encode() if isinstance(secret, str) else secret
+    digest = hmac.new(key, f"{namespace}|{thread_id}|{event_id}".encode(), hashlib.sha256)
+    return f"{thread_id}:{digest.hexdigest()[:32]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """What `send` and `interrupt` published: the event, and whether JetStream already had
+    it (`duplicate`: a retry or a second send with one id; the core answers it once)."""
+
+    event: UserMessageEvent | InterruptEvent
+    duplicate: bool
+    sequence: int
+
+    @property
+    def id(self) -> str:
+        """The event id."""
+        return self.event.id
+
+
 @dataclass(frozen=True, slots=True)
 class ThreadInfo:
     """A thread as `threads.get` describes it; `turns` counts stored turns (all branches)."""
@@ -89,6 +131,7 @@ class ThreadInfo:
     current_tip: str
     metadata: dict[str, str]
     turns: int
+    namespace: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +147,12 @@ class ConduitClient:
 
     Build it with `await ConduitClient.connect(...)`. Wrapping an existing connection
     (`ConduitClient(nc, name=...)`) leaves that connection to the caller, whose
-    `error_cb` should pass errors to `permissions.observe` and whose `reconnected_cb`
-    should call `resync_feeds()`. API errors raise `ApiError`; a bus that cannot be
-    reached raises `BusError`; a subject the user may not use, `PermissionDenied`.
+    `error_cb` should pass errors to `permissions.observe`, whose `reconnected_cb`
+    should call `resync_feeds()`, and whose `inbox_prefix` should be
+    `Subjects().inbox(namespace)` when its user is limited to its namespace. API errors
+    raise `ApiError`; a bus that cannot be reached raises `BusError`; a subject the
+    user may not use, `PermissionDenied`. `secret` keys the message ids (see
+    `message_id`); `ore auth` gives every conduit one.
     """
 
     def __init__(
@@ -114,16 +160,20 @@ class ConduitClient:
         nc: NatsClient,
         *,
         name: str,
+        namespace: str | None = None,
         prefix: str = DEFAULT_PREFIX,
+        secret: str | bytes | None = None,
         request_timeout: float = 5.0,
         send_deadline: float = 30.0,
         permissions: PermissionWatch | None = None,
         owns_connection: bool = False,
     ) -> None:
         if not name:
-            raise ValueError("a conduit needs a name (it is the provenance of what it sends)")
+            raise ValueError("a conduit needs a name (its namespace defaults to it)")
         self.name = name
+        self.namespace = validate_namespace(name if namespace is None else namespace)
         self.subjects = Subjects(prefix)
+        self._secret = secret
         self._nc = nc
         self._js = nc.jetstream(timeout=request_timeout)
         self._request_timeout = request_timeout
@@ -138,7 +188,10 @@ class ConduitClient:
         servers: str | list[str],
         *,
         name: str,
+        namespace: str | None = None,
         prefix: str = DEFAULT_PREFIX,
+        secret: str | bytes | None = None,
+        inbox_prefix: str | None = None,
         credentials: NatsCredentials | None = None,
         request_timeout: float = 5.0,
         send_deadline: float = 30.0,
@@ -154,7 +207,11 @@ class ConduitClient:
         `send_deadline`
         bounds how long `send` keeps retrying while NATS or the core is unreachable;
         `reconnect_wait` is the pause between reconnect attempts to one server.
+        The connection's inbox prefix is `_INBOX_NS` (NS the namespace, by default
+        `name`): replies and acks arrive where only this conduit's user may listen.
+        An operator's client (the admin user of `ore auth`) passes `inbox_prefix="_INBOX"`.
         """
+        ns = validate_namespace(name if namespace is None else namespace)
         client: ConduitClient | None = None
         permissions = PermissionWatch()
 
@@ -176,6 +233,7 @@ class ConduitClient:
             "reconnected_cb": on_reconnected,
             "max_reconnect_attempts": -1,
             "reconnect_time_wait": reconnect_wait,
+            "inbox_prefix": inbox_prefix or Subjects(prefix).inbox(ns),
             **(credentials or NatsCredentials()).connect_options(),
         }
         try:
@@ -202,7 +260,9 @@ class ConduitClient:
         client = cls(
             nc,
             name=name,
+            namespace=ns,
             prefix=prefix,
+            secret=secret,
             request_timeout=request_timeout,
             send_deadline=send_deadline,
             permissions=permissions,
@@ -245,7 +305,8 @@ class ConduitClient:
         """The thread whose metadata `key` is `value`, created (with `metadata`) if none.
 
         Atomic across workers: racing conduits get the same thread. Returns
-        (thread_id, created). Prefix keys with the conduit name (`slack.thread_ts`).
+        (thread_id, created). Keys start with the namespace (`slack.thread_ts`): the
+        core refuses others, so no conduit can take another's lookups.
         """
         reply = await self._call(
             "threads.lookup", {"key": key, "value": value, "metadata": dict(metadata or {})}
@@ -263,28 +324,50 @@ class ConduitClient:
         return str(reply["id"])
 
     async def get_thread(self, thread_id: str) -> ThreadInfo:
-        """The thread's tip, metadata and size; ApiError 404 if unknown."""
-        reply = await self._call("threads.get", {"id": thread_id})
-        return ThreadInfo(
-            id=str(reply["id"]),
-            current_tip=str(reply["current_tip"]),
-            metadata=dict(reply["metadata"]),
-            turns=int(reply["turns"]),
-        )
+        """The thread's tip, metadata and size; ApiError 404 if unknown (or another's)."""
+        return _thread_info(await self._call("threads.get", {"id": thread_id}))
 
     async def list_threads(self, *, after: str | None = None, limit: int = 100) -> ThreadPage:
-        """Thread ids in ascending order after `after`, at most `limit` (1-1000)."""
+        """Thread ids of this namespace in ascending order after `after`, at most `limit`.
+
+        A page may be short (even empty) while `next` is set: keep asking from `next`.
+        """
         reply = await self._call("threads.list", {"after": after, "limit": limit})
         return ThreadPage(threads=list(reply["threads"]), next=reply["next"])
 
+    async def read_events(
+        self, thread_id: str | None = None, *, after: int = 0, limit: int = 100
+    ) -> dict[str, Any]:
+        """One page of stored events of the thread (or of the namespace) after `after`.
+
+        `{"events": [{"thread", "sequence", "kind", "event"}, ...], "next": seq or None}`;
+        `limit=0` answers `{"last": seq}`, the last stored sequence in scope. Feeds call
+        it to catch up; conduits rarely need it directly.
+        """
+        body: dict[str, Any] = {"after": after, "limit": limit}
+        if thread_id is not None:
+            body["thread"] = thread_id
+        return await self._call("events.read", body)
+
+    async def turns(self, thread_id: str) -> list[Turn]:
+        """The thread's active path, oldest first; ApiError 404 if unknown (or another's)."""
+        reply = await self._call("threads.turns", {"id": thread_id})
+        return [turn_from_dict(turn) for turn in reply["turns"]]
+
+    async def health(self) -> dict[str, Any]:
+        """`{"status": "ok", "version": ..., "streams": ...}` from one worker."""
+        return await self._call("health", {})
+
     async def fork(self, thread_id: str, turn_id: str) -> str:
-        """Make `turn_id` the thread's tip (the next message branches from it); the new tip."""
+        """Make `turn_id` the thread's tip (the next message branches from it)."""
         reply = await self._call("threads.fork", {"id": thread_id, "turn_id": turn_id})
         return str(reply["current_tip"])
 
+    # Operator methods: `P.admin.*`, refused (PermissionDenied) for a conduit's user.
+
     async def delete_thread(self, thread_id: str) -> bool:
-        """Delete the thread; False if it did not exist."""
-        reply = await self._call("threads.delete", {"id": thread_id})
+        """Admin: delete the thread; False if it did not exist."""
+        reply = await self._admin("threads.delete", {"id": thread_id})
         return bool(reply["deleted"])
 
     async def set_metadata(self, thread_id: str, key: str, value: str) -> dict[str, str]:
@@ -297,17 +380,21 @@ class ConduitClient:
         reply = await self._call("threads.meta.delete", {"id": thread_id, "key": key})
         return dict(reply["metadata"])
 
-    async def turns(self, thread_id: str) -> list[Turn]:
-        """The thread's active path, oldest first."""
-        reply = await self._call("threads.turns", {"id": thread_id})
-        return [turn_from_dict(turn) for turn in reply["turns"]]
+    async def admin_get_thread(self, thread_id: str) -> ThreadInfo:
+        """Admin: any thread of any namespace."""
+        return _thread_info(await self._admin("threads.get", {"id": thread_id}))
 
-    async def health(self) -> dict[str, Any]:
-        """`{"status": "ok", "version": ..., "streams": ...}` from one worker."""
-        return await self._call("health", {})
+    async def admin_call(self, method: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Admin: call `P.admin.<method>` (protocol.md lists them)."""
+        return await self._admin(method, body)
 
     async def _call(self, endpoint: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        subject = self.subjects.api(endpoint)
+        return await self._request(self.subjects.api(self.namespace, endpoint), body)
+
+    async def _admin(self, endpoint: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return await self._request(self.subjects.admin(endpoint), body)
+
+    async def _request(self, subject: str, body: Mapping[str, Any]) -> dict[str, Any]:
         request = self._nc.request(subject, jsonutil.dumps(body), timeout=self._request_timeout)
         try:
             reply = await self.permissions.guard(subject, request)
@@ -334,13 +421,13 @@ class ConduitClient:
         *,
         id: str | None = None,
         user: str | None = None,
-    ) -> UserMessageEvent:
+    ) -> Sent:
         """Send a user message to the thread (created on first message if unknown).
 
         Pass the platform's message id as `id`: a message sent twice with one id is
-        stored once. Retries (timeouts, reconnects, core not started yet) reuse the
-        id, for up to `send_deadline` seconds. An event without a provenance gets the
-        conduit's name. Returns the event that was sent.
+        stored once (`Sent.duplicate` says so). Retries (timeouts, reconnects, core
+        not started yet) reuse the id, for up to `send_deadline` seconds. The event's
+        provenance is the namespace (the core refuses any other).
         """
         if isinstance(message, UserMessageEvent):
             if id is not None or user is not None:
@@ -350,22 +437,32 @@ class ConduitClient:
             event = UserMessageEvent(
                 id=id or new_event_id(),
                 content=message,
-                context=EventContext(provenance=self.name, user=user or ""),
+                context=EventContext(provenance=self.namespace, user=user or ""),
             )
         return await self._publish(thread_id, event)
 
-    async def interrupt(self, thread_id: str, *, id: str | None = None) -> InterruptEvent:
+    async def interrupt(self, thread_id: str, *, id: str | None = None) -> Sent:
         """Cancel the turn in flight on the thread and drop its queued messages."""
-        event = InterruptEvent(id=id or new_event_id(), context=EventContext(provenance=self.name))
+        event = InterruptEvent(
+            id=id or new_event_id(), context=EventContext(provenance=self.namespace)
+        )
         return await self._publish(thread_id, event)
 
-    async def _publish(self, thread_id: str, event: _I) -> _I:
-        if not event.context.provenance:
-            event = event.with_context(event.context.model_copy(update={"provenance": self.name}))
-        subject = self.subjects.inbound(validate_thread_id(thread_id))
+    async def _publish(self, thread_id: str, event: _I) -> Sent:
+        claimed = event.context.provenance
+        if claimed and claimed != self.namespace:
+            raise ValueError(
+                f"provenance {claimed!r} is not this conduit's namespace {self.namespace!r}: "
+                "the core refuses a message that claims another identity"
+            )
+        if not claimed:
+            event = event.with_context(
+                event.context.model_copy(update={"provenance": self.namespace})
+            )
+        subject = self.subjects.inbound(self.namespace, validate_thread_id(thread_id))
         payload = encode_event(event)
         headers = {
-            HEADER_MSG_ID: event.id,
+            HEADER_MSG_ID: message_id(self.namespace, thread_id, event.id, self._secret),
             HEADER_KIND: event.kind,
             HEADER_SCHEMA: str(SCHEMA_VERSION),
         }
@@ -381,8 +478,8 @@ class ConduitClient:
                 subject, payload, timeout=self._request_timeout, headers=headers
             )
             try:
-                await self.permissions.guard(subject, publish)
-                return event
+                ack = await self.permissions.guard(subject, publish)
+                return Sent(event, bool(ack.duplicate), int(ack.seq))
             except _RETRYABLE as exc:
                 if loop.time() + pause > deadline:
                     raise BusError(
@@ -422,16 +519,18 @@ class ConduitClient:
         """The output events of `thread_id` (or of every thread), as `Delivery` objects.
 
         Enter it (`async with client.events(T) as feed:`) before sending, then iterate.
-        `durable=NAME` (letters, digits, `-`) keeps the position on the server, so
-        events produced while the conduit was stopped arrive after it restarts.
+        Without a thread: every thread of this conduit's namespace. `durable=NAME`
+        (letters, digits, `-`) has the core keep the position, so events produced
+        while the conduit was stopped arrive after it restarts.
         """
         feed = EventFeed(
             self._nc,
             self.subjects,
+            self.namespace,
+            self._call,
             thread_id=thread_id,
             kinds=kinds,
             durable=durable,
-            request_timeout=self._request_timeout,
             permissions=self.permissions,
             on_close=self._feeds.discard,
         )
@@ -446,6 +545,16 @@ class ConduitClient:
         """
         for feed in self._feeds:
             feed.resync()
+
+
+def _thread_info(reply: Mapping[str, Any]) -> ThreadInfo:
+    return ThreadInfo(
+        id=str(reply["id"]),
+        current_tip=str(reply["current_tip"]),
+        metadata=dict(reply["metadata"]),
+        turns=int(reply["turns"]),
+        namespace=str(reply.get("namespace", "")),
+    )
 
 
 def _decode_reply(subject: str, reply: Msg) -> dict[str, Any]:

@@ -201,7 +201,7 @@ class Thread:
         if turn_id and turn_id not in self._turns:
             raise TurnNotFound(
                 f"cannot fork thread {self.id!r} at turn {turn_id!r}: no such turn "
-                "(pick an id from all_turns() or branches())"
+                "(`ore threads show ID --all-branches` lists the turn ids)"
             )
         self.set_current_tip(turn_id)
 

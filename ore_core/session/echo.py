@@ -27,6 +27,13 @@ class EchoProcessor:
     when trying out crashes, failover and load without a model.
     """
 
+    default_model: None = None
+    """Echo has no model: `/model` says so instead of pretending to switch."""
+
+    def describe(self) -> str:
+        """What answers, for `ore serve`, `ore chat` and `/model`."""
+        return "echo (it repeats your message; no model)"
+
     def __init__(self, prefix: str = "", delay: float = 0.0) -> None:
         self.prefix = prefix
         self.delay = delay

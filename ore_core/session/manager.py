@@ -5,7 +5,11 @@ stream per thread, even when many tasks attach at once), forwards every output e
 to the registered sinks, and forgets streams when they close.
 
 Sinks run in their own tasks behind bounded buffers: a slow or failing sink never
-stalls a stream or another sink; failures are logged with the sink's name.
+stalls a stream or another sink; failures are logged with the sink's name. Those
+tasks, the streams' workers and the idle sweeper belong to one `TaskScope` (`tasks`):
+a crash of any of them (a bug, not a failing sink call) is logged and stops the
+Manager's work, and `aclose()` raises it (or, under `ore serve`, the core's scope
+reports it).
 
 Live text deltas are paced with `delta_interval` > 0: at most one message per
 interval per thread, each up to `delta_max_bytes` (see `ore_core.session.deltas`).
@@ -26,6 +30,7 @@ import structlog
 
 from ore_core.errors import SessionNotFound
 from ore_core.events import OutputEvent
+from ore_core.ids import NAMESPACE_KEY
 from ore_core.ledger.thread import Thread
 from ore_core.session.fanout import EventBuffer, SubscriberOverflow
 from ore_core.session.policy import DoubleTexting
@@ -33,6 +38,7 @@ from ore_core.session.protocols import Interceptor, Sink, SinkFunc, Store, TurnP
 from ore_core.session.store_health import StoreHealth
 from ore_core.session.stream import Stream
 from ore_core.session.turn_context import Transform
+from ore_core.tasks import TaskScope
 
 __all__ = ["DefaultMetadata", "Manager"]
 
@@ -81,11 +87,9 @@ class _SinkRunner:
         )
         self.task: asyncio.Task[None] | None = None
 
-    def start(self) -> None:
+    def start(self, tasks: TaskScope) -> None:
         if self.task is None:
-            self.task = asyncio.get_running_loop().create_task(
-                self._run(), name=f"ore-sink-{self.name}"
-            )
+            self.task = tasks.spawn(self._run(), name=f"ore-sink-{self.name}")
 
     async def _run(self) -> None:
         if self.batch_fn is not None:
@@ -175,6 +179,8 @@ class Manager:
         self._streams: dict[str, Stream] = {}
         self._attaching: dict[str, asyncio.Future[Stream]] = {}
         self._sinks: list[_SinkRunner] = []
+        self.tasks = TaskScope("manager")
+        """The sink tasks, stream workers and idle sweeper (a core service adopts it)."""
         self._closed = False
         for sink in sinks:
             self.register_sink(sink.kinds, sink.emit, name=getattr(sink, "name", None))
@@ -209,19 +215,22 @@ class Manager:
             subscriber_buffer=self._subscriber_buffer,
             on_publish=self._to_sinks,
             on_closed=self._forget,
-            new_thread=self._new_thread,
+            new_thread=lambda: self._new_thread(thread),
             store_health=self.store_health,
             delta_pacing=self._delta_pacing,
+            tasks=self.tasks,
         )
         self._streams[thread.id] = stream
         if self.idle_timeout is not None and self._sweeper is None and not self._closed:
-            self._sweeper = asyncio.get_running_loop().create_task(
+            self._sweeper = self.tasks.spawn(
                 self._sweep(self.idle_timeout), name="ore-idle-streams"
             )
         return stream
 
-    async def _new_thread(self) -> str:
-        return (await self.create()).id
+    async def _new_thread(self, origin: Thread) -> str:
+        """`/new` from `origin`: the new thread stays in origin's namespace (bus v2)."""
+        namespace = origin.meta().get(NAMESPACE_KEY)
+        return (await self.create({NAMESPACE_KEY: namespace} if namespace else None)).id
 
     async def _sweep(self, idle: float) -> None:
         """Close streams idle for `idle` seconds, checking a few times per period."""
@@ -371,9 +380,11 @@ class Manager:
     def _add_runner(self, runner: _SinkRunner) -> Callable[[], Awaitable[None]]:
         self._sinks.append(runner)
         try:
-            runner.start()
+            asyncio.get_running_loop()
         except RuntimeError:
             pass  # no running loop yet: started on first delivery
+        else:
+            runner.start(self.tasks)
 
         async def unregister() -> None:
             if runner in self._sinks:
@@ -402,21 +413,26 @@ class Manager:
         for runner in self._sinks:
             if not runner.kinds or kind in runner.kinds:
                 if runner.task is None:
-                    runner.start()
+                    runner.start(self.tasks)
                 runner.buffer.push((thread_id, event))
 
     # -- lifetime -------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Close every active stream and stop the sinks after they drain. Idempotent."""
+        """Close every active stream and stop the sinks after they drain. Idempotent.
+
+        Raises TaskCrashed if a sink task, stream worker or the sweeper crashed (and no owner's
+        scope adopted `tasks` to report it).
+        """
         if self._closed:
             return
         self._closed = True
         if self._sweeper is not None:
             self._sweeper.cancel()
-            await asyncio.gather(self._sweeper, return_exceptions=True)
+            await asyncio.wait([self._sweeper])
         for stream in list(self._streams.values()):
             await stream.close()
         for runner in list(self._sinks):
             await runner.stop()
         self._sinks.clear()
+        await self.tasks.aclose()

@@ -143,11 +143,32 @@ def _preview(turn: Turn, width: int = 60) -> str:
 
 
 async def _model(command: Command) -> CommandResult:
+    """Show the model of this thread, or choose another one.
+
+    A processor says which model it uses by default with a `default_model` attribute;
+    `default_model = None` (echo) means it has no model to switch, and saying it
+    switched would be a lie.
+    """
     name = command.input.strip()
+    processor = command.stream.processor
+    default = getattr(processor, "default_model", "the processor's default")
+    if default is None:
+        describe = getattr(processor, "describe", None)
+        what = str(describe()) if callable(describe) else type(processor).__name__
+        return CommandResult(
+            notice=Notice(
+                f"{what} answers here and has no models to choose from; to chat with a model, "
+                "configure one (OPENAI_API_KEY or ORE_OPENAI_BASE_URL) and restart ore.",
+                Severity.WARN if name else Severity.INFO,
+            )
+        )
+    current = command.stream.spec().name or str(default)
     if not name:
-        return CommandResult(notice=Notice("Usage: /model <name>", Severity.INFO))
+        return CommandResult(
+            notice=Notice(f"Current model: {current}. Usage: /model <name>", Severity.INFO)
+        )
     await command.stream.set_metadata(KEY_MODEL_NAME, name)
-    return CommandResult(notice=Notice(f"Model set to {name}.", Severity.SUCCESS))
+    return CommandResult(notice=Notice(f"Model set to {name} (was {current}).", Severity.SUCCESS))
 
 
 async def _undo(command: Command) -> CommandResult:

@@ -1,6 +1,7 @@
 """Stream: one active conversation, handling its events strictly one at a time.
 
-`submit` queues and returns; one worker task per stream (started on first use)
+`submit` queues and returns; one worker task per stream (started on first use, owned
+by the Manager's `TaskScope`, so a crash of it is logged and stops the Manager)
 handles events in FIFO order. For a user message it runs the interceptors, records
 the user turn, saves, runs the turn processor, saves again and always ends with
 `lifecycle: done` (after `error` for a failed turn, `cancelled` for a cancelled one).
@@ -60,6 +61,7 @@ from ore_core.session.protocols import Interceptor, Store, TurnProcessor
 from ore_core.session.spec import ModelSpec
 from ore_core.session.store_health import DELAYED_NOTICE, StoreHealth, is_store_failure
 from ore_core.session.turn_context import Transform, TurnContext
+from ore_core.tasks import TaskCrashed, TaskScope
 from ore_core.turn import Role, TraversalControl, Turn
 
 __all__ = ["BOUNDARY_INFO_KEY", "NewThread", "Stream"]
@@ -136,6 +138,7 @@ class Stream:
         new_thread: NewThread | None = None,
         store_health: StoreHealth | None = None,
         delta_pacing: tuple[float, int] = (0.0, 4096),
+        tasks: TaskScope,
     ) -> None:
         self._thread = thread
         self._store = store
@@ -147,6 +150,7 @@ class Stream:
         self._on_publish = on_publish
         self._on_closed = on_closed
         self.new_thread = new_thread
+        self._tasks = tasks
         self._subscriptions: list[Subscription] = []
         self._queue: deque[_Pending] = deque()
         self._wakeup: asyncio.Future[None] | None = None
@@ -197,6 +201,11 @@ class Stream:
     def state(self) -> Thread:
         """The live thread (owned by the stream's worker: read, do not mutate concurrently)."""
         return self._thread
+
+    @property
+    def processor(self) -> TurnProcessor:
+        """The turn processor that answers (what `/model` asks which models it has)."""
+        return self._processor
 
     def turns(self) -> list[Turn]:
         """The active path, oldest first (a copy)."""
@@ -261,9 +270,7 @@ class Stream:
     def _push(self, item: _Pending) -> None:
         self._queue.append(item)
         if self._worker is None:
-            self._worker = asyncio.get_running_loop().create_task(
-                self._work(), name=f"ore-stream-{self.id}"
-            )
+            self._worker = self._tasks.spawn(self._work(), name=f"ore-stream-{self.id}")
         wakeup = self._wakeup
         if wakeup is not None and not wakeup.done():
             wakeup.set_result(None)
@@ -392,7 +399,7 @@ class Stream:
         if cancelled:
             self.publish(LifecycleEvent(phase="cancelled", context=context))
         elif error is not None:
-            self.publish(ErrorEvent(message=f"process event: {error}", context=context))
+            self.publish(ErrorEvent(message=f"the turn failed: {error}", context=context))
         self.publish(LifecycleEvent(phase="done", context=context))
         self._in_turn = False
         if not (cancelled and self._closed):
@@ -402,7 +409,7 @@ class Stream:
             item.resolve(TurnCancelled(f"session {self.id}: turn cancelled"))
         elif error is not None:
             failure = (
-                error if isinstance(error, TurnFailed) else TurnFailed(f"process event: {error}")
+                error if isinstance(error, TurnFailed) else TurnFailed(f"the turn failed: {error}")
             )
             if failure is not error:
                 failure.__cause__ = error
@@ -634,6 +641,8 @@ class Stream:
     def _check_open(self) -> None:
         if self._closed:
             raise SessionClosed(f"session {self.id} is closed")
+        if self._tasks.crash is not None:  # the Manager stopped: no worker would run it
+            raise TaskCrashed(self._tasks.crash)
 
     @property
     def abandoned(self) -> bool:

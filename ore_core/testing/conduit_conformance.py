@@ -140,12 +140,18 @@ class ConduitCore:
         assert len(found) == 1, f"{len(found)} threads hold the user message {text!r}"
         return found[0]
 
+    def client_for(self, namespace: str) -> ConduitClient:
+        """A client of namespace `namespace` on the kit's connection (no credentials here)."""
+        return ConduitClient(self.client.nc, name=namespace, request_timeout=TIMEOUT)
+
     async def converse(self, thread_id: str, text: str, *, provenance: str) -> None:
-        """Send `text` to the thread as conduit `provenance`; return when it is answered."""
+        """Send `text` to the thread as the conduit of namespace `provenance`; return when
+        it is answered (or rejected: a thread of another namespace is unknown to it)."""
+        client = self.client_for(provenance)
         context = EventContext(provenance=provenance, traceparent=_new_traceparent())
         event = UserMessageEvent(id=new_event_id(), content=text, context=context)
-        async with self.client.events(thread_id, kinds={"lifecycle"}) as feed:
-            await self.client.send(thread_id, event)
+        async with client.events(thread_id, kinds={"lifecycle"}) as feed:
+            await client.send(thread_id, event)
             await _until(feed, lambda e: e.phase == "done" and e.context == context)
 
 
@@ -484,10 +490,14 @@ class ConduitConformance:
             pytest.skip("this conduit shows every conduit's output")
         await self.exchange(conduit, platform, "conv-a", "mine")
         thread = await ore_conduit_core.thread_holding("mine")
+        # Another namespace can neither write into this thread (it is unknown there) nor
+        # make the conduit render its own conversations (they are on its subjects only).
         await ore_conduit_core.converse(thread.id, "from elsewhere", provenance="other-conduit")
+        await ore_conduit_core.converse("kit-elsewhere", "elsewhere", provenance="other-conduit")
         reply = await self.exchange(conduit, platform, "conv-a", "mine again")
         assert ECHO_PREFIX + "mine again" in reply
-        assert "from elsewhere" not in reply
+        assert "elsewhere" not in reply
+        assert _user_texts(await ore_conduit_core.store.get(thread.id)) == ["mine", "mine again"]
 
     async def test_output_made_while_the_conduit_was_down_arrives_after_a_restart(
         self, conduit: RunningConduit, platform: FakePlatform, ore_conduit_core: ConduitCore
@@ -512,7 +522,8 @@ class ConduitConformance:
         await platform.post_user_message("conv-a", "take your time", new_event_id())
         await asyncio.wait_for(gate.started.wait(), TIMEOUT)
         thread = await ore_conduit_core.thread_holding("take your time")
-        async with ore_conduit_core.client.events(thread.id, kinds={"lifecycle"}) as feed:
+        client = ore_conduit_core.client_for(self.conduit_class.name)
+        async with client.events(thread.id, kinds={"lifecycle"}) as feed:
             await platform.interrupt("conv-a")
             await _until(feed, lambda event: event.phase == "cancelled")
         assert gate.cancelled == 1
@@ -523,8 +534,9 @@ class ConduitConformance:
         self, conduit: RunningConduit, platform: FakePlatform
     ) -> None:
         await self.exchange(conduit, platform, "conv-a", "busy")
-        stopped = await conduit.stop()
-        assert stopped.seconds < TIMEOUT / 2
+        # stop() fails the test unless run() returns within TIMEOUT of the cancel; how
+        # long it took is not asserted: on a loaded machine that measures the machine.
+        await conduit.stop()
 
     async def test_cancel_leaves_no_tasks_behind(
         self, conduit: RunningConduit, platform: FakePlatform

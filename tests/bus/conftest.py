@@ -25,7 +25,7 @@ from ore_core.session.stores.memory import MemoryStore
 from ore_core.subjects import Subjects, partition_of
 
 PARTITIONS = 4
-TIMEOUT = 10.0
+TIMEOUT = 30.0
 POLL = 0.02
 SUBJECTS = Subjects()
 
@@ -47,15 +47,20 @@ async def publish(
     *,
     msg_id: str | None = None,
     headers: dict[str, str] | None = None,
+    namespace: str = "raw",
 ) -> Any:
-    """Publish to `ore.in.T` with a JetStream ack; `Nats-Msg-Id` from the event id."""
+    """Publish to `ore.in.NS.T` (namespace `raw`) with an ack; `Nats-Msg-Id` = the event id."""
     data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     all_headers = dict(headers or {})
     if msg_id is None and isinstance(payload, dict):
         msg_id = str(payload.get("id", ""))
     if msg_id:
         all_headers["Nats-Msg-Id"] = msg_id
-    return await nc.jetstream().publish(f"ore.in.{thread_id}", data, headers=all_headers or None)
+    # The timeout only bounds a hang: a loaded machine (or a cluster electing a leader)
+    # may take longer than nats-py's 5 s default to acknowledge.
+    return await nc.jetstream(timeout=30).publish(
+        f"ore.in.{namespace}.{thread_id}", data, headers=all_headers or None
+    )
 
 
 async def eventually(check: Callable[[], Awaitable[bool]]) -> None:
@@ -105,7 +110,7 @@ async def stored_messages(nc: Client, thread_id: str) -> list[list[dict[str, Any
         return messages
     for seq in range(state.first_seq, state.last_seq + 1):
         msg = await js.get_msg("ORE_EVENTS", seq)
-        if msg.subject == f"ore.ev.{thread_id}":
+        if msg.subject == f"ore.ev.raw.{thread_id}":
             assert msg.headers is not None
             assert msg.headers["Ore-Kind"] == json.loads(msg.data or b"{}")["kind"] == "batch"
             messages.append(unpack(msg.data or b""))
@@ -127,7 +132,7 @@ async def consumer_of(nc: Client, thread_id: str) -> ConsumerInfo:
 
 @dataclass
 class Outbox:
-    """Everything received on `ore.out.*`, per thread, in arrival order."""
+    """Everything received on `ore.out.*.*`, per thread, in arrival order."""
 
     messages: dict[str, list[Msg]] = field(default_factory=dict)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -166,9 +171,9 @@ class Outbox:
 
 @pytest.fixture
 async def outbox(ore_nats_client: Client) -> Outbox:
-    """A subscriber of `ore.out.*` on the raw test connection."""
+    """A subscriber of `ore.out.*.*` on the raw test connection."""
     box = Outbox()
-    await ore_nats_client.subscribe("ore.out.*", cb=box.receive)
+    await ore_nats_client.subscribe("ore.out.*.*", cb=box.receive)
     await ore_nats_client.flush()
     return box
 

@@ -83,7 +83,7 @@ async def test_bad_input_is_dead_lettered_with_its_reason(
 
     assert record["reason"] == case.reason
     assert record["thread_id"] == case.thread
-    assert record["subject"] == f"ore.in.{case.thread}"
+    assert record["subject"] == f"ore.in.raw.{case.thread}"
     assert record["detail"]
     assert record["time"].endswith("Z")
     raw = case.payload if isinstance(case.payload, bytes) else json.dumps(case.payload).encode()

@@ -34,7 +34,7 @@ async def test_a_900_kb_echo_is_paced_and_does_not_hold_up_another_thread(
             if (thread_id, kind) == ("big", "done"):
                 big_done.set()
 
-    await ore_nats_client.subscribe("ore.out.*", cb=receive)
+    await ore_nats_client.subscribe("ore.out.raw.*", cb=receive)
     manager = Manager(MemoryStore(), EchoProcessor(), delta_interval=0.1, delta_max_bytes=4096)
     service = CoreService(manager, servers=[ore_nats_url], config=BusConfig(partitions=PARTITIONS))
     await service.start()

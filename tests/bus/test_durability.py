@@ -30,8 +30,10 @@ from tests.bus.conftest import (
     wait_for,
 )
 
+pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
+
 RUNNER = Path(__file__).with_name("core_runner.py")
-PROCESS_TIMEOUT = 20.0  # a fresh interpreter imports ore first
+PROCESS_TIMEOUT = 60.0  # a fresh interpreter imports ore first
 RUNNER_CONFIG = BusConfig(partitions=PARTITIONS, ack_wait=1.0)
 TURN_KINDS = ["turn_complete", "text", "turn_complete", "lifecycle"]  # one stored batch
 

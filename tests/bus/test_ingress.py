@@ -149,7 +149,7 @@ async def test_a_puller_hands_on_more_than_one_batch_in_order(ore_nats_client: C
     puller = await pull_into(ore_nats_client, received, enough, 20, batch=4)
 
     for n in range(20):
-        await ore_nats_client.jetstream().publish("ore.in.t1", str(n).encode())
+        await ore_nats_client.jetstream().publish("ore.in.raw.t1", str(n).encode())
     await asyncio.wait_for(enough.wait(), 10)
     await puller.stop()
 
@@ -163,7 +163,7 @@ async def test_a_puller_keeps_receiving_after_its_requests_expire(ore_nats_clien
     puller = await pull_into(ore_nats_client, received, enough, 1, expires=0.3, heartbeat=0.1)
 
     await asyncio.sleep(0.9)  # time passing is the point: several request lifetimes
-    await ore_nats_client.jetstream().publish("ore.in.t1", b"late")
+    await ore_nats_client.jetstream().publish("ore.in.raw.t1", b"late")
     await asyncio.wait_for(enough.wait(), 10)
     await puller.stop()
 

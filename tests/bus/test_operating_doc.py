@@ -40,6 +40,8 @@ async def test_streams_created_from_the_documented_json_are_what_ore_expects(
     blocks = [json.loads(block) for block in _JSON_BLOCK.findall(_section())]
     streams = [block for block in blocks if "subjects" in block]
     consumer = next(block for block in blocks if "durable_name" in block)
+    # the page shows partition 0's consumer; "the filter names the partition"
+    assert consumer["filter_subject"] == Subjects().partitioned(0)
     for stream in streams:  # as an operator's `nats stream add --config` would send it
         reply = await ore_nats_client.request(
             f"$JS.API.STREAM.CREATE.{stream['name']}", json.dumps(stream).encode(), timeout=5
@@ -50,7 +52,7 @@ async def test_streams_created_from_the_documented_json_are_what_ore_expects(
         config = {
             **consumer,
             "durable_name": name,
-            "filter_subject": f"ore.inp.{partition}.*",
+            "filter_subject": Subjects().partitioned(partition),
             "description": f"ore core workers, partition {partition}",
         }
         reply = await ore_nats_client.request(

@@ -1,5 +1,5 @@
 """Partition ownership in one process: leases, the consumer reset, fencing, and the
-TaskGroup that stops a service whose ownership loop crashed. The multi-process
+(a crashed ownership loop: tests/bus/test_crashes.py). The multi-process
 failover tests are in tests/scale/."""
 
 from __future__ import annotations
@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 
-import structlog
 from nats.aio.client import Client
 from nats.js.api import ConsumerConfig
 
@@ -18,7 +17,7 @@ from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig, consumer_name, ensure_streams, reset_consumer
 from ore_core.events import LifecycleEvent, TurnCompleteEvent
 from ore_core.ledger.thread import Thread
-from ore_core.subjects import Subjects, partition_of
+from ore_core.subjects import NAMESPACE_KEY, Subjects, partition_of
 from ore_core.turn import Role
 from tests.bus.conftest import (
     PARTITIONS,
@@ -30,7 +29,6 @@ from tests.bus.conftest import (
     user_message,
     wait_for,
 )
-from tests.bus.test_service_e2e import http_status
 
 SUBJECTS = Subjects()
 
@@ -54,26 +52,6 @@ async def test_two_services_share_the_partitions_and_a_stopped_one_hands_them_ov
     await wait_for(lambda: second.ownership.held() == list(range(PARTITIONS)))
     await publish(ore_nats_client, "a", user_message("again", "a-2"))
     await outbox.done("a", 2)
-
-
-async def test_a_crashed_ownership_loop_fails_readyz_and_stops_the_service(
-    start_core: CoreFactory,
-) -> None:
-    service = await start_core(health_port=0)
-    assert service.health_port
-    assert await http_status(service.health_port, "/readyz") == 200
-
-    async def crash(group: asyncio.TaskGroup) -> None:
-        raise RuntimeError("balance bug")
-
-    with structlog.testing.capture_logs() as logs:
-        service.ownership._balance = crash  # type: ignore[method-assign]
-        await wait_for(lambda: service.stop_requested)
-
-    assert await http_status(service.health_port, "/readyz") == 503
-    crashed = [line for line in logs if "crashed" in line["event"]]
-    assert crashed
-    assert "balance bug" in crashed[0]["error"]
 
 
 async def test_reset_consumer_redelivers_the_unacknowledged_message_first_at_once(
@@ -110,8 +88,9 @@ async def test_a_thread_that_left_publishes_nothing_until_attached_again(
     pipeline = Pipeline(ore_nats_client)
     await pipeline.start()
     egress = Egress(ore_nats_client, SUBJECTS, pipeline)
+    egress.bind("t1", "raw")  # as ingress does for the thread's namespace
     await egress.emit("t1", LifecycleEvent(phase="done"))
-    egress.forget("t1")  # the partition moved to another worker
+    egress.release("t1")  # the partition moved to another worker
     await egress.emit("t1", LifecycleEvent(phase="cancelled"))  # its old stream, late
     await egress.prime("t1")  # attached here again
     await egress.emit("t1", LifecycleEvent(phase="done"))
@@ -149,10 +128,11 @@ async def test_the_next_owner_stores_an_answer_saved_but_never_stored_as_a_batch
     await ensure_streams(ore_nats_client.jetstream(), SUBJECTS, BusConfig(partitions=PARTITIONS))
     pipeline = Pipeline(ore_nats_client)
     await pipeline.start()
-    thread = Thread("t1")
+    thread = Thread("t1", metadata={NAMESPACE_KEY: "raw"})
     first = [thread.append(Role.USER, Text("q1"), event_id="m-1")]
     first.append(thread.append(Role.ASSISTANT, Text("a1")))
     dead = Egress(ore_nats_client, SUBJECTS, pipeline)  # the owner that died
+    dead.bind("t1", "raw")
     done = LifecycleEvent(phase="done")
     await dead.emit_batch([("t1", TurnCompleteEvent(turn=t)) for t in first] + [("t1", done)])
     await pipeline.flush()
@@ -184,7 +164,7 @@ async def test_a_first_answer_with_nothing_stored_is_stored_once(ore_nats_client
     await ensure_streams(ore_nats_client.jetstream(), SUBJECTS, BusConfig(partitions=PARTITIONS))
     pipeline = Pipeline(ore_nats_client)
     await pipeline.start()
-    thread = Thread("t2")
+    thread = Thread("t2", metadata={NAMESPACE_KEY: "raw"})
     thread.append(Role.USER, Text("q1"), event_id="m-1")
     answer = thread.append(Role.ASSISTANT, Text("a1"))
     for _ in range(2):

@@ -14,6 +14,7 @@ import nats
 import pytest
 
 from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.jetstream_store import JetStreamStore
 from ore_core.bus.layout import build_layout
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig, ensure_streams
@@ -29,6 +30,7 @@ from ore_core.conduit.connection import (
 from ore_core.errors import BusError
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.manager import Manager
+from ore_core.session.protocols import Store
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.subjects import Subjects
 
@@ -122,7 +124,8 @@ accounts {
         publish: {allow: [
           "$JS.API.INFO", "$JS.API.STREAM.INFO.*", "$JS.API.CONSUMER.INFO.*.*",
           "$JS.API.CONSUMER.LIST.*", "$JS.API.CONSUMER.MSG.NEXT.*.*",
-          "$JS.API.STREAM.MSG.GET.*", "$JS.API.DIRECT.GET.*", "$JS.ACK.>", "ore.>",
+          "$JS.API.STREAM.MSG.GET.*", "$JS.API.DIRECT.GET.>", "$JS.API.STREAM.PURGE.ORE_JOURNAL",
+          "$JS.ACK.>", "$KV.ORE_CURSORS.>", "$KV.ORE_THREADS.>", "ore.>",
           "$KV.ORE_WORKERS.>", "$JS.API.CONSUMER.CREATE.KV_ORE_WORKERS",
           "$JS.API.CONSUMER.CREATE.KV_ORE_WORKERS.>", "$JS.API.CONSUMER.DELETE.KV_ORE_WORKERS.*",
           "$JS.API.CONSUMER.CREATE.ORE_IN.>", "$JS.API.CONSUMER.DURABLE.CREATE.ORE_IN.*",
@@ -145,8 +148,10 @@ def accounts_server(tmp_path: Path) -> Iterator[EmbeddedNatsServer]:
         yield server
 
 
-def _core(url: str, user: str | None = None, password: str | None = None) -> CoreService:
-    manager = Manager(MemoryStore(), EchoProcessor())
+def _core(
+    url: str, user: str | None = None, password: str | None = None, store: Store | None = None
+) -> CoreService:
+    manager = Manager(store or MemoryStore(), EchoProcessor())
     return CoreService(
         manager,
         servers=[url],
@@ -184,7 +189,8 @@ async def test_a_user_who_may_not_create_streams_is_told_then_uses_precreated_on
     admin = await nats.connect(accounts_server.url, user="admin", password="admin")
     try:
         await ensure_streams(admin.jetstream(), Subjects(), BusConfig(partitions=2))
-        service = _core(accounts_server.url, user="core", password="core")
+        # the jetstream store: its journal and KV need the listed permissions too
+        service = _core(accounts_server.url, user="core", password="core", store=JetStreamStore())
         await service.start()
         try:
             await _converse(admin)
@@ -195,7 +201,7 @@ async def test_a_user_who_may_not_create_streams_is_told_then_uses_precreated_on
 
 
 async def _converse(nc: nats.NATS) -> None:
-    """One message through the core: its `done` arrives on ore.out.T."""
+    """One message through the core: its `done` arrives on ore.out.NS.T."""
     thread = "t-" + uuid.uuid4().hex[:8]
     done = asyncio.Event()
 
@@ -203,8 +209,8 @@ async def _converse(nc: nats.NATS) -> None:
         if b'"phase":"done"' in msg.data:  # type: ignore[attr-defined]
             done.set()
 
-    await nc.subscribe(f"ore.out.{thread}", cb=on_event)
-    await publish(nc, thread, user_message("hello", uuid.uuid4().hex))
+    await nc.subscribe(Subjects().output("raw", thread), cb=on_event)
+    await publish(nc, thread, user_message("hello", uuid.uuid4().hex), namespace="raw")
     await asyncio.wait_for(done.wait(), TIMEOUT)
 
 

@@ -141,7 +141,7 @@ async def test_traceparent_header_reaches_every_output_event_of_the_turn(
 async def test_control_api_answers_next_to_the_ingress(
     core: CoreService, ore_nats_client: Client
 ) -> None:
-    reply = await ore_nats_client.request("ore.api.health", b"{}", timeout=5)
+    reply = await ore_nats_client.request("ore.api.raw.health", b"{}", timeout=30)
 
     assert json.loads(reply.data)["status"] == "ok"
 

@@ -26,6 +26,7 @@ from ore_core.bus.streams import BusConfig, consumer_name
 from ore_core.session.store_health import DELAYED_NOTICE
 from ore_core.session.stores import JournalStore, JSONStore, SQLiteStore
 from ore_core.session.stores.memory import MemoryStore
+from ore_core.subjects import NAMESPACE_KEY
 from ore_core.testing.faulty_store import FaultyStore
 from tests.bus.conftest import (
     PARTITIONS,
@@ -64,7 +65,7 @@ async def test_failed_saves_are_retried_until_the_store_recovers_and_the_sender_
     start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     store = FaultyStore(MemoryStore())
-    existing = await store.create("old")
+    existing = await store.create("old", {NAMESPACE_KEY: "raw"})  # publish() sends as `raw`
     service = await start_core(
         store=store, config=FAST_RETRY, store_probe_interval=0.05, health_port=0
     )

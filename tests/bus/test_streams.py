@@ -26,9 +26,12 @@ async def test_ingress_stream_partitions_client_subjects(ore_nats_client: Client
     await ensure_streams(ore_nats_client.jetstream(), SUBJECTS, CONFIG)
 
     config = (await ore_nats_client.jetstream().stream_info("ORE_IN")).config
-    assert config.subjects == ["ore.in.*"]
+    assert config.subjects == ["ore.in.*.*"]
     assert config.subject_transform is not None
-    assert config.subject_transform.dest == "ore.inp.{{partition(4,1)}}.{{wildcard(1)}}"
+    assert (
+        config.subject_transform.dest
+        == "ore.inp.{{partition(4,2)}}.{{wildcard(1)}}.{{wildcard(2)}}"
+    )
     assert config.duplicate_window == 120.0
     assert config.max_msg_size == 10_000 + HEADER_ALLOWANCE
 
@@ -37,9 +40,12 @@ async def test_events_stream_is_republished_to_output_subjects(ore_nats_client: 
     await ensure_streams(ore_nats_client.jetstream(), SUBJECTS, CONFIG)
 
     config = (await ore_nats_client.jetstream().stream_info("ORE_EVENTS")).config
-    assert config.subjects == ["ore.ev.*"]
+    assert config.subjects == ["ore.ev.*.*"]
     assert config.republish is not None
-    assert (config.republish.src, config.republish.dest) == ("ore.ev.*", "ore.out.{{wildcard(1)}}")
+    assert (config.republish.src, config.republish.dest) == (
+        "ore.ev.*.*",
+        "ore.out.{{wildcard(1)}}.{{wildcard(2)}}",
+    )
     assert config.allow_direct is True
     assert config.max_age == 3600.0
 
@@ -59,7 +65,7 @@ async def test_every_partition_gets_a_durable_explicit_ack_consumer(
 
     for partition in range(4):
         config = (await js.consumer_info("ORE_IN", consumer_name(partition))).config
-        assert config.filter_subject == f"ore.inp.{partition}.*"
+        assert config.filter_subject == f"ore.inp.{partition}.*.*"
         assert config.ack_policy == AckPolicy.EXPLICIT
         assert (config.ack_wait, config.backoff) == (CONFIG.ack_wait, CONFIG.backoff)
 
@@ -69,9 +75,9 @@ async def test_a_thread_lands_in_the_partition_partition_of_names(ore_nats_clien
     await ensure_streams(js, SUBJECTS, CONFIG)
 
     for thread_id in ("t1", "t2", "alpha", "a-much-longer_thread-id"):
-        await js.publish(f"ore.in.{thread_id}", b"{}")
-        stored = await js.get_last_msg("ORE_IN", f"ore.inp.*.{thread_id}")
-        assert stored.subject == f"ore.inp.{partition_of(thread_id, 4)}.{thread_id}"
+        await js.publish(f"ore.in.ns.{thread_id}", b"{}")
+        stored = await js.get_last_msg("ORE_IN", f"ore.inp.*.ns.{thread_id}")
+        assert stored.subject == f"ore.inp.{partition_of(thread_id, 4)}.ns.{thread_id}"
 
 
 async def test_ensuring_twice_changes_nothing(ore_nats_client: Client) -> None:
@@ -121,7 +127,7 @@ async def test_a_consumer_with_another_filter_is_refused(ore_nats_client: Client
     await ensure_streams(js, SUBJECTS, BusConfig(partitions=1))
     await js.delete_consumer("ORE_IN", consumer_name(0))
     await js.add_consumer(
-        "ORE_IN", ConsumerConfig(durable_name=consumer_name(0), filter_subject="ore.inp.0.only")
+        "ORE_IN", ConsumerConfig(durable_name=consumer_name(0), filter_subject="ore.inp.0.only.x")
     )
 
     with pytest.raises(BusConfigError, match=r"ore-core-p0.*filter_subject"):
@@ -134,8 +140,8 @@ async def test_another_prefix_gets_streams_of_its_own(ore_nats_client: Client) -
 
     await ensure_streams(js, Subjects("acme"), CONFIG)
 
-    assert (await js.stream_info("ACME_IN")).config.subjects == ["acme.in.*"]
-    assert (await js.stream_info("ORE_IN")).config.subjects == ["ore.in.*"]
+    assert (await js.stream_info("ACME_IN")).config.subjects == ["acme.in.*.*"]
+    assert (await js.stream_info("ORE_IN")).config.subjects == ["ore.in.*.*"]
 
 
 def test_a_partition_count_that_is_not_a_power_of_two_is_refused() -> None:
@@ -150,7 +156,7 @@ async def test_rewinding_redelivers_the_unacknowledged_messages_first_and_at_onc
     await ensure_streams(js, SUBJECTS, CONFIG)
     partition = partition_of("t1", CONFIG.partitions)
     for n in range(3):
-        await js.publish("ore.in.t1", f"m{n}".encode())
+        await js.publish("ore.in.ns.t1", f"m{n}".encode())
     sub = await js.pull_subscribe_bind(consumer_name(partition), "ORE_IN")
     first, _unacked = await sub.fetch(2, timeout=5)
     await first.ack_sync()  # m0 handled; m1 delivered and never acknowledged (a crash)

@@ -25,10 +25,21 @@ from tests.session_support import collect, message
 
 pytestmark = pytest.mark.usefixtures("control_api")
 
+NS = "test"  # the `client` fixture's namespace
+OWNED = {"ore.namespace": NS}  # metadata of a thread created in it
+ADMIN_ONLY = {"threads.delete"}
+
+
+def endpoint_subject(subjects: Subjects, endpoint: str) -> str:
+    """`P.api.test.<endpoint>`, or `P.admin.<endpoint>` for the operator-only methods."""
+    if endpoint in ADMIN_ONLY:
+        return subjects.admin(endpoint)
+    return subjects.api(NS, endpoint)
+
 
 async def raw(nc: Client, subject: str, data: bytes) -> tuple[dict[str, str], object]:
     """Headers and decoded JSON body of the reply to a raw request."""
-    reply = await nc.request(subject, data, timeout=2)
+    reply = await nc.request(subject, data, timeout=30)
     return dict(reply.headers or {}), jsonutil.loads(reply.data)
 
 
@@ -47,11 +58,12 @@ async def test_create_with_an_id_makes_an_empty_thread_with_its_metadata(
 ) -> None:
     assert await client.create_thread("t-1", {"title": "hello"}) == "t-1"
     info = await client.get_thread("t-1")
-    assert (info.id, info.current_tip, info.metadata, info.turns) == (
+    assert (info.id, info.current_tip, info.metadata, info.turns, info.namespace) == (
         "t-1",
         "",
-        {"title": "hello"},
+        {"title": "hello", "ore.namespace": NS},
         0,
+        NS,
     )
 
 
@@ -69,7 +81,7 @@ async def test_create_of_an_existing_id_is_a_409_conflict(client: ConduitClient)
 async def test_get_reports_the_tip_and_the_number_of_turns(
     client: ConduitClient, manager: Manager
 ) -> None:
-    stream = await manager.create_with_id("t-1")
+    stream = await manager.create_with_id("t-1", OWNED)
     await stream.process(message("hi"))
     info = await client.get_thread("t-1")
     assert info.turns == 2
@@ -79,7 +91,7 @@ async def test_get_reports_the_tip_and_the_number_of_turns(
 async def test_unknown_thread_is_a_404_with_headers_and_json_body(
     ore_nats_client: Client, subjects: Subjects
 ) -> None:
-    headers, body = await raw(ore_nats_client, subjects.api("threads.get"), b'{"id":"missing"}')
+    headers, body = await raw(ore_nats_client, subjects.api(NS, "threads.get"), b'{"id":"missing"}')
     assert headers[ERROR_CODE_HEADER] == "404"
     assert "missing" in headers[ERROR_HEADER]
     assert body == {"error": {"code": "not_found", "message": headers[ERROR_HEADER]}}
@@ -113,7 +125,7 @@ async def test_unknown_thread_raises_api_error_in_the_client(client: ConduitClie
 async def test_a_malformed_request_is_a_400_naming_the_problem(
     ore_nats_client: Client, subjects: Subjects, endpoint: str, data: bytes, mentions: str
 ) -> None:
-    headers, body = await raw(ore_nats_client, subjects.api(endpoint), data)
+    headers, body = await raw(ore_nats_client, endpoint_subject(subjects, endpoint), data)
     assert headers[ERROR_CODE_HEADER] == "400"
     assert isinstance(body, dict)
     assert body["error"]["code"] == "bad_request"
@@ -123,7 +135,7 @@ async def test_a_malformed_request_is_a_400_naming_the_problem(
 async def test_an_empty_request_body_counts_as_an_empty_object(
     ore_nats_client: Client, subjects: Subjects
 ) -> None:
-    headers, body = await raw(ore_nats_client, subjects.api("health"), b"")
+    headers, body = await raw(ore_nats_client, subjects.api(NS, "health"), b"")
     assert ERROR_CODE_HEADER not in headers
     assert body == {"status": "ok", "version": VERSION, "streams": 0}
 
@@ -135,7 +147,7 @@ async def test_a_request_over_the_size_limit_is_a_413(
     async with ControlAPI(ore_nats_client, manager, small, version=VERSION, max_request_bytes=64):
         headers, body = await raw(
             ore_nats_client,
-            small.api("threads.create"),
+            small.api(NS, "threads.create"),
             jsonutil.dumps({"metadata": {"k": "v" * 64}}),
         )
     assert headers[ERROR_CODE_HEADER] == "413"
@@ -150,7 +162,7 @@ async def test_a_store_failure_is_a_logged_500_reply_not_a_timeout(
         error = await api_error(client.get_thread("t-1"))
     assert (error.status, error.code) == (500, "internal")
     [logged] = [entry for entry in logs if entry["log_level"] == "error"]
-    assert logged["subject"] == "ore.api.threads.get"
+    assert logged["subject"] == "ore.api.test.threads.get"
 
 
 # -- list -----------------------------------------------------------------------------
@@ -179,12 +191,44 @@ async def test_list_of_an_exact_page_says_no_next_page(client: ConduitClient) ->
 
 
 async def test_lookup_creates_once_then_finds_the_same_thread(client: ConduitClient) -> None:
-    first = await client.lookup_or_create("slack.thread", "C1-17", {"title": "x"})
-    second = await client.lookup_or_create("slack.thread", "C1-17", {"title": "ignored"})
+    first = await client.lookup_or_create("test.thread", "C1-17", {"title": "x"})
+    second = await client.lookup_or_create("test.thread", "C1-17", {"title": "ignored"})
     assert first[1] is True
     assert second == (first[0], False)
     info = await client.get_thread(first[0])
-    assert info.metadata == {"slack.thread": "C1-17", "title": "x"}
+    assert info.metadata == {"test.thread": "C1-17", "title": "x", "ore.namespace": NS}
+
+
+async def test_lookup_keys_start_with_the_namespace(client: ConduitClient) -> None:
+    error = await api_error(client.lookup_or_create("slack.thread", "C1"))
+    assert (error.status, error.code) == (400, "bad_request")
+    assert "start with 'test.'" in error.message
+
+
+@pytest.mark.usefixtures("streams")
+async def test_threads_of_another_namespace_are_not_found_listed_or_read(
+    client: ConduitClient, manager: Manager
+) -> None:
+    other = await manager.create_with_id("t-other", {"ore.namespace": "other"})
+    await other.process(message("hi"))
+    await client.create_thread("t-mine")
+    error = await api_error(client.get_thread("t-other"))
+    assert (error.status, error.message) == (404, "thread t-other not found in namespace test")
+    assert (await client.list_threads()).threads == ["t-mine"]
+    assert await client.read_events("t-other") == {"events": [], "next": None}
+
+
+async def test_a_conduit_may_not_give_a_thread_another_namespace(client: ConduitClient) -> None:
+    error = await api_error(client.create_thread("t-1", {"ore.namespace": "other"}))
+    assert error.status == 400
+    assert "ore.namespace" in error.message
+
+
+async def test_the_namespace_of_a_thread_never_changes(client: ConduitClient) -> None:
+    await client.create_thread("t-1")
+    error = await api_error(client.set_metadata("t-1", "ore.namespace", "other"))
+    assert (error.status, error.code) == (400, "bad_request")
+    assert "never changes" in error.message
 
 
 @pytest.fixture
@@ -214,12 +258,25 @@ async def test_racing_lookups_on_two_workers_get_one_thread(
     two_workers: list[ControlAPI], ore_nats_url: str
 ) -> None:
     async with await ConduitClient.connect(ore_nats_url, name="racer", prefix="race") as racer:
-        results = await asyncio.gather(*(racer.lookup_or_create("k", "v") for _ in range(24)))
+        results = await asyncio.gather(*(racer.lookup_or_create("racer.k", "v") for _ in range(24)))
     assert len({thread_id for thread_id, _ in results}) == 1
     assert [created for _, created in results].count(True) == 1
     served = [api._service.stats().endpoints for api in two_workers]  # type: ignore[union-attr]
     lookups = [next(e.num_requests for e in eps if e.name == "threads_lookup") for eps in served]
     assert all(count > 0 for count in lookups), "both workers must have answered lookups"
+
+
+async def test_errors_do_not_show_clients_where_the_server_keeps_its_store(
+    two_workers: list[ControlAPI], ore_nats_url: str, tmp_path: Path
+) -> None:
+    async with await ConduitClient.connect(ore_nats_url, name="peek", prefix="race") as client:
+        missing = await api_error(client.get_thread("missing"))
+        await client.create_thread("t-1")
+        taken = await api_error(client.create_thread("t-1"))
+    for error in (missing, taken):
+        assert str(tmp_path) not in error.message
+        assert "t-1" in error.message or "missing" in error.message
+    assert missing.message == "thread missing not found in namespace peek"
 
 
 # -- fork / delete / turns ------------------------------------------------------------
@@ -228,7 +285,7 @@ async def test_racing_lookups_on_two_workers_get_one_thread(
 async def test_fork_moves_the_tip_so_the_next_reply_branches(
     client: ConduitClient, manager: Manager
 ) -> None:
-    stream = await manager.create_with_id("t-1")
+    stream = await manager.create_with_id("t-1", OWNED)
     await stream.process(message("one"))
     first_user = stream.turns()[0]
     assert await client.fork("t-1", first_user.id) == first_user.id
@@ -239,7 +296,7 @@ async def test_fork_moves_the_tip_so_the_next_reply_branches(
 
 
 async def test_fork_of_a_stored_thread_is_saved(client: ConduitClient, manager: Manager) -> None:
-    stream = await manager.create_with_id("t-1")
+    stream = await manager.create_with_id("t-1", OWNED)
     await stream.process(message("one"))
     await manager.close("t-1")
     user_turn = (await manager.store.get("t-1")).turns()[0]
@@ -250,7 +307,7 @@ async def test_fork_of_a_stored_thread_is_saved(client: ConduitClient, manager: 
 async def test_fork_at_no_turn_makes_the_next_message_a_new_root(
     client: ConduitClient, manager: Manager
 ) -> None:
-    stream = await manager.create_with_id("t-1")
+    stream = await manager.create_with_id("t-1", OWNED)
     await stream.process(message("one"))
     assert await client.fork("t-1", "") == ""
     await stream.process(message("instead"))
@@ -275,9 +332,9 @@ async def test_fork_while_a_reply_is_written_is_a_409(
         async with ControlAPI(ore_nats_client, busy_manager, busy, version=VERSION):
             stream = await busy_manager.create_with_id("t-1")
             stream.submit(message("hi"))
-            await asyncio.wait_for(gate.started.wait(), 5)
+            await asyncio.wait_for(gate.started.wait(), 30)
             headers, _ = await raw(
-                ore_nats_client, busy.api("threads.fork"), b'{"id":"t-1","turn_id":"x"}'
+                ore_nats_client, busy.admin("threads.fork"), b'{"id":"t-1","turn_id":"x"}'
             )
             gate.release()
     assert headers[ERROR_CODE_HEADER] == "409"
@@ -295,7 +352,7 @@ async def test_delete_removes_the_thread_and_reports_whether_it_existed(
 async def test_turns_is_the_active_path_oldest_first(
     client: ConduitClient, manager: Manager
 ) -> None:
-    stream = await manager.create_with_id("t-1")
+    stream = await manager.create_with_id("t-1", OWNED)
     await stream.process(message("hello"))
     turns = await client.turns("t-1")
     assert [turn.role for turn in turns] == [Role.USER, Role.ASSISTANT]
@@ -308,9 +365,9 @@ async def test_turns_is_the_active_path_oldest_first(
 async def test_meta_set_on_an_active_thread_announces_a_properties_event(
     client: ConduitClient, manager: Manager
 ) -> None:
-    stream = await manager.create_with_id("t-1")
+    stream = await manager.create_with_id("t-1", OWNED)
     subscription = stream.subscribe("properties")
-    assert await client.set_metadata("t-1", "title", "Plans") == {"title": "Plans"}
+    assert await client.set_metadata("t-1", "title", "Plans") == {"title": "Plans", **OWNED}
     [event] = await collect(subscription, until=lambda e: True)
     assert isinstance(event, PropertiesEvent)
     assert [(op.op, op.key, op.value) for op in event.operations or ()] == [
@@ -321,7 +378,7 @@ async def test_meta_set_on_an_active_thread_announces_a_properties_event(
 async def test_meta_set_on_a_stored_thread_is_saved(
     client: ConduitClient, manager: Manager
 ) -> None:
-    await manager.create_with_id("t-1")
+    await manager.create_with_id("t-1", OWNED)
     await manager.close("t-1")
     await client.set_metadata("t-1", "title", "Plans")
     assert (await manager.store.get("t-1")).meta().get("title") == "Plans"
@@ -329,8 +386,8 @@ async def test_meta_set_on_a_stored_thread_is_saved(
 
 async def test_meta_delete_removes_the_key(client: ConduitClient) -> None:
     await client.create_thread("t-1", {"a": "1", "b": "2"})
-    assert await client.delete_metadata("t-1", "a") == {"b": "2"}
-    assert (await client.get_thread("t-1")).metadata == {"b": "2"}
+    assert await client.delete_metadata("t-1", "a") == {"b": "2", **OWNED}
+    assert (await client.get_thread("t-1")).metadata == {"b": "2", **OWNED}
 
 
 async def test_meta_set_on_an_unknown_thread_is_a_404(client: ConduitClient) -> None:
@@ -346,7 +403,7 @@ async def test_health_counts_active_streams(client: ConduitClient, manager: Mana
 
 
 async def test_srv_ping_is_answered_by_the_ore_service(ore_nats_client: Client) -> None:
-    reply = await ore_nats_client.request("$SRV.PING.ore", b"", timeout=2)
+    reply = await ore_nats_client.request("$SRV.PING.ore", b"", timeout=30)
     ping = jsonutil.loads(reply.data)
     assert (ping["name"], ping["version"], ping["metadata"]) == ("ore", VERSION, {"worker": "w1"})
 
@@ -354,7 +411,8 @@ async def test_srv_ping_is_answered_by_the_ore_service(ore_nats_client: Client) 
 async def test_srv_info_lists_every_endpoint_subject(
     ore_nats_client: Client, control_api: ControlAPI
 ) -> None:
-    reply = await ore_nats_client.request("$SRV.INFO.ore", b"", timeout=2)
+    reply = await ore_nats_client.request("$SRV.INFO.ore", b"", timeout=30)
     info = jsonutil.loads(reply.data)
     assert {e["name"]: e["subject"] for e in info["endpoints"]} == control_api.endpoints
-    assert "ore.api.threads.meta.delete" in control_api.endpoints.values()
+    assert "ore.admin.threads.meta.delete" in control_api.endpoints.values()
+    assert "ore.api.*.events.read" in control_api.endpoints.values()

@@ -1,11 +1,12 @@
 """docs/protocol.md is true: its JSON examples round-trip, its API table is what is served,
-and its 20-line client works against a real core."""
+and its 30-line client works against a real core."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import re
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,15 @@ from typing import Any
 import pytest
 
 from ore_core import Manager
-from ore_core.bus.codec import BAD_JSON, BAD_SCHEMA, BAD_THREAD_ID, TOO_LARGE, UNKNOWN_THREAD
+from ore_core.bus.codec import (
+    BAD_JSON,
+    BAD_NAMESPACE,
+    BAD_SCHEMA,
+    BAD_THREAD_ID,
+    IDENTITY,
+    TOO_LARGE,
+    UNKNOWN_THREAD,
+)
 from ore_core.bus.control_api import ERROR_CODES, ControlAPI
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig
@@ -26,10 +35,20 @@ from ore_core.events import (
     encode_event,
 )
 
+pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
+
 PROTOCOL = (Path(__file__).parents[2] / "docs" / "protocol.md").read_text(encoding="utf-8")
 INGRESS_KINDS = {"user_message", "interrupt"}
-DLQ_FIELDS = {"reason", "detail", "subject", "thread_id", "data", "time"}
-DLQ_REASONS = {BAD_JSON, BAD_SCHEMA, BAD_THREAD_ID, UNKNOWN_THREAD, TOO_LARGE}
+DLQ_FIELDS = {"reason", "detail", "subject", "namespace", "thread_id", "data", "time"}
+DLQ_REASONS = {
+    BAD_JSON,
+    BAD_SCHEMA,
+    BAD_THREAD_ID,
+    BAD_NAMESPACE,
+    IDENTITY,
+    UNKNOWN_THREAD,
+    TOO_LARGE,
+}
 
 
 def json_examples() -> list[str]:
@@ -81,8 +100,10 @@ def test_every_other_example_is_an_api_error_or_a_dead_letter_record(line: str) 
 
 
 def documented_api_subjects() -> set[str]:
+    """The table's subjects as the core subscribes them (`P.api.NS.m` -> `ore.api.*.m`)."""
     section = PROTOCOL.split("## Control API", 1)[1].split("\n## ", 1)[0]
-    return {f"ore.{path}" for path in re.findall(r"^\| `P\.(api\.[a-z.]+)` \|", section, re.M)}
+    paths = re.findall(r"^\| `P\.((?:api\.NS|admin)\.[a-z.]+)` \|", section, re.M)
+    return {"ore." + path.replace("api.NS.", "api.*.") for path in paths}
 
 
 def test_the_api_table_lists_exactly_the_served_endpoints(control_api: ControlAPI) -> None:
@@ -90,7 +111,7 @@ def test_the_api_table_lists_exactly_the_served_endpoints(control_api: ControlAP
 
 
 def documented_client() -> str:
-    section = PROTOCOL.split("## A complete client in 20 lines", 1)[1]
+    section = PROTOCOL.split("## A complete client in 30 lines", 1)[1]
     match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert match is not None
     return match.group(1)
@@ -121,3 +142,26 @@ async def test_the_documented_client_gets_its_reply_from_a_real_core(
         await service.stop(grace=0)
     assert process.returncode == 0, stderr.decode()
     assert stdout.decode() == "hello"
+
+
+async def test_the_documented_client_exits_with_one_line_when_no_server_is_there() -> None:
+    with socket.socket() as probe:  # a port nobody listens on: bound, never listening
+        probe.bind(("127.0.0.1", 0))
+        url = f"nats://127.0.0.1:{probe.getsockname()[1]}"
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            documented_client().replace("nats://127.0.0.1:4222", url),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            _, stderr = await asyncio.wait_for(process.communicate(), 60)
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    assert process.returncode == 1
+    assert stderr.decode().splitlines() == [
+        f"no NATS server at {url}: start `ore serve`, or use the URL it printed"
+    ]

@@ -9,7 +9,7 @@ from typing import Any
 
 from ore_core.session.stores.worker import SerialWorker
 
-TIMEOUT = 10.0
+TIMEOUT = 30.0
 
 
 class Gate:

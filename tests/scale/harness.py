@@ -195,8 +195,8 @@ class Load:
         self._changed = asyncio.Event()
 
     async def listen(self) -> None:
-        """Record every stored assistant answer republished on `ore.out.*`."""
-        await self.nc.subscribe("ore.out.*", cb=self._on_output)
+        """Record every stored assistant answer republished on `ore.out.load.*`."""
+        await self.nc.subscribe("ore.out.load.*", cb=self._on_output)
         await self.nc.flush()
 
     async def _on_output(self, msg: Msg) -> None:
@@ -230,7 +230,7 @@ class Load:
         for _ in range(60):  # a cluster node may be down: retry with the same id
             try:
                 await js.publish(
-                    f"ore.in.{thread_id}", data, headers={"Nats-Msg-Id": payload["id"]}, timeout=2
+                    f"ore.in.load.{thread_id}", data, headers={"Nats-Msg-Id": payload["id"]}, timeout=2
                 )
                 break
             except Exception:

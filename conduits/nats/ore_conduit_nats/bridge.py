@@ -26,7 +26,7 @@ from nats.errors import Error as NatsError
 
 from ore_conduit_nats.answers import REPLY_KINDS, Answer, Progress
 from ore_conduit_nats.config import NatsBridgeConfig
-from ore_conduit_nats.tasks import SerialByKey, TaskSet
+from ore_conduit_nats.tasks import SerialByKey
 from ore_conduit_nats.wire import (
     MAX_ID_LENGTH,
     MalformedMessage,
@@ -44,6 +44,7 @@ from ore_core import (
     OreError,
     OutputEvent,
     Role,
+    TaskScope,
     Text,
     TurnCompleteEvent,
     UserMessageEvent,
@@ -94,7 +95,7 @@ class _Bridge:
         self.name = name
         self.client = client
         self.config = config
-        self.tasks = TaskSet()
+        self.tasks = TaskScope(f"conduit-{name}")
         self.per_channel = SerialByKey(self.tasks)
         self.max_channel = MAX_EVENT_ID_LENGTH - MAX_ID_LENGTH - len(name) - 2
         self._answers: dict[str, asyncio.Task[Reply]] = {}  # event id -> its answer
@@ -165,7 +166,9 @@ class _Bridge:
         answer = self._answers.get(event.id)
         if answer is None:  # else: a retry of a request still being answered
             answer = await self._ask(thread_id, event, external)
-        self.tasks.spawn(self._respond(msg.reply, answer), name=f"respond-{event.id}")
+        self.tasks.spawn(
+            self._respond(msg.reply, answer), name=f"respond-{event.id}", critical=False
+        )
 
     async def _ask(
         self, thread_id: str, event: UserMessageEvent, external: str
@@ -180,7 +183,9 @@ class _Bridge:
             self._answer_feeds.discard(feed)
             raise
         answer = self.tasks.spawn(
-            self._collect(feed, thread_id, event, external), name=f"answer-{event.id}"
+            self._collect(feed, thread_id, event, external),
+            name=f"answer-{event.id}",
+            critical=False,
         )
         self._answers[event.id] = answer
         answer.add_done_callback(lambda done: self._answers.pop(event.id, None))

@@ -1,49 +1,20 @@
-"""The bridge's background work: tracked tasks, and jobs kept in order per channel."""
+"""The bridge's per-channel order: jobs of one channel run one after another.
+
+The jobs are tasks of the bridge's `TaskScope` (`ore_core.TaskScope`), spawned as
+jobs (`critical=False`): one that fails is logged with its name and the bridge keeps
+serving other messages; closing the scope cancels and awaits them all.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
 
-import structlog
+from ore_core import TaskScope
 
-__all__ = ["SerialByKey", "TaskSet"]
+__all__ = ["SerialByKey"]
 
-log = structlog.get_logger("ore.conduit.nats")
-
-T = TypeVar("T")
 _Job = Callable[[], Awaitable[None]]
-
-
-class TaskSet:
-    """Tasks that outlive the callback that started them; `aclose` cancels and awaits all.
-
-    A task that fails is logged (a bridge keeps serving other messages).
-    """
-
-    def __init__(self) -> None:
-        self._tasks: set[asyncio.Task[Any]] = set()
-
-    def spawn(self, coroutine: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
-        """Run `coroutine` as a tracked task."""
-        task = asyncio.get_running_loop().create_task(coroutine, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._finished)
-        return task
-
-    def _finished(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("bridge task failed", task=task.get_name(), exc_info=task.exception())
-
-    async def aclose(self) -> None:
-        """Cancel every task and wait until all have ended."""
-        while self._tasks:
-            tasks = list(self._tasks)
-            for task in tasks:
-                task.cancel()
-            await asyncio.wait(tasks)
 
 
 class SerialByKey:
@@ -53,13 +24,15 @@ class SerialByKey:
     on their way to the core while one slow channel never holds up another.
     """
 
-    def __init__(self, tasks: TaskSet) -> None:
+    def __init__(self, tasks: TaskScope) -> None:
         self._tasks = tasks
         self._last: dict[str, asyncio.Task[None]] = {}
 
     def submit(self, key: str, job: _Job) -> None:
         """Queue `job` behind the jobs already queued for `key`."""
-        task = self._tasks.spawn(self._after(self._last.get(key), job), name=f"bridge-{key}")
+        task = self._tasks.spawn(
+            self._after(self._last.get(key), job), name=f"bridge-{key}", critical=False
+        )
         self._last[key] = task
         task.add_done_callback(lambda done: self._forget(key, done))
 

@@ -19,7 +19,7 @@ from ore_conduit_nats import NatsBridge
 from ore_conduit_nats.testing import PlainNatsClient
 from ore_core.testing.conduit_conformance import ConduitCore, RunningConduit, StartConduit
 
-TIMEOUT = 10.0
+TIMEOUT = 30.0
 
 
 @pytest_asyncio.fixture

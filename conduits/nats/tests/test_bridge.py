@@ -101,7 +101,7 @@ async def test_the_sender_and_its_trace_reach_the_core(
 ) -> None:
     await run_bridge()
     trace = "0af7651916cd43dd8448eb211c80319c"
-    async with ore_conduit_core.client.events(kinds={"turn_complete"}) as feed:
+    async with ore_conduit_core.client_for("nats").events(kinds={"turn_complete"}) as feed:
         await raw.publish(
             "support",
             b'{"text": "traced", "user": "alice"}',
@@ -176,6 +176,8 @@ async def test_a_request_retried_while_it_is_answered_gets_the_same_answer_once(
 async def test_a_request_retried_after_its_answer_gets_the_stored_answer(
     run_bridge: RunBridge, raw: PlainNatsClient
 ) -> None:
+    # A retry of an answered request sees no new events: it waits request_timeout out,
+    # then reads the stored answer. The wait is the mechanism, not a race.
     await run_bridge(request_timeout=0.5)
     body = b'{"text": "asked twice", "id": "r-2"}'
     first = await raw.request("support", body)

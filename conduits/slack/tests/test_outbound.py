@@ -242,7 +242,7 @@ async def test_an_interrupted_answer_ends_with_a_marker_and_clears_the_status(
     root = await slack.fake.user_says(CHANNEL, "stop me")
     await asyncio.wait_for(script.holding.wait(), 10)
     (thread,) = await slack.threads()
-    await slack.core.client.interrupt(thread.id)
+    await slack.core.client_for("slack").interrupt(thread.id)
     assert await slack.answers(CHANNEL, root) == ["partial answer\n\n_(interrupted)_"]
     await slack.wait_for(lambda: slack.fake.status_of(CHANNEL, root.ts) == "")
     assert not any(m.stream == "streaming" for m in slack.fake.bot_messages(CHANNEL))

@@ -108,6 +108,7 @@ def run_ore(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # starts ore
 def test_ore_conduit_list_shows_the_slack_conduit(ore_isolated_env: Path) -> None:
     listing = run_ore("conduit", "--list")
     assert listing.returncode == 0, listing.stderr
@@ -115,6 +116,7 @@ def test_ore_conduit_list_shows_the_slack_conduit(ore_isolated_env: Path) -> Non
     assert "ore-conduit-slack" in listing.stdout
 
 
+@pytest.mark.slow  # starts ore
 @pytest.mark.asyncio
 async def test_ore_conduit_slack_without_a_token_exits_1_with_one_line(
     ore_isolated_env: Path, ore_nats_server: EmbeddedNatsServer
@@ -126,6 +128,7 @@ async def test_ore_conduit_slack_without_a_token_exits_1_with_one_line(
     ]
 
 
+@pytest.mark.slow  # starts ore
 @pytest.mark.asyncio
 async def test_ore_conduit_slack_with_a_wrong_token_exits_1_naming_it(
     ore_isolated_env: Path, ore_nats_server: EmbeddedNatsServer

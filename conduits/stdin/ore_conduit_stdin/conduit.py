@@ -9,6 +9,7 @@ Either way it returns when the input ends (Ctrl-D, the end of the pipe), so
 from __future__ import annotations
 
 import sys
+from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import ClassVar, TextIO
 
@@ -21,14 +22,35 @@ from rich.text import Text
 
 from ore_conduit_stdin.config import StdinConfig
 from ore_conduit_stdin.interactive import chat
-from ore_conduit_stdin.pipe import PlainView, answer_lines, read_lines
+from ore_conduit_stdin.pipe import (
+    PlainView,
+    StdinError,
+    answer_lines,
+    first_line,
+    read_all,
+    read_lines,
+)
 from ore_conduit_stdin.session import ChatSession
 from ore_conduit_stdin.state import LastThread, history_file
 from ore_conduit_stdin.terminal import TerminalView
 from ore_core.conduit import ApiError, Conduit, ConduitClient, ConduitConfig, ThreadInfo
+from ore_core.errors import ThreadNotFound
+from ore_core.id_prefix import AmbiguousThreadId, resolve_thread_id
 
 __all__ = ["StdinConduit", "open_thread"]
 
+
+async def _chain(first: str, rest: AsyncIterator[str]) -> AsyncIterator[str]:
+    yield first
+    async for line in rest:
+        yield line
+
+
+async def _single(message: str) -> AsyncIterator[str]:
+    yield message
+
+
+_BAD_REQUEST = 400
 _NOT_FOUND = 404
 _EXISTS = 409
 
@@ -38,26 +60,52 @@ async def open_thread(
 ) -> tuple[str, ThreadInfo | None]:
     """The thread to talk in, and its description when it existed already.
 
-    `config.thread` is continued (created when unknown); otherwise `remembered` is
-    resumed if it still exists, unless `config.new`; otherwise a new thread starts. A
-    new thread records `stdin.mode` (`interactive` or `pipe`) and `stdin.user`.
+    `config.thread` (an id or a unique prefix of one) is continued; an unknown one is
+    an error unless `config.new`, which creates it. Otherwise `remembered` is resumed
+    if it still exists, unless `config.new`; otherwise a new thread starts. A new
+    thread records `stdin.mode` (`interactive` or `pipe`) and `stdin.user`.
     """
     metadata = {"stdin.mode": mode, **({"stdin.user": config.user} if config.user else {})}
-    wanted = config.thread or (None if config.new else remembered)
-    if wanted is not None:
+    if config.thread is not None:
         try:
-            return wanted, await client.get_thread(wanted)
+            found = await _resolve(client, config.thread)
+        except ThreadNotFound as exc:
+            if not config.new or isinstance(exc, AmbiguousThreadId):
+                hint = "" if isinstance(exc, AmbiguousThreadId) else ", or add --new to start it"
+                raise StdinError(f"{exc}{hint}") from None
+        else:
+            return found, await client.get_thread(found)
+        try:
+            await client.create_thread(config.thread, metadata)
+        except ApiError as exc:
+            if exc.status != _EXISTS:  # another chat created it a moment ago
+                raise
+        return config.thread, None
+    if remembered is not None and not config.new:
+        try:
+            return remembered, await client.get_thread(remembered)
         except ApiError as exc:
             if exc.status != _NOT_FOUND:
                 raise
-        if config.thread is not None:
-            try:
-                await client.create_thread(wanted, metadata)
-            except ApiError as exc:
-                if exc.status != _EXISTS:  # another chat created it a moment ago
-                    raise
-            return wanted, None
     return await client.create_thread(metadata=metadata), None
+
+
+async def _resolve(client: ConduitClient, typed: str) -> str:
+    """The full id of the thread `typed` names, asked of the core's control API."""
+
+    async def exists(thread_id: str) -> bool:
+        try:
+            await client.get_thread(thread_id)
+        except ApiError as exc:
+            if exc.status in (_BAD_REQUEST, _NOT_FOUND):
+                return False
+            raise
+        return True
+
+    async def list_ids(after: str, limit: int) -> list[str]:
+        return (await client.list_threads(after=after, limit=limit)).threads
+
+    return await resolve_thread_id(typed, exists, list_ids, "the store of the core")
 
 
 class StdinConduit(Conduit):
@@ -87,15 +135,36 @@ class StdinConduit(Conduit):
         stdin = self._stdin if self._stdin is not None else sys.stdin
         stdout = self._stdout if self._stdout is not None else sys.stdout
         stderr = self._stderr if self._stderr is not None else sys.stderr
+        if config.prompt is not None:
+            await self._one_shot(client, config, stdin, stdout, stderr)
+            return
         if stdin is not None and stdin.isatty() and stdout.isatty():
             await self._interactive(client, config, stdin, stdout, stderr)
             return
+        async with aclosing(read_lines(stdin)) as lines:
+            first = await first_line(lines)
+            if first is None:
+                return  # an empty pipe: nothing to say, so no thread either
+            thread_id, _ = await open_thread(client, config, "pipe")
+            async with ChatSession(client, thread_id, user=config.user) as session:
+                await answer_lines(session, _chain(first, lines), PlainView(stdout, stderr))
+
+    async def _one_shot(
+        self,
+        client: ConduitClient,
+        config: StdinConfig,
+        stdin: TextIO | None,
+        stdout: TextIO,
+        stderr: TextIO,
+    ) -> None:
+        """`ore chat "prompt"`: one message (piped input appended), one answer, done."""
+        piped = await read_all(stdin)
+        message = "\n\n".join(part for part in (config.prompt or "", piped.strip("\n")) if part)
+        if not message.strip():
+            raise StdinError("nothing to send: the prompt and the input are empty")
         thread_id, _ = await open_thread(client, config, "pipe")
-        async with (
-            ChatSession(client, thread_id, user=config.user) as session,
-            aclosing(read_lines(stdin)) as lines,
-        ):
-            await answer_lines(session, lines, PlainView(stdout, stderr))
+        async with ChatSession(client, thread_id, user=config.user) as session:
+            await answer_lines(session, _single(message), PlainView(stdout, stderr))
 
     async def _interactive(
         self,
@@ -126,4 +195,4 @@ class StdinConduit(Conduit):
             view = TerminalView(
                 Console(file=stdout, highlight=False), err, markdown=settings.markdown
             )
-            await chat(session, prompt, view, err=err, last_thread=last_thread)
+            await chat(session, prompt, view, err=err, last_thread=last_thread, stdin=stdin)

@@ -6,7 +6,7 @@ import getpass
 from pathlib import Path
 
 import platformdirs
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from ore_core import InvalidThreadId
 from ore_core.conduit import ConduitConfig
@@ -31,13 +31,18 @@ def default_user() -> str:
 class StdinConfig(ConduitConfig):
     """How the terminal chat starts and renders.
 
-    `thread` continues that thread (created if it does not exist yet); `new` starts a
-    fresh one. Without either, an interactive chat resumes the thread it used last and
-    piped input gets a new thread. `markdown` renders replies as Markdown on a terminal.
+    `thread` continues that thread (any unique prefix of its id); an unknown id is an
+    error unless `new` is set too, which then starts a thread with that id. `new` alone
+    starts a fresh thread. Without either, an interactive chat resumes the thread it
+    used last and piped input gets a new thread. `markdown` renders replies as
+    Markdown on a terminal. `prompt` sends one message and exits (`ore chat "..."`);
+    piped input is then added to it, so `cat notes.md | ore chat "summarise"` sends
+    the prompt and the file as one message.
     """
 
     thread: str | None = None
     new: bool = False
+    prompt: str | None = None
     user: str = Field(default_factory=default_user)
     markdown: bool = True
     state_dir: Path = Field(default_factory=default_state_dir)
@@ -51,9 +56,3 @@ class StdinConfig(ConduitConfig):
             return validate_thread_id(thread)
         except InvalidThreadId as exc:
             raise ValueError(str(exc)) from None
-
-    @model_validator(mode="after")
-    def _thread_or_new(self) -> StdinConfig:
-        if self.thread is not None and self.new:
-            raise ValueError("choose a thread to continue or a new thread, not both")
-        return self

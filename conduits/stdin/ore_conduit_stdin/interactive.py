@@ -9,9 +9,13 @@ the core unchanged; its interceptors answer them.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import signal
+import struct
+import termios
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TextIO
 
 from prompt_toolkit import PromptSession
 from rich.console import Console
@@ -21,10 +25,11 @@ from ore_conduit_stdin.session import ChatSession
 from ore_conduit_stdin.state import LastThread
 from ore_conduit_stdin.terminal import TerminalView
 
-__all__ = ["PROMPT", "chat", "sigint_calls"]
+__all__ = ["PROMPT", "chat", "quiet_terminal", "sigint_calls"]
 
 PROMPT = "you> "
 _LEAVE_HINT = "(Ctrl-C again or Ctrl-D to leave)"
+_TYPED_AHEAD = "(what you typed during the reply was not sent: type it at the prompt)"
 
 
 @contextmanager
@@ -50,6 +55,34 @@ def sigint_calls(callback: Callable[[], None]) -> Iterator[None]:
                 signal.signal(signal.SIGINT, previous)
 
 
+@contextmanager
+def quiet_terminal(stdin: TextIO | None) -> Iterator[list[int]]:
+    """While a reply is written: keystrokes are not echoed, and are dropped at the end.
+
+    Echoed keys (and the `^C` of an interrupt) would land inside the live reply area
+    and break its redrawing, which then leaves a second copy of the reply behind; text
+    typed ahead would be sent, unseen, at the next prompt. The list yielded receives
+    the number of bytes dropped (nothing happens when stdin is not a terminal).
+    """
+    dropped: list[int] = []
+    fd = stdin.fileno() if stdin is not None and stdin.isatty() else None
+    if fd is None:
+        yield dropped
+        return
+    saved = termios.tcgetattr(fd)
+    quiet = list(saved)
+    quiet[3] &= ~(termios.ECHO | termios.ECHOCTL)
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    try:
+        yield dropped
+    finally:
+        pending = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+        termios.tcflush(fd, termios.TCIFLUSH)
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
+        if pending:
+            dropped.append(pending)
+
+
 async def chat(
     session: ChatSession,
     prompt: PromptSession[str],
@@ -57,6 +90,7 @@ async def chat(
     *,
     err: Console,
     last_thread: LastThread,
+    stdin: TextIO | None = None,
 ) -> None:
     """Prompt, send, show the reply; until Ctrl-D or two Ctrl-C in a row at the prompt."""
     interrupts = 0
@@ -74,7 +108,9 @@ async def chat(
         interrupts = 0
         if not line.strip():
             continue
-        with sigint_calls(session.interrupt):
+        with sigint_calls(session.interrupt), quiet_terminal(stdin) as dropped:
             result = await session.turn(line, view)
+        if dropped:
+            err.print(Text(_TYPED_AHEAD, style="dim"))
         if result.switched_to is not None:
             last_thread.save(session.thread_id)

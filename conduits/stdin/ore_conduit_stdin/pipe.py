@@ -15,7 +15,7 @@ from typing import TextIO
 from ore_conduit_stdin.session import ChatSession
 from ore_core import ArtifactEvent, NoticeEvent, OreError, OutputEvent, Text
 
-__all__ = ["PlainView", "StdinError", "answer_lines", "read_lines"]
+__all__ = ["PlainView", "StdinError", "answer_lines", "first_line", "read_all", "read_lines"]
 
 
 class StdinError(OreError):
@@ -78,16 +78,48 @@ async def read_lines(stream: TextIO | None) -> AsyncGenerator[str, None]:
 
 
 async def answer_lines(session: ChatSession, lines: AsyncIterator[str], view: PlainView) -> None:
-    """One turn per non-blank line; raise StdinError at the first failed or cancelled turn."""
+    """One turn per non-blank line; raise StdinError at the first failed or cancelled turn.
+
+    A line an interceptor drops does not stop the others, but once the input ends the
+    run fails (exit status 1) saying how many were dropped: a script must not mistake
+    a refused line for an answered one.
+    """
+    sent = dropped = 0
     async for line in lines:
         if not line.strip():
             continue
         result = await session.turn(line, view)
+        sent += 1
         if result.error is not None:
             reason = _one_line(result.error)
             raise StdinError(f"turn failed on thread {session.thread_id}: {reason}")
         if result.cancelled:
             raise StdinError(f"turn on thread {session.thread_id} was cancelled")
+        if result.dropped:
+            dropped += 1
+    if dropped:
+        raise StdinError(
+            f"{dropped} of {sent} message(s) were dropped by an interceptor on thread "
+            f"{session.thread_id} (the notices above say why)"
+        )
+
+
+async def first_line(lines: AsyncIterator[str]) -> str | None:
+    """The first non-blank line (None when the input has none): no thread for nothing."""
+    async for line in lines:
+        if line.strip():
+            return line
+    return None
+
+
+async def read_all(stream: TextIO | None) -> str:
+    """Everything on `stream` (a pipe or a file), read off the event loop."""
+    if stream is None or stream.isatty():
+        return ""
+    try:
+        return await asyncio.to_thread(stream.read)
+    except (OSError, ValueError) as exc:
+        raise StdinError(f"cannot read the input: {exc}") from None
 
 
 def _one_line(text: str) -> str:

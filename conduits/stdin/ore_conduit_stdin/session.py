@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Protocol
 
@@ -20,9 +20,11 @@ from ore_core import (
     ErrorEvent,
     EventContext,
     LifecycleEvent,
+    NoticeEvent,
     OutputEvent,
     Role,
     SessionSwitchEvent,
+    Severity,
     TurnCompleteEvent,
     UserMessageEvent,
 )
@@ -53,11 +55,26 @@ class View(Protocol):
 
 @dataclass
 class TurnResult:
-    """How a turn ended: the error it reported, whether it was cancelled, a thread switch."""
+    """How a turn ended: the error it reported, whether it was cancelled, a thread switch.
+
+    `recorded` is True once the core stored the message as a turn; a message that an
+    interceptor dropped (a guard, a slash command) never is. `notices` are the
+    severities of the notices the message caused.
+    """
 
     error: str | None = None
     cancelled: bool = False
     switched_to: str | None = None
+    recorded: bool = False
+    notices: list[Severity] = field(default_factory=list)
+
+    @property
+    def dropped(self) -> bool:
+        """An interceptor refused the message: not stored, and nothing but a warning or
+        an error to show for it (a slash command answers with an Info notice)."""
+        if self.recorded or self.switched_to is not None or self.error is not None:
+            return False
+        return not self.notices or max(self.notices) >= Severity.WARN
 
 
 class ChatSession:
@@ -112,7 +129,7 @@ class ChatSession:
         """Send `text` and show what it causes until the core reports it handled."""
         if self._feed is None:
             raise BusError("the chat session is not open: use `async with ChatSession(...)`")
-        name = self._client.name
+        name = self._client.namespace
         trace = new_traceparent()
         message = UserMessageEvent(
             id=f"{name}-{secrets.token_hex(16)}",
@@ -151,13 +168,16 @@ class ChatSession:
             self._interrupted
             and isinstance(event, LifecycleEvent)
             and event.phase == "done"
-            and context.provenance == self._client.name
+            and context.provenance == self._client.namespace
             and not context.traceparent
         )
 
     def _observe(self, event: OutputEvent, result: TurnResult, view: View) -> None:
         if isinstance(event, TurnCompleteEvent) and event.turn.role == Role.USER:
+            result.recorded = True
             return  # the terminal shows what the user typed already
+        if isinstance(event, NoticeEvent):
+            result.notices.append(event.severity)
         if isinstance(event, SessionSwitchEvent):
             result.switched_to = event.session_id
             return

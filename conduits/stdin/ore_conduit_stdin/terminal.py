@@ -4,7 +4,8 @@ While the turn runs, a `rich.live.Live` area re-renders the transcript so far
 `REFRESH_PER_SECOND` times a second (only its last screenful, so the newest text stays
 in view and redrawing never scrolls); when it ends the area is cleared and the
 whole reply printed once, so the scrollback holds it exactly once. Notices and errors
-go to stderr above the live area.
+go to stderr above the live area, as plain text (they are often usage lines and
+listings, which Markdown would mangle).
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ class TerminalView:
         if isinstance(event, ArtifactEvent):
             self._transcript.add(event.artifact)  # the next frame shows it
         elif isinstance(event, NoticeEvent):
-            self._aside(self._text(event.content, notice_style(event.severity)))
+            # As written: Markdown would eat `<turn id>` and join the lines of `/meta`.
+            self._aside(Text(event.content, style=notice_style(event.severity)))
         elif isinstance(event, ErrorEvent):
             self._aside(Text(f"error: {event.message}", style="bold red"))
         elif isinstance(event, LifecycleEvent) and event.phase == "cancelled":

@@ -8,13 +8,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pexpect
+import pytest
 
 from ore_openai.testing import MockOpenAIServer, MockResponse
+
+pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
 
 SpawnChat = Callable[..., pexpect.spawn]
 PROMPT = "you>"
 THREAD = re.compile(r"Thread ([A-Za-z0-9_-]+) \((new thread|resumed, \d+ turns)\)")
-EXIT_TIMEOUT = 30
+EXIT_TIMEOUT = 60
 
 
 def model_env(model: MockOpenAIServer) -> dict[str, str]:
@@ -76,6 +79,42 @@ def test_ctrl_c_interrupts_the_running_turn_and_the_prompt_returns(
         assert leave(child) == 0
 
 
+def test_ctrl_c_is_not_echoed_into_the_reply_area(spawn_chat: SpawnChat) -> None:
+    # An echoed `^C` inside the live area broke its redrawing, and the partial reply
+    # was left on the screen twice.
+    replies = [MockResponse.hang("Never finished", after_chunks=3)]
+    with MockOpenAIServer(replies) as model:
+        child = spawn_chat(env=model_env(model))
+        started(child)
+        child.sendline("hello")
+        child.expect("Neve")
+        child.sendintr()
+        child.expect(r"\(interrupted\)")
+        assert "^C" not in str(child.before)
+        child.expect(PROMPT)
+        assert leave(child) == 0
+
+
+def test_text_typed_during_a_reply_is_not_echoed_nor_sent_at_the_next_prompt(
+    spawn_chat: SpawnChat,
+) -> None:
+    # Three chunks two seconds apart: keys sent after the first one arrive mid-reply.
+    slow = MockResponse(text="abc", chunk_size=1, delay=2.0)
+    with MockOpenAIServer([slow, "Next one."]) as model:
+        child = spawn_chat(env=model_env(model))
+        started(child)
+        child.sendline("hello")
+        child.expect("a")
+        child.send("typed ahead\r")
+        child.expect("was not sent")
+        assert "typed ahead" not in str(child.before)
+        child.expect(PROMPT)
+        say(child, "again", "Next one.")
+        assert leave(child) == 0
+        sent = [request["messages"][-1]["content"] for request in model.requests]
+    assert sent == ["hello", "again"]
+
+
 def test_up_arrow_recalls_the_previous_line(spawn_chat: SpawnChat) -> None:
     with MockOpenAIServer(["First reply.", "Second reply."]) as model:
         child = spawn_chat(env=model_env(model))
@@ -106,7 +145,7 @@ def test_the_thread_option_resumes_that_conversation(
     spawn_chat: SpawnChat, run_chat: Callable[..., object]
 ) -> None:
     with MockOpenAIServer(["Nice to meet you, Ada.", "You are Ada."]) as model:
-        run_chat("--thread", "notes", input="my name is Ada\n", env=model_env(model))
+        run_chat("--thread", "notes", "--new", input="my name is Ada\n", env=model_env(model))
         child = spawn_chat("--thread", "notes", env=model_env(model))
         assert started(child) == ("notes", "resumed, 2 turns")
         say(child, "what is my name?", "You are Ada.")

@@ -16,7 +16,7 @@ from ore_core.session.echo import EchoProcessor
 from ore_core.testing.processors import ScriptedProcessor
 
 StartCore = Callable[[TurnProcessor], Awaitable[None]]
-TIMEOUT = 15.0
+TIMEOUT = 30.0
 
 
 class Pipe:
@@ -81,7 +81,7 @@ async def test_the_thread_setting_continues_that_thread(
     start_core: StartCore, stdin_client: ConduitClient
 ) -> None:
     await start_core(EchoProcessor())
-    await Pipe("one\n").run(stdin_client, StdinConfig(thread="notes"))
+    await Pipe("one\n").run(stdin_client, StdinConfig(thread="notes", new=True))
     await Pipe("two\n").run(stdin_client, StdinConfig(thread="notes"))
     turns = await stdin_client.turns("notes")
     assert [turn.artifacts[0].to_dict()["content"] for turn in turns] == [
@@ -101,9 +101,13 @@ async def test_lines_lose_their_line_endings_only() -> None:
     assert lines == [" a ", "b", "", "c"]
 
 
-def test_a_thread_and_a_new_thread_cannot_both_be_asked_for() -> None:
-    with pytest.raises(ValueError, match="not both"):
-        StdinConfig(thread="t1", new=True)
+async def test_an_unknown_thread_is_an_error_unless_new_is_set(
+    start_core: StartCore, stdin_client: ConduitClient
+) -> None:
+    await start_core(EchoProcessor())
+    with pytest.raises(StdinError, match=r"^thread notes not found .*add --new to start it$"):
+        await Pipe("one\n").run(stdin_client, StdinConfig(thread="notes"))
+    assert (await stdin_client.list_threads()).threads == []
 
 
 def test_an_invalid_thread_id_is_refused_by_the_settings() -> None:

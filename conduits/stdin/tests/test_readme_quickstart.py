@@ -13,6 +13,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
+
 CHECKOUT = Path(__file__).resolve().parents[3]
 CHAT = " && ore chat"
 INSTALL_TIMEOUT = 600.0
@@ -37,6 +41,7 @@ def test_the_quick_start_has_exactly_two_commands_install_and_chat_then_tox() ->
     assert tests == "python3 -m pip install tox && tox"
 
 
+@pytest.mark.timeout(INSTALL_TIMEOUT + CHAT_TIMEOUT + 60)  # a pip install, not a unit test
 def test_the_quick_start_install_line_gives_a_working_ore_chat(tmp_path: Path) -> None:
     install = quick_start_commands()[0].removesuffix(CHAT)
     checkout = tmp_path / "ore"

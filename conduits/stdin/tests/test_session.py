@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 StartCore = Callable[[TurnProcessor], Awaitable[None]]
 MakeView = Callable[[], "RecordingView"]
-TIMEOUT = 10.0
+TIMEOUT = 30.0
 
 
 def test_a_traceparent_is_a_w3c_trace_context_with_a_fresh_trace_id() -> None:
@@ -54,19 +54,25 @@ async def test_the_users_own_message_is_not_shown_again(
     assert roles == ["assistant"]
 
 
-async def test_events_caused_by_another_conduit_are_not_shown(
+async def test_another_conduit_cannot_write_into_the_session_or_show_in_it(
     start_core: StartCore, stdin_client: ConduitClient, ore_nats_url: str, make_view: MakeView
 ) -> None:
-    await start_core(ScriptedProcessor(["for the other conduit", "for stdin"]))
+    await start_core(ScriptedProcessor(["for stdin"]))
     thread_id = await stdin_client.create_thread()
     view = make_view()
     async with (
         await ConduitClient.connect(ore_nats_url, name="other") as other,
         ChatSession(stdin_client, thread_id) as session,
     ):
-        await other.send(thread_id, "first")  # handled before ours: one thread, in order
+        # The thread is stdin's: for conduit `other` it does not exist (it gets an error
+        # on its own subject); nothing of it reaches the session.
+        async with other.events(thread_id, kinds={"error"}) as refused:
+            await other.send(thread_id, "first")
+            [error] = [await asyncio.wait_for(anext(refused), TIMEOUT)]
         await asyncio.wait_for(session.turn("second", view), TIMEOUT)
+    assert error.event.code == "unknown_thread"
     assert view.texts() == ["for stdin"]
+    assert len(await stdin_client.turns(thread_id)) == 2
 
 
 async def test_a_failed_turn_reports_the_error(

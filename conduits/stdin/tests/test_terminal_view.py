@@ -68,10 +68,16 @@ def test_a_cancelled_turn_says_it_was_interrupted() -> None:
     assert screens.err.getvalue() == "(interrupted)\n"
 
 
-def test_notices_are_markdown_like_the_slash_commands_write_them() -> None:
+def test_notices_are_printed_as_written_not_as_markdown() -> None:
     screens = Screens()
-    screens.view.show(NoticeEvent(content="* `/help` — Show **commands**"))
-    assert screens.err.getvalue().strip() == "• /help — Show commands"
+    screens.view.show(NoticeEvent(content="Usage: /fork <turn id>"))
+    screens.view.show(NoticeEvent(content="Metadata:\na = 1\nb = 2"))
+    assert screens.err.getvalue().splitlines() == [
+        "Usage: /fork <turn id>",
+        "Metadata:",
+        "a = 1",
+        "b = 2",
+    ]
 
 
 def test_each_severity_has_its_own_colour() -> None:

@@ -79,6 +79,7 @@ class _JetStreamOptions(_StoreOptions):
 class _SQLiteOptions(_FileOptions):
     fsync: FsyncPolicy = FsyncPolicy.BATCH
     busy_timeout: PositiveFloat = 10.0
+    read_only: bool = False
 
 
 def _options(model: type[_Options], store: str, section: Mapping[str, Any]) -> _Options:
@@ -126,6 +127,7 @@ def sqlite_store(section: Mapping[str, Any]) -> SQLiteStore:
         options.resolved_path("threads.db"),
         fsync=options.fsync,
         busy_timeout=options.busy_timeout,
+        read_only=options.read_only,
     )
 
 

@@ -153,7 +153,7 @@ class BaseStore(ABC):
 
     def _exists(self, thread_id: str) -> ThreadExists:
         return ThreadExists(
-            f"thread {thread_id} already exists in {self.location}: use get() to load it"
+            f"thread {thread_id} already exists in {self.location}: continue it, or pick another id"
         )
 
     def _stale(self, thread_id: str) -> StaleThread:

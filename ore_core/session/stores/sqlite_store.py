@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from ore_core import jsonutil
@@ -168,8 +169,12 @@ class SQLiteStore(BaseStore):
         *,
         fsync: FsyncPolicy | str = FsyncPolicy.BATCH,
         busy_timeout: float = 10.0,
+        read_only: bool = False,
     ) -> None:
         self.path = os.fspath(path)
+        # Read-only (`ore threads list` and friends): the file is opened `mode=ro`, so
+        # listing needs no write access; a save fails with the database's own error.
+        self._read_only = read_only
         super().__init__(f"sqlite:{self.path}")
         try:
             self._synchronous = _SYNCHRONOUS[FsyncPolicy(fsync)]
@@ -288,6 +293,8 @@ class SQLiteStore(BaseStore):
     # -- on the worker thread ----------------------------------------------------------------------
 
     def _connection(self) -> sqlite3.Connection:
+        if self._conn is None and self._read_only:
+            self._conn = self._read_only_connection()
         if self._conn is None:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             conn = sqlite3.connect(
@@ -304,6 +311,25 @@ class SQLiteStore(BaseStore):
                 raise
             self._conn = conn
         return self._conn
+
+    def _read_only_connection(self) -> sqlite3.Connection:
+        """`mode=ro`; where even the WAL index cannot be created (a read-only directory)
+        the file is read as it is (`immutable`): no writer can be adding to it there."""
+        uri = f"{Path(self.path).absolute().as_uri()}?mode=ro"
+        for options in ("", "&immutable=1"):
+            conn = sqlite3.connect(
+                uri + options, uri=True, timeout=self._busy_timeout, isolation_level=None
+            )
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            except sqlite3.OperationalError:
+                conn.close()
+                if options:
+                    raise
+                continue
+            return conn
+        raise AssertionError("unreachable")
 
     def _disconnect(self) -> None:
         if self._conn is not None:

@@ -65,6 +65,15 @@ class OpenAIProcessor:
         )
         self._client: openai.AsyncOpenAI | None = None
 
+    @property
+    def default_model(self) -> str:
+        """The model of a thread that chose none with `/model`."""
+        return self.config.model
+
+    def describe(self) -> str:
+        """What answers, for the line `ore serve` and `ore chat` print at start."""
+        return f"openai model {self.config.model} at {self.config.base_url}"
+
     async def __aenter__(self) -> Self:
         return self
 

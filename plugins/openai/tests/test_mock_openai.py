@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -50,11 +49,18 @@ async def test_text_arrives_in_several_chunks_that_join_to_the_script(
 async def test_chunks_are_sent_as_they_are_produced_not_in_one_flush(
     ore_mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
-    ore_mock_openai.script(MockResponse(text="abcd", chunk_size=1, delay=0.05))
+    # The server sends the role chunk, "a" and "b", then holds the rest until the client
+    # leaves: the client sees "a" and "b" only if each chunk went out as it was produced.
+    ore_mock_openai.script(MockResponse(text="abcd", chunk_size=1, hang_after=3))
     stream = await client.chat.completions.create(model="m", messages=HELLO, stream=True)
-    arrivals = [time.monotonic() async for chunk in stream if contents([chunk])]
-    assert len(arrivals) == 4
-    assert arrivals[-1] - arrivals[0] >= 0.1
+    received: list[str] = []
+    async with asyncio.timeout(30):  # bounds a hang only
+        async for chunk in stream:
+            received += contents([chunk])
+            if len(received) == 2:
+                break
+    await stream.close()
+    assert received == ["a", "b"]
 
 
 async def test_reasoning_streams_as_reasoning_content_before_text(
@@ -171,7 +177,7 @@ async def test_hang_sends_nothing_and_records_the_client_leaving(
 ) -> None:
     ore_mock_openai.script(MockResponse.hang())
     task = asyncio.create_task(stream_chunks(client))
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(30):
         await ore_mock_openai.wait_for_requests(1)
         assert ore_mock_openai.disconnects == 0
         task.cancel()
@@ -185,26 +191,27 @@ async def test_hang_after_some_chunks_delivers_them_first(
 ) -> None:
     ore_mock_openai.script(MockResponse.hang("abcdefgh", after_chunks=2))
     stream = await client.chat.completions.create(model="m", messages=HELLO, stream=True)
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(30):
         role_chunk = await stream.__anext__()
         text_chunk = await stream.__anext__()
     assert role_chunk.choices[0].delta.role == "assistant"
     assert contents([text_chunk]) == ["abcd"]
     await stream.close()
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(30):
         await ore_mock_openai.wait_for_disconnects(1)
 
 
 async def test_abandoning_a_slow_stream_mid_way_is_recorded(
     ore_mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
 ) -> None:
-    ore_mock_openai.script(MockResponse(text="x" * 40, chunk_size=1, delay=0.02))
+    # It never finishes by itself: the client leaving mid-way is the only way it ends.
+    ore_mock_openai.script(MockResponse.hang("x" * 40, after_chunks=3))
     stream = await client.chat.completions.create(model="m", messages=HELLO, stream=True)
     async for chunk in stream:
         if contents([chunk]):
             break
     await stream.close()
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(30):
         await ore_mock_openai.wait_for_disconnects(1)
 
 

@@ -94,6 +94,6 @@ async def test_calls_of_one_answer_run_concurrently_and_results_keep_call_order(
         "second": Tool("second", "", OBJECT, second),
     }
     calls = [ToolCall("a", "first", ""), ToolCall("b", "second", "")]
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(30):
         results = await run_tool_calls(tools, calls)
     assert [(r.tool_call_id, r.content) for r in results] == [("a", "first"), ("b", "second")]

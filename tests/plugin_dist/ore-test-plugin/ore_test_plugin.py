@@ -4,10 +4,16 @@ through its real `ore` entry point (distribution `ore-test-plugin`).
 Everything it registers is harmless when loaded by other tests: the interceptor passes
 events on unchanged, the sink only records, names are prefixed `ore-test`.
 `calls` records the lifecycle hooks (configure, startup, shutdown) in call order.
+
+`ORE_TEST_CRASH=ingress-ack` (set only by the crash test of `ore serve`) makes the
+core's ingress acknowledgement loop crash at its first acknowledgement: a loop crash is
+a bug by definition, nothing a client sends can cause one, and a plugin is how code
+gets into a real `ore serve` process unchanged.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -159,6 +165,18 @@ def ore_register_commands(cli: click.Group) -> None:
 @hookimpl
 async def ore_startup(manager: Any) -> None:
     calls.append(("startup", manager))
+    if os.environ.get("ORE_TEST_CRASH") == "ingress-ack":
+        _crash_the_ingress_ack_loop()
+
+
+def _crash_the_ingress_ack_loop() -> None:
+    from ore_core.bus.ingress import Ingress
+
+    async def crashing_ack_loop(self: Any) -> None:
+        await self._ack_wakeup.wait()  # the first message handled: an ack to send
+        raise RuntimeError("ore-test: injected crash of the ingress ack loop")
+
+    Ingress._ack_loop = crashing_ack_loop  # type: ignore[method-assign]
 
 
 @hookimpl

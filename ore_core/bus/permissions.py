@@ -1,0 +1,104 @@
+"""Who may use which subject: the NATS permissions of the core, an admin and a conduit.
+
+One place states the model that protocol.md "Permissions" documents and `ore auth`
+writes into a nats-server `authorization` block:
+
+- the core (`ore serve`) may do everything: it owns the streams, the KV buckets and
+  the control API, and publishes every thread's output;
+- an admin may call the whole control API (`P.admin.>` and every namespace's
+  `P.api.>`), send into any namespace, watch every output and the dead letters, and
+  use the JetStream API (operators inspect and repair streams with the `nats` CLI);
+- a conduit of namespace NS may publish only `P.in.NS.>` (its messages) and
+  `P.api.NS.>` (its threads, its catch-up reads, its durable cursors) and subscribe
+  only to `P.out.NS.>` (its output) and `_INBOX_NS.>` (its replies and JetStream
+  publish acks). It has no `$JS.API` access at all: reading stored events goes
+  through the core's `events.read`, which only reads `P.ev.NS.*`. Everything else is
+  denied because it is not allowed: other namespaces, `_INBOX.>`, `P.admin.>`,
+  `$JS.API.>` (consumers, direct gets, purges, deletes), `$SRV.>`.
+
+The identity a conduit's message carries is the NS of the subject it was allowed to
+publish on: that is why the namespace is in every subject.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from ore_core.subjects import Subjects, validate_namespace
+
+__all__ = ["NatsUser", "admin_permissions", "authorization_block", "conduit_permissions"]
+
+
+def conduit_permissions(subjects: Subjects, namespace: str) -> dict[str, dict[str, list[str]]]:
+    """The nats-server `permissions` of a conduit of `namespace`."""
+    ns = validate_namespace(namespace)
+    prefix = subjects.prefix
+    return {
+        "publish": {"allow": [f"{prefix}.in.{ns}.>", subjects.api_namespace_wildcard(ns)]},
+        "subscribe": {"allow": [f"{prefix}.out.{ns}.>", f"{subjects.inbox(ns)}.>"]},
+    }
+
+
+def admin_permissions(subjects: Subjects) -> dict[str, dict[str, list[str]]]:
+    """The nats-server `permissions` of an operator: the whole control API and streams."""
+    prefix = subjects.prefix
+    return {
+        "publish": {
+            "allow": [
+                subjects.admin_wildcard,
+                subjects.api_wildcard,
+                f"{prefix}.in.>",
+                "$SRV.>",
+                "$JS.API.>",
+                "$JS.ACK.>",
+            ]
+        },
+        "subscribe": {"allow": ["_INBOX.>", f"{prefix}.out.>", f"{prefix}.dlq.>", "$SRV.>"]},
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class NatsUser:
+    """One entry of the `users` list: a user/password or an nkey, with permissions.
+
+    `permissions` None means everything (the core). `comment` is written above it.
+    """
+
+    user: str | None = None
+    password: str | None = None
+    nkey: str | None = None
+    permissions: dict[str, dict[str, list[str]]] | None = None
+    comment: str = ""
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def render(self) -> str:
+        parts: list[str] = []
+        if self.nkey is not None:
+            parts.append(f"nkey: {json.dumps(self.nkey)}")
+        else:
+            parts.append(f"user: {json.dumps(self.user)}")
+            parts.append(f"password: {json.dumps(self.password)}")
+        text = "    {" + ", ".join(parts)
+        if self.permissions is None:
+            return text + "}"
+        lines = [text + ", permissions: {"]
+        for action in ("publish", "subscribe"):
+            rule = self.permissions.get(action)
+            if rule is None:
+                continue
+            allow = ", ".join(json.dumps(subject) for subject in rule["allow"])
+            lines.append(f"      {action}: {{allow: [{allow}]}}")
+        lines.append("    }}")
+        return "\n".join(lines)
+
+
+def authorization_block(users: list[NatsUser]) -> str:
+    """A nats-server `authorization { users = [...] }` block for `users`."""
+    lines = ["authorization {", "  users = ["]
+    for user in users:
+        if user.comment:
+            lines.append(f"    # {user.comment}")
+        lines.append(user.render())
+    lines += ["  ]", "}", ""]
+    return "\n".join(lines)
