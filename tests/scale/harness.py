@@ -230,7 +230,10 @@ class Load:
         for _ in range(60):  # a cluster node may be down: retry with the same id
             try:
                 await js.publish(
-                    f"ore.in.load.{thread_id}", data, headers={"Nats-Msg-Id": payload["id"]}, timeout=2
+                    f"ore.in.load.{thread_id}",
+                    data,
+                    headers={"Nats-Msg-Id": payload["id"]},
+                    timeout=2,
                 )
                 break
             except Exception:
