@@ -118,7 +118,7 @@ class NatsSettings(_Section):
     secret: SecretStr | None = None
     """Secret that keys a conduit's message ids so no other conduit can squat them
     (hidden in `ore config`); written by `ore auth`."""
-    partitions: int = 8
+    partitions: int = 32
     """Number of ingress partitions (a power of two, 1 to 1024): how many core workers
     can share the threads."""
     max_payload: ByteSize = ByteSize(1024 * 1024)
@@ -136,6 +136,9 @@ class NatsSettings(_Section):
     store_probe_interval: PositiveFloat = 5.0
     """Seconds between checks that the store takes writes; `/readyz` answers 503 while it
     does not."""
+    lease_ttl: float = 4.0
+    """Seconds a worker's partition lease outlives its last renewal: after a worker dies,
+    the others take its threads over after about this long (1 to 60)."""
 
     @field_validator("url", mode="before")
     @classmethod
@@ -176,6 +179,13 @@ class NatsSettings(_Section):
         if count < 1 or count > 1024 or count & (count - 1):
             raise ValueError("must be a power of two from 1 to 1024 (1, 2, 4, 8, ...)")
         return count
+
+    @field_validator("lease_ttl")
+    @classmethod
+    def _check_lease_ttl(cls, ttl: float) -> float:
+        if not 1.0 <= ttl <= 60.0:
+            raise ValueError("must be from 1 to 60 seconds (failover takes about this long)")
+        return ttl
 
     @field_validator("max_payload")
     @classmethod

@@ -21,6 +21,14 @@ taken, and its `done` is taken only with its batch handed to the pipeline), so t
 ingress acknowledges a message once `emitted` passed its position and the pipeline
 stored everything published up to then (`Ingress._ack_loop`).
 
+Ownership (issue 10b): a worker whose partition lease is overdue (`may_write` false:
+it was paused or cut off) publishes nothing for the partition's threads (a turn's held
+events are dropped with it, never stored in part), and once a thread left this worker
+(`release`) whatever its old stream still emits is dropped until the thread is attached
+here again (`prime`). `prime` also publishes a saved answer that never reached `P.ev.T`
+(its owner died between the save and the append): it looks inside the thread's last
+stored batch for that answer (see `_answer_missing`).
+
 `NS` is the namespace the thread recorded when it was created (`namespace_of`): a sink
 only hears a thread id, so ingress and the control API `bind` the namespaces of the
 threads they resolve, and a thread nobody bound is looked up in its active stream.
@@ -30,11 +38,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import structlog
 from nats.aio.client import Client as NatsClient
 from nats.errors import ConnectionClosedError, OutboundBufferLimitError
+from nats.errors import Error as NatsError
+from nats.js.errors import NotFoundError
 
+from ore_core import jsonutil
 from ore_core.artifacts import Delta
 from ore_core.bus.codec import output_headers
 from ore_core.bus.pipeline import Pipeline
@@ -46,6 +58,7 @@ from ore_core.events import (
     LifecycleEvent,
     NoticeEvent,
     OutputEvent,
+    TurnCompleteEvent,
     encode_batch,
     encode_event,
 )
@@ -59,6 +72,7 @@ from ore_core.subjects import (
     NAMESPACE_KEY,
     Subjects,
 )
+from ore_core.turn import Role
 
 __all__ = ["STORAGE_FULL", "Egress", "is_live_only", "namespace_of"]
 
@@ -124,9 +138,19 @@ class Egress:
     name = "ore-bus-egress"
 
     def __init__(
-        self, nc: NatsClient, subjects: Subjects, pipeline: Pipeline, manager: Manager | None = None
+        self,
+        nc: NatsClient,
+        subjects: Subjects,
+        pipeline: Pipeline,
+        manager: Manager | None = None,
+        *,
+        may_write: Callable[[str], bool] = lambda thread_id: True,
     ) -> None:
         self._nc = nc
+        self._may_write = may_write
+        self._gone: set[str] = set()  # threads that left this worker, until attached again
+        self._primed: set[str] = set()
+        self.refused = 0  # events not published: overdue lease or a thread that left
         self._subjects = subjects
         self._pipeline = pipeline
         self._manager = manager
@@ -157,7 +181,7 @@ class Egress:
         self._cache[thread_id] = pair
         return pair
 
-    def forget(self, thread_id: str) -> None:
+    def thread_deleted(self, thread_id: str) -> None:
         """The thread was deleted: its id may come back in another namespace."""
         self._cache.pop(thread_id, None)
 
@@ -199,6 +223,50 @@ class Egress:
             if waiter is not None and self.emitted >= waiter[0] and not waiter[1].done():
                 waiter[1].set_result(None)
 
+    def release(self, thread_id: str) -> None:
+        """The thread left this worker: drop what its old stream held or still emits."""
+        self._gone.add(thread_id)
+        self._primed.discard(thread_id)
+        held = self._turns.pop(thread_id, None)
+        if held is not None:
+            self.refused += len(held.data)
+
+    async def prime(self, thread_id: str, thread: Thread | None = None) -> None:
+        """The thread is (again) attached here: publish for it; once per attach, if its
+        latest answer is saved but not in `P.ev.T`, store that answer and a `done`.
+
+        The restored events are appended directly as one batch of their own: they are
+        not the manager's events, so they do not count in `emitted` (the ingress ack
+        loop compares `emitted` with the manager's queue).
+        """
+        self._gone.discard(thread_id)
+        if thread is None or thread_id in self._primed:
+            return
+        if thread_id not in self._cache:
+            self._remember(thread_id, namespace_of(thread))
+        if len(self._primed) >= _SUBJECT_CACHE:
+            self._primed.clear()
+        self._primed.add(thread_id)
+        tip = thread.get_turn(thread.current_tip)
+        if tip is None or tip.role == Role.USER:
+            return
+        try:
+            last = await self._nc.jetstream().get_last_msg(
+                self._subjects.events_stream, self._subjects_of(thread_id)[0], direct=True
+            )
+        except NotFoundError:
+            last = None
+        except (NatsError, TimeoutError) as exc:
+            log.debug("last event not read", thread_id=thread_id, error=repr(exc))
+            return
+        first_turn = len(thread.all_turns()) == 2  # one message and its answer
+        if _answer_missing(None if last is None else last.data, tip.id, first_turn=first_turn):
+            log.warning("stored answer missing from the events; publishing it", thread_id=thread_id)
+            answer = TurnCompleteEvent(turn=tip)
+            run = _Run(encode_event(answer), answer)
+            run.data.append(encode_event(LifecycleEvent(phase="done")))
+            await self._append(thread_id, run)
+
     async def wait_emitted(self, position: int) -> None:
         """Wait until `emitted >= position` (one waiter at a time: the ingress ack loop)."""
         if self.emitted >= position:
@@ -210,10 +278,20 @@ class Egress:
         finally:
             self._waiter = None
 
+    def _refuses(self, thread_id: str) -> bool:
+        """Whether nothing may be published for `thread_id` here (lease overdue or gone)."""
+        return bool(self._gone and thread_id in self._gone) or not self._may_write(thread_id)
+
     async def _emit_batch(self, items: list[tuple[str, OutputEvent]]) -> None:
         live: dict[str, _Run] = {}
         turns = self._turns
         for thread_id, event in items:
+            if self._refuses(thread_id):
+                self.refused += 1
+                held = turns.pop(thread_id, None)
+                if held is not None:
+                    self.refused += len(held.data)
+                continue
             data = encode_event(event)
             if is_live_only(event):
                 run = live.get(thread_id)
@@ -263,6 +341,9 @@ class Egress:
 
     async def _append(self, thread_id: str, turn: _Run) -> None:
         """Store a turn's held events: one batch, or several if one would be too large."""
+        if self._refuses(thread_id):
+            self.refused += len(turn.data)
+            return
         subject = self._subjects_of(thread_id)[0]
         traceparent = turn.first.context.traceparent
         for part in _parts(turn.data, self._nc.max_payload - _BATCH_OVERHEAD):
@@ -313,3 +394,48 @@ class Egress:
             await self._nc.publish(subject, data, headers=headers)
         except (OutboundBufferLimitError, ConnectionClosedError):
             self.dropped_deltas += 1  # best effort: the stored events carry the full text
+
+
+def _stored_events(data: Any) -> tuple[list[dict[str, Any]], bool]:
+    """The events of one stored message, and whether it was a batch (issue 11)."""
+    try:
+        value = jsonutil.loads(data or b"{}")
+    except ValueError:
+        return [], False
+    if not isinstance(value, dict):
+        return [], False
+    if value.get("kind") != BATCH_KIND:
+        return [value], False  # one event per message (stored before batches)
+    events = value.get("events")
+    if not isinstance(events, list):
+        return [], True
+    return [e for e in events if isinstance(e, dict)], True
+
+
+def _answer_missing(data: Any, answer_id: str, *, first_turn: bool) -> bool:
+    """Whether the thread's last stored message shows its latest answer was never stored.
+
+    `data` is the last message on the thread's `P.ev.T` (None: nothing stored). With
+    batches a turn's events are stored together at its end, so an owner that died
+    between saving the answer and appending the batch leaves the PREVIOUS turn's batch
+    last (or nothing, on a thread's first turn): a batch that holds turns but not this
+    answer means the answer came after it. A batch without any turn (the `done` of a
+    redelivered message answered before, a `properties` event) tells nothing, and
+    nothing is restored: never an answer twice. A thread's first answer with nothing
+    stored is restored (the same holds for a one-turn thread whose events expired after
+    `events_max_age`: its answer is sent once more).
+    """
+    if data is None:
+        return first_turn
+    events, batch = _stored_events(data)
+    turn_ids = [(e.get("turn") or {}).get("id") for e in events if e.get("kind") == "turn_complete"]
+    if answer_id in turn_ids:
+        return False
+    if batch:
+        return bool(turn_ids)
+    if not events:
+        return False
+    kind = events[-1].get("kind")  # one event per message: the cut-off turn's last one
+    if kind == "lifecycle" and events[-1].get("phase") in ("done", "cancelled"):
+        return False  # the turn's tail is stored (its `done` comes after its answer)
+    return kind in ("turn_complete", "lifecycle", "text")

@@ -33,6 +33,11 @@ with a delay: the server applies the consumer's BackOff on top of a NAK's delay 
 the second redelivery on (measured: delay + backoff[n] - ack_wait, minutes with the
 defaults), and redeliveries of one thread's messages come back in any order. If the
 worker stops or dies, parked messages are redelivered by the server as usual.
+
+Partitions are pulled only while this worker owns them (ownership.py calls `acquire`,
+`release` and `abandon`); a message of a partition it does not own (a pull that
+outlived the lease) is handed back at once. `abandon` and `drop_thread` close streams
+without saving and hand their messages back: another worker owns those threads now.
 """
 
 from __future__ import annotations
@@ -66,10 +71,11 @@ from ore_core.bus.codec import (
 from ore_core.bus.egress import Egress, namespace_of
 from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.puller import Puller
-from ore_core.bus.streams import BusConfig, consumer_name, rewind_unacknowledged
+from ore_core.bus.streams import BusConfig, consumer_name, reset_consumer
 from ore_core.errors import (
     OreError,
     SessionClosed,
+    SessionNotFound,
     StaleThread,
     ThreadCorrupt,
     ThreadExists,
@@ -91,7 +97,13 @@ from ore_core.ids import is_valid_thread_id
 from ore_core.session.manager import Manager
 from ore_core.session.store_health import DELAYED_NOTICE, is_store_failure
 from ore_core.session.stream import Stream
-from ore_core.subjects import HEADER_SCHEMA, NAMESPACE_KEY, Subjects, is_valid_namespace
+from ore_core.subjects import (
+    HEADER_SCHEMA,
+    NAMESPACE_KEY,
+    Subjects,
+    is_valid_namespace,
+    partition_of,
+)
 from ore_core.tasks import TaskScope
 
 __all__ = ["DLQ_DATA_LIMIT", "Ingress"]
@@ -115,6 +127,9 @@ class _Parked:
     messages: dict[int, Msg] = field(default_factory=dict)
     timer: asyncio.TimerHandle | None = None
     resuming: bool = False
+
+
+_CLOSED_CHECK = 0.5  # seconds between looks for deliveries whose stream was closed
 
 
 class _Rejected(Exception):
@@ -150,7 +165,9 @@ class Ingress:
         *,
         egress: Egress,
         pipeline: Pipeline,
+        owns: Callable[[int], bool] = lambda partition: True,
         batch: int = 256,
+        handover_grace: float = 30.0,
     ) -> None:
         self._nc = nc
         self._manager = manager
@@ -161,6 +178,9 @@ class Ingress:
         self._batch = batch
         self._max_payload = config.max_payload
         self._raw_inbound = subjects.prefix + ".in."  # for raw subject tokens
+        self._owns = owns
+        self._handover_grace = handover_grace
+        self._partitions = config.partitions
         self._inflight: dict[str, dict[str, _Delivery]] = {}
         # Handled messages with the egress sink position at that moment: acked once
         # everything published up to it is stored (see `_ack_loop`).
@@ -168,11 +188,15 @@ class Ingress:
         self._parked: dict[str, _Parked] = {}
         self._failures: dict[str, int] = {}  # store failures in a row per thread: backoff
         self._ack_wakeup = asyncio.Event()
-        self._pullers: list[Puller] = []
+        self._handled_one = asyncio.Event()  # set whenever a thread has nothing in flight
+        self._pullers: dict[int, Puller] = {}
+        self._recycling: set[int] = set()
         self.tasks = TaskScope("ingress")
-        """The ack and progress loops and, as children, the pullers' watchdogs and the
-        retries of parked threads (the core adopts it)."""
+        """The ack, progress and closed-stream loops and, as children, the pullers'
+        watchdogs, partition recycles and the retries of parked threads (the core adopts
+        it)."""
         self._retries = self.tasks.child("retry")
+        self._recycles = self.tasks.child("recycle")
         self._idle: asyncio.Future[None] | None = None
         self._stopping = False
 
@@ -180,13 +204,18 @@ class Ingress:
 
     @property
     def running(self) -> bool:
-        """True while every partition is being pulled, the server answers and no loop crashed."""
+        """True while every owned partition is being pulled, the server answers and no
+        loop crashed (a worker that owns no partition yet is running)."""
         return (
-            bool(self._pullers)
-            and not self._stopping
+            not self._stopping
             and self.tasks.crash is None
-            and all(p.healthy for p in self._pullers)
+            and all(p.healthy for p in self._pullers.values())
         )
+
+    @property
+    def pulled(self) -> list[int]:
+        """The partitions being pulled now."""
+        return sorted(self._pullers)
 
     @property
     def inflight(self) -> int:
@@ -196,31 +225,175 @@ class Ingress:
     # -- lifetime ---------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start pulling every partition's consumer."""
-        stream = self._subjects.inbound_stream
-        js = self._nc.jetstream()
-        for partition in range(self._config.partitions):
-            # A single worker starting after a crash: what was in flight comes back first.
-            if await rewind_unacknowledged(js, self._subjects, self._config, partition):
-                log.info("unacknowledged messages redelivered first", partition=partition)
-            puller = Puller(
-                self._nc, stream, consumer_name(partition), self._receive, batch=self._batch
-            )
-            self.tasks.adopt(puller.tasks)
-            await puller.start()
-            self._pullers.append(puller)
+        """Start the acknowledgement, progress and closed-stream loops; partitions are
+        pulled as they are acquired (`acquire`)."""
         self.tasks.spawn(self._ack_loop(), name="ore-ingress-ack")
         self.tasks.spawn(self._progress_loop(), name="ore-ingress-progress")
+        self.tasks.spawn(self._closed_loop(), name="ore-ingress-closed")
+
+    async def acquire(self, partition: int, *, fresh: bool = True, settle: float = 0.0) -> None:
+        """Start pulling `partition`, just won: reset its consumer if its owner died.
+
+        Streams of its threads that are open here were opened without owning them (the
+        control API) and may be stale: they are dropped first, so the next message
+        loads the thread from the store.
+        """
+        if self._stopping or partition in self._pullers:
+            return
+        if fresh:
+            await self._drop_streams(partition)
+        start = await reset_consumer(self._nc.jetstream(), self._subjects, self._config, partition)
+        if start is not None:
+            log.info("partition taken over from a lost worker", partition=partition, start=start)
+        puller = Puller(
+            self._nc,
+            self._subjects.inbound_stream,
+            consumer_name(partition),
+            functools.partial(self._receive, partition),
+            batch=self._batch,
+            on_interrupted=functools.partial(self._interrupted, partition),
+        )
+        self._pullers[partition] = puller
+        self.tasks.adopt(puller.tasks)
+        await puller.start()
+
+    async def release(self, partition: int) -> None:
+        """Hand `partition` over: stop pulling, let its turns finish (bounded), close.
+
+        The lease is still ours meanwhile, so finished turns are saved and acked;
+        turns still running after `handover_grace` are cut and handed back.
+        """
+        puller = self._pullers.pop(partition, None)
+        if puller is not None:
+            await puller.stop()
+        await self._wait_handled(partition)
+        for stream in self._streams_of(partition):
+            await stream.close()
+        await self._hand_back(partition)
+
+    async def _flush_acks(self) -> None:
+        """Let the ack loop send what is handled (its output stored), then flush."""
+        try:
+            async with asyncio.timeout(_STOP_STORE_WAIT):
+                while self._acks:  # noqa: ASYNC110 (the ack loop empties it)
+                    await asyncio.sleep(0.05)
+        except TimeoutError:
+            pass
+        try:
+            await self._nc.flush(timeout=2)
+        except (NatsError, TimeoutError) as exc:
+            log.debug("acks not flushed", error=repr(exc))
+
+    async def _wait_handled(self, partition: int) -> None:
+        try:
+            async with asyncio.timeout(self._handover_grace):
+                while self._deliveries(partition):
+                    await self._handled_one.wait()
+                    self._handled_one.clear()
+        except TimeoutError:
+            log.warning("handover grace over; cutting turns", partition=partition)
+
+    async def abandon(self, partition: int) -> None:
+        """The lease on `partition` is lost: drop its streams unsaved, hand messages back."""
+        puller = self._pullers.pop(partition, None)
+        await self._drop_streams(partition)  # first: nothing of it may be written any more
+        if puller is not None:
+            await puller.stop()
+        await self._hand_back(partition)
+
+    async def drop_thread(self, thread_id: str) -> None:
+        """Another worker wrote the thread (fencing): drop it unsaved, hand back its messages."""
+        try:
+            await self._manager.get(thread_id).abandon()
+        except SessionNotFound:
+            pass
+        self._egress.release(thread_id)
+        for delivery in self._pop_thread(thread_id):
+            await self._settle(delivery.msg.nak)
+
+    async def _drop_streams(self, partition: int) -> None:
+        for stream in self._streams_of(partition):
+            await stream.abandon()
+            self._egress.release(stream.id)
+
+    def _streams_of(self, partition: int) -> list[Stream]:
+        count = self._partitions
+        return [s for s in self._manager.list() if partition_of(s.id, count) == partition]
+
+    def _deliveries(self, partition: int) -> list[str]:
+        count = self._partitions
+        return [t for t in self._inflight if partition_of(t, count) == partition]
+
+    def _pop_thread(self, thread_id: str) -> list[_Delivery]:
+        entries = self._inflight.pop(thread_id, None)
+        self._forget_if_empty(thread_id)
+        return list(entries.values()) if entries else []
+
+    async def _hand_back(self, partition: int, *, forget: bool = True) -> None:
+        count = self._partitions
+        for thread_id in [t for t in self._parked if partition_of(t, count) == partition]:
+            parked = self._parked.pop(thread_id)
+            if parked.timer is not None:
+                parked.timer.cancel()
+            for msg in parked.messages.values():
+                await self._settle(msg.nak)
+        for thread_id in self._deliveries(partition):
+            if forget:
+                self._egress.release(thread_id)
+            for delivery in self._pop_thread(thread_id):
+                await self._settle(delivery.msg.nak)
 
     async def reconnected(self) -> None:
-        """Re-open the pull requests a server restart may have dropped."""
-        for puller in self._pullers:
-            await puller.repull()
+        """After a reconnect, deliveries may have been lost in the dead connection: every
+        owned partition is recycled (see `recycle`)."""
+        for partition in list(self._pullers):
+            self._interrupted(partition)
+
+    def _interrupted(self, partition: int) -> None:
+        if partition in self._recycling or self._stopping:
+            return
+        self._recycling.add(partition)
+        self._recycles.spawn(
+            self.recycle(partition), name=f"ore-recycle-p{partition}", critical=False
+        )
+
+    async def recycle(self, partition: int) -> None:
+        """Pull `partition` afresh after deliveries may have been lost (a reconnect, a
+        consumer leader that died): finish what is in flight, then take the partition
+        again from its ack floor. Otherwise a lost delivery would come back only after
+        `ack_wait`, behind newer messages of its thread."""
+        self._recycling.add(partition)
+        try:
+            puller = self._pullers.pop(partition, None)
+            if puller is None:
+                return
+            await puller.stop()
+            await self._wait_handled(partition)
+            await self._hand_back(partition, forget=False)
+            await self._flush_acks()  # so the consumer's ack floor is as high as it can be
+            delay = 0.1
+            while self._owns(partition) and not self._stopping:
+                try:  # the consumer may have no leader for a few seconds (a cluster election)
+                    # Its streams are still right; acks sent a moment ago settle first.
+                    await self.acquire(partition, fresh=False, settle=1.0)
+                    return
+                except (NatsError, TimeoutError) as exc:
+                    log.debug(
+                        "partition not pulled again yet", partition=partition, error=repr(exc)
+                    )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        except Exception:
+            log.exception("recycling a partition failed", partition=partition)
+        finally:
+            self._recycling.discard(partition)
 
     async def stop_pulling(self) -> None:
         """Pull nothing more; returns once what was delivered has been handed on."""
         self._stopping = True
-        await asyncio.gather(*(puller.stop() for puller in self._pullers))
+        pullers = list(self._pullers.values())
+        self._pullers.clear()
+        await asyncio.gather(*(puller.stop() for puller in pullers))
 
     async def wait_handled(self) -> None:
         """Return once every message submitted so far is handled (bound it with a timeout)."""
@@ -276,7 +449,11 @@ class Ingress:
 
     # -- one message ------------------------------------------------------------
 
-    async def _receive(self, msg: Msg) -> None:
+    async def _receive(self, partition: int, msg: Msg) -> None:
+        if not self._owns(partition):
+            # A pull that outlived our lease (or a handover): the owner gets it now.
+            await self._settle(msg.nak)
+            return
         thread_id = msg.subject.rpartition(".")[2]
         sequence = msg.metadata.sequence.stream
         parked = self._parked.get(thread_id)
@@ -447,6 +624,7 @@ class Ingress:
         if namespace_of(stream.state()) != namespace:
             raise self._unknown(namespace, thread_id, event)
         self._egress.bind(thread_id, namespace)
+        await self._egress.prime(thread_id, stream.state())
         return stream
 
     @staticmethod
@@ -528,6 +706,7 @@ class Ingress:
         if self._inflight.get(thread_id):
             return
         self._inflight.pop(thread_id, None)
+        self._handled_one.set()
         idle = self._idle
         if idle is not None and not self._inflight and not idle.done():
             idle.set_result(None)
@@ -551,20 +730,28 @@ class Ingress:
         interval = self._config.backoff[0] / 3
         while True:
             await asyncio.sleep(interval)
-            for thread_id, entries in list(self._inflight.items()):
-                for reply, delivery in list(entries.items()):
-                    if delivery.stream.closed and not self._stopping:
-                        # Its stream was closed (thread deleted, evicted): redeliver it.
-                        del entries[reply]
-                        await self._settle(delivery.msg.nak)
-                    else:
+            for entries in list(self._inflight.values()):
+                for delivery in list(entries.values()):
+                    if not delivery.stream.closed:
                         await self._settle(delivery.msg.in_progress)
-                self._forget_if_empty(thread_id)
             for msg, _ in list(self._acks):  # handled, output not stored yet
                 await self._settle(msg.in_progress)
             for parked in list(self._parked.values()):  # waiting here, not forgotten
                 for msg in list(parked.messages.values()):
                     await self._settle(msg.in_progress)
+
+    async def _closed_loop(self) -> None:
+        """Hand back deliveries whose stream closed under them (deleted, evicted, stale)."""
+        while True:
+            await asyncio.sleep(_CLOSED_CHECK)
+            if self._stopping:
+                continue
+            for thread_id, entries in list(self._inflight.items()):
+                for reply, delivery in list(entries.items()):
+                    if delivery.stream.closed:
+                        del entries[reply]
+                        await self._settle(delivery.msg.nak)
+                self._forget_if_empty(thread_id)
 
     @staticmethod
     async def _settle(action: Callable[[], Awaitable[object]]) -> None:

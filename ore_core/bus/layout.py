@@ -289,11 +289,19 @@ def build_layout(subjects: Subjects, config: BusConfig) -> Layout:
         purpose="durable feed positions of conduits, by namespace and feed name (core only)",
         replicas=config.replicas,
     )
+    # Partition ownership (ownership.py): worker registry and leases. A bucket-level TTL
+    # expires what is not renewed (no per-key TTL needed); claims are revision CAS.
+    workers = kv_bucket(
+        config.workers_bucket,
+        purpose="worker registry and partition leases (which worker pulls which partition)",
+        ttl=config.lease_ttl,
+        replicas=config.replicas,
+    )
     store = (
         journal_stream(subjects, config.replicas),
         threads_bucket(subjects, config.replicas),
     )
-    return Layout((ingress, events, dlq, cursors, *store), consumers)
+    return Layout((ingress, events, dlq, cursors, workers, *store), consumers)
 
 
 def journal_stream(subjects: Subjects, replicas: int) -> StreamEntry:

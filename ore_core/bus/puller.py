@@ -38,6 +38,7 @@ _HEARTBEAT = "100"
 _EXPIRED = "408"
 _PENDING = "Nats-Pending-Messages"
 _STOP_TIMEOUT = 5.0
+_LEADERSHIP_CHANGE = "Leadership Change"
 
 
 class Puller:
@@ -54,8 +55,10 @@ class Puller:
         expires: float = 30.0,
         heartbeat: float = 5.0,
         api_prefix: str = "$JS.API",
+        on_interrupted: Callable[[], None] | None = None,
     ) -> None:
         self.name = consumer
+        self._on_interrupted = on_interrupted
         self._nc = nc
         self._handle = handle
         self._batch = batch
@@ -145,6 +148,9 @@ class Puller:
             if status == _EXPIRED:
                 if self._outstanding <= self._batch // 2:
                     await self._pull()
+            elif _LEADERSHIP_CHANGE in headers.get("Description", "") and self._on_interrupted:
+                # A consumer leader died: what it had delivered may never have arrived.
+                self._on_interrupted()
             else:  # 409: too many requests, consumer deleted...; the watchdog retries
                 log.warning(
                     "pull request refused",

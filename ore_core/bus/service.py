@@ -2,18 +2,21 @@
 
 It connects, checks the server's version and JetStream (`check_server`,
 `check_jetstream`), makes sure the streams of its layout exist (`ensure_layout`),
-feeds `ORE_IN` into the manager's streams (`Ingress`), publishes their output
-(`Egress`), answers the control API (`ControlAPI`) and, if asked, a health endpoint.
-`stop()` drains: it stops pulling, lets running turns finish for a grace period,
-acknowledges what finished, closes the streams (unfinished messages stay
-unacknowledged and are redelivered to the next worker) and closes the connection.
+takes its share of the ingress partitions (`Ownership`: KV leases, so any number of
+workers share one NATS and each thread has one owner), feeds those partitions into
+the manager's streams (`Ingress`), publishes their output (`Egress`), answers the
+control API (`ControlAPI`) and, if asked, a health endpoint. `stop()` drains: it
+stops pulling, lets running turns finish for a grace period, acknowledges what
+finished, closes the streams (unfinished messages are handed back), releases its
+leases so other workers take over at once, and closes the connection.
 `run()` does all that under SIGTERM and SIGINT handlers, as a process entry point.
 
-Every background task belongs to one `TaskScope` tree rooted here (the Manager's
-streams and sinks, the pipeline's, ingress's and pullers' loops). A crash anywhere is
-logged with the task's name, turns `/readyz` into a 503 that names it, and stops the
-service at once (as a second SIGTERM would); `stop()` then raises `TaskCrashed`, so
-`ore serve` exits with status 1 instead of staying half alive.
+Every background task belongs to one `TaskScope` tree rooted here (the ownership
+loop that renews and balances leases, the Manager's streams and sinks, the pipeline's,
+ingress's and pullers' loops). A crash anywhere is logged with the task's name, turns
+`/readyz` into a 503 that names it, and stops the service at once (as a second SIGTERM
+would; a worker that cannot keep its leases must not keep serving); `stop()` then
+raises `TaskCrashed`, so `ore serve` exits with status 1 instead of staying half alive.
 
 nats-py reconnects by itself (forever); after a reconnect the partitions are pulled
 again, and the publisher retries what the outage swallowed. An outage is logged once.
@@ -37,9 +40,11 @@ from nats.errors import StaleConnectionError
 from ore_core import __version__
 from ore_core.bus.control_api import ControlAPI
 from ore_core.bus.egress import Egress
+from ore_core.bus.fencing import FencedStore
 from ore_core.bus.health import HealthServer
 from ore_core.bus.ingress import Ingress
 from ore_core.bus.layout import build_layout
+from ore_core.bus.ownership import Ownership
 from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.streams import BusConfig, ensure_layout
 from ore_core.conduit.connection import (
@@ -50,7 +55,7 @@ from ore_core.conduit.connection import (
 )
 from ore_core.errors import BusError
 from ore_core.session.manager import Manager
-from ore_core.subjects import Subjects
+from ore_core.subjects import Subjects, partition_of
 from ore_core.tasks import Crash, TaskCrashed, TaskScope
 
 __all__ = ["CoreService", "run", "serve"]
@@ -88,6 +93,8 @@ class CoreService:
         health_port: int | None = None,
         health_host: str = "127.0.0.1",
         drain_grace: float = 30.0,
+        handover_grace: float = 30.0,
+        worker_id: str | None = None,
         pull_batch: int = 256,
         publish_window: int = 4096,
         reconnect_wait: float = 1.0,
@@ -108,6 +115,8 @@ class CoreService:
             "pending_size": 16 * 1024 * 1024,
         }
         self._drain_grace = drain_grace
+        self._handover_grace = handover_grace
+        self._worker_id = worker_id
         self._pull_batch = pull_batch
         self._publish_window = publish_window
         self._version = version
@@ -115,6 +124,7 @@ class CoreService:
         self._pipeline: Pipeline | None = None
         self._egress: Egress | None = None
         self._ingress: Ingress | None = None
+        self._ownership: Ownership | None = None
         self._control: ControlAPI | None = None
         self._health = (
             None
@@ -168,8 +178,10 @@ class CoreService:
             return "stopping"
         if (problem := self._unhealthy()) is not None:
             return problem
+        if self._ownership is None or not self._ownership.running:
+            return "not keeping partition leases"
         if self._ingress is None or not self._ingress.running:
-            return "not pulling every ingress partition"
+            return "not pulling every owned ingress partition"
         if self._pipeline is not None and self._pipeline.full is not None:
             return f"JetStream limit reached: {self._pipeline.full}"
         store = self.manager.store_health
@@ -179,14 +191,28 @@ class CoreService:
 
     @property
     def ready(self) -> bool:
-        """Connected, streams set up, every partition pulled, no JetStream limit reached,
-        the store usable and no task crashed."""
+        """Connected, streams set up, leases kept, every owned partition pulled, no
+        JetStream limit reached, the store usable and no task crashed."""
         return self._unready() is None
 
     @property
     def crash(self) -> Crash | None:
         """The background task that crashed, if one did (the service is then stopping)."""
         return self.tasks.crash
+
+    @property
+    def ownership(self) -> Ownership:
+        """This worker's partition leases (after `start`)."""
+        if self._ownership is None:
+            raise BusError("CoreService is not started: await start() first")
+        return self._ownership
+
+    @property
+    def ingress(self) -> Ingress:
+        """The partition pullers (after `start`)."""
+        if self._ingress is None:
+            raise BusError("CoreService is not started: await start() first")
+        return self._ingress
 
     # -- lifetime -----------------------------------------------------------------
 
@@ -244,31 +270,64 @@ class CoreService:
         attach_nats = getattr(self.manager.store, "attach_nats", None)
         if callable(attach_nats):
             await attach_nats(nc, self.subjects)
+        config = self.config
         self._pipeline = Pipeline(nc, window=self._publish_window)
         self.tasks.adopt(self._pipeline.tasks)
         await self._pipeline.start()
-        egress = self._egress = Egress(nc, self.subjects, self._pipeline, self.manager)
+        ownership = Ownership(
+            nc,
+            config,
+            on_acquire=self._acquire,
+            on_release=self._release,
+            on_lost=self._lost,
+            worker_id=self._worker_id,
+        )
+        self._ownership = ownership
+
+        def may_write(thread_id: str) -> bool:
+            return bool(ownership.may_write(partition_of(thread_id, config.partitions)))
+
+        # Saves of a worker whose lease is overdue are refused (the stream drops itself).
+        self.manager.store = FencedStore(self.manager.store, may_write)
+        egress = Egress(nc, self.subjects, self._pipeline, self.manager, may_write=may_write)
         egress.attach(self.manager)
+        self._egress = egress
         self._ingress = Ingress(
             nc,
             self.manager,
             self.subjects,
-            self.config,
+            config,
             egress=egress,
             pipeline=self._pipeline,
+            owns=ownership.owns,
             batch=self._pull_batch,
+            handover_grace=self._handover_grace,
         )
         self.tasks.adopt(self._ingress.tasks)
         await self._ingress.start()
+        self.tasks.adopt(ownership.tasks)
+        await ownership.start()
         self._control = ControlAPI(
             nc,
             self.manager,
             self.subjects,
             version=self._version,
             on_resolve=egress.bind,
-            on_delete=egress.forget,
+            on_delete=egress.thread_deleted,
         )
         await self._control.start()
+
+    async def _acquire(self, partition: int) -> None:
+        if self._ingress is not None:
+            await self._ingress.acquire(partition)
+
+    async def _release(self, partition: int) -> None:
+        if self._ingress is not None:
+            await self._ingress.release(partition)
+
+    async def _lost(self, partition: int) -> None:
+        if self._ingress is not None:
+            await self._ingress.abandon(partition)
 
     def _crashed(self, crash: Crash) -> None:
         # Logged where it happened; here the service stops, at once: what is unfinished
@@ -304,6 +363,8 @@ class CoreService:
         if self._control is not None:
             await self._control.stop()
         ingress = self._ingress
+        if self._ownership is not None:
+            self._ownership.stop_taking()
         if ingress is not None:
             await ingress.stop_pulling()
             if not await self._drain(ingress, grace):
@@ -316,6 +377,8 @@ class CoreService:
             await self._egress.flush()  # events held for a `done` that will not come
         if ingress is not None:
             await ingress.stop()
+        if self._ownership is not None and self._nc is not None and self._nc.is_connected:
+            await self._ownership.close()  # others take the partitions over at once
         if self._pipeline is not None:
             await self._pipeline.stop()
         if self._nc is not None:

@@ -12,16 +12,17 @@ at start, `ore migrate --dry-run` and operators who pre-create streams).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import ConsumerConfig, DeliverPolicy, RePublish, StreamConfig, SubjectTransform
 from nats.js.client import JetStreamContext
-from nats.js.errors import APIError, NotFoundError, ServiceUnavailableError
+from nats.js.errors import APIError, BadRequestError, NotFoundError, ServiceUnavailableError
 
 from ore_core.bus.layout import (
     HEADER_ALLOWANCE,
@@ -44,7 +45,7 @@ __all__ = [
     "ensure_layout",
     "ensure_streams",
     "jetstream_call",
-    "rewind_unacknowledged",
+    "reset_consumer",
 ]
 
 _DAY = 24 * 3600.0
@@ -68,9 +69,11 @@ class BusConfig:
     unacknowledged, not NAKed: see `Ingress`), so it never uses up `max_deliver`.
     `events_duplicate_window` must outlast the core's publish retries (5 attempts of
     5 s); it is short because the server keeps an id per stored event for that long.
+    `lease_ttl` is how long a partition lease in KV `workers_bucket` outlives its last
+    renewal: the failover time after a worker dies is about this plus a second.
     """
 
-    partitions: int = 8
+    partitions: int = 32
     max_payload: int = 1024 * 1024
     ingress_max_age: float = 7 * _DAY
     duplicate_window: float = 120.0
@@ -85,6 +88,8 @@ class BusConfig:
     replicas: int = 1
     retry_delay: float = 1.0
     retry_delay_max: float = 30.0
+    lease_ttl: float = 4.0
+    workers_bucket: str = "ORE_WORKERS"
 
     def __post_init__(self) -> None:
         if self.partitions < 1 or self.partitions & (self.partitions - 1):
@@ -320,7 +325,7 @@ async def ensure_layout(
 
 async def _keep_start(js: JetStreamContext, consumer: ConsumerEntry) -> ConsumerConfig:
     """The consumer's config for an update in place: a consumer rewound after a crash
-    (`rewind_unacknowledged`) keeps its start, which the server does not let change."""
+    (`reset_consumer`) keeps its start, which the server does not let change."""
     info = await jetstream_call(
         f"consumer info {consumer.stream}/{consumer.name}",
         js.consumer_info(consumer.stream, consumer.name),
@@ -334,43 +339,6 @@ async def _keep_start(js: JetStreamContext, consumer: ConsumerEntry) -> Consumer
     )
 
 
-async def rewind_unacknowledged(
-    js: JetStreamContext, subjects: Subjects, config: BusConfig, partition: int
-) -> int:
-    """Make a partition's unacknowledged messages come back first, at once, in order.
-
-    A worker killed mid-turn leaves its messages delivered and unacknowledged: the
-    server would redeliver them only after `ack_wait`, after newer messages of the
-    same threads, which would answer a thread out of order. Recreating the durable
-    consumer to start at its ack floor + 1 redelivers from there in stream order now.
-    Messages after the floor that were handled already come back too; the stream
-    recognises them by event id (answered -> only `done`). Call it only when no
-    other worker pulls the partition (at start of a single worker, or after taking
-    its ownership). Returns how many messages were unacknowledged.
-    """
-    name = consumer_name(partition)
-    entry = next(c for c in build_layout(subjects, config).consumers if c.name == name)
-    info = await jetstream_call(
-        f"consumer info {entry.stream}/{name}", js.consumer_info(entry.stream, name)
-    )
-    pending = int(info.num_ack_pending or 0)
-    if not pending:
-        return 0
-    floor = info.ack_floor.stream_seq if info.ack_floor is not None else 0
-    rewound = dataclasses.replace(
-        entry.config,
-        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-        opt_start_seq=(floor or 0) + 1,
-    )
-    await jetstream_call(
-        f"delete consumer {entry.stream}/{name}", js.delete_consumer(entry.stream, name)
-    )
-    await jetstream_call(
-        f"create consumer {entry.stream}/{name}", js.add_consumer(entry.stream, rewound)
-    )
-    return pending
-
-
 async def ensure_streams(js: JetStreamContext, subjects: Subjects, config: BusConfig) -> None:
     """Create or update the streams and consumers of `build_layout(subjects, config)`.
 
@@ -379,3 +347,57 @@ async def ensure_streams(js: JetStreamContext, subjects: Subjects, config: BusCo
     BusError (one line) when JetStream is missing or the user may not do this.
     """
     await ensure_layout(js, build_layout(subjects, config))
+
+
+async def reset_consumer(
+    js: JetStreamContext,
+    subjects: Subjects,
+    config: BusConfig,
+    partition: int,
+    *,
+    settle: float = 0.0,
+) -> int | None:
+    """Make partition's consumer redeliver everything after its ack floor, at once.
+
+    After an unclean loss of its owner (the consumer has messages delivered and not
+    acknowledged) the server would hold those messages back for `ack_wait` and hand
+    out newer ones of the same threads first. Deleting the durable and creating it
+    again from ack floor + 1 (`by_start_sequence`; the layout never compares the
+    deliver policy) puts the dead owner's in-flight messages first, in stream order,
+    now. Messages after the floor that were already handled come back too; streams
+    recognise them by event id. Returns the start sequence, or None when the consumer
+    was clean and left alone. Only the lease holder of the partition may call this.
+    `settle` seconds let acks this worker just sent be counted first (the server
+    applies acks asynchronously).
+    """
+    stream = subjects.inbound_stream
+    name = consumer_name(partition)
+    entry = next(c for c in build_layout(subjects, config).consumers if c.name == name)
+    want = entry.config
+    try:
+        info = await js.consumer_info(stream, name)
+    except NotFoundError:
+        await js.add_consumer(stream, want)
+        return None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settle
+    while info.num_ack_pending and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+        info = await js.consumer_info(stream, name)
+    if not info.num_ack_pending:
+        return None
+    start = (info.ack_floor.stream_seq if info.ack_floor else 0) + 1
+    want = replace(want, deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
+    for attempt in range(3):
+        try:
+            await js.delete_consumer(stream, name)
+        except NotFoundError:
+            pass
+        try:
+            await js.add_consumer(stream, want)
+            return start
+        except BadRequestError:
+            # A worker starting up re-created it (ensure_streams) in between: again.
+            if attempt == 2:
+                raise
+    return start

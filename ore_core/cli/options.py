@@ -141,6 +141,7 @@ def bus_config(nats: NatsSettings) -> BusConfig:
         replicas=nats.replicas,
         retry_delay=nats.retry_delay,
         retry_delay_max=nats.retry_delay_max,
+        lease_ttl=nats.lease_ttl,
     )
 
 

@@ -165,6 +165,7 @@ class Stream:
         self.delta_pacing = delta_pacing
         """(interval in seconds, max bytes) of live text deltas; interval 0: every delta."""
         self.last_active = asyncio.get_running_loop().time() if _has_loop() else 0.0
+        self._abandoned = False  # another worker owns the thread: publish nothing
 
     # -- identity and state -------------------------------------------------
 
@@ -548,6 +549,8 @@ class Stream:
 
     def publish(self, event: OutputEvent) -> None:
         """Fan `event` out to subscribers and sinks without blocking (the hot path)."""
+        if self._abandoned:
+            return  # a stale copy: whatever it says, the owner says it
         kind = event.kind
         for subscription in self._subscriptions:
             if not subscription.kinds or kind in subscription.kinds:
@@ -640,6 +643,21 @@ class Stream:
             raise SessionClosed(f"session {self.id} is closed")
         if self._tasks.crash is not None:  # the Manager stopped: no worker would run it
             raise TaskCrashed(self._tasks.crash)
+
+    @property
+    def abandoned(self) -> bool:
+        """True once the stream was dropped as stale (`abandon`, or a save refused)."""
+        return self._abandoned
+
+    async def abandon(self) -> None:
+        """Close without saving or publishing anything more: another worker owns the thread.
+
+        The turn in flight is cancelled; its message is not acknowledged (the bus hands
+        it to the owner, which has the thread as stored).
+        """
+        self._abandoned = True
+        self._discarded = True
+        await self.close()
 
     async def close(self) -> None:
         """Cancel the turn in flight, fail queued events, end subscriptions. Idempotent.

@@ -18,6 +18,7 @@ from structlog.testing import capture_logs
 
 from ore_core import Manager
 from ore_core.bus.ingress import Ingress
+from ore_core.bus.ownership import Ownership
 from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.puller import Puller
 from ore_core.bus.service import CoreService
@@ -33,6 +34,10 @@ from tests.bus.conftest import PARTITIONS, TIMEOUT, publish, user_message, wait_
 LOOPS: dict[str, tuple[type[Any], str, str]] = {
     "ingress ack loop": (Ingress, "_ack_loop", "ore-ingress-ack"),
     "ingress progress loop": (Ingress, "_progress_loop", "ore-ingress-progress"),
+    "ingress closed-stream loop": (Ingress, "_closed_loop", "ore-ingress-closed"),
+    "lease renewal loop": (Ownership, "_renew_loop", "ore-ownership-renew"),
+    "lease balancing loop": (Ownership, "_balance_loop", "ore-ownership-balance"),
+    "lease watch loop": (Ownership, "_watch", "ore-ownership-watch"),
     "puller watchdog": (Puller, "_watch", "ore-puller-"),
     "pipeline send loop": (Pipeline, "_send_loop", "ore-pipeline-send"),
     "pipeline expire loop": (Pipeline, "_expire_loop", "ore-pipeline-expire"),

@@ -74,7 +74,11 @@ async def test_a_turn_running_across_a_server_restart_completes_once(
     processor.release()
 
     await eventually(answered(ore_nats_client, "t1"))
-    assert [e["kind"] for e in await stored_events(ore_nats_client, "t1")] == TURN_KINDS
+    kinds = [e["kind"] for e in await stored_events(ore_nats_client, "t1")]
+    # An ack lost in the restart makes the partition start again from its ack floor:
+    # the redelivered message is recognised as answered and gets one more `done`.
+    assert kinds[: len(TURN_KINDS)] == TURN_KINDS
+    assert set(kinds[len(TURN_KINDS) :]) <= {"lifecycle"}
     await eventually(lambda: all_acknowledged(ore_nats_client))
     assert processor.calls == 1
 

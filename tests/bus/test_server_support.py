@@ -125,7 +125,11 @@ accounts {
           "$JS.API.INFO", "$JS.API.STREAM.INFO.*", "$JS.API.CONSUMER.INFO.*.*",
           "$JS.API.CONSUMER.LIST.*", "$JS.API.CONSUMER.MSG.NEXT.*.*",
           "$JS.API.STREAM.MSG.GET.*", "$JS.API.DIRECT.GET.>", "$JS.API.STREAM.PURGE.ORE_JOURNAL",
-          "$JS.ACK.>", "$KV.ORE_CURSORS.>", "$KV.ORE_THREADS.>", "ore.>"
+          "$JS.ACK.>", "$KV.ORE_CURSORS.>", "$KV.ORE_THREADS.>", "ore.>",
+          "$KV.ORE_WORKERS.>", "$JS.API.CONSUMER.CREATE.KV_ORE_WORKERS",
+          "$JS.API.CONSUMER.CREATE.KV_ORE_WORKERS.>", "$JS.API.CONSUMER.DELETE.KV_ORE_WORKERS.*",
+          "$JS.API.CONSUMER.CREATE.ORE_IN.>", "$JS.API.CONSUMER.DURABLE.CREATE.ORE_IN.*",
+          "$JS.API.CONSUMER.DELETE.ORE_IN.*"
         ]}
         subscribe: {allow: ["_INBOX.>", "ore.>", "$SRV.>"]}
         allow_responses: true

@@ -14,7 +14,7 @@ from ore_core.bus.streams import (
     BusConfigError,
     consumer_name,
     ensure_streams,
-    rewind_unacknowledged,
+    reset_consumer,
 )
 from ore_core.subjects import Subjects, partition_of
 
@@ -162,10 +162,10 @@ async def test_rewinding_redelivers_the_unacknowledged_messages_first_and_at_onc
     await first.ack_sync()  # m0 handled; m1 delivered and never acknowledged (a crash)
     await sub.unsubscribe()
 
-    assert await rewind_unacknowledged(js, SUBJECTS, CONFIG, partition) == 1
+    assert await reset_consumer(js, SUBJECTS, CONFIG, partition) == 2  # ack floor 1, + 1
     await ensure_streams(js, SUBJECTS, dataclasses.replace(CONFIG, ack_wait=20.0))  # an update
 
     sub = await js.pull_subscribe_bind(consumer_name(partition), "ORE_IN")
     again = await sub.fetch(2, timeout=5)  # now, not after ack_wait
     assert [m.data for m in again] == [b"m1", b"m2"]
-    assert await rewind_unacknowledged(js, SUBJECTS, CONFIG, 0 if partition else 1) == 0
+    assert await reset_consumer(js, SUBJECTS, CONFIG, 0 if partition else 1) is None

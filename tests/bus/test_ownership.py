@@ -1,0 +1,178 @@
+"""Partition ownership in one process: leases, the consumer reset, fencing, and the
+(a crashed ownership loop: tests/bus/test_crashes.py). The multi-process
+failover tests are in tests/scale/."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from nats.aio.client import Client
+from nats.js.api import ConsumerConfig
+
+from ore_core.artifacts import Text
+from ore_core.bus.egress import Egress
+from ore_core.bus.pipeline import Pipeline
+from ore_core.bus.service import CoreService
+from ore_core.bus.streams import BusConfig, consumer_name, ensure_streams, reset_consumer
+from ore_core.events import LifecycleEvent, TurnCompleteEvent
+from ore_core.ledger.thread import Thread
+from ore_core.subjects import NAMESPACE_KEY, Subjects, partition_of
+from ore_core.turn import Role
+from tests.bus.conftest import (
+    PARTITIONS,
+    CoreFactory,
+    Outbox,
+    publish,
+    stored_events,
+    stored_messages,
+    user_message,
+    wait_for,
+)
+
+SUBJECTS = Subjects()
+
+
+async def test_two_services_share_the_partitions_and_a_stopped_one_hands_them_over(
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
+) -> None:
+    first = await start_core()
+    assert first.ownership.held() == list(range(PARTITIONS))
+    second = await start_core()
+
+    await wait_for(lambda: len(second.ownership.held()) == PARTITIONS // 2)
+    await wait_for(lambda: len(first.ownership.held()) == PARTITIONS // 2)
+    assert set(first.ownership.held()).isdisjoint(second.ownership.held())
+    for thread in ("a", "b", "c", "d", "e", "f"):
+        await publish(ore_nats_client, thread, user_message("hi", f"{thread}-1"))
+    for thread in ("a", "b", "c", "d", "e", "f"):
+        await outbox.done(thread)
+
+    await first.stop()
+    await wait_for(lambda: second.ownership.held() == list(range(PARTITIONS)))
+    await publish(ore_nats_client, "a", user_message("again", "a-2"))
+    await outbox.done("a", 2)
+
+
+async def test_reset_consumer_redelivers_the_unacknowledged_message_first_at_once(
+    ore_nats_client: Client,
+) -> None:
+    config = BusConfig(partitions=PARTITIONS, ack_wait=30.0)
+    js = ore_nats_client.jetstream()
+    await ensure_streams(js, SUBJECTS, config)
+    for n in (1, 2, 3):
+        await publish(ore_nats_client, "t1", user_message(f"m{n}", f"m-{n}"))
+    partition = partition_of("t1", PARTITIONS)
+    sub = await js.pull_subscribe_bind(consumer_name(partition), stream="ORE_IN")
+    first = await sub.fetch(1, timeout=5)
+    assert json.loads(first[0].data)["id"] == "m-1"  # a worker took m-1, then died
+
+    clean = await reset_consumer(js, SUBJECTS, config, 0 if partition else 1)
+    assert clean is None  # nothing in flight elsewhere: left alone
+    start = await reset_consumer(js, SUBJECTS, config, partition)
+    assert start == first[0].metadata.sequence.stream
+
+    sub = await js.pull_subscribe_bind(consumer_name(partition), stream="ORE_IN")
+    again = await sub.fetch(3, timeout=5)  # no ack_wait: at once, in order
+    assert [json.loads(m.data)["id"] for m in again] == ["m-1", "m-2", "m-3"]
+    info = await js.consumer_info("ORE_IN", consumer_name(partition))
+    assert isinstance(info.config, ConsumerConfig)
+    # A later start of any worker keeps the reset consumer as it is.
+    await ensure_streams(js, SUBJECTS, config)
+
+
+async def test_a_thread_that_left_publishes_nothing_until_attached_again(
+    ore_nats_client: Client,
+) -> None:
+    await ensure_streams(ore_nats_client.jetstream(), SUBJECTS, BusConfig(partitions=PARTITIONS))
+    pipeline = Pipeline(ore_nats_client)
+    await pipeline.start()
+    egress = Egress(ore_nats_client, SUBJECTS, pipeline)
+    egress.bind("t1", "raw")  # as ingress does for the thread's namespace
+    await egress.emit("t1", LifecycleEvent(phase="done"))
+    egress.release("t1")  # the partition moved to another worker
+    await egress.emit("t1", LifecycleEvent(phase="cancelled"))  # its old stream, late
+    await egress.prime("t1")  # attached here again
+    await egress.emit("t1", LifecycleEvent(phase="done"))
+    await pipeline.flush()
+    phases = [e.get("phase") for e in await stored_events(ore_nats_client, "t1")]
+    assert phases == ["done", "done"]
+    assert egress.refused == 1
+    await pipeline.stop()
+
+
+async def test_a_worker_whose_lease_is_overdue_neither_saves_nor_appends(
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
+) -> None:
+    service: CoreService = await start_core()
+    await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
+    await outbox.done("t1")
+    before = len(await stored_events(ore_nats_client, "t1"))
+    partition = partition_of("t1", PARTITIONS)
+    # As if the process had been paused past its lease: no renewal for lease_ttl.
+    lease = service.ownership._leases[partition]
+    lease.renewed -= service.config.lease_ttl
+    assert not service.ownership.may_write(partition)
+
+    stream = service.manager.get("t1")
+    await stream.emit(LifecycleEvent(phase="done"))
+    await asyncio.sleep(0.2)
+    assert len(await stored_events(ore_nats_client, "t1")) == before
+
+
+async def test_the_next_owner_stores_an_answer_saved_but_never_stored_as_a_batch(
+    ore_nats_client: Client,
+) -> None:
+    """An owner died between saving an answer and appending its turn's batch: the last
+    stored batch is the previous turn's. Attaching the thread stores the answer once."""
+    await ensure_streams(ore_nats_client.jetstream(), SUBJECTS, BusConfig(partitions=PARTITIONS))
+    pipeline = Pipeline(ore_nats_client)
+    await pipeline.start()
+    thread = Thread("t1", metadata={NAMESPACE_KEY: "raw"})
+    first = [thread.append(Role.USER, Text("q1"), event_id="m-1")]
+    first.append(thread.append(Role.ASSISTANT, Text("a1")))
+    dead = Egress(ore_nats_client, SUBJECTS, pipeline)  # the owner that died
+    dead.bind("t1", "raw")
+    done = LifecycleEvent(phase="done")
+    await dead.emit_batch([("t1", TurnCompleteEvent(turn=t)) for t in first] + [("t1", done)])
+    await pipeline.flush()
+    thread.append(Role.USER, Text("q2"), event_id="m-2")
+    answer = thread.append(Role.ASSISTANT, Text("a2"))  # saved; its batch never appended
+
+    for _ in range(2):  # attached twice (a second takeover): stored once
+        egress = Egress(ore_nats_client, SUBJECTS, pipeline)
+        await egress.prime("t1", thread)
+        await pipeline.flush()
+    # The redelivered message is recognised as answered: a batch of its `done` alone.
+    await egress.emit("t1", LifecycleEvent(phase="done"))
+    await pipeline.flush()
+    await Egress(ore_nats_client, SUBJECTS, pipeline).prime("t1", thread)  # a third owner
+    await pipeline.flush()
+
+    batches = await stored_messages(ore_nats_client, "t1")
+    kinds = [[e["kind"] for e in batch] for batch in batches]
+    assert kinds == [
+        ["turn_complete", "turn_complete", "lifecycle"],
+        ["turn_complete", "lifecycle"],
+        ["lifecycle"],
+    ]
+    assert batches[1][0]["turn"]["id"] == answer.id
+    await pipeline.stop()
+
+
+async def test_a_first_answer_with_nothing_stored_is_stored_once(ore_nats_client: Client) -> None:
+    await ensure_streams(ore_nats_client.jetstream(), SUBJECTS, BusConfig(partitions=PARTITIONS))
+    pipeline = Pipeline(ore_nats_client)
+    await pipeline.start()
+    thread = Thread("t2", metadata={NAMESPACE_KEY: "raw"})
+    thread.append(Role.USER, Text("q1"), event_id="m-1")
+    answer = thread.append(Role.ASSISTANT, Text("a1"))
+    for _ in range(2):
+        await Egress(ore_nats_client, SUBJECTS, pipeline).prime("t2", thread)
+        await pipeline.flush()
+    events = await stored_events(ore_nats_client, "t2")
+    assert [(e["kind"], (e.get("turn") or {}).get("id")) for e in events] == [
+        ("turn_complete", answer.id),
+        ("lifecycle", None),
+    ]
+    await pipeline.stop()

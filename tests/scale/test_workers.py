@@ -1,0 +1,204 @@
+"""Several `ore serve` workers on one NATS: one owner per thread through crashes,
+joins, graceful stops and pauses. Real processes, a real nats-server, a shared SQLite
+store; the audit counts what was stored, per message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client
+
+from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.subjects import partition_of
+from tests.scale.harness import Load, Worker, Workers, held_by, leases
+
+PARTITIONS = 32
+HANG_GUARD = 30.0  # seconds; bounds a hang, not a performance figure (see bench/workers.py)
+ANSWER_TIMEOUT = 90.0
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+async def workers(ore_nats_server: EmbeddedNatsServer, tmp_path: Path) -> AsyncIterator[Workers]:
+    pool = Workers([ore_nats_server.url], tmp_path, delay=0.3, partitions=PARTITIONS)
+    try:
+        yield pool
+    finally:
+        pool.stop_all()
+
+
+async def until(check: Callable[[], object], limit: float = HANG_GUARD) -> None:
+    """Wait (polling) until the async or plain `check()` is truthy."""
+    async with asyncio.timeout(limit):
+        while True:
+            result = check()
+            if asyncio.iscoroutine(result):
+                result = await result
+            if result:
+                return
+            await asyncio.sleep(0.1)
+
+
+async def shares(nc: Client, *members: Worker) -> list[int]:
+    table = await leases(nc)
+    return [len(held_by(table, w)) for w in members]
+
+
+async def balanced(nc: Client, *members: Worker) -> bool:
+    """Every member holds a share and together they hold every partition."""
+    counts = await shares(nc, *members)
+    return sum(counts) == PARTITIONS and min(counts) >= PARTITIONS // len(members) - 1
+
+
+async def kill_9(nc: Client, load: Load, victim: Worker) -> tuple[float, set[str]]:
+    """SIGKILL `victim`; returns the moment and the threads it owned with work pending."""
+    owned = set(held_by(await leases(nc), victim))
+    pending = {
+        t
+        for t in load.threads
+        if partition_of(t, PARTITIONS) in owned
+        and any((t, n) not in load.answer_times for n in range(1, load.sent[t] + 1))
+    }
+    moment = time.monotonic()
+    victim.signal(signal.SIGKILL)
+    await victim.wait()
+    return moment, pending
+
+
+def failover(load: Load, moment: float, threads: set[str]) -> float:
+    """Seconds from a kill until the last of the victim's busy threads was answered again."""
+    first = load.first_answer_after(moment, threads)
+    assert set(first) == threads, f"threads never resumed: {sorted(threads - set(first))}"
+    return max(first.values(), default=0.0)
+
+
+async def test_kill_9_of_a_worker_mid_load_twice_loses_nothing(
+    workers: Workers, ore_nats_client: Client
+) -> None:
+    a = await workers.start()
+    b = await workers.start()
+    await until(lambda: balanced(ore_nats_client, a, b))
+    load = Load(ore_nats_client, 100)
+    await load.listen()
+
+    times = []
+    for round_ in range(1, 9):
+        await load.send_round()
+        if round_ == 2:  # a dies with turns in flight; c replaces it
+            times.append(await kill_9(ore_nats_client, load, a))
+            c = await workers.start()
+        if round_ == 5:  # c has its share by now; b dies too
+            await until(functools.partial(balanced, ore_nats_client, b, c))
+            times.append(await kill_9(ore_nats_client, load, b))
+        await asyncio.sleep(0.4)
+
+    await load.wait_answered(ANSWER_TIMEOUT)
+    report = await load.audit(workers.store_path)
+    failovers = [failover(load, moment, threads) for moment, threads in times]
+    print(f"\nkill -9 x2: {report}\nfailover after kill -9: {[f'{f:.2f}s' for f in failovers]}")
+    assert report.sent == 800
+    assert report.clean, report.details[:10]
+    assert report.answered == report.sent
+    assert max(failovers) < HANG_GUARD
+
+
+async def test_a_joining_worker_takes_a_share_and_sigterm_loses_nothing(
+    workers: Workers, ore_nats_client: Client
+) -> None:
+    a = await workers.start()
+    assert await shares(ore_nats_client, a) == [PARTITIONS]
+    load = Load(ore_nats_client, 100)
+    await load.listen()
+
+    for round_ in range(1, 9):
+        await load.send_round()
+        if round_ == 2:  # joins mid-load: a hands over a share after draining it
+            b = await workers.start()
+            await until(functools.partial(balanced, ore_nats_client, a, b))
+            assert a.alive  # nobody restarted
+            assert b.alive
+        if round_ == 5:  # a stops gracefully mid-load: b takes everything
+            a.signal(signal.SIGTERM)
+        await asyncio.sleep(0.4)
+
+    assert await a.wait() == 0
+    await until(lambda: balanced(ore_nats_client, b))
+    await load.wait_answered(ANSWER_TIMEOUT)
+    report = await load.audit(workers.store_path)
+    print(f"\njoin + SIGTERM: {report}")
+    assert report.clean, report.details[:10]
+    assert report.answered == report.sent == 800
+    released = [line for line in a.log() if line.get("event") == "partition leases released"]
+    assert released, "a SIGTERMed worker deletes its leases"
+
+
+async def test_a_paused_worker_that_lost_its_leases_writes_nothing(
+    workers: Workers, ore_nats_client: Client
+) -> None:
+    workers.delay = 1.5  # turns are in flight when the worker is paused
+    a = await workers.start()
+    b = await workers.start()
+    await until(functools.partial(balanced, ore_nats_client, a, b))
+    load = Load(ore_nats_client, 100)
+    await load.listen()
+    a_partitions = set(held_by(await leases(ore_nats_client), a))
+
+    await load.send_round()
+    mine = {t for t in load.threads if partition_of(t, PARTITIONS) in a_partitions}
+    await until(lambda: all((t, 1) in load.recorded for t in mine))  # a's turns are running
+    a.signal(signal.SIGSTOP)  # paused mid-turn, past its lease TTL
+    try:
+        await until(functools.partial(balanced, ore_nats_client, b))  # b took everything over
+        await load.wait_answered(ANSWER_TIMEOUT)  # b answered what a had in flight
+    finally:
+        a.signal(signal.SIGCONT)
+    # a wakes up: its turns finish, but its lease is overdue, then lost. Give it time to
+    # try to write (its turns end within one delay) and a second round to interfere with.
+    await until(
+        lambda: any(
+            line.get("event") == "partition lease lost; dropping its threads" for line in a.log()
+        )
+    )
+    await load.send_round()
+    await asyncio.sleep(workers.delay + 1.0)
+    await load.wait_answered(ANSWER_TIMEOUT)
+
+    report = await load.audit(workers.store_path)
+    print(f"\npaused worker: {report}")
+    assert report.clean, report.details[:10]
+    assert report.answered == report.sent == 200
+    assert any(partition_of(t, PARTITIONS) in a_partitions for t in load.threads)
+    lost = {
+        line.get("partition")
+        for line in a.log()
+        if line.get("event", "").startswith("partition lease lost")
+    }
+    assert lost == a_partitions  # it noticed, and dropped every partition it had
+    assert a.alive  # it keeps serving: it may take a share again later
+
+
+async def test_500_threads_with_a_2s_turn_each_finish_together_on_one_worker(
+    workers: Workers, ore_nats_client: Client
+) -> None:
+    workers.delay = 2.0
+    await workers.start()
+    load = Load(ore_nats_client, 500)
+    await load.listen()
+
+    started = time.monotonic()
+    await load.send_round()
+    await load.wait_answered(ANSWER_TIMEOUT)
+    elapsed = time.monotonic() - started
+
+    report = await load.audit()
+    print(f"\n500 threads x one 2 s turn on one worker: all answered after {elapsed:.2f}s")
+    assert report.clean, report.details[:10]
+    assert report.answered == report.sent == 500
