@@ -1,6 +1,7 @@
 """Several `ore serve` workers on one NATS: throughput, failover and memory per thread.
 
-Run: `python bench/workers.py [--threads N] [--seconds S] [--threads-idle N]`  (not a test)
+Run: `python bench/workers.py [--threads N] [--seconds S] [--threads-idle N] [--only PART]`
+(not a test)
 
 Every worker is a real `ore serve` process (echo processor, one shared SQLite store,
 32 partitions) on one embedded nats-server; the load is raw protocol.md traffic from
@@ -13,9 +14,9 @@ this process (tests/scale/harness.py), audited from what was stored.
    add much; the figure shows what ownership costs and that nothing is lost.
 2. Failover: 2 workers under load (a 0.2 s turn), one is killed with SIGKILL; the time
    until the last of its busy threads is answered again (three kills).
-3. Memory: one worker answers one message on each of `--threads-idle` threads; its
-   RSS per thread while they stay loaded, and after idle eviction when the build has
-   it (`session.idle_timeout`, issue 10a).
+3. Memory: one worker answers one message on each of `--threads-idle` new threads,
+   three times; its RSS after each batch, with idle eviction off (every thread stays
+   loaded) and on (`session.idle_timeout` 3 s).
 """
 
 from __future__ import annotations
@@ -33,12 +34,10 @@ import nats
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ore_core.bus.embedded import EmbeddedNatsServer
-from ore_core.config import SessionSettings
 from ore_core.subjects import partition_of
 from tests.scale.harness import Load, Workers, held_by, leases
 
 PARTITIONS = 32
-EVICTION = "idle_timeout" in SessionSettings.model_fields
 
 
 def rss_kib(pid: int) -> int:
@@ -136,39 +135,37 @@ async def failover(url: str, base: Path, kills: int) -> list[float]:
         await nc.close()
 
 
-async def memory(url: str, base: Path, threads: int) -> None:
-    env = {"ORE_SESSION__IDLE_TIMEOUT": "3"} if EVICTION else {}
-    pool = Workers([url], base / "memory", delay=0.0, partitions=PARTITIONS, env=env)
-    pool.directory.mkdir()
-    nc = await nats.connect(url)
-    try:
-        worker = await pool.start()
-        await asyncio.sleep(1.0)
-        before = rss_kib(worker.pid)
-        load = Load(nc, threads, prefix="m")
-        await load.listen()
-        for start in range(0, threads, 500):  # in batches: the publisher is not the point
-            await asyncio.gather(*(load.send(t) for t in load.threads[start : start + 500]))
-        await load.wait_answered(120)
-        loaded = rss_kib(worker.pid)
-        per_thread = (loaded - before) * 1024 / threads
-        print(
-            f"  {threads} idle threads loaded: RSS {before / 1024:.0f} -> "
-            f"{loaded / 1024:.0f} MiB, {per_thread / 1024:.1f} KiB per thread"
-        )
-        if EVICTION:
-            await asyncio.sleep(6.0)  # idle_timeout 3 s, swept a few times per period
-            evicted = rss_kib(worker.pid)
+async def memory(url: str, base: Path, threads: int, rounds: int = 3) -> None:
+    """RSS of one worker over `rounds` batches of `threads` new threads, each answered
+    once then left idle: without eviction it grows with every thread ever touched, with
+    `session.idle_timeout` it stays flat (freed objects are reused by the next batch)."""
+    for label, timeout in (("idle_timeout 0 (kept)", "0"), ("idle_timeout 3 s", "3")):
+        env = {"ORE_SESSION__IDLE_TIMEOUT": timeout}
+        pool = Workers([url], base / f"memory-{timeout}", delay=0.0, partitions=PARTITIONS, env=env)
+        pool.directory.mkdir()
+        nc = await nats.connect(url)
+        try:
+            worker = await pool.start()
+            await asyncio.sleep(1.0)
+            before = rss_kib(worker.pid)
+            sizes = []
+            for n in range(rounds):
+                load = Load(nc, threads, prefix=f"m{timeout}r{n}-")
+                await load.listen()
+                for start in range(0, threads, 500):  # in batches: the publisher is not the point
+                    await asyncio.gather(*(load.send(t) for t in load.threads[start : start + 500]))
+                await load.wait_answered(120)
+                await asyncio.sleep(6.0)  # past an idle_timeout of 3 s, swept a few times
+                sizes.append(rss_kib(worker.pid))
+            grown = (sizes[-1] - before) * 1024 / (threads * rounds)
+            steps = " -> ".join(f"{kib / 1024:.0f}" for kib in [before, *sizes])
             print(
-                f"  after idle eviction: RSS {evicted / 1024:.0f} MiB, "
-                f"{(evicted - before) * 1024 / threads / 1024:.1f} KiB per thread "
-                "(freed memory stays in the process heap for reuse)"
+                f"  {label}: RSS {steps} MiB over {rounds} x {threads} threads; "
+                f"{grown / 1024:.1f} KiB per thread ever touched"
             )
-        else:
-            print("  idle eviction: not in this build (session.idle_timeout, issue 10a)")
-    finally:
-        pool.stop_all()
-        await nc.close()
+        finally:
+            pool.stop_all()
+            await nc.close()
 
 
 async def main() -> None:
@@ -177,22 +174,31 @@ async def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--threads-idle", type=int, default=2000)
     parser.add_argument("--kills", type=int, default=3)
+    parser.add_argument(
+        "--only", choices=("throughput", "failover", "memory"), help="run one part only"
+    )
     args = parser.parse_args()
+    parts = {args.only} if args.only else {"throughput", "failover", "memory"}
     with tempfile.TemporaryDirectory(prefix="ore-bench-workers-") as tmp:
         base = Path(tmp)
         with EmbeddedNatsServer(base / "nats") as server:
-            print(f"throughput, {args.threads} conversations, closed loop, echo, SQLite:")
-            rates = {}
-            for count in (1, 2, 3):
-                rates[count] = await throughput(server.url, base, count, args.threads, args.seconds)
-            print(
-                "  ratio to 1 worker: "
-                + ", ".join(f"{c} workers {rates[c] / rates[1]:.2f}x" for c in (2, 3))
-            )
-            print("failover:")
-            await failover(server.url, base, args.kills)
-            print("memory per idle thread (one worker):")
-            await memory(server.url, base, args.threads_idle)
+            if "throughput" in parts:
+                print(f"throughput, {args.threads} conversations, closed loop, echo, SQLite:")
+                rates = {}
+                for count in (1, 2, 3):
+                    rates[count] = await throughput(
+                        server.url, base, count, args.threads, args.seconds
+                    )
+                print(
+                    "  ratio to 1 worker: "
+                    + ", ".join(f"{c} workers {rates[c] / rates[1]:.2f}x" for c in (2, 3))
+                )
+            if "failover" in parts:
+                print("failover:")
+                await failover(server.url, base, args.kills)
+            if "memory" in parts:
+                print("memory per idle thread (one worker):")
+                await memory(server.url, base, args.threads_idle)
 
 
 if __name__ == "__main__":
