@@ -46,6 +46,7 @@ from nats.js.errors import (
 from nats.js.kv import KeyValue
 
 from ore_core import jsonutil
+from ore_core.bus.kv_keys import live_keys
 from ore_core.bus.layout import journal_stream
 from ore_core.errors import ArtifactError, LedgerError, StoreError, ThreadCorrupt, ThreadNotFound
 from ore_core.ids import generate_thread_id
@@ -177,9 +178,8 @@ class JetStreamStore(BaseStore):
 
     async def get_by(self, key: str, value: str) -> Thread:
         """The lowest-id thread whose metadata has `key` == `value` (an index lookup)."""
-        _, kv = await self._connected()
         prefix = f"i.{_pair_hash(key, value)}."
-        for thread_id in sorted(k[len(prefix) :] for k in await self._keys(kv, prefix + "*")):
+        for thread_id in sorted(k[len(prefix) :] for k in await self._keys(prefix + "*")):
             try:
                 thread = await self.get(thread_id)
             except ThreadNotFound:
@@ -270,8 +270,7 @@ class JetStreamStore(BaseStore):
 
     async def list_ids(self, *, after: str = "", limit: int | None = None) -> builtins.list[str]:
         """Thread ids (from KV `t.*`) in ascending order after `after`."""
-        _, kv = await self._connected()
-        ids = sorted(k[2:] for k in await self._keys(kv, "t.*") if k[2:] > after)
+        ids = sorted(k[2:] for k in await self._keys("t.*") if k[2:] > after)
         return ids if limit is None else ids[: max(limit, 0)]
 
     async def check(self) -> None:
@@ -455,19 +454,12 @@ class JetStreamStore(BaseStore):
         except (NatsError, APIError) as exc:
             raise self._failed(exc) from exc
 
-    async def _keys(self, kv: KeyValue, pattern: str) -> builtins.list[str]:
+    async def _keys(self, pattern: str) -> builtins.list[str]:
         """Live keys matching `pattern` (a subject filter on the server, not a scan)."""
+        await self._connected()
+        assert self._nc is not None
         try:
-            watcher = await kv.watch(pattern, ignore_deletes=True, meta_only=True)
-            keys: builtins.list[str] = []
-            try:
-                while True:
-                    entry = await watcher.updates(timeout=_REQUEST_TIMEOUT)  # type: ignore[no-untyped-call]
-                    if entry is None:
-                        return keys
-                    keys.append(entry.key)
-            finally:
-                await watcher.stop()  # type: ignore[no-untyped-call]
+            return await live_keys(self._nc, self._bucket, pattern, _REQUEST_TIMEOUT)
         except (NatsError, APIError, TimeoutError) as exc:
             raise self._failed(exc) from exc
 

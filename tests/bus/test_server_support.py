@@ -12,9 +12,11 @@ from pathlib import Path
 
 import nats
 import pytest
+from nats.js.api import KeyValueConfig
 
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.jetstream_store import JetStreamStore
+from ore_core.bus.kv_keys import live_keys
 from ore_core.bus.layout import build_layout
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig, ensure_streams
@@ -124,6 +126,7 @@ accounts {
         publish: {allow: [
           "$JS.API.INFO", "$JS.API.STREAM.INFO.*", "$JS.API.CONSUMER.INFO.*.*",
           "$JS.API.CONSUMER.LIST.*", "$JS.API.CONSUMER.MSG.NEXT.*.*",
+          "$JS.API.CONSUMER.CREATE.KV_ORE_THREADS", "$JS.API.CONSUMER.DELETE.KV_ORE_THREADS.*",
           "$JS.API.STREAM.MSG.GET.*", "$JS.API.DIRECT.GET.>", "$JS.API.STREAM.PURGE.ORE_JOURNAL",
           "$JS.ACK.>", "$KV.ORE_CURSORS.>", "$KV.ORE_THREADS.>", "ore.>",
           "$KV.ORE_WORKERS.>", "$JS.API.CONSUMER.CREATE.KV_ORE_WORKERS",
@@ -190,10 +193,13 @@ async def test_a_user_who_may_not_create_streams_is_told_then_uses_precreated_on
     try:
         await ensure_streams(admin.jetstream(), Subjects(), BusConfig(partitions=2))
         # the jetstream store: its journal and KV need the listed permissions too
-        service = _core(accounts_server.url, user="core", password="core", store=JetStreamStore())
+        store = JetStreamStore()
+        service = _core(accounts_server.url, user="core", password="core", store=store)
         await service.start()
         try:
             await _converse(admin)
+            await store.create("listed", {"k": "v"})
+            assert (await store.get_by("k", "v")).id == "listed"  # lists the index keys
         finally:
             await service.stop(grace=0)
     finally:
@@ -260,3 +266,22 @@ async def test_the_core_serves_on_every_tested_server(
             await nc.close()
     finally:
         await service.stop(grace=0)
+
+
+@pytest.mark.slow
+async def test_kv_listing_is_exact_on_every_tested_server(
+    versioned_server: EmbeddedNatsServer,
+) -> None:
+    nc = await nats.connect(versioned_server.url)
+    try:
+        js = nc.jetstream()
+        kv = await js.create_key_value(KeyValueConfig(bucket="LISTED"))
+        for key in ("t.live", "t.deleted", "t.purged", "i.other"):
+            await kv.put(key, b"1")
+        await kv.delete("t.deleted")
+        await kv.purge("t.purged")
+
+        assert await live_keys(nc, "LISTED", "t.*", TIMEOUT) == ["t.live"]
+        assert (await js.stream_info("KV_LISTED")).state.consumer_count == 0
+    finally:
+        await nc.close()
