@@ -7,7 +7,8 @@ the same shape (publish now, the ack arrives on a shared inbox later) and adds w
 worker needs: a bounded window of unacknowledged publishes, an ack timeout, and
 retries with the same `Nats-Msg-Id`, so a message the server did store before the
 connection dropped is not stored twice (within the stream's duplicate window, which
-must be longer than `ack_timeout * attempts`).
+must be longer than `ack_timeout * attempts`). A transient failure is never a reason
+to give a message up: it is retried until the server takes it (see `_failed`).
 
 `publish` never waits: beyond the window, messages queue here in order and go out as
 acks come back. It is called from a `Manager` sink, which must keep up or lose its
@@ -246,9 +247,27 @@ class Pipeline:
             idle.set_result(None)
 
     def _failed(self, record: _Record, reason: str, *, pause: bool = False) -> None:
-        if record.attempts >= self._attempts:
-            self._drop(record, reason)
-            return
+        """A transient failure (no ack in time, no stream answered): retry, never give up.
+
+        Giving up would acknowledge the ingress message whose answer this is, and the
+        answer would be lost (a cluster election can outlast any fixed number of
+        attempts). `pause` (no stream answered: certainly not stored) retries after
+        `hold_retry`; a missing ack (maybe stored, the ack lost) retries at once with
+        the same `Nats-Msg-Id` for `attempts` tries, then after `hold_retry` each: past
+        the stream's duplicate window such a retry can store a batch twice, which
+        readers see as a repeated event id.
+        """
+        if pause:
+            record.attempts -= 1  # not stored: no attempt used
+        elif record.attempts >= self._attempts:
+            pause = True
+            if record.attempts == self._attempts:
+                log.error(
+                    "stored event still not acknowledged; retrying until the server takes "
+                    "it (its ingress message stays unacknowledged meanwhile)",
+                    subject=record.subject,
+                    reason=reason,
+                )
         if not self._failing:
             self._failing = True
             log.warning("stored event not acknowledged; retrying", reason=reason)

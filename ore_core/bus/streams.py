@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
+import structlog
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import ConsumerConfig, DeliverPolicy, RePublish, StreamConfig, SubjectTransform
@@ -34,6 +37,10 @@ from ore_core.bus.layout import (
 )
 from ore_core.errors import BusError, OreError
 from ore_core.subjects import Subjects
+
+log = structlog.get_logger("ore.bus")
+
+T = TypeVar("T")
 
 __all__ = [
     "HEADER_ALLOWANCE",
@@ -192,6 +199,38 @@ async def jetstream_call(action: str, call: Any) -> Any:
         ) from None
 
 
+_CLUSTER_SETTLING = frozenset({10005, 10008})
+"""JetStream errors of a cluster still forming or electing: no suitable peers for
+placement (a peer not yet seen as online), JetStream temporarily unavailable."""
+_SETTLE_TIMEOUT = 30.0  # seconds a starting cluster may take before the error stands
+
+
+async def settled_call(action: str, make_call: Callable[[], Awaitable[T]]) -> T:
+    """`jetstream_call(action, make_call())`, retried while the cluster is settling.
+
+    A worker started with its NATS cluster (a restart, a deploy) can ask for a stream
+    before every peer has reported in; that is a wait, not a refusal. Other errors,
+    and the settling ones after `_SETTLE_TIMEOUT`, are raised as `jetstream_call` does.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _SETTLE_TIMEOUT
+    delay = 0.1
+    while True:
+        try:
+            return await make_call()
+        except APIError as exc:
+            if exc.err_code not in _CLUSTER_SETTLING or loop.time() > deadline:
+                await jetstream_call(action, _raise(exc))  # raises its one-line error
+                raise
+            log.info("JetStream cluster settling; retrying", action=action, error=exc.description)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 2.0)
+
+
+async def _raise(exc: BaseException) -> None:
+    raise exc
+
+
 async def _stream_differences(js: JetStreamContext, entry: StreamEntry) -> list[Difference]:
     try:
         info = await jetstream_call(f"stream info {entry.name}", js.stream_info(entry.name))
@@ -306,9 +345,13 @@ async def ensure_layout(
             continue
         missing = any(d.name == stream.name and d.field == "missing" for d in differences)
         if missing:
-            await jetstream_call(f"create stream {stream.name}", js.add_stream(stream.config))
+            await settled_call(
+                f"create stream {stream.name}", functools.partial(js.add_stream, stream.config)
+            )
         else:
-            await jetstream_call(f"update stream {stream.name}", js.update_stream(stream.config))
+            await settled_call(
+                f"update stream {stream.name}", functools.partial(js.update_stream, stream.config)
+            )
     changed_consumers = {d.name for d in differences if d.kind == "consumer"}
     for consumer in layout.consumers:
         where = f"{consumer.stream}/{consumer.name}"
@@ -317,8 +360,9 @@ async def ensure_layout(
             missing = any(d.name == where and d.field == "missing" for d in differences)
             if not missing:
                 config = await _keep_start(js, consumer)
-            await jetstream_call(
-                f"create consumer {where}", js.add_consumer(consumer.stream, config)
+            await settled_call(
+                f"create consumer {where}",
+                functools.partial(js.add_consumer, consumer.stream, config),
             )
     return differences
 

@@ -12,6 +12,7 @@ import socket
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 # The cluster drives its nodes through the server's own start-up steps.
 from ore_core.bus.embedded import (
@@ -169,11 +170,31 @@ class EmbeddedNatsCluster(_Lifecycle):
             time.sleep(_POLL_INTERVAL)
 
     def _meta_leader(self) -> str | None:
-        """The meta leader every node knows, with every peer in the meta group; else None."""
+        """The meta leader every node knows, with every peer in the meta group and seen
+        online and current by the leader; else None.
+
+        A leader alone is not enough: until it has heard from every peer, an R3 stream
+        create fails with "no suitable peers for placement" (error 10005).
+        """
         leaders: set[str] = set()
+        followers: list[dict[str, Any]] | None = None
         for node in self._nodes:
             meta = (_get_json(f"{node.monitor_url}/jsz") or {}).get("meta_cluster") or {}
             if meta.get("cluster_size") != self._size or not meta.get("leader"):
                 return None
             leaders.add(str(meta["leader"]))
-        return leaders.pop() if len(leaders) == 1 else None
+        if len(leaders) != 1:
+            return None
+        leader = leaders.pop()
+        for node in self._nodes:
+            varz = _get_json(f"{node.monitor_url}/varz") or {}
+            if varz.get("server_name") != leader:
+                continue
+            meta = (_get_json(f"{node.monitor_url}/jsz") or {}).get("meta_cluster") or {}
+            followers = meta.get("replicas") or []
+            break
+        if followers is None or len(followers) != self._size - 1:
+            return None
+        if not all(f.get("current") and not f.get("offline") for f in followers):
+            return None
+        return leader

@@ -7,6 +7,7 @@ import asyncio
 
 import structlog
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js.api import StreamConfig
 
 from ore_core import Text
@@ -136,3 +137,27 @@ async def test_pipeline_queues_beyond_its_window_and_stores_everything_in_order(
 
     stored = [(await js.get_msg("S", seq)).data for seq in range(1, 51)]
     assert stored == [str(n).encode() for n in range(50)]
+
+
+async def test_pipeline_never_gives_up_a_message_while_no_stream_answers(
+    ore_nats_client: Client,
+) -> None:
+    """A stream without a leader (a cluster election) answers nothing for longer than any
+    number of attempts: the message is retried until it is stored, never dropped (a drop
+    would let ingress acknowledge a message whose answer was never stored)."""
+    pipeline = Pipeline(ore_nats_client, ack_timeout=0.5, attempts=2, hold_retry=0.05)
+    await pipeline.start()
+    sends: asyncio.Queue[Msg] = asyncio.Queue()
+    await ore_nats_client.subscribe("late.a", cb=sends.put)
+    await pipeline.publish("late.a", b"answer", {"Nats-Msg-Id": "m-1"})
+    for _ in range(3 * 2):  # three times `attempts` sends, each answered "no responders"
+        await asyncio.wait_for(sends.get(), 30)
+
+    js = ore_nats_client.jetstream()
+    await js.add_stream(StreamConfig(name="LATE", subjects=["late.*"]))  # the leader is back
+    async with asyncio.timeout(30):
+        await pipeline.flush()
+    await pipeline.stop()
+
+    assert (await js.stream_info("LATE")).state.messages == 1
+    assert pipeline.lost == 0

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+from nats.js.errors import APIError
 
 from ore_core.bus.streams import (
     HEADER_ALLOWANCE,
@@ -15,7 +16,9 @@ from ore_core.bus.streams import (
     consumer_name,
     ensure_streams,
     reset_consumer,
+    settled_call,
 )
+from ore_core.errors import BusError
 from ore_core.subjects import Subjects, partition_of
 
 SUBJECTS = Subjects()
@@ -169,3 +172,23 @@ async def test_rewinding_redelivers_the_unacknowledged_messages_first_and_at_onc
     again = await sub.fetch(2, timeout=5)  # now, not after ack_wait
     assert [m.data for m in again] == [b"m1", b"m2"]
     assert await reset_consumer(js, SUBJECTS, CONFIG, 0 if partition else 1) is None
+
+
+async def test_a_settling_cluster_is_waited_for_and_other_refusals_are_not() -> None:
+    """ "No suitable peers for placement" (a peer not yet seen online) is retried until
+    the cluster settles; any other refusal stands at once, as one line."""
+    calls: list[int] = []
+
+    async def placement(code: int, fail: int) -> str:
+        calls.append(code)
+        if len(calls) <= fail:
+            raise APIError(code=500, err_code=code, description="no suitable peers for placement")
+        return "created"
+
+    assert await settled_call("create stream X", lambda: placement(10005, 2)) == "created"
+    assert calls == [10005, 10005, 10005]
+
+    calls.clear()
+    with pytest.raises(BusError, match=r"JetStream refused create stream X: .* \(error 10052\)"):
+        await settled_call("create stream X", lambda: placement(10052, 5))
+    assert calls == [10052]
