@@ -129,6 +129,7 @@ class _Parked:
     resuming: bool = False
 
 
+_RESET_TIMEOUT = 2.0  # seconds per JetStream request of a consumer reset (then retried)
 _CLOSED_CHECK = 0.5  # seconds between looks for deliveries whose stream was closed
 
 
@@ -242,7 +243,7 @@ class Ingress:
             return
         if fresh:
             await self._drop_streams(partition)
-        start = await reset_consumer(self._nc.jetstream(), self._subjects, self._config, partition)
+        start = await self._reset(partition, settle)
         if start is not None:
             log.info("partition taken over from a lost worker", partition=partition, start=start)
         puller = Puller(
@@ -256,6 +257,31 @@ class Ingress:
         self._pullers[partition] = puller
         self.tasks.adopt(puller.tasks)
         await puller.start()
+
+    async def _reset(self, partition: int, settle: float) -> int | None:
+        """`reset_consumer`, retried while this worker holds the lease.
+
+        After a NATS node crash the partition's consumer may have no leader for a while
+        (an election on a busy cluster takes seconds): each try is short and the next
+        follows at once, instead of giving the lease up and claiming it again later.
+        """
+        delay = 0.1
+        while True:
+            try:
+                return await reset_consumer(
+                    self._nc.jetstream(),
+                    self._subjects,
+                    self._config,
+                    partition,
+                    settle=settle,
+                    request_timeout=_RESET_TIMEOUT,
+                )
+            except (NatsError, TimeoutError) as exc:
+                if self._stopping or not self._owns(partition):
+                    raise
+                log.debug("partition consumer not reset yet", partition=partition, error=repr(exc))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     async def release(self, partition: int) -> None:
         """Hand `partition` over: stop pulling, let its turns finish (bounded), close.

@@ -13,8 +13,10 @@ to give a message up: it is retried until the server takes it (see `_failed`).
 `publish` never waits: beyond the window, messages queue here in order and go out as
 acks come back. It is called from a `Manager` sink, which must keep up or lose its
 buffer, and what can queue is bounded by the messages in flight upstream.
-Retries can put a message after ones published later; the stream sequence stays the
-total order that readers see. Concurrency: one event loop, the one of the connection.
+Order per subject is kept: a message waits (here, unsent) until the one before it on
+the same subject is stored, so a retry never lets a later message of that subject
+(a thread's next answer) overtake it; subjects do not wait for each other.
+Concurrency: one event loop, the one of the connection.
 
 A JetStream limit (a stream's `max_bytes` or `max_msgs_per_subject` with discard new,
 the account's storage) is not a reason to give a message up: it is held and sent
@@ -86,6 +88,10 @@ class Pipeline:
         self._pending: dict[str, _Record] = {}
         self._retries: deque[_Record] = deque()
         self._backlog: deque[_Record] = deque()
+        # Per subject with a message not yet stored: the later ones, unsent, in order.
+        self._lanes: dict[str, deque[_Record]] = {}
+        self._waiting = 0  # messages in lanes
+        self._ready: deque[_Record] = deque()  # lane heads whose predecessor was stored
         self._wakeup = asyncio.Event()
         self._idle: asyncio.Future[None] | None = None
         self.tasks = TaskScope("pipeline")
@@ -108,7 +114,7 @@ class Pipeline:
     def pending(self) -> int:
         """Messages not yet acknowledged by the server (sent, to retry or queued)."""
         queued = len(self._retries) + len(self._backlog) + len(self._held) + len(self._delayed)
-        return len(self._pending) + queued
+        return len(self._pending) + queued + len(self._ready) + self._waiting
 
     def mark(self) -> int:
         """A position: `wait_stored(mark)` returns once everything published before it is
@@ -128,6 +134,15 @@ class Pipeline:
     def _settle_record(self, record: _Record) -> None:
         self._outstanding.pop(record.index, None)
         self._progress.set()
+        lane = self._lanes.get(record.subject)
+        if lane is None:
+            return
+        if lane:
+            self._waiting -= 1
+            self._ready.append(lane.popleft())  # the next of its subject may go now
+            self._wakeup.set()
+        else:
+            del self._lanes[record.subject]
 
     def watch_limits(
         self, *, reached: LimitReached | None = None, cleared: Callable[[], None] | None = None
@@ -186,6 +201,12 @@ class Pipeline:
         record = _Record(subject, data, headers, self._next_index)
         self._outstanding[self._next_index] = None
         self._next_index += 1
+        lane = self._lanes.get(subject)
+        if lane is not None:  # the one before it on this subject is not stored yet
+            lane.append(record)
+            self._waiting += 1
+            return
+        self._lanes[subject] = deque()
         if self._backlog or len(self._pending) >= self._window:
             self._backlog.append(record)
             return
@@ -237,7 +258,7 @@ class Pipeline:
         record = self._pending.pop(token, None)
         if record is None:
             return None
-        if self._retries or self._backlog:
+        if self._retries or self._ready or self._backlog:
             self._wakeup.set()
         return record
 
@@ -349,9 +370,11 @@ class Pipeline:
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
-            while (self._retries or self._backlog) and len(self._pending) < self._window:
+            while (self._retries or self._ready or self._backlog) and len(
+                self._pending
+            ) < self._window:
                 if self._retries and not self._nc.is_connected:
                     await asyncio.sleep(_RECONNECT_POLL)  # nats-py reconnects by itself
                     continue
-                queue = self._retries or self._backlog
+                queue = self._retries or self._ready or self._backlog
                 await self._send(queue.popleft())

@@ -218,11 +218,12 @@ async def settled_call(action: str, make_call: Callable[[], Awaitable[T]]) -> T:
     while True:
         try:
             return await make_call()
-        except APIError as exc:
-            if exc.err_code not in _CLUSTER_SETTLING or loop.time() > deadline:
+        except Exception as exc:
+            settling = isinstance(exc, APIError) and exc.err_code in _CLUSTER_SETTLING
+            if not settling or loop.time() > deadline:
                 await jetstream_call(action, _raise(exc))  # raises its one-line error
                 raise
-            log.info("JetStream cluster settling; retrying", action=action, error=exc.description)
+            log.info("JetStream cluster settling; retrying", action=action, error=repr(exc))
         await asyncio.sleep(delay)
         delay = min(delay * 2, 2.0)
 
@@ -400,6 +401,7 @@ async def reset_consumer(
     partition: int,
     *,
     settle: float = 0.0,
+    request_timeout: float | None = None,
 ) -> int | None:
     """Make partition's consumer redeliver everything after its ack floor, at once.
 
@@ -412,22 +414,22 @@ async def reset_consumer(
     recognise them by event id. Returns the start sequence, or None when the consumer
     was clean and left alone. Only the lease holder of the partition may call this.
     `settle` seconds let acks this worker just sent be counted first (the server
-    applies acks asynchronously).
+    applies acks asynchronously). `request_timeout` bounds each info and create request.
     """
     stream = subjects.inbound_stream
     name = consumer_name(partition)
     entry = next(c for c in build_layout(subjects, config).consumers if c.name == name)
     want = entry.config
     try:
-        info = await js.consumer_info(stream, name)
+        info = await js.consumer_info(stream, name, timeout=request_timeout)
     except NotFoundError:
-        await js.add_consumer(stream, want)
+        await js.add_consumer(stream, want, timeout=request_timeout)
         return None
     loop = asyncio.get_running_loop()
     deadline = loop.time() + settle
     while info.num_ack_pending and loop.time() < deadline:
         await asyncio.sleep(0.05)
-        info = await js.consumer_info(stream, name)
+        info = await js.consumer_info(stream, name, timeout=request_timeout)
     if not info.num_ack_pending:
         return None
     start = (info.ack_floor.stream_seq if info.ack_floor else 0) + 1
@@ -438,7 +440,7 @@ async def reset_consumer(
         except NotFoundError:
             pass
         try:
-            await js.add_consumer(stream, want)
+            await js.add_consumer(stream, want, timeout=request_timeout)
             return start
         except BadRequestError:
             # A worker starting up re-created it (ensure_streams) in between: again.

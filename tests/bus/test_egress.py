@@ -161,3 +161,27 @@ async def test_pipeline_never_gives_up_a_message_while_no_stream_answers(
 
     assert (await js.stream_info("LATE")).state.messages == 1
     assert pipeline.lost == 0
+
+
+async def test_pipeline_keeps_order_per_subject_across_retries(ore_nats_client: Client) -> None:
+    """A thread's answer that is being retried (no stream answered) is stored before the
+    thread's next answer, published meanwhile; other subjects do not wait for it."""
+    pipeline = Pipeline(ore_nats_client, ack_timeout=0.5, hold_retry=0.05)
+    await pipeline.start()
+    sends: asyncio.Queue[Msg] = asyncio.Queue()
+    await ore_nats_client.subscribe("ord.a", cb=sends.put)
+    await pipeline.publish("ord.a", b"1", {})
+    for _ in range(2):  # sent, refused ("no responders"), sent again
+        await asyncio.wait_for(sends.get(), 30)
+    js = ore_nats_client.jetstream()
+    await js.add_stream(StreamConfig(name="ORD", subjects=["ord.*"]))
+    await pipeline.publish("ord.a", b"2", {})
+    await pipeline.publish("ord.b", b"other", {})
+    async with asyncio.timeout(30):
+        await pipeline.flush()
+    await pipeline.stop()
+
+    stored = [(await js.get_msg("ORD", seq)) for seq in (1, 2, 3)]
+    assert [m.data for m in stored if m.subject == "ord.a"] == [b"1", b"2"]
+    assert pipeline.pending == 0
+    assert pipeline.lost == 0
