@@ -190,6 +190,7 @@ class Load:
         self.threads = [f"{prefix}{i:04d}" for i in range(threads)]
         self.sent: dict[str, int] = defaultdict(int)
         self.answer_times: dict[tuple[str, int], list[float]] = defaultdict(list)
+        self.sent_at: dict[tuple[str, int], tuple[float, float]] = {}  # (publishing, stored)
         self.recorded: set[tuple[str, int]] = set()  # user turns stored: their turn began
         self._waiters: dict[tuple[str, int], asyncio.Future[None]] = {}
         self._changed = asyncio.Event()
@@ -227,6 +228,7 @@ class Load:
         }
         data = json.dumps(payload).encode()
         js = self.nc.jetstream()
+        publishing = time.monotonic()
         for _ in range(60):  # a cluster node may be down: retry with the same id
             try:
                 await js.publish(
@@ -240,6 +242,7 @@ class Load:
                 await asyncio.sleep(0.25)
         else:
             raise RuntimeError(f"could not publish {payload['id']}")
+        self.sent_at[(thread_id, n)] = (publishing, time.monotonic())
         self.sent[thread_id] = n
 
     async def answer(self, thread_id: str, n: int) -> None:
@@ -282,6 +285,24 @@ class Load:
                 if t > moment and (thread_id not in first or t - moment < first[thread_id]):
                     first[thread_id] = t - moment
         return first
+
+    def outage(self, moment: float) -> tuple[float, float]:
+        """The longest waits of messages a fault at `moment` delayed: (from publishing,
+        or `moment` if later, to the answer; from the publish ack to the answer).
+
+        The first includes a publish that JetStream held up (an election of `ORE_IN`),
+        the second only what the workers took once the message was stored."""
+        whole = worker = 0.0
+        for key, times in self.answer_times.items():
+            sent = self.sent_at.get(key)
+            if sent is None or not times:
+                continue
+            answered = min(times)
+            if answered <= moment:
+                continue
+            whole = max(whole, answered - max(sent[0], moment))
+            worker = max(worker, answered - max(sent[1], moment))
+        return whole, worker
 
     async def audit(self, store_path: Path | None = None) -> Report:
         """Count lost, doubled and out-of-order answers in ORE_EVENTS (and the store)."""

@@ -74,7 +74,9 @@ async def test_kill_9_of_a_nats_node_mid_load_loses_nothing(
         print(
             f"\nR3 cluster, kill -9 of the ORE_IN leader ({leader}): {report}\n"
             f"answers flowing again {min(resumed.values()):.2f}s after the crash, "
-            f"all {len(resumed)} threads answered again within {max(resumed.values()):.2f}s"
+            f"all {len(resumed)} threads answered again within {max(resumed.values()):.2f}s; "
+            "longest wait of a message: %.2fs from publishing, %.2fs once stored"
+            % load.outage(killed_at)
         )
         assert report.clean, report.details[:10]
         assert report.answered == report.sent == 600
