@@ -51,12 +51,24 @@ def configure_logging(
         )
     tty = (sys.stderr if stream is None else stream).isatty()
     renderer: Processor
+    # Tracebacks without the frames' local variables: those hold credentials, API keys
+    # and users' messages, and a log is read (and shipped) by more people than a
+    # conversation is. structlog shows them by default.
     if fmt == "console" or (fmt == "auto" and tty):
-        renderer = structlog.dev.ConsoleRenderer(colors=tty)
+        formatter: Any = (
+            structlog.dev.RichTracebackFormatter(show_locals=False)
+            if getattr(structlog.dev, "rich", None) is not None
+            else structlog.dev.plain_traceback
+        )
+        renderer = structlog.dev.ConsoleRenderer(colors=tty, exception_formatter=formatter)
         exceptions: list[Processor] = []
     else:
         renderer = structlog.processors.JSONRenderer(serializer=_orjson_text)
-        exceptions = [structlog.processors.dict_tracebacks]
+        exceptions = [
+            structlog.processors.ExceptionRenderer(
+                structlog.tracebacks.ExceptionDictTransformer(show_locals=False)
+            )
+        ]
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,

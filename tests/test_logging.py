@@ -110,3 +110,27 @@ def test_default_stream_is_stderr_at_the_time_of_writing(monkeypatch: pytest.Mon
 def test_unknown_level_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="unknown log level 'loud'"):
         configure_logging("loud")
+
+
+SECRET = "-".join(["s3cret", "in", "a", "local"])  # never spelled out in source lines
+
+
+def _fail_with_a_secret_in_scope(password: str) -> None:
+    assert password  # a frame local a traceback could show
+    raise RuntimeError("boom")
+
+
+@pytest.mark.parametrize("fmt", ["json", "console"])
+def test_a_logged_traceback_shows_no_local_variables(fmt: str) -> None:
+    """Frame locals hold credentials and users' text: a traceback in the log never
+    carries them (structlog shows them by default)."""
+    stream = io.StringIO()
+    configure_logging("info", fmt, stream=stream)
+    try:
+        _fail_with_a_secret_in_scope(SECRET)
+    except RuntimeError:
+        structlog.get_logger().exception("it failed")
+    out = stream.getvalue()
+    assert "boom" in out
+    assert "_fail_with_a_secret_in_scope" in out
+    assert SECRET not in out
