@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
-import nats
 import structlog
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
@@ -44,8 +43,10 @@ from ore_core.conduit.connection import (
     NatsCredentials,
     PermissionWatch,
     check_server,
+    connect_nats,
 )
 from ore_core.conduit.feed import Delivery, EventFeed
+from ore_core.conduit.publisher import AckedPublisher
 from ore_core.errors import ApiError, BusError
 from ore_core.events import (
     EventContext,
@@ -101,10 +102,24 @@ def message_id(
     real message dropped as a duplicate. The core never relies on the id for
     correctness (it de-duplicates by event id per thread); it only saves work.
     """
+    return _message_id(_keyed(secret), namespace, thread_id, event_id)
+
+
+def _keyed(secret: str | bytes | None) -> hmac.HMAC | None:
+    """HMAC-SHA256 keyed with `secret` and fed nothing yet (None without a secret).
+
+    A client keeps one and copies it per message: copying skips the key schedule.
+    """
     if not secret:
+        return None
+    return hmac.new(secret.encode() if isinstance(secret, str) else secret, None, hashlib.sha256)
+
+
+def _message_id(keyed: hmac.HMAC | None, namespace: str, thread_id: str, event_id: str) -> str:
+    if keyed is None:
         return f"{thread_id}:{event_id}"
-    key = secret.encode() if isinstance(secret, str) else secret
-    digest = hmac.new(key, f"{namespace}|{thread_id}|{event_id}".encode(), hashlib.sha256)
+    digest = keyed.copy()
+    digest.update(f"{namespace}|{thread_id}|{event_id}".encode())
     return f"{thread_id}:{digest.hexdigest()[:32]}"
 
 
@@ -173,12 +188,12 @@ class ConduitClient:
         self.name = name
         self.namespace = validate_namespace(name if namespace is None else namespace)
         self.subjects = Subjects(prefix)
-        self._secret = secret
+        self._keyed = _keyed(secret)
         self._nc = nc
-        self._js = nc.jetstream(timeout=request_timeout)
         self._request_timeout = request_timeout
         self._send_deadline = send_deadline
         self.permissions = permissions or PermissionWatch()
+        self._publisher = AckedPublisher(nc, self.permissions, request_timeout)
         self._owns_connection = owns_connection
         self._feeds: set[EventFeed] = set()
 
@@ -227,7 +242,6 @@ class ConduitClient:
                 client.resync_feeds()
 
         options: dict[str, Any] = {
-            "servers": [servers] if isinstance(servers, str) else list(servers),
             "name": name,
             "error_cb": on_error,
             "reconnected_cb": on_reconnected,
@@ -238,7 +252,9 @@ class ConduitClient:
         }
         try:
             async with asyncio.timeout(connect_timeout):
-                nc = await nats.connect(**options)
+                nc = await connect_nats(
+                    [servers] if isinstance(servers, str) else list(servers), **options
+                )
         except TimeoutError:
             raise BusError(
                 f"conduit {name}: cannot reach NATS at {servers} within {connect_timeout:g}s; "
@@ -462,7 +478,7 @@ class ConduitClient:
         subject = self.subjects.inbound(self.namespace, validate_thread_id(thread_id))
         payload = encode_event(event)
         headers = {
-            HEADER_MSG_ID: message_id(self.namespace, thread_id, event.id, self._secret),
+            HEADER_MSG_ID: _message_id(self._keyed, self.namespace, thread_id, event.id),
             HEADER_KIND: event.kind,
             HEADER_SCHEMA: str(SCHEMA_VERSION),
         }
@@ -474,12 +490,9 @@ class ConduitClient:
         attempt = 0
         while True:
             attempt += 1
-            publish = self._js.publish(
-                subject, payload, timeout=self._request_timeout, headers=headers
-            )
             try:
-                ack = await self.permissions.guard(subject, publish)
-                return Sent(event, bool(ack.duplicate), int(ack.seq))
+                ack = await self._publisher.publish(subject, payload, headers)
+                return Sent(event, ack.duplicate, ack.sequence)
             except _RETRYABLE as exc:
                 if loop.time() + pause > deadline:
                     raise BusError(

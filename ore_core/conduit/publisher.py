@@ -1,0 +1,128 @@
+"""AckedPublisher: JetStream publishes that wait for their ack, at the cost of one future.
+
+nats-py's `JetStreamContext.publish` goes through the connection's request machinery:
+a random token (an `os.urandom` call), a future with a done-callback, `wait_for` (a
+second future and callbacks), and a dataclass built from the ack's JSON. A conduit
+publishes every user message this way and `ConduitClient.send` used to race it against
+a permission refusal in a task of its own. Here one publish is one future (resolved by
+the ack, the timeout or a refusal, whichever comes first) and one timer handle; acks
+arrive on one wildcard inbox of the connection (`_INBOX_NS.<nuid>.*`, which a
+conduit's NATS user may read), subscribed on the first publish, and are parsed with
+orjson. Publishes from many tasks are pipelined: nothing waits for an earlier ack.
+
+Concurrency: one publisher per connection, used from the connection's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.errors import APIError, NoStreamResponseError
+
+from ore_core import jsonutil
+from ore_core.conduit.connection import PermissionWatch
+from ore_core.errors import BusError
+
+__all__ = ["Ack", "AckedPublisher"]
+
+_STATUS = "Status"
+_NO_RESPONDERS = "503"
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """What JetStream answered to a publish: the stored sequence, and whether it was a
+    duplicate (the `Nats-Msg-Id` was already stored inside the duplicate window)."""
+
+    sequence: int
+    duplicate: bool
+
+
+class AckedPublisher:
+    """Publishes to JetStream subjects of one connection and waits for each ack.
+
+    `publish` raises what `JetStreamContext.publish` raises for the same failure:
+    nats' TimeoutError when no ack came in time, NoStreamResponseError when no stream
+    takes the subject, APIError when JetStream refused the message, the connection's
+    errors (reconnecting, buffer full, closed) as nats-py raises them, and
+    PermissionDenied as soon as the server refuses the subject.
+    """
+
+    def __init__(self, nc: NatsClient, permissions: PermissionWatch, ack_wait: float) -> None:
+        self._nc = nc
+        self._ack_wait = ack_wait
+        self._permissions = permissions
+        self._pending: dict[str, asyncio.Future[Msg]] = {}
+        self._inbox: str | None = None
+        self._subscribing: asyncio.Lock | None = None
+        self._next = 0
+
+    @property
+    def pending(self) -> int:
+        """Publishes waiting for their ack."""
+        return len(self._pending)
+
+    async def publish(self, subject: str, payload: bytes, headers: dict[str, str]) -> Ack:
+        """Publish `payload` to `subject` and return JetStream's ack within `ack_wait` s."""
+        inbox = self._inbox or await self._subscribe()
+        self._next += 1
+        token = str(self._next)
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[Msg] = loop.create_future()
+        self._pending[token] = answer
+        self._permissions.watch_publish(subject, answer)
+        timer = loop.call_later(self._ack_wait, _expire, answer)
+        try:
+            await self._nc.publish(subject, payload, reply=inbox + token, headers=headers)
+            msg = await answer
+        finally:
+            timer.cancel()
+            self._permissions.forget_publish(subject, answer)
+            del self._pending[token]
+            answer.cancel()  # a no-op once answered; else nothing may answer it any more
+        return _ack_of(msg)
+
+    async def _subscribe(self) -> str:
+        """The acks' wildcard inbox, subscribed once (concurrent first publishes wait)."""
+        if self._subscribing is None:
+            self._subscribing = asyncio.Lock()
+        async with self._subscribing:
+            if self._inbox is None:
+                inbox = self._nc.new_inbox() + "."
+                await self._nc.subscribe(inbox + "*", cb=self._on_ack)
+                self._inbox = inbox
+        return self._inbox
+
+    async def _on_ack(self, msg: Msg) -> None:
+        assert self._inbox is not None
+        answer = self._pending.get(msg.subject[len(self._inbox) :])
+        if answer is not None and not answer.done():
+            answer.set_result(msg)
+
+
+def _expire(answer: asyncio.Future[Msg]) -> None:
+    if not answer.done():
+        answer.set_exception(NatsTimeoutError())
+
+
+def _ack_of(msg: Msg) -> Ack:
+    headers = msg.headers
+    if headers and headers.get(_STATUS) == _NO_RESPONDERS:
+        raise NoStreamResponseError
+    try:
+        reply = jsonutil.loads(msg.data)
+    except ValueError as exc:
+        raise BusError(f"JetStream answered a publish with {msg.data[:200]!r}") from exc
+    if not isinstance(reply, dict):
+        raise BusError(f"JetStream answered a publish with {msg.data[:200]!r}")
+    error = reply.get("error")
+    if isinstance(error, dict):
+        APIError.from_error(error)  # raises the APIError subclass of the error's code
+    sequence = reply.get("seq")
+    if not isinstance(sequence, int):
+        raise BusError(f"JetStream answered a publish with {msg.data[:200]!r}")
+    return Ack(sequence, reply.get("duplicate") is True)
