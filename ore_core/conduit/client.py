@@ -284,6 +284,7 @@ class ConduitClient:
             permissions=permissions,
             owns_connection=True,
         )
+        await client._publisher.start()
         return client
 
     @property

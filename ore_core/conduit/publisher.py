@@ -7,8 +7,8 @@ publishes every user message this way and `ConduitClient.send` used to race it a
 a permission refusal in a task of its own. Here one publish is one future (resolved by
 the ack, the timeout or a refusal, whichever comes first) and one timer handle; acks
 arrive on one wildcard inbox of the connection (`_INBOX_NS.<nuid>.*`, which a
-conduit's NATS user may read), subscribed on the first publish, and are parsed with
-orjson. Publishes from many tasks are pipelined: nothing waits for an earlier ack.
+conduit's NATS user may read), subscribed by `start` (or the first publish), and are
+parsed with orjson. Publishes from many tasks are pipelined: nothing waits for an earlier ack.
 
 Concurrency: one publisher per connection, used from the connection's event loop.
 """
@@ -65,6 +65,14 @@ class AckedPublisher:
     def pending(self) -> int:
         """Publishes waiting for their ack."""
         return len(self._pending)
+
+    async def start(self) -> None:
+        """Subscribe the acks' inbox now rather than at the first publish.
+
+        Its nats-py task belongs to the connection: made from a conduit's own task, it
+        would look like that task's leftover.
+        """
+        await self._subscribe()
 
     async def publish(self, subject: str, payload: bytes, headers: dict[str, str]) -> Ack:
         """Publish `payload` to `subject` and return JetStream's ack within `ack_wait` s."""
