@@ -42,6 +42,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import AccountInfo
@@ -77,6 +79,7 @@ __all__ = [
     "format_version",
     "parse_version",
     "server_version",
+    "subscribe_inline",
     "subscriptions_registered",
 ]
 
@@ -157,17 +160,59 @@ _PLAIN_HEADERS = re.compile(rb"(?:[!-9;-~]+:[ -~]*\r\n)*(?:\r\n)?")
 """A header block of `Name: value` lines in printable ASCII, names without spaces."""
 
 
-class OreNatsClient(NatsClient):
-    """nats-py's client, with message headers parsed in about a third of the time.
+InlineCallback = Callable[[Msg], None]
+"""Handles one message of an inline subscription, at once and without awaiting."""
 
-    nats-py parses every header line in Python with a generator per name; a
-    republished batch carries eight headers and that was ~10 µs per message, a large
-    share of what a conduit spends per turn. A header block made only of plain
-    `Name: value` lines (printable ASCII, which is what NATS servers and ore write) is
-    split here directly into exactly what nats-py would return; anything else goes
-    to nats-py's own parser. Used by `ConduitClient.connect`; a connection made by
-    `nats.connect` works the same, only slower.
+
+class OreNatsClient(NatsClient):
+    """nats-py's client, with less Python work per received message.
+
+    Two costs of nats-py's that a conduit pays on every message of a turn:
+
+    - Headers: nats-py parses each line with a generator per name (a republished batch
+      carries eight headers: ~10 µs). A block made only of plain `Name: value` lines
+      (printable ASCII, what NATS servers and ore write) is split here into exactly
+      what nats-py returns; anything else goes to nats-py's own parser.
+    - Delivery: nats-py queues every message for a task of its subscription, which
+      then awaits the callback: a queue, a wake-up and a coroutine per message.
+      `subscribe_inline` callbacks are plain functions called by the read loop as the
+      message is parsed; they must not block, and what they raise goes to the
+      connection's `error_cb` like a callback's error.
+
+    Used by `ConduitClient.connect`; `subscribe_inline` falls back to an ordinary
+    subscription on any other connection, which works the same, only slower.
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._inline: dict[int, InlineCallback] = {}
+
+    async def subscribe_inline(self, subject: str, callback: InlineCallback) -> Subscription:
+        """Subscribe `subject`, calling `callback` from the read loop for each message."""
+        subscription = await self.subscribe(subject)
+        self._inline[subscription._id] = callback
+        return subscription
+
+    async def _process_msg(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
+    ) -> None:
+        callback = self._inline.get(sid)
+        subscription = self._subs.get(sid)
+        if callback is None or subscription is None:
+            await super()._process_msg(sid, subject, reply, data, headers)
+            return
+        self.stats["in_msgs"] += 1
+        self.stats["in_bytes"] += len(data)
+        subscription._received += 1
+        msg = self._build_message(sid, subject, reply, data, await self._process_headers(headers))
+        try:
+            callback(msg)
+        except Exception as exc:
+            await self._error_cb(exc)
+
+    def _remove_sub(self, sid: int, max_msgs: int = 0) -> None:
+        self._inline.pop(sid, None)
+        super()._remove_sub(sid, max_msgs)
 
     @staticmethod
     def _parse_header_lines(raw: bytes) -> dict[str, str]:
@@ -180,6 +225,17 @@ class OreNatsClient(NatsClient):
                 name, _, value = line.partition(":")
                 headers[name] = value.strip()
         return headers
+
+
+async def subscribe_inline(nc: NatsClient, subject: str, callback: InlineCallback) -> Subscription:
+    """`OreNatsClient.subscribe_inline` on any connection (a callback task elsewhere)."""
+    if isinstance(nc, OreNatsClient):
+        return await nc.subscribe_inline(subject, callback)
+
+    async def handle(msg: Msg) -> None:
+        callback(msg)
+
+    return await nc.subscribe(subject, cb=handle)
 
 
 async def connect_nats(servers: list[str], **options: Any) -> NatsClient:

@@ -33,7 +33,11 @@ from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 
 from ore_core import jsonutil
-from ore_core.conduit.connection import PermissionWatch, subscriptions_registered
+from ore_core.conduit.connection import (
+    PermissionWatch,
+    subscribe_inline,
+    subscriptions_registered,
+)
 from ore_core.errors import ApiError, BusError, PermissionDenied
 from ore_core.events import BATCH_KIND, OutputEvent, decode_output_value
 from ore_core.ids import is_valid_thread_id, validate_thread_id
@@ -200,7 +204,7 @@ class EventFeed:
                 else self._subjects.output(self.namespace, self.thread_id)
             )
             self._unwatch = self._permissions.watch_subscription(output, self._on_refused)
-            self._live = await self._nc.subscribe(output, cb=self._on_live)
+            self._live = await subscribe_inline(self._nc, output, self._on_live)
             await subscriptions_registered(self._nc)
             if self._refusal is not None:
                 raise self._refusal
@@ -312,12 +316,12 @@ class EventFeed:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def _on_live(self, msg: Msg) -> None:
-        """A message on the output subject (in nats-py's task of the subscription).
+    def _on_live(self, msg: Msg) -> None:
+        """A message on the output subject, as the connection's read loop parses it.
 
         Queued for the reader as its events at once, unless it needs a catch-up first
         or the reader has earlier work: then it waits its turn in the backlog. One
-        parse, no extra task hop, and the reader wakes once per message at most.
+        parse, no task hop before the reader's, which wakes once per message at most.
         """
         if self._closed:
             return

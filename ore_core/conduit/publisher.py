@@ -24,7 +24,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import APIError, NoStreamResponseError
 
 from ore_core import jsonutil
-from ore_core.conduit.connection import PermissionWatch
+from ore_core.conduit.connection import PermissionWatch, subscribe_inline
 from ore_core.errors import BusError
 
 __all__ = ["Ack", "AckedPublisher"]
@@ -101,11 +101,11 @@ class AckedPublisher:
         async with self._subscribing:
             if self._inbox is None:
                 inbox = self._nc.new_inbox() + "."
-                await self._nc.subscribe(inbox + "*", cb=self._on_ack)
+                await subscribe_inline(self._nc, inbox + "*", self._on_ack)
                 self._inbox = inbox
         return self._inbox
 
-    async def _on_ack(self, msg: Msg) -> None:
+    def _on_ack(self, msg: Msg) -> None:
         assert self._inbox is not None
         answer = self._pending.get(msg.subject[len(self._inbox) :])
         if answer is not None and not answer.done():

@@ -1,9 +1,10 @@
 """The conduit's work per message, counted: what keeps a ConduitClient cheap (issue 11).
 
 Sending pipelines publishes and starts no task per message; acks are parsed by the
-client itself, errors and all; received header blocks go through ore's parser; a
-live message that follows no gap is queued for the reader by the subscription's own
-callback. Counts, never clocks.
+client itself, errors and all; received header blocks go through ore's parser;
+acks and output are handled by inline callbacks of the connection's read loop, and a
+live message that follows no gap is queued for the reader by that callback. Counts,
+never clocks.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from nats.aio.msg import Msg
 
 from ore_core import BusError, ConduitClient
 from ore_core.conduit.client import Sent, message_id
-from ore_core.conduit.connection import OreNatsClient
+from ore_core.conduit.connection import OreNatsClient, connect_nats, subscribe_inline
 from ore_core.events import EventDecodeError, encode_batch, encode_event
 from ore_core.subjects import HEADER_KIND, HEADER_SCHEMA, Subjects
 from tests.bus_client.test_client import NS, delta, phase, store_batch, take, text
@@ -189,6 +190,80 @@ async def test_a_connected_client_parses_received_headers_with_ore_s_parser(
 
 
 # -- receiving ------------------------------------------------------------------------
+
+
+async def connect_ore_client(url: str, **options: Any) -> OreNatsClient:
+    nc = await connect_nats([url], **options)
+    assert isinstance(nc, OreNatsClient)
+    return nc
+
+
+async def test_an_inline_subscription_is_called_by_the_read_loop_with_the_whole_message(
+    ore_nats_url: str, ore_nats_client: Client
+) -> None:
+    nc = await connect_ore_client(ore_nats_url)
+    got: list[tuple[str, str, bytes, dict[str, str] | None, bool]] = []
+    try:
+
+        def record(msg: Msg) -> None:
+            in_read_loop = asyncio.current_task() is nc._reading_task
+            got.append((msg.subject, msg.reply, msg.data, msg.headers, in_read_loop))
+
+        subscription = await nc.subscribe_inline("inline.>", record)
+        await nc.flush()
+        await ore_nats_client.publish("inline.a", b"one", reply="back", headers={"K": "v"})
+        await ore_nats_client.publish("inline.b", b"two")
+        await ore_nats_client.flush()
+        await until(lambda: len(got) == 2)
+        assert got == [
+            ("inline.a", "back", b"one", {"K": "v"}, True),
+            ("inline.b", "", b"two", None, True),
+        ]
+        assert subscription.delivered == 2
+        assert subscription.pending_msgs == 0, "nothing waits in nats-py's queue"
+        await subscription.unsubscribe()
+        assert nc._inline == {}
+    finally:
+        await nc.close()
+
+
+async def test_an_inline_callback_that_fails_reports_to_error_cb_and_reading_goes_on(
+    ore_nats_url: str, ore_nats_client: Client
+) -> None:
+    errors: list[Exception] = []
+
+    async def on_error(error: Exception) -> None:
+        errors.append(error)
+
+    nc = await connect_ore_client(ore_nats_url, error_cb=on_error)
+    got: list[bytes] = []
+    try:
+
+        def fragile(msg: Msg) -> None:
+            if msg.data == b"bad":
+                raise ValueError("cannot handle bad")
+            got.append(msg.data)
+
+        await nc.subscribe_inline("inline.x", fragile)
+        await nc.flush()
+        for data in (b"good", b"bad", b"after"):
+            await ore_nats_client.publish("inline.x", data)
+        await ore_nats_client.flush()
+        await until(lambda: len(got) == 2)
+        assert got == [b"good", b"after"]
+        assert [str(e) for e in errors] == ["cannot handle bad"]
+    finally:
+        await nc.close()
+
+
+async def test_subscribe_inline_on_a_plain_nats_py_connection_calls_back_all_the_same(
+    ore_nats_client: Client,
+) -> None:
+    got: list[bytes] = []
+    await subscribe_inline(ore_nats_client, "inline.plain", lambda msg: got.append(msg.data))
+    await ore_nats_client.flush()
+    await ore_nats_client.publish("inline.plain", b"hello")
+    await until(lambda: got == [b"hello"])
 
 
 @pytest.mark.usefixtures("streams", "control_api")
