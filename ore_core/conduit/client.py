@@ -188,6 +188,7 @@ class ConduitClient:
         self.name = name
         self.namespace = validate_namespace(name if namespace is None else namespace)
         self.subjects = Subjects(prefix)
+        self._context = EventContext(provenance=self.namespace)  # frozen: shared by events
         self._keyed = _keyed(secret)
         self._nc = nc
         self._request_timeout = request_timeout
@@ -451,18 +452,13 @@ class ConduitClient:
                 raise ValueError("set id and user on the UserMessageEvent itself")
             event = message
         else:
-            event = UserMessageEvent(
-                id=id or new_event_id(),
-                content=message,
-                context=EventContext(provenance=self.namespace, user=user or ""),
-            )
+            context = EventContext(provenance=self.namespace, user=user) if user else self._context
+            event = UserMessageEvent(id=id or new_event_id(), content=message, context=context)
         return await self._publish(thread_id, event)
 
     async def interrupt(self, thread_id: str, *, id: str | None = None) -> Sent:
         """Cancel the turn in flight on the thread and drop its queued messages."""
-        event = InterruptEvent(
-            id=id or new_event_id(), context=EventContext(provenance=self.namespace)
-        )
+        event = InterruptEvent(id=id or new_event_id(), context=self._context)
         return await self._publish(thread_id, event)
 
     async def _publish(self, thread_id: str, event: _I) -> Sent:

@@ -255,6 +255,8 @@ class EventFeed:
         return self
 
     async def __anext__(self) -> Delivery:
+        if self._cursor is None and self._ready:
+            return self._ready.popleft()  # a live feed keeps no position
         if not self._started:
             await self.start()
         if self._cursor is not None:
