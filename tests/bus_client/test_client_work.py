@@ -97,6 +97,28 @@ async def test_concurrent_sends_are_all_published_before_any_ack(
     assert client.permissions._publishers == {}, "no permission watch is left behind"
 
 
+async def test_unanswered_publishes_time_out_in_order_on_one_timer(
+    ore_nats_url: str, ore_nats_client: Client, subjects: Subjects
+) -> None:
+    held = await silent_ingress(ore_nats_client, subjects)
+    async with await ConduitClient.connect(
+        ore_nats_url, name=NS, request_timeout=0.2, send_deadline=0.1
+    ) as client:
+        first = asyncio.ensure_future(client.send("t-1", "one"))
+        await asyncio.wait_for(held.get(), 30)
+        second = asyncio.ensure_future(client.send("t-2", "two"))
+        await asyncio.wait_for(held.get(), 30)
+        third = asyncio.ensure_future(client.send("t-3", "three"))
+        msg = await asyncio.wait_for(held.get(), 30)
+        await ore_nats_client.publish(msg.reply, b'{"stream":"ORE_IN","seq":7}')
+        assert (await asyncio.wait_for(third, 30)).sequence == 7
+        for sending in (first, second):
+            with pytest.raises(BusError, match="1 attempts, last: TimeoutError"):
+                await asyncio.wait_for(sending, 30)
+        assert client._publisher.pending == 0
+        assert not client._publisher._deadlines, "answered and expired publishes are dropped"
+
+
 async def answer_once(
     ore_nats_client: Client, subjects: Subjects, client: ConduitClient, reply: bytes
 ) -> asyncio.Future[Sent]:
