@@ -164,7 +164,8 @@ class ConduitClient:
     (`ConduitClient(nc, name=...)`) leaves that connection to the caller, whose
     `error_cb` should pass errors to `permissions.observe`, whose `reconnected_cb`
     should call `resync_feeds()`, and whose `inbox_prefix` should be
-    `Subjects().inbox(namespace)` when its user is limited to its namespace. API errors
+    `Subjects().inbox(namespace)` when its user is limited to its namespace (an
+    `OreNatsClient`, from `connect_nats`, receives faster than a plain one). API errors
     raise `ApiError`; a bus that cannot be reached raises `BusError`; a subject the
     user may not use, `PermissionDenied`. `secret` keys the message ids (see
     `message_id`); `ore auth` gives every conduit one.
