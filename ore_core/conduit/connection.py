@@ -18,6 +18,11 @@ refused subscription stays silent. The client feeds every connection error to
 soon as the server refuses their subject, and `watch_subscription` callbacks hear
 about refused subscriptions (which the server may report a little after a flush).
 
+The conduit's client: `connect_nats` makes an `OreNatsClient`, nats-py's client with
+less Python work per received message (header parsing, and callbacks called by the
+read loop itself). It overrides private nats-py methods (of nats-py 2.16); the tests in
+tests/bus_client/test_client_work.py fail if a nats-py release stops calling them.
+
 Supported servers: an old server does not refuse what it does not know (nats-server
 2.9 stores a stream config with a `subject_transform` it silently drops, and the
 failure only shows up later as a cryptic consumer error). So right after connecting,
