@@ -326,43 +326,27 @@ class PermissionWatch:
     async def guard(self, subject: str, call: Awaitable[_T]) -> _T:
         """Await `call` (which publishes to `subject`); PermissionDenied if it is refused.
 
-        `call` runs in the caller's task (no task per call): a refusal cancels the
-        caller's wait for it, the way `asyncio.timeout` does, and that cancellation
-        becomes the PermissionDenied. A cancellation from elsewhere stays one.
+        `call` runs in a task of its own, raced against the refusal. Not in the
+        caller's task: nats-py's `request` awaits `asyncio.wait_for`, which on Python
+        3.11 loses a cancellation that comes as the reply does, and a conduit being
+        stopped then hangs in its next wait (seen with durable feeds' cursor saves).
         """
-        task = asyncio.current_task()
-        if task is None:
-            raise RuntimeError("PermissionWatch.guard must be awaited in a task")
-        refused: asyncio.Future[None] = task.get_loop().create_future()
-        waiting = True
-        interrupted = False
-
-        def interrupt(_: asyncio.Future[None]) -> None:
-            nonlocal interrupted
-            if waiting and not refused.cancelled():
-                interrupted = True
-                task.cancel()
-
-        refused.add_done_callback(interrupt)
+        refused: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.watch_publish(subject, refused)
+        task = asyncio.ensure_future(call)
+        either: set[asyncio.Future[Any]] = {task, refused}
         try:
-            result = await call
-        except BaseException as exc:
-            if not refused.done() or refused.cancelled():
-                raise
-            refused.exception()  # retrieved, so that asyncio does not log it as lost
-            if interrupted:
-                task.uncancel()
-            if isinstance(exc, asyncio.CancelledError) and task.cancelling():
-                raise  # cancelled from elsewhere (too): that wins
-            raise PermissionDenied("publish to", subject) from None
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            waiting = False
             self.forget_publish(subject, refused)
-            refused.cancel()  # a no-op once refused
-        if interrupted:  # the call swallowed the cancellation and answered all the same
-            task.uncancel()
-        return result
+            if not task.done():
+                task.cancel()
+        if refused.done():
+            if task.done() and not task.cancelled():
+                task.exception()  # the refusal is the error worth reporting
+            refused.exception()  # retrieved, so that asyncio does not log it as lost
+            raise PermissionDenied("publish to", subject)
+        return task.result()
 
 
 Version = tuple[int, int, int]
