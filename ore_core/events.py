@@ -477,6 +477,10 @@ OutputEvent = Annotated[
 
 _INGRESS: TypeAdapter[IngressEvent] = TypeAdapter(IngressEvent)
 _OUTPUT: TypeAdapter[OutputEvent] = TypeAdapter(OutputEvent)
+_OUTPUT_VALIDATORS = {
+    kind: cls.__pydantic_validator__ for kind, cls in _FIXED_OUTPUT_EVENTS.items()
+}
+_ARTIFACT_VALIDATOR = ArtifactEvent.__pydantic_validator__
 
 
 _LIFECYCLE_HEADS = {
@@ -567,7 +571,21 @@ def decode_output(data: bytes | str) -> OutputEvent:
 
 
 def decode_output_value(value: Any) -> OutputEvent:
-    """Validate an output event already parsed from JSON (e.g. one event of a batch)."""
+    """Validate an output event already parsed from JSON (e.g. one event of a batch).
+
+    The event's own model validates it (what the union does after telling the kind
+    apart, without the union's dispatch: about a third cheaper per event); an event it
+    refuses is validated again through the union, so the error names `kind.field`
+    exactly as `decode_output` does.
+    """
+    kind = value.get("kind") if type(value) is dict else None
+    if type(kind) is str and kind:
+        validator = _OUTPUT_VALIDATORS.get(kind, _ARTIFACT_VALIDATOR)
+        try:
+            event: OutputEvent = validator.validate_python(value)
+            return event
+        except ValidationError:
+            pass
     try:
         return _OUTPUT.validate_python(value)
     except ValidationError as exc:

@@ -42,10 +42,11 @@ from ore_core.events import (
     _encode_with_pydantic,
     decode_ingress,
     decode_output,
+    decode_output_value,
     encode_event,
     event_json_schema,
 )
-from ore_core.jsonutil import dumps
+from ore_core.jsonutil import dumps, loads
 
 HTTP = EventContext(provenance="http")
 JAN_1 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -601,3 +602,33 @@ def test_the_fast_encoder_of_text_events_matches_pydantic_for_any_text(event: Ou
 @given(st.builds(UserMessageEvent, id=_text.filter(bool), content=_text, context=_contexts))
 def test_the_fast_encoder_of_user_messages_matches_pydantic(event: UserMessageEvent) -> None:
     assert encode_event(event) == _encode_with_pydantic(event)
+
+
+@given(_output_events)
+def test_decoding_a_parsed_event_gives_what_decoding_its_bytes_gives(event: OutputEvent) -> None:
+    raw = encode_event(event)
+    assert decode_output_value(loads(raw)) == decode_output(raw)
+
+
+_MALFORMED_OUTPUT = [
+    b'{"kind":"lifecycle","phase":"sleeping"}',
+    b'{"kind":"lifecycle"}',
+    b'{"kind":"activity","active":"yes"}',
+    b'{"kind":"properties","operations":[{"op":"rename","key":"k"}]}',
+    b'{"kind":"turn_complete","turn":{"id":"t","role":"user","timestamp":"x"}}',
+    b'{"kind":"session_switch","session_id":"a.b"}',
+    b'{"kind":"text","content":5}',
+    b'{"kind":"","content":"hi"}',
+    b'{"kind":7}',
+    b'{"content":"hi"}',
+    b'["kind"]',
+]
+
+
+@pytest.mark.parametrize("raw", _MALFORMED_OUTPUT)
+def test_a_malformed_parsed_event_is_refused_with_the_error_of_its_bytes(raw: bytes) -> None:
+    with pytest.raises(EventDecodeError) as from_bytes:
+        decode_output(raw)
+    with pytest.raises(EventDecodeError) as from_value:
+        decode_output_value(loads(raw))
+    assert str(from_value.value) == str(from_bytes.value)

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 
-import nats
 import structlog
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
@@ -44,8 +43,10 @@ from ore_core.conduit.connection import (
     NatsCredentials,
     PermissionWatch,
     check_server,
+    connect_nats,
 )
 from ore_core.conduit.feed import Delivery, EventFeed
+from ore_core.conduit.publisher import AckedPublisher
 from ore_core.errors import ApiError, BusError
 from ore_core.events import (
     EventContext,
@@ -101,10 +102,24 @@ def message_id(
     real message dropped as a duplicate. The core never relies on the id for
     correctness (it de-duplicates by event id per thread); it only saves work.
     """
+    return _message_id(_keyed(secret), namespace, thread_id, event_id)
+
+
+def _keyed(secret: str | bytes | None) -> hmac.HMAC | None:
+    """HMAC-SHA256 keyed with `secret` and fed nothing yet (None without a secret).
+
+    A client keeps one and copies it per message: copying skips the key schedule.
+    """
     if not secret:
+        return None
+    return hmac.new(secret.encode() if isinstance(secret, str) else secret, None, hashlib.sha256)
+
+
+def _message_id(keyed: hmac.HMAC | None, namespace: str, thread_id: str, event_id: str) -> str:
+    if keyed is None:
         return f"{thread_id}:{event_id}"
-    key = secret.encode() if isinstance(secret, str) else secret
-    digest = hmac.new(key, f"{namespace}|{thread_id}|{event_id}".encode(), hashlib.sha256)
+    digest = keyed.copy()
+    digest.update(f"{namespace}|{thread_id}|{event_id}".encode())
     return f"{thread_id}:{digest.hexdigest()[:32]}"
 
 
@@ -149,7 +164,8 @@ class ConduitClient:
     (`ConduitClient(nc, name=...)`) leaves that connection to the caller, whose
     `error_cb` should pass errors to `permissions.observe`, whose `reconnected_cb`
     should call `resync_feeds()`, and whose `inbox_prefix` should be
-    `Subjects().inbox(namespace)` when its user is limited to its namespace. API errors
+    `Subjects().inbox(namespace)` when its user is limited to its namespace (an
+    `OreNatsClient`, from `connect_nats`, receives faster than a plain one). API errors
     raise `ApiError`; a bus that cannot be reached raises `BusError`; a subject the
     user may not use, `PermissionDenied`. `secret` keys the message ids (see
     `message_id`); `ore auth` gives every conduit one.
@@ -173,12 +189,13 @@ class ConduitClient:
         self.name = name
         self.namespace = validate_namespace(name if namespace is None else namespace)
         self.subjects = Subjects(prefix)
-        self._secret = secret
+        self._context = EventContext(provenance=self.namespace)  # frozen: shared by events
+        self._keyed = _keyed(secret)
         self._nc = nc
-        self._js = nc.jetstream(timeout=request_timeout)
         self._request_timeout = request_timeout
         self._send_deadline = send_deadline
         self.permissions = permissions or PermissionWatch()
+        self._publisher = AckedPublisher(nc, self.permissions, request_timeout)
         self._owns_connection = owns_connection
         self._feeds: set[EventFeed] = set()
 
@@ -227,7 +244,6 @@ class ConduitClient:
                 client.resync_feeds()
 
         options: dict[str, Any] = {
-            "servers": [servers] if isinstance(servers, str) else list(servers),
             "name": name,
             "error_cb": on_error,
             "reconnected_cb": on_reconnected,
@@ -238,7 +254,9 @@ class ConduitClient:
         }
         try:
             async with asyncio.timeout(connect_timeout):
-                nc = await nats.connect(**options)
+                nc = await connect_nats(
+                    [servers] if isinstance(servers, str) else list(servers), **options
+                )
         except TimeoutError:
             raise BusError(
                 f"conduit {name}: cannot reach NATS at {servers} within {connect_timeout:g}s; "
@@ -268,6 +286,7 @@ class ConduitClient:
             permissions=permissions,
             owns_connection=True,
         )
+        await client._publisher.start()
         return client
 
     @property
@@ -434,18 +453,13 @@ class ConduitClient:
                 raise ValueError("set id and user on the UserMessageEvent itself")
             event = message
         else:
-            event = UserMessageEvent(
-                id=id or new_event_id(),
-                content=message,
-                context=EventContext(provenance=self.namespace, user=user or ""),
-            )
+            context = EventContext(provenance=self.namespace, user=user) if user else self._context
+            event = UserMessageEvent(id=id or new_event_id(), content=message, context=context)
         return await self._publish(thread_id, event)
 
     async def interrupt(self, thread_id: str, *, id: str | None = None) -> Sent:
         """Cancel the turn in flight on the thread and drop its queued messages."""
-        event = InterruptEvent(
-            id=id or new_event_id(), context=EventContext(provenance=self.namespace)
-        )
+        event = InterruptEvent(id=id or new_event_id(), context=self._context)
         return await self._publish(thread_id, event)
 
     async def _publish(self, thread_id: str, event: _I) -> Sent:
@@ -462,7 +476,7 @@ class ConduitClient:
         subject = self.subjects.inbound(self.namespace, validate_thread_id(thread_id))
         payload = encode_event(event)
         headers = {
-            HEADER_MSG_ID: message_id(self.namespace, thread_id, event.id, self._secret),
+            HEADER_MSG_ID: _message_id(self._keyed, self.namespace, thread_id, event.id),
             HEADER_KIND: event.kind,
             HEADER_SCHEMA: str(SCHEMA_VERSION),
         }
@@ -474,12 +488,9 @@ class ConduitClient:
         attempt = 0
         while True:
             attempt += 1
-            publish = self._js.publish(
-                subject, payload, timeout=self._request_timeout, headers=headers
-            )
             try:
-                ack = await self.permissions.guard(subject, publish)
-                return Sent(event, bool(ack.duplicate), int(ack.seq))
+                ack = await self._publisher.publish(subject, payload, headers)
+                return Sent(event, ack.duplicate, ack.sequence)
             except _RETRYABLE as exc:
                 if loop.time() + pause > deadline:
                     raise BusError(

@@ -18,6 +18,11 @@ refused subscription stays silent. The client feeds every connection error to
 soon as the server refuses their subject, and `watch_subscription` callbacks hear
 about refused subscriptions (which the server may report a little after a flush).
 
+The conduit's client: `connect_nats` makes an `OreNatsClient`, nats-py's client with
+less Python work per received message (header parsing, and callbacks called by the
+read loop itself). It overrides private nats-py methods (of nats-py 2.16); the tests in
+tests/bus_client/test_client_work.py fail if a nats-py release stops calling them.
+
 Supported servers: an old server does not refuse what it does not know (nats-server
 2.9 stores a stream config with a `subject_transform` it silently drops, and the
 failure only shows up later as a cryptic consumer error). So right after connecting,
@@ -42,6 +47,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import AccountInfo
@@ -66,15 +73,18 @@ __all__ = [
     "TESTED_SERVER_VERSIONS",
     "Feature",
     "NatsCredentials",
+    "OreNatsClient",
     "PermissionWatch",
     "ServerUnsupported",
     "TlsFiles",
     "Version",
     "check_jetstream",
     "check_server",
+    "connect_nats",
     "format_version",
     "parse_version",
     "server_version",
+    "subscribe_inline",
     "subscriptions_registered",
 ]
 
@@ -151,6 +161,95 @@ class NatsCredentials:
         return options
 
 
+_PLAIN_HEADERS = re.compile(rb"(?:[!-9;-~]+:[ -~]*\r\n)*(?:\r\n)?")
+"""A header block of `Name: value` lines in printable ASCII, names without spaces."""
+
+
+InlineCallback = Callable[[Msg], None]
+"""Handles one message of an inline subscription, at once and without awaiting."""
+
+
+class OreNatsClient(NatsClient):
+    """nats-py's client, with less Python work per received message.
+
+    Two costs of nats-py's that a conduit pays on every message of a turn:
+
+    - Headers: nats-py parses each line with a generator per name (a republished batch
+      carries eight headers: ~10 µs). A block made only of plain `Name: value` lines
+      (printable ASCII, what NATS servers and ore write) is split here into exactly
+      what nats-py returns; anything else goes to nats-py's own parser.
+    - Delivery: nats-py queues every message for a task of its subscription, which
+      then awaits the callback: a queue, a wake-up and a coroutine per message.
+      `subscribe_inline` callbacks are plain functions called by the read loop as the
+      message is parsed; they must not block, and what they raise goes to the
+      connection's `error_cb` like a callback's error.
+
+    Used by `ConduitClient.connect`; `subscribe_inline` falls back to an ordinary
+    subscription on any other connection, which works the same, only slower.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._inline: dict[int, InlineCallback] = {}
+
+    async def subscribe_inline(self, subject: str, callback: InlineCallback) -> Subscription:
+        """Subscribe `subject`, calling `callback` from the read loop for each message."""
+        subscription = await self.subscribe(subject)
+        self._inline[subscription._id] = callback
+        return subscription
+
+    async def _process_msg(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
+    ) -> None:
+        callback = self._inline.get(sid)
+        subscription = self._subs.get(sid)
+        if callback is None or subscription is None:
+            await super()._process_msg(sid, subject, reply, data, headers)
+            return
+        self.stats["in_msgs"] += 1
+        self.stats["in_bytes"] += len(data)
+        subscription._received += 1
+        msg = self._build_message(sid, subject, reply, data, await self._process_headers(headers))
+        try:
+            callback(msg)
+        except Exception as exc:
+            await self._error_cb(exc)
+
+    def _remove_sub(self, sid: int, max_msgs: int = 0) -> None:
+        self._inline.pop(sid, None)
+        super()._remove_sub(sid, max_msgs)
+
+    @staticmethod
+    def _parse_header_lines(raw: bytes) -> dict[str, str]:
+        if _PLAIN_HEADERS.fullmatch(raw) is None:
+            parsed: dict[str, str] = NatsClient._parse_header_lines(raw)
+            return parsed
+        headers = {}
+        for line in raw.decode().split("\r\n"):
+            if line:
+                name, _, value = line.partition(":")
+                headers[name] = value.strip()
+        return headers
+
+
+async def subscribe_inline(nc: NatsClient, subject: str, callback: InlineCallback) -> Subscription:
+    """`OreNatsClient.subscribe_inline` on any connection (a callback task elsewhere)."""
+    if isinstance(nc, OreNatsClient):
+        return await nc.subscribe_inline(subject, callback)
+
+    async def handle(msg: Msg) -> None:
+        callback(msg)
+
+    return await nc.subscribe(subject, cb=handle)
+
+
+async def connect_nats(servers: list[str], **options: Any) -> NatsClient:
+    """Connect an `OreNatsClient` (`nats.connect` with the same options)."""
+    nc = OreNatsClient()
+    await nc.connect(servers, **options)
+    return nc
+
+
 async def subscriptions_registered(nc: NatsClient, within: int = 5) -> None:
     """Return once the server has processed every subscription made on `nc` so far."""
     write_pending = getattr(nc, "_flush_pending", None)
@@ -175,7 +274,7 @@ class PermissionWatch:
     """
 
     def __init__(self) -> None:
-        self._publishers: defaultdict[str, set[asyncio.Future[None]]] = defaultdict(set)
+        self._publishers: defaultdict[str, set[asyncio.Future[Any]]] = defaultdict(set)
         self._subscribers: defaultdict[str, list[RefusalCallback]] = defaultdict(list)
 
     def observe(self, error: Exception) -> bool:
@@ -191,8 +290,24 @@ class PermissionWatch:
             return True
         for waiter in self._publishers.get(key, ()):
             if not waiter.done():
-                waiter.set_result(None)
+                waiter.set_exception(PermissionDenied("publish to", subject))
         return True
+
+    def watch_publish(self, subject: str, waiter: asyncio.Future[Any]) -> None:
+        """Fail `waiter` with PermissionDenied if the server refuses a publish to `subject`.
+
+        `forget_publish` ends the watch; a waiter already done is left alone.
+        """
+        self._publishers[subject.lower()].add(waiter)
+
+    def forget_publish(self, subject: str, waiter: asyncio.Future[Any]) -> None:
+        """End a `watch_publish`."""
+        key = subject.lower()
+        waiters = self._publishers.get(key)
+        if waiters is not None:
+            waiters.discard(waiter)
+            if not waiters:
+                del self._publishers[key]
 
     def watch_subscription(self, subject: str, on_refused: RefusalCallback) -> Callable[[], None]:
         """Call `on_refused` if the server refuses a subscription to `subject`; unwatch."""
@@ -209,24 +324,27 @@ class PermissionWatch:
         return unwatch
 
     async def guard(self, subject: str, call: Awaitable[_T]) -> _T:
-        """Await `call` (which publishes to `subject`); PermissionDenied if it is refused."""
+        """Await `call` (which publishes to `subject`); PermissionDenied if it is refused.
+
+        `call` runs in a task of its own, raced against the refusal. Not in the
+        caller's task: nats-py's `request` awaits `asyncio.wait_for`, which on Python
+        3.11 loses a cancellation that comes as the reply does, and a conduit being
+        stopped then hangs in its next wait (seen with durable feeds' cursor saves).
+        """
         refused: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        key = subject.lower()
-        waiters = self._publishers[key]
-        waiters.add(refused)
+        self.watch_publish(subject, refused)
         task = asyncio.ensure_future(call)
         either: set[asyncio.Future[Any]] = {task, refused}
         try:
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            waiters.discard(refused)
-            if not waiters:
-                self._publishers.pop(key, None)
+            self.forget_publish(subject, refused)
             if not task.done():
                 task.cancel()
         if refused.done():
             if task.done() and not task.cancelled():
                 task.exception()  # the refusal is the error worth reporting
+            refused.exception()  # retrieved, so that asyncio does not log it as lost
             raise PermissionDenied("publish to", subject)
         return task.result()
 

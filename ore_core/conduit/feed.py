@@ -33,10 +33,14 @@ from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 
 from ore_core import jsonutil
-from ore_core.conduit.connection import PermissionWatch, subscriptions_registered
+from ore_core.conduit.connection import (
+    PermissionWatch,
+    subscribe_inline,
+    subscriptions_registered,
+)
 from ore_core.errors import ApiError, BusError, PermissionDenied
 from ore_core.events import BATCH_KIND, OutputEvent, decode_output_value
-from ore_core.ids import validate_thread_id
+from ore_core.ids import is_valid_thread_id, validate_thread_id
 from ore_core.subjects import HEADER_KIND, HEADER_LAST_SEQUENCE, Subjects
 
 __all__ = ["DURABLE_NAME", "Delivery", "EventFeed", "durable_consumer_name"]
@@ -130,6 +134,8 @@ def durable_consumer_name(durable: str, thread_id: str | None) -> str:
 
 
 _Item = tuple[Literal["live"], Msg] | tuple[Literal["resync", "refused", "end"], None]
+"""Work the reader does itself, in order: a live message that needs a catch-up first
+(and every one after it), a resync, a refused subscription, the end."""
 
 
 class EventFeed:
@@ -163,8 +169,11 @@ class EventFeed:
         self._subjects = subjects
         self._permissions = permissions or PermissionWatch()
         self._on_close = on_close
-        self._queue: asyncio.Queue[_Item] = asyncio.Queue()
+        self._backlog: deque[_Item] = deque()
+        self._busy = False  # the reader works on an item of the backlog
+        self._waiter: asyncio.Future[None] | None = None  # the reader waits for work
         self._ready: deque[Delivery] = deque()
+        self._thread_at = len(subjects.output_wildcard_of(namespace)) - 1
         self._seen: dict[str, int] = {}  # thread -> last stored sequence delivered
         self._floor = 0  # last stored sequence before this feed started (or its cursor)
         self._live: Subscription | None = None
@@ -195,12 +204,12 @@ class EventFeed:
                 else self._subjects.output(self.namespace, self.thread_id)
             )
             self._unwatch = self._permissions.watch_subscription(output, self._on_refused)
-            self._live = await self._nc.subscribe(output, cb=self._on_live)
+            self._live = await subscribe_inline(self._nc, output, self._on_live)
             await subscriptions_registered(self._nc)
             if self._refusal is not None:
                 raise self._refusal
             if self._cursor is not None:
-                self._queue.put_nowait(("resync", None))  # what was stored while stopped
+                self._post(("resync", None))  # what was stored while stopped
         except BaseException:
             await self.close()
             raise
@@ -223,7 +232,7 @@ class EventFeed:
                 await live.unsubscribe()
             except NatsError as exc:
                 log.debug("unsubscribe failed", error=str(exc))
-        self._queue.put_nowait(("end", None))
+        self._post(("end", None))
         if self._on_close is not None:
             self._on_close(self)
 
@@ -238,7 +247,7 @@ class EventFeed:
     def resync(self) -> None:
         """Catch up on stored events after a reconnect (called by the client)."""
         if not self._closed:
-            self._queue.put_nowait(("resync", None))
+            self._post(("resync", None))
 
     # -- reading --------------------------------------------------------------
 
@@ -246,21 +255,32 @@ class EventFeed:
         return self
 
     async def __anext__(self) -> Delivery:
+        if self._cursor is None and self._ready:
+            return self._ready.popleft()  # a live feed keeps no position
         if not self._started:
             await self.start()
-        await self._ack_pending()
-        while not self._ready:
-            source, msg = await self._queue.get()
+        if self._cursor is not None:
+            await self._ack_pending()
+        ready = self._ready
+        backlog = self._backlog
+        while not ready:
+            if not backlog:
+                await self._wait_for_work()
+                continue
+            source, msg = backlog[0]
             if source == "end":
-                self._queue.put_nowait(("end", None))  # later calls end too
-                raise StopAsyncIteration
+                raise StopAsyncIteration  # left in the backlog: later calls end too
+            backlog.popleft()
             if source == "refused" and self._refusal is not None:
                 raise self._refusal
-            if source == "resync":
-                await self._catch_up(self.thread_id, self._high_water(), None)
-            elif source == "live" and msg is not None:
-                await self._accept_live(msg)
-        ready = self._ready
+            self._busy = True
+            try:
+                if source == "resync":
+                    await self._catch_up(self.thread_id, self._high_water(), None)
+                elif source == "live" and msg is not None:
+                    await self._accept_live(msg)
+            finally:
+                self._busy = False
         delivery = ready.popleft()
         sequence = delivery.sequence
         if sequence is not None and not (ready and ready[0].sequence == sequence):
@@ -281,31 +301,77 @@ class EventFeed:
             return
         self._saved = sequence
 
-    async def _on_live(self, msg: Msg) -> None:
-        self._queue.put_nowait(("live", msg))
+    async def _wait_for_work(self) -> None:
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def _post(self, item: _Item) -> None:
+        """Hand the reader work of its own (it may await: a catch-up)."""
+        self._backlog.append(item)
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _on_live(self, msg: Msg) -> None:
+        """A message on the output subject, as the connection's read loop parses it.
+
+        Queued for the reader as its events at once, unless it needs a catch-up first
+        or the reader has earlier work: then it waits its turn in the backlog. One
+        parse, no task hop before the reader's, which wakes once per message at most.
+        """
+        if self._closed:
+            return
+        if self._backlog or self._busy or not self._take_live(msg, after_catch_up=False):
+            self._backlog.append(("live", msg))
+        self._wake()
 
     def _on_refused(self, error: PermissionDenied) -> None:
         # The server may refuse the subscription after start() returned: tell the reader.
         self._refusal = error
-        self._queue.put_nowait(("refused", None))
+        self._post(("refused", None))
 
-    async def _accept_live(self, msg: Msg) -> None:
+    def _take_live(self, msg: Msg, *, after_catch_up: bool) -> bool:
+        """Queue a live message's events; False (and nothing done) if it follows a gap.
+
+        Stored batches carry their sequence and the previous one of their thread: a
+        previous one this feed has not seen means batches were missed, which only a
+        catch-up through the core can fill (`after_catch_up`: it was done, deliver).
+        """
         headers = msg.headers or {}
-        thread_id = self._subjects.thread_id_of(msg.subject)
+        thread_id = msg.subject[self._thread_at :]
+        if not is_valid_thread_id(thread_id):
+            log.warning("output on a subject without a thread id skipped", subject=msg.subject)
+            return True
         sequence_text = headers.get(HEADER_SEQUENCE)
         if sequence_text is None:  # a delta, published straight to P.out: never stored
             self._deliver(thread_id, msg.data, headers.get(HEADER_KIND), None)
-            return
+            return True
         sequence = int(sequence_text)
         seen = self._seen.get(thread_id, self._floor)
         if sequence <= seen:
-            return  # already delivered by a catch-up
-        previous = int(headers.get(HEADER_LAST_SEQUENCE, "0"))
-        if previous > seen:
-            log.info("gap in output, catching up", thread_id=thread_id, after=seen, to=previous)
-            await self._catch_up(thread_id, seen, previous)
+            return True  # already delivered by a catch-up
+        if not after_catch_up and int(headers.get(HEADER_LAST_SEQUENCE, "0")) > seen:
+            return False
         self._seen[thread_id] = sequence
         self._deliver(thread_id, msg.data, headers.get(HEADER_KIND), sequence)
+        return True
+
+    async def _accept_live(self, msg: Msg) -> None:
+        """The reader's `_take_live`, catching up first when the message follows a gap."""
+        if self._take_live(msg, after_catch_up=False):
+            return
+        thread_id = msg.subject[self._thread_at :]
+        seen = self._seen.get(thread_id, self._floor)
+        previous = int((msg.headers or {}).get(HEADER_LAST_SEQUENCE, "0"))
+        log.info("gap in output, catching up", thread_id=thread_id, after=seen, to=previous)
+        await self._catch_up(thread_id, seen, previous)
+        self._take_live(msg, after_catch_up=True)
 
     def _deliver(self, thread_id: str, data: bytes, kind: str | None, sequence: int | None) -> bool:
         """Queue the event(s) of one message for the reader; False when none is kept.

@@ -637,6 +637,9 @@ class ThreadRenderer:
                 if answer.messages and not self._consistent(answer, text):
                     self._rewrite(answer)
                 await self._show(answer, text, final=True)
+                # Written: from now on deleting its message interrupts nothing.
+                self.out.active.pop(answer.trace, None)
+                self.out.mark_finished(answer.trace)
                 await self._drop_extra(answer, text)
                 await self._save(answer, final=True)
             await self._status(answer, "")
