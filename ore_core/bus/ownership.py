@@ -40,12 +40,14 @@ from nats.aio.client import Client as NatsClient
 from nats.errors import Error as NatsError
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import (
+    APIError,
     BucketNotFoundError,
     KeyWrongLastSequenceError,
     NotFoundError,
 )
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
+from ore_core.bus.kv_keys import live_keys
 from ore_core.bus.streams import BusConfig
 from ore_core.tasks import TaskScope
 
@@ -197,6 +199,7 @@ class Ownership:
             if entry is None:
                 break
             self._seen(entry.key, entry.value or b"", entry.operation, now)
+        await self._count_keys(now)
         share = math.ceil(self._partitions / self.live_workers())
         await self._claim(share, now)
         self.tasks.spawn(self._watch(), name="ore-ownership-watch")
@@ -257,6 +260,26 @@ class Ownership:
                     await watcher.stop()  # type: ignore[no-untyped-call]
                 except NatsError:
                     pass
+
+    async def _count_keys(self, now: float) -> None:
+        """Add the keys an exact listing finds and the watch's first read missed.
+
+        nats-py's watch can say "initial values done" before it delivered them all
+        (its marker races the deliveries under load), and a starting worker that
+        undercounts the others claims more than its share at first. The listing counts
+        what the server holds (`live_keys`); a lease found only here has an unknown
+        holder, which is all `_claim` needs to leave it alone.
+        """
+        try:
+            keys = await live_keys(self._nc, self._config.workers_bucket, ">", _KV_TIMEOUT)
+        except (NatsError, TimeoutError, APIError) as exc:
+            log.debug("worker bucket not listed; the watch's first read stands", error=repr(exc))
+            return
+        for key in keys:
+            if key.startswith(_WORKER):
+                self._workers.setdefault(key[len(_WORKER) :], now)
+            elif key.startswith(_LEASE) and key[len(_LEASE) :].isdigit():
+                self._holders.setdefault(int(key[len(_LEASE) :]), ("", now))
 
     def _seen(self, key: str, value: bytes, operation: str | None, now: float) -> None:
         gone = operation in (KV_DEL, KV_PURGE)

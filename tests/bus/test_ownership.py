@@ -12,6 +12,7 @@ from nats.js.api import ConsumerConfig
 
 from ore_core.artifacts import Text
 from ore_core.bus.egress import Egress
+from ore_core.bus.ownership import Ownership, ensure_workers_bucket
 from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig, consumer_name, ensure_streams, reset_consumer
@@ -176,3 +177,31 @@ async def test_a_first_answer_with_nothing_stored_is_stored_once(ore_nats_client
         ("lifecycle", None),
     ]
     await pipeline.stop()
+
+
+async def test_a_starting_worker_counts_every_worker_and_lease_the_server_holds(
+    ore_nats_client: Client,
+) -> None:
+    """The exact listing backs the watch's first read (whose "done" marker can come too
+    early): a starting worker sees the other workers and leases the bucket holds."""
+    config = BusConfig(partitions=PARTITIONS)
+    kv = await ensure_workers_bucket(ore_nats_client, config)
+    for key, value in (("worker.w1", b"w1"), ("worker.w2", b"w2"), ("lease.3", b"w1")):
+        await kv.put(key, value)
+    await kv.put("worker.gone", b"x")
+    await kv.delete("worker.gone")
+
+    async def nothing(partition: int) -> None:
+        return None
+
+    ownership = Ownership(
+        ore_nats_client,
+        config,
+        on_acquire=nothing,
+        on_release=nothing,
+        on_lost=nothing,
+        worker_id="me",
+    )
+    await ownership._count_keys(asyncio.get_running_loop().time())
+    assert ownership.live_workers() == 3  # w1, w2 and this one; not the deleted one
+    assert set(ownership._holders) == {3}
