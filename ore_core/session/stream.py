@@ -68,7 +68,7 @@ from ore_core.ledger.thread import Thread
 from ore_core.session.fanout import Subscription
 from ore_core.session.policy import DoubleTexting
 from ore_core.session.protocols import Interceptor, Store, TurnProcessor
-from ore_core.session.spec import ModelSpec
+from ore_core.session.spec import KEY_MODEL_NAME, ModelSpec
 from ore_core.session.store_health import DELAYED_NOTICE, StoreHealth, is_store_failure
 from ore_core.session.turn_context import Transform, TurnContext
 from ore_core.tasks import TaskCrashed, TaskScope
@@ -78,6 +78,7 @@ __all__ = ["BOUNDARY_INFO_KEY", "NewThread", "Stream"]
 
 BOUNDARY_INFO_KEY = "ore.compaction.boundary.info"
 APP_CONTEXT = EventContext(provenance="app")
+_NO_SPEC = ModelSpec()
 
 log = structlog.get_logger("ore.session")
 
@@ -641,7 +642,10 @@ class Stream:
 
     def spec(self) -> ModelSpec:
         """Model and sampling settings from the `ore.model.*` metadata keys."""
-        return ModelSpec.from_metadata(self._thread.meta().all())
+        meta = self._thread.meta()
+        if not meta.get(KEY_MODEL_NAME):  # every turn asks: no copy of the metadata then
+            return _NO_SPEC
+        return ModelSpec.from_metadata(meta.all())
 
     async def mark_boundary(self, summary_turn_id: str, info: str = "") -> None:
         """Make `summary_turn_id` the start of the active path (compaction) and save."""
