@@ -290,18 +290,20 @@ class Egress:
     async def _emit_batch(self, items: list[tuple[str, OutputEvent | None]]) -> None:
         live: dict[str, _Run] = {}
         turns = self._turns
+        allowed: set[str] = set()  # asked once per thread between awaits; `_append` again
         for thread_id, event in items:
             if event is None:  # the turn was given up: what it held is never stored
                 held = turns.pop(thread_id, None)
                 if held is not None:
                     self.abandoned += len(held.data)
                 continue
-            if self._refuses(thread_id):
+            if thread_id not in allowed and self._refuses(thread_id):
                 self.refused += 1
                 held = turns.pop(thread_id, None)
                 if held is not None:
                     self.refused += len(held.data)
                 continue
+            allowed.add(thread_id)
             data = encode_event(event)
             if is_live_only(event):
                 run = live.get(thread_id)
@@ -321,6 +323,7 @@ class Egress:
                     await self._publish_live(thread_id, run)
                 del turns[thread_id]
                 await self._append(thread_id, turn)
+                allowed.clear()  # ownership may have changed while we waited
         for thread_id, run in live.items():
             await self._publish_live(thread_id, run)
         if turns:
