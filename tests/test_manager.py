@@ -6,8 +6,17 @@ import asyncio
 
 import pytest
 
-from ore_core import Manager, OutputEvent, Role, SessionNotFound, ThreadExists, ThreadNotFound
+from ore_core import (
+    Manager,
+    OutputEvent,
+    Role,
+    SessionNotFound,
+    StoreError,
+    ThreadExists,
+    ThreadNotFound,
+)
 from ore_core.session.stores.memory import MemoryStore
+from ore_core.testing.faulty_store import FaultyStore
 from ore_core.testing.processors import ScriptedProcessor
 from tests.session_support import kinds, message
 
@@ -257,3 +266,36 @@ async def test_a_lossless_sink_gets_every_stored_event_even_far_behind() -> None
         gate.set()
         await recorder.wait()
     assert sum(e.kind == "turn_complete" for _, e in recorder.events) == 20
+
+
+async def test_a_batch_sink_hears_of_an_abandoned_turn_between_its_events_and_the_retry() -> None:
+    store = FaultyStore(MemoryStore())
+    async with Manager(store, ScriptedProcessor(["ok"])) as manager:
+        heard: list[str] = []
+        answered = asyncio.Event()
+
+        async def sink(items: list[tuple[str, OutputEvent | None]]) -> None:
+            for thread_id, event in items:
+                heard.append(f"abandoned {thread_id}" if event is None else kinds([event])[0])
+            if heard[-1] == "lifecycle:done":
+                answered.set()
+
+        manager.register_batch_sink((), sink, name="holder")
+        thread_id = (await manager.create()).id
+        store.failing = True
+        with pytest.raises(StoreError):
+            await (await manager.attach(thread_id)).process(message("hi", id="e1"))
+        store.failing = False
+        await (await manager.attach(thread_id)).process(message("hi", id="e1"))
+        await asyncio.wait_for(answered.wait(), 30)
+        assert manager.sink_queued("holder") == len(heard)  # the mark counts as an item
+    turn = [
+        "turn_complete",
+        "lifecycle:submitted",
+        "lifecycle:streaming",
+        "text_delta",
+        "text",
+        "turn_complete",
+    ]
+    # The given-up turn (all but its `done`, then the delayed notice), the mark, the retry.
+    assert heard == [*turn, "notice", f"abandoned {thread_id}", *turn, "lifecycle:done"]

@@ -21,6 +21,7 @@ from ore_core import (
     Reasoning,
     Role,
     SessionClosed,
+    StoreError,
     Text,
     TextDelta,
     Thread,
@@ -382,15 +383,69 @@ async def test_recorded_but_unanswered_message_is_answered_on_redelivery(
     assert [t.role for t in stream.turns()] == [Role.USER, Role.ASSISTANT]
 
 
-async def test_user_turn_is_saved_before_the_processor_runs(store: MemoryStore) -> None:
+class CountingStore(MemoryStore):
+    """A memory store that counts its saves and can be made to fail them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saves = 0
+        self.failing = False
+
+    async def save(self, thread: Thread) -> None:
+        self.saves += 1
+        if self.failing:
+            raise StoreError("No space left on device (injected)")
+        await super().save(thread)
+
+
+async def test_a_turn_is_saved_once_after_the_processor_and_before_done() -> None:
+    store = CountingStore()
     gate = GatedProcessor()
     async with Manager(store, gate) as manager:
         stream = await manager.create()
-        stream.submit(message("hi"))
+        handled = asyncio.Event()
+        stream.submit(message("hi"), on_handled=handled.set)
         await asyncio.wait_for(gate.started.wait(), 30)
-        stored = await store.get(stream.id)
-        assert [t.role for t in stored.turns()] == [Role.USER]
+        assert (await store.get(stream.id)).turns() == []  # nothing stored mid-turn
+        assert store.saves == 0
         gate.release()
+        await asyncio.wait_for(handled.wait(), 30)
+        stored = await store.get(stream.id)
+        assert [t.role for t in stored.turns()] == [Role.USER, Role.ASSISTANT]
+        assert store.saves == 1
+        for n in range(3):
+            await stream.process(message(f"more {n}"))
+        assert store.saves == 4  # one per turn
+
+
+async def test_while_the_store_fails_the_user_turn_is_saved_before_the_processor_runs() -> None:
+    store = CountingStore()
+    gate = GatedProcessor()
+    async with Manager(store, gate) as manager:
+        thread_id = (await manager.create()).id
+        store.failing = True
+        gate.release()
+        with pytest.raises(StoreError):  # found at the end of the turn: the model ran
+            await (await manager.attach(thread_id)).process(message("hi", id="e1"))
+        assert gate.calls == 1
+        assert not manager.store_health.usable
+        with pytest.raises(StoreError):  # a retry during the outage: no model call
+            await (await manager.attach(thread_id)).process(message("hi", id="e1"))
+        assert gate.calls == 1
+        store.failing = False
+        gate = GatedProcessor()
+        manager.processor = gate
+        stream = await manager.attach(thread_id)
+        handled = asyncio.Event()
+        stream.submit(message("hi", id="e1"), on_handled=handled.set)
+        await asyncio.wait_for(gate.started.wait(), 30)
+        stored = await store.get(thread_id)
+        assert [t.role for t in stored.turns()] == [Role.USER]  # saved before the model
+        gate.release()
+        await asyncio.wait_for(handled.wait(), 30)
+        assert manager.store_health.usable
+        stored = await store.get(thread_id)
+        assert [t.role for t in stored.turns()] == [Role.USER, Role.ASSISTANT]
 
 
 class GatedSaveStore(MemoryStore):

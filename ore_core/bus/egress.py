@@ -9,7 +9,8 @@ turn's `lifecycle: done` and then appended to `P.ev.NS.T` in `ORE_EVENTS` as ONE
 (`Ore-Kind: batch`), which the server republishes to `P.out.NS.T` with its sequence and
 the thread's previous sequence. A durable event published outside any turn (a
 `properties` event from the control API on an idle thread) is stored at the end of
-the sink's run, as a batch of its own.
+the sink's run, as a batch of its own. A turn given up before its `done` (its save
+failed: the message is handled again) has its held events dropped.
 
 Why: a JetStream append costs the core, the server and every conduit far more than
 building the event (protocol.md "Batches"; docs/performance.md). Each event is
@@ -163,6 +164,8 @@ class Egress:
         self.emitted = 0
         """Events taken from the manager so far (compare `Manager.sink_queued`)."""
         self.dropped_deltas = 0
+        self.abandoned = 0
+        """Held events dropped because their turn was given up (its save failed)."""
         pipeline.watch_limits(reached=self._limit_reached, cleared=self._told.clear)
 
     def bind(self, thread_id: str, namespace: str) -> None:
@@ -209,11 +212,13 @@ class Egress:
         """Publish one event of `thread_id` (a batch of one; see `emit_batch`)."""
         await self.emit_batch([(thread_id, event)])
 
-    async def emit_batch(self, items: list[tuple[str, OutputEvent]]) -> None:
+    async def emit_batch(self, items: list[tuple[str, OutputEvent | None]]) -> None:
         """Publish events in order: live runs at once, a turn's durable events at its end.
 
         Per thread, live events queued before a turn's `done` leave before its stored
-        batch, so a reader sees them first (deltas never arrive after `done`).
+        batch, so a reader sees them first (deltas never arrive after `done`). A turn
+        given up (`(thread_id, None)`: its save failed, the message is handled again)
+        has its held events dropped: nothing the store lacks is stored as an event.
         """
         try:
             await self._emit_batch(items)
@@ -282,16 +287,23 @@ class Egress:
         """Whether nothing may be published for `thread_id` here (lease overdue or gone)."""
         return bool(self._gone and thread_id in self._gone) or not self._may_write(thread_id)
 
-    async def _emit_batch(self, items: list[tuple[str, OutputEvent]]) -> None:
+    async def _emit_batch(self, items: list[tuple[str, OutputEvent | None]]) -> None:
         live: dict[str, _Run] = {}
         turns = self._turns
+        allowed: set[str] = set()  # asked once per thread between awaits; `_append` again
         for thread_id, event in items:
-            if self._refuses(thread_id):
+            if event is None:  # the turn was given up: what it held is never stored
+                held = turns.pop(thread_id, None)
+                if held is not None:
+                    self.abandoned += len(held.data)
+                continue
+            if thread_id not in allowed and self._refuses(thread_id):
                 self.refused += 1
                 held = turns.pop(thread_id, None)
                 if held is not None:
                     self.refused += len(held.data)
                 continue
+            allowed.add(thread_id)
             data = encode_event(event)
             if is_live_only(event):
                 run = live.get(thread_id)
@@ -311,6 +323,7 @@ class Egress:
                     await self._publish_live(thread_id, run)
                 del turns[thread_id]
                 await self._append(thread_id, turn)
+                allowed.clear()  # ownership may have changed while we waited
         for thread_id, run in live.items():
             await self._publish_live(thread_id, run)
         if turns:

@@ -66,6 +66,7 @@ from ore_core.bus.codec import (
     TOO_LARGE,
     UNKNOWN_THREAD,
     classify,
+    stream_sequence,
     with_traceparent,
 )
 from ore_core.bus.egress import Egress, namespace_of
@@ -481,7 +482,7 @@ class Ingress:
             await self._settle(msg.nak)
             return
         thread_id = msg.subject.rpartition(".")[2]
-        sequence = msg.metadata.sequence.stream
+        sequence = stream_sequence(msg)
         parked = self._parked.get(thread_id)
         if parked is not None:  # older messages of the thread wait: this one waits too
             parked.messages[sequence] = msg

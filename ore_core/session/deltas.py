@@ -129,9 +129,13 @@ class DeltaPacer:
         buffered = self._buffered.get(key)
         if buffered is None or not buffered.parts:
             return False
-        text = "".join(buffered.parts)
-        chunk = text.encode()[: self._max_bytes].decode(errors="ignore")
-        rest = text[len(chunk) :]
+        parts = buffered.parts
+        text = parts[0] if len(parts) == 1 else "".join(parts)
+        if len(text) * 4 <= self._max_bytes:  # fits whatever it is (UTF-8: <= 4 bytes each)
+            chunk, rest = text, ""
+        else:
+            chunk = text.encode()[: self._max_bytes].decode(errors="ignore")
+            rest = text[len(chunk) :]
         buffered.parts = [rest] if rest else []
         if chunk:
             self._publish(buffered.kind(chunk))

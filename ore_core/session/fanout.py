@@ -51,7 +51,7 @@ def coalesce_deltas(first: Artifact, second: Artifact) -> Artifact | None:
     return None
 
 
-def _delta_of(event: OutputEvent) -> Delta | None:
+def _delta_of(event: OutputEvent | None) -> Delta | None:
     if isinstance(event, ArtifactEvent) and isinstance(event.artifact, Delta):
         return event.artifact
     return None
@@ -61,12 +61,13 @@ class EventBuffer(Generic[T]):
     """A FIFO of items, each carrying an output event, that coalesces deltas under pressure.
 
     `event_of` extracts the event from an item (items may be `(thread_id, event)` pairs
-    for sinks). Single consumer; any number of producers on the same event loop.
+    for sinks; None for a mark, see `push_mark`). Single consumer; any number of
+    producers on the same event loop.
     """
 
     def __init__(
         self,
-        event_of: Callable[[T], OutputEvent],
+        event_of: Callable[[T], OutputEvent | None],
         rebuild: Callable[[T, OutputEvent], T],
         *,
         maxsize: int = 1024,
@@ -114,6 +115,16 @@ class EventBuffer(Generic[T]):
                 self.close(SubscriberOverflow(f"subscriber fell {len(items)} events behind"))
                 return
         items.append(item)
+        self.appended += 1
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def push_mark(self, item: T) -> None:
+        """Queue `item`, a mark between events (no event): never merged or dropped."""
+        if self._closed:
+            return
+        self._items.append(item)
         self.appended += 1
         waiter = self._waiter
         if waiter is not None and not waiter.done():

@@ -5,7 +5,10 @@ stream per thread, even when many tasks attach at once), forwards every output e
 to the registered sinks, and forgets streams when they close.
 
 Sinks run in their own tasks behind bounded buffers: a slow or failing sink never
-stalls a stream or another sink; failures are logged with the sink's name. Those
+stalls a stream or another sink; failures are logged with the sink's name. A batch
+sink also hears, in order with the events, that a turn was abandoned (its save
+failed: the message is handled again later), so a sink that holds a turn's events
+until its `done` (the bus egress) drops them. Those
 tasks, the streams' workers and the idle sweeper belong to one `TaskScope` (`tasks`):
 a crash of any of them (a bug, not a failing sink call) is logged and stops the
 Manager's work, and `aclose()` raises it (or, under `ore serve`, the core's scope
@@ -47,10 +50,11 @@ log = structlog.get_logger("ore.session")
 DefaultMetadata = Mapping[str, str] | Callable[[], Mapping[str, str]]
 """Metadata every new thread starts with (a mapping, or a function returning one)."""
 
-_SinkItem = tuple[str, OutputEvent]
+_SinkItem = tuple[str, OutputEvent | None]
+"""`(thread_id, event)`; `(thread_id, None)` marks an abandoned turn (`on_abandoned`)."""
 
 
-def _event_of(item: _SinkItem) -> OutputEvent:
+def _event_of(item: _SinkItem) -> OutputEvent | None:
     return item[1]
 
 
@@ -58,8 +62,11 @@ def _rebuild(item: _SinkItem, event: OutputEvent) -> _SinkItem:
     return (item[0], event)
 
 
-BatchSinkFunc = Callable[[list[tuple[str, OutputEvent]]], Awaitable[None]]
-"""A sink that takes every `(thread_id, event)` queued for it at once, in order."""
+BatchSinkFunc = Callable[[list[tuple[str, OutputEvent | None]]], Awaitable[None]]
+"""A sink that takes every `(thread_id, event)` queued for it at once, in order.
+
+`(thread_id, None)` says that the thread's turn whose events came before it was given
+up (its save failed; the message is handled again later, from its start)."""
 
 
 class _SinkRunner:
@@ -99,6 +106,7 @@ class _SinkRunner:
         while True:
             try:
                 thread_id, event = await self.buffer.get()
+                assert event is not None  # abandoned-turn marks go to batch sinks only
             except StopAsyncIteration:
                 return
             except SubscriberOverflow as exc:
@@ -215,6 +223,7 @@ class Manager:
             subscriber_buffer=self._subscriber_buffer,
             on_publish=self._to_sinks,
             on_closed=self._forget,
+            on_abandoned=self._abandoned,
             new_thread=lambda: self._new_thread(thread),
             store_health=self.store_health,
             delta_pacing=self._delta_pacing,
@@ -371,6 +380,10 @@ class Manager:
     ) -> Callable[[], Awaitable[None]]:
         """Like `register_sink`, but `fn(items)` gets every queued `(thread_id, event)`
         at once, in order (events of several threads interleaved, each thread's in order).
+
+        An item `(thread_id, None)` marks a turn given up after the events before it
+        (its save failed; the message is handled again later): a sink that holds a
+        turn's events until its `done` drops them (see `BatchSinkFunc`).
         """
         runner = _SinkRunner(
             name, frozenset(kinds), None, self._subscriber_buffer, lossless, batch_fn=fn
@@ -407,6 +420,14 @@ class Manager:
     def stream_of(self, thread_id: str) -> Stream | None:
         """The active stream of `thread_id`, or None (no error: for sinks on the hot path)."""
         return self._streams.get(thread_id)
+
+    def _abandoned(self, thread_id: str) -> None:
+        """A turn of `thread_id` was given up: mark it, after its events, for batch sinks."""
+        for runner in self._sinks:
+            if runner.batch_fn is not None:
+                if runner.task is None:
+                    runner.start(self.tasks)
+                runner.buffer.push_mark((thread_id, None))
 
     def _to_sinks(self, thread_id: str, event: OutputEvent) -> None:
         kind = event.kind

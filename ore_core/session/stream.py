@@ -3,8 +3,17 @@
 `submit` queues and returns; one worker task per stream (started on first use, owned
 by the Manager's `TaskScope`, so a crash of it is logged and stops the Manager)
 handles events in FIFO order. For a user message it runs the interceptors, records
-the user turn, saves, runs the turn processor, saves again and always ends with
+the user turn, runs the turn processor, saves once and always ends with
 `lifecycle: done` (after `error` for a failed turn, `cancelled` for a cancelled one).
+
+One save per turn, after the processor and before `done` and the acknowledgement:
+a worker that dies mid-turn never acknowledged the message, so it is redelivered and
+answered from the last saved state (nothing of the turn was saved, nothing of it was
+stored as events either: a sink that stores a turn's events, the bus egress, holds
+them until `done`). A turn whose save fails is given up (below) and its sinks are
+told (`on_abandoned`), so they drop what they held of it. While the store is known
+to be failing, the user turn is saved first, so a redelivery during an outage finds
+the store still down before it runs the processor (no model call per retry).
 
 Saves can fail in two ways that are nobody's answer: the store refused a stale copy
 (`StaleThread`: another worker wrote the thread) or the store is unavailable (disk
@@ -17,7 +26,8 @@ the thread: answered -> only `done`; recorded but unanswered -> answered now.
 
 Concurrency: every method must be called from the event loop that runs the stream.
 Output events fan out to subscribers through bounded buffers, so a slow subscriber
-never stalls the worker (see `fanout`).
+never stalls the worker (see `fanout`). A live subscriber may see the user turn's
+`turn_complete` of a turn that is then given up (its subscription ends there).
 """
 
 from __future__ import annotations
@@ -58,7 +68,7 @@ from ore_core.ledger.thread import Thread
 from ore_core.session.fanout import Subscription
 from ore_core.session.policy import DoubleTexting
 from ore_core.session.protocols import Interceptor, Store, TurnProcessor
-from ore_core.session.spec import ModelSpec
+from ore_core.session.spec import KEY_MODEL_NAME, ModelSpec
 from ore_core.session.store_health import DELAYED_NOTICE, StoreHealth, is_store_failure
 from ore_core.session.turn_context import Transform, TurnContext
 from ore_core.tasks import TaskCrashed, TaskScope
@@ -68,6 +78,7 @@ __all__ = ["BOUNDARY_INFO_KEY", "NewThread", "Stream"]
 
 BOUNDARY_INFO_KEY = "ore.compaction.boundary.info"
 APP_CONTEXT = EventContext(provenance="app")
+_NO_SPEC = ModelSpec()
 
 log = structlog.get_logger("ore.session")
 
@@ -135,6 +146,7 @@ class Stream:
         subscriber_buffer: int = 1024,
         on_publish: Callable[[str, OutputEvent], None] | None = None,
         on_closed: Callable[[Stream], None] | None = None,
+        on_abandoned: Callable[[str], None] | None = None,
         new_thread: NewThread | None = None,
         store_health: StoreHealth | None = None,
         delta_pacing: tuple[float, int] = (0.0, 4096),
@@ -149,6 +161,7 @@ class Stream:
         self._subscriber_buffer = subscriber_buffer
         self._on_publish = on_publish
         self._on_closed = on_closed
+        self._on_abandoned = on_abandoned
         self.new_thread = new_thread
         self._tasks = tasks
         self._subscriptions: list[Subscription] = []
@@ -434,6 +447,8 @@ class Stream:
                     content=DELAYED_NOTICE, severity=Severity.WARN, context=item.event.context
                 )
             )
+        if self._on_abandoned is not None:  # after the turn's last event: sinks drop it
+            self._on_abandoned(self.id)
         self._discarded = True
         self._closed = True
         items = [item, *self._queue]
@@ -473,9 +488,14 @@ class Stream:
         await self._run_processor(event)
 
     async def _record_user_turn(self, event: UserMessageEvent) -> None:
-        """Append and save the user turn, then announce it (never a turn the store lacks)."""
+        """Append the user turn and announce it; it is saved with the answer.
+
+        While the store is failing it is saved first instead: a store still down gives
+        the message up here, before the processor spends a model call on it.
+        """
         user_turn = self._thread.append(Role.USER, Text(event.content), event_id=event.id)
-        await self._save_thread()
+        if not self._health.usable:
+            await self._save_thread()
         self.publish(TurnCompleteEvent(turn=user_turn, context=event.context))
 
     async def _redelivered(self, event: UserMessageEvent) -> None:
@@ -622,7 +642,10 @@ class Stream:
 
     def spec(self) -> ModelSpec:
         """Model and sampling settings from the `ore.model.*` metadata keys."""
-        return ModelSpec.from_metadata(self._thread.meta().all())
+        meta = self._thread.meta()
+        if not meta.get(KEY_MODEL_NAME):  # every turn asks: no copy of the metadata then
+            return _NO_SPEC
+        return ModelSpec.from_metadata(meta.all())
 
     async def mark_boundary(self, summary_turn_id: str, info: str = "") -> None:
         """Make `summary_turn_id` the start of the active path (compaction) and save."""

@@ -344,19 +344,30 @@ class SQLiteStore(BaseStore):
         BEGIN or COMMIT fails, the worker fails every save of the group (each caller
         keeps its changes for its next save).
         """
+        conn = self._connection()  # the transaction by hand: this runs once per commit
+        conn.execute("BEGIN IMMEDIATE")
         try:
-            with self._transaction("IMMEDIATE"):
-                for call in calls:
-                    if call.run() is not None:
-                        raise _GroupUndone
-        except _GroupUndone:
-            if len(calls) == 1:
-                return  # the call keeps its own error
             for call in calls:
-                try:
-                    self._commit_group([call])
-                except Exception as exc:  # BEGIN or COMMIT of this save alone
-                    call.fail(exc)
+                if call.run() is not None:
+                    raise _GroupUndone
+            conn.execute("COMMIT")
+        except BaseException as exc:  # a failed COMMIT too: never leave the transaction open
+            _rollback(conn)
+            if not isinstance(exc, _GroupUndone):
+                raise
+            self._retry_alone(calls)
+            return
+        self._checkpointer.nudge()
+
+    def _retry_alone(self, calls: Sequence[Call[Any]]) -> None:
+        """One save of the group failed: run each in a transaction of its own."""
+        if len(calls) == 1:
+            return  # the call keeps its own error
+        for call in calls:
+            try:
+                self._commit_group([call])
+            except Exception as exc:  # BEGIN or COMMIT of this save alone
+                call.fail(exc)
 
     @contextmanager
     def _transaction(self, mode: str = "DEFERRED") -> Iterator[sqlite3.Connection]:
@@ -429,6 +440,8 @@ class SQLiteStore(BaseStore):
             conn.execute("DELETE FROM metadata WHERE thread_id = ?", (thread_id,))
         _upsert_turns(conn, thread_id, rows.turns)
         _apply_metadata(conn, thread_id, rows.metadata.items())
+        if updated and rows.expected is not None:
+            return rows.expected + 1  # the compare-and-set bumped it by one
         (version,) = conn.execute(
             "SELECT version FROM threads WHERE id = ?", (thread_id,)
         ).fetchone()
