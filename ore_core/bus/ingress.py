@@ -267,6 +267,7 @@ class Ingress:
         follows at once, instead of giving the lease up and claiming it again later.
         """
         delay = 0.1
+        resume: dict[int, int] = {}  # the start found before a delete, for the next try
         while True:
             try:
                 return await reset_consumer(
@@ -276,6 +277,7 @@ class Ingress:
                     partition,
                     settle=settle,
                     request_timeout=_RESET_TIMEOUT,
+                    resume=resume,
                 )
             except (NatsError, TimeoutError) as exc:
                 if self._stopping or not self._owns(partition):

@@ -402,6 +402,7 @@ async def reset_consumer(
     *,
     settle: float = 0.0,
     request_timeout: float | None = None,
+    resume: dict[int, int] | None = None,
 ) -> int | None:
     """Make partition's consumer redeliver everything after its ack floor, at once.
 
@@ -415,6 +416,9 @@ async def reset_consumer(
     was clean and left alone. Only the lease holder of the partition may call this.
     `settle` seconds let acks this worker just sent be counted first (the server
     applies acks asynchronously). `request_timeout` bounds each info and create request.
+    `resume` (kept by the caller across tries) remembers the start before the durable
+    is deleted: a try that failed between the delete and the create is finished by the
+    next one from that start, not from the beginning of the stream.
     """
     stream = subjects.inbound_stream
     name = consumer_name(partition)
@@ -423,8 +427,13 @@ async def reset_consumer(
     try:
         info = await js.consumer_info(stream, name, timeout=request_timeout)
     except NotFoundError:
+        start = None if resume is None else resume.get(partition)
+        if start is not None:
+            want = replace(
+                want, deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start
+            )
         await js.add_consumer(stream, want, timeout=request_timeout)
-        return None
+        return start
     loop = asyncio.get_running_loop()
     deadline = loop.time() + settle
     while info.num_ack_pending and loop.time() < deadline:
@@ -433,6 +442,8 @@ async def reset_consumer(
     if not info.num_ack_pending:
         return None
     start = (info.ack_floor.stream_seq if info.ack_floor else 0) + 1
+    if resume is not None:
+        resume[partition] = start
     want = replace(want, deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start)
     for attempt in range(3):
         try:

@@ -205,3 +205,31 @@ async def test_a_starting_worker_counts_every_worker_and_lease_the_server_holds(
     await ownership._count_keys(asyncio.get_running_loop().time())
     assert ownership.live_workers() == 3  # w1, w2 and this one; not the deleted one
     assert set(ownership._holders) == {3}
+
+
+async def test_a_reset_cut_between_delete_and_create_resumes_from_the_floor_it_found(
+    ore_nats_client: Client,
+) -> None:
+    """A takeover's reset that timed out after deleting the durable is finished by the
+    next try from the start it found, not from the beginning of the stream (which would
+    replay every acknowledged message)."""
+    config = BusConfig(partitions=PARTITIONS, ack_wait=30.0)
+    js = ore_nats_client.jetstream()
+    await ensure_streams(js, SUBJECTS, config)
+    for n in (1, 2, 3):
+        await publish(ore_nats_client, "t1", user_message(f"m{n}", f"m-{n}"))
+    partition = partition_of("t1", PARTITIONS)
+    sub = await js.pull_subscribe_bind(consumer_name(partition), stream="ORE_IN")
+    (done,) = await sub.fetch(1, timeout=5)
+    await done.ack_sync()  # m-1 answered and acknowledged
+    (taken,) = await sub.fetch(1, timeout=5)  # m-2 in flight when its worker died
+
+    resume: dict[int, int] = {}
+    start = await reset_consumer(js, SUBJECTS, config, partition, resume=resume)
+    assert start == resume[partition] == taken.metadata.sequence.stream
+    await js.delete_consumer("ORE_IN", consumer_name(partition))  # as if cut after the delete
+    assert await reset_consumer(js, SUBJECTS, config, partition, resume=resume) == start
+
+    sub = await js.pull_subscribe_bind(consumer_name(partition), stream="ORE_IN")
+    again = await sub.fetch(3, timeout=5)
+    assert [json.loads(m.data)["id"] for m in again] == ["m-2", "m-3"]
