@@ -10,23 +10,21 @@ version decides those. Everything but `save` is the wrapped store's.
 
 from __future__ import annotations
 
-import builtins
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from ore_core.errors import StaleThread
 from ore_core.ledger.thread import Thread
 from ore_core.session.protocols import Store
+from ore_core.session.stores.wrapper import StoreWrapper
 
 __all__ = ["FencedStore"]
 
 
-class FencedStore:
+class FencedStore(StoreWrapper):
     """`store`, refusing saves for which `may_write(thread_id)` is False."""
 
     def __init__(self, store: Store, may_write: Callable[[str], bool]) -> None:
-        self.inner = store
-        self.name = store.name
+        super().__init__(store)
         self._may_write = may_write
 
     async def save(self, thread: Thread) -> None:
@@ -38,41 +36,5 @@ class FencedStore:
             )
         await self.inner.save(thread)
 
-    async def create(
-        self, thread_id: str | None = None, metadata: Mapping[str, str] | None = None
-    ) -> Thread:
-        """See `Store.create`."""
-        return await self.inner.create(thread_id, metadata)
-
-    async def get(self, thread_id: str) -> Thread:
-        """See `Store.get`."""
-        return await self.inner.get(thread_id)
-
-    async def get_by(self, key: str, value: str) -> Thread:
-        """See `Store.get_by`."""
-        return await self.inner.get_by(key, value)
-
-    async def get_or_create_by(
-        self, key: str, value: str, metadata: Mapping[str, str] | None = None
-    ) -> tuple[Thread, bool]:
-        """See `Store.get_or_create_by`."""
-        return await self.inner.get_or_create_by(key, value, metadata)
-
-    async def delete(self, thread_id: str) -> bool:
-        """See `Store.delete`."""
-        return await self.inner.delete(thread_id)
-
-    async def list(self) -> builtins.list[Thread]:
-        """See `Store.list`."""
-        return await self.inner.list()
-
-    async def list_ids(self, *, after: str = "", limit: int | None = None) -> builtins.list[str]:
-        """See `Store.list_ids`."""
-        return await self.inner.list_ids(after=after, limit=limit)
-
     async def close(self) -> None:
         """The wrapped store is its owner's to close."""
-
-    def __getattr__(self, name: str) -> Any:
-        # Store-specific extras (paths, statistics) stay reachable.
-        return getattr(self.inner, name)

@@ -8,22 +8,21 @@ the fault is injected, and `failures` counts how often it was hit.
 
 from __future__ import annotations
 
-import builtins
 from collections.abc import Mapping
 
 from ore_core.errors import StoreError
 from ore_core.ledger.thread import Thread
 from ore_core.session.protocols import Store
+from ore_core.session.stores.wrapper import StoreWrapper
 
 __all__ = ["FaultyStore"]
 
 
-class FaultyStore:
+class FaultyStore(StoreWrapper):
     """`inner` with switchable write failures (see the module docstring)."""
 
     def __init__(self, inner: Store, *, message: str = "No space left on device") -> None:
-        self.inner = inner
-        self.name = f"faulty-{inner.name}"
+        super().__init__(inner, name=f"faulty-{inner.name}")
         self.failing = False
         self.failures = 0
         self._message = message
@@ -39,14 +38,6 @@ class FaultyStore:
         """Create in the inner store unless failing."""
         self._check()
         return await self.inner.create(thread_id, metadata)
-
-    async def get(self, thread_id: str) -> Thread:
-        """Read from the inner store."""
-        return await self.inner.get(thread_id)
-
-    async def get_by(self, key: str, value: str) -> Thread:
-        """Read from the inner store."""
-        return await self.inner.get_by(key, value)
 
     async def get_or_create_by(
         self, key: str, value: str, metadata: Mapping[str, str] | None = None
@@ -65,18 +56,6 @@ class FaultyStore:
         self._check()
         return await self.inner.delete(thread_id)
 
-    async def list(self) -> builtins.list[Thread]:
-        """Read from the inner store."""
-        return await self.inner.list()
-
-    async def list_ids(self, *, after: str = "", limit: int | None = None) -> builtins.list[str]:
-        """Read from the inner store."""
-        return await self.inner.list_ids(after=after, limit=limit)
-
     async def check(self) -> None:
         """The health probe: fails while writes fail."""
         self._check()
-
-    async def close(self) -> None:
-        """Close the inner store."""
-        await self.inner.close()
