@@ -179,24 +179,28 @@ async def jetstream_call(action: str, call: Any) -> Any:
     """
     try:
         return await call
-    except (NatsTimeoutError, TimeoutError):
-        raise BusError(
+    except Exception as exc:
+        raise _explained(action, exc) from None
+
+
+def _explained(action: str, exc: Exception) -> Exception:
+    """The one-line `BusError` for a failed JetStream call (NotFoundError and what is
+    not a JetStream error stay as they are)."""
+    if isinstance(exc, NatsTimeoutError | TimeoutError):
+        return BusError(
             f"JetStream did not answer {action}: the NATS user probably lacks permission "
             "for it ($JS.API.>); grant it, or have an operator create the streams and "
             "consumers listed in docs/operating-nats.md (then ore only reads them)"
-        ) from None
-    except (ServiceUnavailableError, NoRespondersError):
-        raise BusError(
+        )
+    if isinstance(exc, ServiceUnavailableError | NoRespondersError):
+        return BusError(
             f"JetStream is not available for {action}: enable JetStream for this NATS "
             "account (server `jetstream {}` block and the account's `jetstream: enabled`), "
             "or run without --nats to use the embedded server"
-        ) from None
-    except NotFoundError:
-        raise
-    except APIError as exc:
-        raise BusError(
-            f"JetStream refused {action}: {exc.description} (error {exc.err_code})"
-        ) from None
+        )
+    if isinstance(exc, APIError) and not isinstance(exc, NotFoundError):
+        return BusError(f"JetStream refused {action}: {exc.description} (error {exc.err_code})")
+    return exc
 
 
 _CLUSTER_SETTLING = frozenset({10005, 10008})
@@ -218,18 +222,14 @@ async def settled_call(action: str, make_call: Callable[[], Awaitable[T]]) -> T:
     while True:
         try:
             return await make_call()
-        except Exception as exc:
-            settling = isinstance(exc, APIError) and exc.err_code in _CLUSTER_SETTLING
-            if not settling or loop.time() > deadline:
-                await jetstream_call(action, _raise(exc))  # raises its one-line error
-                raise
+        except APIError as exc:
+            if exc.err_code not in _CLUSTER_SETTLING or loop.time() > deadline:
+                raise _explained(action, exc) from None
             log.info("JetStream cluster settling; retrying", action=action, error=repr(exc))
+        except Exception as exc:
+            raise _explained(action, exc) from None
         await asyncio.sleep(delay)
         delay = min(delay * 2, 2.0)
-
-
-async def _raise(exc: BaseException) -> None:
-    raise exc
 
 
 async def _stream_differences(js: JetStreamContext, entry: StreamEntry) -> list[Difference]:

@@ -176,24 +176,18 @@ class EmbeddedNatsCluster(_Lifecycle):
         A leader alone is not enough: until it has heard from every peer, an R3 stream
         create fails with "no suitable peers for placement" (error 10005).
         """
-        leaders: set[str] = set()
-        followers: list[dict[str, Any]] | None = None
+        metas: dict[str, dict[str, Any]] = {}  # server name -> its view of the meta group
         for node in self._nodes:
             meta = (_get_json(f"{node.monitor_url}/jsz") or {}).get("meta_cluster") or {}
             if meta.get("cluster_size") != self._size or not meta.get("leader"):
                 return None
-            leaders.add(str(meta["leader"]))
-        if len(leaders) != 1:
-            return None
+            metas[node.store_dir.name] = meta  # the node's directory is its server name
+        leaders = {str(meta["leader"]) for meta in metas.values()}
         leader = leaders.pop()
-        for node in self._nodes:
-            varz = _get_json(f"{node.monitor_url}/varz") or {}
-            if varz.get("server_name") != leader:
-                continue
-            meta = (_get_json(f"{node.monitor_url}/jsz") or {}).get("meta_cluster") or {}
-            followers = meta.get("replicas") or []
-            break
-        if followers is None or len(followers) != self._size - 1:
+        if leaders or leader not in metas:
+            return None
+        followers = metas[leader].get("replicas") or []
+        if len(followers) != self._size - 1:
             return None
         if not all(f.get("current") and not f.get("offline") for f in followers):
             return None
