@@ -9,6 +9,7 @@ import json
 
 from nats.aio.client import Client
 from nats.js.api import ConsumerConfig
+from nats.js.client import JetStreamContext
 
 from ore_core.artifacts import Text
 from ore_core.bus.egress import Egress
@@ -55,16 +56,25 @@ async def test_two_services_share_the_partitions_and_a_stopped_one_hands_them_ov
     await outbox.done("a", 2)
 
 
+async def three_messages_on_t1(
+    nc: Client, config: BusConfig
+) -> tuple[int, JetStreamContext.PullSubscription]:
+    """Streams set up, m-1..m-3 published to thread t1: its partition and a pull
+    subscription on that partition's consumer (a worker's view of it)."""
+    js = nc.jetstream()
+    await ensure_streams(js, SUBJECTS, config)
+    for n in (1, 2, 3):
+        await publish(nc, "t1", user_message(f"m{n}", f"m-{n}"))
+    partition = partition_of("t1", PARTITIONS)
+    return partition, await js.pull_subscribe_bind(consumer_name(partition), stream="ORE_IN")
+
+
 async def test_reset_consumer_redelivers_the_unacknowledged_message_first_at_once(
     ore_nats_client: Client,
 ) -> None:
     config = BusConfig(partitions=PARTITIONS, ack_wait=30.0)
     js = ore_nats_client.jetstream()
-    await ensure_streams(js, SUBJECTS, config)
-    for n in (1, 2, 3):
-        await publish(ore_nats_client, "t1", user_message(f"m{n}", f"m-{n}"))
-    partition = partition_of("t1", PARTITIONS)
-    sub = await js.pull_subscribe_bind(consumer_name(partition), stream="ORE_IN")
+    partition, sub = await three_messages_on_t1(ore_nats_client, config)
     first = await sub.fetch(1, timeout=5)
     assert json.loads(first[0].data)["id"] == "m-1"  # a worker took m-1, then died
 
@@ -215,11 +225,7 @@ async def test_a_reset_cut_between_delete_and_create_resumes_from_the_floor_it_f
     replay every acknowledged message)."""
     config = BusConfig(partitions=PARTITIONS, ack_wait=30.0)
     js = ore_nats_client.jetstream()
-    await ensure_streams(js, SUBJECTS, config)
-    for n in (1, 2, 3):
-        await publish(ore_nats_client, "t1", user_message(f"m{n}", f"m-{n}"))
-    partition = partition_of("t1", PARTITIONS)
-    sub = await js.pull_subscribe_bind(consumer_name(partition), stream="ORE_IN")
+    partition, sub = await three_messages_on_t1(ore_nats_client, config)
     (done,) = await sub.fetch(1, timeout=5)
     await done.ack_sync()  # m-1 answered and acknowledged
     (taken,) = await sub.fetch(1, timeout=5)  # m-2 in flight when its worker died
