@@ -332,6 +332,25 @@ def wait_core_ready(url: str, core: Child) -> None:
     asyncio.run(ask())
 
 
+def start_profiler(
+    directory: str | None, side: str, run: str, pid: int
+) -> subprocess.Popen[bytes] | None:
+    """py-spy on the worker during the throughput phase (`--profile DIR`; the profiler's
+    own sampling costs the worker a little CPU, so profiled rounds are not figures)."""
+    if not directory:
+        return None
+    out = Path(directory) / f"{side}-{run}.txt"
+    spy = str(Path(sys.executable).with_name("py-spy"))
+    command = [spy, "record", "-p", str(pid), "-r", "200", "-f", "raw", "-o", str(out)]
+    return subprocess.Popen([*command, "--nonblocking"], stdout=subprocess.DEVNULL)
+
+
+def stop_profiler(spy: subprocess.Popen[bytes] | None) -> None:
+    if spy is not None:
+        spy.send_signal(2)  # SIGINT: py-spy writes what it sampled and exits
+        spy.wait(30)
+
+
 def run_side(
     side: str,
     server_url: str,
@@ -370,10 +389,12 @@ def run_side(
     try:
         client.answer()  # warmed up
         pids = {"worker": worker.pid, "nats": nats_pid, "client": client.pid}
+        spy = start_profiler(args.profile, side, run, worker.pid)
         before = Probe(monitor, pids)
         client.send("throughput")
         result = client.answer()
         after = Probe(monitor, pids)
+        stop_profiler(spy)
         figures = per_turn(before, after, result["turns"])
         figures["rate"] = result["turns"] / result["seconds"]
         before = Probe(monitor, pids)
@@ -465,6 +486,7 @@ if __name__ == "__main__":
     parser.add_argument("--latency", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--store", default="sqlite", help="the core's store (default sqlite)")
+    parser.add_argument("--profile", metavar="DIR", help="py-spy each worker into DIR")
     parser.add_argument("--role", choices=["raw-worker", "raw-client", "ore-client"])
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--run", default="", help=argparse.SUPPRESS)
