@@ -1,6 +1,7 @@
 """The hot path: what one turn costs in `ore serve` against the fastest raw nats-py loop.
 
-Run: `python bench/hotpath.py [--threads 100] [--per-thread 30] [--latency 1000] [--rounds 1]`.
+Run: `python bench/hotpath.py [--threads 100] [--per-thread 30] [--latency 1000] [--rounds 1]
+[--before PATH/TO/OTHER/ore] [--profile DIR]`.
 
 One nats-server (file storage, monitoring port) serves both sides; each side runs as
 real processes, measured from outside:
@@ -375,7 +376,7 @@ def run_side(
             env["ORE_STORE__PATH"] = str(tmp / f"ore-{run}.db")
         (tmp / "ore.toml").write_text("")
         log = (tmp / f"ore-serve-{run}.log").open("wb")
-        ore = str(Path(sys.executable).with_name("ore"))
+        ore = args.before if side == "before" else str(Path(sys.executable).with_name("ore"))
         worker = Child([ore, "serve", "--nats", server_url], env=env, log=log)
         wait_core_ready(server_url, worker)
     role = "raw-client" if side == "raw" else "ore-client"
@@ -458,6 +459,22 @@ def report(rounds: list[dict[str, dict[str, float]]], args: argparse.Namespace) 
         print(f"| {label} | {fmt.format(ore)} | {fmt.format(raw)} | {ratio:.2f}x{spread} | {met} |")
     print()
     print("client CPU ratio = a ConduitClient conduit receiving each answer vs the raw client.")
+    if args.before:
+        report_before(rounds)
+
+
+def report_before(rounds: list[dict[str, dict[str, float]]]) -> None:
+    """ore against the `--before` core, measured alternately under the same nats-server."""
+    print()
+    print("| figure | ore serve | --before | ratio |")
+    print("|---|---|---|---|")
+    for key, label, fmt, _goal, _sense in ROWS:
+        ore = statistics.median(r["ore"][key] for r in rounds)
+        before = statistics.median(r["before"][key] for r in rounds)
+        ratios = [r["ore"][key] / r["before"][key] for r in rounds if r["before"][key]]
+        spread = f" ({min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 else ""
+        ratio = ore / before if before else float("nan")
+        print(f"| {label} | {fmt.format(ore)} | {fmt.format(before)} | {ratio:.2f}x{spread} |")
 
 
 def main(args: argparse.Namespace) -> None:
@@ -470,7 +487,7 @@ def main(args: argparse.Namespace) -> None:
         with EmbeddedNatsServer(tmp / "nats") as server:
             for index in range(args.rounds):
                 result = {}
-                for side in ("raw", "ore"):
+                for side in ("raw", "ore", "before") if args.before else ("raw", "ore"):
                     result[side] = run_side(
                         side, server.url, server.monitor_url, server.pid, tmp, args, f"r{index}"
                     )
@@ -486,7 +503,14 @@ if __name__ == "__main__":
     parser.add_argument("--latency", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--store", default="sqlite", help="the core's store (default sqlite)")
-    parser.add_argument("--profile", metavar="DIR", help="py-spy each worker into DIR")
+    parser.add_argument(
+        "--before",
+        metavar="ORE",
+        help="another install's `ore` executable, measured in every round as a third side",
+    )
+    parser.add_argument(
+        "--profile", metavar="DIR", help="py-spy each worker into DIR (pip install py-spy)"
+    )
     parser.add_argument("--role", choices=["raw-worker", "raw-client", "ore-client"])
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--run", default="", help=argparse.SUPPRESS)
