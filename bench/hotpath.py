@@ -489,7 +489,13 @@ def main(args: argparse.Namespace) -> None:
                 result = {}
                 for side in ("raw", "ore", "before") if args.before else ("raw", "ore"):
                     result[side] = run_side(
-                        side, server.url, server.monitor_url, server.pid, tmp, args, f"r{index}"
+                        side,
+                        server.url,
+                        server.monitor_url,
+                        server.pid,
+                        tmp,
+                        args,
+                        f"r{index}{side[0]}",
                     )
                 rounds.append(result)
                 print(f"round {index + 1}: " + json.dumps(result), file=sys.stderr)
