@@ -334,21 +334,25 @@ def wait_core_ready(url: str, core: Child) -> None:
 
 
 def start_profiler(
-    directory: str | None, side: str, run: str, pid: int
-) -> subprocess.Popen[bytes] | None:
-    """py-spy on the worker during the throughput phase (`--profile DIR`; the profiler's
-    own sampling costs the worker a little CPU, so profiled rounds are not figures)."""
+    directory: str | None, side: str, run: str, pids: dict[str, int]
+) -> list[subprocess.Popen[bytes]]:
+    """py-spy on the worker and the client during the throughput phase (`--profile DIR`;
+    sampling costs the profiled processes a little CPU, so profiled rounds are not figures)."""
     if not directory:
-        return None
-    out = Path(directory) / f"{side}-{run}.txt"
+        return []
     spy = str(Path(sys.executable).with_name("py-spy"))
-    command = [spy, "record", "-p", str(pid), "-r", "200", "-f", "raw", "-o", str(out)]
-    return subprocess.Popen([*command, "--nonblocking"], stdout=subprocess.DEVNULL)
+    spies = []
+    for name in ("worker", "client"):
+        out = Path(directory) / f"{side}-{run}-{name}.txt"
+        command = [spy, "record", "-p", str(pids[name]), "-r", "200", "-f", "raw", "-o", str(out)]
+        spies.append(subprocess.Popen([*command, "--nonblocking"], stdout=subprocess.DEVNULL))
+    return spies
 
 
-def stop_profiler(spy: subprocess.Popen[bytes] | None) -> None:
-    if spy is not None:
+def stop_profiler(spies: list[subprocess.Popen[bytes]]) -> None:
+    for spy in spies:
         spy.send_signal(2)  # SIGINT: py-spy writes what it sampled and exits
+    for spy in spies:
         spy.wait(30)
 
 
@@ -390,7 +394,7 @@ def run_side(
     try:
         client.answer()  # warmed up
         pids = {"worker": worker.pid, "nats": nats_pid, "client": client.pid}
-        spy = start_profiler(args.profile, side, run, worker.pid)
+        spy = start_profiler(args.profile, side, run, pids)
         before = Probe(monitor, pids)
         client.send("throughput")
         result = client.answer()
