@@ -336,7 +336,7 @@ def wait_core_ready(url: str, core: Child) -> None:
 def start_profiler(
     directory: str | None, side: str, run: str, pids: dict[str, int]
 ) -> list[subprocess.Popen[bytes]]:
-    """py-spy on the worker and the client during the throughput phase (`--profile DIR`;
+    """py-spy on the worker and the client during a phase (`--profile DIR`;
     sampling costs the profiled processes a little CPU, so profiled rounds are not figures)."""
     if not directory:
         return []
@@ -402,10 +402,12 @@ def run_side(
         stop_profiler(spy)
         figures = per_turn(before, after, result["turns"])
         figures["rate"] = result["turns"] / result["seconds"]
+        spy = start_profiler(args.profile, side, f"{run}-latency", pids)
         before = Probe(monitor, pids)
         client.send("latency")
         result = client.answer()
         after = Probe(monitor, pids)
+        stop_profiler(spy)
         figures["p50_ms"] = result["p50"] * 1e3
         one = per_turn(before, after, result["turns"])
         for name in ("worker", "nats", "client", "total"):
