@@ -230,10 +230,10 @@ async def raw_worker_main(args: argparse.Namespace) -> None:
 # --- orchestrator -------------------------------------------------------------------------
 
 
-def cpu_ns(pid: int) -> int:
-    """Nanoseconds on CPU of every live thread of `pid`."""
+def cpu_ns(pid: int, *, main_only: bool = False) -> int:
+    """Nanoseconds on CPU of every live thread of `pid` (or of its main thread only)."""
     total = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
+    for task in [str(pid)] if main_only else os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{task}/schedstat") as file:
                 total += int(file.read().split()[0])
@@ -252,6 +252,7 @@ class Probe:
 
     def __init__(self, monitor: str, pids: dict[str, int]) -> None:
         self.cpu = {name: cpu_ns(pid) for name, pid in pids.items()}
+        self.worker_main = cpu_ns(pids["worker"], main_only=True)
         varz = get_json(monitor + "/varz")
         self.msgs_in, self.msgs_out = int(varz["in_msgs"]), int(varz["out_msgs"])
         jsz = get_json(monitor + "/jsz?accounts=true&streams=true")
@@ -267,6 +268,7 @@ def per_turn(before: Probe, after: Probe, turns: int) -> dict[str, float]:
         f"cpu_{name}": (after.cpu[name] - before.cpu[name]) / turns / 1e3 for name in after.cpu
     }
     figures["cpu_total"] = sum(v for k, v in figures.items() if k.startswith("cpu_"))
+    figures["cpu_worker_main"] = (after.worker_main - before.worker_main) / turns / 1e3
     figures["msgs_in"] = (after.msgs_in - before.msgs_in) / turns
     figures["msgs_out"] = (after.msgs_out - before.msgs_out) / turns
     figures["stored"] = (after.stored - before.stored) / turns
@@ -428,6 +430,7 @@ def run_side(
 
 ROWS = [
     ("cpu_worker", "core CPU per turn, 100 threads (µs)", "{:.1f}", 6.0, "<="),
+    ("cpu_worker_main", "core CPU per turn, its main thread only (µs)", "{:.1f}", None, ""),
     ("cpu_nats", "nats-server CPU per turn (µs)", "{:.1f}", None, ""),
     ("cpu_client", "client CPU per turn (µs)", "{:.1f}", 2.0, "<="),
     ("cpu_total", "CPU per turn, core+nats+client (µs)", "{:.1f}", 2.5, "<="),
