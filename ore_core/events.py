@@ -52,7 +52,7 @@ from ore_core.artifacts import (
 )
 from ore_core.errors import ArtifactError, OreError
 from ore_core.ids import validate_thread_id
-from ore_core.turn import Turn, turn_from_dict, turn_to_dict
+from ore_core.turn import Turn, turn_from_dict, turn_json, turn_to_dict
 
 __all__ = [
     "ActivityEvent",
@@ -487,10 +487,21 @@ _LIFECYCLE_HEADS = {
     phase: b'{"kind":"lifecycle","phase":"' + phase.encode() + b'"'
     for phase in ("submitted", "streaming", "cancelled", "done")
 }
-# Artifacts whose `to_dict` is a fresh dict of strings: their events skip pydantic.
-_PLAIN_ARTIFACTS: frozenset[type[Artifact]] = frozenset(
-    {Text, TextDelta, Reasoning, ReasoningDelta}
-)
+_TURN_COMPLETE_HEAD = b'{"kind":"turn_complete","turn":'
+# Artifacts whose JSON is `{"kind": KIND, "content": <str>}`: their events skip pydantic
+# and `to_dict` (exact classes only: a subclass may write more).
+_CONTENT_HEADS: dict[type[Artifact], bytes] = {
+    cls: b'{"kind":"' + cls.KIND.encode() + b'","content":'
+    for cls in (Text, TextDelta, Reasoning, ReasoningDelta)
+}
+_NO_CONTEXT_TAIL = b"}"
+# The encoded tail (`,"context":{...}}`) of recently seen contexts, by identity. A
+# turn's events all carry its ingress event's context object, so each context is
+# encoded once per turn instead of once per event. An entry holds its context, so
+# the id cannot be reused while it is cached; contexts are frozen, so the bytes stay
+# right. Replaced whole when full, never changed in place: safe across threads.
+_CONTEXT_TAILS: dict[int, tuple[EventContext, bytes]] = {}
+_CONTEXT_TAILS_MAX = 512
 
 
 def _context_value(context: EventContext) -> dict[str, str]:
@@ -502,36 +513,49 @@ def _context_value(context: EventContext) -> dict[str, str]:
     return value
 
 
+def _context_tail(context: EventContext) -> bytes:
+    """What ends an event's JSON: `,"context":{...}}`, or `}` without a provenance."""
+    global _CONTEXT_TAILS
+    cached = _CONTEXT_TAILS.get(id(context))
+    if cached is not None and cached[0] is context:
+        return cached[1]
+    if not context.provenance:
+        return _NO_CONTEXT_TAIL
+    tail = b',"context":' + jsonutil.dumps(_context_value(context)) + b"}"
+    if len(_CONTEXT_TAILS) >= _CONTEXT_TAILS_MAX:
+        _CONTEXT_TAILS = {}
+    _CONTEXT_TAILS[id(context)] = (context, tail)
+    return tail
+
+
 def encode_event(event: IngressEvent | OutputEvent) -> bytes:
     """The event's compact JSON bytes (one serialisation; what goes on the bus).
 
     The events of every turn (user_message, lifecycle, turn_complete, text and
-    reasoning artifacts and their deltas) are written directly with orjson, byte
-    for byte what the pydantic serializer writes (a test checks it) at a fraction of
-    the cost; the rest go through pydantic.
+    reasoning artifacts and their deltas) are written directly, byte for byte what
+    the pydantic serializer writes (a test checks it) at a fraction of the cost: a
+    turn_complete embeds the turn's cached JSON (`turn_json`, also what the store
+    writes), and an event's context is encoded once per context. The rest go through
+    pydantic.
     """
     cls = type(event)
+    if cls is ArtifactEvent:
+        artifact = event.artifact  # type: ignore[union-attr]
+        head = _CONTENT_HEADS.get(type(artifact))
+        content = getattr(artifact, "content", None)
+        if head is not None and type(content) is str:
+            return head + jsonutil.dumps(content) + _context_tail(event.context)
+        return event.__pydantic_serializer__.to_json(event)
     if cls is LifecycleEvent:
-        context = event.context
-        head = _LIFECYCLE_HEADS[event.phase]  # type: ignore[union-attr]
-        if not context.provenance:
-            return head + b"}"
-        return head + b',"context":' + jsonutil.dumps(_context_value(context)) + b"}"
-    if cls is UserMessageEvent:
-        wire = {"kind": "user_message", "id": event.id, "content": event.content}  # type: ignore[union-attr]
-        if event.context.provenance:
-            wire["context"] = _context_value(event.context)
-        return jsonutil.dumps(wire)
+        return _LIFECYCLE_HEADS[event.phase] + _context_tail(event.context)  # type: ignore[union-attr]
     if cls is TurnCompleteEvent:
-        wire = {"kind": "turn_complete", "turn": turn_to_dict(event.turn)}  # type: ignore[union-attr]
-        if event.context.provenance:
-            wire["context"] = _context_value(event.context)
         try:
-            return jsonutil.dumps(wire)
+            turn = turn_json(event.turn)  # type: ignore[union-attr]
         except TypeError:  # a plugin artifact's value orjson cannot write
             return event.__pydantic_serializer__.to_json(event)
-    if cls is ArtifactEvent and type(event.artifact) in _PLAIN_ARTIFACTS:  # type: ignore[union-attr]
-        wire = event.artifact.to_dict()  # type: ignore[union-attr]
+        return _TURN_COMPLETE_HEAD + turn + _context_tail(event.context)
+    if cls is UserMessageEvent:
+        wire = {"kind": "user_message", "id": event.id, "content": event.content}  # type: ignore[union-attr]
         if event.context.provenance:
             wire["context"] = _context_value(event.context)
         return jsonutil.dumps(wire)

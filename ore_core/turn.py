@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -31,6 +31,7 @@ __all__ = [
     "parse_control",
     "parse_timestamp",
     "turn_from_dict",
+    "turn_json",
     "turn_to_dict",
 ]
 
@@ -90,6 +91,9 @@ class Turn:
     redelivered event can be recognised. Being immutable (artifacts are a tuple), a
     turn can be shared by the thread, its readers and its events without copies;
     the ledger changes a turn by replacing it (`dataclasses.replace`).
+
+    Immutability also lets a turn keep its JSON: `turn_json` encodes it on first use
+    and every later reader (its `turn_complete` event, the store) reuses the bytes.
     """
 
     id: str
@@ -99,6 +103,9 @@ class Turn:
     timestamp: datetime | None = None
     control: TraversalControl | str = TraversalControl.DEFAULT
     event_id: str = ""
+    # `turn_json`'s cache: not a field of the value (no init, repr, compare or hash), and
+    # a replaced turn starts without it.
+    _json: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if type(self.artifacts) is not tuple:
@@ -157,6 +164,21 @@ def turn_to_dict(turn: Turn) -> dict[str, Any]:
             meta["event_id"] = turn.event_id
         out["metadata"] = meta
     return out
+
+
+def turn_json(turn: Turn) -> bytes:
+    """`turn_to_dict(turn)` as compact JSON bytes, encoded once per turn and then reused.
+
+    A turn appears in its `turn_complete` event and in every store save; encoding it
+    once saves a `turn_to_dict` and a timestamp formatting per use. Raises what
+    `turn_to_dict` and `jsonutil.dumps` raise (ArtifactError for a delta, TypeError
+    for a value orjson cannot write), and caches nothing then.
+    """
+    cached = turn._json
+    if cached is None:
+        cached = orjson.dumps(turn_to_dict(turn))
+        object.__setattr__(turn, "_json", cached)
+    return cached
 
 
 def turn_from_dict(data: Mapping[str, Any], reg: ArtifactRegistry | None = None) -> Turn:

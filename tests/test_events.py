@@ -19,6 +19,7 @@ from ore_core import (
     Image,
     InterruptEvent,
     LifecycleEvent,
+    LifecyclePhase,
     Notice,
     NoticeEvent,
     OreError,
@@ -581,6 +582,23 @@ def test_every_output_event_survives_encode_then_decode(event: OutputEvent) -> N
 @given(_output_events)
 def test_the_fast_encoder_writes_exactly_what_pydantic_writes(event: OutputEvent) -> None:
     assert encode_event(event) == _encode_with_pydantic(event)
+
+
+@given(_output_events)
+def test_an_event_encoded_again_is_the_same_bytes(event: OutputEvent) -> None:
+    # The second time a turn's cached JSON and the context's cached tail are reused.
+    first = encode_event(event)
+    assert encode_event(event) == first == _encode_with_pydantic(event)
+
+
+@given(st.lists(_contexts, min_size=2, max_size=4), st.sampled_from(["submitted", "done"]))
+def test_events_of_different_contexts_never_share_a_cached_context(
+    contexts: list[EventContext], phase: LifecyclePhase
+) -> None:
+    for _ in range(2):
+        for context in contexts:
+            event = LifecycleEvent(phase=phase, context=context)
+            assert encode_event(event) == _encode_with_pydantic(event)
 
 
 @given(

@@ -13,13 +13,13 @@ from ore_core.ledger.thread import Thread
 from ore_core.session.stores.base import BaseStore
 from ore_core.session.stores.changes import ChangeSet, ChangeTracker
 from ore_core.session.stores.thread_json import build_thread, ordered_turns
-from ore_core.turn import Turn, turn_from_dict, turn_to_dict
+from ore_core.turn import Turn, turn_from_dict, turn_json
 
 __all__ = ["MemoryStore"]
 
 
 def _encode(turn: Turn) -> bytes:
-    return jsonutil.dumps(turn_to_dict(turn))
+    return turn_json(turn)  # encoded once per turn, shared with its event (bytes: immutable)
 
 
 @dataclass(slots=True)

@@ -44,7 +44,7 @@ from ore_core.session.stores.changes import ChangeSet, ChangeTracker
 from ore_core.session.stores.thread_json import build_thread, ordered_turns
 from ore_core.session.stores.wal_checkpointer import WalCheckpointer
 from ore_core.session.stores.worker import Call, SerialWorker
-from ore_core.turn import Turn, turn_from_dict, turn_to_dict
+from ore_core.turn import Turn, turn_from_dict, turn_json
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteStore"]
 
@@ -138,7 +138,7 @@ class _Rows:
 
 
 def _turn_json(turn: Turn) -> str:
-    return jsonutil.dumps(turn_to_dict(turn)).decode()
+    return turn_json(turn).decode()  # encoded once per turn, shared with its event
 
 
 def _full_rows(thread: Thread) -> _Rows:
