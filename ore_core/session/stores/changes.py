@@ -9,9 +9,9 @@ store before `save`, so copies of one thread stay independent until then.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import TracebackType
 
 from ore_core.ledger.journal import JournalWriter
 from ore_core.ledger.thread import Thread
@@ -118,13 +118,15 @@ class ChangeRecorder:
     """A JournalWriter that keeps a thread's mutations in order until a store takes them.
 
     Owned by one Thread and the store that bound it; like the Thread, it is used from
-    one task at a time.
+    one task at a time. `version` is the stored version the thread was loaded at or
+    last saved as (what a compare-and-set save compares with; None: unknown).
     """
 
-    __slots__ = ("_changes",)
+    __slots__ = ("_changes", "version")
 
-    def __init__(self) -> None:
+    def __init__(self, version: object = None) -> None:
         self._changes: list[Change] = []
+        self.version = version
 
     def add_turn(self, turn: Turn, tip: str | None = None) -> None:
         """Record an added or replaced turn; a Thread hands its writer a copy of its own."""
@@ -156,6 +158,32 @@ class ChangeRecorder:
         self._changes[:0] = changes
 
 
+class _Pending:
+    """What `ChangeTracker.pending` returns: the changes, put back if the save fails.
+
+    A plain class rather than `@contextmanager`: it runs on every save, and a
+    generator-based context manager costs several calls more.
+    """
+
+    __slots__ = ("_changes", "_recorder")
+
+    def __init__(self, recorder: ChangeRecorder | None) -> None:
+        self._recorder = recorder
+        self._changes = None if recorder is None else recorder.take()
+
+    def __enter__(self) -> list[Change] | None:
+        return self._changes
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc_type is not None and self._recorder is not None and self._changes is not None:
+            self._recorder.restore(self._changes)
+
+
 class ChangeTracker:
     """The recorders one store bound to the Threads it handed out.
 
@@ -165,47 +193,38 @@ class ChangeTracker:
     another journal hides its later changes from the store: don't.
     """
 
-    __slots__ = ("_recorders", "_versions")
+    __slots__ = ("_recorders",)
 
     def __init__(self) -> None:
+        # Each recorder also keeps the stored version its Thread was loaded at (or
+        # last saved as): one weak lookup per question on the save path.
         self._recorders: weakref.WeakKeyDictionary[Thread, ChangeRecorder] = (
             weakref.WeakKeyDictionary()
         )
-        # The stored version each handed-out Thread was loaded at (or last saved as):
-        # what a compare-and-set save compares with.
-        self._versions: weakref.WeakKeyDictionary[Thread, object] = weakref.WeakKeyDictionary()
 
     def track(self, thread: Thread, version: object = None) -> Thread:
         """Bind a fresh recorder to `thread`, remember it and the stored `version` it
         was loaded at; returns `thread`."""
-        recorder = ChangeRecorder()
+        recorder = ChangeRecorder(version)
         thread.bind(recorder)
         self._recorders[thread] = recorder
-        self._versions[thread] = version
         return thread
 
     def version(self, thread: Thread) -> object:
         """The stored version `thread` was loaded at or last saved as (None: unknown)."""
-        return self._versions.get(thread)
+        recorder = self._recorders.get(thread)
+        return None if recorder is None else recorder.version
 
     def saved(self, thread: Thread, version: object) -> None:
         """`thread` was just saved and the store now holds `version` of it."""
-        if thread in self._recorders:
-            self._versions[thread] = version
-
-    @contextmanager
-    def pending(self, thread: Thread) -> Iterator[list[Change] | None]:
-        """The changes to save (None for an untracked Thread); put back if the save fails."""
         recorder = self._recorders.get(thread)
-        if recorder is None:
-            yield None
-            return
-        changes = recorder.take()
-        try:
-            yield changes
-        except BaseException:
-            recorder.restore(changes)
-            raise
+        if recorder is not None:
+            recorder.version = version
+
+    def pending(self, thread: Thread) -> _Pending:
+        """A context manager giving the changes to save (None for an untracked Thread);
+        they are put back if the block raises."""
+        return _Pending(self._recorders.get(thread))
 
 
 def replay(changes: Sequence[Change], writer: JournalWriter) -> None:

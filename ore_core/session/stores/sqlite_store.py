@@ -239,9 +239,11 @@ class SQLiteStore(BaseStore):
                 if not changes:
                     return
                 net = ChangeSet.of(changes)
-                turns = [(turn.id, _turn_json(turn)) for turn in net.changed_turns(thread)]
+                turns = [(turn.id, turn_json(turn).decode()) for turn in net.changed_turns(thread)]
                 expected = self._tracker.version(thread)
-                rows = _Rows(turns, net.tip, net.meta, expected=_int_or_none(expected))
+                if not isinstance(expected, int):
+                    expected = None
+                rows = _Rows(turns, net.tip, net.meta, expected=expected)
                 version = await self._run(self._write, thread_id, rows, grouped=True)
                 if version is not None:
                     self._tracker.saved(thread, version)
@@ -488,10 +490,6 @@ class SQLiteStore(BaseStore):
             "SELECT id FROM threads WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
         )
         return [thread_id for (thread_id,) in rows]
-
-
-def _int_or_none(version: object) -> int | None:
-    return version if isinstance(version, int) else None
 
 
 def _enable_wal(conn: sqlite3.Connection, deadline: float) -> None:

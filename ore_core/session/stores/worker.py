@@ -17,7 +17,7 @@ import queue
 import threading
 from collections.abc import Callable, Sequence
 from operator import attrgetter
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 from ore_core.errors import StoreError
 
@@ -78,7 +78,7 @@ class Call(Generic[_T]):
         if self.error is not None:
             self.future.set_exception(self.error)
         else:
-            self.future.set_result(cast(_T, self.result))  # it ran, so this is its _T
+            self.future.set_result(self.result)  # type: ignore[arg-type]  # it ran: a _T
 
 
 GroupRunner = Callable[[Sequence[Call[Any]]], None]
