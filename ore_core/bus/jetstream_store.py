@@ -297,7 +297,7 @@ class JetStreamStore(BaseStore):
 
     def _entries(self, changes: Sequence[Change]) -> builtins.list[dict[str, Any]]:
         entries: builtins.list[dict[str, Any]] = []
-        replay(changes, EntryWriter(entries.extend, self._clock))
+        replay(changes, EntryWriter(entries.extend, self._clock, encoded_turns=True))
         return entries
 
     async def _append(self, thread_id: str, changes: Sequence[Change], expected: int) -> int:

@@ -23,6 +23,8 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 from ore_core.errors import LedgerError
 from ore_core.ledger.clock import Clock
 from ore_core.ledger.journal import (
@@ -39,6 +41,7 @@ from ore_core.turn import (
     format_timestamp,
     parse_control,
     turn_from_dict,
+    turn_json,
     turn_to_dict,
 )
 
@@ -108,14 +111,20 @@ class EntryWriter:
 
     Every entry of a call gets the same `now()` of `clock`. The sink (a repository)
     decides where the entries go; this class only decides what they say.
+
+    A sink that only serialises the entries with `jsonutil.dumps` (a journal file, a
+    JetStream message) passes `encoded_turns=True`: an added turn's payload then holds
+    the turn's cached JSON (`turn_json`, shared with its `turn_complete` event) as an
+    `orjson.Fragment`, which dumps to the same bytes. Other sinks get the dict.
     """
 
-    __slots__ = ("_clock", "_sink", "_stamps")
+    __slots__ = ("_clock", "_encoded_turns", "_sink", "_stamps")
 
-    def __init__(self, sink: EntrySink, clock: Clock) -> None:
+    def __init__(self, sink: EntrySink, clock: Clock, *, encoded_turns: bool = False) -> None:
         self._sink = sink
         self._clock = clock
         self._stamps = StampFormatter()
+        self._encoded_turns = encoded_turns
 
     def add_turn(self, turn: Turn, tip: str | None = None) -> None:
         """Append `add_turn`, and `update_tip` when `tip` is given, as one group."""
@@ -123,7 +132,7 @@ class EntryWriter:
         added: Entry = {
             "tx_type": TX_ADD_TURN,
             "timestamp": stamp,
-            "payload": {"timestamp": stamp, "turn": turn_to_dict(turn)},
+            "payload": {"timestamp": stamp, "turn": self._turn(turn)},
         }
         if tip is None:
             self._sink([added])
@@ -135,6 +144,14 @@ class EntryWriter:
             "payload": {"timestamp": stamp, "current_tip": tip},
         }
         self._sink([added, moved])
+
+    def _turn(self, turn: Turn) -> Any:
+        if not self._encoded_turns:
+            return turn_to_dict(turn)
+        try:
+            return orjson.Fragment(turn_json(turn))
+        except TypeError:  # a value orjson cannot write: the sink's dumps reports it, as ever
+            return turn_to_dict(turn)
 
     def update_tip(self, tip: str) -> None:
         """Append `update_tip`."""

@@ -177,7 +177,9 @@ class FileRepository(JournalRepository):
         with self._lock:
             writer = self._writers.get(thread_id)
             if writer is None:
-                writer = EntryWriter(partial(self._append, thread_id), self._clock)
+                writer = EntryWriter(
+                    partial(self._append, thread_id), self._clock, encoded_turns=True
+                )
                 self._writers[thread_id] = writer
             return writer
 
