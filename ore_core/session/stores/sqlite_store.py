@@ -189,6 +189,9 @@ class SQLiteStore(BaseStore):
             self.path, synchronous=self._synchronous, busy_timeout=busy_timeout
         )
         self._conn: sqlite3.Connection | None = None
+        # The saves' statements run on one cursor of the connection: `conn.execute`
+        # would make (and free) a cursor per statement, several per save.
+        self._cursor: sqlite3.Cursor | None = None
         self._tracker = ChangeTracker()
 
     # -- Store ------------------------------------------------------------------------------
@@ -333,7 +336,14 @@ class SQLiteStore(BaseStore):
             return conn
         raise AssertionError("unreachable")
 
+    def _write_cursor(self) -> sqlite3.Cursor:
+        """The cursor saves write with (used only by them: no result set spans a call)."""
+        if self._cursor is None:
+            self._cursor = self._connection().cursor()
+        return self._cursor
+
     def _disconnect(self) -> None:
+        self._cursor = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
@@ -347,12 +357,13 @@ class SQLiteStore(BaseStore):
         keeps its changes for its next save).
         """
         conn = self._connection()  # the transaction by hand: this runs once per commit
-        conn.execute("BEGIN IMMEDIATE")
+        cursor = self._write_cursor()
+        cursor.execute("BEGIN IMMEDIATE")
         try:
             for call in calls:
                 if call.run() is not None:
                     raise _GroupUndone
-            conn.execute("COMMIT")
+            cursor.execute("COMMIT")
         except BaseException as exc:  # a failed COMMIT too: never leave the transaction open
             _rollback(conn)
             if not isinstance(exc, _GroupUndone):
@@ -425,26 +436,29 @@ class SQLiteStore(BaseStore):
         """Apply `rows` inside the group's transaction and return the thread's new
         version; None (nothing written) when partial rows meet a thread that is no
         longer stored; StaleThread when the stored version is not `rows.expected`."""
-        conn = self._connection()
+        cursor = self._write_cursor()
         if rows.expected is None:
-            updated = conn.execute(_UPDATE_THREAD, (rows.tip, thread_id)).rowcount
+            updated = cursor.execute(_UPDATE_THREAD, (rows.tip, thread_id)).rowcount
         else:
-            updated = conn.execute(_UPDATE_THREAD_IF, (rows.tip, thread_id, rows.expected)).rowcount
+            updated = cursor.execute(
+                _UPDATE_THREAD_IF, (rows.tip, thread_id, rows.expected)
+            ).rowcount
         if not updated:
-            exists = conn.execute("SELECT 1 FROM threads WHERE id = ?", (thread_id,)).fetchone()
+            exists = cursor.execute("SELECT 1 FROM threads WHERE id = ?", (thread_id,)).fetchone()
             if exists is not None:
                 raise self._stale(thread_id)
             if not rows.full:
                 return None
-            conn.execute(_INSERT_THREAD, (thread_id, rows.tip or ""))
+            cursor.execute(_INSERT_THREAD, (thread_id, rows.tip or ""))
         if rows.full:
-            conn.execute("DELETE FROM turns WHERE thread_id = ?", (thread_id,))
-            conn.execute("DELETE FROM metadata WHERE thread_id = ?", (thread_id,))
-        _upsert_turns(conn, thread_id, rows.turns)
-        _apply_metadata(conn, thread_id, rows.metadata.items())
+            cursor.execute("DELETE FROM turns WHERE thread_id = ?", (thread_id,))
+            cursor.execute("DELETE FROM metadata WHERE thread_id = ?", (thread_id,))
+        _upsert_turns(cursor, thread_id, rows.turns)
+        if rows.metadata:
+            _apply_metadata(cursor, thread_id, rows.metadata.items())
         if updated and rows.expected is not None:
             return rows.expected + 1  # the compare-and-set bumped it by one
-        (version,) = conn.execute(
+        (version,) = cursor.execute(
             "SELECT version FROM threads WHERE id = ?", (thread_id,)
         ).fetchone()
         return int(version)
@@ -545,7 +559,7 @@ def _match(conn: sqlite3.Connection, key: str, value: str) -> str | None:
 
 
 def _upsert_turns(
-    conn: sqlite3.Connection, thread_id: str, turns: Sequence[tuple[str, str]]
+    conn: sqlite3.Connection | sqlite3.Cursor, thread_id: str, turns: Sequence[tuple[str, str]]
 ) -> None:
     # A new turn gets the next rowid as its seq; a replaced one keeps its place.
     conn.executemany(
@@ -556,7 +570,9 @@ def _upsert_turns(
 
 
 def _apply_metadata(
-    conn: sqlite3.Connection, thread_id: str, changes: Iterable[tuple[str, str | None]]
+    conn: sqlite3.Connection | sqlite3.Cursor,
+    thread_id: str,
+    changes: Iterable[tuple[str, str | None]],
 ) -> None:
     for key, value in changes:
         if value is None:
