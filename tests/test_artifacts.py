@@ -173,6 +173,13 @@ def test_envelope_wraps_the_own_json_under_data() -> None:
     )
 
 
+@given(st.text(), st.sampled_from([Text, Reasoning]))
+def test_envelope_of_text_kinds_is_their_own_json_under_data(content: str, cls: type) -> None:
+    # Text and reasoning skip the field codec in the envelope: the same dict regardless.
+    artifact = cls(content)
+    assert encode_envelope([artifact]) == [{"kind": artifact.kind, "data": artifact.to_dict()}]
+
+
 @pytest.mark.parametrize("kind", sorted(DELTAS))
 def test_encode_envelope_refuses_deltas(kind: str) -> None:
     with pytest.raises(ArtifactError) as info:

@@ -146,10 +146,21 @@ _DELTA_CLASSES: dict[str, type[Delta]] = {
 }
 
 
+# Kinds whose own JSON is `{"kind", "content"}` (exact classes: a subclass may write
+# more): the envelope writes them without the field codec, the same dict.
+_CONTENT_KINDS: dict[type[Artifact], str] = {Text: Text.KIND, Reasoning: Reasoning.KIND}
+
+
 def encode_envelope(artifacts: Sequence[Artifact] | None) -> list[dict[str, Any]]:
     """Encode artifacts for persistence as `[{"kind", "data"}]`; deltas are refused."""
     out: list[dict[str, Any]] = []
     for artifact in artifacts or ():
+        kind = _CONTENT_KINDS.get(type(artifact))
+        if kind is not None:
+            content = artifact.content  # type: ignore[attr-defined]
+            if type(content) is str:
+                out.append({"kind": kind, "data": {"kind": kind, "content": content}})
+                continue
         if isinstance(artifact, Delta):
             raise ArtifactError(f'delta artifact "{artifact.kind}" cannot be persisted')
         try:

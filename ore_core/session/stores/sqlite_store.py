@@ -126,9 +126,12 @@ class _Loaded:
     version: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Rows:
-    """What one save writes: the turns to upsert, the tip, the metadata changes."""
+    """What one save writes: the turns to upsert, the tip, the metadata changes.
+
+    Not frozen (a frozen dataclass sets each field through `object.__setattr__`, one
+    of these is made per save); nothing changes one after it is made."""
 
     turns: list[tuple[str, str]]  # (turn_id, json)
     tip: str | None
