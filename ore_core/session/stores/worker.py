@@ -92,6 +92,14 @@ def _settle_all(calls: Sequence[Call[Any]]) -> None:
         call.settle()
 
 
+def _wake(loop: asyncio.AbstractEventLoop, calls: Sequence[Call[Any]]) -> None:
+    """Have `loop` settle `calls` (one thread-safe wake-up)."""
+    try:
+        loop.call_soon_threadsafe(_settle_all, calls)
+    except RuntimeError:  # that loop is closed: nobody is waiting any more
+        pass
+
+
 class SerialWorker:
     """One dedicated OS thread that runs blocking calls one at a time, in submission order.
 
@@ -138,16 +146,16 @@ class SerialWorker:
     # -- on the worker thread ------------------------------------------------------------------
 
     def _serve(self) -> None:
+        pending = self._queue
         while True:
-            first = self._queue.get()
+            first = pending.get()
             if first is None:
                 return
             calls = [first]
-            while True:
-                try:
-                    call = self._queue.get_nowait()
-                except queue.Empty:
-                    break
+            # Only this thread takes from the queue, so what `empty` says stays true
+            # until `get_nowait` (cheaper than letting it raise queue.Empty each time).
+            while not pending.empty():
+                call = pending.get_nowait()
                 if call is None:  # only close() sends it, after its final call settled
                     self._run_all(calls)
                     return
@@ -155,24 +163,30 @@ class SerialWorker:
             self._run_all(calls)
 
     def _run_all(self, calls: list[Call[Any]]) -> None:
+        if len(calls) == 1:  # the common case under light load: no grouping to do
+            self._run_batch(calls[0].grouped, calls)
+            return
         for grouped, run in itertools.groupby(calls, key=attrgetter("grouped")):
-            batch = list(run)
-            if grouped and self._group is not None:
-                try:
-                    self._group(batch)
-                except BaseException as exc:  # a broken runner must not strand its callers
-                    for call in batch:
-                        call.fail(exc)
-            else:
+            self._run_batch(grouped, list(run))
+
+    def _run_batch(self, grouped: bool, batch: list[Call[Any]]) -> None:
+        if grouped and self._group is not None:
+            try:
+                self._group(batch)
+            except BaseException as exc:  # a broken runner must not strand its callers
                 for call in batch:
-                    call.run()
-            self._deliver(batch)
+                    call.fail(exc)
+        else:
+            for call in batch:
+                call.run()
+        self._deliver(batch)
 
     @staticmethod
     def _deliver(batch: list[Call[Any]]) -> None:
         """Settle the batch's futures with one wake-up per loop (normally just one)."""
+        first = batch[0].loop
+        if all(call.loop is first for call in batch):
+            _wake(first, batch)
+            return
         for loop, calls in itertools.groupby(batch, key=attrgetter("loop")):
-            try:
-                loop.call_soon_threadsafe(_settle_all, list(calls))
-            except RuntimeError:  # that loop is closed: nobody is waiting any more
-                continue
+            _wake(loop, list(calls))
