@@ -263,3 +263,27 @@ READINGS = st.one_of(
 def test_stamp_formatter_agrees_with_format_timestamp(readings: list[datetime]) -> None:
     formatter = StampFormatter()
     assert [formatter.format(r) for r in readings] == [format_timestamp(r) for r in readings]
+
+
+@pytest.mark.parametrize(
+    "turn",
+    [
+        user_turn(),
+        dataclasses.replace(user_turn("a2", "yo", parent_id="u1"), event_id="e1"),
+        Turn("s1", Role.ASSISTANT, [Text("sum")], control=TraversalControl.STOP),
+        Turn("n1", Role.TOOL),
+    ],
+)
+@pytest.mark.parametrize("tip", [None, "u1"])
+def test_a_writer_for_a_serialising_sink_writes_the_same_bytes(turn: Turn, tip: str | None) -> None:
+    # encoded_turns embeds the turn's cached JSON (orjson.Fragment) instead of its dict.
+    encoded: list[list[Entry]] = []
+    EntryWriter(encoded.append, FixedClock(T0), encoded_turns=True).add_turn(turn, tip)
+    plain = written(lambda w: w.add_turn(turn, tip))
+    assert [dumps(e) for e in encoded[0]] == [dumps(e) for e in plain]
+
+
+def test_a_writer_for_a_serialising_sink_writes_the_go_line() -> None:
+    encoded: list[list[Entry]] = []
+    EntryWriter(encoded.append, FixedClock(T0), encoded_turns=True).add_turn(user_turn())
+    assert dumps(encoded[0][0]) == GO_LINES[0]
