@@ -439,3 +439,22 @@ async def test_a_version_1_database_is_migrated_keeping_each_threads_turn_order(
         assert _texts(reloaded) == ["a", "b", "c"]
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("count", [1, 2, 8, 9, 20])
+async def test_a_save_of_any_number_of_turns_keeps_their_order_and_replaces_in_place(
+    store: SQLiteStore, count: int
+) -> None:
+    # Up to 8 turns go in one multi-row statement, more row by row: same rows either way.
+    thread = await store.create()
+    appended = [thread.append(Role.USER, Text(f"t{n}")).id for n in range(count)]
+    await store.save(thread)
+    first = appended[0]
+    thread.save_turn(Turn(first, Role.USER, [Text("edited")]))
+    appended.append(thread.append(Role.ASSISTANT, Text("more")).id)
+    await store.save(thread)
+    again = await store.get(thread.id)
+    assert [turn.id for turn in again.all_turns()] == appended
+    edited = again.get_turn(first)
+    assert edited is not None
+    assert edited.artifacts == (Text("edited"),)

@@ -561,15 +561,34 @@ def _match(conn: sqlite3.Connection, key: str, value: str) -> str | None:
     return None if row is None else str(row[0])
 
 
+def _upsert_sql(rows: int) -> str:
+    return (
+        "INSERT INTO turns (thread_id, turn_id, json) VALUES "
+        + ", ".join(["(?, ?, ?)"] * rows)
+        + " ON CONFLICT (thread_id, turn_id) DO UPDATE SET json = excluded.json"
+    )
+
+
+# A save's few turns go in one statement (one step, one release of the GIL, instead of
+# one per turn with executemany); more than this many go row by row.
+_UPSERT_ROWS_MAX = 8
+_UPSERTS = {rows: _upsert_sql(rows) for rows in range(1, _UPSERT_ROWS_MAX + 1)}
+
+
 def _upsert_turns(
     conn: sqlite3.Connection | sqlite3.Cursor, thread_id: str, turns: Sequence[tuple[str, str]]
 ) -> None:
-    # A new turn gets the next rowid as its seq; a replaced one keeps its place.
-    conn.executemany(
-        "INSERT INTO turns (thread_id, turn_id, json) VALUES (?, ?, ?)"
-        " ON CONFLICT (thread_id, turn_id) DO UPDATE SET json = excluded.json",
-        [(thread_id, turn_id, raw) for turn_id, raw in turns],
-    )
+    # A new turn gets the next rowid as its seq (rows are inserted in order); a replaced
+    # one keeps its place.
+    sql = _UPSERTS.get(len(turns))
+    if sql is None:
+        if turns:
+            conn.executemany(_UPSERTS[1], [(thread_id, turn_id, raw) for turn_id, raw in turns])
+        return
+    params: list[str] = []
+    for turn_id, raw in turns:
+        params += (thread_id, turn_id, raw)
+    conn.execute(sql, params)
 
 
 def _apply_metadata(
