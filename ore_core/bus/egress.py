@@ -51,11 +51,13 @@ from ore_core import jsonutil
 from ore_core.artifacts import Delta
 from ore_core.bus.codec import output_headers
 from ore_core.bus.pipeline import Pipeline
+from ore_core.conduit.wire import header_block, publish_now, wait_flushed
 from ore_core.errors import SessionNotFound
 from ore_core.events import (
     BATCH_KIND,
     ArtifactEvent,
     ErrorEvent,
+    EventContext,
     LifecycleEvent,
     NoticeEvent,
     OutputEvent,
@@ -82,6 +84,7 @@ STORAGE_FULL = "storage_full"
 
 log = structlog.get_logger("ore.bus")
 
+_NO_CONTEXT = EventContext()
 _SUBJECT_CACHE = 65536  # threads whose subjects are remembered; cleared when exceeded
 _LIVE_PHASES = frozenset({"submitted", "streaming"})
 
@@ -158,6 +161,7 @@ class Egress:
         self._schema = output_headers(LifecycleEvent(phase="done"))[HEADER_SCHEMA]
         self._events_prefix = f"{subjects.prefix}.ev."
         self._cache: dict[str, tuple[str, str]] = {}
+        self._blocks: dict[str, bytes] = {}  # encoded live headers per kind, without a trace
         self._turns: dict[str, _Run] = {}  # durable events of turns not ended yet
         self._told: set[str] = set()  # threads told that their answer waits for space
         self._waiter: tuple[int, asyncio.Future[None]] | None = None
@@ -272,6 +276,14 @@ class Egress:
             run.data.append(encode_event(LifecycleEvent(phase="done")))
             await self._append(thread_id, run)
 
+    def primed(self, thread_id: str) -> bool:
+        """Whether `prime(thread_id, ...)` would do nothing now (primed since attached).
+
+        A primed thread is never `gone` (`release` unprimes it), so the ingress may then
+        skip the call, and its await, for a thread's next message.
+        """
+        return thread_id in self._primed
+
     async def wait_emitted(self, position: int) -> None:
         """Wait until `emitted >= position` (one waiter at a time: the ingress ack loop)."""
         if self.emitted >= position:
@@ -343,6 +355,17 @@ class Egress:
             thread_id, turn = self._turns.popitem()
             await self._append(thread_id, turn)
 
+    def _header_block(self, run: _Run) -> bytes:
+        """The encoded headers of a live message: built once per kind without a trace."""
+        first = run.first
+        kind = first.kind if len(run.data) == 1 else BATCH_KIND
+        if not getattr(first, "context", _NO_CONTEXT).traceparent:
+            block = self._blocks.get(kind)
+            if block is None:
+                block = self._blocks[kind] = header_block(self._headers(run))
+            return block
+        return header_block(self._headers(run))
+
     def _headers(self, run: _Run) -> dict[str, str]:
         if len(run.data) == 1:
             return output_headers(run.first)
@@ -374,7 +397,7 @@ class Egress:
 
     async def _publish_run(self, subject: str, run: _Run) -> None:
         data = run.data[0] if len(run.data) == 1 else encode_batch(run.data)
-        await self._send_live(subject, data, self._headers(run))
+        await self._send_live(subject, data, self._header_block(run))
 
     async def reply(self, namespace: str, thread_id: str, *events: OutputEvent) -> None:
         """Send `events` to `P.out.NS.T` only (answers to rejected input of that namespace)."""
@@ -402,11 +425,14 @@ class Egress:
             ErrorEvent(message=message, code=STORAGE_FULL),
         )
 
-    async def _send_live(self, subject: str, data: bytes, headers: dict[str, str]) -> None:
+    async def _send_live(self, subject: str, data: bytes, header: bytes) -> None:
         try:
-            await self._nc.publish(subject, data, headers=headers)
+            over_limit = publish_now(self._nc, subject, data, header=header)
         except (OutboundBufferLimitError, ConnectionClosedError):
             self.dropped_deltas += 1  # best effort: the stored events carry the full text
+            return
+        if over_limit:
+            await wait_flushed(self._nc)
 
 
 def _stored_events(data: Any) -> tuple[list[dict[str, Any]], bool]:

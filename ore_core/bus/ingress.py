@@ -73,6 +73,7 @@ from ore_core.bus.egress import Egress, namespace_of
 from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.puller import Puller
 from ore_core.bus.streams import BusConfig, consumer_name, reset_consumer
+from ore_core.conduit.wire import settle_now, wait_flushed
 from ore_core.errors import (
     OreError,
     SessionClosed,
@@ -251,7 +252,7 @@ class Ingress:
             self._nc,
             self._subjects.inbound_stream,
             consumer_name(partition),
-            functools.partial(self._receive, partition),
+            functools.partial(self._deliver, partition),
             batch=self._batch,
             on_interrupted=functools.partial(self._interrupted, partition),
         )
@@ -478,6 +479,37 @@ class Ingress:
 
     # -- one message ------------------------------------------------------------
 
+    def _deliver(self, partition: int, msg: Msg) -> Awaitable[None] | None:
+        """Handle `msg` at once when nothing needs awaiting, else return what handles it.
+
+        The common case, a message of a thread whose stream is open (and primed) here,
+        is handled right in the connection's read loop, with no task or coroutine: what
+        `_receive` does, in the same order, minus its awaits that would not have waited.
+        Anything else (a thread to load or create, a rejection, a partition no longer
+        owned) is `_receive` or `_reject`, which the puller awaits before the next message.
+        """
+        if not self._owns(partition):
+            return self._receive(partition, msg)
+        thread_id = msg.subject.rpartition(".")[2]
+        parked = self._parked.get(thread_id)
+        if parked is not None:  # older messages of the thread wait: this one waits too
+            parked.messages[stream_sequence(msg)] = msg
+            return None
+        stream = self._manager.stream_of(thread_id)
+        if stream is None or not self._egress.primed(thread_id):
+            return self._receive(partition, msg)  # to load, create or prime: awaits
+        namespace = msg.subject.rpartition(".")[0].rpartition(".")[2]
+        try:
+            event = self._decode(msg, namespace, thread_id)
+        except _Rejected as rejected:
+            return self._reject(msg, namespace, thread_id, rejected)
+        if namespace_of(stream.state()) != namespace:  # another's thread: unknown here
+            unknown = self._unknown(namespace, thread_id, event)
+            return self._reject(msg, namespace, thread_id, unknown)
+        self._egress.bind(thread_id, namespace)
+        self._submit(msg, thread_id, stream_sequence(msg), event, stream)
+        return None
+
     async def _receive(self, partition: int, msg: Msg) -> None:
         if not self._owns(partition):
             # A pull that outlived our lease (or a handover): the owner gets it now.
@@ -516,6 +548,12 @@ class Ingress:
                 )
             self._park(msg, thread_id, sequence, exc)
             return
+        self._submit(msg, thread_id, sequence, event, stream)
+
+    def _submit(
+        self, msg: Msg, thread_id: str, sequence: int, event: IngressEvent, stream: Stream
+    ) -> None:
+        """Hand the decoded `event` to its thread's stream (or park it behind older ones)."""
         parked = self._parked.get(thread_id)
         if parked is not None and not parked.resuming:
             parked.messages[sequence] = msg  # its thread failed while we attached: wait
@@ -752,8 +790,11 @@ class Ingress:
                 position = self._acks[-1][1]
                 await self._egress.wait_emitted(position)
                 await self._pipeline.wait_stored(self._pipeline.mark())
+                over_limit = False
                 while self._acks and self._acks[0][1] <= position:
-                    await self._settle(self._acks.popleft()[0].ack)
+                    over_limit |= self._ack_now(self._acks.popleft()[0])
+                if over_limit:
+                    await wait_flushed(self._nc)
 
     async def _progress_loop(self) -> None:
         interval = self._config.backoff[0] / 3
@@ -781,6 +822,14 @@ class Ingress:
                         del entries[reply]
                         await self._settle(delivery.msg.nak)
                 self._forget_if_empty(thread_id)
+
+    def _ack_now(self, msg: Msg) -> bool:
+        """`_settle(msg.ack)` without awaiting; True when the caller should `wait_flushed`."""
+        try:
+            return settle_now(self._nc, msg)
+        except NatsError as exc:
+            log.debug("acknowledgement not sent", error=repr(exc))
+            return False
 
     @staticmethod
     async def _settle(action: Callable[[], Awaitable[object]]) -> None:

@@ -40,7 +40,8 @@ from nats.aio.msg import Msg
 from nats.errors import ConnectionClosedError, MaxPayloadError, OutboundBufferLimitError
 
 from ore_core import jsonutil
-from ore_core.conduit.connection import LIMIT_ERROR_CODES
+from ore_core.conduit.connection import LIMIT_ERROR_CODES, subscribe_inline
+from ore_core.conduit.wire import header_block, publish_now, wait_flushed
 from ore_core.subjects import HEADER_MSG_ID
 from ore_core.tasks import TaskCrashed, TaskScope
 
@@ -60,6 +61,7 @@ class _Record:
     subject: str
     data: bytes
     headers: dict[str, str]
+    block: bytes  # `headers` as sent (`header_block`), built once for every attempt
     index: int = 0
     deadline: float = 0.0
     attempts: int = 0
@@ -106,6 +108,7 @@ class Pipeline:
         self._held_count = 0  # held records not yet stored (waiting or sent again)
         self._on_limit: list[LimitReached] = []
         self._on_clear: list[Callable[[], None]] = []
+        self._limit_notices: deque[tuple[str, str]] = deque()  # for the `reached` listeners
         self.full: str | None = None
         """What JetStream limit holds messages back right now (None: none)."""
         self.lost = 0
@@ -154,9 +157,13 @@ class Pipeline:
             self._on_clear.append(cleared)
 
     async def start(self) -> None:
-        """Subscribe to the ack inbox and start the timeout and sender tasks."""
+        """Subscribe to the ack inbox and start the timeout and sender tasks.
+
+        Acks are handled by an inline callback of the connection's read loop (no task or
+        queue per ack on an `OreNatsClient`; see `subscribe_inline`).
+        """
         self._inbox = self._nc.new_inbox() + "."
-        await self._nc.subscribe(self._inbox + "*", cb=self._on_ack)
+        await subscribe_inline(self._nc, self._inbox + "*", self._on_ack)
         self.tasks.spawn(self._expire_loop(), name="ore-pipeline-expire")
         self.tasks.spawn(self._send_loop(), name="ore-pipeline-send")
         self.tasks.spawn(self._hold_loop(), name="ore-pipeline-hold")
@@ -198,7 +205,7 @@ class Pipeline:
         if self.tasks.crash is not None:  # nothing would retry or send what queues
             raise TaskCrashed(self.tasks.crash)
         headers[HEADER_MSG_ID] = msg_id or self._id_prefix + str(next(self._ids))
-        record = _Record(subject, data, headers, self._next_index)
+        record = _Record(subject, data, headers, header_block(headers), self._next_index)
         self._outstanding[self._next_index] = None
         self._next_index += 1
         lane = self._lanes.get(subject)
@@ -210,24 +217,27 @@ class Pipeline:
         if self._backlog or len(self._pending) >= self._window:
             self._backlog.append(record)
             return
-        await self._send(record)
+        if self._send(record):
+            await wait_flushed(self._nc)
 
-    async def _send(self, record: _Record) -> None:
+    def _send(self, record: _Record) -> bool:
+        """Publish `record` (no waiting); True when the caller should `wait_flushed`."""
         token = str(next(self._ids))
         record.attempts += 1
         record.deadline = asyncio.get_running_loop().time() + self._ack_timeout
         self._pending[token] = record
         try:
-            await self._nc.publish(
-                record.subject, record.data, reply=self._inbox + token, headers=record.headers
+            return publish_now(
+                self._nc, record.subject, record.data, self._inbox + token, record.block
             )
         except OutboundBufferLimitError:
             pass  # disconnected with a full buffer: the ack times out and it is retried
         except (MaxPayloadError, ConnectionClosedError) as exc:
             self._settled(token)
             self._drop(record, str(exc) or type(exc).__name__)
+        return False
 
-    async def _on_ack(self, msg: Msg) -> None:
+    def _on_ack(self, msg: Msg) -> None:
         record = self._settled(msg.subject[len(self._inbox) :])
         if record is None:
             return  # timed out earlier and already retried
@@ -239,7 +249,7 @@ class Pipeline:
             error = jsonutil.loads(data).get("error", {})
             reason = f"{error.get('description', 'error')} (code {error.get('err_code')})"
             if error.get("err_code") in LIMIT_ERROR_CODES:
-                await self._hold(record, reason)
+                self._hold(record, reason)
             elif error.get("code") == _UNAVAILABLE:
                 self._failed(record, reason, pause=True)
             else:
@@ -300,8 +310,12 @@ class Pipeline:
         self._retries.append(record)
         self._wakeup.set()
 
-    async def _hold(self, record: _Record, reason: str) -> None:
-        """Keep a message a JetStream limit refused; it is sent again after `hold_retry`."""
+    def _hold(self, record: _Record, reason: str) -> None:
+        """Keep a message a JetStream limit refused; it is sent again after `hold_retry`.
+
+        The `reached` listeners are awaited by a job of their own, in order (this runs in
+        the connection's read loop, which must not wait).
+        """
         if not record.held:
             record.held = True
             self._held_count += 1
@@ -314,8 +328,26 @@ class Pipeline:
                 reason=reason,
                 subject=record.subject,
             )
-        for listener in self._on_limit:
-            await listener(record.subject, reason)
+        if self._on_limit:
+            notices = self._limit_notices
+            notices.append((record.subject, reason))
+            if len(notices) == 1:  # else the job telling the earlier ones tells this too
+                try:
+                    self.tasks.spawn(self._tell_limit(), name="ore-pipeline-limit", critical=False)
+                except (RuntimeError, TaskCrashed):  # stopping: nobody is told any more
+                    notices.clear()
+
+    async def _tell_limit(self) -> None:
+        """Call the `reached` listeners for each held message, oldest first."""
+        notices = self._limit_notices
+        try:
+            while notices:
+                subject, reason = notices[0]
+                for listener in self._on_limit:
+                    await listener(subject, reason)
+                notices.popleft()
+        finally:
+            notices.clear()  # a failure is logged (a job); later holds start a new one
 
     def _stored_after_hold(self) -> None:
         self._held_count -= 1
@@ -377,4 +409,5 @@ class Pipeline:
                     await asyncio.sleep(_RECONNECT_POLL)  # nats-py reconnects by itself
                     continue
                 queue = self._retries or self._ready or self._backlog
-                await self._send(queue.popleft())
+                if self._send(queue.popleft()):
+                    await wait_flushed(self._nc)

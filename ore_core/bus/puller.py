@@ -11,13 +11,22 @@ Credit: it asks for `batch` messages and asks again once half are delivered or a
 request ends (the server's 408/409 status says how many it will not deliver). If
 nothing, not even a heartbeat, arrives for two heartbeat intervals, the requests are
 presumed lost (server restart) and asked for again; `repull()` does that at once
-after a reconnect. Messages are handled in delivery order, one at a time: the
-subscription's single callback task is the partition's worker.
+after a reconnect.
+
+Messages are handled in delivery order, one at a time. Deliveries reach the Puller as
+inline callbacks of the connection's read loop (`subscribe_inline`: no queue, task or
+coroutine per message), and `handle(msg)` handles a message at once when it can (a
+thread whose stream is open here) or returns an awaitable. The first awaitable starts
+the partition's worker task, which awaits it; messages arriving meanwhile wait in the
+worker's backlog and are handed on in order (at once again where possible), and the
+worker ends with its backlog. So the per-partition order is the delivery order, and a
+burst that needs no await costs no task at all.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable
 
 import structlog
@@ -27,7 +36,9 @@ from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 
 from ore_core import jsonutil
-from ore_core.tasks import TaskScope
+from ore_core.conduit.connection import subscribe_inline
+from ore_core.conduit.wire import publish_now
+from ore_core.tasks import TaskCrashed, TaskScope
 
 __all__ = ["Puller"]
 
@@ -41,6 +52,11 @@ _STOP_TIMEOUT = 5.0
 _LEADERSHIP_CHANGE = "Leadership Change"
 
 
+Handle = Callable[[Msg], Awaitable[None] | None]
+"""`handle(msg)`: None when `msg` was handled at once, else what handles it (awaited
+before the next message is handed on). It must not raise; what it raises is logged."""
+
+
 class Puller:
     """Streams the messages of durable consumer `consumer` of `stream` into `handle`."""
 
@@ -49,7 +65,7 @@ class Puller:
         nc: NatsClient,
         stream: str,
         consumer: str,
-        handle: Callable[[Msg], Awaitable[None]],
+        handle: Handle,
         *,
         batch: int = 256,
         expires: float = 30.0,
@@ -73,9 +89,14 @@ class Puller:
         self._heartbeat = heartbeat
         self._outstanding = 0
         self._last_seen = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._sub: Subscription | None = None
+        self._backlog: deque[Msg] | None = None  # while the worker runs: what waits
+        self._worker: asyncio.Task[None] | None = None
         self.tasks = TaskScope(f"puller-{consumer}")
-        """The watchdog (its ingress adopts it)."""
+        """The watchdog and the worker (its ingress adopts it)."""
+        self._watchdog = self.tasks.child("watchdog")
+        self._work = self.tasks.child("work")
 
     @property
     def healthy(self) -> bool:
@@ -89,27 +110,32 @@ class Puller:
 
     async def start(self) -> None:
         """Subscribe the delivery inbox and open the first pull request."""
-        self._last_seen = asyncio.get_running_loop().time()
-        self._sub = await self._nc.subscribe(self._nc.new_inbox(), cb=self._on_message)
-        await self._pull()
-        self.tasks.spawn(self._watch(), name=f"ore-puller-{self.name}")
+        self._loop = loop = asyncio.get_running_loop()
+        self._last_seen = loop.time()
+        self._sub = await subscribe_inline(self._nc, self._nc.new_inbox(), self._on_message)
+        self._pull()
+        self._watchdog.spawn(self._watch(), name=f"ore-puller-{self.name}")
 
     async def repull(self) -> None:
         """Forget outstanding requests and ask again (after a reconnect they may be gone)."""
         self._outstanding = 0
-        await self._pull()
+        self._pull()
 
     async def stop(self) -> None:
         """Ask for nothing more and hand on what was already delivered, then return.
 
         Unsubscribing also makes the server drop the open pull requests, so nothing is
-        delivered to a worker that is going away. Raises TaskCrashed if the watchdog
-        crashed (unless its ingress reports it).
+        delivered to a worker that is going away. What is still handled after
+        `_STOP_TIMEOUT` is cut (it is redelivered). Raises TaskCrashed if the watchdog or
+        the worker crashed (unless its ingress reports it).
         """
         try:
-            await self.tasks.aclose()
+            await self._watchdog.aclose()
         finally:
-            await self._unsubscribe()
+            try:
+                await self._unsubscribe()
+            finally:
+                await self.tasks.aclose()
 
     async def _unsubscribe(self) -> None:
         sub, self._sub = self._sub, None
@@ -118,6 +144,9 @@ class Puller:
         try:
             async with asyncio.timeout(_STOP_TIMEOUT):
                 await sub.drain()  # type: ignore[no-untyped-call]
+                worker = self._worker
+                if worker is not None:  # what was delivered is handed on
+                    await asyncio.wait((worker,))
         except (NatsError, TimeoutError) as exc:  # disconnected: nothing more will arrive
             log.debug("puller stopped without draining", consumer=self.name, error=repr(exc))
             try:
@@ -125,18 +154,20 @@ class Puller:
             except NatsError:
                 pass
 
-    async def _pull(self) -> None:
+    def _pull(self) -> None:
         if self._sub is None:
             return
         self._outstanding += self._batch
         try:
-            await self._nc.publish(self._next, self._request, reply=self._sub.subject)
+            publish_now(self._nc, self._next, self._request, self._sub.subject)
         except NatsError as exc:  # the watchdog asks again
             self._outstanding -= self._batch
             log.debug("pull request not sent", consumer=self.name, error=repr(exc))
 
-    async def _on_message(self, msg: Msg) -> None:
-        self._last_seen = asyncio.get_running_loop().time()
+    def _on_message(self, msg: Msg) -> None:
+        """One delivery or status, called by the connection's read loop (never waits)."""
+        loop = self._loop or asyncio.get_running_loop()
+        self._last_seen = loop.time()
         headers = msg.headers
         if not msg.data and headers is not None and _STATUS in headers:
             status = headers[_STATUS]
@@ -147,7 +178,7 @@ class Puller:
             self._outstanding = max(self._outstanding, 0)
             if status == _EXPIRED:
                 if self._outstanding <= self._batch // 2:
-                    await self._pull()
+                    self._pull()
             elif _LEADERSHIP_CHANGE in headers.get("Description", "") and self._on_interrupted:
                 # A consumer leader died: what it had delivered may never have arrived.
                 self._on_interrupted()
@@ -161,11 +192,52 @@ class Puller:
             return
         self._outstanding -= 1
         if self._outstanding <= self._batch // 2:
-            await self._pull()  # before handling: the next messages are on their way
+            self._pull()  # before handling: the next messages are on their way
+        backlog = self._backlog
+        if backlog is not None:  # the worker is busy with an earlier one: keep the order
+            backlog.append(msg)
+            return
+        pending = self._start(msg)
+        if pending is None:
+            return
+        self._backlog = deque()
         try:
-            await self._handle(msg)
+            self._worker = self._work.spawn(
+                self._work_through(msg, pending), name=f"ore-puller-{self.name}-work"
+            )
+        except (RuntimeError, TaskCrashed):  # stopping: it is redelivered
+            self._backlog = None
+            _discard(pending)
+
+    def _start(self, msg: Msg) -> Awaitable[None] | None:
+        """`handle(msg)`: None once handled (or failed: logged), else what to await."""
+        try:
+            return self._handle(msg)
         except Exception:  # a bug must not stop the partition
             log.exception("ingress handler failed", consumer=self.name, subject=msg.subject)
+            return None
+
+    async def _work_through(self, msg: Msg, pending: Awaitable[None]) -> None:
+        """Await `pending` (of `msg`), then hand on the backlog in order; end with it."""
+        backlog = self._backlog
+        assert backlog is not None
+        try:
+            while True:
+                try:
+                    await pending
+                except Exception:  # a bug must not stop the partition
+                    log.exception("ingress handler failed", consumer=self.name, subject=msg.subject)
+                while True:
+                    if not backlog:
+                        return
+                    msg = backlog.popleft()
+                    next_pending = self._start(msg)
+                    if next_pending is not None:
+                        pending = next_pending
+                        break
+        finally:
+            self._backlog = None
+            self._worker = None
 
     async def _watch(self) -> None:
         # A lost connection is logged by its owner; this catches requests lost otherwise.
@@ -175,3 +247,10 @@ class Puller:
             if loop.time() - self._last_seen >= 2 * self._heartbeat and self._nc.is_connected:
                 log.debug("no heartbeat from the server; pulling again", consumer=self.name)
                 await self.repull()
+
+
+def _discard(pending: Awaitable[None]) -> None:
+    """Close a coroutine that will never be awaited (so Python does not warn about it)."""
+    close = getattr(pending, "close", None)
+    if close is not None:
+        close()

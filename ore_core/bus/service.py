@@ -31,7 +31,6 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-import nats
 import structlog
 from nats.aio.client import Client as NatsClient
 from nats.errors import Error as NatsError
@@ -52,6 +51,7 @@ from ore_core.conduit.connection import (
     NatsCredentials,
     check_jetstream,
     check_server,
+    connect_nats,
 )
 from ore_core.errors import BusError
 from ore_core.session.manager import Manager
@@ -238,8 +238,8 @@ class CoreService:
         try:
             # nats-py retries an unreachable server forever: bound the first connect.
             async with asyncio.timeout(CONNECT_TIMEOUT):
-                nc = await nats.connect(
-                    servers=self._servers,
+                nc = await connect_nats(
+                    self._servers,
                     error_cb=self._on_error,
                     disconnected_cb=self._on_disconnected,
                     reconnected_cb=self._on_reconnected,

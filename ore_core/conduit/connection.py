@@ -18,9 +18,10 @@ refused subscription stays silent. The client feeds every connection error to
 soon as the server refuses their subject, and `watch_subscription` callbacks hear
 about refused subscriptions (which the server may report a little after a flush).
 
-The conduit's client: `connect_nats` makes an `OreNatsClient`, nats-py's client with
-less Python work per received message (header parsing, and callbacks called by the
-read loop itself). It overrides private nats-py methods (of nats-py 2.16); the tests in
+The client of the core and of every conduit: `connect_nats` makes an `OreNatsClient`,
+nats-py's client with less Python work per received message (header parsing, and
+callbacks called by the read loop itself; sending is `ore_core.conduit.wire`). It
+overrides private nats-py methods (of nats-py 2.16); the tests in
 tests/bus_client/test_client_work.py fail if a nats-py release stops calling them.
 
 Supported servers: an old server does not refuse what it does not know (nats-server
@@ -184,8 +185,9 @@ class OreNatsClient(NatsClient):
       message is parsed; they must not block, and what they raise goes to the
       connection's `error_cb` like a callback's error.
 
-    Used by `ConduitClient.connect`; `subscribe_inline` falls back to an ordinary
-    subscription on any other connection, which works the same, only slower.
+    Used by `ConduitClient.connect` and the core (`CoreService`: the Puller's
+    deliveries and the Pipeline's publish acks); `subscribe_inline` falls back to an
+    ordinary subscription on any other connection, which works the same, only slower.
     """
 
     def __init__(self) -> None:

@@ -1,0 +1,180 @@
+"""Publishing without nats-py's coroutine chain: the same bytes, less Python per message.
+
+nats-py's `publish` is four coroutines deep (`publish`, `_send_publish`,
+`_send_command`, `_flush_pending`), rebuilds the header block byte by byte on every
+call and creates a future to wake its flusher. The core publishes three messages per
+turn (the live run, the stored batch, the ingress ack), so that chain is a tenth of its
+CPU. `publish_now` does the same work as one plain function call: the same checks
+(closed, draining, the reconnect buffer, the payload limit, the subject), the same
+`PUB`/`HPUB` command appended to the connection's pending buffer, and the same flusher
+wake-up (the flusher then writes everything pending at once, as before). `header_block`
+builds exactly the block nats-py would send for a headers dict (tests compare the two).
+
+One difference, by design: nats-py's `publish` waits for the flusher when the pending
+buffer is over `pending_size` (backpressure); a function cannot wait, so `publish_now`
+returns True then and an async caller awaits `wait_flushed` (the core's publishers do).
+
+It uses private parts of nats-py 2.16, like `OreNatsClient`; the tests in
+tests/bus/test_wire.py fail if a nats-py release changes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from nats.aio.client import _HEADER_KEY_RE, _HEADER_VALUE_NEWLINES, _SUBJECT_INVALID_RE
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.errors import (
+    BadHeaderError,
+    BadSubjectError,
+    ConnectionClosedError,
+    ConnectionDrainingError,
+    MaxPayloadError,
+    NotJSMessageError,
+    OutboundBufferLimitError,
+)
+
+__all__ = ["ACK", "header_block", "publish_now", "settle_now", "wait_flushed"]
+
+ACK = b""
+"""The payload of a JetStream ack (what nats-py's `Msg.ack` sends)."""
+
+_CONNECTED = NatsClient.CONNECTED
+_CLOSED = NatsClient.CLOSED
+_DRAINING_PUBS = NatsClient.DRAINING_PUBS
+_DRAINING_SUBS = NatsClient.DRAINING_SUBS
+_HEADER_START = "NATS/1.0\r\n"
+_KEYS: dict[str, str | None] = {}  # header name -> its stripped form, None if skipped
+_KEYS_LIMIT = 1024
+
+
+_kick: list[asyncio.Future[None]] = []  # one finished future (see `_wake_flusher`)
+
+
+def _key(name: str) -> str | None:
+    key = _KEYS.get(name, "")
+    if key != "":
+        return key
+    stripped = name.strip()
+    if not stripped:
+        key = None  # nats-py skips an empty name
+    elif not _HEADER_KEY_RE.fullmatch(stripped):
+        raise BadHeaderError(stripped)
+    else:
+        key = stripped
+    if len(_KEYS) < _KEYS_LIMIT:
+        _KEYS[name] = key
+    return key
+
+
+def header_block(headers: Mapping[str, str]) -> bytes:
+    """The header block nats-py's `publish(headers=headers)` sends, byte for byte.
+
+    Names are stripped (an empty one is skipped, an invalid one raises BadHeaderError),
+    values stripped with CR and LF turned into spaces.
+    """
+    lines = [_HEADER_START]
+    for name, value in headers.items():
+        key = _key(name)
+        if key is None:
+            continue
+        value = value.strip()
+        if "\r" in value or "\n" in value:
+            value = value.translate(_HEADER_VALUE_NEWLINES)
+        lines.append(f"{key}: {value}\r\n")
+    lines.append("\r\n")
+    return "".join(lines).encode()
+
+
+def publish_now(
+    nc: NatsClient, subject: str, payload: bytes, reply: str = "", header: bytes = b""
+) -> bool:
+    """Queue one message on `nc` as `nc.publish` does, without awaiting anything.
+
+    `header` is a `header_block` (empty: a message without headers). Raises what
+    `nc.publish` raises for the same message. True when the pending buffer is over its
+    limit: an async caller should then `await wait_flushed(nc)` (nats-py's backpressure).
+    """
+    if not subject or _SUBJECT_INVALID_RE.search(subject):
+        raise BadSubjectError
+    if reply and _SUBJECT_INVALID_RE.search(reply):
+        raise BadSubjectError
+    size = len(payload)
+    status = nc._status
+    if status != _CONNECTED:
+        if status == _CLOSED:
+            raise ConnectionClosedError
+        if status == _DRAINING_PUBS:
+            raise ConnectionDrainingError
+        if status != _DRAINING_SUBS and (
+            nc._max_pending_size <= 0 or size + nc._pending_data_size > nc._max_pending_size
+        ):
+            raise OutboundBufferLimitError  # reconnecting, and the buffer is full
+    if size > nc._max_payload:
+        raise MaxPayloadError
+    if header:
+        length = len(header)
+        command = (
+            f"HPUB {subject} {reply} {length} {length + size}\r\n".encode()
+            + header
+            + payload
+            + b"\r\n"
+        )
+    else:
+        command = f"PUB {subject} {reply} {size}\r\n".encode() + payload + b"\r\n"
+    stats = nc.stats
+    stats["out_msgs"] += 1
+    stats["out_bytes"] += size
+    nc._pending.append(command)
+    nc._pending_data_size += len(command)
+    queue = nc._flush_queue
+    if queue is not None and queue.empty():
+        _wake_flusher(nc, queue)
+    return 0 < nc._max_pending_size < nc._pending_data_size
+
+
+def _wake_flusher(nc: NatsClient, queue: asyncio.Queue[asyncio.Future[None]]) -> None:
+    """Wake the flusher, as nats-py's `_flush_pending` does.
+
+    The flusher resolves the future it is woken with unless it is done already; nobody
+    awaits the ones handed over here, so one finished future serves every wake-up.
+    """
+    if not nc.is_connected:
+        return  # nats-py does not wake it either: the reconnect writes the buffer
+    flusher = nc._flusher_task
+    transport = nc._transport
+    if (flusher is None or flusher.done()) and transport is not None:
+        transport.writelines(nc._pending[:])  # as nats-py does when its flusher is gone
+        nc._pending = []
+        nc._pending_data_size = 0
+        return
+    if not _kick:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        _kick.append(done)
+    queue.put_nowait(_kick[0])
+
+
+async def wait_flushed(nc: NatsClient) -> None:
+    """Wait until the flusher wrote what is pending (after `publish_now` returned True)."""
+    await nc._flush_pending(force_flush=True)
+
+
+def settle_now(nc: NatsClient, msg: Msg, payload: bytes = ACK) -> bool:
+    """Ack (or nak, `+WPI`...) a JetStream message at once, as `msg.ack()` does.
+
+    Raises what `msg.ack()` raises (no reply subject, already acknowledged) and what
+    `publish_now` raises; marks the message acknowledged except for a progress ack.
+    Returns `publish_now`'s answer.
+    """
+    reply = msg.reply
+    if not reply:
+        raise NotJSMessageError
+    if payload != Msg.Ack.Progress:
+        msg._check_reply()
+    over = publish_now(nc, reply, payload)
+    if payload != Msg.Ack.Progress:
+        msg._ackd = True
+    return over

@@ -1,0 +1,158 @@
+"""The core's bus work per turn, counted: no task, queue or nats-py publish per message.
+
+A turn of a thread whose stream is open is received by inline callbacks of the
+connection's read loop (the ingress delivery and the stored batch's publish ack) and
+published by `publish_now` (the live run, the stored batch, the ingress ack): no
+subscription task or queue, no worker task of the partition, no coroutine chain of
+nats-py's `publish`. Messages that need awaiting keep their partition's order.
+Counts, never clocks (issue 11).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from structlog.testing import capture_logs
+
+from ore_core.bus.puller import Puller
+from ore_core.bus.service import CoreService
+from ore_core.bus.streams import BusConfig, consumer_name, ensure_streams
+from ore_core.conduit.connection import OreNatsClient, connect_nats
+from ore_core.subjects import Subjects
+from tests.bus.conftest import TIMEOUT, CoreFactory, Outbox, publish, user_message
+
+TURNS = 10
+
+
+@pytest.fixture
+async def tasks_started() -> AsyncIterator[list[str]]:
+    """Names of the coroutines of every task started on the running loop meanwhile."""
+    started: list[str] = []
+    loop = asyncio.get_running_loop()
+    previous = loop.get_task_factory()
+
+    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        started.append(getattr(coro, "__qualname__", repr(coro)))
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    loop.set_task_factory(counting)
+    yield started
+    loop.set_task_factory(previous)
+
+
+def count_publishes(nc: Client) -> list[str]:
+    """Subjects published on `nc` through nats-py's `publish` from now on."""
+    subjects: list[str] = []
+    publish = nc.publish
+
+    async def counted(subject: str, *args: Any, **kwargs: Any) -> None:
+        subjects.append(subject)
+        await publish(subject, *args, **kwargs)
+
+    nc.publish = counted  # type: ignore[method-assign]
+    return subjects
+
+
+async def test_a_warm_thread_s_turns_start_no_bus_task_and_publish_past_nats_py(
+    core: CoreService, ore_nats_client: Client, outbox: Outbox, tasks_started: list[str]
+) -> None:
+    nc = core.nc
+    assert isinstance(nc, OreNatsClient)
+    await publish(ore_nats_client, "t-warm", user_message("first", "m-0"))
+    await outbox.done("t-warm")  # the thread is loaded, its stream open and primed
+    tasks_started.clear()
+    published = count_publishes(nc)
+
+    for index in range(1, TURNS + 1):
+        await publish(ore_nats_client, "t-warm", user_message(f"hi {index}", f"m-{index}"))
+        await outbox.done("t-warm", count=index + 1)
+
+    bus_tasks = [
+        name
+        for name in tasks_started
+        if name.startswith(("Puller.", "Ingress.", "Pipeline.", "Egress.", "Subscription."))
+    ]
+    assert bus_tasks == [], "no task per message on the bus"
+    turn_subjects = ("$JS.ACK.", "ore.ev.", "ore.out.", "$JS.API.CONSUMER.MSG.NEXT.")
+    assert [s for s in published if s.startswith(turn_subjects)] == []
+    # The deliveries and the publish acks are inline callbacks: nothing ever queues.
+    inline = [nc._subs[sid] for sid in nc._inline]
+    assert len(inline) == len(core.ingress.pulled) + 1  # one inbox per puller, the acks'
+    for subscription in inline:
+        assert subscription._wait_for_msgs_task is None
+        assert subscription._pending_queue.qsize() == 0
+
+
+async def test_the_core_receives_and_sends_the_same_messages_per_turn(
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
+) -> None:
+    core = await start_core()
+    await publish(ore_nats_client, "t-count", user_message("first", "m-0"))
+    await outbox.done("t-count")
+    stats = core.nc.stats
+    before = dict(stats)
+    for index in range(1, TURNS + 1):
+        await publish(ore_nats_client, "t-count", user_message(f"hi {index}", f"m-{index}"))
+        await outbox.done("t-count", count=index + 1)
+    received = stats["in_msgs"] - before["in_msgs"]
+    sent = stats["out_msgs"] - before["out_msgs"]
+    # Per turn: in, the delivery and the stored batch's ack; out, the live run, the
+    # stored batch and the ingress ack. (Lease renewals may add a few of each.)
+    assert 2 * TURNS <= received < 2 * TURNS + 10
+    assert 3 * TURNS <= sent < 3 * TURNS + 10
+
+
+async def pull_mixed(
+    nc: Client, count: int, handle: Callable[[Msg], Awaitable[None] | None]
+) -> Puller:
+    await ensure_streams(nc.jetstream(), Subjects(), BusConfig(partitions=1))
+    puller = Puller(nc, "ORE_IN", consumer_name(0), handle)
+    await puller.start()
+    for n in range(count):
+        await nc.jetstream().publish("ore.in.raw.t1", str(n).encode())
+    return puller
+
+
+async def test_messages_handled_at_once_or_awaited_keep_the_delivery_order(
+    ore_nats_url: str,
+) -> None:
+    nc = await connect_nats([ore_nats_url])
+    handled: list[int] = []
+    all_handled = asyncio.Event()
+
+    async def slowly(n: int, msg: Msg) -> None:
+        await asyncio.sleep(0.01)  # a thread to load: later messages arrive meanwhile
+        record(n, msg)
+
+    def record(n: int, msg: Msg) -> None:
+        handled.append(n)
+        msg._ackd = True  # not acked: the test only watches the order
+        if len(handled) == 30:
+            all_handled.set()
+
+    def handle(msg: Msg) -> Awaitable[None] | None:
+        n = int(msg.data)
+        if n == 7:
+            raise RuntimeError("a bug in the handler")
+        if n % 5 == 0:
+            return slowly(n, msg)
+        record(n, msg)
+        return None
+
+    try:
+        with capture_logs() as logs:
+            puller = await pull_mixed(nc, 31, handle)
+            await asyncio.wait_for(all_handled.wait(), TIMEOUT)
+            await puller.stop()
+    finally:
+        await nc.close()
+    assert handled == [n for n in range(31) if n != 7]
+    failures = [e for e in logs if e["event"] == "ingress handler failed"]
+    assert len(failures) == 1
+    assert puller._worker is None
+    assert puller._backlog is None
