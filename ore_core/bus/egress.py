@@ -331,13 +331,16 @@ class Egress:
                 turn.data.append(data)
             if isinstance(event, LifecycleEvent) and event.phase == "done":
                 run = live.pop(thread_id, None)
-                if run is not None:
-                    await self._publish_live(thread_id, run)
+                if run is not None and self._publish_live(thread_id, run):
+                    await wait_flushed(self._nc)
                 del turns[thread_id]
                 await self._append(thread_id, turn)
                 allowed.clear()  # ownership may have changed while we waited
+        over_limit = False
         for thread_id, run in live.items():
-            await self._publish_live(thread_id, run)
+            over_limit |= self._publish_live(thread_id, run)
+        if over_limit:
+            await wait_flushed(self._nc)
         if turns:
             await self._store_outside_turns()
 
@@ -392,19 +395,26 @@ class Egress:
             headers[HEADER_TRACEPARENT] = traceparent
         await self._pipeline.publish(subject, data, headers)
 
-    async def _publish_live(self, thread_id: str, run: _Run) -> None:
-        await self._publish_run(self._subjects_of(thread_id)[1], run)
+    def _publish_live(self, thread_id: str, run: _Run) -> bool:
+        """Publish a live run now; True when the caller should `wait_flushed`."""
+        return self._publish_run(self._subjects_of(thread_id)[1], run)
 
-    async def _publish_run(self, subject: str, run: _Run) -> None:
+    def _publish_run(self, subject: str, run: _Run) -> bool:
+        """Send a run on core NATS, best effort (`publish_now`'s answer)."""
         data = run.data[0] if len(run.data) == 1 else encode_batch(run.data)
-        await self._send_live(subject, data, self._header_block(run))
+        try:
+            return publish_now(self._nc, subject, data, header=self._header_block(run))
+        except (OutboundBufferLimitError, ConnectionClosedError):
+            self.dropped_deltas += 1  # best effort: the stored events carry the full text
+            return False
 
     async def reply(self, namespace: str, thread_id: str, *events: OutputEvent) -> None:
         """Send `events` to `P.out.NS.T` only (answers to rejected input of that namespace)."""
         encoded = [encode_event(event) for event in events]
         run = _Run(encoded[0], events[0])
         run.data = encoded
-        await self._publish_run(self._subjects.output(namespace, thread_id), run)
+        if self._publish_run(self._subjects.output(namespace, thread_id), run):
+            await wait_flushed(self._nc)
 
     async def _limit_reached(self, subject: str, reason: str) -> None:
         """A stored batch of a thread is held by a JetStream limit: tell its users once."""
@@ -424,15 +434,6 @@ class Egress:
             thread_id,
             ErrorEvent(message=message, code=STORAGE_FULL),
         )
-
-    async def _send_live(self, subject: str, data: bytes, header: bytes) -> None:
-        try:
-            over_limit = publish_now(self._nc, subject, data, header=header)
-        except (OutboundBufferLimitError, ConnectionClosedError):
-            self.dropped_deltas += 1  # best effort: the stored events carry the full text
-            return
-        if over_limit:
-            await wait_flushed(self._nc)
 
 
 def _stored_events(data: Any) -> tuple[list[dict[str, Any]], bool]:

@@ -49,6 +49,7 @@ from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from ore_core.bus.kv_keys import live_keys
 from ore_core.bus.streams import BusConfig
+from ore_core.subjects import partition_of
 from ore_core.tasks import TaskScope
 
 __all__ = ["Ownership", "default_worker_id", "ensure_workers_bucket"]
@@ -61,6 +62,7 @@ _WORKER = "worker."
 _LEASE = "lease."
 _KEY_CHARS = re.compile(r"[^-_=a-zA-Z0-9]")
 _KV_TIMEOUT = 2.0
+_THREAD_CACHE = 65536  # threads whose partition is remembered; cleared when exceeded
 
 
 def default_worker_id() -> str:
@@ -138,6 +140,8 @@ class Ownership:
         """The watch, renewal and balancing loops and the handovers (the core adopts it)."""
         self._worker_key = _WORKER + self.worker_id
         self._watcher: KeyValue.KeyWatcher | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread_partitions: dict[str, int] = {}  # asked per save and per stored batch
 
     # -- state --------------------------------------------------------------------
 
@@ -160,7 +164,7 @@ class Ownership:
         lease = self._leases.get(partition)
         if lease is None or lease.releasing:
             return False
-        return asyncio.get_running_loop().time() - lease.renewed < self._valid_for
+        return self._now() - lease.renewed < self._valid_for
 
     def may_write(self, partition: int) -> bool:
         """False only for a partition this worker holds with an overdue lease (a zombie).
@@ -170,7 +174,25 @@ class Ownership:
         lease = self._leases.get(partition)
         if lease is None:
             return partition not in self._dropping
-        return asyncio.get_running_loop().time() - lease.renewed < self._valid_for
+        return self._now() - lease.renewed < self._valid_for
+
+    def may_write_thread(self, thread_id: str) -> bool:
+        """`may_write` of the thread's partition (the fenced store and the egress ask
+        per save and per stored batch: the partition is remembered per thread)."""
+        partitions = self._thread_partitions
+        partition = partitions.get(thread_id)
+        if partition is None:
+            if len(partitions) >= _THREAD_CACHE:
+                partitions.clear()
+            partition = partitions[thread_id] = partition_of(thread_id, self._partitions)
+        return self.may_write(partition)
+
+    def _now(self) -> float:
+        """The event loop's clock (the loop is looked up once: each lookup is a syscall)."""
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        return loop.time()
 
     def live_workers(self) -> int:
         """Workers whose registration was seen within the lease TTL (this one included)."""

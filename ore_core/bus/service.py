@@ -55,7 +55,7 @@ from ore_core.conduit.connection import (
 )
 from ore_core.errors import BusError
 from ore_core.session.manager import Manager
-from ore_core.subjects import Subjects, partition_of
+from ore_core.subjects import Subjects
 from ore_core.tasks import Crash, TaskCrashed, TaskScope
 
 __all__ = ["CoreService", "run", "serve"]
@@ -283,10 +283,7 @@ class CoreService:
             worker_id=self._worker_id,
         )
         self._ownership = ownership
-
-        def may_write(thread_id: str) -> bool:
-            return bool(ownership.may_write(partition_of(thread_id, config.partitions)))
-
+        may_write = ownership.may_write_thread
         # Saves of a worker whose lease is overdue are refused (the stream drops itself).
         self.manager.store = FencedStore(self.manager.store, may_write)
         egress = Egress(nc, self.subjects, self._pipeline, self.manager, may_write=may_write)

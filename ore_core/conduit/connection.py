@@ -208,10 +208,12 @@ class OreNatsClient(NatsClient):
         if callback is None or subscription is None:
             await super()._process_msg(sid, subject, reply, data, headers)
             return
-        self.stats["in_msgs"] += 1
-        self.stats["in_bytes"] += len(data)
+        stats = self.stats
+        stats["in_msgs"] += 1
+        stats["in_bytes"] += len(data)
         subscription._received += 1
-        msg = self._build_message(sid, subject, reply, data, await self._process_headers(headers))
+        parsed = await self._process_headers(headers) if headers else None
+        msg = self._build_message(sid, subject, reply, data, parsed)
         try:
             callback(msg)
         except Exception as exc:

@@ -54,9 +54,7 @@ _kick: list[asyncio.Future[None]] = []  # one finished future (see `_wake_flushe
 
 
 def _key(name: str) -> str | None:
-    key = _KEYS.get(name, "")
-    if key != "":
-        return key
+    """`name` as nats-py sends it: stripped, None when skipped; checked, then cached."""
     stripped = name.strip()
     if not stripped:
         key = None  # nats-py skips an empty name
@@ -76,8 +74,11 @@ def header_block(headers: Mapping[str, str]) -> bytes:
     values stripped with CR and LF turned into spaces.
     """
     lines = [_HEADER_START]
+    keys = _KEYS
     for name, value in headers.items():
-        key = _key(name)
+        key = keys.get(name, "")
+        if key == "":
+            key = _key(name)
         if key is None:
             continue
         value = value.strip()

@@ -19,6 +19,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from structlog.testing import capture_logs
 
+from ore_core.bus import ownership as ownership_module
 from ore_core.bus.puller import Puller
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig, consumer_name, ensure_streams
@@ -156,3 +157,23 @@ async def test_messages_handled_at_once_or_awaited_keep_the_delivery_order(
     assert len(failures) == 1
     assert puller._worker is None
     assert puller._backlog is None
+
+
+async def test_a_warm_thread_s_partition_is_computed_once_for_the_fenced_store_and_egress(
+    core: CoreService, ore_nats_client: Client, outbox: Outbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await publish(ore_nats_client, "t-fenced", user_message("first", "m-0"))
+    await outbox.done("t-fenced")
+    computed: list[str] = []
+    original = ownership_module.partition_of
+
+    def counting(thread_id: str, partitions: int) -> int:
+        computed.append(thread_id)
+        return original(thread_id, partitions)
+
+    monkeypatch.setattr(ownership_module, "partition_of", counting)
+    for index in range(1, TURNS + 1):
+        await publish(ore_nats_client, "t-fenced", user_message(f"hi {index}", f"m-{index}"))
+        await outbox.done("t-fenced", count=index + 1)
+    assert computed == []  # remembered since the first turn (2 saves, 2 batches each turn)
+    assert core.ownership.may_write_thread("t-fenced")
