@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import signal
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -501,9 +502,14 @@ def run(
         sys.exit(run(app))
     """
 
+    def started(service: CoreService) -> None:
+        _settle_heap()
+        if on_started is not None:
+            on_started(service)
+
     async def main() -> None:
         async with app() as service:
-            await serve(service, on_started)
+            await serve(service, started)
 
     try:
         asyncio.run(main())
@@ -511,3 +517,17 @@ def run(
         log.error("ore core stopped after a crash", error=str(exc))
         return EXIT_CRASHED
     return 0
+
+
+def _settle_heap() -> None:
+    """Leave what start-up built (modules, schemas, plugins) out of garbage collections.
+
+    A full collection walks every tracked object, and after start-up those are mostly
+    the process's imports and the models' schemas, which live as long as it does:
+    `gc.freeze()` moves them out of the collector's generations for good, so the
+    collections a busy core runs per few hundred turns walk only what serving made
+    (measured: the collector was ~13 % of `ore serve`'s CPU per turn at 100 threads).
+    Only for the process entry point: a library caller's heap is its own business.
+    """
+    gc.collect()
+    gc.freeze()
