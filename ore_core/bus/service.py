@@ -503,12 +503,13 @@ def run(
     """
 
     def started(service: CoreService) -> None:
-        _settle_heap()
+        gc.freeze()  # see `_settle_heap`
         if on_started is not None:
             on_started(service)
 
     async def main() -> None:
         async with app() as service:
+            _settle_heap()
             await serve(service, started)
 
     try:
@@ -520,14 +521,16 @@ def run(
 
 
 def _settle_heap() -> None:
-    """Leave what start-up built (modules, schemas, plugins) out of garbage collections.
+    """Collect start-up garbage now; `run` then freezes the heap once the core serves.
 
     A full collection walks every tracked object, and after start-up those are mostly
     the process's imports and the models' schemas, which live as long as it does:
-    `gc.freeze()` moves them out of the collector's generations for good, so the
-    collections a busy core runs per few hundred turns walk only what serving made
-    (measured: the collector was ~13 % of `ore serve`'s CPU per turn at 100 threads).
-    Only for the process entry point: a library caller's heap is its own business.
+    `gc.freeze()` (once started: it takes no time) moves them out of the collector's
+    generations for good, so the collections a busy core runs every few hundred turns
+    walk only what serving made (measured: the collector was ~13 % of `ore serve`'s
+    CPU per turn at 100 threads). The one full collection that keeps start-up garbage
+    out of the frozen heap runs here, before the service holds any lease: a pause while
+    serving could outlast a lease's validity. Only for the process entry point: a
+    library caller's heap is its own business.
     """
     gc.collect()
-    gc.freeze()
