@@ -650,3 +650,54 @@ def test_a_malformed_parsed_event_is_refused_with_the_error_of_its_bytes(raw: by
     with pytest.raises(EventDecodeError) as from_value:
         decode_output_value(loads(raw))
     assert str(from_value.value) == str(from_bytes.value)
+
+
+# --- ArtifactEvent.of: the constructor's event, without pydantic's validation ----------
+
+
+class _ContextSubclass(EventContext):
+    pass
+
+
+_of_artifacts = _artifacts | st.builds(
+    lambda kind: UnknownArtifact(kind, {"kind": kind}),
+    st.sampled_from(["lifecycle", "turn_complete", "notice", "error", "session_switch"]),
+)
+_of_contexts = _contexts | st.builds(_ContextSubclass, provenance=_text)
+
+
+@given(_of_artifacts, _of_contexts)
+def test_artifact_event_of_is_the_event_the_constructor_makes(
+    artifact: Artifact, context: EventContext
+) -> None:
+    try:
+        expected = ArtifactEvent(artifact=artifact, context=context)
+    except ValidationError as exc:
+        refused = exc.errors(include_context=False)
+        with pytest.raises(ValidationError) as also_refused:
+            ArtifactEvent.of(artifact, context)
+        assert also_refused.value.errors(include_context=False) == refused
+        return
+    event = ArtifactEvent.of(artifact, context)
+    assert type(event) is ArtifactEvent
+    assert event == expected
+    assert event.__dict__ == expected.__dict__
+    assert event.model_fields_set == expected.model_fields_set
+    assert event.model_dump() == expected.model_dump()
+    assert event.model_dump(exclude_unset=True) == expected.model_dump(exclude_unset=True)
+    assert encode_event(event) == _encode_with_pydantic(expected)
+
+
+@pytest.mark.parametrize("value", ["text", None, {"kind": "text", "content": "hi"}])
+def test_artifact_event_of_refuses_what_is_not_an_artifact_as_the_constructor_does(
+    value: object,
+) -> None:
+    with pytest.raises(ValidationError, match="expected an Artifact"):
+        ArtifactEvent.of(value, HTTP)  # type: ignore[arg-type]
+
+
+def test_artifact_event_of_keeps_the_event_frozen() -> None:
+    event = ArtifactEvent.of(Text("hi"), HTTP)
+    with pytest.raises(ValidationError, match="frozen"):
+        event.context = EventContext()  # type: ignore[misc]
+    assert event.with_context(EventContext(provenance="x")).context.provenance == "x"
