@@ -19,11 +19,16 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ore_core.artifacts import Accumulable, Artifact, ReasoningDelta, TextDelta
+from ore_core.artifacts import Accumulable, Artifact, Reasoning, ReasoningDelta, Text, TextDelta
 
 __all__ = ["DeltaAccumulator", "DeltaPacer"]
 
 _JOINABLE = (TextDelta, ReasoningDelta)
+# What `merge_into(None)` of these exact kinds makes (a subclass may override it).
+_COMPLETE: dict[type[Artifact], type[Text] | type[Reasoning]] = {
+    TextDelta: Text,
+    ReasoningDelta: Reasoning,
+}
 
 
 @dataclass(slots=True)
@@ -67,7 +72,10 @@ class DeltaAccumulator:
     @staticmethod
     def _complete(value: _Parts | Artifact) -> Artifact:
         if isinstance(value, _Parts):
-            return value.kind("".join(value.parts)).merge_into(None)
+            parts = value.parts
+            text = parts[0] if len(parts) == 1 else "".join(parts)
+            complete = _COMPLETE.get(value.kind)
+            return complete(text) if complete is not None else value.kind(text).merge_into(None)
         return value
 
 
@@ -94,13 +102,26 @@ class DeltaPacer:
             self._publish(delta)
             return
         key = delta.accumulator_key()
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if (
+            not self._buffered
+            and now - self._last >= self._interval
+            and type(delta) in _COMPLETE
+            and len(delta.content) * 4 <= self._max_bytes
+        ):
+            # The first delta since the start (or `finish`), due now and small: what a
+            # tick would publish is this very delta (a short answer pays no buffering).
+            self._buffered[key] = _Parts(type(delta))
+            self._last = now
+            if delta.content:
+                self._publish(delta)
+            return
         buffered = self._buffered.get(key)
         if buffered is None or buffered.kind is not type(delta):
             self._emit_key(key)
             buffered = self._buffered[key] = _Parts(type(delta))
         buffered.parts.append(delta.content)
-        loop = asyncio.get_running_loop()
-        now = loop.time()
         if now - self._last >= self._interval:
             self._tick()
         elif self._timer is None:

@@ -130,12 +130,7 @@ class TurnContext:
         context = self._context
         publish(LifecycleEvent(phase="submitted", context=context))
         pending = DeltaAccumulator()
-        interval, max_bytes = self._delta_pacing
-        pacer = DeltaPacer(
-            lambda delta: publish(ArtifactEvent(artifact=delta, context=context)),
-            interval=interval,
-            max_bytes=max_bytes,
-        )
+        pacer: DeltaPacer | None = None  # made at the first delta: many steps have none
         result: list[Artifact] = []
         streaming = False
         count = 0
@@ -150,14 +145,18 @@ class TurnContext:
                     publish(LifecycleEvent(phase="streaming", context=context))
                 if isinstance(artifact, Accumulable):
                     pending.add(artifact)
+                    if pacer is None:
+                        pacer = self._pacer()
                     pacer.add(artifact)
                     continue
-                pacer.finish()
+                if pacer is not None:
+                    pacer.finish()
                 self._flush(pending, result)
-                publish(ArtifactEvent(artifact=artifact, context=context))
+                publish(ArtifactEvent.of(artifact, context))
                 result.append(artifact)
         finally:
-            pacer.finish()
+            if pacer is not None:
+                pacer.finish()
         self._flush(pending, result)
         turn = await self.append(role, *result)
         for artifact in result:
@@ -168,9 +167,19 @@ class TurnContext:
                     raise HandlerFailed(f"artifact handler failed: {exc}") from exc
         return turn
 
+    def _pacer(self) -> DeltaPacer:
+        publish = self._publish
+        context = self._context
+        interval, max_bytes = self._delta_pacing
+        return DeltaPacer(
+            lambda delta: publish(ArtifactEvent.of(delta, context)),
+            interval=interval,
+            max_bytes=max_bytes,
+        )
+
     def _flush(self, pending: DeltaAccumulator, result: list[Artifact]) -> None:
         if not pending:
             return
         for artifact in pending.take():
-            self._publish(ArtifactEvent(artifact=artifact, context=self._context))
+            self._publish(ArtifactEvent.of(artifact, self._context))
             result.append(artifact)
