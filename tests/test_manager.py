@@ -299,3 +299,62 @@ async def test_a_batch_sink_hears_of_an_abandoned_turn_between_its_events_and_th
     ]
     # The given-up turn (all but its `done`, then the delayed notice), the mark, the retry.
     assert heard == [*turn, "notice", f"abandoned {thread_id}", *turn, "lifecycle:done"]
+
+
+async def test_a_batch_sink_gets_a_whole_turn_in_one_call() -> None:
+    # One wake-up of the sink's task per burst of events, not one per event.
+    async with Manager(MemoryStore(), ScriptedProcessor(["Hello"], chunk=10)) as manager:
+        calls: list[list[str]] = []
+        done = asyncio.Event()
+
+        async def sink(items: list[tuple[str, OutputEvent | None]]) -> None:
+            calls.append(kinds([event for _, event in items if event is not None]))
+            if calls[-1][-1] == "lifecycle:done":
+                done.set()
+
+        manager.register_batch_sink((), sink, name="batch")
+        stream = await manager.create()
+        await stream.process(message("hi"))
+        await asyncio.wait_for(done.wait(), 30)
+    assert calls == [
+        [
+            "turn_complete",
+            "lifecycle:submitted",
+            "lifecycle:streaming",
+            "text_delta",
+            "text",
+            "turn_complete",
+            "lifecycle:done",
+        ]
+    ]
+
+
+async def test_a_sink_is_given_only_the_kinds_it_takes(manager: Manager) -> None:
+    recorder = Recorder(expected=3)
+    manager.register_sink(["lifecycle"], recorder, name="phases")
+    stream = await manager.create()
+    await stream.process(message("hi"))
+    await recorder.wait()
+    assert manager.sink_queued("phases") == 3  # submitted, streaming, done: nothing else
+
+
+async def test_a_sink_registered_between_turns_gets_every_kind_of_the_next_turn(
+    manager: Manager,
+) -> None:
+    stream = await manager.create()
+    first = Recorder(expected=7)
+    manager.register_sink([], first, name="first")
+    await stream.process(message("one"))
+    await first.wait()
+    later = Recorder(expected=7)
+    unregister_later = manager.register_sink([], later, name="later")
+    await stream.process(message("two"))
+    await later.wait()
+    await unregister_later()
+    phases = Recorder(expected=3)
+    manager.register_sink(["lifecycle"], phases, name="phases")
+    await stream.process(message("three"))
+    await phases.wait()
+    assert len(later.events) == 7  # unregistered before the third turn
+    assert manager.sink_queued("later") == 0
+    assert manager.sink_queued("phases") == 3

@@ -117,8 +117,10 @@ class EventBuffer(Generic[T]):
         items.append(item)
         self.appended += 1
         waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if waiter is not None:  # wake the reader once: later pushes find no waiter
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def push_mark(self, item: T) -> None:
         """Queue `item`, a mark between events (no event): never merged or dropped."""

@@ -187,6 +187,9 @@ class Manager:
         self._streams: dict[str, Stream] = {}
         self._attaching: dict[str, asyncio.Future[Stream]] = {}
         self._sinks: list[_SinkRunner] = []
+        # kind -> the push of every sink taking it; rebuilt when sinks change, so an
+        # event costs one lookup and one push per sink that wants it, no filter loop.
+        self._routes: dict[str, tuple[Callable[[_SinkItem], None], ...]] = {}
         self.tasks = TaskScope("manager")
         """The sink tasks, stream workers and idle sweeper (a core service adopts it)."""
         self._closed = False
@@ -392,6 +395,7 @@ class Manager:
 
     def _add_runner(self, runner: _SinkRunner) -> Callable[[], Awaitable[None]]:
         self._sinks.append(runner)
+        self._routes.clear()
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -402,6 +406,7 @@ class Manager:
         async def unregister() -> None:
             if runner in self._sinks:
                 self._sinks.remove(runner)
+                self._routes.clear()
             await runner.stop()
 
         return unregister
@@ -431,11 +436,22 @@ class Manager:
 
     def _to_sinks(self, thread_id: str, event: OutputEvent) -> None:
         kind = event.kind
-        for runner in self._sinks:
-            if not runner.kinds or kind in runner.kinds:
-                if runner.task is None:
-                    runner.start(self.tasks)
-                runner.buffer.push((thread_id, event))
+        pushes = self._routes.get(kind)
+        if pushes is None:
+            pushes = self._route(kind)
+        if pushes:
+            item = (thread_id, event)
+            for push in pushes:
+                push(item)
+
+    def _route(self, kind: str) -> tuple[Callable[[_SinkItem], None], ...]:
+        """The pushes of the sinks that take `kind` (their tasks started), remembered."""
+        runners = [r for r in self._sinks if not r.kinds or kind in r.kinds]
+        for runner in runners:
+            if runner.task is None:
+                runner.start(self.tasks)
+        pushes = self._routes[kind] = tuple(runner.buffer.push for runner in runners)
+        return pushes
 
     # -- lifetime -------------------------------------------------------------
 
@@ -456,4 +472,5 @@ class Manager:
         for runner in list(self._sinks):
             await runner.stop()
         self._sinks.clear()
+        self._routes.clear()
         await self.tasks.aclose()

@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import structlog
 
@@ -103,10 +103,10 @@ class _Pending:
     waiter: asyncio.Future[None] | None = None
     on_handled: HandledCallback | None = None
     on_retry: RetryCallback | None = None
-    merged: list[_Pending] = field(default_factory=list)
+    merged: tuple[_Pending, ...] = ()  # later messages collected into this one
 
     def handled(self) -> None:
-        for item in (self, *self.merged):
+        for item in (self, *self.merged) if self.merged else (self,):
             item.on_retry = None
             if item.on_handled is not None:
                 callback, item.on_handled = item.on_handled, None
@@ -120,6 +120,8 @@ class _Pending:
                 callback(error)
 
     def resolve(self, error: BaseException | None) -> None:
+        if self.waiter is None and not self.merged:
+            return  # submitted without a waiter: nobody to tell
         for item in (self, *self.merged):
             waiter = item.waiter
             if waiter is None or waiter.done():
@@ -362,12 +364,14 @@ class Stream:
         if not isinstance(item.event, UserMessageEvent):
             return item
         parts = [item.event.content]
+        merged: list[_Pending] = []
         while self._queue and isinstance(self._queue[0].event, UserMessageEvent):
             later = self._queue.popleft()
             assert isinstance(later.event, UserMessageEvent)
             parts.append(later.event.content)
-            item.merged.append(later)
-        if item.merged:
+            merged.append(later)
+        if merged:
+            item.merged = tuple(merged)
             item.event = item.event.model_copy(update={"content": "\n\n".join(parts)})
         return item
 
@@ -394,7 +398,7 @@ class Stream:
             # The turn's work is over: a cancel from now on must not cut its save short
             # (which would leave it unsaved and without `done`), so there is none.
             self._turn = None
-        retry = _retry_reason(error)
+        retry = None if error is None else _retry_reason(error)
         if retry is None and not self._discarded:
             try:
                 await self._save_thread()
@@ -571,10 +575,11 @@ class Stream:
         """Fan `event` out to subscribers and sinks without blocking (the hot path)."""
         if self._abandoned:
             return  # a stale copy: whatever it says, the owner says it
-        kind = event.kind
-        for subscription in self._subscriptions:
-            if not subscription.kinds or kind in subscription.kinds:
-                subscription.push(event)
+        if self._subscriptions:
+            kind = event.kind
+            for subscription in self._subscriptions:
+                if not subscription.kinds or kind in subscription.kinds:
+                    subscription.push(event)
         if self._on_publish is not None:
             self._on_publish(self._thread.id, event)
 
