@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, Self, get_args
 
 from pydantic import (
     AfterValidator,
@@ -267,7 +267,8 @@ _ArtifactField = Annotated[
 
 
 # The instance state pydantic's validator gives a model (its four slots), set directly
-# by `ArtifactEvent.of` for values that passed the checks validation would make.
+# by the `of` constructors of the events every turn emits, for values that passed the
+# checks validation would make.
 _new_object = object.__new__
 _set_dict = BaseModel.__dict__["__dict__"].__set__
 _set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
@@ -399,6 +400,22 @@ class TurnCompleteEvent(_Event):
     turn: _TurnField
     context: _Context = _NO_CONTEXT
 
+    @classmethod
+    def of(cls, turn: Turn, context: EventContext) -> TurnCompleteEvent:
+        """`TurnCompleteEvent(turn=turn, context=context)` without pydantic's validation
+        for a `Turn` without deltas and an `EventContext` (see `ArtifactEvent.of`)."""
+        if cls is TurnCompleteEvent and type(turn) is Turn and type(context) is EventContext:
+            for artifact in turn.artifacts:
+                if isinstance(artifact, Delta):
+                    return cls(turn=turn, context=context)  # refused, as validation says
+            event = _new_object(cls)
+            _set_dict(event, {"kind": "turn_complete", "turn": turn, "context": context})
+            _set_fields_set(event, {"turn", "context"})
+            _set_extra(event, None)
+            _set_private(event, None)
+            return event
+        return cls(turn=turn, context=context)
+
 
 LifecyclePhase = Literal["submitted", "streaming", "cancelled", "done"]
 """submitted: model called; streaming: first artifact; cancelled; done: event handled."""
@@ -410,6 +427,28 @@ class LifecycleEvent(_Event):
     kind: Literal["lifecycle"] = "lifecycle"
     phase: LifecyclePhase
     context: _Context = _NO_CONTEXT
+
+    @classmethod
+    def of(cls, phase: LifecyclePhase, context: EventContext) -> LifecycleEvent:
+        """`LifecycleEvent(phase=phase, context=context)` without pydantic's validation
+        for a known phase and an `EventContext` (see `ArtifactEvent.of`)."""
+        value: object = phase  # callers may pass anything: check it as validation would
+        if (
+            cls is LifecycleEvent
+            and type(value) is str
+            and value in _LIFECYCLE_PHASES
+            and type(context) is EventContext
+        ):
+            event = _new_object(cls)
+            _set_dict(event, {"kind": "lifecycle", "phase": phase, "context": context})
+            _set_fields_set(event, {"phase", "context"})
+            _set_extra(event, None)
+            _set_private(event, None)
+            return event
+        return cls(phase=phase, context=context)
+
+
+_LIFECYCLE_PHASES = frozenset(get_args(LifecyclePhase))
 
 
 class PropertyOperation(_Frozen):

@@ -1,5 +1,6 @@
 """Events are the NATS wire schema: exact Go JSON (ore-behaviour.md 3.1, 3.7, 7.1, 8.1, 15)."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Self
@@ -48,6 +49,7 @@ from ore_core.events import (
     event_json_schema,
 )
 from ore_core.jsonutil import dumps, loads
+from ore_core.turn import turn_to_dict
 
 HTTP = EventContext(provenance="http")
 JAN_1 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -666,26 +668,65 @@ _of_artifacts = _artifacts | st.builds(
 _of_contexts = _contexts | st.builds(_ContextSubclass, provenance=_text)
 
 
-@given(_of_artifacts, _of_contexts)
-def test_artifact_event_of_is_the_event_the_constructor_makes(
-    artifact: Artifact, context: EventContext
-) -> None:
+def _same_as_constructed(build: Callable[[], Any], construct: Callable[[], Any]) -> None:
+    """`build()` makes exactly what `construct()` (pydantic's validation) makes, or
+    raises the same validation errors."""
     try:
-        expected = ArtifactEvent(artifact=artifact, context=context)
+        expected = construct()
     except ValidationError as exc:
         refused = exc.errors(include_context=False)
         with pytest.raises(ValidationError) as also_refused:
-            ArtifactEvent.of(artifact, context)
+            build()
         assert also_refused.value.errors(include_context=False) == refused
         return
-    event = ArtifactEvent.of(artifact, context)
-    assert type(event) is ArtifactEvent
+    event = build()
+    assert type(event) is type(expected)
     assert event == expected
     assert event.__dict__ == expected.__dict__
     assert event.model_fields_set == expected.model_fields_set
     assert event.model_dump() == expected.model_dump()
     assert event.model_dump(exclude_unset=True) == expected.model_dump(exclude_unset=True)
     assert encode_event(event) == _encode_with_pydantic(expected)
+
+
+@given(_of_artifacts, _of_contexts)
+def test_artifact_event_of_is_the_event_the_constructor_makes(
+    artifact: Artifact, context: EventContext
+) -> None:
+    _same_as_constructed(
+        lambda: ArtifactEvent.of(artifact, context),
+        lambda: ArtifactEvent(artifact=artifact, context=context),
+    )
+
+
+@given(
+    st.sampled_from(["submitted", "streaming", "cancelled", "done", "sleeping", "", None, 1]),
+    _of_contexts,
+)
+def test_lifecycle_event_of_is_the_event_the_constructor_makes(
+    phase: Any, context: EventContext
+) -> None:
+    _same_as_constructed(
+        lambda: LifecycleEvent.of(phase, context),
+        lambda: LifecycleEvent(phase=phase, context=context),
+    )
+
+
+_of_turns = _turns | st.builds(
+    lambda turn, delta: Turn(turn.id, turn.role, (*turn.artifacts, delta)),
+    _turns,
+    st.builds(TextDelta, _text) | st.builds(ReasoningDelta, _text),
+)
+
+
+@given(_of_turns | st.builds(turn_to_dict, _turns) | st.none(), _of_contexts)
+def test_turn_complete_event_of_is_the_event_the_constructor_makes(
+    turn: Any, context: EventContext
+) -> None:
+    _same_as_constructed(
+        lambda: TurnCompleteEvent.of(turn, context),
+        lambda: TurnCompleteEvent(turn=turn, context=context),
+    )
 
 
 @pytest.mark.parametrize("value", ["text", None, {"kind": "text", "content": "hi"}])
@@ -696,8 +737,17 @@ def test_artifact_event_of_refuses_what_is_not_an_artifact_as_the_constructor_do
         ArtifactEvent.of(value, HTTP)  # type: ignore[arg-type]
 
 
-def test_artifact_event_of_keeps_the_event_frozen() -> None:
-    event = ArtifactEvent.of(Text("hi"), HTTP)
+@pytest.mark.parametrize(
+    "event",
+    [
+        ArtifactEvent.of(Text("hi"), HTTP),
+        LifecycleEvent.of("done", HTTP),
+        TurnCompleteEvent.of(Turn("t", Role.USER, (Text("hi"),)), HTTP),
+    ],
+)
+def test_events_built_by_of_are_frozen_and_copy_like_constructed_ones(event: Any) -> None:
     with pytest.raises(ValidationError, match="frozen"):
-        event.context = EventContext()  # type: ignore[misc]
-    assert event.with_context(EventContext(provenance="x")).context.provenance == "x"
+        event.context = EventContext()
+    copy = event.with_context(EventContext(provenance="x"))
+    assert copy.context.provenance == "x"
+    assert copy == type(event)(**{**event.__dict__, "context": EventContext(provenance="x")})

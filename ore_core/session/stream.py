@@ -300,7 +300,7 @@ class Stream:
                 context=context,
             )
         )
-        self.publish(LifecycleEvent(phase="done", context=context))
+        self.publish(LifecycleEvent.of("done", context))
         item.handled()
         item.resolve(MessageRejected(f"session {self.id}: a turn is running (policy reject)"))
 
@@ -414,10 +414,10 @@ class Stream:
             return
         self.last_active = asyncio.get_running_loop().time()
         if cancelled:
-            self.publish(LifecycleEvent(phase="cancelled", context=context))
+            self.publish(LifecycleEvent.of("cancelled", context))
         elif error is not None:
             self.publish(ErrorEvent(message=f"the turn failed: {error}", context=context))
-        self.publish(LifecycleEvent(phase="done", context=context))
+        self.publish(LifecycleEvent.of("done", context))
         self._in_turn = False
         if not (cancelled and self._closed):
             # A turn cut short by close() stays unacknowledged so a bus redelivers it.
@@ -500,7 +500,7 @@ class Stream:
         user_turn = self._thread.append(Role.USER, Text(event.content), event_id=event.id)
         if not self._health.usable:
             await self._save_thread()
-        self.publish(TurnCompleteEvent(turn=user_turn, context=event.context))
+        self.publish(TurnCompleteEvent.of(user_turn, event.context))
 
     async def _redelivered(self, event: UserMessageEvent) -> None:
         """A message seen before (a redelivery): never record it twice, answer it once.
@@ -528,7 +528,7 @@ class Stream:
             # it again (same turn id, so a receiver that saw it can tell).
             user_turn = self._thread.get_turn(self._thread.current_tip)
             if user_turn is not None:
-                self.publish(TurnCompleteEvent(turn=user_turn, context=event.context))
+                self.publish(TurnCompleteEvent.of(user_turn, event.context))
         await self._run_processor(event)
 
     async def _intercept(
@@ -609,7 +609,7 @@ class Stream:
         """Append a finished turn to the active path and announce it (not saved: call save())."""
         self._check_open()
         turn = self._thread.append(role, *artifacts)
-        self.publish(TurnCompleteEvent(turn=turn, context=context or EventContext()))
+        self.publish(TurnCompleteEvent.of(turn, context or EventContext()))
         return turn
 
     # -- metadata -------------------------------------------------------------

@@ -107,7 +107,7 @@ class TurnContext:
     async def append(self, role: Role | str, *artifacts: Artifact) -> Turn:
         """Record a finished turn on the active path and announce it (turn_complete)."""
         turn = self._thread.append(role, *artifacts)
-        self._publish(TurnCompleteEvent(turn=turn, context=self._context))
+        self._publish(TurnCompleteEvent.of(turn, self._context))
         return turn
 
     async def step(
@@ -128,7 +128,7 @@ class TurnContext:
         """
         publish = self._publish
         context = self._context
-        publish(LifecycleEvent(phase="submitted", context=context))
+        publish(LifecycleEvent.of("submitted", context))
         pending = DeltaAccumulator()
         pacer: DeltaPacer | None = None  # made at the first delta: many steps have none
         result: list[Artifact] = []
@@ -142,7 +142,7 @@ class TurnContext:
                     await asyncio.sleep(0)
                 if not streaming:
                     streaming = True
-                    publish(LifecycleEvent(phase="streaming", context=context))
+                    publish(LifecycleEvent.of("streaming", context))
                 if isinstance(artifact, Accumulable):
                     pending.add(artifact)
                     if pacer is None:
