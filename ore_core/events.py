@@ -274,6 +274,8 @@ _set_dict = BaseModel.__dict__["__dict__"].__set__
 _set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
 _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
 _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+# Artifact classes whose kind is known not to be an event kind (exact classes only).
+_TEXT_ARTIFACTS = frozenset({Text, TextDelta, Reasoning, ReasoningDelta})
 
 
 class ArtifactEvent(_Event):
@@ -302,9 +304,11 @@ class ArtifactEvent(_Event):
         """
         if (
             cls is ArtifactEvent
-            and isinstance(artifact, Artifact)
             and type(context) is EventContext
-            and artifact.kind not in _OUTPUT_EVENT_KINDS
+            and (
+                type(artifact) in _TEXT_ARTIFACTS
+                or (isinstance(artifact, Artifact) and artifact.kind not in _OUTPUT_EVENT_KINDS)
+            )
         ):
             event = _new_object(cls)
             _set_dict(event, {"artifact": artifact, "context": context})

@@ -132,8 +132,9 @@ class DeltaPacer:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        for key in list(self._buffered):
-            self._emit_key(key)
+        for key, buffered in list(self._buffered.items()):
+            if buffered.parts:
+                self._emit_key(key)
         self._buffered.clear()
 
     def _tick(self) -> None:
