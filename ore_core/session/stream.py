@@ -437,7 +437,7 @@ class Stream:
     async def _save_thread(self) -> None:
         """Save the thread; a success after store failures tells `StoreHealth`."""
         await self._store.save(self._thread)
-        self._health.saved(self.id)
+        self._health.saved(self._thread.id)
 
     def _give_up(self, item: _Pending, error: OreError) -> None:
         """Drop this copy of the thread: the event and everything queued after it are
