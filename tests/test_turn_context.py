@@ -7,22 +7,27 @@ prompts on tool round trips.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from ore_core import (
     Artifact,
+    ArtifactEvent,
     ErrorEvent,
+    LifecycleEvent,
     Manager,
     Role,
     Text,
     ToolCall,
     ToolResult,
     Turn,
+    TurnCompleteEvent,
     TurnContext,
     TurnFailed,
     Usage,
 )
+from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
 from tests.session_support import collect, message
 
@@ -158,3 +163,39 @@ async def test_a_failing_handler_fails_the_turn_but_keeps_the_answer() -> None:
             await stream.process(message("hi"))
     assert not second_ran
     assert [t.role for t in stream.turns()] == [Role.USER, Role.ASSISTANT]
+
+
+class _CountingValidator:
+    """Stands in for an event class's pydantic validator and counts its calls."""
+
+    def __init__(self, validator: Any) -> None:
+        self.validator = validator
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        self.calls += 1
+        return getattr(self.validator, name)
+
+
+async def test_a_turn_builds_its_output_events_without_validating_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Events the core builds from values it checked are trusted (see `ArtifactEvent.of`):
+    # a turn costs no pydantic validation.
+    counters = {}
+    for cls in (ArtifactEvent, LifecycleEvent, TurnCompleteEvent):
+        counters[cls.__name__] = _CountingValidator(cls.__pydantic_validator__)
+        monkeypatch.setattr(cls, "__pydantic_validator__", counters[cls.__name__])
+    async with Manager(MemoryStore(), EchoProcessor(), delta_interval=0.1) as manager:
+        stream = await manager.create()
+        async with stream.subscribe() as subscription:
+            await stream.process(message("hello world"))
+            events = await collect(subscription)
+    assert len(events) == 8  # user turn, submitted, streaming, 2 deltas, text, turn, done
+    assert {name: counter.calls for name, counter in counters.items()} == {
+        "ArtifactEvent": 0,
+        "LifecycleEvent": 0,
+        "TurnCompleteEvent": 0,
+    }
+    assert LifecycleEvent(phase="done") is not None  # the counters do see the constructor
+    assert counters["LifecycleEvent"].calls == 1
