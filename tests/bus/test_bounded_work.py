@@ -21,6 +21,7 @@ async def test_a_900_kb_echo_is_paced_and_does_not_hold_up_another_thread(
     ore_nats_url: str, ore_nats_client: Client
 ) -> None:
     arrivals: list[tuple[str, str]] = []  # (thread, kind or lifecycle phase), in order
+    big_started = asyncio.Event()
     big_done = asyncio.Event()
     deltas: list[int] = []
 
@@ -31,6 +32,8 @@ async def test_a_900_kb_echo_is_paced_and_does_not_hold_up_another_thread(
             arrivals.append((thread_id, kind))
             if thread_id == "big" and event["kind"] == "text_delta":
                 deltas.append(len(event["content"].encode()))
+            if (thread_id, kind) == ("big", "streaming"):
+                big_started.set()
             if (thread_id, kind) == ("big", "done"):
                 big_done.set()
 
@@ -41,7 +44,9 @@ async def test_a_900_kb_echo_is_paced_and_does_not_hold_up_another_thread(
     try:
         words = ("word " * (BIG // 5))[:BIG]
         await publish(ore_nats_client, "big", user_message(words, "big-1"))
-        await asyncio.sleep(0)  # published right behind it, while the big turn runs
+        # Published while the big turn runs (once it streams: a new thread's first
+        # message may be loaded later than one published after it, on another partition).
+        await asyncio.wait_for(big_started.wait(), 60)
         await publish(ore_nats_client, "small", user_message("hi", "small-1"))
         await asyncio.wait_for(big_done.wait(), 60)
         await asyncio.sleep(0.2)
