@@ -46,7 +46,12 @@ from ore_core.conduit.connection import (
     connect_nats,
 )
 from ore_core.conduit.feed import Delivery, EventFeed
-from ore_core.conduit.publisher import AckedPublisher
+from ore_core.conduit.publisher import (
+    HEADER_START,
+    AckedPublisher,
+    encode_header,
+    encode_header_value,
+)
 from ore_core.errors import ApiError, BusError
 from ore_core.events import (
     EventContext,
@@ -83,6 +88,8 @@ __all__ = [
 log = structlog.get_logger("ore.bus.client")
 
 _I = TypeVar("_I", UserMessageEvent, InterruptEvent)
+_SENT_KINDS = ("user_message", "interrupt")  # what send() and interrupt() publish
+_MSG_ID_HEAD = HEADER_START + HEADER_MSG_ID.encode() + b": "
 _RETRYABLE = (
     NatsTimeoutError,
     NoStreamResponseError,
@@ -198,6 +205,14 @@ class ConduitClient:
         self._publisher = AckedPublisher(nc, self.permissions, request_timeout)
         self._owns_connection = owns_connection
         self._feeds: set[EventFeed] = set()
+        # A send's subject is this head + the (checked) thread id, and its header block
+        # is the message id's line + the kind's pre-encoded lines (see `_publish`).
+        self._inbound_head = self.subjects.inbound(self.namespace, "_")[:-1]
+        self._kind_lines = {
+            kind: encode_header(HEADER_KIND, kind)
+            + encode_header(HEADER_SCHEMA, str(SCHEMA_VERSION))
+            for kind in _SENT_KINDS
+        }
 
     @classmethod
     async def connect(
@@ -473,15 +488,14 @@ class ConduitClient:
             event = event.with_context(
                 event.context.model_copy(update={"provenance": self.namespace})
             )
-        subject = self.subjects.inbound(self.namespace, validate_thread_id(thread_id))
+        subject = self._inbound_head + validate_thread_id(thread_id)
         payload = encode_event(event)
-        headers = {
-            HEADER_MSG_ID: _message_id(self._keyed, self.namespace, thread_id, event.id),
-            HEADER_KIND: event.kind,
-            HEADER_SCHEMA: str(SCHEMA_VERSION),
-        }
-        if event.context.traceparent:
-            headers[HEADER_TRACEPARENT] = event.context.traceparent
+        msg_id = _message_id(self._keyed, self.namespace, thread_id, event.id)
+        header = _MSG_ID_HEAD + encode_header_value(msg_id) + b"\r\n" + self._kind_lines[event.kind]
+        traceparent = event.context.traceparent
+        if traceparent:
+            header += encode_header(HEADER_TRACEPARENT, traceparent)
+        header += b"\r\n"
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._send_deadline
         pause = 0.05
@@ -489,7 +503,7 @@ class ConduitClient:
         while True:
             attempt += 1
             try:
-                ack = await self._publisher.publish(subject, payload, headers)
+                ack = await self._publisher.publish_encoded(subject, payload, header)
                 return Sent(event, ack.duplicate, ack.sequence)
             except _RETRYABLE as exc:
                 if loop.time() + pause > deadline:
