@@ -22,6 +22,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from ore_core import BusError, ConduitClient
+from ore_core.conduit import feed as feed_module
 from ore_core.conduit.client import Sent, message_id
 from ore_core.conduit.connection import OreNatsClient, connect_nats, subscribe_inline
 from ore_core.events import EventDecodeError, encode_batch, encode_event
@@ -341,3 +342,29 @@ async def test_malformed_output_is_skipped_or_fails_only_the_event_it_is(
     with pytest.raises(EventDecodeError, match=r"lifecycle\.phase"):
         second.event  # noqa: B018 - decoding is what fails
     assert third.kind == "text_delta"
+
+
+@pytest.mark.usefixtures("streams", "control_api")
+async def test_a_feed_checks_a_thread_id_once_not_per_message(
+    client: ConduitClient,
+    ore_nats_client: Client,
+    subjects: Subjects,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    checked: list[str] = []
+    check = feed_module.is_valid_thread_id
+
+    def counting(thread_id: str) -> bool:
+        checked.append(thread_id)
+        return check(thread_id)
+
+    monkeypatch.setattr(feed_module, "is_valid_thread_id", counting)
+    async with client.events() as feed:
+        for thread in ("t-1", "t-2"):
+            for index in range(3):
+                await store_batch(ore_nats_client, subjects, thread, text(f"m{index}"))
+                await delta(ore_nats_client, subjects, thread, "live")
+        got = await take(feed, 12)
+    assert [(d.thread_id, d.kind) for d in got[:2]] == [("t-1", "text"), ("t-1", "text_delta")]
+    assert got[-1].thread_id == "t-2"
+    assert checked == ["t-1", "t-2"], "once per thread: at its first message"
