@@ -58,7 +58,10 @@ HEADER_START = b"NATS/1.0\r\n"
 
 def encode_header_value(value: str) -> bytes:
     """A header value as nats-py writes it: stripped, CR and LF turned into spaces."""
-    return value.strip().translate(_NEWLINES).encode()
+    value = value.strip()
+    if "\r" in value or "\n" in value:
+        value = value.translate(_NEWLINES)
+    return value.encode()
 
 
 def encode_header(name: str, value: str) -> bytes:
