@@ -563,6 +563,8 @@ _LIFECYCLE_HEADS = {
     for phase in ("submitted", "streaming", "cancelled", "done")
 }
 _TURN_COMPLETE_HEAD = b'{"kind":"turn_complete","turn":'
+_USER_MESSAGE_HEAD = b'{"kind":"user_message","id":'
+_CONTENT_KEY = b',"content":'
 # Artifacts whose JSON is `{"kind": KIND, "content": <str>}`: their events skip pydantic
 # and `to_dict` (exact classes only: a subclass may write more).
 _CONTENT_HEADS: dict[type[Artifact], bytes] = {
@@ -630,10 +632,14 @@ def encode_event(event: IngressEvent | OutputEvent) -> bytes:
             return event.__pydantic_serializer__.to_json(event)
         return _TURN_COMPLETE_HEAD + turn + _context_tail(event.context)
     if cls is UserMessageEvent:
-        wire = {"kind": "user_message", "id": event.id, "content": event.content}  # type: ignore[union-attr]
-        if event.context.provenance:
-            wire["context"] = _context_value(event.context)
-        return jsonutil.dumps(wire)
+        dumps = jsonutil.dumps
+        return (
+            _USER_MESSAGE_HEAD
+            + dumps(event.id)  # type: ignore[union-attr]
+            + _CONTENT_KEY
+            + dumps(event.content)  # type: ignore[union-attr]
+            + _context_tail(event.context)
+        )
     return event.__pydantic_serializer__.to_json(event)
 
 
