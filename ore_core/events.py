@@ -685,6 +685,10 @@ def decode_output_value(value: Any) -> OutputEvent:
     """
     kind = value.get("kind") if type(value) is dict else None
     if type(kind) is str and kind:
+        if kind == "lifecycle":
+            key = _lifecycle_key(value)
+            if key is not None:
+                return _plain_lifecycle(key, value)
         validator = _OUTPUT_VALIDATORS.get(kind, _ARTIFACT_VALIDATOR)
         try:
             event: OutputEvent = validator.validate_python(value)
@@ -695,6 +699,49 @@ def decode_output_value(value: Any) -> OutputEvent:
         return _OUTPUT.validate_python(value)
     except ValidationError as exc:
         raise _decode_error("output", exc) from exc
+
+
+_PLAIN_LIFECYCLES: dict[tuple[str, str], OutputEvent] = {}
+_PLAIN_LIFECYCLES_MAX = 256
+
+
+def _lifecycle_key(value: dict[str, Any]) -> tuple[str, str] | None:
+    """(phase, provenance) of `{"kind":"lifecycle","phase":P,"context":{"provenance":N}}`.
+
+    None for any other shape: those are validated each time.
+    """
+    if len(value) != 3:
+        return None
+    phase = value.get("phase")
+    context = value.get("context")
+    if type(phase) is not str or type(context) is not dict or len(context) != 1:
+        return None
+    provenance = context.get("provenance")
+    return None if type(provenance) is not str else (phase, provenance)
+
+
+def _plain_lifecycle(key: tuple[str, str], value: dict[str, Any]) -> OutputEvent:
+    """The lifecycle event of a plain value, validated once per (phase, provenance).
+
+    A conduit decodes three of these per turn (submitted, streaming, done) and they are
+    all alike: the value is fully determined by its key, and the event is frozen, so
+    one validated instance serves every equal value. A value that fails validation is
+    not kept and fails again (through `decode_output_value`'s union) each time.
+    """
+    global _PLAIN_LIFECYCLES
+    event = _PLAIN_LIFECYCLES.get(key)
+    if event is None:
+        try:
+            event = _OUTPUT_VALIDATORS["lifecycle"].validate_python(value)
+        except ValidationError:
+            try:
+                return _OUTPUT.validate_python(value)
+            except ValidationError as exc:
+                raise _decode_error("output", exc) from exc
+        if len(_PLAIN_LIFECYCLES) >= _PLAIN_LIFECYCLES_MAX:
+            _PLAIN_LIFECYCLES = {}
+        _PLAIN_LIFECYCLES[key] = event
+    return event
 
 
 def event_json_schema() -> dict[str, Any]:

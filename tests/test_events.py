@@ -4,6 +4,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Self
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given
@@ -40,6 +41,7 @@ from ore_core import (
     UnknownArtifact,
     UserMessageEvent,
 )
+from ore_core import events as events_module
 from ore_core.events import (
     _encode_with_pydantic,
     decode_ingress,
@@ -751,3 +753,65 @@ def test_events_built_by_of_are_frozen_and_copy_like_constructed_ones(event: Any
     copy = event.with_context(EventContext(provenance="x"))
     assert copy.context.provenance == "x"
     assert copy == type(event)(**{**event.__dict__, "context": EventContext(provenance="x")})
+
+
+_lifecycle_values = st.fixed_dictionaries(
+    {
+        "kind": st.just("lifecycle"),
+        "phase": st.one_of(
+            st.sampled_from(["submitted", "streaming", "cancelled", "done"]), _text, st.integers()
+        ),
+        "context": st.one_of(
+            st.fixed_dictionaries({"provenance": st.one_of(_text, st.integers())}),
+            st.fixed_dictionaries({"provenance": _text, "user": _text}),
+            st.just({}),
+            st.none(),
+        ),
+    },
+    optional={"extra": _text},
+)
+
+
+def _decoded_or_error(value: dict[str, Any]) -> object:
+    try:
+        return decode_output_value(value)
+    except EventDecodeError as exc:
+        return str(exc)
+
+
+@given(_lifecycle_values)
+def test_a_lifecycle_value_decodes_as_pydantic_decodes_it_first_time_and_again(
+    value: dict[str, Any],
+) -> None:
+    with patch.object(events_module, "_lifecycle_key", lambda value: None):
+        expected = _decoded_or_error(value)  # validated every time, as before the cache
+    first = _decoded_or_error(value)
+    assert first == expected
+    assert _decoded_or_error(value) == expected
+    if isinstance(first, LifecycleEvent):
+        assert first.model_fields_set == LifecycleEvent.model_validate(value).model_fields_set
+
+
+def test_plain_lifecycle_values_are_validated_once_per_phase_and_provenance(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    validated: list[Any] = []
+    validator = events_module._OUTPUT_VALIDATORS["lifecycle"]
+
+    class Counting:
+        def validate_python(self, value: Any) -> Any:
+            validated.append(value)
+            return validator.validate_python(value)
+
+    monkeypatch.setitem(events_module._OUTPUT_VALIDATORS, "lifecycle", Counting())
+    monkeypatch.setattr(events_module, "_PLAIN_LIFECYCLES", {})
+    for _ in range(20):
+        for phase in ("submitted", "streaming", "done"):
+            value = {"kind": "lifecycle", "phase": phase, "context": {"provenance": "slack"}}
+            event = decode_output_value(value)
+            assert event == LifecycleEvent(phase=phase, context=EventContext(provenance="slack"))
+    assert len(validated) == 3
+    odd = {"kind": "lifecycle", "phase": "done", "context": {"provenance": "slack", "user": "u"}}
+    decode_output_value(odd)
+    decode_output_value(odd)
+    assert len(validated) == 5, "other shapes are validated every time"
