@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import deque
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
@@ -78,10 +78,12 @@ def header_block(headers: dict[str, str]) -> bytes:
     return HEADER_START + b"".join(lines) + b"\r\n"
 
 
-@dataclass(frozen=True, slots=True)
-class Ack:
+class Ack(NamedTuple):
     """What JetStream answered to a publish: the stored sequence, and whether it was a
-    duplicate (the `Nats-Msg-Id` was already stored inside the duplicate window)."""
+    duplicate (the `Nats-Msg-Id` was already stored inside the duplicate window).
+
+    A named tuple: immutable like a frozen dataclass, made in a third of the time.
+    """
 
     sequence: int
     duplicate: bool
