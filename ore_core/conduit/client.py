@@ -46,12 +46,8 @@ from ore_core.conduit.connection import (
     connect_nats,
 )
 from ore_core.conduit.feed import Delivery, EventFeed
-from ore_core.conduit.publisher import (
-    HEADER_START,
-    AckedPublisher,
-    encode_header,
-    encode_header_value,
-)
+from ore_core.conduit.publisher import AckedPublisher
+from ore_core.conduit.wire import HEADER_START, header_block, header_value
 from ore_core.errors import ApiError, BusError
 from ore_core.events import (
     EventContext,
@@ -128,6 +124,11 @@ def _message_id(keyed: hmac.HMAC | None, namespace: str, thread_id: str, event_i
     digest = keyed.copy()
     digest.update(f"{namespace}|{thread_id}|{event_id}".encode())
     return f"{thread_id}:{digest.hexdigest()[:32]}"
+
+
+def _header_lines(headers: dict[str, str]) -> bytes:
+    """The `Name: value` lines `header_block` writes for `headers` (no first/last line)."""
+    return header_block(headers)[len(HEADER_START) : -2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,8 +210,7 @@ class ConduitClient:
         # is the message id's line + the kind's pre-encoded lines (see `_publish`).
         self._inbound_head = self.subjects.inbound(self.namespace, "_")[:-1]
         self._kind_lines = {
-            kind: encode_header(HEADER_KIND, kind)
-            + encode_header(HEADER_SCHEMA, str(SCHEMA_VERSION))
+            kind: _header_lines({HEADER_KIND: kind, HEADER_SCHEMA: str(SCHEMA_VERSION)})
             for kind in _SENT_KINDS
         }
 
@@ -491,10 +491,12 @@ class ConduitClient:
         subject = self._inbound_head + validate_thread_id(thread_id)
         payload = encode_event(event)
         msg_id = _message_id(self._keyed, self.namespace, thread_id, event.id)
-        header = _MSG_ID_HEAD + encode_header_value(msg_id) + b"\r\n" + self._kind_lines[event.kind]
+        header = (
+            _MSG_ID_HEAD + header_value(msg_id).encode() + b"\r\n" + self._kind_lines[event.kind]
+        )
         traceparent = event.context.traceparent
         if traceparent:
-            header += encode_header(HEADER_TRACEPARENT, traceparent)
+            header += _header_lines({HEADER_TRACEPARENT: traceparent})
         header += b"\r\n"
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._send_deadline

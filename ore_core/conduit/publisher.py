@@ -11,11 +11,10 @@ serves every publish waiting. Acks arrive on one wildcard inbox of the connectio
 (or the first publish), handled inline by the read loop and parsed with orjson.
 Publishes from many tasks are pipelined: nothing waits for an earlier ack.
 
-The `HPUB` command is written here (`publish_encoded`), from a header block the caller
-builds once per message out of pre-encoded parts: nats-py's `publish` checks both
-subjects with a regex and encodes every header through a regex, a strip, a translate
-and four buffer extends. The connection checks and buffering stay nats-py's (the same
-errors, `_send_command`, the same flusher kick); a test keeps the bytes identical.
+A publish goes out through `wire.publish_now` (nats-py's checks, bytes and flusher
+wake-up without its coroutine chain), with a header block the caller may build once
+per message from pre-encoded parts (`publish_encoded`): nats-py's `publish` encodes
+every header through a regex, a strip, a translate and four buffer extends.
 
 Concurrency: one publisher per connection, used from the connection's event loop.
 """
@@ -23,59 +22,23 @@ Concurrency: one publisher per connection, used from the connection's event loop
 from __future__ import annotations
 
 import asyncio
-import re
 from collections import deque
 from typing import NamedTuple
 
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
-from nats.errors import (
-    BadHeaderError,
-    BadSubjectError,
-    ConnectionClosedError,
-    ConnectionDrainingError,
-    MaxPayloadError,
-    OutboundBufferLimitError,
-)
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import APIError, NoStreamResponseError
 
 from ore_core import jsonutil
 from ore_core.conduit.connection import PermissionWatch, subscribe_inline
+from ore_core.conduit.wire import header_block, publish_now, wait_flushed
 from ore_core.errors import BusError
 
-__all__ = ["Ack", "AckedPublisher", "encode_header_value", "header_block"]
+__all__ = ["Ack", "AckedPublisher"]
 
 _STATUS = "Status"
 _NO_RESPONDERS = "503"
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # what nats-py accepts
-_SUBJECT_INVALID = re.compile(r"[ \t\r\n]")  # what nats-py refuses in a published subject
-_HPUB = b"HPUB"
-_NEWLINES = str.maketrans({"\r": " ", "\n": " "})
-HEADER_START = b"NATS/1.0\r\n"
-"""The first line of every header block (`header_block` ends it with an empty line)."""
-
-
-def encode_header_value(value: str) -> bytes:
-    """A header value as nats-py writes it: stripped, CR and LF turned into spaces."""
-    value = value.strip()
-    if "\r" in value or "\n" in value:
-        value = value.translate(_NEWLINES)
-    return value.encode()
-
-
-def encode_header(name: str, value: str) -> bytes:
-    """One `Name: value\\r\\n` line exactly as nats-py's publish writes it."""
-    key = name.strip()
-    if not _HEADER_NAME.fullmatch(key):
-        raise BadHeaderError(key)
-    return key.encode() + b": " + encode_header_value(value) + b"\r\n"
-
-
-def header_block(headers: dict[str, str]) -> bytes:
-    """The header block nats-py writes for `headers` (empty names skipped, as it does)."""
-    lines = [encode_header(name, value) for name, value in headers.items() if name.strip()]
-    return HEADER_START + b"".join(lines) + b"\r\n"
 
 
 class Ack(NamedTuple):
@@ -147,7 +110,8 @@ class AckedPublisher:
         if self._timer is None:
             self._timer = loop.call_at(deadline, self._expire)
         try:
-            await self._write(subject, inbox + token, payload, header)
+            if publish_now(self._nc, subject, payload, inbox + token, header):
+                await wait_flushed(self._nc)  # over the pending limit: nats-py's backpressure
             msg = await answer
         finally:
             self._permissions.forget_publish(subject, answer)
@@ -157,44 +121,6 @@ class AckedPublisher:
             while deadlines and deadlines[0][1].done():
                 deadlines.popleft()
         return _ack_of(msg)
-
-    async def _write(self, subject: str, reply: str, payload: bytes, header: bytes) -> None:
-        """nats-py's `publish(subject, payload, reply, headers)` for a written header block.
-
-        The same checks in the same order, raising the same errors, then the same
-        buffering and flusher kick (nats-py 2.16's `publish` and `_send_publish`).
-        """
-        nc = self._nc
-        if not subject or _SUBJECT_INVALID.search(subject) is not None:
-            raise BadSubjectError
-        if nc.is_closed:
-            raise ConnectionClosedError
-        if nc.is_draining_pubs:
-            raise ConnectionDrainingError
-        payload_size = len(payload)
-        if not nc.is_connected and (
-            nc._max_pending_size <= 0 or payload_size + nc._pending_data_size > nc._max_pending_size
-        ):
-            raise OutboundBufferLimitError  # reconnecting: no buffer, or a full one
-        if payload_size > nc._max_payload:
-            raise MaxPayloadError
-        size = len(header)
-        command = b"%b %b %b %d %d\r\n%b%b\r\n" % (
-            _HPUB,
-            subject.encode(),
-            reply.encode(),
-            size,
-            size + payload_size,
-            header,
-            payload,
-        )
-        stats = nc.stats
-        stats["out_msgs"] += 1
-        stats["out_bytes"] += payload_size
-        await nc._send_command(command)
-        flush_queue = nc._flush_queue
-        if flush_queue is not None and flush_queue.empty():
-            await nc._flush_pending()
 
     def _expire(self) -> None:
         """Fail the publishes past their deadline; set the timer for the next one."""

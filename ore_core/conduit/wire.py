@@ -36,7 +36,15 @@ from nats.errors import (
     OutboundBufferLimitError,
 )
 
-__all__ = ["ACK", "header_block", "publish_now", "settle_now", "wait_flushed"]
+__all__ = [
+    "ACK",
+    "HEADER_START",
+    "header_block",
+    "header_value",
+    "publish_now",
+    "settle_now",
+    "wait_flushed",
+]
 
 ACK = b""
 """The payload of a JetStream ack (what nats-py's `Msg.ack` sends)."""
@@ -46,6 +54,8 @@ _CLOSED = NatsClient.CLOSED
 _DRAINING_PUBS = NatsClient.DRAINING_PUBS
 _DRAINING_SUBS = NatsClient.DRAINING_SUBS
 _HEADER_START = "NATS/1.0\r\n"
+HEADER_START = _HEADER_START.encode()
+"""The first line of every header block (a caller building a block from parts)."""
 _KEYS: dict[str, str | None] = {}  # header name -> its stripped form, None if skipped
 _KEYS_LIMIT = 1024
 
@@ -81,12 +91,17 @@ def header_block(headers: Mapping[str, str]) -> bytes:
             key = _key(name)
         if key is None:
             continue
-        value = value.strip()
-        if "\r" in value or "\n" in value:
-            value = value.translate(_HEADER_VALUE_NEWLINES)
-        lines.append(f"{key}: {value}\r\n")
+        lines.append(f"{key}: {header_value(value)}\r\n")
     lines.append("\r\n")
     return "".join(lines).encode()
+
+
+def header_value(value: str) -> str:
+    """A header value as nats-py sends it: stripped, CR and LF turned into spaces."""
+    value = value.strip()
+    if "\r" in value or "\n" in value:
+        value = value.translate(_HEADER_VALUE_NEWLINES)
+    return value
 
 
 def publish_now(
