@@ -47,7 +47,6 @@ from ore_core.conduit.connection import (
 )
 from ore_core.conduit.feed import Delivery, EventFeed
 from ore_core.conduit.publisher import AckedPublisher
-from ore_core.conduit.wire import HEADER_START, header_block, header_value
 from ore_core.errors import ApiError, BusError
 from ore_core.events import (
     EventContext,
@@ -85,7 +84,6 @@ log = structlog.get_logger("ore.bus.client")
 
 _I = TypeVar("_I", UserMessageEvent, InterruptEvent)
 _SENT_KINDS = ("user_message", "interrupt")  # what send() and interrupt() publish
-_MSG_ID_HEAD = HEADER_START + HEADER_MSG_ID.encode() + b": "
 _RETRYABLE = (
     NatsTimeoutError,
     NoStreamResponseError,
@@ -124,11 +122,6 @@ def _message_id(keyed: hmac.HMAC | None, namespace: str, thread_id: str, event_i
     digest = keyed.copy()
     digest.update(f"{namespace}|{thread_id}|{event_id}".encode())
     return f"{thread_id}:{digest.hexdigest()[:32]}"
-
-
-def _header_lines(headers: dict[str, str]) -> bytes:
-    """The `Name: value` lines `header_block` writes for `headers` (no first/last line)."""
-    return header_block(headers)[len(HEADER_START) : -2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,12 +200,23 @@ class ConduitClient:
         self._owns_connection = owns_connection
         self._feeds: set[EventFeed] = set()
         # A send's subject is this head + the (checked) thread id, and its header block
-        # is the message id's line + the kind's pre-encoded lines (see `_publish`).
+        # is the message id's line + the kind's pre-encoded lines (see `_publish`). `wire`
+        # is imported here, not with the SDK (tests/test_public_surface.py).
+        from ore_core.conduit import wire
+
         self._inbound_head = self.subjects.inbound(self.namespace, "_")[:-1]
+        self._header_block = wire.header_block
+        self._header_value = wire.header_value
+        self._header_start = wire.HEADER_START
+        self._msg_id_head = wire.HEADER_START + HEADER_MSG_ID.encode() + b": "
         self._kind_lines = {
-            kind: _header_lines({HEADER_KIND: kind, HEADER_SCHEMA: str(SCHEMA_VERSION)})
+            kind: self._header_lines({HEADER_KIND: kind, HEADER_SCHEMA: str(SCHEMA_VERSION)})
             for kind in _SENT_KINDS
         }
+
+    def _header_lines(self, headers: dict[str, str]) -> bytes:
+        """The `Name: value` lines of `header_block(headers)` (no first or last line)."""
+        return self._header_block(headers)[len(self._header_start) : -2]
 
     @classmethod
     async def connect(
@@ -492,11 +496,14 @@ class ConduitClient:
         payload = encode_event(event)
         msg_id = _message_id(self._keyed, self.namespace, thread_id, event.id)
         header = (
-            _MSG_ID_HEAD + header_value(msg_id).encode() + b"\r\n" + self._kind_lines[event.kind]
+            self._msg_id_head
+            + self._header_value(msg_id).encode()
+            + b"\r\n"
+            + self._kind_lines[event.kind]
         )
         traceparent = event.context.traceparent
         if traceparent:
-            header += _header_lines({HEADER_TRACEPARENT: traceparent})
+            header += self._header_lines({HEADER_TRACEPARENT: traceparent})
         header += b"\r\n"
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._send_deadline

@@ -32,7 +32,6 @@ from nats.js.errors import APIError, NoStreamResponseError
 
 from ore_core import jsonutil
 from ore_core.conduit.connection import PermissionWatch, subscribe_inline
-from ore_core.conduit.wire import header_block, publish_now, wait_flushed
 from ore_core.errors import BusError
 
 __all__ = ["Ack", "AckedPublisher"]
@@ -63,6 +62,13 @@ class AckedPublisher:
     """
 
     def __init__(self, nc: NatsClient, permissions: PermissionWatch, ack_wait: float) -> None:
+        # Imported by the first publisher, not with the SDK: `import ore_core.conduit`
+        # stays as small as tests/test_public_surface.py holds it.
+        from ore_core.conduit import wire
+
+        self._header_block = wire.header_block
+        self._publish_now = wire.publish_now
+        self._wait_flushed = wire.wait_flushed
         self._nc = nc
         self._ack_wait = ack_wait
         self._permissions = permissions
@@ -90,7 +96,7 @@ class AckedPublisher:
 
     async def publish(self, subject: str, payload: bytes, headers: dict[str, str]) -> Ack:
         """Publish `payload` to `subject` and return JetStream's ack within `ack_wait` s."""
-        return await self.publish_encoded(subject, payload, header_block(headers))
+        return await self.publish_encoded(subject, payload, self._header_block(headers))
 
     async def publish_encoded(self, subject: str, payload: bytes, header: bytes) -> Ack:
         """`publish` with the header block already written (`header_block`'s bytes).
@@ -110,8 +116,8 @@ class AckedPublisher:
         if self._timer is None:
             self._timer = loop.call_at(deadline, self._expire)
         try:
-            if publish_now(self._nc, subject, payload, inbox + token, header):
-                await wait_flushed(self._nc)  # over the pending limit: nats-py's backpressure
+            if self._publish_now(self._nc, subject, payload, inbox + token, header):
+                await self._wait_flushed(self._nc)  # over the pending limit: backpressure
             msg = await answer
         finally:
             self._permissions.forget_publish(subject, answer)

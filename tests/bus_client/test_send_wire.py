@@ -16,7 +16,7 @@ import pytest
 from nats.aio.client import Client
 
 from ore_core import ConduitClient
-from ore_core.conduit import publisher as publisher_module
+from ore_core.conduit import wire
 from ore_core.conduit.client import message_id
 from ore_core.conduit.wire import header_block, publish_now
 from ore_core.events import EventContext, UserMessageEvent
@@ -59,7 +59,7 @@ async def test_a_send_writes_what_nats_py_would_write_for_its_headers(
         written.append((subject, payload, reply, header))
         return publish_now(nc, subject, payload, reply, header)
 
-    monkeypatch.setattr(publisher_module, "publish_now", recording)
+    monkeypatch.setattr(wire, "publish_now", recording)  # before the client takes it
     async with await ConduitClient.connect(ore_nats_url, name=NS, secret=secret) as client:
         if interrupt:
             sending = asyncio.ensure_future(client.interrupt("t-1", id=event_id))
