@@ -30,6 +30,12 @@ here again (`prime`). `prime` also publishes a saved answer that never reached `
 (its owner died between the save and the append): it looks inside the thread's last
 stored batch for that answer (see `_answer_missing`).
 
+A thread whose output was dropped for an overdue lease is treated as if it had left,
+even if the lease is renewed a moment later (a blip: a VM stall, a long GC), and the
+ingress is told (`watch_overdue`): its messages whose output was dropped are not
+acknowledged but handled again from the reloaded thread, whose `prime` stores the
+answer that was saved but dropped, as after a crash between the save and the append.
+
 `NS` is the namespace the thread recorded when it was created (`namespace_of`): a sink
 only hears a thread id, so ingress and the control API `bind` the namespaces of the
 threads they resolve, and a thread nobody bound is looked up in its active stream.
@@ -75,7 +81,7 @@ from ore_core.subjects import (
     NAMESPACE_KEY,
     Subjects,
 )
-from ore_core.turn import Role
+from ore_core.turn import Role, Turn
 
 __all__ = ["STORAGE_FULL", "Egress", "is_live_only", "namespace_of"]
 
@@ -165,12 +171,23 @@ class Egress:
         self._turns: dict[str, _Run] = {}  # durable events of turns not ended yet
         self._told: set[str] = set()  # threads told that their answer waits for space
         self._waiter: tuple[int, asyncio.Future[None]] | None = None
+        self._on_overdue: Callable[[str, int], None] | None = None
         self.emitted = 0
         """Events taken from the manager so far (compare `Manager.sink_queued`)."""
         self.dropped_deltas = 0
         self.abandoned = 0
         """Held events dropped because their turn was given up (its save failed)."""
         pipeline.watch_limits(reached=self._limit_reached, cleared=self._told.clear)
+
+    def watch_overdue(self, callback: Callable[[str, int], None]) -> None:
+        """Call `callback(thread_id, position)` when output of `thread_id` is dropped
+        because the lease of its partition is overdue (not because it left: `release`).
+
+        `position` counts the manager's events taken before the first dropped one: a
+        message handled at a sink position above it (`Manager.sink_queued`) lost output
+        and must not be acknowledged. The thread publishes nothing more until `prime`.
+        """
+        self._on_overdue = callback
 
     def bind(self, thread_id: str, namespace: str) -> None:
         """Publish the events of `thread_id` under `namespace` (ingress and API call it)."""
@@ -268,13 +285,14 @@ class Egress:
         except (NatsError, TimeoutError) as exc:
             log.debug("last event not read", thread_id=thread_id, error=repr(exc))
             return
-        first_turn = len(thread.all_turns()) == 2  # one message and its answer
-        if _answer_missing(None if last is None else last.data, tip.id, first_turn=first_turn):
+        for answer_turn in _answers_missing(None if last is None else last.data, thread, tip):
             log.warning("stored answer missing from the events; publishing it", thread_id=thread_id)
-            answer = TurnCompleteEvent(turn=tip)
+            answer = TurnCompleteEvent(turn=answer_turn)
             run = _Run(encode_event(answer), answer)
             run.data.append(encode_event(LifecycleEvent(phase="done")))
-            await self._append(thread_id, run)
+            await self._append(thread_id, run, self.emitted)
+            if thread_id in self._gone:  # refused (the lease is overdue): tried again later
+                return
 
     def primed(self, thread_id: str) -> bool:
         """Whether `prime(thread_id, ...)` would do nothing now (primed since attached).
@@ -295,21 +313,49 @@ class Egress:
         finally:
             self._waiter = None
 
-    def _refuses(self, thread_id: str) -> bool:
-        """Whether nothing may be published for `thread_id` here (lease overdue or gone)."""
-        return bool(self._gone and thread_id in self._gone) or not self._may_write(thread_id)
+    def _refuses(self, thread_id: str, position: int) -> bool:
+        """Whether nothing may be published for `thread_id` here (lease overdue or gone).
+
+        An overdue lease makes the thread gone (`_overdue`): `position` is the sink
+        position of the first event dropped.
+        """
+        if self._gone and thread_id in self._gone:
+            return True
+        if self._may_write(thread_id):
+            return False
+        self._overdue(thread_id, position)
+        return True
+
+    def _overdue(self, thread_id: str, position: int) -> None:
+        """Output of `thread_id` was dropped for an overdue lease: drop the rest of it
+        until the thread is attached again, and tell the ingress (`watch_overdue`).
+
+        Why gone and not only dropped: the lease may be renewed a moment later, and the
+        rest of a turn whose first events were dropped must not be stored as a batch
+        without them; the thread's next attach (`prime`) restores the dropped answer.
+        """
+        self._gone.add(thread_id)
+        self._primed.discard(thread_id)
+        held = self._turns.pop(thread_id, None)
+        if held is not None:
+            self.refused += len(held.data)
+        log.warning("output dropped: the partition lease is overdue", thread_id=thread_id)
+        if self._on_overdue is not None:
+            self._on_overdue(thread_id, position)
 
     async def _emit_batch(self, items: list[tuple[str, OutputEvent | None]]) -> None:
         live: dict[str, _Run] = {}
         turns = self._turns
         allowed: set[str] = set()  # asked once per thread between awaits; `_append` again
+        position = self.emitted  # the sink position of `event`
         for thread_id, event in items:
+            position += 1
             if event is None:  # the turn was given up: what it held is never stored
                 held = turns.pop(thread_id, None)
                 if held is not None:
                     self.abandoned += len(held.data)
                 continue
-            if thread_id not in allowed and self._refuses(thread_id):
+            if thread_id not in allowed and self._refuses(thread_id, position - 1):
                 self.refused += 1
                 held = turns.pop(thread_id, None)
                 if held is not None:
@@ -334,7 +380,7 @@ class Egress:
                 if run is not None and self._publish_live(thread_id, run):
                     await wait_flushed(self._nc)
                 del turns[thread_id]
-                await self._append(thread_id, turn)
+                await self._append(thread_id, turn, position - 1)
                 allowed.clear()  # ownership may have changed while we waited
         over_limit = False
         for thread_id, run in live.items():
@@ -342,21 +388,21 @@ class Egress:
         if over_limit:
             await wait_flushed(self._nc)
         if turns:
-            await self._store_outside_turns()
+            await self._store_outside_turns(position)
 
-    async def _store_outside_turns(self) -> None:
+    async def _store_outside_turns(self, position: int) -> None:
         """Store held events of threads not in a turn (published outside one, or closed)."""
         manager = self._manager
         for thread_id in list(self._turns):
             stream = manager.stream_of(thread_id) if manager is not None else None
             if stream is None or not stream.in_turn:
-                await self._append(thread_id, self._turns.pop(thread_id))
+                await self._append(thread_id, self._turns.pop(thread_id), position)
 
     async def flush(self) -> None:
         """Store every held event now (shutdown: nothing waits for a `done` any more)."""
         while self._turns:
             thread_id, turn = self._turns.popitem()
-            await self._append(thread_id, turn)
+            await self._append(thread_id, turn, self.emitted)
 
     def _header_block(self, run: _Run) -> bytes:
         """The encoded headers of a live message: built once per kind without a trace."""
@@ -378,9 +424,11 @@ class Egress:
             headers[HEADER_TRACEPARENT] = traceparent
         return headers
 
-    async def _append(self, thread_id: str, turn: _Run) -> None:
-        """Store a turn's held events: one batch, or several if one would be too large."""
-        if self._refuses(thread_id):
+    async def _append(self, thread_id: str, turn: _Run, position: int) -> None:
+        """Store a turn's held events: one batch, or several if one would be too large.
+
+        `position`: the sink position of its last event (see `_refuses`)."""
+        if self._refuses(thread_id, position):
             self.refused += len(turn.data)
             return
         subject = self._subjects_of(thread_id)[0]
@@ -450,6 +498,32 @@ def _stored_events(data: Any) -> tuple[list[dict[str, Any]], bool]:
     if not isinstance(events, list):
         return [], True
     return [e for e in events if isinstance(e, dict)], True
+
+
+def _answers_missing(data: Any, thread: Thread, tip: Turn) -> list[Turn]:
+    """The saved answers missing from the events, oldest first (usually none or `tip`).
+
+    `_answer_missing` decides for the latest answer; when it is missing and the last
+    stored batch holds turns of the thread's active path, every answer after those is
+    missing too: output dropped while a lease was overdue can span several turns of a
+    thread saved meanwhile (each is stored with its own `done`). A stored turn not on
+    the path (a compacted or rewound thread) leaves just the latest answer.
+    """
+    first_turn = len(thread.all_turns()) == 2  # one message and its answer
+    if not _answer_missing(data, tip.id, first_turn=first_turn):
+        return []
+    events, batch = _stored_events(data) if data is not None else ([], False)
+    stored = {(e.get("turn") or {}).get("id") for e in events if e.get("kind") == "turn_complete"}
+    if not batch or not stored:
+        return [tip]
+    missing: list[Turn] = []
+    turn: Turn | None = tip
+    while turn is not None and turn.id not in stored:
+        if turn.role != Role.USER:
+            missing.append(turn)
+        parent = turn.parent_id
+        turn = thread.get_turn(parent) if parent and parent != turn.id else None
+    return missing[::-1] if turn is not None else [tip]
 
 
 def _answer_missing(data: Any, answer_id: str, *, first_turn: bool) -> bool:

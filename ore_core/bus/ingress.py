@@ -133,6 +133,7 @@ class _Parked:
 
 _RESET_TIMEOUT = 2.0  # seconds per JetStream request of a consumer reset (then retried)
 _CLOSED_CHECK = 0.5  # seconds between looks for deliveries whose stream was closed
+_OWNED_CHECK = 0.1  # seconds between looks whether an overdue lease is usable again
 
 
 class _Rejected(Exception):
@@ -185,9 +186,9 @@ class Ingress:
         self._handover_grace = handover_grace
         self._partitions = config.partitions
         self._inflight: dict[str, dict[str, _Delivery]] = {}
-        # Handled messages with the egress sink position at that moment: acked once
-        # everything published up to it is stored (see `_ack_loop`).
-        self._acks: deque[tuple[Msg, int]] = deque()
+        # Handled messages with the egress sink position at that moment and their
+        # thread: acked once everything published up to it is stored (see `_ack_loop`).
+        self._acks: deque[tuple[Msg, int, str]] = deque()
         self._parked: dict[str, _Parked] = {}
         self._failures: dict[str, int] = {}  # store failures in a row per thread: backoff
         self._ack_wakeup = asyncio.Event()
@@ -324,12 +325,77 @@ class Ingress:
             log.warning("handover grace over; cutting turns", partition=partition)
 
     async def abandon(self, partition: int) -> None:
-        """The lease on `partition` is lost: drop its streams unsaved, hand messages back."""
+        """The lease on `partition` is lost: drop its streams unsaved, hand messages back.
+
+        Handled messages whose output the egress has not taken yet are handed back too:
+        it will drop that output (the threads left), so the next owner answers them
+        (the stored answer, found by `Egress.prime`) instead of nobody.
+        """
         puller = self._pullers.pop(partition, None)
         await self._drop_streams(partition)  # first: nothing of it may be written any more
         if puller is not None:
             await puller.stop()
         await self._hand_back(partition)
+        count = self._partitions
+        emitted = self._egress.emitted
+        unstored = self._take_acks(
+            lambda thread_id, position: (
+                position > emitted and partition_of(thread_id, count) == partition
+            )
+        )
+        for msg, _, thread_id in unstored:
+            self._egress.release(thread_id)
+            await self._settle(msg.nak)
+
+    def _take_acks(self, which: Callable[[str, int], bool]) -> list[tuple[Msg, int, str]]:
+        """Remove and return the handled messages `which(thread_id, position)` picks."""
+        taken = [entry for entry in self._acks if which(entry[2], entry[1])]
+        if taken:
+            kept = [entry for entry in self._acks if not which(entry[2], entry[1])]
+            self._acks.clear()
+            self._acks.extend(kept)
+        return taken
+
+    def output_refused(self, thread_id: str, position: int) -> None:
+        """The egress dropped output of `thread_id` for an overdue lease (`Egress.watch_overdue`).
+
+        Its messages handled past `position` (their answer was saved but not stored as
+        events) are not acknowledged, and neither are those in flight: they wait here,
+        parked in order, while the thread's stream is dropped, and are then handled
+        again from the thread as stored. Attaching it primes the egress, which stores
+        the dropped answer (a redelivered answered message then gets only `done`), as
+        after a crash between the save and the append. Nothing is acknowledged for
+        output that was never stored.
+        """
+        parked = self._parked.get(thread_id)
+        if parked is None:
+            parked = self._parked[thread_id] = _Parked()
+        parked.resuming = False  # a retry running now stops after its current message
+        if parked.timer is not None:
+            parked.timer.cancel()
+            parked.timer = None
+        for msg, _, _ in self._take_acks(lambda t, p: t == thread_id and p > position):
+            parked.messages[stream_sequence(msg)] = msg
+        for delivery in self._pop_thread(thread_id):
+            parked.messages[delivery.sequence] = delivery.msg
+        self._retries.spawn(
+            self._reload(thread_id, parked), name=f"ore-ingress-reload-{thread_id}", critical=False
+        )
+
+    async def _reload(self, thread_id: str, parked: _Parked) -> None:
+        """Drop the thread's stream unsaved, then handle its parked messages again."""
+        stream = self._manager.stream_of(thread_id)
+        if stream is not None:
+            await stream.abandon()
+        for delivery in self._pop_thread(thread_id):  # submitted while we dropped it
+            parked.messages[delivery.sequence] = delivery.msg
+        if self._parked.get(thread_id) is not parked or not parked.messages:
+            if self._parked.get(thread_id) is parked:
+                del self._parked[thread_id]
+            return  # handed back meanwhile (the partition was lost), or nothing to redo
+        sequence = min(parked.messages)
+        error = StaleThread(f"thread {thread_id}: output dropped while the lease was overdue")
+        self._park(parked.messages.pop(sequence), thread_id, sequence, error)
 
     async def drop_thread(self, thread_id: str) -> None:
         """Another worker wrote the thread (fencing): drop it unsaved, hand back its messages."""
@@ -468,7 +534,7 @@ class Ingress:
         except TimeoutError:
             pass
         stored = self._pipeline.stored_before(mark)
-        handled = [msg for msg, _ in self._acks]
+        handled = [msg for msg, _, _ in self._acks]
         self._acks.clear()
         for msg in handled:
             await self._settle(msg.ack if stored else msg.nak)
@@ -511,12 +577,19 @@ class Ingress:
         return None
 
     async def _receive(self, partition: int, msg: Msg) -> None:
+        thread_id = msg.subject.rpartition(".")[2]
+        sequence = stream_sequence(msg)
         if not self._owns(partition):
+            if partition in self._pullers and not self._stopping:
+                # Still ours, overdue for a moment (a pause): a NAK would come back at
+                # once, again and again until `max_deliver` drops it for good. It waits
+                # here instead, in order, until the lease is renewed or lost (`abandon`
+                # hands it back then).
+                self._hold(msg, thread_id, sequence)
+                return
             # A pull that outlived our lease (or a handover): the owner gets it now.
             await self._settle(msg.nak)
             return
-        thread_id = msg.subject.rpartition(".")[2]
-        sequence = stream_sequence(msg)
         parked = self._parked.get(thread_id)
         if parked is not None:  # older messages of the thread wait: this one waits too
             parked.messages[sequence] = msg
@@ -609,6 +682,16 @@ class Ingress:
             parked.timer.cancel()
         parked.timer = asyncio.get_running_loop().call_later(delay, self._resume, thread_id)
 
+    def _hold(self, msg: Msg, thread_id: str, sequence: int) -> None:
+        """Park `msg` until its partition's lease is usable again (see `_readmit`)."""
+        parked = self._parked.get(thread_id)
+        if parked is None:
+            parked = self._parked[thread_id] = _Parked()
+        parked.messages[sequence] = msg
+        if parked.timer is None and not parked.resuming:
+            loop = asyncio.get_running_loop()
+            parked.timer = loop.call_later(_OWNED_CHECK, self._resume, thread_id)
+
     def _resume(self, thread_id: str) -> None:
         parked = self._parked.get(thread_id)
         if parked is None or self._stopping:
@@ -621,8 +704,24 @@ class Ingress:
         )
 
     async def _readmit(self, thread_id: str, parked: _Parked) -> None:
-        """Admit the parked messages oldest first, until one is parked again."""
+        """Admit the parked messages oldest first, until one is parked again.
+
+        While the thread's partition lease is overdue they wait on; once the partition
+        is no longer pulled here, they are handed back.
+        """
+        partition = partition_of(thread_id, self._partitions)
         while parked.resuming and parked.messages:
+            if not self._owns(partition):
+                parked.resuming = False
+                if partition in self._pullers and not self._stopping:
+                    loop = asyncio.get_running_loop()
+                    parked.timer = loop.call_later(_OWNED_CHECK, self._resume, thread_id)
+                    return
+                if self._parked.get(thread_id) is parked:
+                    del self._parked[thread_id]
+                for msg in parked.messages.values():
+                    await self._settle(msg.nak)
+                return
             sequence = min(parked.messages)
             await self._admit(parked.messages.pop(sequence), thread_id, sequence)
         if parked.resuming and self._parked.get(thread_id) is parked:
@@ -759,11 +858,11 @@ class Ingress:
             while entries:
                 key, earlier = next(iter(entries.items()))
                 del entries[key]
-                self._acks.append((earlier.msg, position))
+                self._acks.append((earlier.msg, position, delivery.thread_id))
                 if key == reply:
                     break
         elif entries.pop(reply, None) is not None:
-            self._acks.append((delivery.msg, position))
+            self._acks.append((delivery.msg, position, delivery.thread_id))
         self._failures.pop(delivery.thread_id, None)  # it saved: the backoff starts over
         self._forget_if_empty(delivery.thread_id)
         self._ack_wakeup.set()
@@ -804,7 +903,7 @@ class Ingress:
                 for delivery in list(entries.values()):
                     if not delivery.stream.closed:
                         await self._settle(delivery.msg.in_progress)
-            for msg, _ in list(self._acks):  # handled, output not stored yet
+            for msg, _, _ in list(self._acks):  # handled, output not stored yet
                 await self._settle(msg.in_progress)
             for parked in list(self._parked.values()):  # waiting here, not forgotten
                 for msg in list(parked.messages.values()):

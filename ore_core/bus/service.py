@@ -301,6 +301,8 @@ class CoreService:
             batch=self._pull_batch,
             handover_grace=self._handover_grace,
         )
+        # Output dropped for an overdue lease (a pause): its messages are handled again.
+        egress.watch_overdue(self._ingress.output_refused)
         self.tasks.adopt(self._ingress.tasks)
         await self._ingress.start()
         self.tasks.adopt(ownership.tasks)
