@@ -36,7 +36,13 @@ worker stops or dies, parked messages are redelivered by the server as usual.
 
 Partitions are pulled only while this worker owns them (ownership.py calls `acquire`,
 `release` and `abandon`); a message of a partition it does not own (a pull that
-outlived the lease) is handed back at once. `abandon` and `drop_thread` close streams
+outlived the lease) is handed back at once, unless the lease is only overdue (a pause:
+it may be renewed in a moment): then it is parked until the lease is renewed or lost
+(a NAK would come back at once, again and again, until `max_deliver` drops it). When
+the egress drops a thread's output for an overdue lease (`output_refused`), the
+thread's messages whose output was dropped are parked instead of acknowledged and its
+stream is dropped: handled again, they find their answers saved, and attaching the
+thread stores those answers (`Egress.prime`). `abandon` and `drop_thread` close streams
 without saving and hand their messages back: another worker owns those threads now.
 """
 
@@ -378,6 +384,8 @@ class Ingress:
             parked.messages[stream_sequence(msg)] = msg
         for delivery in self._pop_thread(thread_id):
             parked.messages[delivery.sequence] = delivery.msg
+        if self._stopping:
+            return  # `stop` hands parked messages back (or the server does, after ack_wait)
         self._retries.spawn(
             self._reload(thread_id, parked), name=f"ore-ingress-reload-{thread_id}", critical=False
         )
