@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Annotated, Any, Literal, Self, get_args
+from typing import Annotated, Any, Literal, Self, TypeVar, get_args
 
 from pydantic import (
     AfterValidator,
@@ -274,6 +274,22 @@ _set_dict = BaseModel.__dict__["__dict__"].__set__
 _set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
 _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
 _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+
+
+_ModelT = TypeVar("_ModelT", bound=BaseModel)
+
+
+def _as_validated(cls: type[_ModelT], values: dict[str, Any], fields_set: set[str]) -> _ModelT:
+    """An instance of `cls` holding `values` as pydantic's validator leaves one (the
+    caller made the checks validation would make)."""
+    model = _new_object(cls)
+    _set_dict(model, values)
+    _set_fields_set(model, fields_set)
+    _set_extra(model, None)
+    _set_private(model, None)
+    return model
+
+
 # Artifact classes whose kind is known not to be an event kind (exact classes only).
 _TEXT_ARTIFACTS = frozenset({Text, TextDelta, Reasoning, ReasoningDelta})
 
@@ -310,12 +326,9 @@ class ArtifactEvent(_Event):
                 or (isinstance(artifact, Artifact) and artifact.kind not in _OUTPUT_EVENT_KINDS)
             )
         ):
-            event = _new_object(cls)
-            _set_dict(event, {"artifact": artifact, "context": context})
-            _set_fields_set(event, {"artifact", "context"})
-            _set_extra(event, None)
-            _set_private(event, None)
-            return event
+            return _as_validated(
+                cls, {"artifact": artifact, "context": context}, {"artifact", "context"}
+            )
         return cls(artifact=artifact, context=context)
 
     @model_validator(mode="before")
@@ -412,12 +425,8 @@ class TurnCompleteEvent(_Event):
             for artifact in turn.artifacts:
                 if isinstance(artifact, Delta):
                     return cls(turn=turn, context=context)  # refused, as validation says
-            event = _new_object(cls)
-            _set_dict(event, {"kind": "turn_complete", "turn": turn, "context": context})
-            _set_fields_set(event, {"turn", "context"})
-            _set_extra(event, None)
-            _set_private(event, None)
-            return event
+            values = {"kind": "turn_complete", "turn": turn, "context": context}
+            return _as_validated(cls, values, {"turn", "context"})
         return cls(turn=turn, context=context)
 
 
@@ -443,12 +452,8 @@ class LifecycleEvent(_Event):
             and value in _LIFECYCLE_PHASES
             and type(context) is EventContext
         ):
-            event = _new_object(cls)
-            _set_dict(event, {"kind": "lifecycle", "phase": phase, "context": context})
-            _set_fields_set(event, {"phase", "context"})
-            _set_extra(event, None)
-            _set_private(event, None)
-            return event
+            values = {"kind": "lifecycle", "phase": phase, "context": context}
+            return _as_validated(cls, values, {"phase", "context"})
         return cls(phase=phase, context=context)
 
 

@@ -20,6 +20,17 @@ from ore_core.testing.faulty_store import FaultyStore
 from ore_core.testing.processors import ScriptedProcessor
 from tests.session_support import kinds, message
 
+ECHO_TURN = [
+    "turn_complete",
+    "lifecycle:submitted",
+    "lifecycle:streaming",
+    "text_delta",
+    "text",
+    "turn_complete",
+    "lifecycle:done",
+]
+"""What an echo turn emits, in order (its user turn first)."""
+
 
 @pytest.fixture
 async def manager() -> Manager:
@@ -117,15 +128,7 @@ async def test_sink_receives_the_seven_events_of_a_message(manager: Manager) -> 
     stream = await manager.create()
     await stream.process(message("hi"))
     await recorder.wait()
-    assert kinds([e for _, e in recorder.events]) == [
-        "turn_complete",
-        "lifecycle:submitted",
-        "lifecycle:streaming",
-        "text_delta",
-        "text",
-        "turn_complete",
-        "lifecycle:done",
-    ]
+    assert kinds([e for _, e in recorder.events]) == ECHO_TURN
     assert {tid for tid, _ in recorder.events} == {stream.id}
     await await_unregister()
 
@@ -289,14 +292,7 @@ async def test_a_batch_sink_hears_of_an_abandoned_turn_between_its_events_and_th
         await (await manager.attach(thread_id)).process(message("hi", id="e1"))
         await asyncio.wait_for(answered.wait(), 30)
         assert manager.sink_queued("holder") == len(heard)  # the mark counts as an item
-    turn = [
-        "turn_complete",
-        "lifecycle:submitted",
-        "lifecycle:streaming",
-        "text_delta",
-        "text",
-        "turn_complete",
-    ]
+    turn = ECHO_TURN[:-1]
     # The given-up turn (all but its `done`, then the delayed notice), the mark, the retry.
     assert heard == [*turn, "notice", f"abandoned {thread_id}", *turn, "lifecycle:done"]
 
@@ -316,17 +312,7 @@ async def test_a_batch_sink_gets_a_whole_turn_in_one_call() -> None:
         stream = await manager.create()
         await stream.process(message("hi"))
         await asyncio.wait_for(done.wait(), 30)
-    assert calls == [
-        [
-            "turn_complete",
-            "lifecycle:submitted",
-            "lifecycle:streaming",
-            "text_delta",
-            "text",
-            "turn_complete",
-            "lifecycle:done",
-        ]
-    ]
+    assert calls == [ECHO_TURN]
 
 
 async def test_a_sink_is_given_only_the_kinds_it_takes(manager: Manager) -> None:

@@ -35,22 +35,6 @@ from tests.bus.conftest import TIMEOUT, CoreFactory, Outbox, publish, user_messa
 TURNS = 10
 
 
-@pytest.fixture
-async def tasks_started() -> AsyncIterator[list[str]]:
-    """Names of the coroutines of every task started on the running loop meanwhile."""
-    started: list[str] = []
-    loop = asyncio.get_running_loop()
-    previous = loop.get_task_factory()
-
-    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
-        started.append(getattr(coro, "__qualname__", repr(coro)))
-        return asyncio.Task(coro, loop=loop, **kwargs)
-
-    loop.set_task_factory(counting)
-    yield started
-    loop.set_task_factory(previous)
-
-
 def count_publishes(nc: Client) -> list[str]:
     """Subjects published on `nc` through nats-py's `publish` from now on."""
     subjects: list[str] = []

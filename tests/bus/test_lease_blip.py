@@ -174,17 +174,23 @@ async def dones_or_timeout(outbox: Outbox, threads: list[tuple[str, list[str]]])
         pass
 
 
+async def run_through(
+    blips: LeaseBlip, start_core: CoreFactory, client: Client, outbox: Outbox
+) -> tuple[CoreService, Tally]:
+    """A core storing through `blips` answers every thread's messages; their counts."""
+    core = await start_core(store=blips)
+    blips.service = core
+    threads = await send_all(client)
+    await eventually(lambda: acknowledged(client))
+    await dones_or_timeout(outbox, threads)
+    return core, await tally(client, outbox, threads)
+
+
 async def test_a_lease_blip_between_a_save_and_the_egress_loses_no_answer(
     start_core: CoreFactory, store: MemoryStore, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     blips = LeaseBlip(store, every=3, limit=BLIPS)
-    core = await start_core(store=blips)
-    blips.service = core
-    threads = await send_all(ore_nats_client)
-
-    await eventually(lambda: acknowledged(ore_nats_client))
-    await dones_or_timeout(outbox, threads)
-    counts = await tally(ore_nats_client, outbox, threads)
+    core, counts = await run_through(blips, start_core, ore_nats_client, outbox)
     print(f"\nblips={blips.blips} refused={core._egress.refused if core._egress else 0} {counts}")
     assert blips.blips == BLIPS  # the window was hit several times
     assert counts.lost == []
@@ -200,13 +206,7 @@ async def test_a_lease_lost_between_a_save_and_the_egress_loses_no_answer(
     """A pause past the whole lease: the partition is dropped and claimed again; the
     messages handled but not stored are handed back, not acknowledged."""
     blips = LeaseBlip(store, every=3, limit=1, lost=True)
-    core = await start_core(store=blips)
-    blips.service = core
-    threads = await send_all(ore_nats_client)
-
-    await eventually(lambda: acknowledged(ore_nats_client))
-    await dones_or_timeout(outbox, threads)
-    counts = await tally(ore_nats_client, outbox, threads)
+    _core, counts = await run_through(blips, start_core, ore_nats_client, outbox)
     print(f"\nlost leases={blips.blips} {counts}")
     assert blips.blips == 1
     assert counts.lost == counts.doubled == counts.out_of_order == []

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -28,22 +28,6 @@ from ore_core.conduit.connection import OreNatsClient, connect_nats, subscribe_i
 from ore_core.events import EventDecodeError, encode_batch, encode_event
 from ore_core.subjects import HEADER_KIND, HEADER_SCHEMA, Subjects
 from tests.bus_client.test_client import NS, delta, phase, store_batch, take, text
-
-
-@pytest.fixture
-async def tasks_started() -> AsyncGenerator[list[str], None]:
-    """Names of the coroutines of every task started on the running loop meanwhile."""
-    started: list[str] = []
-    loop = asyncio.get_running_loop()
-    previous = loop.get_task_factory()
-
-    def counting(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
-        started.append(getattr(coro, "__qualname__", repr(coro)))
-        return asyncio.Task(coro, loop=loop, **kwargs)
-
-    loop.set_task_factory(counting)
-    yield started
-    loop.set_task_factory(previous)
 
 
 async def silent_ingress(nc: Client, subjects: Subjects) -> asyncio.Queue[Msg]:
