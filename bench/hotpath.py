@@ -446,6 +446,17 @@ ROWS = [
 ]
 
 
+def compared(
+    rounds: list[dict[str, dict[str, float]]], key: str, base: str
+) -> tuple[float, float, float, str]:
+    """Medians of `key` for ore and `base`, their ratio, and the ratio's range per round."""
+    ore = statistics.median(r["ore"][key] for r in rounds)
+    other = statistics.median(r[base][key] for r in rounds)
+    ratios = [r["ore"][key] / r[base][key] for r in rounds if r[base][key]]
+    spread = f" ({min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 else ""
+    return ore, other, ore / other if other else float("nan"), spread
+
+
 def report(rounds: list[dict[str, dict[str, float]]], args: argparse.Namespace) -> None:
     print(
         f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, load "
@@ -456,11 +467,7 @@ def report(rounds: list[dict[str, dict[str, float]]], args: argparse.Namespace) 
     print("| figure | ore serve | raw loop | ratio | goal |")
     print("|---|---|---|---|---|")
     for key, label, fmt, goal, sense in ROWS:
-        ore = statistics.median(r["ore"][key] for r in rounds)
-        raw = statistics.median(r["raw"][key] for r in rounds)
-        ratio = ore / raw if raw else float("nan")
-        ratios = [r["ore"][key] / r["raw"][key] for r in rounds if r["raw"][key]]
-        spread = f" ({min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 else ""
+        ore, raw, ratio, spread = compared(rounds, key, "raw")
         met = ""
         if goal is not None:
             ok = ratio <= goal if sense == "<=" else ratio >= goal
@@ -478,11 +485,7 @@ def report_before(rounds: list[dict[str, dict[str, float]]]) -> None:
     print("| figure | ore serve | --before | ratio |")
     print("|---|---|---|---|")
     for key, label, fmt, _goal, _sense in ROWS:
-        ore = statistics.median(r["ore"][key] for r in rounds)
-        before = statistics.median(r["before"][key] for r in rounds)
-        ratios = [r["ore"][key] / r["before"][key] for r in rounds if r["before"][key]]
-        spread = f" ({min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 else ""
-        ratio = ore / before if before else float("nan")
+        ore, before, ratio, spread = compared(rounds, key, "before")
         print(f"| {label} | {fmt.format(ore)} | {fmt.format(before)} | {ratio:.2f}x{spread} |")
 
 

@@ -46,3 +46,15 @@ async def collect(
 def kinds(events: list[OutputEvent]) -> list[str]:
     """The kinds, with lifecycle phases spelled out (`lifecycle:done`)."""
     return [f"lifecycle:{e.phase}" if isinstance(e, LifecycleEvent) else e.kind for e in events]
+
+
+ECHO_TURN = [
+    "turn_complete",
+    "lifecycle:submitted",
+    "lifecycle:streaming",
+    "text_delta",
+    "text",
+    "turn_complete",
+    "lifecycle:done",
+]
+"""What an echo turn emits, in order (its user turn first)."""

@@ -18,18 +18,7 @@ from ore_core import (
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.testing.faulty_store import FaultyStore
 from ore_core.testing.processors import ScriptedProcessor
-from tests.session_support import kinds, message
-
-ECHO_TURN = [
-    "turn_complete",
-    "lifecycle:submitted",
-    "lifecycle:streaming",
-    "text_delta",
-    "text",
-    "turn_complete",
-    "lifecycle:done",
-]
-"""What an echo turn emits, in order (its user turn first)."""
+from tests.session_support import ECHO_TURN, kinds, message
 
 
 @pytest.fixture
