@@ -30,7 +30,15 @@ from ore_core.conduit.connection import OreNatsClient, connect_nats
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.subjects import Subjects
-from tests.bus.conftest import TIMEOUT, CoreFactory, Outbox, publish, user_message
+from tests.bus.conftest import (
+    TIMEOUT,
+    CoreFactory,
+    Outbox,
+    all_acknowledged,
+    eventually,
+    publish,
+    user_message,
+)
 
 TURNS = 10
 
@@ -84,11 +92,15 @@ async def test_the_core_receives_and_sends_the_same_messages_per_turn(
     core = await start_core()
     await publish(ore_nats_client, "t-count", user_message("first", "m-0"))
     await outbox.done("t-count")
+    # A message is acknowledged after its stored batch's ack, which may come after a
+    # reader sees its `done`: count from and to moments when every ack was sent.
+    await eventually(lambda: all_acknowledged(ore_nats_client))
     stats = core.nc.stats
     before = dict(stats)
     for index in range(1, TURNS + 1):
         await publish(ore_nats_client, "t-count", user_message(f"hi {index}", f"m-{index}"))
         await outbox.done("t-count", count=index + 1)
+    await eventually(lambda: all_acknowledged(ore_nats_client))
     received = stats["in_msgs"] - before["in_msgs"]
     sent = stats["out_msgs"] - before["out_msgs"]
     # Per turn: in, the delivery and the stored batch's ack; out, the live run, the
