@@ -16,7 +16,11 @@ import pytest
 
 from ore_core import Role, StoreError, Text, Thread, ThreadCorrupt, ThreadNotFound, Turn, jsonutil
 from ore_core.session.stores import SQLiteStore
-from ore_core.session.stores.sqlite_store import MIGRATIONS, SCHEMA_VERSION
+from ore_core.session.stores.sqlite_store import (
+    LOOP_COMMIT_MAX_BYTES,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+)
 from ore_core.turn import turn_to_dict
 from tests.helpers.worker_gate import queued_together
 
@@ -318,6 +322,92 @@ async def test_fifty_concurrent_saves_share_one_commit_and_return_once_committed
     assert results == [None] * 50
     assert visible_on_return == [True] * 50
     assert [sql for sql in commits if sql == "COMMIT"] == ["COMMIT"]
+
+
+def _saves(statements: list[str]) -> int:
+    """How many saves the worker's connection ran (each updates its thread's row once)."""
+    return sum(sql.startswith("UPDATE threads") for sql in statements)
+
+
+async def test_a_lone_save_is_committed_on_the_loop_without_the_worker_thread(
+    store: SQLiteStore, outside: sqlite3.Connection
+) -> None:
+    thread = await store.create()
+    worker_statements = await _trace_commits(store)
+    turn = thread.append(Role.USER, Text("lone"))
+    await store.save(thread)
+    assert turn.id in _stored_turn_ids(outside)  # committed when save returned
+    await store._run(lambda: None)  # anything the save queued has run by now
+    assert worker_statements == []
+    assert _texts(await store.get(thread.id)) == ["lone"]
+
+
+async def test_of_a_burst_of_saves_one_is_committed_on_the_loop_and_the_rest_grouped(
+    store: SQLiteStore, outside: sqlite3.Connection
+) -> None:
+    threads = [await store.create() for _ in range(50)]
+    worker_statements = await _trace_commits(store)
+    turns = [thread.append(Role.USER, Text(f"from {thread.id}")) for thread in threads]
+    await asyncio.gather(*(store.save(thread) for thread in threads))
+    assert _stored_turn_ids(outside) == {turn.id for turn in turns}
+    assert _saves(worker_statements) == 49  # one loop commit per loop iteration
+    assert worker_statements.count("COMMIT") < 49  # the worker grouped the rest
+
+
+@pytest.mark.parametrize(
+    ("options", "text"),
+    [({"fsync": "always"}, "fsynced"), ({}, "x" * (LOOP_COMMIT_MAX_BYTES + 1))],
+    ids=["fsync-always", "large"],
+)
+async def test_fsynced_or_large_saves_are_always_committed_by_the_worker(
+    db_path: Path, options: dict[str, str], text: str
+) -> None:
+    store = SQLiteStore(db_path, **options)  # type: ignore[arg-type]
+    try:
+        thread = await store.create()
+        worker_statements = await _trace_commits(store)
+        thread.append(Role.USER, Text(text))
+        await store.save(thread)
+        assert (_saves(worker_statements), worker_statements.count("COMMIT")) == (1, 1)
+    finally:
+        await store.close()
+
+
+async def test_a_save_meeting_a_write_lock_waits_on_the_worker_while_the_loop_runs(
+    db_path: Path, outside: sqlite3.Connection
+) -> None:
+    store = SQLiteStore(db_path, busy_timeout=30)
+    try:
+        thread = await store.create()
+        thread.append(Role.USER, Text("after the lock"))
+        outside.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+        save = asyncio.ensure_future(store.save(thread))
+        # The lock is released only by the loop, after it ran 200 more times: a save
+        # that waited for the lock on the loop would hold it until its busy timeout.
+        for _ in range(200):
+            await asyncio.sleep(0)
+        assert not save.done()
+        outside.execute("ROLLBACK")
+        await save
+        assert _texts(await store.get(thread.id)) == ["after the lock"]
+    finally:
+        await store.close()
+
+
+async def test_a_save_failing_on_the_loop_raises_and_keeps_its_changes(
+    store: SQLiteStore, outside: sqlite3.Connection
+) -> None:
+    thread = await store.create()
+    worker_statements = await _trace_commits(store)
+    _poison(outside, "ABORT")
+    thread.append(Role.USER, Text("poison"))
+    with pytest.raises(StoreError, match="poisoned turn"):
+        await store.save(thread)
+    await store._run(lambda: None)  # anything the save queued has run by now
+    assert (_stored_turn_ids(outside), worker_statements) == (set(), [])  # failed on the loop
+    outside.execute("DROP TRIGGER poison")
+    await store.save(thread)
+    assert _texts(await store.get(thread.id)) == ["poison"]
 
 
 @pytest.mark.parametrize("resolution", ["ABORT", "ROLLBACK"])

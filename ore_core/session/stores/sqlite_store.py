@@ -10,13 +10,15 @@ indexed on `(key, value)` so `get_by` is an index lookup. To change the schema, 
 a function to `MIGRATIONS`: the store runs the missing ones at open, in one transaction.
 
 Every call runs on one dedicated worker thread that owns the connection, so the event
-loop never waits on SQLite. Saves queued while the worker is busy are committed
-together in one transaction (group commit), each caller resuming only after that
-commit; a save that fails inside the group is retried alone, so only its caller
-sees the error. WAL mode lets readers in other processes proceed during a write;
-`busy_timeout` makes writers queue instead of failing. A `WalCheckpointer` thread
-copies the WAL back into the database, so no save waits for a checkpoint. `fsync`
-takes the journal's policy names: `always` (synchronous=FULL: a commit survives
+loop never waits on SQLite; the one exception is a lone small save while the worker
+is idle, which a `LoopCommitter` commits on the loop when that needs no waiting and no
+fsync (no thread hop: most of a save's cost at one conversation). Saves queued while
+the worker is busy are committed together in one transaction (group commit), each
+caller resuming only after that commit; a save that fails inside the group is retried
+alone, so only its caller sees the error. WAL mode lets readers in other processes
+proceed during a write; `busy_timeout` makes writers queue instead of failing. A
+`WalCheckpointer` thread copies the WAL back into the database, so no save waits for a
+checkpoint. `fsync` takes the journal's policy names: `always` (synchronous=FULL: a commit survives
 power loss), `batch` (the default, NORMAL: a power loss may roll back the last
 commits, an application crash loses nothing) and `never` (OFF).
 """
@@ -31,6 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,6 +44,7 @@ from ore_core.ledger.file_repository import FsyncPolicy
 from ore_core.ledger.thread import Thread
 from ore_core.session.stores.base import BaseStore
 from ore_core.session.stores.changes import ChangeSet, ChangeTracker
+from ore_core.session.stores.loop_commit import LoopCommitter
 from ore_core.session.stores.thread_json import build_thread, ordered_turns
 from ore_core.session.stores.wal_checkpointer import WalCheckpointer
 from ore_core.session.stores.worker import Call, SerialWorker
@@ -109,6 +113,10 @@ _UPDATE_THREAD = (
     " version = version + 1 WHERE id = ?"
 )
 _UPDATE_THREAD_IF = _UPDATE_THREAD + " AND version = ?"
+
+# A save whose turns' JSON is larger than this always goes to the worker thread: its
+# commit would hold the loop for longer than a thread hop costs.
+LOOP_COMMIT_MAX_BYTES = 64 * 1024
 
 
 class _GroupUndone(Exception):
@@ -196,6 +204,16 @@ class SQLiteStore(BaseStore):
         # would make (and free) a cursor per statement, several per save.
         self._cursor: sqlite3.Cursor | None = None
         self._tracker = ChangeTracker()
+        # A commit that fsyncs (FULL) takes milliseconds: those always go to the worker.
+        self._on_loop = (
+            None
+            if read_only or self._synchronous == "FULL"
+            else LoopCommitter(
+                self.path,
+                synchronous=self._synchronous,
+                autocheckpoint=WalCheckpointer.BACKSTOP_PAGES,
+            )
+        )
 
     # -- Store ------------------------------------------------------------------------------
 
@@ -250,7 +268,9 @@ class SQLiteStore(BaseStore):
                 if not isinstance(expected, int):
                     expected = None
                 rows = _Rows(turns, net.tip, net.meta, expected=expected)
-                version = await self._run(self._write, thread_id, rows, grouped=True)
+                done, version = self._commit_on_loop(thread_id, rows)
+                if not done:
+                    version = await self._run(self._write, thread_id, rows, grouped=True)
                 if version is not None:
                     self._tracker.saved(thread, version)
                     return
@@ -272,6 +292,8 @@ class SQLiteStore(BaseStore):
         if self._closed:
             return
         await super().close()
+        if self._on_loop is not None:
+            self._on_loop.close()
         try:
             await asyncio.to_thread(self._checkpointer.close)
         finally:
@@ -292,6 +314,25 @@ class SQLiteStore(BaseStore):
             return await self._worker.run(func, *args, grouped=grouped)
         except sqlite3.Error as exc:
             raise self._failed(exc) from exc
+
+    def _commit_on_loop(self, thread_id: str, rows: _Rows) -> tuple[bool, int | None]:
+        """Commit `rows` here and now if that is cheap (see `LoopCommitter`); else
+        `(False, None)` and the caller hands them to the worker."""
+        on_loop = self._on_loop
+        if (
+            on_loop is None
+            or self._conn is None  # the worker has not opened (or migrated) the file yet
+            or not self._worker.idle
+            or sum(len(raw) for _, raw in rows.turns) > LOOP_COMMIT_MAX_BYTES
+        ):
+            return False, None
+        try:
+            done, version = on_loop.commit(partial(self._write, thread_id, rows))
+        except sqlite3.Error as exc:
+            raise self._failed(exc) from exc
+        if done:
+            self._checkpointer.nudge()
+        return done, version
 
     def _hand_out(self, loaded: _Loaded) -> Thread:
         """The caller's Thread, tracked so that `save` writes only what changes."""
@@ -435,11 +476,14 @@ class SQLiteStore(BaseStore):
             self._insert(conn, thread_id, metadata)
             return _Loaded(thread_id, "", [], dict(metadata), 0), True
 
-    def _write(self, thread_id: str, rows: _Rows) -> int | None:
-        """Apply `rows` inside the group's transaction and return the thread's new
-        version; None (nothing written) when partial rows meet a thread that is no
-        longer stored; StaleThread when the stored version is not `rows.expected`."""
-        cursor = self._write_cursor()
+    def _write(
+        self, thread_id: str, rows: _Rows, cursor: sqlite3.Cursor | None = None
+    ) -> int | None:
+        """Apply `rows` inside the group's transaction (or `cursor`'s) and return the
+        thread's new version; None (nothing written) when partial rows meet a thread that
+        is no longer stored; StaleThread when the stored version is not `rows.expected`."""
+        if cursor is None:
+            cursor = self._write_cursor()
         if rows.expected is None:
             updated = cursor.execute(_UPDATE_THREAD, (rows.tip, thread_id)).rowcount
         else:

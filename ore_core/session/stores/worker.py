@@ -116,6 +116,12 @@ class SerialWorker:
         self._queue: queue.SimpleQueue[Call[Any] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._stopped = False
+        self._outstanding = 0  # calls handed over whose callers have not resumed yet
+
+    @property
+    def idle(self) -> bool:
+        """No call is queued, running or on its way back (read it on the callers' loop)."""
+        return self._outstanding == 0
 
     async def run(self, func: Callable[..., _T], *args: object, grouped: bool = False) -> _T:
         """Run `func(*args)` on the worker thread and wait for its result.
@@ -130,7 +136,11 @@ class SerialWorker:
             self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
             self._thread.start()
         self._queue.put(call)
-        return await call.future
+        self._outstanding += 1
+        try:
+            return await call.future
+        finally:
+            self._outstanding -= 1
 
     async def close(self, final: Callable[[], None]) -> None:
         """Run `final` (the resource's own close) on the worker, then stop the thread."""
