@@ -105,13 +105,19 @@ def header_value(value: str) -> str:
 
 
 def publish_now(
-    nc: NatsClient, subject: str, payload: bytes, reply: str = "", header: bytes = b""
+    nc: NatsClient,
+    subject: str,
+    payload: bytes,
+    reply: str = "",
+    header: bytes = b"",
+    wake: bool = True,
 ) -> bool:
     """Queue one message on `nc` as `nc.publish` does, without awaiting anything.
 
     `header` is a `header_block` (empty: a message without headers). Raises what
     `nc.publish` raises for the same message. True when the pending buffer is over its
     limit: an async caller should then `await wait_flushed(nc)` (nats-py's backpressure).
+    `wake=False` leaves the message pending until the next write (or `wake_flusher`).
     """
     if not subject or _SUBJECT_INVALID_RE.search(subject):
         raise BadSubjectError
@@ -145,10 +151,16 @@ def publish_now(
     stats["out_bytes"] += size
     nc._pending.append(command)
     nc._pending_data_size += len(command)
+    if wake:
+        wake_flusher(nc)
+    return 0 < nc._max_pending_size < nc._pending_data_size
+
+
+def wake_flusher(nc: NatsClient) -> None:
+    """Have the flusher write what is pending (what `publish_now(..., wake=False)` left)."""
     queue = nc._flush_queue
     if queue is not None and queue.empty():
         _wake_flusher(nc, queue)
-    return 0 < nc._max_pending_size < nc._pending_data_size
 
 
 def _wake_flusher(nc: NatsClient, queue: asyncio.Queue[asyncio.Future[None]]) -> None:
@@ -178,7 +190,7 @@ async def wait_flushed(nc: NatsClient) -> None:
     await nc._flush_pending(force_flush=True)
 
 
-def settle_now(nc: NatsClient, msg: Msg, payload: bytes = ACK) -> bool:
+def settle_now(nc: NatsClient, msg: Msg, payload: bytes = ACK, wake: bool = True) -> bool:
     """Ack (or nak, `+WPI`...) a JetStream message at once, as `msg.ack()` does.
 
     Raises what `msg.ack()` raises (no reply subject, already acknowledged) and what
@@ -190,7 +202,7 @@ def settle_now(nc: NatsClient, msg: Msg, payload: bytes = ACK) -> bool:
         raise NotJSMessageError
     if payload != Msg.Ack.Progress:
         msg._check_reply()
-    over = publish_now(nc, reply, payload)
+    over = publish_now(nc, reply, payload, wake=wake)
     if payload != Msg.Ack.Progress:
         msg._ackd = True
     return over

@@ -22,6 +22,7 @@ from nats.aio.msg import Msg
 from structlog.testing import capture_logs
 
 from ore_core import Manager
+from ore_core.bus import ingress as ingress_module
 from ore_core.bus import ownership as ownership_module
 from ore_core.bus.puller import Puller
 from ore_core.bus.service import CoreService, run
@@ -107,6 +108,50 @@ async def test_the_core_receives_and_sends_the_same_messages_per_turn(
     # stored batch and the ingress ack. (Lease renewals may add a few of each.)
     assert 2 * TURNS <= received < 2 * TURNS + 10
     assert 3 * TURNS <= sent < 3 * TURNS + 10
+
+
+def count_writes(nc: Client) -> list[int]:
+    """The number of bytes of each write to `nc`'s socket from now on."""
+    writes: list[int] = []
+    transport = nc._transport
+    assert transport is not None
+    writelines, write = transport.writelines, transport.write
+
+    def counted_lines(payload: list[bytes]) -> None:
+        writes.append(sum(len(part) for part in payload))
+        writelines(payload)
+
+    def counted(payload: bytes) -> None:
+        writes.append(len(payload))
+        write(payload)
+
+    transport.writelines = counted_lines  # type: ignore[method-assign]
+    transport.write = counted  # type: ignore[method-assign]
+    return writes
+
+
+async def test_an_ack_rides_with_the_next_turn_s_output_not_in_a_write_of_its_own(
+    start_core: CoreFactory,
+    ore_nats_client: Client,
+    outbox: Outbox,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Only the next write (or the stop) sends an ack: the count does not depend on how
+    # quickly the next message comes.
+    monkeypatch.setattr(ingress_module, "ACK_LINGER", 3600.0)
+    core = await start_core()
+    await publish(ore_nats_client, "t-writes", user_message("first", "m-0"))
+    await outbox.done("t-writes")
+    writes = count_writes(core.nc)
+    for index in range(1, TURNS + 1):
+        await publish(ore_nats_client, "t-writes", user_message(f"hi {index}", f"m-{index}"))
+        await outbox.done("t-writes", count=index + 1)
+    # One write per turn: its live run and stored batch, with the previous turn's ack
+    # (each turn's stored batch is written once its ack from the server came back, so
+    # nothing else is pending then). Lease renewals may add a few writes.
+    assert TURNS <= len(writes) < TURNS + 4
+    await core.stop(grace=0)
+    await eventually(lambda: all_acknowledged(ore_nats_client))  # the last one at the stop
 
 
 async def pull_mixed(
