@@ -36,6 +36,13 @@ ingress is told (`watch_overdue`): its messages whose output was dropped are not
 acknowledged but handled again from the reloaded thread, whose `prime` stores the
 answer that was saved but dropped, as after a crash between the save and the append.
 
+The server fences every append too: it carries `Nats-Expected-Last-Subject-Sequence`,
+the sequence of the last message this worker knows on the thread's `P.ev.T` (read by
+`prime`, or before the thread's first append here; then each stored batch's ack, see
+`Pipeline.publish_fenced`). A worker paused between its lease check and the publish
+while another took the thread over is refused by the server, and that is handled
+exactly like an overdue lease (`_lost`): nothing of a stale worker is stored.
+
 `NS` is the namespace the thread recorded when it was created (`namespace_of`): a sink
 only hears a thread id, so ingress and the control API `bind` the namespaces of the
 threads they resolve, and a thread nobody bound is looked up in its active stream.
@@ -177,11 +184,14 @@ class Egress:
         self.dropped_deltas = 0
         self.abandoned = 0
         """Held events dropped because their turn was given up (its save failed)."""
+        self._batch_block = header_block({HEADER_KIND: BATCH_KIND, HEADER_SCHEMA: self._schema})
         pipeline.watch_limits(reached=self._limit_reached, cleared=self._told.clear)
+        pipeline.watch_fenced(self._fenced)
 
     def watch_overdue(self, callback: Callable[[str, int], None]) -> None:
         """Call `callback(thread_id, position)` when output of `thread_id` is dropped
-        because the lease of its partition is overdue (not because it left: `release`).
+        because the lease of its partition is overdue or the server refused an append
+        (another worker appended: `_fenced`), not because it left (`release`).
 
         `position` counts the manager's events taken before the first dropped one: a
         message handled at a sink position above it (`Manager.sink_queued`) lost output
@@ -207,7 +217,14 @@ class Egress:
 
     def thread_deleted(self, thread_id: str) -> None:
         """The thread was deleted: its id may come back in another namespace."""
+        self._forget_sequence(thread_id)
         self._cache.pop(thread_id, None)
+
+    def _forget_sequence(self, thread_id: str) -> None:
+        """Read the last sequence of the thread's events again before its next append."""
+        pair = self._cache.get(thread_id)
+        if pair is not None:
+            self._pipeline.forget(pair[0])
 
     def attach(self, manager: Manager) -> Callable[[], Awaitable[None]]:
         """Receive every event of `manager`'s streams; returns the async unregister.
@@ -253,13 +270,16 @@ class Egress:
         """The thread left this worker: drop what its old stream held or still emits."""
         self._gone.add(thread_id)
         self._primed.discard(thread_id)
+        self._forget_sequence(thread_id)
         held = self._turns.pop(thread_id, None)
         if held is not None:
             self.refused += len(held.data)
 
     async def prime(self, thread_id: str, thread: Thread | None = None) -> None:
-        """The thread is (again) attached here: publish for it; once per attach, if its
-        latest answer is saved but not in `P.ev.T`, store that answer and a `done`.
+        """The thread is (again) attached here: publish for it; once per attach, read the
+        last sequence of its `P.ev.T` (every append is fenced from there on: a worker
+        that took the thread over meanwhile makes the server refuse this one's), and if
+        its latest answer is saved but not in `P.ev.T`, store that answer and a `done`.
 
         The restored events are appended directly as one batch of their own: they are
         not the manager's events, so they do not count in `emitted` (the ingress ack
@@ -273,17 +293,24 @@ class Egress:
         if len(self._primed) >= _SUBJECT_CACHE:
             self._primed.clear()
         self._primed.add(thread_id)
-        tip = thread.get_turn(thread.current_tip)
-        if tip is None or tip.role == Role.USER:
-            return
+        subject = self._subjects_of(thread_id)[0]
         try:
             last = await self._nc.jetstream().get_last_msg(
-                self._subjects.events_stream, self._subjects_of(thread_id)[0], direct=True
+                self._subjects.events_stream, subject, direct=True
             )
         except NotFoundError:
             last = None
         except (NatsError, TimeoutError) as exc:
             log.debug("last event not read", thread_id=thread_id, error=repr(exc))
+            self._pipeline.forget(subject)  # read again before its first append
+            return
+        sequence = 0 if last is None else last.seq
+        if sequence is None:
+            self._pipeline.forget(subject)
+        else:
+            self._pipeline.know(subject, sequence)
+        tip = thread.get_turn(thread.current_tip)
+        if tip is None or tip.role == Role.USER:
             return
         for answer_turn in _answers_missing(None if last is None else last.data, thread, tip):
             log.warning("stored answer missing from the events; publishing it", thread_id=thread_id)
@@ -327,8 +354,24 @@ class Egress:
         return True
 
     def _overdue(self, thread_id: str, position: int) -> None:
-        """Output of `thread_id` was dropped for an overdue lease: drop the rest of it
-        until the thread is attached again, and tell the ingress (`watch_overdue`).
+        """Output of `thread_id` was dropped for an overdue lease (see `_lost`)."""
+        self._lost(thread_id, position, "output dropped: the partition lease is overdue")
+
+    def _fenced(self, subject: str, position: int) -> None:
+        """The server refused an append of this worker to `subject` (`Pipeline.watch_fenced`):
+        another worker appended to the thread's events, it owns the thread now."""
+        thread_id = self._subjects.thread_of(subject)[1]
+        self._lost(
+            thread_id,
+            position,
+            "output refused by the server: another worker appended to the thread's events "
+            "(it owns the thread now); its messages are handled again once attached here",
+        )
+
+    def _lost(self, thread_id: str, position: int, why: str) -> None:
+        """Output of `thread_id` was dropped (`position`: the sink position of the first
+        event dropped): drop the rest of it until the thread is attached again, and tell
+        the ingress (`watch_overdue`).
 
         Why gone and not only dropped: the lease may be renewed a moment later, and the
         rest of a turn whose first events were dropped must not be stored as a batch
@@ -336,10 +379,11 @@ class Egress:
         """
         self._gone.add(thread_id)
         self._primed.discard(thread_id)
+        self._forget_sequence(thread_id)
         held = self._turns.pop(thread_id, None)
         if held is not None:
             self.refused += len(held.data)
-        log.warning("output dropped: the partition lease is overdue", thread_id=thread_id)
+        log.warning(why, thread_id=thread_id)
         if self._on_overdue is not None:
             self._on_overdue(thread_id, position)
 
@@ -432,16 +476,60 @@ class Egress:
             self.refused += len(turn.data)
             return
         subject = self._subjects_of(thread_id)[0]
+        if not self._pipeline.knows(subject) and not await self._read_sequence(
+            thread_id, subject, position
+        ):
+            self.refused += len(turn.data)
+            return
         traceparent = turn.first.context.traceparent
         for part in _parts(turn.data, self._nc.max_payload - _BATCH_OVERHEAD):
-            await self._append_batch(subject, encode_batch(part), traceparent)
+            await self._append_batch(subject, encode_batch(part), traceparent, position)
 
-    async def _append_batch(self, subject: str, data: bytes, traceparent: str) -> None:
-        """The one place that appends to `P.ev.T` (always a batch, even of one event)."""
-        headers = {HEADER_KIND: BATCH_KIND, HEADER_SCHEMA: self._schema}
+    async def _read_sequence(self, thread_id: str, subject: str, position: int) -> bool:
+        """Read the last sequence of `subject` before a fenced append (never guessed).
+
+        False when nothing may be appended now: the read failed (handled like a refused
+        append: the thread's messages are handled again) or the thread left meanwhile.
+        """
+        try:
+            last = await self._nc.jetstream().get_last_msg(
+                self._subjects.events_stream, subject, direct=True
+            )
+            sequence = last.seq
+            if sequence is None:
+                raise NatsError("a direct get without Nats-Sequence")
+        except NotFoundError:
+            sequence = 0
+        except (NatsError, TimeoutError) as exc:
+            if thread_id not in self._gone:
+                self._lost(
+                    thread_id,
+                    position,
+                    f"output not stored: the last event of the thread was not read ({exc!r})",
+                )
+            return False
+        if self._refuses(thread_id, position):
+            return False
+        self._pipeline.know(subject, sequence)
+        return True
+
+    async def _append_batch(
+        self, subject: str, data: bytes, traceparent: str, position: int
+    ) -> None:
+        """The one place that appends to `P.ev.T` (always a batch, even of one event),
+        fenced by the thread's last sequence (`position`: see `_lost`)."""
+        block = self._batch_block
         if traceparent:
-            headers[HEADER_TRACEPARENT] = traceparent
-        await self._pipeline.publish(subject, data, headers)
+            block = header_block(
+                {
+                    HEADER_KIND: BATCH_KIND,
+                    HEADER_SCHEMA: self._schema,
+                    HEADER_TRACEPARENT: traceparent,
+                }
+            )
+        await self._pipeline.publish_fenced(
+            self._subjects.events_stream, subject, data, block, position
+        )
 
     def _publish_live(self, thread_id: str, run: _Run) -> bool:
         """Publish a live run now; True when the caller should `wait_flushed`."""

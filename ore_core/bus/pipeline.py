@@ -18,6 +18,17 @@ the same subject is stored, so a retry never lets a later message of that subjec
 (a thread's next answer) overtake it; subjects do not wait for each other.
 Concurrency: one event loop, the one of the connection.
 
+A fenced message (`publish_fenced`, a thread's batch on `P.ev.T`) carries
+`Nats-Expected-Last-Subject-Sequence`: the sequence of the last message this worker
+knows on its subject (`know`; then each of its own acks, which per-subject order makes
+known before the next message of the subject is sent). The server stores it only if
+nobody else appended meanwhile; a retry keeps its `Nats-Msg-Id` and its expected
+sequence, and a retry of a message that was stored is answered as a duplicate (the
+msg-id check comes first): stored. A refusal for a wrong last sequence means another
+worker writes the subject: the message and every later one of its subject are dropped,
+never retried, and the `watch_fenced` listeners hear of it (the egress hands the
+thread's messages back to the ingress).
+
 A JetStream limit (a stream's `max_bytes` or `max_msgs_per_subject` with discard new,
 the account's storage) is not a reason to give a message up: it is held and sent
 again every `hold_retry` seconds until the server takes it, `full` names the limit
@@ -38,11 +49,13 @@ import structlog
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.errors import ConnectionClosedError, MaxPayloadError, OutboundBufferLimitError
+from nats.errors import Error as NatsError
+from nats.js.errors import NotFoundError
 
 from ore_core import jsonutil
 from ore_core.conduit.connection import LIMIT_ERROR_CODES, subscribe_inline
 from ore_core.conduit.wire import header_block, publish_now, wait_flushed
-from ore_core.subjects import HEADER_MSG_ID
+from ore_core.subjects import HEADER_EXPECTED_LAST_SUBJECT_SEQUENCE, HEADER_MSG_ID
 from ore_core.tasks import TaskCrashed, TaskScope
 
 __all__ = ["LimitReached", "Pipeline"]
@@ -50,10 +63,18 @@ __all__ = ["LimitReached", "Pipeline"]
 LimitReached = Callable[[str, str], Awaitable[None]]
 """`await on_limit(subject, reason)`: a message to `subject` is held by a JetStream limit."""
 
+Fenced = Callable[[str, int], None]
+"""`on_fenced(subject, tag)`: a fenced message to `subject` (published with `tag`) was
+refused because another writer appended; it and the later ones of `subject` are dropped."""
+
 log = structlog.get_logger("ore.bus")
 
 _UNAVAILABLE = 503  # no stream answered (yet): worth retrying
 _RECONNECT_POLL = 0.05
+_WRONG_LAST_SEQUENCE = 10071  # err_code: the subject's last sequence is not the expected one
+_SEQUENCES = 65536  # subjects whose last sequence is remembered; cleared when exceeded
+_MSG_ID_LINE = f"{HEADER_MSG_ID}: ".encode()
+_EXPECTED_LINE = f"{HEADER_EXPECTED_LAST_SUBJECT_SEQUENCE}: ".encode()
 
 
 @dataclass(slots=True)
@@ -66,6 +87,15 @@ class _Record:
     deadline: float = 0.0
     attempts: int = 0
     held: bool = False
+    head: bytes = b""  # a fenced message's header block but its expected sequence (open)
+    stream: str = ""  # a fenced message's stream (to read the subject's last message)
+    expected: int = -1  # a fenced message's expected last subject sequence, once known
+    tag: int = 0  # the publisher's, given back to the `watch_fenced` listeners
+
+    def expect(self, sequence: int) -> None:
+        """Fence the message at `sequence`: its header block ends with that expectation."""
+        self.expected = sequence
+        self.block = b"%s%s%d\r\n\r\n" % (self.head, _EXPECTED_LINE, sequence)
 
 
 class Pipeline:
@@ -112,6 +142,10 @@ class Pipeline:
         self.full: str | None = None
         """What JetStream limit holds messages back right now (None: none)."""
         self.lost = 0
+        self._sequences: dict[str, int] = {}  # last sequence known per fenced subject
+        self._on_fenced: list[Fenced] = []
+        self.fenced = 0
+        """Fenced messages dropped because another writer appended to their subject."""
 
     @property
     def pending(self) -> int:
@@ -134,7 +168,8 @@ class Pipeline:
             self._progress.clear()
             await self._progress.wait()
 
-    def _settle_record(self, record: _Record) -> None:
+    def _settle_record(self, record: _Record, stored: int = -1) -> None:
+        """`record` is stored (at sequence `stored` if fenced) or given up."""
         self._outstanding.pop(record.index, None)
         self._progress.set()
         lane = self._lanes.get(record.subject)
@@ -142,10 +177,39 @@ class Pipeline:
             return
         if lane:
             self._waiting -= 1
-            self._ready.append(lane.popleft())  # the next of its subject may go now
+            following = lane.popleft()  # the next of its subject may go now
+            if following.head:  # fenced: on what `record` left last on the subject
+                following.expect(stored if stored >= 0 else record.expected)
+            self._ready.append(following)
             self._wakeup.set()
         else:
             del self._lanes[record.subject]
+
+    def know(self, subject: str, sequence: int) -> None:
+        """The last message on `subject` is at `sequence` (0: none), as read by the caller.
+
+        Ignored while a message of the subject is not stored yet: its ack tells more.
+        """
+        if subject in self._lanes:
+            return
+        sequences = self._sequences
+        if len(sequences) >= _SEQUENCES and subject not in sequences:
+            sequences.clear()
+        sequences[subject] = sequence
+
+    def knows(self, subject: str) -> bool:
+        """Whether a fenced message to `subject` can be sent without reading its last
+        sequence first (`know`): it is known, or a message before it is not stored yet."""
+        return subject in self._sequences or subject in self._lanes
+
+    def forget(self, subject: str) -> None:
+        """Another worker may write `subject` now: read its last sequence before the next
+        fenced message (the caller's `know`)."""
+        self._sequences.pop(subject, None)
+
+    def watch_fenced(self, listener: Fenced) -> None:
+        """Call `listener(subject, tag)` when a fenced message is refused (see `Fenced`)."""
+        self._on_fenced.append(listener)
 
     def watch_limits(
         self, *, reached: LimitReached | None = None, cleared: Callable[[], None] | None = None
@@ -205,7 +269,35 @@ class Pipeline:
         if self.tasks.crash is not None:  # nothing would retry or send what queues
             raise TaskCrashed(self.tasks.crash)
         headers[HEADER_MSG_ID] = msg_id or self._id_prefix + str(next(self._ids))
-        record = _Record(subject, data, headers, header_block(headers), self._next_index)
+        await self._enqueue(_Record(subject, data, headers, header_block(headers)))
+
+    async def publish_fenced(
+        self, stream: str, subject: str, data: bytes, header: bytes, tag: int
+    ) -> None:
+        """`publish` to `subject` of `stream`, stored only if the subject's last message is
+        the one this worker knows (`knows(subject)` must be true: `know` it first).
+        `header` is a `header_block` of the other headers (the caller builds it once per
+        kind); `tag` is given back to the `watch_fenced` listeners if it is refused.
+
+        Never waits for acks; raises TaskCrashed once a loop of the pipeline crashed.
+        """
+        if self.tasks.crash is not None:
+            raise TaskCrashed(self.tasks.crash)
+        msg_id = self._id_prefix + str(next(self._ids))
+        head = b"%s%s%s\r\n" % (header[:-2], _MSG_ID_LINE, msg_id.encode())
+        headers = {HEADER_MSG_ID: msg_id}
+        record = _Record(subject, data, headers, b"", head=head, stream=stream, tag=tag)
+        if subject not in self._lanes:
+            try:
+                record.expect(self._sequences[subject])
+            except KeyError:
+                raise ValueError(f"the last sequence of {subject} is not known: `know` it first")
+        await self._enqueue(record)
+
+    async def _enqueue(self, record: _Record) -> None:
+        """Send `record` now, or queue it behind its subject's last or a full window."""
+        subject = record.subject
+        record.index = self._next_index
         self._outstanding[self._next_index] = None
         self._next_index += 1
         lane = self._lanes.get(subject)
@@ -252,16 +344,96 @@ class Pipeline:
                 self._hold(record, reason)
             elif error.get("code") == _UNAVAILABLE:
                 self._failed(record, reason, pause=True)
+            elif error.get("err_code") == _WRONG_LAST_SEQUENCE and record.head:
+                self._wrong_sequence(record, str(error.get("description", "")))
             else:
                 self._drop(record, reason)
         else:
             if self._failing and not self._retries:
                 self._failing = False
                 log.info("stored events acknowledged again")
-            if record.held:
+            self._stored(record, _ack_sequence(data) if record.head else -1)
+
+    def _stored(self, record: _Record, sequence: int) -> None:
+        """The server stored `record` (at `sequence`, read for a fenced one)."""
+        if record.held:
+            self._stored_after_hold()
+        if record.head:
+            sequences = self._sequences
+            if len(sequences) >= _SEQUENCES and record.subject not in sequences:
+                sequences.clear()
+            sequences[record.subject] = sequence
+        self._settle_record(record, sequence)
+        self._check_idle()
+
+    def _wrong_sequence(self, record: _Record, description: str) -> None:
+        """The server refused a fenced message: the subject's last sequence is another.
+
+        Last sequence 0 while this worker expected more: nobody appended, the subject's
+        messages expired (`max_age`) or were purged: sent again, expecting 0. A message
+        sent more than once may have been stored by an earlier attempt whose ack was
+        lost: the server checks the expected sequence before the msg-id (nats-server
+        2.15 answers such a retry with this error, not as a duplicate), so the subject's
+        last message is read: if it is this one, it is stored (`_check_stored`).
+        Otherwise another writer appended (`_refused`).
+        """
+        if record.expected > 0 and description.rpartition(":")[2].strip() == "0":
+            record.expect(0)
+            record.attempts = 0
+            self._retries.append(record)
+            self._wakeup.set()
+        elif record.attempts > 1:
+            try:
+                self.tasks.spawn(
+                    self._check_stored(record, description),
+                    name="ore-pipeline-fence-check",
+                    critical=False,
+                )
+            except (RuntimeError, TaskCrashed):  # stopping: the record stays unstored
+                pass
+        else:
+            self._refused(record, description)
+
+    async def _check_stored(self, record: _Record, description: str) -> None:
+        """Whether the subject's last message is `record`, stored by an earlier attempt."""
+        try:
+            last = await self._nc.jetstream(timeout=self._ack_timeout).get_last_msg(
+                record.stream, record.subject
+            )
+        except NotFoundError:
+            last = None
+        except (NatsError, TimeoutError) as exc:  # not known yet: send it again, then look
+            self._failed(record, f"last message not read after {description} ({exc!r})")
+            return
+        msg_id = record.headers[HEADER_MSG_ID]
+        if last is not None and last.seq and (last.headers or {}).get(HEADER_MSG_ID) == msg_id:
+            self._stored(record, last.seq)
+        else:
+            self._refused(record, description)
+
+    def _refused(self, record: _Record, description: str) -> None:
+        """Another writer appended to the subject: drop the message and the later ones of
+        its subject (never retried: they would be refused again), tell the listeners."""
+        subject = record.subject
+        self._sequences.pop(subject, None)
+        dropped = [record]
+        lane = self._lanes.pop(subject, None)
+        if lane:
+            self._waiting -= len(lane)
+            dropped.extend(lane)
+        self.fenced += len(dropped)
+        log.debug("fenced message refused", subject=subject, reason=description)
+        for listener in self._on_fenced:
+            try:
+                listener(subject, record.tag)
+            except Exception:  # the read loop must go on
+                log.exception("fence listener failed", subject=subject)
+        for each in dropped:  # after the listeners: nothing waiting on them is acked now
+            if each.held:
                 self._stored_after_hold()
-            self._settle_record(record)
-            self._check_idle()
+            self._outstanding.pop(each.index, None)
+        self._progress.set()
+        self._check_idle()
 
     def _settled(self, token: str) -> _Record | None:
         """Forget a sent message and wake the sender: the window has room again."""
@@ -411,3 +583,15 @@ class Pipeline:
                 queue = self._retries or self._ready or self._backlog
                 if self._send(queue.popleft()):
                     await wait_flushed(self._nc)
+
+
+def _ack_sequence(data: bytes) -> int:
+    """The stream sequence of a pub ack (`{"stream":"S","seq":N,...}`), read without JSON."""
+    start = data.find(b'"seq":') + 6
+    end = data.find(b",", start)
+    if end < 0:
+        end = data.find(b"}", start)
+    try:
+        return int(data[start:end])
+    except ValueError:
+        return int(jsonutil.loads(data)["seq"])

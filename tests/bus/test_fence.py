@@ -1,0 +1,232 @@
+"""Every append to `P.ev.T` is fenced by the server: `Nats-Expected-Last-Subject-Sequence`.
+
+A worker whose lease check passed while another worker already took its thread over (a
+pause between the check and the publish) must not store its batch: the server refuses
+it (the subject's last sequence is the other writer's), nothing of it is stored, and
+the worker hands the thread's messages back as for an overdue lease. Real parts: the
+kit's nats-server, Pipelines and Egresses on their own connections, the CoreService.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import nats
+from nats.aio.client import Client
+from nats.js.api import StreamConfig
+
+from ore_core import ConduitClient
+from ore_core.bus.egress import Egress
+from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.pipeline import Pipeline
+from ore_core.conduit.wire import header_block
+from ore_core.events import LifecycleEvent
+from ore_core.ledger.thread import Thread
+from ore_core.session.protocols import Store
+from ore_core.session.stores.memory import MemoryStore
+from ore_core.session.stores.wrapper import StoreWrapper
+from tests.bus.conftest import (
+    SUBJECTS,
+    CoreFactory,
+    Outbox,
+    eventually,
+    stored_events,
+    wait_for,
+)
+from tests.bus.test_lease_blip import acknowledged, dones_or_timeout, send_all, tally
+
+HEADER = header_block({"Ore-Kind": "batch"})
+
+
+async def fence_stream(nc: Client) -> None:
+    await nc.jetstream().add_stream(StreamConfig(name="FEN", subjects=["fen.*"]))
+
+
+async def stored_on(nc: Client, subject: str) -> list[bytes]:
+    """The payloads stored on `subject` of stream FEN, in order."""
+    js = nc.jetstream()
+    state = (await js.stream_info("FEN")).state
+    found = []
+    for seq in range(state.first_seq, state.last_seq + 1):
+        msg = await js.get_msg("FEN", seq)
+        if msg.subject == subject:
+            found.append(msg.data or b"")
+    return found
+
+
+async def test_an_append_after_another_writers_is_refused_with_the_rest_of_its_subject(
+    ore_nats_client: Client, ore_nats_url: str
+) -> None:
+    await fence_stream(ore_nats_client)
+    other_nc = await nats.connect(ore_nats_url)
+    stale, owner = Pipeline(ore_nats_client), Pipeline(other_nc)
+    await stale.start()
+    await owner.start()
+    refused: list[tuple[str, int]] = []
+    stale.watch_fenced(lambda subject, tag: refused.append((subject, tag)))
+    try:
+        stale.know("fen.a", 0)
+        await stale.publish_fenced("FEN", "fen.a", b"stale 1", HEADER, 1)
+        await stale.flush()
+        owner.know("fen.a", 1)  # the new owner read the subject's last sequence
+        await owner.publish_fenced("FEN", "fen.a", b"owner 1", HEADER, 1)
+        await owner.flush()
+        # The stale worker, resumed: two more of the thread, and one of another thread.
+        await stale.publish_fenced("FEN", "fen.a", b"stale 2", HEADER, 2)
+        await stale.publish_fenced("FEN", "fen.a", b"stale 3", HEADER, 3)
+        stale.know("fen.b", 0)
+        await stale.publish_fenced("FEN", "fen.b", b"other thread", HEADER, 4)
+        await stale.flush()
+        await owner.publish_fenced("FEN", "fen.a", b"owner 2", HEADER, 2)
+        await owner.flush()
+
+        assert await stored_on(ore_nats_client, "fen.a") == [b"stale 1", b"owner 1", b"owner 2"]
+        assert await stored_on(ore_nats_client, "fen.b") == [b"other thread"]
+        assert refused == [("fen.a", 2)]  # once, with the tag of the first refused
+        assert (stale.fenced, stale.lost, stale.pending) == (2, 0, 0)
+        assert (owner.fenced, owner.lost) == (0, 0)
+        assert not stale.knows("fen.a")  # read again before its next append
+    finally:
+        await stale.stop()
+        await owner.stop()
+        await other_nc.close()
+
+
+async def test_a_retry_of_a_stored_message_is_taken_as_stored_not_as_another_writers(
+    ore_nats_server: EmbeddedNatsServer, ore_nats_client: Client
+) -> None:
+    """The ack of a stored fenced message is lost (the server paused past the ack
+    timeout) and it is sent again, with the same `Nats-Msg-Id` and expected sequence.
+    nats-server checks the expected sequence before the msg-id: the retry is refused
+    for a wrong last sequence, and the subject's last message, this one, says it was
+    stored. Nothing is stored twice, nothing refused, and the next message expects it."""
+    await fence_stream(ore_nats_client)
+    pipeline = Pipeline(ore_nats_client, ack_timeout=0.5)
+    await pipeline.start()
+    refused: list[tuple[str, int]] = []
+    pipeline.watch_fenced(lambda subject, tag: refused.append((subject, tag)))
+    try:
+        pipeline.know("fen.a", 0)
+        os.kill(ore_nats_server.pid, signal.SIGSTOP)
+        try:
+            await pipeline.publish_fenced("FEN", "fen.a", b"one", HEADER, 1)
+            await wait_for(lambda: any(r.attempts >= 2 for r in pipeline._pending.values()))
+        finally:
+            os.kill(ore_nats_server.pid, signal.SIGCONT)
+        await pipeline.flush()
+        await pipeline.publish_fenced("FEN", "fen.a", b"two", HEADER, 2)  # expects the first's seq
+        await pipeline.flush()
+
+        assert await stored_on(ore_nats_client, "fen.a") == [b"one", b"two"]
+        assert refused == []
+        assert (pipeline.fenced, pipeline.lost) == (0, 0)
+    finally:
+        await pipeline.stop()
+
+
+async def test_a_subject_emptied_meanwhile_is_appended_to_expecting_nothing(
+    ore_nats_client: Client,
+) -> None:
+    """Its messages expired (`events_max_age`) or were purged: nobody else wrote it."""
+    await fence_stream(ore_nats_client)
+    pipeline = Pipeline(ore_nats_client)
+    await pipeline.start()
+    try:
+        pipeline.know("fen.a", 0)
+        await pipeline.publish_fenced("FEN", "fen.a", b"old", HEADER, 1)
+        await pipeline.flush()
+        await ore_nats_client.jetstream().purge_stream("FEN", subject="fen.a")
+        await pipeline.publish_fenced("FEN", "fen.a", b"new", HEADER, 2)
+        await pipeline.flush()
+        assert await stored_on(ore_nats_client, "fen.a") == [b"new"]
+        assert (pipeline.fenced, pipeline.lost) == (0, 0)
+    finally:
+        await pipeline.stop()
+
+
+class Takeover(StoreWrapper):
+    """`inner`, and after every `every`-th save (at most `limit` times) another worker
+    takes the saved thread over before this one appends its turn: it attaches the thread
+    as saved and stores the answer (as a next owner's `prime` does), then stops.
+
+    This worker's lease stays valid: only the server's fence stops its append."""
+
+    def __init__(self, inner: Store, ore_nats_url: str, every: int, limit: int) -> None:
+        super().__init__(inner)
+        self.url = ore_nats_url
+        self.every = every
+        self.limit = limit
+        self.saves = 0
+        self.takeovers = 0
+        self.msg_ids: set[str] = set()
+
+    async def save(self, thread: Thread) -> None:
+        await self.inner.save(thread)
+        self.saves += 1
+        if self.saves % self.every or self.takeovers >= self.limit:
+            return
+        self.takeovers += 1
+        nc = await nats.connect(self.url)
+        pipeline = Pipeline(nc)
+        await pipeline.start()
+        try:
+            await Egress(nc, SUBJECTS, pipeline).prime(thread.id, thread)
+            await pipeline.flush()
+            assert pipeline.fenced == pipeline.lost == 0
+        finally:
+            await pipeline.stop()
+            await nc.close()
+
+    async def close(self) -> None:
+        """The wrapped store is the test's."""
+
+
+async def test_a_worker_whose_thread_was_taken_over_stores_nothing_and_answers_once(
+    start_core: CoreFactory,
+    store: MemoryStore,
+    ore_nats_client: Client,
+    ore_nats_url: str,
+    outbox: Outbox,
+) -> None:
+    takeover = Takeover(store, ore_nats_url, every=4, limit=3)
+    core = await start_core(store=takeover)
+    threads = await send_all(ore_nats_client)
+    await eventually(lambda: acknowledged(ore_nats_client))
+    await dones_or_timeout(outbox, threads)
+    counts = await tally(ore_nats_client, outbox, threads)
+    pipeline = core._pipeline
+    print(f"\ntakeovers={takeover.takeovers} fenced={pipeline.fenced if pipeline else 0} {counts}")
+    assert takeover.takeovers == 3
+    assert pipeline is not None
+    assert pipeline.fenced >= 3  # each stale append refused
+    assert pipeline.lost == 0
+    assert counts.lost == counts.doubled == counts.out_of_order == []
+    assert counts.answered == counts.done_seen == counts.sent
+
+
+async def test_a_properties_event_on_a_thread_never_attached_here_is_stored(
+    start_core: CoreFactory, ore_nats_client: Client, ore_nats_url: str, outbox: Outbox
+) -> None:
+    """Set through the control API on an idle thread this worker never primed, whose
+    events another worker stored before: its last sequence is read first (one direct
+    get), never guessed (a guessed 0 would be refused)."""
+    core = await start_core()
+    client = await ConduitClient.connect(ore_nats_url, name="raw", request_timeout=30.0)
+    async with client:
+        await client.create_thread("t-idle")
+        other = Pipeline(ore_nats_client)
+        await other.start()
+        earlier = Egress(ore_nats_client, SUBJECTS, other)  # a worker that wrote it before
+        earlier.bind("t-idle", "raw")
+        await earlier.emit("t-idle", LifecycleEvent(phase="done"))
+        await other.stop()
+        before = [e["kind"] for e in await stored_events(ore_nats_client, "t-idle")]
+
+        await client.set_metadata("t-idle", "title", "greeting")
+        await outbox.until(lambda: len(outbox.stored("t-idle")) == len(before) + 1)
+    kinds = [e["kind"] for e in await stored_events(ore_nats_client, "t-idle")]
+    assert kinds == [*before, "properties"]
+    assert before[-1] == "lifecycle"
+    assert core._pipeline is not None
+    assert core._pipeline.fenced == 0
