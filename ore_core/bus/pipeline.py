@@ -23,11 +23,12 @@ A fenced message (`publish_fenced`, a thread's batch on `P.ev.T`) carries
 knows on its subject (`know`; then each of its own acks, which per-subject order makes
 known before the next message of the subject is sent). The server stores it only if
 nobody else appended meanwhile; a retry keeps its `Nats-Msg-Id` and its expected
-sequence, and a retry of a message that was stored is answered as a duplicate (the
-msg-id check comes first): stored. A refusal for a wrong last sequence means another
-worker writes the subject: the message and every later one of its subject are dropped,
-never retried, and the `watch_fenced` listeners hear of it (the egress hands the
-thread's messages back to the ingress).
+sequence. nats-server checks that sequence before the msg-id, so a retry of a message
+an earlier attempt stored (its ack lost) is refused too: the subject's last message is
+read then, and if it is this one, it is stored (`_check_stored`). Any other refusal
+for a wrong last sequence means another worker writes the subject: the message and
+every later one of its subject are dropped, never retried, and the `watch_fenced`
+listeners hear of it (the egress hands the thread's messages back to the ingress).
 
 A JetStream limit (a stream's `max_bytes` or `max_msgs_per_subject` with discard new,
 the account's storage) is not a reason to give a message up: it is held and sent
@@ -89,6 +90,7 @@ class _Record:
     held: bool = False
     head: bytes = b""  # a fenced message's header block but its expected sequence (open)
     stream: str = ""  # a fenced message's stream (to read the subject's last message)
+    unsure: bool = False  # an attempt went unanswered: it may be stored
     expected: int = -1  # a fenced message's expected last subject sequence, once known
     tag: int = 0  # the publisher's, given back to the `watch_fenced` listeners
 
@@ -349,13 +351,13 @@ class Pipeline:
             else:
                 self._drop(record, reason)
         else:
-            if self._failing and not self._retries:
-                self._failing = False
-                log.info("stored events acknowledged again")
             self._stored(record, _ack_sequence(data) if record.head else -1)
 
     def _stored(self, record: _Record, sequence: int) -> None:
         """The server stored `record` (at `sequence`, read for a fenced one)."""
+        if self._failing and not self._retries:
+            self._failing = False
+            log.info("stored events acknowledged again")
         if record.held:
             self._stored_after_hold()
         if record.head:
@@ -371,9 +373,9 @@ class Pipeline:
 
         Last sequence 0 while this worker expected more: nobody appended, the subject's
         messages expired (`max_age`) or were purged: sent again, expecting 0. A message
-        sent more than once may have been stored by an earlier attempt whose ack was
-        lost: the server checks the expected sequence before the msg-id (nats-server
-        2.15 answers such a retry with this error, not as a duplicate), so the subject's
+        sent again after an unanswered attempt (`unsure`) may have been stored by it:
+        the server checks the expected sequence before the msg-id (nats-server 2.15
+        answers such a retry with this error, not as a duplicate), so the subject's
         last message is read: if it is this one, it is stored (`_check_stored`).
         Otherwise another writer appended (`_refused`).
         """
@@ -382,7 +384,7 @@ class Pipeline:
             record.attempts = 0
             self._retries.append(record)
             self._wakeup.set()
-        elif record.attempts > 1:
+        elif record.unsure:
             try:
                 self.tasks.spawn(
                     self._check_stored(record, description),
@@ -462,7 +464,9 @@ class Pipeline:
         """
         if pause:
             record.attempts -= 1  # not stored: no attempt used
-        elif record.attempts >= self._attempts:
+        else:
+            record.unsure = True  # maybe stored, the ack lost
+        if not pause and record.attempts >= self._attempts:
             pause = True
             if record.attempts == self._attempts:
                 log.error(
