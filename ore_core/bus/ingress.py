@@ -39,7 +39,8 @@ Partitions are pulled only while this worker owns them (ownership.py calls `acqu
 outlived the lease) is handed back at once, unless the lease is only overdue (a pause:
 it may be renewed in a moment): then it is parked until the lease is renewed or lost
 (a NAK would come back at once, again and again, until `max_deliver` drops it). When
-the egress drops a thread's output for an overdue lease (`output_refused`), the
+the egress drops a thread's output for an overdue lease, or the server refuses it
+because another worker appended (`output_refused`), the
 thread's messages whose output was dropped are parked instead of acknowledged and its
 stream is dropped: handled again, they find their answers saved, and attaching the
 thread stores those answers (`Egress.prime`). `abandon` and `drop_thread` close streams
@@ -371,7 +372,8 @@ class Ingress:
         return taken
 
     def output_refused(self, thread_id: str, position: int) -> None:
-        """The egress dropped output of `thread_id` for an overdue lease (`Egress.watch_overdue`).
+        """The egress dropped output of `thread_id` for an overdue lease, or the server
+        refused its append because another worker appended (`Egress.watch_overdue`).
 
         Its messages handled past `position` (their answer was saved but not stored as
         events) are not acknowledged, and neither are those in flight: they wait here,
