@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import nats
 from nats.aio.client import Client
@@ -93,6 +94,20 @@ async def test_an_append_after_another_writers_is_refused_with_the_rest_of_its_s
         await other_nc.close()
 
 
+def stopped(pid: int) -> bool:
+    """Whether every thread of process `pid` is stopped (SIGSTOP took effect)."""
+    tasks = Path(f"/proc/{pid}/task")
+    states = [(t / "stat").read_text().rpartition(")")[2].split()[0] for t in tasks.iterdir()]
+    return all(state == "T" for state in states)
+
+
+def sent_again(pipeline: Pipeline) -> bool:
+    """Whether the pipeline's one message was sent a second time (its first ack missing)."""
+    records = [*pipeline._pending.values(), *pipeline._retries, *pipeline._delayed]
+    assert len(records) == 1, "the message was acknowledged: the server was not stopped"
+    return records[0].attempts >= 2
+
+
 async def test_a_retry_of_a_stored_message_is_taken_as_stored_not_as_another_writers(
     ore_nats_server: EmbeddedNatsServer, ore_nats_client: Client
 ) -> None:
@@ -110,8 +125,9 @@ async def test_a_retry_of_a_stored_message_is_taken_as_stored_not_as_another_wri
         pipeline.know("fen.a", 0)
         os.kill(ore_nats_server.pid, signal.SIGSTOP)
         try:
+            await wait_for(lambda: stopped(ore_nats_server.pid))
             await pipeline.publish_fenced("FEN", "fen.a", b"one", HEADER, 1)
-            await wait_for(lambda: any(r.attempts >= 2 for r in pipeline._pending.values()))
+            await wait_for(lambda: sent_again(pipeline))
         finally:
             os.kill(ore_nats_server.pid, signal.SIGCONT)
         await pipeline.flush()
