@@ -1,4 +1,4 @@
-"""LoopCommitter: commits on the loop only what needs no waiting, once per loop iteration."""
+"""LoopCommitter: commits on the loop only a lone save, and only what needs no waiting."""
 
 from __future__ import annotations
 
@@ -42,14 +42,19 @@ def _values(db: sqlite3.Connection) -> list[str]:
     return [value for (value,) in db.execute("SELECT value FROM rows ORDER BY rowid")]
 
 
-async def test_one_commit_per_loop_iteration(
+async def test_only_a_lone_save_is_committed(
     committer: LoopCommitter, db: sqlite3.Connection
 ) -> None:
     assert committer.commit(_insert("first")) == (True, "first")
-    assert committer.commit(_insert("same iteration")) == (False, None)
+    assert committer.commit(_insert("a burst")) == (False, None)
+    await asyncio.sleep(0)  # the next loop iteration
+    assert committer.commit(_insert("right after a burst")) == (False, None)
     await asyncio.sleep(0)
-    assert committer.commit(_insert("next iteration")) == (True, "next iteration")
-    assert _values(db) == ["first", "next iteration"]
+    assert committer.commit(_insert("lone")) == (True, "lone")
+    await asyncio.sleep(0)
+    assert committer.commit(_insert("not eligible"), eligible=False) == (False, None)
+    assert committer.commit(_insert("with an ineligible one")) == (False, None)
+    assert _values(db) == ["first", "lone"]
 
 
 async def test_a_locked_database_is_left_to_the_worker_at_once(
@@ -61,6 +66,7 @@ async def test_a_locked_database_is_left_to_the_worker_at_once(
     # Never a busy wait on the loop: the connection reports a lock instead of waiting.
     assert committer._cursor is not None
     assert committer._cursor.execute("PRAGMA busy_timeout").fetchone() == (0,)
+    await asyncio.sleep(0)
     assert committer.commit(_insert("unlocked")) == (True, "unlocked")
     assert _values(db) == ["unlocked"]
 

@@ -342,7 +342,7 @@ async def test_a_lone_save_is_committed_on_the_loop_without_the_worker_thread(
     assert _texts(await store.get(thread.id)) == ["lone"]
 
 
-async def test_of_a_burst_of_saves_one_is_committed_on_the_loop_and_the_rest_grouped(
+async def test_of_a_burst_of_saves_one_is_committed_on_the_loop_and_later_bursts_grouped(
     store: SQLiteStore, outside: sqlite3.Connection
 ) -> None:
     threads = [await store.create() for _ in range(50)]
@@ -350,8 +350,15 @@ async def test_of_a_burst_of_saves_one_is_committed_on_the_loop_and_the_rest_gro
     turns = [thread.append(Role.USER, Text(f"from {thread.id}")) for thread in threads]
     await asyncio.gather(*(store.save(thread) for thread in threads))
     assert _stored_turn_ids(outside) == {turn.id for turn in turns}
-    assert _saves(worker_statements) == 49  # one loop commit per loop iteration
+    assert _saves(worker_statements) == 49  # the first, alone in its iteration: on the loop
     assert worker_statements.count("COMMIT") < 49  # the worker grouped the rest
+    # While bursts go on, every save goes to the worker: another burst, then a lone save.
+    for thread in threads:
+        thread.append(Role.USER, Text(f"again from {thread.id}"))
+    await asyncio.gather(*(store.save(thread) for thread in threads))
+    threads[0].append(Role.USER, Text("right after the bursts"))
+    await store.save(threads[0])
+    assert _saves(worker_statements) == 49 + 50 + 1
 
 
 @pytest.mark.parametrize(

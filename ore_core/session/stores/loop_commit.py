@@ -12,8 +12,11 @@ What keeps the loop from ever waiting on SQLite:
   to the worker, which waits for the lock there;
 - the store only asks when its worker is idle, for small saves, and not when the
   commit would be fsynced (`fsync = "always"`);
-- one commit per loop iteration: the other saves of a burst go to the worker and
-  share its group commits, which is what makes many concurrent saves cheap.
+- only a lone save: the first of its loop iteration, when the last iteration that
+  saved anything saved only once. The saves of a burst, and every save while bursts
+  go on (many conversations at once), go to the worker and share its group commits,
+  which is what makes many concurrent saves cheap: committing each of them here
+  measured 1.22x the core's CPU per turn at 100 conversations.
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ _R = TypeVar("_R")
 class LoopCommitter:
     """Commits `write(cursor)` on the calling (loop) thread when it can do so at once.
 
-    `commit` returns `(True, result)` when it committed, `(False, None)` when the caller
-    should hand the save to its worker instead (the write lock is taken, the loop
-    committed once already this iteration, the database is not open yet). An error of
+    The store calls `commit` for every save (`eligible=False`: one it must give its
+    worker anyway; counted all the same). It returns `(True, result)` when it
+    committed, `(False, None)` when the caller should hand the save to its worker
+    instead (not eligible, not a lone save, the write lock is taken). An error of
     `write` itself, or of the commit, is raised after rolling the transaction back.
     """
 
@@ -42,19 +46,26 @@ class LoopCommitter:
         self._synchronous = synchronous
         self._autocheckpoint = autocheckpoint
         self._cursor: sqlite3.Cursor | None = None
-        self._spent = False  # committed in this loop iteration already
+        self._saves = 0  # saves asked for in this loop iteration
+        self._burst = False  # the last loop iteration with saves had more than one
 
-    def commit(self, write: Callable[[sqlite3.Cursor], _R]) -> tuple[bool, _R | None]:
-        """Run `write` in a transaction of its own and commit it, if that needs no waiting."""
-        if self._spent:
+    def commit(
+        self, write: Callable[[sqlite3.Cursor], _R], *, eligible: bool = True
+    ) -> tuple[bool, _R | None]:
+        """Run `write` in a transaction of its own and commit it, if this is a lone
+        save and committing needs no waiting."""
+        self._saves += 1
+        if self._saves == 1:
+            asyncio.get_running_loop().call_soon(self._next_iteration)
+        elif self._saves == 2:
+            self._burst = True
+        if self._saves > 1 or self._burst or not eligible:
             return False, None
         try:
             cursor = self._cursor or self._open()
             cursor.execute("BEGIN IMMEDIATE")
         except sqlite3.Error:  # locked by another writer (or unusable): the worker waits
             return False, None
-        self._spent = True
-        asyncio.get_running_loop().call_soon(self._next_iteration)
         try:
             result = write(cursor)
             cursor.execute("COMMIT")
@@ -85,4 +96,5 @@ class LoopCommitter:
         return self._cursor
 
     def _next_iteration(self) -> None:
-        self._spent = False
+        self._burst = self._saves > 1
+        self._saves = 0

@@ -319,15 +319,15 @@ class SQLiteStore(BaseStore):
         """Commit `rows` here and now if that is cheap (see `LoopCommitter`); else
         `(False, None)` and the caller hands them to the worker."""
         on_loop = self._on_loop
-        if (
-            on_loop is None
-            or self._conn is None  # the worker has not opened (or migrated) the file yet
-            or not self._worker.idle
-            or sum(len(raw) for _, raw in rows.turns) > LOOP_COMMIT_MAX_BYTES
-        ):
+        if on_loop is None:
             return False, None
+        eligible = (
+            self._conn is not None  # the worker has opened (and migrated) the file
+            and self._worker.idle
+            and sum(len(raw) for _, raw in rows.turns) <= LOOP_COMMIT_MAX_BYTES
+        )
         try:
-            done, version = on_loop.commit(partial(self._write, thread_id, rows))
+            done, version = on_loop.commit(partial(self._write, thread_id, rows), eligible=eligible)
         except sqlite3.Error as exc:
             raise self._failed(exc) from exc
         if done:
