@@ -294,6 +294,10 @@ class Egress:
             self._primed.clear()
         self._primed.add(thread_id)
         subject = self._subjects_of(thread_id)[0]
+        # A batch of this thread still on its way (retried while the thread was away:
+        # a NATS node died, the lease was lost and taken again) is read first: judged
+        # without it, its answer would look missing and be stored twice.
+        await self._pipeline.wait_subject(subject)
         try:
             last = await self._nc.jetstream().get_last_msg(
                 self._subjects.events_stream, subject, direct=True

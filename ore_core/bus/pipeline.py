@@ -170,6 +170,13 @@ class Pipeline:
             self._progress.clear()
             await self._progress.wait()
 
+    async def wait_subject(self, subject: str) -> None:
+        """Wait until no message to `subject` is waiting to be stored (each stored or
+        given up): what is read from the subject afterwards includes them."""
+        while subject in self._lanes:
+            self._progress.clear()
+            await self._progress.wait()
+
     def _settle_record(self, record: _Record, stored: int = -1) -> None:
         """`record` is stored (at sequence `stored` if fenced) or given up."""
         self._outstanding.pop(record.index, None)

@@ -9,20 +9,23 @@ kit's nats-server, Pipelines and Egresses on their own connections, the CoreServ
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
+from dataclasses import replace
 from pathlib import Path
 
 import nats
 from nats.aio.client import Client
-from nats.js.api import StreamConfig
+from nats.js.api import DiscardPolicy, StreamConfig
 
-from ore_core import ConduitClient
+from ore_core import ConduitClient, Role, Text
 from ore_core.bus.egress import Egress
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.pipeline import Pipeline
+from ore_core.bus.streams import BusConfig, ensure_streams
 from ore_core.conduit.wire import header_block
-from ore_core.events import LifecycleEvent
+from ore_core.events import LifecycleEvent, TurnCompleteEvent
 from ore_core.ledger.thread import Thread
 from ore_core.session.protocols import Store
 from ore_core.session.stores.memory import MemoryStore
@@ -246,3 +249,48 @@ async def test_a_properties_event_on_a_thread_never_attached_here_is_stored(
     assert before[-1] == "lifecycle"
     assert core._pipeline is not None
     assert core._pipeline.fenced == 0
+
+
+async def test_a_thread_attached_again_while_its_batch_is_held_stores_its_answer_once(
+    ore_nats_client: Client,
+) -> None:
+    """The thread left and came back (a lease lost and taken again while a NATS node was
+    down) while its last batch was still on its way: attaching it reads that batch
+    first, so the answer in it is not taken for missing and stored a second time."""
+    js = ore_nats_client.jetstream()
+    await ensure_streams(js, SUBJECTS, BusConfig(partitions=1))
+    pipeline = Pipeline(ore_nats_client, hold_retry=0.05)
+    await pipeline.start()
+    egress = Egress(ore_nats_client, SUBJECTS, pipeline)
+    egress.bind("t-held", "raw")
+    thread = Thread("t-held")
+    try:
+        for n in (1, 2):
+            thread.append(Role.USER, Text(f"hi {n}"))
+            answer = thread.append(Role.ASSISTANT, Text(f"answer {n}"))
+            events = [TurnCompleteEvent(turn=answer), LifecycleEvent(phase="done")]
+            if n == 2:  # the stream is full: the second batch is held and sent again
+                config = (await js.stream_info(SUBJECTS.events_stream)).config
+                await js.update_stream(replace(config, max_msgs=1, discard=DiscardPolicy.NEW))
+            await egress.emit_batch([("t-held", event) for event in events])
+            if n == 1:
+                await pipeline.flush()
+        await wait_for(lambda: pipeline.full is not None)
+
+        egress.release("t-held")
+        attach = asyncio.ensure_future(egress.prime("t-held", thread))
+        await wait_for(lambda: pipeline.full is not None)  # still held: attaching waits
+        await js.update_stream(replace(config, max_msgs=-1, discard=DiscardPolicy.OLD))
+        async with asyncio.timeout(30):
+            await attach
+            await pipeline.flush()
+    finally:
+        await pipeline.stop()
+
+    stored = [
+        e["turn"]["id"]
+        for e in await stored_events(ore_nats_client, "t-held")
+        if e["kind"] == "turn_complete"
+    ]
+    assert stored == [t.id for t in thread.all_turns() if t.role == Role.ASSISTANT]
+    assert (pipeline.fenced, pipeline.lost) == (0, 0)
