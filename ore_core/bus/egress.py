@@ -58,6 +58,7 @@ import structlog
 from nats.aio.client import Client as NatsClient
 from nats.errors import ConnectionClosedError, OutboundBufferLimitError
 from nats.errors import Error as NatsError
+from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from ore_core import jsonutil
@@ -299,11 +300,7 @@ class Egress:
         # without it, its answer would look missing and be stored twice.
         await self._pipeline.wait_subject(subject)
         try:
-            last = await self._nc.jetstream().get_last_msg(
-                self._subjects.events_stream, subject, direct=True
-            )
-        except NotFoundError:
-            last = None
+            last = await self._last_stored(subject)
         except (NatsError, TimeoutError) as exc:
             log.debug("last event not read", thread_id=thread_id, error=repr(exc))
             self._pipeline.forget(subject)  # read again before its first append
@@ -381,12 +378,7 @@ class Egress:
         rest of a turn whose first events were dropped must not be stored as a batch
         without them; the thread's next attach (`prime`) restores the dropped answer.
         """
-        self._gone.add(thread_id)
-        self._primed.discard(thread_id)
-        self._forget_sequence(thread_id)
-        held = self._turns.pop(thread_id, None)
-        if held is not None:
-            self.refused += len(held.data)
+        self.release(thread_id)
         log.warning(why, thread_id=thread_id)
         if self._on_overdue is not None:
             self._on_overdue(thread_id, position)
@@ -489,6 +481,15 @@ class Egress:
         for part in _parts(turn.data, self._nc.max_payload - _BATCH_OVERHEAD):
             await self._append_batch(subject, encode_batch(part), traceparent, position)
 
+    async def _last_stored(self, subject: str) -> RawStreamMsg | None:
+        """The last message stored on `subject` (a direct get); None when there is none."""
+        try:
+            return await self._nc.jetstream().get_last_msg(
+                self._subjects.events_stream, subject, direct=True
+            )
+        except NotFoundError:
+            return None
+
     async def _read_sequence(self, thread_id: str, subject: str, position: int) -> bool:
         """Read the last sequence of `subject` before a fenced append (never guessed).
 
@@ -496,14 +497,10 @@ class Egress:
         append: the thread's messages are handled again) or the thread left meanwhile.
         """
         try:
-            last = await self._nc.jetstream().get_last_msg(
-                self._subjects.events_stream, subject, direct=True
-            )
-            sequence = last.seq
+            last = await self._last_stored(subject)
+            sequence = 0 if last is None else last.seq
             if sequence is None:
                 raise NatsError("a direct get without Nats-Sequence")
-        except NotFoundError:
-            sequence = 0
         except (NatsError, TimeoutError) as exc:
             if thread_id not in self._gone:
                 self._lost(
