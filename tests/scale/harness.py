@@ -26,6 +26,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
+from ore_core.bus.kv_keys import live_keys
+
 ORE = Path(sys.executable).with_name("ore")
 READY_TIMEOUT = 30.0  # a fresh interpreter imports ore first; the machine is shared
 EXIT_TIMEOUT = 40.0
@@ -135,14 +137,15 @@ class Workers:
 
 
 async def leases(nc: Client, bucket: str = "ORE_WORKERS") -> dict[int, str]:
-    """partition -> worker id, from the KV bucket (what the server says now)."""
+    """partition -> worker id, from the KV bucket (what the server says now).
+
+    Listed exactly (`live_keys`): nats-py's `kv.keys()` is a watch whose "initial
+    values done" marker can race its deliveries, so it sometimes lists fewer keys
+    than the bucket holds (a test then reads 0 leases of a worker holding them all).
+    """
     kv = await nc.jetstream().key_value(bucket)
-    try:
-        keys = [k for k in await kv.keys() if k.startswith("lease.")]
-    except Exception:  # NoKeysError
-        return {}
     held = {}
-    for key in keys:
+    for key in await live_keys(nc, bucket, "lease.>", 5.0):
         try:
             entry = await kv.get(key)
         except Exception:  # deleted or expired meanwhile
