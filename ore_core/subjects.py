@@ -53,6 +53,10 @@ HEADER_EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
 """Optimistic concurrency on a per-thread subject: a stale writer's append is refused."""
 HEADER_LAST_SEQUENCE = "Nats-Last-Sequence"
 """Set by RePublish: the previous sequence of the same subject, so a gap is visible."""
+HEADER_LAST_TURN = "Ore-Last-Turn"
+"""On a stored batch without turns (a `done` alone, a `properties` event): the id of the
+last turn stored before it on the thread's subject, so a worker attaching the thread
+can tell which saved answers are missing from the events."""
 
 DEFAULT_PREFIX = "ore"
 

@@ -51,6 +51,7 @@ threads they resolve, and a thread nobody bound is looked up in its active strea
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -84,6 +85,7 @@ from ore_core.session.manager import Manager
 from ore_core.subjects import (
     DEFAULT_NAMESPACE,
     HEADER_KIND,
+    HEADER_LAST_TURN,
     HEADER_SCHEMA,
     HEADER_TRACEPARENT,
     NAMESPACE_KEY,
@@ -99,6 +101,7 @@ STORAGE_FULL = "storage_full"
 log = structlog.get_logger("ore.bus")
 
 _NO_CONTEXT = EventContext()
+_HEADER_VALUE = re.compile(r"[!-~]{1,128}")  # what a header value may be: printable, no spaces
 _SUBJECT_CACHE = 65536  # threads whose subjects are remembered; cleared when exceeded
 _LIVE_PHASES = frozenset({"submitted", "streaming"})
 
@@ -135,13 +138,15 @@ def _parts(encoded: list[bytes], limit: int) -> list[list[bytes]]:
 
 
 class _Run:
-    """Encoded events of one thread waiting to leave as one message."""
+    """Encoded events of one thread waiting to leave as one message (`turn`: the id of
+    the last turn among them, if any)."""
 
-    __slots__ = ("data", "first")
+    __slots__ = ("data", "first", "turn")
 
     def __init__(self, data: bytes, first: OutputEvent) -> None:
         self.data = [data]
         self.first = first
+        self.turn: str | None = first.turn.id if type(first) is TurnCompleteEvent else None
 
 
 def namespace_of(thread: Thread) -> str:
@@ -167,7 +172,11 @@ class Egress:
         self._nc = nc
         self._may_write = may_write
         self._gone: set[str] = set()  # threads that left this worker, until attached again
-        self._primed: set[str] = set()
+        # Threads primed since attached here, with the ownership term they were primed in.
+        self._primed: dict[str, int] = {}
+        # The last turn stored on each thread's events as far as this worker knows (read
+        # by `prime`, then its own appends): named by its batches without turns.
+        self._last_turns: dict[str, str] = {}
         self.refused = 0  # events not published: overdue lease or a thread that left
         self._subjects = subjects
         self._pipeline = pipeline
@@ -270,30 +279,35 @@ class Egress:
     def release(self, thread_id: str) -> None:
         """The thread left this worker: drop what its old stream held or still emits."""
         self._gone.add(thread_id)
-        self._primed.discard(thread_id)
+        self._primed.pop(thread_id, None)
+        self._last_turns.pop(thread_id, None)
         self._forget_sequence(thread_id)
         held = self._turns.pop(thread_id, None)
         if held is not None:
             self.refused += len(held.data)
 
-    async def prime(self, thread_id: str, thread: Thread | None = None) -> None:
+    async def prime(self, thread_id: str, thread: Thread | None = None, term: int = 0) -> None:
         """The thread is (again) attached here: publish for it; once per attach, read the
         last sequence of its `P.ev.T` (every append is fenced from there on: a worker
         that took the thread over meanwhile makes the server refuse this one's), and if
         its latest answer is saved but not in `P.ev.T`, store that answer and a `done`.
+
+        `term` names the stretch of ownership of the thread's partition (the ingress
+        counts one per lease won): a thread primed in an earlier term is primed again,
+        since another worker may have appended while the partition was away.
 
         The restored events are appended directly as one batch of their own: they are
         not the manager's events, so they do not count in `emitted` (the ingress ack
         loop compares `emitted` with the manager's queue).
         """
         self._gone.discard(thread_id)
-        if thread is None or thread_id in self._primed:
+        if thread is None or self._primed.get(thread_id) == term:
             return
         if thread_id not in self._cache:
             self._remember(thread_id, namespace_of(thread))
         if len(self._primed) >= _SUBJECT_CACHE:
             self._primed.clear()
-        self._primed.add(thread_id)
+        self._primed[thread_id] = term
         subject = self._subjects_of(thread_id)[0]
         # A batch of this thread still on its way (retried while the thread was away:
         # a NATS node died, the lease was lost and taken again) is read first: judged
@@ -310,10 +324,14 @@ class Egress:
             self._pipeline.forget(subject)
         else:
             self._pipeline.know(subject, sequence)
+        data = named = None
+        if last is not None:
+            data, named = last.data, (last.headers or {}).get(HEADER_LAST_TURN)
+        self._learn_last_turn(thread_id, _last_turn_stored(data, named))
         tip = thread.get_turn(thread.current_tip)
         if tip is None or tip.role == Role.USER:
             return
-        for answer_turn in _answers_missing(None if last is None else last.data, thread, tip):
+        for answer_turn in _answers_missing(data, thread, tip, named):
             log.warning("stored answer missing from the events; publishing it", thread_id=thread_id)
             answer = TurnCompleteEvent(turn=answer_turn)
             run = _Run(encode_event(answer), answer)
@@ -322,13 +340,14 @@ class Egress:
             if thread_id in self._gone:  # refused (the lease is overdue): tried again later
                 return
 
-    def primed(self, thread_id: str) -> bool:
-        """Whether `prime(thread_id, ...)` would do nothing now (primed since attached).
+    def primed(self, thread_id: str, term: int = 0) -> bool:
+        """Whether `prime(thread_id, ..., term)` would do nothing now (primed since
+        attached, in this term of ownership).
 
         A primed thread is never `gone` (`release` unprimes it), so the ingress may then
         skip the call, and its await, for a thread's next message.
         """
-        return thread_id in self._primed
+        return self._primed.get(thread_id) == term
 
     async def wait_emitted(self, position: int) -> None:
         """Wait until `emitted >= position` (one waiter at a time: the ingress ack loop)."""
@@ -415,6 +434,8 @@ class Egress:
                 turns[thread_id] = turn = _Run(data, event)
             else:
                 turn.data.append(data)
+                if type(event) is TurnCompleteEvent:
+                    turn.turn = event.turn.id
             if isinstance(event, LifecycleEvent) and event.phase == "done":
                 run = live.pop(thread_id, None)
                 if run is not None and self._publish_live(thread_id, run):
@@ -478,8 +499,23 @@ class Egress:
             self.refused += len(turn.data)
             return
         traceparent = turn.first.context.traceparent
-        for part in _parts(turn.data, self._nc.max_payload - _BATCH_OVERHEAD):
-            await self._append_batch(subject, encode_batch(part), traceparent, position)
+        parts = _parts(turn.data, self._nc.max_payload - _BATCH_OVERHEAD)
+        # A batch without turns names the last one stored before it (a turn split into
+        # several batches names its own in each: only those without turns need it).
+        last_turn = turn.turn if len(parts) > 1 else None
+        if turn.turn is None:
+            last_turn = self._last_turns.get(thread_id)
+        else:
+            self._learn_last_turn(thread_id, turn.turn)
+        for part in parts:
+            await self._append_batch(subject, encode_batch(part), traceparent, position, last_turn)
+
+    def _learn_last_turn(self, thread_id: str, turn_id: str | None) -> None:
+        if turn_id is None:
+            return
+        if len(self._last_turns) >= _SUBJECT_CACHE and thread_id not in self._last_turns:
+            self._last_turns.clear()  # then a batch without turns goes without the name
+        self._last_turns[thread_id] = turn_id
 
     async def _last_stored(self, subject: str) -> RawStreamMsg | None:
         """The last message stored on `subject` (a direct get); None when there is none."""
@@ -515,19 +551,21 @@ class Egress:
         return True
 
     async def _append_batch(
-        self, subject: str, data: bytes, traceparent: str, position: int
+        self, subject: str, data: bytes, traceparent: str, position: int, last_turn: str | None
     ) -> None:
         """The one place that appends to `P.ev.T` (always a batch, even of one event),
-        fenced by the thread's last sequence (`position`: see `_lost`)."""
+        fenced by the thread's last sequence (`position`: see `_lost`), naming
+        `last_turn` when it is a safe header value."""
         block = self._batch_block
-        if traceparent:
-            block = header_block(
-                {
-                    HEADER_KIND: BATCH_KIND,
-                    HEADER_SCHEMA: self._schema,
-                    HEADER_TRACEPARENT: traceparent,
-                }
-            )
+        if last_turn is not None and not _HEADER_VALUE.fullmatch(last_turn):
+            last_turn = None
+        if traceparent or last_turn:
+            headers = {HEADER_KIND: BATCH_KIND, HEADER_SCHEMA: self._schema}
+            if traceparent:
+                headers[HEADER_TRACEPARENT] = traceparent
+            if last_turn:
+                headers[HEADER_LAST_TURN] = last_turn
+            block = header_block(headers)
         await self._pipeline.publish_fenced(
             self._subjects.events_stream, subject, data, block, position
         )
@@ -589,7 +627,20 @@ def _stored_events(data: Any) -> tuple[list[dict[str, Any]], bool]:
     return [e for e in events if isinstance(e, dict)], True
 
 
-def _answers_missing(data: Any, thread: Thread, tip: Turn) -> list[Turn]:
+def _last_turn_stored(data: Any, named: str | None) -> str | None:
+    """The id of the last turn in a stored message, or the one it names (`Ore-Last-Turn`)."""
+    if data is None:
+        return None
+    events, _ = _stored_events(data)
+    for event in reversed(events):
+        if event.get("kind") == "turn_complete":
+            turn_id = (event.get("turn") or {}).get("id")
+            if isinstance(turn_id, str):
+                return turn_id
+    return named
+
+
+def _answers_missing(data: Any, thread: Thread, tip: Turn, named: str | None = None) -> list[Turn]:
     """The saved answers missing from the events, oldest first (usually none or `tip`).
 
     `_answer_missing` decides for the latest answer; when it is missing and the last
@@ -599,10 +650,12 @@ def _answers_missing(data: Any, thread: Thread, tip: Turn) -> list[Turn]:
     the path (a compacted or rewound thread) leaves just the latest answer.
     """
     first_turn = len(thread.all_turns()) == 2  # one message and its answer
-    if not _answer_missing(data, tip.id, first_turn=first_turn):
+    if not _answer_missing(data, tip.id, first_turn=first_turn, named=named):
         return []
     events, batch = _stored_events(data) if data is not None else ([], False)
     stored = {(e.get("turn") or {}).get("id") for e in events if e.get("kind") == "turn_complete"}
+    if not stored and named:
+        stored = {named}
     if not batch or not stored:
         return [tip]
     missing: list[Turn] = []
@@ -615,7 +668,9 @@ def _answers_missing(data: Any, thread: Thread, tip: Turn) -> list[Turn]:
     return missing[::-1] if turn is not None else [tip]
 
 
-def _answer_missing(data: Any, answer_id: str, *, first_turn: bool) -> bool:
+def _answer_missing(
+    data: Any, answer_id: str, *, first_turn: bool, named: str | None = None
+) -> bool:
     """Whether the thread's last stored message shows its latest answer was never stored.
 
     `data` is the last message on the thread's `P.ev.T` (None: nothing stored). With
@@ -623,7 +678,9 @@ def _answer_missing(data: Any, answer_id: str, *, first_turn: bool) -> bool:
     between saving the answer and appending the batch leaves the PREVIOUS turn's batch
     last (or nothing, on a thread's first turn): a batch that holds turns but not this
     answer means the answer came after it. A batch without any turn (the `done` of a
-    redelivered message answered before, a `properties` event) tells nothing, and
+    redelivered message answered before, a `properties` event) names the last turn
+    stored before it (`named`, its `Ore-Last-Turn` header), which counts as if it held
+    that turn; one without the header (stored by an older core) tells nothing, and
     nothing is restored: never an answer twice. A thread's first answer with nothing
     stored is restored (the same holds for a one-turn thread whose events expired after
     `events_max_age`: its answer is sent once more).
@@ -632,6 +689,8 @@ def _answer_missing(data: Any, answer_id: str, *, first_turn: bool) -> bool:
         return first_turn
     events, batch = _stored_events(data)
     turn_ids = [(e.get("turn") or {}).get("id") for e in events if e.get("kind") == "turn_complete"]
+    if not turn_ids and named and batch:
+        turn_ids = [named]  # a batch without turns names the last one stored before it
     if answer_id in turn_ids:
         return False
     if batch:

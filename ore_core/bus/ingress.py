@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import random
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -209,6 +210,11 @@ class Ingress:
         self._ack_wake: asyncio.TimerHandle | None = None
         self._handled_one = asyncio.Event()  # set whenever a thread has nothing in flight
         self._pullers: dict[int, Puller] = {}
+        # The term of each partition's ownership (one per lease won): a thread primed in
+        # an earlier term is primed again (`Egress.prime`): the partition was away, and
+        # another worker may have appended to its threads' events meanwhile.
+        self._terms: dict[int, int] = {}
+        self._term_count = itertools.count(1)
         self._recycling: set[int] = set()
         self.tasks = TaskScope("ingress")
         """The ack, progress and closed-stream loops and, as children, the pullers'
@@ -260,6 +266,7 @@ class Ingress:
         if self._stopping or partition in self._pullers:
             return
         if fresh:
+            self._terms[partition] = next(self._term_count)
             await self._drop_streams(partition)
         start = await self._reset(partition, settle)
         if start is not None:
@@ -581,7 +588,7 @@ class Ingress:
             parked.messages[stream_sequence(msg)] = msg
             return None
         stream = self._manager.stream_of(thread_id)
-        if stream is None or not self._egress.primed(thread_id):
+        if stream is None or not self._egress.primed(thread_id, self._terms.get(partition, 0)):
             return self._receive(partition, msg)  # to load, create or prime: awaits
         namespace = msg.subject.rpartition(".")[0].rpartition(".")[2]
         try:
@@ -809,7 +816,8 @@ class Ingress:
         if namespace_of(stream.state()) != namespace:
             raise self._unknown(namespace, thread_id, event)
         self._egress.bind(thread_id, namespace)
-        await self._egress.prime(thread_id, stream.state())
+        term = self._terms.get(partition_of(thread_id, self._partitions), 0)
+        await self._egress.prime(thread_id, stream.state(), term)
         return stream
 
     @staticmethod

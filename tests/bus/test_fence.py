@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,12 +31,16 @@ from ore_core.ledger.thread import Thread
 from ore_core.session.protocols import Store
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.session.stores.wrapper import StoreWrapper
+from ore_core.subjects import partition_of
 from tests.bus.conftest import (
+    PARTITIONS,
     SUBJECTS,
     CoreFactory,
     Outbox,
     eventually,
+    publish,
     stored_events,
+    user_message,
     wait_for,
 )
 from tests.bus.test_lease_blip import acknowledged, dones_or_timeout, send_all, tally
@@ -294,3 +299,100 @@ async def test_a_thread_attached_again_while_its_batch_is_held_stores_its_answer
     ]
     assert stored == [t.id for t in thread.all_turns() if t.role == Role.ASSISTANT]
     assert (pipeline.fenced, pipeline.lost) == (0, 0)
+
+
+async def test_an_answer_saved_after_a_batch_without_turns_is_restored_once(
+    ore_nats_client: Client,
+) -> None:
+    """Two crashes in a row on one thread: the first worker stored answer 1 but died
+    before its ack, so the next one stored a `done` alone for the redelivered message
+    (a batch without turns); that one died between saving answer 2 and storing it.
+    The third worker attaches the thread: answer 2 must be stored, once. A batch
+    without turns names the last turn stored before it (`Ore-Last-Turn`)."""
+    js = ore_nats_client.jetstream()
+    await ensure_streams(js, SUBJECTS, BusConfig(partitions=1))
+    thread = Thread("t-tail")
+    thread.append(Role.USER, Text("hi 1"))
+    answer_1 = thread.append(Role.ASSISTANT, Text("answer 1"))
+    thread.append(Role.USER, Text("hi 2"))
+
+    async def worker(work: Callable[[Egress], Awaitable[None]]) -> Pipeline:
+        pipeline = Pipeline(ore_nats_client)
+        await pipeline.start()
+        egress = Egress(ore_nats_client, SUBJECTS, pipeline)
+        egress.bind(thread.id, "raw")
+        try:
+            await work(egress)
+            await pipeline.flush()
+        finally:
+            await pipeline.stop()
+        return pipeline
+
+    async def first(egress: Egress) -> None:
+        await egress.prime(thread.id, thread)
+        events = [TurnCompleteEvent(turn=answer_1), LifecycleEvent(phase="done")]
+        await egress.emit_batch([(thread.id, event) for event in events])
+
+    async def second(egress: Egress) -> None:  # message 1 again: answered, so `done` alone
+        await egress.prime(thread.id, thread)
+        await egress.emit_batch([(thread.id, LifecycleEvent(phase="done"))])
+        thread.append(Role.ASSISTANT, Text("answer 2"))  # saved; then kill -9
+
+    async def third(egress: Egress) -> None:
+        await egress.prime(thread.id, thread)
+
+    for work in (first, second, third):
+        pipeline = await worker(work)
+        assert (pipeline.fenced, pipeline.lost) == (0, 0)
+    await worker(third)  # attached once more: nothing is missing now
+
+    stored = [
+        e["turn"]["id"]
+        for e in await stored_events(ore_nats_client, thread.id)
+        if e["kind"] == "turn_complete"
+    ]
+    assert stored == [t.id for t in thread.all_turns() if t.role == Role.ASSISTANT]
+
+
+async def test_a_partition_back_from_another_worker_reads_its_threads_again(
+    start_core: CoreFactory, store: MemoryStore, ore_nats_client: Client, outbox: Outbox
+) -> None:
+    """The partition was handed over and came back: the other worker appended to the
+    thread meanwhile. Its next answer is fenced from the sequence read again on this
+    attach, not the one this worker knew before the handover (which the server would
+    refuse: the answer stored late, after a round of refusals)."""
+    core = await start_core()
+    partition = partition_of("t-back", PARTITIONS)
+    await publish(ore_nats_client, "t-back", user_message("hi 1", "m1"))
+    await outbox.done("t-back")
+
+    await core.ingress.release(partition)  # handed over: the other worker answers "m2"
+    other = Pipeline(ore_nats_client)
+    await other.start()
+    try:
+        egress = Egress(ore_nats_client, SUBJECTS, other)
+        egress.bind("t-back", "raw")
+        thread = await store.get("t-back")
+        await egress.prime("t-back", thread)
+        thread.append(Role.USER, Text("hi 2"))
+        answer = thread.append(Role.ASSISTANT, Text("hi 2"))
+        await store.save(thread)
+        events = [TurnCompleteEvent(turn=answer), LifecycleEvent(phase="done")]
+        await egress.emit_batch([("t-back", event) for event in events])
+        await other.flush()
+    finally:
+        await other.stop()
+    await core.ingress.acquire(partition)  # and back here
+    await publish(ore_nats_client, "t-back", user_message("hi 3", "m3"))
+    await outbox.done("t-back", 3)
+
+    stored = [
+        e["turn"]["id"]
+        for e in await stored_events(ore_nats_client, "t-back")
+        if e["kind"] == "turn_complete" and e["turn"]["role"] == "assistant"
+    ]
+    saved = await store.get("t-back")
+    assert stored == [t.id for t in saved.all_turns() if t.role == Role.ASSISTANT]
+    assert len(stored) == 3
+    assert core._pipeline is not None
+    assert core._pipeline.fenced == 0  # nothing refused: nothing stored late

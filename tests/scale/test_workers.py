@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import random
 import signal
 import time
 from collections.abc import AsyncIterator, Callable
@@ -183,6 +184,45 @@ async def test_a_paused_worker_that_lost_its_leases_writes_nothing(
     }
     assert lost == a_partitions  # it noticed, and dropped every partition it had
     assert a.alive  # it keeps serving: it may take a share again later
+
+
+async def test_workers_paused_at_random_moments_again_and_again_lose_and_double_nothing(
+    workers: Workers, ore_nats_client: Client
+) -> None:
+    """Each worker in turn is frozen (SIGSTOP) at a random moment of a load, past its
+    lease, and thawed: wherever the pause caught it (mid-turn, between its lease check
+    and an append, with acks pending), the other one takes its threads over and the
+    fence refuses what the thawed one still tries to write."""
+    workers.env = {"ORE_NATS__LEASE_TTL": "1.5"}  # a pause of 2.5 s outlives a lease
+    workers.delay = 0.05
+    a = await workers.start()
+    b = await workers.start()
+    await until(functools.partial(balanced, ore_nats_client, a, b))
+    load = Load(ore_nats_client, 60)
+    await load.listen()
+    rng = random.Random(20261130)
+
+    for round_ in range(8):
+        victim = (a, b)[round_ % 2]
+        sending = asyncio.ensure_future(load.send_round())
+        await asyncio.sleep(rng.uniform(0.0, 0.3))
+        victim.signal(signal.SIGSTOP)
+        await sending
+        await asyncio.sleep(2.5)
+        victim.signal(signal.SIGCONT)
+        await asyncio.sleep(rng.uniform(0.0, 0.5))
+
+    await load.wait_answered(ANSWER_TIMEOUT)
+    report = await load.audit(workers.store_path)
+    print(f"\npaused x8 at random moments: {report}")
+    assert report.clean, report.details[:10]
+    assert report.answered == report.sent == 480
+    assert a.alive  # a pause is not a crash: both keep serving
+    assert b.alive
+    for worker in (a, b):  # each noticed that its pause cost it its leases
+        assert any(
+            line.get("event", "").startswith("partition lease lost") for line in worker.log()
+        )
 
 
 async def test_500_threads_with_a_2s_turn_each_finish_together_on_one_worker(
