@@ -225,6 +225,46 @@ async def test_workers_paused_at_random_moments_again_and_again_lose_and_double_
         )
 
 
+async def test_a_team_under_mixed_faults_at_random_moments_loses_and_doubles_nothing(
+    workers: Workers, ore_nats_client: Client
+) -> None:
+    """Twelve faults, each at a random moment of a load and on a random member of a team
+    of two: a pause shorter than the lease (kept, but overdue for a while), a pause
+    longer than it (lost, taken over), kill -9 or SIGTERM (then a new worker joins)."""
+    workers.env = {"ORE_NATS__LEASE_TTL": "1.5"}  # valid for 1.1 s after a renewal
+    workers.delay = 0.05
+    team = [await workers.start(), await workers.start()]
+    load = Load(ore_nats_client, 60)
+    await load.listen()
+    rng = random.Random(4)  # kill, pause, pause, long pause, kill, kill, ... SIGTERM
+    faults = []
+    for _ in range(12):
+        member = rng.randrange(len(team))
+        victim = team[member]
+        fault = rng.choice(["pause 1.3 s", "pause 2.5 s", "kill -9", "SIGTERM"])
+        faults.append(fault)
+        sending = asyncio.ensure_future(load.send_round())
+        await asyncio.sleep(rng.uniform(0.0, 0.3))
+        if fault.startswith("pause"):
+            victim.signal(signal.SIGSTOP)
+            await sending
+            await asyncio.sleep(float(fault.split()[1]))
+            victim.signal(signal.SIGCONT)
+        else:
+            victim.signal(signal.SIGKILL if fault == "kill -9" else signal.SIGTERM)
+            await victim.wait()
+            await sending
+            team[member] = await workers.start()
+        await asyncio.sleep(rng.uniform(0.0, 0.5))
+
+    await load.wait_answered(ANSWER_TIMEOUT)
+    report = await load.audit(workers.store_path)
+    print(f"\nmixed faults {faults}: {report}")
+    assert set(faults) == {"pause 1.3 s", "pause 2.5 s", "kill -9", "SIGTERM"}
+    assert report.clean, report.details[:10]
+    assert report.answered == report.sent == 720
+
+
 async def test_500_threads_with_a_2s_turn_each_finish_together_on_one_worker(
     workers: Workers, ore_nats_client: Client
 ) -> None:
