@@ -67,7 +67,7 @@ from ore_core.artifacts import Delta
 from ore_core.bus.codec import output_headers
 from ore_core.bus.pipeline import Pipeline
 from ore_core.conduit.wire import header_block, publish_now, wait_flushed
-from ore_core.errors import SessionNotFound
+from ore_core.errors import BusError, SessionNotFound
 from ore_core.events import (
     BATCH_KIND,
     ArtifactEvent,
@@ -93,12 +93,18 @@ from ore_core.subjects import (
 )
 from ore_core.turn import Role, Turn
 
-__all__ = ["STORAGE_FULL", "Egress", "is_live_only", "namespace_of"]
+__all__ = ["STORAGE_FULL", "Egress", "EventsNotRead", "is_live_only", "namespace_of"]
 
 STORAGE_FULL = "storage_full"
 """`code` of the error event a user gets while a JetStream limit holds their answer."""
 
 log = structlog.get_logger("ore.bus")
+
+
+class EventsNotRead(BusError):
+    """A thread's last stored event could not be read when it was attached (NATS is
+    unavailable): its message is handled again later."""
+
 
 _NO_CONTEXT = EventContext()
 _HEADER_VALUE = re.compile(r"[!-~]{1,128}")  # what a header value may be: printable, no spaces
@@ -316,18 +322,20 @@ class Egress:
         try:
             last = await self._last_stored(subject)
         except (NatsError, TimeoutError) as exc:
-            log.debug("last event not read", thread_id=thread_id, error=repr(exc))
-            self._pipeline.forget(subject)  # read again before its first append
-            return
+            # Unread, a saved answer missing from the events could not be told: the
+            # message waits and is handled again (the ingress parks it), never guessed.
+            self._primed.pop(thread_id, None)
+            self._pipeline.forget(subject)
+            self._last_turns.pop(thread_id, None)
+            raise EventsNotRead(
+                f"thread {thread_id}: its last stored event was not read ({exc!r})"
+            ) from exc
         sequence = 0 if last is None else last.seq
         if sequence is None:
             self._pipeline.forget(subject)
         else:
             self._pipeline.know(subject, sequence)
-        data = named = None
-        if last is not None:
-            data, named = last.data, (last.headers or {}).get(HEADER_LAST_TURN)
-        self._learn_last_turn(thread_id, _last_turn_stored(data, named))
+        data, named = self._note_last_stored(thread_id, last)
         tip = thread.get_turn(thread.current_tip)
         if tip is None or tip.role == Role.USER:
             return
@@ -510,9 +518,7 @@ class Egress:
         for part in parts:
             await self._append_batch(subject, encode_batch(part), traceparent, position, last_turn)
 
-    def _learn_last_turn(self, thread_id: str, turn_id: str | None) -> None:
-        if turn_id is None:
-            return
+    def _learn_last_turn(self, thread_id: str, turn_id: str) -> None:
         if len(self._last_turns) >= _SUBJECT_CACHE and thread_id not in self._last_turns:
             self._last_turns.clear()  # then a batch without turns goes without the name
         self._last_turns[thread_id] = turn_id
@@ -548,7 +554,23 @@ class Egress:
         if self._refuses(thread_id, position):
             return False
         self._pipeline.know(subject, sequence)
+        self._note_last_stored(thread_id, last)
         return True
+
+    def _note_last_stored(
+        self, thread_id: str, last: RawStreamMsg | None
+    ) -> tuple[bytes | None, str | None]:
+        """Learn the thread's last stored turn from its last stored message (forget it
+        when that names none); returns the message's data and `Ore-Last-Turn`."""
+        data = named = None
+        if last is not None:
+            data, named = last.data, (last.headers or {}).get(HEADER_LAST_TURN)
+        turn_id = _last_turn_stored(data, named)
+        if turn_id is None:
+            self._last_turns.pop(thread_id, None)
+        else:
+            self._learn_last_turn(thread_id, turn_id)
+        return data, named
 
     async def _append_batch(
         self, subject: str, data: bytes, traceparent: str, position: int, last_turn: str | None

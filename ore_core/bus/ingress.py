@@ -77,7 +77,7 @@ from ore_core.bus.codec import (
     stream_sequence,
     with_traceparent,
 )
-from ore_core.bus.egress import Egress, namespace_of
+from ore_core.bus.egress import Egress, EventsNotRead, namespace_of
 from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.puller import Puller
 from ore_core.bus.streams import BusConfig, consumer_name, reset_consumer
@@ -635,6 +635,10 @@ class Ingress:
         except _Rejected as rejected:
             await self._reject(msg, namespace, thread_id, rejected)
             return
+        except EventsNotRead as exc:  # NATS did not answer: not the store's fault either
+            log.warning("thread's events not read; will retry", thread_id=thread_id, error=str(exc))
+            self._park(msg, thread_id, sequence, exc)
+            return
         except OreError as exc:  # the store failed: not the sender's fault, try later
             log.warning("ingress store failure; will retry", thread_id=thread_id, error=str(exc))
             if self._manager.store_health.failed(thread_id, exc):
@@ -685,14 +689,15 @@ class Ingress:
 
     def _park(self, msg: Msg, thread_id: str, sequence: int, error: OreError) -> None:
         """Hold `msg` (and its thread's newer messages) and try again after a delay:
-        none for a stale copy or a closed stream, a backoff for a store failure."""
+        none for a stale copy or a closed stream, a backoff for a store failure (or
+        events that could not be read)."""
         parked = self._parked.get(thread_id)
         if parked is None:
             parked = self._parked[thread_id] = _Parked()
         parked.messages[sequence] = msg
         delay = 0.0
         config = self._config
-        if is_store_failure(error):
+        if is_store_failure(error) or isinstance(error, EventsNotRead):
             failures = self._failures[thread_id] = self._failures.get(thread_id, 0) + 1
             delay = min(config.retry_delay * 2 ** (failures - 1), config.retry_delay_max)
         elif isinstance(error, StaleThread):

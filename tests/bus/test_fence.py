@@ -17,11 +17,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import nats
+import pytest
 from nats.aio.client import Client
 from nats.js.api import DiscardPolicy, StreamConfig
 
 from ore_core import ConduitClient, Role, Text
-from ore_core.bus.egress import Egress
+from ore_core.bus.egress import Egress, EventsNotRead
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.streams import BusConfig, ensure_streams
@@ -396,3 +397,58 @@ async def test_a_partition_back_from_another_worker_reads_its_threads_again(
     assert len(stored) == 3
     assert core._pipeline is not None
     assert core._pipeline.fenced == 0  # nothing refused: nothing stored late
+
+
+async def test_a_batch_without_turns_names_the_last_turn_stored_by_another_worker(
+    ore_nats_client: Client,
+) -> None:
+    """A worker that never attached the thread (a control API call) reads its last
+    sequence before appending: it learns the last stored turn from the same read."""
+    js = ore_nats_client.jetstream()
+    await ensure_streams(js, SUBJECTS, BusConfig(partitions=1))
+    thread = Thread("t-named")
+    thread.append(Role.USER, Text("hi"))
+    answer = None
+    for answers in (True, False):
+        pipeline = Pipeline(ore_nats_client)
+        await pipeline.start()
+        egress = Egress(ore_nats_client, SUBJECTS, pipeline)
+        egress.bind(thread.id, "raw")
+        try:
+            if answers:  # the worker that answered
+                await egress.prime(thread.id, thread)
+                answer = thread.append(Role.ASSISTANT, Text("hello"))
+                events = [TurnCompleteEvent(turn=answer), LifecycleEvent(phase="done")]
+                await egress.emit_batch([(thread.id, event) for event in events])
+            else:  # another one, never attached: a `done` alone
+                await egress.emit(thread.id, LifecycleEvent(phase="done"))
+            await pipeline.flush()
+        finally:
+            await pipeline.stop()
+        assert (pipeline.fenced, pipeline.lost) == (0, 0)
+    last = await js.get_last_msg(SUBJECTS.events_stream, SUBJECTS.events("raw", thread.id))
+    assert answer is not None
+    assert (last.headers or {}).get("Ore-Last-Turn") == answer.id
+    assert [e["kind"] for e in await stored_events(ore_nats_client, thread.id)] == [
+        "turn_complete",
+        "lifecycle",
+        "lifecycle",
+    ]
+
+
+async def test_a_thread_whose_events_cannot_be_read_is_not_primed(ore_nats_url: str) -> None:
+    """Attaching reads the thread's last stored event; when NATS does not answer, the
+    attach fails (the ingress retries the message later) instead of guessing."""
+    nc = await nats.connect(ore_nats_url)
+    await ensure_streams(nc.jetstream(), SUBJECTS, BusConfig(partitions=1))
+    pipeline = Pipeline(nc)
+    await pipeline.start()
+    egress = Egress(nc, SUBJECTS, pipeline)
+    thread = Thread("t-unread")
+    thread.append(Role.USER, Text("hi"))
+    thread.append(Role.ASSISTANT, Text("hello"))
+    await pipeline.stop()
+    await nc.close()
+    with pytest.raises(EventsNotRead, match="t-unread"):
+        await egress.prime(thread.id, thread)
+    assert not egress.primed(thread.id)
