@@ -185,6 +185,7 @@ class Ingress:
         egress: Egress,
         pipeline: Pipeline,
         owns: Callable[[int], bool] = lambda partition: True,
+        holds: Callable[[int], bool] | None = None,
         batch: int = 256,
         handover_grace: float = 30.0,
     ) -> None:
@@ -198,6 +199,7 @@ class Ingress:
         self._max_payload = config.max_payload
         self._raw_inbound = subjects.prefix + ".in."  # for raw subject tokens
         self._owns = owns
+        self._holds = owns if holds is None else holds
         self._handover_grace = handover_grace
         self._partitions = config.partitions
         self._inflight: dict[str, dict[str, _Delivery]] = {}
@@ -493,15 +495,20 @@ class Ingress:
             await self._hand_back(partition, forget=False)
             await self._flush_acks()  # so the consumer's ack floor is as high as it can be
             delay = 0.1
-            while self._owns(partition) and not self._stopping:
-                try:  # the consumer may have no leader for a few seconds (a cluster election)
-                    # Its streams are still right; acks sent a moment ago settle first.
-                    await self.acquire(partition, fresh=False, settle=1.0)
-                    return
-                except (NatsError, TimeoutError) as exc:
-                    log.debug(
-                        "partition not pulled again yet", partition=partition, error=repr(exc)
-                    )
+            while not self._stopping:
+                if self._owns(partition):
+                    try:  # the consumer may have no leader for a while (a cluster election)
+                        # Its streams are still right; acks sent a moment ago settle first.
+                        await self.acquire(partition, fresh=False, settle=1.0)
+                        return
+                    except (NatsError, TimeoutError) as exc:
+                        log.debug(
+                            "partition not pulled again yet", partition=partition, error=repr(exc)
+                        )
+                elif not self._holds(partition):
+                    return  # lost or handed over: `abandon` or `release` took it
+                # Overdue (NATS was away longer than the lease's validity): renewed, it is
+                # pulled again here; lost, `abandon` hands it back. Never held unpulled.
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
         except Exception:

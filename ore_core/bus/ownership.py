@@ -166,6 +166,12 @@ class Ownership:
             return False
         return self._now() - lease.renewed < self._valid_for
 
+    def holds(self, partition: int) -> bool:
+        """True while this worker holds a lease on `partition` it is not handing over,
+        usable or overdue (an overdue one is renewed again, or lost: `on_lost`)."""
+        lease = self._leases.get(partition)
+        return lease is not None and not lease.releasing
+
     def may_write(self, partition: int) -> bool:
         """False only for a partition this worker holds with an overdue lease (a zombie).
 

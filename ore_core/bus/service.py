@@ -298,6 +298,7 @@ class CoreService:
             egress=egress,
             pipeline=self._pipeline,
             owns=ownership.owns,
+            holds=ownership.holds,
             batch=self._pull_batch,
             handover_grace=self._handover_grace,
         )

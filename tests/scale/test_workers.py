@@ -265,6 +265,54 @@ async def test_a_team_under_mixed_faults_at_random_moments_loses_and_doubles_not
     assert report.answered == report.sent == 720
 
 
+async def test_a_team_through_nats_restarts_pauses_and_kills_loses_and_doubles_nothing(
+    workers: Workers, ore_nats_client: Client, ore_nats_server: EmbeddedNatsServer
+) -> None:
+    """Ten faults at random moments of a load: the NATS server restarted (six times,
+    four of them within two seconds), a worker paused shorter or longer than its lease,
+    or killed and replaced. A partition recycled after a reconnect while its lease was
+    overdue (NATS away longer than the lease's validity) must be pulled again once the
+    lease is renewed: before, it stayed held and unpulled, its messages unanswered."""
+    workers.env = {"ORE_NATS__LEASE_TTL": "1.5"}  # valid for 1.1 s after a renewal
+    workers.delay = 0.05
+    team = [await workers.start(), await workers.start()]
+    load = Load(ore_nats_client, 60)
+    await load.listen()
+    rng = random.Random(1)  # NATS, pause, long pause, NATS, kill, kill, NATS x4
+    faults = []
+    for _ in range(10):
+        member = rng.randrange(len(team))
+        victim = team[member]
+        fault = rng.choice(["pause 1.3 s", "pause 2.5 s", "kill -9", "NATS", "NATS"])
+        faults.append(fault)
+        sending = asyncio.ensure_future(load.send_round())
+        await asyncio.sleep(rng.uniform(0.0, 0.3))
+        if fault.startswith("pause"):
+            victim.signal(signal.SIGSTOP)
+            await asyncio.sleep(float(fault.split()[1]))
+            victim.signal(signal.SIGCONT)
+        elif fault == "NATS":
+            await ore_nats_server.arestart()
+        else:
+            victim.signal(signal.SIGKILL)
+            await victim.wait()
+            team[member] = await workers.start()
+        await sending
+        await asyncio.sleep(rng.uniform(0.0, 0.5))
+
+    # Answers stored while the test's own connection was away reach no listener: count
+    # them in the stream.
+    report = await load.audit(workers.store_path)
+    async with asyncio.timeout(ANSWER_TIMEOUT):
+        while report.answered < report.sent:
+            await asyncio.sleep(0.5)
+            report = await load.audit(workers.store_path)
+    print(f"\nNATS restarts and worker faults {faults}: {report}")
+    assert faults.count("NATS") == 6
+    assert report.clean, report.details[:10]
+    assert report.answered == report.sent == 600
+
+
 async def test_500_threads_with_a_2s_turn_each_finish_together_on_one_worker(
     workers: Workers, ore_nats_client: Client
 ) -> None:
