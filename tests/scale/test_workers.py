@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import random
 import signal
 import time
@@ -265,14 +266,16 @@ async def test_a_team_under_mixed_faults_at_random_moments_loses_and_doubles_not
     assert report.answered == report.sent == 720
 
 
+@pytest.mark.parametrize("nats_stop", ["SIGTERM", "kill -9"])
 async def test_a_team_through_nats_restarts_pauses_and_kills_loses_and_doubles_nothing(
-    workers: Workers, ore_nats_client: Client, ore_nats_server: EmbeddedNatsServer
+    nats_stop: str, workers: Workers, ore_nats_client: Client, ore_nats_server: EmbeddedNatsServer
 ) -> None:
-    """Ten faults at random moments of a load: the NATS server restarted (six times,
-    four of them within two seconds), a worker paused shorter or longer than its lease,
-    or killed and replaced. A partition recycled after a reconnect while its lease was
-    overdue (NATS away longer than the lease's validity) must be pulled again once the
-    lease is renewed: before, it stayed held and unpulled, its messages unanswered."""
+    """Ten faults at random moments of a load: the NATS server stopped (`nats_stop`) and
+    started again (six times, four of them within two seconds), a worker paused shorter
+    or longer than its lease, or killed and replaced. A partition recycled after a
+    reconnect while its lease was overdue (NATS away longer than the lease's validity)
+    must be pulled again once the lease is renewed: before, it stayed held and unpulled,
+    its messages unanswered."""
     workers.env = {"ORE_NATS__LEASE_TTL": "1.5"}  # valid for 1.1 s after a renewal
     workers.delay = 0.05
     team = [await workers.start(), await workers.start()]
@@ -292,6 +295,9 @@ async def test_a_team_through_nats_restarts_pauses_and_kills_loses_and_doubles_n
             await asyncio.sleep(float(fault.split()[1]))
             victim.signal(signal.SIGCONT)
         elif fault == "NATS":
+            if nats_stop == "kill -9":  # what it wrote is in the page cache: kept
+                os.kill(ore_nats_server.pid, signal.SIGKILL)
+                await until(lambda: not ore_nats_server.running)
             await ore_nats_server.arestart()
         else:
             victim.signal(signal.SIGKILL)
