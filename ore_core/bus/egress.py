@@ -53,6 +53,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -335,11 +336,11 @@ class Egress:
             self._pipeline.forget(subject)
         else:
             self._pipeline.know(subject, sequence)
-        data, named = self._note_last_stored(thread_id, last)
+        stored = self._note_last_stored(thread_id, last)
         tip = thread.get_turn(thread.current_tip)
         if tip is None or tip.role == Role.USER:
             return
-        for answer_turn in _answers_missing(data, thread, tip, named):
+        for answer_turn in _answers_missing(stored, thread, tip):
             log.warning("stored answer missing from the events; publishing it", thread_id=thread_id)
             answer = TurnCompleteEvent(turn=answer_turn)
             run = _Run(encode_event(answer), answer)
@@ -508,13 +509,13 @@ class Egress:
             return
         traceparent = turn.first.context.traceparent
         parts = _parts(turn.data, self._nc.max_payload - _BATCH_OVERHEAD)
+        if turn.turn is not None:
+            self._learn_last_turn(thread_id, turn.turn)
         # A batch without turns names the last one stored before it (a turn split into
         # several batches names its own in each: only those without turns need it).
-        last_turn = turn.turn if len(parts) > 1 else None
-        if turn.turn is None:
+        last_turn = None
+        if turn.turn is None or len(parts) > 1:
             last_turn = self._last_turns.get(thread_id)
-        else:
-            self._learn_last_turn(thread_id, turn.turn)
         for part in parts:
             await self._append_batch(subject, encode_batch(part), traceparent, position, last_turn)
 
@@ -557,20 +558,15 @@ class Egress:
         self._note_last_stored(thread_id, last)
         return True
 
-    def _note_last_stored(
-        self, thread_id: str, last: RawStreamMsg | None
-    ) -> tuple[bytes | None, str | None]:
-        """Learn the thread's last stored turn from its last stored message (forget it
-        when that names none); returns the message's data and `Ore-Last-Turn`."""
-        data = named = None
-        if last is not None:
-            data, named = last.data, (last.headers or {}).get(HEADER_LAST_TURN)
-        turn_id = _last_turn_stored(data, named)
-        if turn_id is None:
+    def _note_last_stored(self, thread_id: str, msg: RawStreamMsg | None) -> _LastStored | None:
+        """Read the thread's last stored message once, and learn its last stored turn
+        from it (forgotten when it names none)."""
+        last = _LastStored.of(msg)
+        if last is None or not last.turn_ids:
             self._last_turns.pop(thread_id, None)
         else:
-            self._learn_last_turn(thread_id, turn_id)
-        return data, named
+            self._learn_last_turn(thread_id, last.turn_ids[-1])
+        return last
 
     async def _append_batch(
         self, subject: str, data: bytes, traceparent: str, position: int, last_turn: str | None
@@ -649,20 +645,34 @@ def _stored_events(data: Any) -> tuple[list[dict[str, Any]], bool]:
     return [e for e in events if isinstance(e, dict)], True
 
 
-def _last_turn_stored(data: Any, named: str | None) -> str | None:
-    """The id of the last turn in a stored message, or the one it names (`Ore-Last-Turn`)."""
-    if data is None:
-        return None
-    events, _ = _stored_events(data)
-    for event in reversed(events):
-        if event.get("kind") == "turn_complete":
-            turn_id = (event.get("turn") or {}).get("id")
-            if isinstance(turn_id, str):
-                return turn_id
-    return named
+@dataclass(frozen=True, slots=True)
+class _LastStored:
+    """A thread's last stored message, parsed once: its events, whether it was a batch,
+    and the ids of the turns it holds (a batch without turns: the one its
+    `Ore-Last-Turn` names, the last stored before it)."""
+
+    events: list[dict[str, Any]]
+    batch: bool
+    turn_ids: list[str]
+
+    @classmethod
+    def of(cls, msg: RawStreamMsg | None) -> _LastStored | None:
+        if msg is None:
+            return None
+        events, batch = _stored_events(msg.data)
+        turn_ids = [
+            turn_id
+            for event in events
+            if event.get("kind") == "turn_complete"
+            and isinstance(turn_id := (event.get("turn") or {}).get("id"), str)
+        ]
+        named = (msg.headers or {}).get(HEADER_LAST_TURN)
+        if not turn_ids and named and batch:
+            turn_ids = [named]
+        return cls(events, batch, turn_ids)
 
 
-def _answers_missing(data: Any, thread: Thread, tip: Turn, named: str | None = None) -> list[Turn]:
+def _answers_missing(last: _LastStored | None, thread: Thread, tip: Turn) -> list[Turn]:
     """The saved answers missing from the events, oldest first (usually none or `tip`).
 
     `_answer_missing` decides for the latest answer; when it is missing and the last
@@ -672,14 +682,11 @@ def _answers_missing(data: Any, thread: Thread, tip: Turn, named: str | None = N
     the path (a compacted or rewound thread) leaves just the latest answer.
     """
     first_turn = len(thread.all_turns()) == 2  # one message and its answer
-    if not _answer_missing(data, tip.id, first_turn=first_turn, named=named):
+    if not _answer_missing(last, tip.id, first_turn=first_turn):
         return []
-    events, batch = _stored_events(data) if data is not None else ([], False)
-    stored = {(e.get("turn") or {}).get("id") for e in events if e.get("kind") == "turn_complete"}
-    if not stored and named:
-        stored = {named}
-    if not batch or not stored:
+    if last is None or not last.batch or not last.turn_ids:
         return [tip]
+    stored = set(last.turn_ids)
     missing: list[Turn] = []
     turn: Turn | None = tip
     while turn is not None and turn.id not in stored:
@@ -690,33 +697,28 @@ def _answers_missing(data: Any, thread: Thread, tip: Turn, named: str | None = N
     return missing[::-1] if turn is not None else [tip]
 
 
-def _answer_missing(
-    data: Any, answer_id: str, *, first_turn: bool, named: str | None = None
-) -> bool:
+def _answer_missing(last: _LastStored | None, answer_id: str, *, first_turn: bool) -> bool:
     """Whether the thread's last stored message shows its latest answer was never stored.
 
-    `data` is the last message on the thread's `P.ev.T` (None: nothing stored). With
+    `last` is the last message on the thread's `P.ev.T` (None: nothing stored). With
     batches a turn's events are stored together at its end, so an owner that died
     between saving the answer and appending the batch leaves the PREVIOUS turn's batch
     last (or nothing, on a thread's first turn): a batch that holds turns but not this
     answer means the answer came after it. A batch without any turn (the `done` of a
     redelivered message answered before, a `properties` event) names the last turn
-    stored before it (`named`, its `Ore-Last-Turn` header), which counts as if it held
+    stored before it (its `Ore-Last-Turn` header, in `turn_ids`), which counts as if it held
     that turn; one without the header (stored by an older core) tells nothing, and
     nothing is restored: never an answer twice. A thread's first answer with nothing
     stored is restored (the same holds for a one-turn thread whose events expired after
     `events_max_age`: its answer is sent once more).
     """
-    if data is None:
+    if last is None:
         return first_turn
-    events, batch = _stored_events(data)
-    turn_ids = [(e.get("turn") or {}).get("id") for e in events if e.get("kind") == "turn_complete"]
-    if not turn_ids and named and batch:
-        turn_ids = [named]  # a batch without turns names the last one stored before it
-    if answer_id in turn_ids:
+    if answer_id in last.turn_ids:
         return False
-    if batch:
-        return bool(turn_ids)
+    if last.batch:
+        return bool(last.turn_ids)
+    events = last.events
     if not events:
         return False
     kind = events[-1].get("kind")  # one event per message: the cut-off turn's last one
