@@ -1,7 +1,7 @@
 """The hot path: what one turn costs in `ore serve` against the fastest raw nats-py loop.
 
 Run: `python bench/hotpath.py [--threads 100] [--per-thread 30] [--latency 1000] [--rounds 1]
-[--before PATH/TO/OTHER/ore] [--profile DIR]`.
+[--before PATH/TO/OTHER/ore] [--floor] [--profile DIR]`.
 
 One nats-server (file storage, monitoring port) serves both sides; each side runs as
 real processes, measured from outside:
@@ -15,6 +15,13 @@ real processes, measured from outside:
         default SQLite store, echo processor; third-party plugins not loaded), and a
         conduit built on `ConduitClient`: `send()` plus one `events()` feed for all
         threads, waiting for `lifecycle: done`.
+  floor (`--floor`) ore's durable work per turn without the framework, in a nats-py
+        worker process: the raw loop's hops plus the JSON message parsed, two turns made
+        and written to SQLite (WAL, synchronous=NORMAL, commits grouped per loop
+        iteration), ore's seven events encoded (three live in one core-NATS message,
+        four in one JetStream message whose publish ack is awaited before the ingress
+        ack), the same NATS messages per turn as ore. What ore costs above the floor is
+        the framework's (plugins, events as objects, ledger, ownership), not the work's.
 
 Per side, a client process warms up (every thread gets its first turns), then runs
   throughput   `--threads` threads, each sending its next message when the previous one
@@ -43,6 +50,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -105,6 +113,36 @@ async def raw_client(url: str) -> tuple[Send, Waiters, Callable[[], Awaitable[No
     return send, waiters, nc.close
 
 
+async def floor_client(url: str) -> tuple[Send, Waiters, Callable[[], Awaitable[None]]]:
+    """The raw client's shape for the floor worker: a JSON message in, the live batch
+    and the stored batch (ending with `done`) out."""
+    import nats
+    from nats.aio.msg import Msg
+
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    waiters = Waiters()
+
+    async def on_live(msg: Msg) -> None:
+        pass
+
+    async def on_stored(msg: Msg) -> None:
+        waiters.resolve(msg.subject[10:])  # "floor.out."
+
+    await nc.subscribe("floor.live.*", cb=on_live)
+    await nc.subscribe("floor.out.*", cb=on_stored)
+    await nc.flush()
+
+    async def send(thread_id: str, index: int) -> None:
+        message_id = f"{thread_id}-{index}"
+        body = json.dumps({"kind": "user_message", "id": message_id, "content": TEXT})
+        await js.publish(
+            f"floor.in.{thread_id}", body.encode(), headers={"Nats-Msg-Id": message_id}
+        )
+
+    return send, waiters, nc.close
+
+
 async def ore_client(url: str) -> tuple[Send, Waiters, Callable[[], Awaitable[None]]]:
     from ore_core import ConduitClient
 
@@ -133,7 +171,7 @@ async def ore_client(url: str) -> tuple[Send, Waiters, Callable[[], Awaitable[No
 
 async def client_main(args: argparse.Namespace) -> None:
     """Phases driven by the orchestrator over stdin/stdout, one JSON line per answer."""
-    make = raw_client if args.role == "raw-client" else ore_client
+    make = {"raw-client": raw_client, "floor-client": floor_client}.get(args.role, ore_client)
     send, waiters, close = await make(args.url)
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
@@ -227,6 +265,210 @@ async def raw_worker_main(args: argparse.Namespace) -> None:
     await nc.close()
 
 
+# --- floor worker process -----------------------------------------------------------------
+
+FLOOR_STREAM = "FLOOR"
+FLOOR_OUT_STREAM = "FLOOROUT"
+
+
+@dataclass(frozen=True, slots=True)
+class FloorSave:
+    """One turn's rows waiting for the loop iteration's commit, and what follows it."""
+
+    thread_id: str
+    user_id: str
+    user_json: str
+    bot_id: str
+    bot_json: str
+    reply: str  # the ingress message's ack subject
+    stored: bytes  # the stored batch, published once committed
+    when: str
+
+
+def floor_schema(path: str) -> Any:
+    import sqlite3
+
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS threads (id TEXT PRIMARY KEY, current_tip TEXT NOT NULL,"
+        " updated_at TEXT NOT NULL)"
+    )
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS turns (seq INTEGER PRIMARY KEY, thread_id TEXT NOT NULL,"
+        " turn_id TEXT NOT NULL, json TEXT NOT NULL, UNIQUE (thread_id, turn_id))"
+    )
+    return db
+
+
+async def floor_worker_main(args: argparse.Namespace) -> None:
+    """The floor: ore's durable work per turn in plain nats-py, SQLite and orjson, no
+    framework. Per message: parse its JSON, make the user and the assistant turn (ids,
+    timestamps, parent), encode ore's seven events (submitted, streaming and the delta
+    live on core NATS in one message; both turn_completes, the text and done stored in
+    one JetStream message), insert both turns and move the thread's tip in SQLite
+    (commits grouped per loop iteration, on the loop: the cheapest honest commit), then
+    publish the stored batch (publish ack awaited through one inbox, pipelined) and ack
+    the ingress message once the stored batch is acknowledged. What ore costs above
+    this is the framework's (plugins, events as objects, ledger, ownership), not the
+    durable work's."""
+    import datetime as dt
+
+    import nats
+    import orjson
+    from nats.aio.msg import Msg
+    from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
+
+    nc = await nats.connect(args.url)
+    js = nc.jetstream()
+    for name, subjects in ((FLOOR_STREAM, ["floor.in.*"]), (FLOOR_OUT_STREAM, ["floor.out.*"])):
+        config = StreamConfig(
+            name=name, subjects=subjects, storage=StorageType.FILE, duplicate_window=120
+        )
+        await js.add_stream(config)
+    await js.add_consumer(
+        FLOOR_STREAM,
+        ConsumerConfig(
+            durable_name=RAW_CONSUMER, ack_policy=AckPolicy.EXPLICIT, max_ack_pending=1000
+        ),
+    )
+    db = floor_schema(args.db)
+    loop = asyncio.get_running_loop()
+    inbox = nc.new_inbox()
+    acks_inbox = nc.new_inbox() + "."
+    next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{FLOOR_STREAM}.{RAW_CONSUMER}"
+    request = json.dumps(
+        {"batch": PULL_BATCH, "expires": 30_000_000_000, "idle_heartbeat": 5_000_000_000}
+    ).encode()
+    outstanding = 0
+    publish = nc.publish
+    tips: dict[str, str] = {}
+    pending_saves: list[FloorSave] = []
+    storing: set[asyncio.Task[None]] = set()
+    waiting_acks: dict[str, str] = {}  # publish-ack token -> the ingress message's reply
+    counter = 0
+    submitted = b'{"kind":"lifecycle","phase":"submitted","context":{"provenance":"bench"}}'
+    streaming = b'{"kind":"lifecycle","phase":"streaming","context":{"provenance":"bench"}}'
+    done = b'{"kind":"lifecycle","phase":"done","context":{"provenance":"bench"}}'
+    context = b',"context":{"provenance":"bench"}}'
+
+    def stamp() -> str:
+        return dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z")
+
+    def turn(turn_id: str, parent: str, role: str, text: str, event_id: str) -> bytes:
+        value: dict[str, Any] = {"id": turn_id}
+        if parent:
+            value["parent_id"] = parent
+        value["role"] = role
+        value["artifacts"] = [{"kind": "text", "data": {"kind": "text", "content": text}}]
+        value["timestamp"] = stamp()
+        if event_id:
+            value["metadata"] = {"event_id": event_id}
+        return orjson.dumps(value)
+
+    def commit() -> None:
+        batch = pending_saves[:]
+        pending_saves.clear()
+        db.execute("BEGIN IMMEDIATE")
+        for save in batch:
+            db.executemany(
+                "INSERT INTO turns (thread_id, turn_id, json) VALUES (?, ?, ?)",
+                (
+                    (save.thread_id, save.user_id, save.user_json),
+                    (save.thread_id, save.bot_id, save.bot_json),
+                ),
+            )
+            db.execute(
+                "INSERT INTO threads (id, current_tip, updated_at) VALUES (?, ?, ?) ON CONFLICT"
+                " (id) DO UPDATE SET current_tip = excluded.current_tip,"
+                " updated_at = excluded.updated_at",
+                (save.thread_id, save.bot_id, save.when),
+            )
+        db.execute("COMMIT")
+        for save in batch:
+            task = loop.create_task(store(save.thread_id, save.reply, save.stored))
+            storing.add(task)
+            task.add_done_callback(storing.discard)
+
+    async def store(thread_id: str, reply: str, stored: bytes) -> None:
+        nonlocal counter
+        counter += 1
+        token = str(counter)
+        waiting_acks[token] = reply
+        await publish("floor.out." + thread_id, stored, reply=acks_inbox + token)
+
+    async def on_ack(msg: Msg) -> None:
+        reply = waiting_acks.pop(msg.subject[len(acks_inbox) :], None)
+        if reply is not None and b'"error"' not in msg.data:
+            await publish(reply, b"+ACK")
+
+    async def pull() -> None:
+        nonlocal outstanding
+        outstanding += PULL_BATCH
+        await publish(next_subject, request, reply=inbox)
+
+    async def on_message(msg: Msg) -> None:
+        nonlocal outstanding
+        if not msg.data and msg.headers and "Status" in msg.headers:
+            if msg.headers["Status"] != "100":
+                outstanding = max(0, outstanding - int(msg.headers.get("Nats-Pending-Messages", 0)))
+                if outstanding <= PULL_BATCH // 2:
+                    await pull()
+            return
+        outstanding -= 1
+        if outstanding <= PULL_BATCH // 2:
+            await pull()
+        thread_id = msg.subject[9:]  # "floor.in."
+        message = orjson.loads(msg.data)
+        content = message["content"]
+        user_id, bot_id = os.urandom(8).hex(), os.urandom(8).hex()
+        user_json = turn(user_id, tips.get(thread_id, ""), "user", content, message["id"])
+        bot_json = turn(bot_id, user_id, "assistant", content, "")
+        tips[thread_id] = bot_id
+        delta = b'{"kind":"text_delta","content":' + orjson.dumps(content) + context
+        live = b"[" + submitted + b"," + streaming + b"," + delta + b"]"
+        await publish("floor.live." + thread_id, live)
+        text = b'{"kind":"text","content":' + orjson.dumps(content) + context
+        stored = b"".join(
+            (
+                b'[{"kind":"turn_complete","turn":',
+                user_json,
+                context,
+                b",",
+                text,
+                b',{"kind":"turn_complete","turn":',
+                bot_json,
+                context,
+                b",",
+                done,
+                b"]",
+            )
+        )
+        if not pending_saves:
+            loop.call_soon(commit)
+        pending_saves.append(
+            FloorSave(
+                thread_id,
+                user_id,
+                user_json.decode(),
+                bot_id,
+                bot_json.decode(),
+                msg.reply,
+                stored,
+                stamp(),
+            )
+        )
+
+    await nc.subscribe(acks_inbox + "*", cb=on_ack)
+    await nc.subscribe(inbox, cb=on_message)
+    await pull()
+    await nc.flush()
+    say({"ready": True})
+    await loop.run_in_executor(None, sys.stdin.readline)
+    await nc.close()
+
+
 # --- orchestrator -------------------------------------------------------------------------
 
 
@@ -298,7 +540,9 @@ class Child:
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
         if not line:
-            raise RuntimeError(f"{self.process.args[:3]} ended (code {self.process.wait()})")
+            argv = self.process.args
+            name = argv[:3] if isinstance(argv, list) else argv
+            raise RuntimeError(f"{name!r} ended (code {self.process.wait()})")
         result: dict[str, Any] = json.loads(line)
         return result
 
@@ -371,6 +615,9 @@ def run_side(
     if side == "raw":
         worker = Child([*me, "--role", "raw-worker"])
         worker.answer()
+    elif side == "floor":
+        worker = Child([*me, "--role", "floor-worker", "--db", str(tmp / f"floor-{run}.db")])
+        worker.answer()
     else:
         env = {
             **os.environ,
@@ -385,7 +632,7 @@ def run_side(
         ore = args.before if side == "before" else str(Path(sys.executable).with_name("ore"))
         worker = Child([ore, "serve", "--nats", server_url], env=env, log=log)
         wait_core_ready(server_url, worker)
-    role = "raw-client" if side == "raw" else "ore-client"
+    role = {"raw": "raw-client", "floor": "floor-client"}.get(side, "ore-client")
     client = Child(
         [
             *me,
@@ -418,7 +665,7 @@ def run_side(
         client.process.wait(30)
     finally:
         client.stop()
-        if side == "raw":
+        if side in ("raw", "floor"):
             worker.send("quit")
             try:
                 worker.process.wait(10)
@@ -477,6 +724,8 @@ def report(rounds: list[dict[str, dict[str, float]]], args: argparse.Namespace) 
     print("client CPU ratio = a ConduitClient conduit receiving each answer vs the raw client.")
     if args.before:
         report_before(rounds)
+    if args.floor:
+        report_floor(rounds)
 
 
 def report_before(rounds: list[dict[str, dict[str, float]]]) -> None:
@@ -489,6 +738,23 @@ def report_before(rounds: list[dict[str, dict[str, float]]]) -> None:
         print(f"| {label} | {fmt.format(ore)} | {fmt.format(before)} | {ratio:.2f}x{spread} |")
 
 
+def report_floor(rounds: list[dict[str, dict[str, float]]]) -> None:
+    """The floor against the raw loop and ore against the floor: how much of ore's cost is
+    the durable work every design must do, and how much the framework's."""
+    print()
+    print("| figure | floor | floor / raw | ore / floor |")
+    print("|---|---|---|---|")
+    for key, label, fmt, _goal, _sense in ROWS:
+        floor = statistics.median(r["floor"][key] for r in rounds)
+        raw = statistics.median(r["raw"][key] for r in rounds)
+        ore = statistics.median(r["ore"][key] for r in rounds)
+        print(
+            f"| {label} | {fmt.format(floor)} | {floor / raw:.2f}x | {ore / floor:.2f}x |"
+            if raw and floor
+            else f"| {label} | {fmt.format(floor)} | | |"
+        )
+
+
 def main(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from ore_core.bus.embedded import EmbeddedNatsServer
@@ -499,7 +765,8 @@ def main(args: argparse.Namespace) -> None:
         with EmbeddedNatsServer(tmp / "nats") as server:
             for index in range(args.rounds):
                 result = {}
-                for side in ("raw", "ore", "before") if args.before else ("raw", "ore"):
+                sides = ["raw", "ore"] + ["before"] * bool(args.before) + ["floor"] * args.floor
+                for side in sides:
                     result[side] = run_side(
                         side,
                         server.url,
@@ -529,12 +796,23 @@ if __name__ == "__main__":
     parser.add_argument(
         "--profile", metavar="DIR", help="py-spy each worker into DIR (pip install py-spy)"
     )
-    parser.add_argument("--role", choices=["raw-worker", "raw-client", "ore-client"])
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also measure the floor: ore's durable work per turn without the framework",
+    )
+    parser.add_argument(
+        "--role",
+        choices=["raw-worker", "raw-client", "ore-client", "floor-worker", "floor-client"],
+    )
+    parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     parser.add_argument("--run", default="", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.role == "raw-worker":
         asyncio.run(raw_worker_main(arguments))
+    elif arguments.role == "floor-worker":
+        asyncio.run(floor_worker_main(arguments))
     elif arguments.role:
         asyncio.run(client_main(arguments))
     else:
