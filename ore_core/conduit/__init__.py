@@ -9,7 +9,7 @@ ledger or the core service, so a conduit process stays small.
 from ore_core.conduit.base import Conduit, ConduitConfig, ConduitConfigError
 from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
 from ore_core.conduit.connection import NatsCredentials, TlsFiles, subscriptions_registered
-from ore_core.conduit.feed import DURABLE_NAME, Delivery, EventFeed
+from ore_core.conduit.feed import DURABLE_NAME, Delivery, EventFeed, Hold
 from ore_core.errors import ApiError, BusError, PermissionDenied
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "ConduitConfigError",
     "Delivery",
     "EventFeed",
+    "Hold",
     "NatsCredentials",
     "PermissionDenied",
     "ThreadInfo",

@@ -15,7 +15,9 @@ stored meanwhile when it starts again: it starts from its cursor, catches up, th
 follows live events. An event counts as done when the reader asks for the next one
 (or leaves the `async with` block without an error), and the cursor moves then, so
 an event being handled when the process dies is delivered again: handle events
-idempotently.
+idempotently. A reader that hands events on to other tasks (one per platform thread,
+say) holds each (`feed.hold(delivery)`) and releases the hold once that task finished
+it: the cursor never passes an event still held.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from ore_core.events import BATCH_KIND, OutputEvent, decode_output_value
 from ore_core.ids import is_valid_thread_id, validate_thread_id
 from ore_core.subjects import HEADER_KIND, HEADER_LAST_SEQUENCE, Subjects
 
-__all__ = ["DURABLE_NAME", "Delivery", "EventFeed", "durable_consumer_name"]
+__all__ = ["DURABLE_NAME", "Delivery", "EventFeed", "Hold", "durable_consumer_name"]
 
 HEADER_SEQUENCE = "Nats-Sequence"  # set by RePublish: this event's ORE_EVENTS sequence
 DURABLE_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
@@ -141,6 +143,30 @@ _Item = tuple[Literal["live"], Msg] | tuple[Literal["resync", "refused", "end"],
 (and every one after it), a resync, a refused subscription, the end."""
 
 
+class Hold:
+    """A delivery of a durable feed that another task is still finishing (`EventFeed.hold`).
+
+    The feed's cursor stays before the delivery's stored batch until `release()` (idempotent),
+    so a process that dies before the task finished gets the batch again. Holds of live-only
+    events and of live feeds do nothing.
+    """
+
+    __slots__ = ("_feed", "_sequence")
+
+    def __init__(self, feed: EventFeed | None, sequence: int) -> None:
+        self._feed = feed
+        self._sequence = sequence
+
+    def release(self) -> None:
+        """The delivery is finished: the cursor may move past it."""
+        feed, self._feed = self._feed, None
+        if feed is not None:
+            feed._release(self._sequence)
+
+
+_NO_HOLD = Hold(None, 0)
+
+
 class EventFeed:
     """Output events of one thread (or of all threads of the namespace) as `Delivery`s.
 
@@ -183,7 +209,12 @@ class EventFeed:
         self._unwatch: Callable[[], None] | None = None
         self._refusal: PermissionDenied | None = None
         self._delivered = 0  # durable: sequence of the last stored event handed out
+        self._finished = 0  # durable: ... of the last one the reader finished
         self._saved = 0  # durable: the cursor as the core has it
+        self._held: dict[int, int] = {}  # durable: sequence -> deliveries held (`hold`)
+        self._saving: asyncio.Task[None] | None = None  # moves the cursor after a release
+        self._save_again = False
+        self._cursor_lock = asyncio.Lock()  # cursor saves in order: never moved back
         self._started = False
         self._closed = False
 
@@ -227,6 +258,8 @@ class EventFeed:
         if self._closed:
             return
         self._closed = True
+        if self._saving is not None:
+            self._saving.cancel()
         if self._unwatch is not None:
             self._unwatch()
         live, self._live = self._live, None
@@ -244,6 +277,7 @@ class EventFeed:
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
         if exc_type is None:
+            self._finished = self._delivered
             await self._ack_pending()
         await self.close()  # a batch not read to its end is read again next time
 
@@ -263,6 +297,7 @@ class EventFeed:
         if not self._started:
             await self.start()
         if self._cursor is not None:
+            self._finished = self._delivered  # asking for more: the reader is done with it
             await self._ack_pending()
         ready = self._ready
         backlog = self._backlog
@@ -292,17 +327,57 @@ class EventFeed:
             self._delivered = max(self._delivered, sequence)
         return delivery
 
+    def hold(self, delivery: Delivery) -> Hold:
+        """Keep the cursor before `delivery`'s stored batch until the hold is released.
+
+        For a reader that hands deliveries to other tasks: asking for the next delivery
+        no longer means this one is finished. Release the hold once it is (also when
+        handling it failed for good), or the cursor stays behind it until a restart
+        delivers it again.
+        """
+        sequence = delivery.sequence
+        if self._cursor is None or sequence is None:
+            return _NO_HOLD
+        self._held[sequence] = self._held.get(sequence, 0) + 1
+        return Hold(self, sequence)
+
+    def _release(self, sequence: int) -> None:
+        left = self._held.get(sequence, 0) - 1
+        if left > 0:
+            self._held[sequence] = left
+        else:
+            self._held.pop(sequence, None)
+        if self._closed:
+            return
+        if self._saving is not None and not self._saving.done():
+            self._save_again = True
+        else:
+            self._saving = asyncio.get_running_loop().create_task(self._save_released())
+
+    async def _save_released(self) -> None:
+        """Move the cursor after releases (one save at a time, again while more came)."""
+        while True:
+            self._save_again = False
+            await self._ack_pending()
+            if not self._save_again or self._closed:
+                return
+
     async def _ack_pending(self) -> None:
-        """Durable: the reader finished what it was given; move the cursor there."""
-        if self._cursor is None or self._delivered <= self._saved or self._closed:
+        """Durable: move the cursor to the last batch the reader finished and no one holds."""
+        if self._cursor is None or self._closed:
             return
-        sequence = self._delivered
-        try:
-            await self._call("cursors.set", {"name": self._cursor, "sequence": sequence})
-        except (BusError, ApiError) as exc:  # delivered again after a restart: idempotent
-            log.warning("durable cursor not saved", durable=self.durable, error=str(exc))
-            return
-        self._saved = sequence
+        async with self._cursor_lock:
+            sequence = self._finished
+            if self._held:
+                sequence = min(sequence, min(self._held) - 1)
+            if sequence <= self._saved or self._closed:
+                return
+            try:
+                await self._call("cursors.set", {"name": self._cursor, "sequence": sequence})
+            except (BusError, ApiError) as exc:  # delivered again after a restart: idempotent
+                log.warning("durable cursor not saved", durable=self.durable, error=str(exc))
+                return
+            self._saved = sequence
 
     async def _wait_for_work(self) -> None:
         waiter = self._waiter = asyncio.get_running_loop().create_future()

@@ -472,6 +472,75 @@ async def test_a_durable_feed_delivers_again_the_event_it_failed_on(
 
 
 @uses_streams
+async def test_a_held_delivery_comes_again_after_a_crash_though_the_reader_moved_past_it(
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
+) -> None:
+    """A reader that hands events to other tasks (a renderer per thread) holds them: asking
+    for the next event no longer finishes one a renderer has not handled yet."""
+
+    class Killed(Exception):
+        pass
+
+    async def hand_on_then_die() -> None:
+        async with client.events(durable="bot") as feed:
+            await store(ore_nats_client, subjects, "t-1", text("slow"))
+            await store(ore_nats_client, subjects, "t-2", text("fast"))
+            await store(ore_nats_client, subjects, "t-2", text("next"))
+            [slow] = await take(feed, 1)
+            feed.hold(slow)  # its renderer is still at work when the process dies
+            [fast] = await take(feed, 1)
+            feed.hold(fast).release()
+            await take(feed, 1)
+            raise Killed
+
+    with pytest.raises(Killed):
+        await hand_on_then_die()
+    async with client.events(durable="bot") as feed:
+        again = await take(feed, 3)
+    assert [d.event for d in again] == [text("slow"), text("fast"), text("next")]
+
+
+@uses_streams
+async def test_releasing_every_hold_moves_the_cursor_without_asking_for_more(
+    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
+) -> None:
+    class Killed(Exception):
+        pass
+
+    async def cursor() -> int:
+        reply = await client._call("cursors.get", {"name": "bot"})
+        return int(reply["sequence"])
+
+    async def finish_then_die() -> int:
+        async with client.events(durable="bot") as feed:
+            first = await store(ore_nats_client, subjects, "t-1", text("one"))
+            last = await store(ore_nats_client, subjects, "t-2", text("two"))
+            [one] = await take(feed, 1)
+            holds = [feed.hold(one), feed.hold(one)]  # before asking for the next one
+            [two] = await take(feed, 1)
+            holds.append(feed.hold(two))
+            holds[2].release()
+            holds[0].release()
+            holds[0].release()  # idempotent: the second hold of `one` still counts
+            assert await cursor() < first
+            holds[1].release()
+            for _ in range(3000):  # bounds a hang
+                if await cursor() >= first:
+                    break
+                await asyncio.sleep(0.01)
+            raise Killed(last)
+
+    with pytest.raises(Killed) as killed:
+        await finish_then_die()
+    (last,) = killed.value.args
+    # `two` was read but the reader never asked for more: it is not finished.
+    assert await cursor() == last - 1
+    async with client.events(durable="bot") as feed:
+        [again] = await take(feed, 1)
+    assert again.event == text("two")
+
+
+@uses_streams
 async def test_a_durable_feed_receives_deltas_live(
     client: ConduitClient, ore_nats_client: Client, subjects: Subjects
 ) -> None:
