@@ -52,7 +52,7 @@ from ore_core import (
     Text,
     TextDelta,
 )
-from ore_core.conduit import ConduitClient, Delivery, EventFeed
+from ore_core.conduit import ConduitClient, Delivery, EventFeed, Hold
 
 __all__ = ["OUTPUT_KINDS", "Clock", "Outbound", "ThreadRenderer"]
 
@@ -120,6 +120,8 @@ class _Answer:
     messages: list[_Message] = field(default_factory=list)
     native: bool | None = None  # None: not decided yet
     resumed: bool = False  # started by an earlier run of the conduit
+    after: int = 0  # the thread's last stored batch handled before this answer began
+    sequence: int = 0  # the last stored batch of this answer handled
     status_set: bool = False
     piece_done: bool = False
     flushed_at: float = float("-inf")
@@ -186,14 +188,19 @@ class Outbound:
             self.finished.popitem(last=False)
 
     async def run(self, feed: EventFeed) -> None:
-        """Hand every delivery to its thread's renderer, until cancelled."""
+        """Hand every delivery to its thread's renderer, until cancelled.
+
+        Each is held until its renderer handled it: the durable cursor must not pass an
+        event that a conduit killed meanwhile never rendered (asking the feed for the
+        next event would otherwise count it as finished).
+        """
         async for delivery in feed:
             renderer = self.renderers.get(delivery.thread_id)
             if renderer is None or renderer.ended:
                 renderer = ThreadRenderer(self, delivery.thread_id)
                 self.renderers[delivery.thread_id] = renderer
                 self.tasks.create_task(renderer.run(), name=f"slack-render-{delivery.thread_id}")
-            renderer.queue.put_nowait(delivery)
+            renderer.queue.put_nowait((delivery, feed.hold(delivery)))
 
 
 class ThreadRenderer:
@@ -204,10 +211,11 @@ class ThreadRenderer:
         self.api = outbound.api
         self.config = outbound.config
         self.thread_id = thread_id
-        self.queue: asyncio.Queue[Delivery] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[Delivery, Hold]] = asyncio.Queue()
         self.ended = False
         self.slack: SlackThread | None = None
         self.answers: dict[str, _Answer] = {}
+        self.last_sequence = 0  # the last stored batch of the thread handled
 
     # -- the loop ------------------------------------------------------------------
 
@@ -216,18 +224,20 @@ class ThreadRenderer:
         try:
             self.slack = await self._slack_thread()
             while True:
-                delivery = await self._next()
-                if delivery is None:
+                item = await self._next()
+                if item is None:
                     if self.queue.empty() and not self.answers:
                         return
                     continue
-                await self._safely(self._handle, delivery.event)
+                delivery, hold = item
+                await self._safely(self._handle, delivery)
+                hold.release()
                 if self.queue.empty():
                     await self._safely(self._flush_all, False)
         finally:
             self.ended = True
 
-    async def _next(self) -> Delivery | None:
+    async def _next(self) -> tuple[Delivery, Hold] | None:
         """The next delivery; None when a flush is due (or after a long idle)."""
         if not self.queue.empty():
             return self.queue.get_nowait()
@@ -269,7 +279,14 @@ class ThreadRenderer:
 
     # -- events ------------------------------------------------------------------------
 
-    async def _handle(self, event: OutputEvent) -> None:
+    async def _handle(self, delivery: Delivery) -> None:
+        try:
+            await self._handle_event(delivery.event, delivery.sequence)
+        finally:
+            if delivery.sequence is not None:
+                self.last_sequence = max(self.last_sequence, delivery.sequence)
+
+    async def _handle_event(self, event: OutputEvent, sequence: int | None) -> None:
         if self.slack is None or event.context.provenance != self.out.name:
             return  # not a Slack thread, or another conduit's message: it shows its own
         trace = event.context.traceparent
@@ -277,14 +294,17 @@ class ThreadRenderer:
             return
         answer = self.answers.get(trace)
         if answer is None:
-            answer = self.answers[trace] = _Answer(trace, user=event.context.user)
+            answer = _Answer(trace, user=event.context.user, after=self.last_sequence)
+            self.answers[trace] = answer
             # Live events (submitted, deltas) come before the turn's stored batch, which
             # starts with the user's turn: no first event tells a new answer from one a
             # previous run of the conduit started, so the reply record is always read.
-            await self._resume(answer)
+            await self._resume(answer, sequence)
             if trace in self.out.finished:
                 del self.answers[trace]
                 return
+        if sequence is not None:
+            answer.sequence = max(answer.sequence, sequence)
         self.out.active[trace] = self.thread_id
         if isinstance(event, LifecycleEvent):
             if event.phase == "submitted":
@@ -312,16 +332,30 @@ class ThreadRenderer:
             answer.raw = "\n\n".join(answer.texts)
             answer.piece_done = True
 
-    async def _resume(self, answer: _Answer) -> None:
-        """Adopt the messages an earlier run of the conduit made for this answer."""
+    async def _resume(self, answer: _Answer, sequence: int | None) -> None:
+        """Adopt the messages an earlier run of the conduit made for this answer, or
+        skip an answer it finished.
+
+        The record names the thread's latest answer and `upto`: every other answer of
+        the thread whose stored batch is at or before `upto` was finished (answers are
+        rendered in order). A restarted conduit gets again what it had not confirmed to
+        the core (its durable cursor lags behind what it rendered), so older answers are
+        delivered again too: they are skipped, never posted twice.
+        """
         try:
             metadata = (await self.out.client.get_thread(self.thread_id)).metadata
             record = json.loads(metadata.get(REPLY_KEY) or "{}")
-        except (OreError, ValueError) as exc:
+            upto = int(record.get("upto") or 0)
+        except (OreError, ValueError, TypeError) as exc:
             log.warning("cannot read the reply record", thread_id=self.thread_id, error=str(exc))
             return
         if record.get("trace") != answer.trace:
+            if sequence is not None and sequence <= upto:
+                self.out.mark_finished(answer.trace)  # an older answer, shown before
+            else:
+                answer.after = max(answer.after, upto)
             return
+        answer.after = upto
         if record.get("final"):
             self.out.mark_finished(answer.trace)
             return
@@ -340,6 +374,7 @@ class ThreadRenderer:
             "native": bool(answer.native),
             "messages": [m.to_json() for m in answer.messages],
             "final": final,
+            "upto": (answer.sequence or answer.after) if final else answer.after,
         }
         try:
             await self.out.client.set_metadata(self.thread_id, REPLY_KEY, json.dumps(record))

@@ -21,7 +21,9 @@ What it serves:
   socket says `hello`; `deliver(payload)` sends an `events_api` envelope and
   `wait_ack(envelope_id)` waits for the app's ack; `disconnect()` asks the app to
   reconnect, `drop_sockets()` cuts the connections. An envelope sent while no socket is
-  open is queued and delivered after the next connect as a retry (`retry_attempt` + 1).
+  open is queued and delivered after the next connect as a retry (`retry_attempt` + 1),
+  and so is one whose socket closed before the app acknowledged it (as Slack retries an
+  unacknowledged event).
 - **The Events API**: `post_event(url, payload, signing_secret=...)` signs the raw body
   like Slack (`v0:` + timestamp), optionally stale, tampered or without headers.
 - **Users**: `user_says(...)` adds a user's message and delivers its events;
@@ -159,6 +161,9 @@ class FakeSlack:
         self._event_ids = itertools.count(1)
         self._sockets: set[web.WebSocketResponse] = set()
         self._pending: list[dict[str, Any]] = []  # envelopes waiting for a socket
+        # Envelopes sent on a socket and not acknowledged yet, by envelope id: Slack
+        # delivers them again (on the next socket) when theirs closes unacknowledged.
+        self._unacked: dict[str, tuple[web.WebSocketResponse, dict[str, Any]]] = {}
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -435,7 +440,7 @@ class FakeSlack:
         for envelope in pending:
             envelope["retry_attempt"] = int(envelope.get("retry_attempt", 0)) + 1
             envelope["retry_reason"] = "timeout"
-            await socket.send_json(envelope)
+            await self._send(socket, envelope)
         await self._notify()
         try:
             async for frame in socket:
@@ -443,11 +448,20 @@ class FakeSlack:
                     data = json.loads(frame.data)
                     if "envelope_id" in data:
                         self.acks.append(str(data["envelope_id"]))
+                        self._unacked.pop(str(data["envelope_id"]), None)
                         await self._notify()
         finally:
             self._sockets.discard(socket)
+            for envelope_id, (sent_on, envelope) in list(self._unacked.items()):
+                if sent_on is socket:  # never acknowledged: Slack retries it
+                    del self._unacked[envelope_id]
+                    self._pending.append(envelope)
             await self._notify()
         return socket
+
+    async def _send(self, socket: web.WebSocketResponse, envelope: dict[str, Any]) -> None:
+        self._unacked[str(envelope["envelope_id"])] = (socket, envelope)
+        await socket.send_json(envelope)
 
     @property
     def connected(self) -> bool:
@@ -475,7 +489,7 @@ class FakeSlack:
             self._pending.append(envelope)
             return envelope_id
         socket = next(iter(self._sockets))
-        await socket.send_json(envelope)
+        await self._send(socket, envelope)
         return envelope_id
 
     async def wait_ack(self, envelope_id: str, within: float = 3.0) -> None:

@@ -1,0 +1,176 @@
+"""The Slack conduit as a process, killed (kill -9) again and again under load.
+
+What a user counts: every Slack message gets one finished answer, in its thread, in
+order, none twice, and what the bot's messages show is exactly the answers. The core
+(a real CoreService on the test's nats-server) and the fake Slack keep running; only
+the conduit process (`ore conduit slack`) dies and is started again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from ore_conduit_slack.testing import FakeSlack
+from ore_core import Manager, Text, TextDelta, TurnContext
+from ore_core.bus.service import CoreService
+from ore_core.bus.streams import BusConfig
+from ore_core.session.stores.memory import MemoryStore
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
+
+CHANNEL = "CGENERAL"
+THREADS = 12
+MESSAGES = 5  # per Slack thread, each sent once the previous one is answered
+KILLS = 10
+ANSWER_PATIENCE = 60.0  # seconds the whole conversation may take (bounds a hang)
+
+
+class Streamer:
+    """Answers `answer to <text>` in four deltas with short pauses, so kills land mid-answer."""
+
+    async def __call__(self, ctx: TurnContext) -> None:
+        said = " ".join(a.content for a in ctx.turns()[-1].artifacts if isinstance(a, Text))
+        await ctx.step(self._deltas(said))
+
+    @staticmethod
+    async def _deltas(said: str) -> AsyncIterator[TextDelta]:
+        for piece in ("answer ", "to ", said.replace("<@UBOT> ", ""), "."):
+            await asyncio.sleep(0.02)
+            yield TextDelta(piece)
+
+
+def expected(text: str) -> str:
+    return f"answer to {text}."
+
+
+@dataclass
+class Conduit:
+    """`ore conduit slack` as a process, against the fake Slack."""
+
+    nats_url: str
+    fake: FakeSlack
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    def start(self) -> None:
+        settings = self.fake.conduit_settings(flush_interval=0.05, flush_chars=20)
+        argv = [str(Path(sys.executable).with_name("ore")), "conduit", "slack"]
+        argv += ["--nats", self.nats_url]
+        for key, value in settings.items():
+            argv += ["--set", f"{key}={value}"]
+        env = {**os.environ, "ORE_LOG_LEVEL": "INFO"}
+        self.starts += 1
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(argv, stdout=log, stderr=log, env=env)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@dataclass
+class Tally:
+    sent: list[tuple[str, str]] = field(default_factory=list)  # (root ts, text)
+    unanswered: list[str] = field(default_factory=list)
+
+
+async def converse(
+    fake: FakeSlack, index: int, tally: Tally, roots: list[str], deadline: float
+) -> None:
+    """One Slack thread: a root message, then replies, each after the previous answer."""
+    loop = asyncio.get_running_loop()
+    root = ""
+    for number in range(MESSAGES):
+        text = f"t{index} m{number}"
+        message = await fake.user_says(CHANNEL, text, thread_ts=root)
+        if not root:
+            root = message.ts
+            roots.append(root)
+        tally.sent.append((root, text))
+        try:
+            await fake.wait_until(
+                lambda root=root, number=number: len(fake.answers(CHANNEL, root)) > number,
+                max(0.1, deadline - loop.time()),
+            )
+        except TimeoutError:
+            tally.unanswered.append(text)
+
+
+async def test_a_conduit_killed_again_and_again_answers_every_message_once_in_order(
+    ore_nats_url: str, tmp_path: Path
+) -> None:
+    store = MemoryStore()
+    core = CoreService(
+        Manager(store, Streamer()),
+        servers=[ore_nats_url],
+        config=BusConfig(partitions=2),
+        reconnect_wait=0.05,
+    )
+    await core.start()
+    fake = await FakeSlack().start()
+    conduit = Conduit(ore_nats_url, fake, tmp_path / "conduit.log")
+    conduit.start()
+    rng = random.Random(int(os.environ.get("KILL_SEED", "7")))
+    try:
+        await fake.wait_connected(1, 30)
+        tally = Tally()
+        roots: list[str] = []
+        deadline = asyncio.get_running_loop().time() + ANSWER_PATIENCE
+        load = asyncio.gather(*(converse(fake, i, tally, roots, deadline) for i in range(THREADS)))
+        for _ in range(KILLS):
+            await asyncio.sleep(rng.uniform(0.2, 1.2))
+            connections = fake.connections
+            conduit.kill()
+            conduit.start()
+            await fake.wait_connected(connections + 1, 30)
+        await load
+    finally:
+        conduit.stop()
+        await fake.close()
+        await core.stop(grace=0)
+        await store.close()
+
+    by_root: dict[str, list[str]] = {}
+    for root, text in tally.sent:
+        by_root.setdefault(root, []).append(expected(text))
+    lost = doubled = disorder = 0
+    details = []
+    for root, wanted in by_root.items():
+        got = fake.answers(CHANNEL, root)
+        lost += sum(1 for answer in wanted if answer not in got)
+        doubled += sum(got.count(answer) - 1 for answer in set(got))
+        seen = [answer for answer in got if answer in wanted]
+        if seen != sorted(set(seen), key=wanted.index):
+            disorder += 1
+        if got != wanted:
+            details.append((root, wanted, got, fake.rendered_thread(CHANNEL, root)))
+    print(
+        f"\nslack conduit kill -9 x{KILLS}: sent {len(tally.sent)}, lost {lost}, "
+        f"doubled {doubled}, threads out of order {disorder}, unanswered {tally.unanswered}"
+    )
+    for detail in details[:5]:
+        print(detail)
+    assert conduit.starts == KILLS + 1
+    assert (lost, doubled, disorder) == (0, 0, 0), details[:3]
+    assert len(tally.sent) == THREADS * MESSAGES
