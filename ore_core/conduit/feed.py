@@ -11,8 +11,8 @@ no JetStream API access: NATS permissions can keep it to its own namespace.
 
 Durable (`durable=NAME`): the core keeps the feed's position (`cursors.get`/`set`, a
 KV bucket only the core touches), so a conduit that was stopped receives everything
-stored meanwhile when it starts again: it starts from its cursor, catches up, then
-follows live events. An event counts as done when the reader asks for the next one
+stored meanwhile when it starts again: it starts from its cursor (waiting for the core
+if it is away), catches up, then follows live events. An event counts as done when the reader asks for the next one
 (or leaves the `async with` block without an error), and the cursor moves then, so
 an event being handled when the process dies is delivered again: handle events
 idempotently. A reader that hands events on to other tasks (one per platform thread,
@@ -535,20 +535,32 @@ class EventFeed:
         once in the log) instead of ending the feed, and so the conduit; a refusal or
         an error reply still ends it, and closing the feed stops the wait.
         """
+        try:
+            return await self._call_when_up("events.read", body, "catch-up")
+        except ApiError as exc:
+            raise self._unreadable(exc) from exc
+        except BusError as exc:
+            if isinstance(exc, PermissionDenied):
+                raise
+            raise self._unreadable(exc) from exc
+
+    async def _call_when_up(
+        self, method: str, body: Mapping[str, Any], purpose: str
+    ) -> dict[str, Any]:
+        """`method` through the core, waiting while nothing answers (see `_read_when_up`);
+        BusError only once the feed is closed."""
         pause = _CORE_RETRY_FIRST
         told = False
         while True:
             try:
-                return await self._call("events.read", body)
+                return await self._call(method, body)
             except PermissionDenied:
                 raise
-            except ApiError as exc:
-                raise self._unreadable(exc) from exc
             except BusError as exc:
                 if self._closed:
-                    raise self._unreadable(exc) from exc
+                    raise
                 if not told:
-                    log.warning("core unreachable, catch-up waits for it", error=str(exc))
+                    log.warning(f"core unreachable, {purpose} waits for it", error=str(exc))
                     told = True
             await asyncio.sleep(pause)
             pause = min(pause * 2, _CORE_RETRY_MAX)
@@ -560,21 +572,26 @@ class EventFeed:
         return int((await self._read(body)).get("last") or 0)
 
     async def _load_cursor(self, name: str) -> int:
+        """The durable's position, waiting while the core is away: a conduit started
+        before the core (a host booting, a deploy restarting both) waits for it."""
+        purpose = f"durable feed {name}"
         try:
-            reply = await self._call("cursors.get", {"name": name})
+            reply = await self._call_when_up("cursors.get", {"name": name}, purpose)
+            if reply.get("sequence") is not None:
+                return int(reply["sequence"])
+            # A new durable starts now: a conduit deployed today must not replay last
+            # month's replies. Restarts continue from the last finished event.
+            body: dict[str, Any] = {"limit": 0}
+            if self.thread_id is not None:
+                body["thread"] = self.thread_id
+            last = await self._call_when_up("events.read", body, purpose)
+            sequence = int(last.get("last") or 0)
+            await self._call_when_up("cursors.set", {"name": name, "sequence": sequence}, purpose)
         except PermissionDenied:
             raise
         except (BusError, ApiError) as exc:
-            raise BusError(
-                f"cannot read the position of durable feed {name}: {exc}. Is `ore serve` running?"
-            ) from exc
-        if reply.get("sequence") is not None:
-            return int(reply["sequence"])
-        # A new durable starts now: a conduit deployed today must not replay last
-        # month's replies. Restarts continue from the last finished event.
-        last = await self._last_sequence()
-        await self._call("cursors.set", {"name": name, "sequence": last})
-        return last
+            raise BusError(f"cannot read the position of durable feed {name}: {exc}") from exc
+        return sequence
 
     async def _catch_up(self, thread_id: str | None, after: int, last: int | None) -> None:
         """Deliver the stored events of the thread (or namespace) after `after` to `last`."""
