@@ -1,10 +1,12 @@
 """SlackConduit: `ore conduit slack`.
 
 One run: check the bot token with `auth.test` (and the app token or signing secret
-for the chosen mode), open the durable output feed, build one Bolt `AsyncApp` whose
-listeners hand events to `Inbound`, and serve it over Socket Mode or HTTP until
-cancelled. Output events go through `Outbound`. Every task belongs to one TaskGroup,
-so cancelling `run` stops them all.
+for the chosen mode), open the inbox, build one Bolt `AsyncApp` whose listeners hand
+events to `Inbound` before they are acknowledged, queue what the inbox still holds, and
+serve Slack over Socket Mode or HTTP until cancelled. The durable output feed opens
+beside it (waiting for the core if it is away: Slack is served meanwhile, its events
+wait in the inbox) and its events go through `Outbound`. Every task belongs to one
+TaskGroup, so cancelling `run` stops them all.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 from ore_conduit_slack.api import Ambiguous, SlackApi, SlackError
 from ore_conduit_slack.config import ENV_APP_TOKEN, ENV_BOT_TOKEN, MissingSecret, SlackConfig
 from ore_conduit_slack.inbound import Identity, Inbound, Lanes
-from ore_conduit_slack.outbound import OUTPUT_KINDS, Clock, Outbound
+from ore_conduit_slack.inbox import Inbox
+from ore_conduit_slack.outbound import Clock, Outbound
 from ore_core.conduit import Conduit, ConduitClient, ConduitConfig
 
 __all__ = ["MonotonicClock", "SlackConduit"]
@@ -62,15 +65,30 @@ class SlackConduit(Conduit):
             raise TypeError(f"the slack conduit needs a SlackConfig, got {config!r}")
         bot_token = config.secret("bot_token")
         app_token = config.secret("app_token") if config.mode == "socket" else ""
-        signing_secret = config.secret("signing_secret") if config.mode == "http" else ""
+        if config.mode == "http":
+            config.secret("signing_secret")  # missing: said before anything starts
         web_client = AsyncWebClient(token=bot_token, base_url=config.api_url, retry_handlers=[])
         api = SlackApi(web_client)
         identity = await _check_tokens(api, app_token)
+        inbox = await Inbox.open(config.state_dir / f"inbox-{config.durable}.db")
         log.info("slack conduit starting", mode=config.mode, team=identity.team_id)
-        async with (
-            client.events(kinds=OUTPUT_KINDS, durable=config.durable) as feed,
-            asyncio.TaskGroup() as tasks,
-        ):
+        try:
+            await self._serve(client, config, api, identity, inbox)
+        finally:
+            await inbox.close()
+
+    async def _serve(
+        self,
+        client: ConduitClient,
+        config: SlackConfig,
+        api: SlackApi,
+        identity: Identity,
+        inbox: Inbox,
+    ) -> None:
+        app_token = config.secret("app_token") if config.mode == "socket" else ""
+        signing_secret = config.secret("signing_secret") if config.mode == "http" else ""
+        feed_ready = asyncio.Event()
+        async with asyncio.TaskGroup() as tasks:
             outbound = Outbound(
                 name=self.name,
                 client=client,
@@ -88,9 +106,12 @@ class SlackConduit(Conduit):
                 identity=identity,
                 lanes=Lanes(tasks),
                 answering=outbound.answering,
+                inbox=inbox,
+                ready=feed_ready,
             )
-            app = _bolt_app(web_client, inbound, signing_secret, config.mode)
-            tasks.create_task(outbound.run(feed), name="slack-outbound")
+            app = _bolt_app(api.client, inbound, signing_secret, config.mode)
+            tasks.create_task(outbound.serve(feed_ready), name="slack-outbound")
+            await inbound.replay()  # before new events: a thread's messages stay in order
             if config.mode == "socket":
                 await _serve_socket_mode(app, app_token, config)
             else:
@@ -124,16 +145,20 @@ async def _check_tokens(api: SlackApi, app_token: str) -> Identity:
 def _bolt_app(
     web_client: AsyncWebClient, inbound: Inbound, signing_secret: str, mode: str
 ) -> AsyncApp:
-    """One Bolt app for both modes; its listeners only hand events to `inbound`."""
+    """One Bolt app for both modes; its listeners hand events to `inbound` and Bolt
+    acknowledges each once its listener returned (`process_before_response`): an event
+    is acknowledged only once the inbox keeps it. The listener takes one local SQLite
+    commit, far inside Slack's 3 seconds; if it fails, Slack sends the event again."""
     app = AsyncApp(
         client=web_client,
         signing_secret=signing_secret or "socket-mode-has-no-signing-secret",
         request_verification_enabled=mode == "http",
+        process_before_response=True,
         logger=logging.getLogger("ore.conduit.slack.bolt"),
     )
 
     async def listener(body: dict[str, Any]) -> None:
-        inbound.accept(body)  # Bolt acked already (process_before_response=False)
+        await inbound.take(body)
 
     async def acknowledge_only(body: dict[str, Any]) -> None:
         """Events of the AI-app split view that need no answer (no warning logged)."""

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from typing import Literal
 
+import platformdirs
 from pydantic import Field, SecretStr, field_validator
 
 from ore_core import OreError
@@ -30,6 +32,11 @@ ENV_APP_TOKEN = "SLACK_APP_TOKEN"
 ENV_SIGNING_SECRET = "SLACK_SIGNING_SECRET"
 
 _PATH = re.compile(r"/[A-Za-z0-9/_.-]*")
+
+
+def default_state_dir() -> Path:
+    """`slack` in ore's user state directory (`~/.local/state/ore/slack` on Linux)."""
+    return Path(platformdirs.user_state_dir("ore")) / "slack"
 
 
 class MissingSecret(OreError):
@@ -68,6 +75,9 @@ class SlackConfig(ConduitConfig):
     """The assistant status shown while a turn runs (empty: none)."""
     durable: str = "slack"
     """The durable consumer keeping the conduit's place in ore's output across restarts."""
+    state_dir: Path = Field(default_factory=default_state_dir)
+    """Where the inbox is kept (`inbox-<durable>.db`): the Slack events acknowledged and not
+    yet handed to the core. Give replicas on one host a directory each."""
     flush_chars: int = Field(default=200, ge=1)
     """Streamed text is sent once this many characters are pending..."""
     flush_interval: float = Field(default=0.8, gt=0)
@@ -94,6 +104,11 @@ class SlackConfig(ConduitConfig):
         if not DURABLE_NAME.fullmatch(durable):
             raise ValueError("must be 1-64 letters, digits and - (no _ or .)")
         return durable
+
+    @field_validator("state_dir")
+    @classmethod
+    def _expand_state_dir(cls, path: Path) -> Path:
+        return path.expanduser()
 
     @field_validator("http_path")
     @classmethod

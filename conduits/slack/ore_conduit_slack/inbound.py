@@ -1,9 +1,12 @@
 """Inbound: Slack events -> ore user messages, interrupts and branches.
 
-`Inbound.accept(body)` is called by the Bolt listener, after Bolt acknowledged the
-event; it only decides and queues, so it never delays an ack. The queued work runs in
+`Inbound.take(body)` is the Bolt listener, run before Bolt acknowledges the event: it
+decides, keeps an event that needs work in the inbox (one SQLite commit, so Slack is
+acknowledged only for what survives a crash) and queues the work. The work runs in
 lanes, one per Slack thread (messages of a thread reach the core in order; a slow
-thread never holds up another).
+thread never holds up another). Work that cannot reach the core (it is away, NATS is
+down) waits and tries again for as long as it takes; the event leaves the inbox once
+its work is done. At start, `replay()` queues what an earlier run left in the inbox.
 
 - Answered: `app_mention`, direct messages, and replies in a thread the bot is part of
   (`reply_in_owned_threads`). The bot's mention is stripped.
@@ -11,9 +14,9 @@ thread never holds up another).
   subtypes that are not a person writing (joins, topic changes, ...).
 - Effectively once: the event id is derived from (team, channel, ts), so Slack's retries
   and an `app_mention` plus `message` pair are one message. A local TTL set drops
-  repeats early; the core's de-duplication by event id is the durable guard. A retry
-  is never dropped by its header alone: if the first delivery was never handled, the
-  retry is the message.
+  repeats early; the core's de-duplication by event id is the durable guard (a message
+  sent again after a crash is answered once). A retry is never dropped by its header
+  alone: if the first delivery was never acknowledged, the retry is the message.
 - Edits of the latest user message of a thread branch the ore thread (`on_edit`);
   deleting a message whose answer is being written interrupts it.
 """
@@ -37,6 +40,7 @@ from ore_conduit_slack.ids import (
     event_id,
     traceparent_of,
 )
+from ore_conduit_slack.inbox import Inbox
 from ore_core import (
     ApiError,
     BusError,
@@ -54,11 +58,20 @@ log = structlog.get_logger("ore.conduit.slack")
 
 _WRITTEN = frozenset({None, "", "file_share", "thread_broadcast", "bot_message"})
 _FORK_PATIENCE = 10.0  # seconds an edit waits for the interrupted answer to end
-_CORE_PATIENCE = 60.0  # seconds a message waits for the core to come (back)
+_RETRY_MAX = 5.0  # seconds between two tries of work waiting for the core (or NATS)
 _FOREIGN_TTL = 300.0  # seconds a thread found not to be the bot's is not asked about again
 _LINK = re.compile(r"<(https?://[^|>]+)\|[^>]*>")
 
 Job = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """What a Slack event asks for: `job`, in the lane of its Slack thread."""
+
+    lane: str
+    job: Job
+    seen: str  # its key in `Inbound.seen` (forgotten if the event is not kept)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +150,8 @@ class Inbound:
         identity: Identity,
         lanes: Lanes,
         answering: Callable[[str], bool | None],
+        inbox: Inbox,
+        ready: asyncio.Event,
     ) -> None:
         self.name = name
         self.client = client
@@ -145,26 +160,82 @@ class Inbound:
         self.identity = identity
         self.lanes = lanes
         self.answering = answering
+        self.inbox = inbox
+        self.ready = ready  # set once the durable feed exists: no reply can be missed
         self._sent: dict[str, str] = {}  # event id sent this run -> thread id (recent ones)
         self._edits: dict[str, str] = {}  # event id -> the id of its latest edit
         self.seen = TtlSet(config.dedupe_ttl, api.now)
         self._owned: set[str] = set()  # thread keys known to be the bot's
         self._foreign = TtlSet(_FOREIGN_TTL, api.now)  # thread keys recently found not to be
 
-    def accept(self, body: Mapping[str, Any]) -> None:
-        """Take one `event_callback` body (already acknowledged); never blocks."""
+    async def take(self, body: Mapping[str, Any]) -> None:
+        """Take one `event_callback` body before it is acknowledged (see the module
+        docstring); InboxError (then Slack sends the event again) if it cannot be kept."""
+        work = self._decide(body)
+        if work is None:
+            return
+        try:
+            entry = await self.inbox.put(body)
+        except BaseException:
+            self.seen.discard(work.seen)
+            raise
+        self._submit(work, entry)
+
+    async def replay(self) -> int:
+        """Queue what an earlier run acknowledged and did not finish; how many."""
+        pending = await self.inbox.pending()
+        for entry, body in pending:
+            work = self._decide(body)
+            if work is None:
+                await self.inbox.done(entry)
+            else:
+                self._submit(work, entry)
+        if pending:
+            log.info("slack events taken over from an earlier run", events=len(pending))
+        return len(pending)
+
+    def _decide(self, body: Mapping[str, Any]) -> Work | None:
         event = body.get("event")
         if not isinstance(event, Mapping):
-            return
+            return None
         team = str(body.get("team_id") or event.get("team") or self.identity.team_id)
         enterprise = str(body.get("enterprise_id") or "")
         subtype = event.get("subtype")
         if subtype == "message_changed":
-            self._edited(event, enterprise, team)
-        elif subtype == "message_deleted":
-            self._deleted(event, enterprise, team)
+            return self._edited(event, enterprise, team)
+        if subtype == "message_deleted":
+            self._deleted(event, enterprise, team)  # best effort: nothing to keep
         elif subtype in _WRITTEN and event.get("type") in ("message", "app_mention"):
-            self._message(event, enterprise, team)
+            return self._message(event, enterprise, team)
+        return None
+
+    def _submit(self, work: Work, entry: int) -> None:
+        async def run() -> None:
+            await self.ready.wait()
+            pause = 0.1
+            told = False
+            while True:
+                try:
+                    await work.job()
+                    break
+                except PermissionDenied:
+                    raise  # told by the lane; trying again cannot help
+                except BusError as exc:  # the core or NATS is away: the event waits
+                    if not told:
+                        log.warning("core unreachable, a slack event waits", error=str(exc))
+                        told = True
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, _RETRY_MAX)
+            await self.inbox.done(entry)
+
+        async def run_then_forget() -> None:
+            try:
+                await run()
+            except (OreError, SlackError, Ambiguous):
+                await self.inbox.done(entry)  # refused for good: told by the lane, not kept
+                raise
+
+        self.lanes.submit(work.lane, run_then_forget)
 
     def _from_bot(self, message: Mapping[str, Any]) -> bool:
         """The bot itself, or another bot that is not allow-listed."""
@@ -186,35 +257,31 @@ class Inbound:
             return None
         return False
 
-    def _message(self, event: Mapping[str, Any], enterprise: str, team: str) -> None:
+    def _message(self, event: Mapping[str, Any], enterprise: str, team: str) -> Work | None:
         if self._from_bot(event):
-            return
+            return None
         addressed = self._addressed(event)
         if addressed is False:
-            return
+            return None
         channel, ts = str(event.get("channel", "")), str(event.get("ts", ""))
         thread = SlackThread(enterprise, team, channel, str(event.get("thread_ts") or ts))
         message_id = event_id(enterprise, team, channel, ts)
         if not channel or not ts or not self.seen.add(message_id):
-            return
+            return None
         text = self.clean(str(event.get("text") or ""))
         if not text:
             self.seen.discard(message_id)
-            return
+            return None
         user = str(event.get("user") or event.get("bot_id") or "")
 
         async def forward() -> None:
-            try:
-                if addressed is None and not await self._owns(thread):
-                    return
-                thread_id = await self._thread_id(thread)
-                await self.client.send(thread_id, self._event(message_id, text, user))
-                self._remember(message_id, thread_id)
-            except BaseException:
-                self.seen.discard(message_id)
-                raise
+            if addressed is None and not await self._owns(thread):
+                return
+            thread_id = await self._thread_id(thread)
+            await self.client.send(thread_id, self._event(message_id, text, user))
+            self._remember(message_id, thread_id)
 
-        self.lanes.submit(thread.key, forward)
+        return Work(thread.key, forward, message_id)
 
     def clean(self, text: str) -> str:
         """The text without the bot's mention, links shown as their URL."""
@@ -228,22 +295,9 @@ class Inbound:
         return UserMessageEvent(id=message_id, content=text, context=context)
 
     async def _thread_id(self, thread: SlackThread) -> str:
-        """The ore thread of a Slack thread; retried while the core is away."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + _CORE_PATIENCE
-        pause = 0.05
-        while True:
-            try:
-                thread_id, _ = await self.client.lookup_or_create(
-                    THREAD_KEY, thread.key, thread.metadata()
-                )
-                break
-            except BusError as exc:
-                if isinstance(exc, PermissionDenied) or loop.time() + pause > deadline:
-                    raise
-                log.info("core unreachable, retrying", error=str(exc))
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 2.0)
+        """The ore thread of a Slack thread (BusError while the core is away: the work
+        is tried again)."""
+        thread_id, _ = await self.client.lookup_or_create(THREAD_KEY, thread.key, thread.metadata())
         self._owned.add(thread.key)
         return thread_id
 
@@ -277,40 +331,36 @@ class Inbound:
 
     # -- edits and deletes ---------------------------------------------------------
 
-    def _edited(self, event: Mapping[str, Any], enterprise: str, team: str) -> None:
+    def _edited(self, event: Mapping[str, Any], enterprise: str, team: str) -> Work | None:
         message = event.get("message")
         previous = event.get("previous_message")
         if not isinstance(message, Mapping) or self._from_bot(message):
-            return  # the bot's own stream and edits come back as message_changed
+            return None  # the bot's own stream and edits come back as message_changed
         if self.config.on_edit == "ignore":
-            return
+            return None
         text = self.clean(str(message.get("text") or ""))
         if isinstance(previous, Mapping) and self.clean(str(previous.get("text") or "")) == text:
-            return  # an unfurl or a reaction, not a new text
+            return None  # an unfurl or a reaction, not a new text
         edited = message.get("edited")
         if not text or not isinstance(edited, Mapping):
-            return
+            return None
         channel, ts = str(event.get("channel", "")), str(message.get("ts", ""))
         thread = SlackThread(enterprise, team, channel, str(message.get("thread_ts") or ts))
         original = event_id(enterprise, team, channel, ts)
         branch_id = edit_event_id(original, str(edited.get("ts", "")))
         if not self.seen.add(branch_id):
-            return
+            return None
         user = str(message.get("user") or "")
 
         async def branch() -> None:
-            try:
-                if not await self._owns(thread):
-                    return
-                thread_id = await self._thread_id(thread)
-                if await self._branch(thread_id, original, self._event(branch_id, text, user)):
-                    self._remember(branch_id, thread_id)
-                    self._edits[original] = branch_id
-            except BaseException:
-                self.seen.discard(branch_id)
-                raise
+            if not await self._owns(thread):
+                return
+            thread_id = await self._thread_id(thread)
+            if await self._branch(thread_id, original, self._event(branch_id, text, user)):
+                self._remember(branch_id, thread_id)
+                self._edits[original] = branch_id
 
-        self.lanes.submit(thread.key, branch)
+        return Work(thread.key, branch, branch_id)
 
     def _remember(self, message_id: str, thread_id: str) -> None:
         if len(self._sent) >= 10_000:
@@ -321,6 +371,8 @@ class Inbound:
         """Answer `event` again beside the latest user turn, if that turn is `original`'s."""
         turns = await self.client.turns(thread_id)
         latest = next((t for t in reversed(turns) if t.role == Role.USER), None)
+        if latest is not None and latest.event_id == event.id:
+            return True  # done before a crash (the inbox hands it over again): not twice
         if latest is None or not (
             latest.event_id == original or latest.event_id.startswith(f"{original}:edit:")
         ):

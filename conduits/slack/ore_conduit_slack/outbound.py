@@ -187,6 +187,13 @@ class Outbound:
         while len(self.finished) > _FINISHED:
             self.finished.popitem(last=False)
 
+    async def serve(self, ready: asyncio.Event) -> None:
+        """Open the durable feed (waiting for the core if it is away), set `ready`, and
+        render its events until cancelled."""
+        async with self.client.events(kinds=OUTPUT_KINDS, durable=self.config.durable) as feed:
+            ready.set()
+            await self.run(feed)
+
     async def run(self, feed: EventFeed) -> None:
         """Hand every delivery to its thread's renderer, until cancelled.
 

@@ -174,3 +174,56 @@ async def test_a_conduit_killed_again_and_again_answers_every_message_once_in_or
     assert conduit.starts == KILLS + 1
     assert (lost, doubled, disorder) == (0, 0, 0), details[:3]
     assert len(tally.sent) == THREADS * MESSAGES
+
+
+async def test_messages_taken_while_the_core_is_away_survive_a_kill_of_the_conduit(
+    ore_nats_url: str, tmp_path: Path
+) -> None:
+    """Slack never sends an acknowledged event again: the conduit must not lose one it
+    acknowledged and had not handed to the core yet (the core was away, a deploy
+    restarting both, say) when it dies."""
+    store = MemoryStore()
+
+    def new_core() -> CoreService:
+        return CoreService(
+            Manager(store, Streamer()),
+            servers=[ore_nats_url],
+            config=BusConfig(partitions=2),
+            reconnect_wait=0.05,
+        )
+
+    core = new_core()
+    await core.start()
+    fake = await FakeSlack().start()
+    conduit = Conduit(ore_nats_url, fake, tmp_path / "conduit.log")
+    conduit.start()
+    try:
+        await fake.wait_connected(1, 30)
+        warm = await fake.user_says(CHANNEL, "warm up")
+        await fake.wait_until(lambda: len(fake.answers(CHANNEL, warm.ts)) == 1, 30)
+        await core.stop(grace=0)
+
+        acked = len(fake.acks)
+        roots = [await fake.user_says(CHANNEL, f"while away {i}") for i in range(5)]
+        await fake.wait_until(lambda: len(fake.acks) >= acked + 2 * len(roots), 30)
+        conduit.kill()
+        conduit.start()
+        await fake.wait_connected(2, 30)
+        core = new_core()
+        await core.start()
+
+        def answered() -> int:
+            return sum(len(fake.answers(CHANNEL, root.ts)) for root in roots)
+
+        try:
+            await fake.wait_until(lambda: answered() == len(roots), 60)
+        except TimeoutError:
+            pass
+        got = {root.ts: fake.answers(CHANNEL, root.ts) for root in roots}
+    finally:
+        conduit.stop()
+        await fake.close()
+        await core.stop(grace=0)
+        await store.close()
+    print(f"\ncore away, conduit killed: {got}")
+    assert got == {root.ts: [expected(f"while away {i}")] for i, root in enumerate(roots)}

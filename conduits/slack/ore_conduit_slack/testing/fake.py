@@ -40,10 +40,12 @@ import hashlib
 import hmac
 import itertools
 import json
+import tempfile
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -169,6 +171,8 @@ class FakeSlack:
         self._tasks: set[asyncio.Task[Any]] = set()
         self.connections = 0
         self.port = 0
+        self._state = tempfile.TemporaryDirectory(prefix="fake-slack-")
+        self.state_dir = Path(self._state.name)
 
     # -- lifetime -----------------------------------------------------------------
 
@@ -193,6 +197,7 @@ class FakeSlack:
             await asyncio.wait(self._tasks)
         if self._runner is not None:
             await self._runner.cleanup()
+        self._state.cleanup()
 
     @property
     def api_url(self) -> str:
@@ -200,9 +205,11 @@ class FakeSlack:
         return f"http://127.0.0.1:{self.port}/api/"
 
     def conduit_settings(self, **extra: Any) -> dict[str, Any]:
-        """A `[plugins.slack]` table pointing the conduit at this fake."""
+        """A `[plugins.slack]` table pointing the conduit at this fake (its inbox in a
+        directory of the fake's, removed by `close()`)."""
         return {
             "api_url": self.api_url,
+            "state_dir": str(self.state_dir),
             "bot_token": self.bot_token,
             "app_token": self.app_token,
             "signing_secret": self.signing_secret,
