@@ -12,12 +12,12 @@ no JetStream API access: NATS permissions can keep it to its own namespace.
 Durable (`durable=NAME`): the core keeps the feed's position (`cursors.get`/`set`, a
 KV bucket only the core touches), so a conduit that was stopped receives everything
 stored meanwhile when it starts again: it starts from its cursor (waiting for the core
-if it is away), catches up, then follows live events. An event counts as done when the reader asks for the next one
-(or leaves the `async with` block without an error), and the cursor moves then, so
-an event being handled when the process dies is delivered again: handle events
-idempotently. A reader that hands events on to other tasks (one per platform thread,
-say) holds each (`feed.hold(delivery)`) and releases the hold once that task finished
-it: the cursor never passes an event still held.
+if it is away), catches up, then follows live events. An event counts as done when the
+reader asks for the next one (or leaves the `async with` block without an error), and
+the cursor moves then, so an event being handled when the process dies is delivered
+again: handle events idempotently. A reader that hands events on to other tasks (one
+per platform thread, say) holds each (`feed.hold(delivery)`) and releases the hold once
+that task finished it: the cursor never passes an event still held.
 """
 
 from __future__ import annotations
