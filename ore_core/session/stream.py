@@ -413,6 +413,15 @@ class Stream:
             self._give_up(item, retry)
             return
         self.last_active = asyncio.get_running_loop().time()
+        redelivered = cancelled and self._closed and item.on_handled is not None
+        if redelivered:
+            # Cut short by close() (a shutdown past its grace, a handover) on a bus: the
+            # message stays unacknowledged and is handled again, by this worker after a
+            # restart or by the next owner. It is not over, so no `cancelled` and no
+            # `done`: a conduit sees one `done` per message, the one of its answer.
+            self._in_turn = False
+            item.resolve(TurnCancelled(f"session {self.id}: turn cancelled"))
+            return
         if cancelled:
             self.publish(LifecycleEvent.of("cancelled", context))
         elif error is not None:

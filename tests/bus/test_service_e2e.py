@@ -206,3 +206,10 @@ async def test_stop_after_the_grace_period_leaves_the_turn_to_the_next_worker(
     thread = await store.get("t1")
     assert [t.role for t in thread.all_turns()] == [Role.USER, Role.ASSISTANT]
     assert processor.cancelled == 1
+    # The message was not over when the first core stopped: conduits see one `done`, the
+    # answer's, and no `cancelled` (a Slack conduit showed "(interrupted)" for it, then
+    # skipped the real answer as a repeat).
+    phases = [e["phase"] for e in outbox.events("t1") if e["kind"] == "lifecycle"]
+    assert phases.count("done") == 1
+    assert "cancelled" not in phases
+    assert phases[-1] == "done"
