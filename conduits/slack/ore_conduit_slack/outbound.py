@@ -28,9 +28,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
@@ -76,6 +76,7 @@ _METADATA_EVENT = "ore_reply"
 _IDLE = 30.0  # seconds a renderer with nothing to do waits before it ends
 _FINISHED = 4096  # answers remembered as finished, so repeats of their events are skipped
 _RETRY_LIMIT = 5.0
+_R = TypeVar("_R")
 _UNKNOWN = "\x00"  # what a message of an earlier run shows: never equal to a text
 
 
@@ -350,8 +351,10 @@ class ThreadRenderer:
         delivered again too: they are skipped, never posted twice.
         """
         try:
-            metadata = (await self.out.client.get_thread(self.thread_id)).metadata
-            record = json.loads(metadata.get(REPLY_KEY) or "{}")
+            info = await self._while_away(
+                lambda: self.out.client.get_thread(self.thread_id), "read the reply record"
+            )
+            record = json.loads(info.metadata.get(REPLY_KEY) or "{}")
             upto = int(record.get("upto") or 0)
         except (OreError, ValueError, TypeError) as exc:
             log.warning("cannot read the reply record", thread_id=self.thread_id, error=str(exc))
@@ -383,10 +386,36 @@ class ThreadRenderer:
             "final": final,
             "upto": (answer.sequence or answer.after) if final else answer.after,
         }
+        text = json.dumps(record)
         try:
-            await self.out.client.set_metadata(self.thread_id, REPLY_KEY, json.dumps(record))
+            await self._while_away(
+                lambda: self.out.client.set_metadata(self.thread_id, REPLY_KEY, text),
+                "save the reply record",
+            )
         except OreError as exc:
             log.warning("cannot save the reply record", thread_id=self.thread_id, error=str(exc))
+
+    async def _while_away(self, call: Callable[[], Awaitable[_R]], purpose: str) -> _R:
+        """`call()`, tried again while the core is away (BusError): the reply record is
+        what tells a restarted conduit an answer it showed from a new one, so rendering
+        without it (or without saving it) would post an answer twice after a crash."""
+        pause = 0.1
+        told = False
+        while True:
+            try:
+                return await call()
+            except PermissionDenied:
+                raise
+            except BusError as exc:
+                if not told:
+                    log.warning(
+                        f"core unreachable, waiting to {purpose}",
+                        thread_id=self.thread_id,
+                        error=str(exc),
+                    )
+                    told = True
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _RETRY_LIMIT)
 
     async def _status(self, answer: _Answer, status: str) -> None:
         if not self.config.status or self.slack is None:

@@ -22,6 +22,7 @@ import pytest
 
 from ore_conduit_slack.testing import FakeSlack
 from ore_core import Manager, Text, TextDelta, TurnContext
+from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig
 from ore_core.session.stores.memory import MemoryStore
@@ -117,6 +118,31 @@ async def converse(
             tally.unanswered.append(text)
 
 
+def audit(fake: FakeSlack, tally: Tally, label: str) -> tuple[int, int, int, list[object]]:
+    """(lost, doubled, threads out of order, details) of every Slack thread of `tally`."""
+    by_root: dict[str, list[str]] = {}
+    for root, text in tally.sent:
+        by_root.setdefault(root, []).append(expected(text))
+    lost = doubled = disorder = 0
+    details: list[object] = []
+    for root, wanted in by_root.items():
+        got = fake.answers(CHANNEL, root)
+        lost += sum(1 for answer in wanted if answer not in got)
+        doubled += sum(got.count(answer) - 1 for answer in set(got))
+        seen = [answer for answer in got if answer in wanted]
+        if seen != sorted(set(seen), key=wanted.index):
+            disorder += 1
+        if got != wanted:
+            details.append((root, wanted, got, fake.rendered_thread(CHANNEL, root)))
+    print(
+        f"\n{label}: sent {len(tally.sent)}, lost {lost}, doubled {doubled}, "
+        f"threads out of order {disorder}, unanswered {tally.unanswered}"
+    )
+    for detail in details[:5]:
+        print(detail)
+    return lost, doubled, disorder, details
+
+
 async def test_a_conduit_killed_again_and_again_answers_every_message_once_in_order(
     ore_nats_url: str, tmp_path: Path
 ) -> None:
@@ -151,26 +177,7 @@ async def test_a_conduit_killed_again_and_again_answers_every_message_once_in_or
         await core.stop(grace=0)
         await store.close()
 
-    by_root: dict[str, list[str]] = {}
-    for root, text in tally.sent:
-        by_root.setdefault(root, []).append(expected(text))
-    lost = doubled = disorder = 0
-    details = []
-    for root, wanted in by_root.items():
-        got = fake.answers(CHANNEL, root)
-        lost += sum(1 for answer in wanted if answer not in got)
-        doubled += sum(got.count(answer) - 1 for answer in set(got))
-        seen = [answer for answer in got if answer in wanted]
-        if seen != sorted(set(seen), key=wanted.index):
-            disorder += 1
-        if got != wanted:
-            details.append((root, wanted, got, fake.rendered_thread(CHANNEL, root)))
-    print(
-        f"\nslack conduit kill -9 x{KILLS}: sent {len(tally.sent)}, lost {lost}, "
-        f"doubled {doubled}, threads out of order {disorder}, unanswered {tally.unanswered}"
-    )
-    for detail in details[:5]:
-        print(detail)
+    lost, doubled, disorder, details = audit(fake, tally, f"slack conduit kill -9 x{KILLS}")
     assert conduit.starts == KILLS + 1
     assert (lost, doubled, disorder) == (0, 0, 0), details[:3]
     assert len(tally.sent) == THREADS * MESSAGES
@@ -227,3 +234,62 @@ async def test_messages_taken_while_the_core_is_away_survive_a_kill_of_the_condu
         await store.close()
     print(f"\ncore away, conduit killed: {got}")
     assert got == {root.ts: [expected(f"while away {i}")] for i, root in enumerate(roots)}
+
+
+async def test_the_conduit_the_core_and_nats_failing_at_random_moments_lose_and_double_nothing(
+    ore_nats_server: EmbeddedNatsServer, tmp_path: Path
+) -> None:
+    """Ten faults at random moments of a load: the conduit killed (kill -9) and started
+    again, the core stopped and started again a moment later, or the NATS server
+    restarted."""
+    url = ore_nats_server.url
+    store = MemoryStore()
+
+    def new_core() -> CoreService:
+        return CoreService(
+            Manager(store, Streamer()),
+            servers=[url],
+            config=BusConfig(partitions=2),
+            reconnect_wait=0.05,
+        )
+
+    core = new_core()
+    await core.start()
+    fake = await FakeSlack().start()
+    conduit = Conduit(url, fake, tmp_path / "conduit.log")
+    conduit.start()
+    rng = random.Random(int(os.environ.get("KILL_SEED", "11")))
+    faults: list[str] = []
+    try:
+        await fake.wait_connected(1, 30)
+        tally = Tally()
+        roots: list[str] = []
+        deadline = asyncio.get_running_loop().time() + ANSWER_PATIENCE + 30
+        load = asyncio.gather(*(converse(fake, i, tally, roots, deadline) for i in range(THREADS)))
+        for _ in range(KILLS):
+            await asyncio.sleep(rng.uniform(0.2, 1.2))
+            fault = rng.choice(["conduit", "core", "nats"])
+            faults.append(fault)
+            if fault == "conduit":
+                connections = fake.connections
+                conduit.kill()
+                conduit.start()
+                await fake.wait_connected(connections + 1, 30)
+            elif fault == "core":
+                await core.stop(grace=0)
+                await asyncio.sleep(rng.uniform(0.0, 1.0))
+                core = new_core()
+                await core.start()
+            else:
+                await ore_nats_server.arestart()
+        await load
+    finally:
+        conduit.stop()
+        await fake.close()
+        await core.stop(grace=0)
+        await store.close()
+
+    lost, doubled, disorder, details = audit(fake, tally, f"mixed faults {faults}")
+    assert set(faults) == {"conduit", "core", "nats"}
+    assert (lost, doubled, disorder) == (0, 0, 0), details[:3]
+    assert len(tally.sent) == THREADS * MESSAGES
