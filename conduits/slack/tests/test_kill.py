@@ -266,9 +266,10 @@ async def test_the_conduit_the_core_and_nats_failing_at_random_moments_lose_and_
         roots: list[str] = []
         deadline = asyncio.get_running_loop().time() + ANSWER_PATIENCE + 30
         load = asyncio.gather(*(converse(fake, i, tally, roots, deadline) for i in range(THREADS)))
-        for _ in range(KILLS):
+        kinds = ["conduit", "core", "nats"]
+        plan = rng.sample(kinds, 3) + [rng.choice(kinds) for _ in range(KILLS - 3)]
+        for fault in plan:  # each kind at least once
             await asyncio.sleep(rng.uniform(0.2, 1.2))
-            fault = rng.choice(["conduit", "core", "nats"])
             faults.append(fault)
             if fault == "conduit":
                 connections = fake.connections
