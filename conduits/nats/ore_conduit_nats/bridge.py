@@ -177,13 +177,13 @@ class _Bridge:
         feed = await self.client.events(thread_id, kinds=REPLY_KINDS).start()
         self._answer_feeds.add(feed)
         try:
-            await self.client.send(thread_id, event)
+            sent = await self.client.send(thread_id, event)
         except BaseException:
             await feed.close()
             self._answer_feeds.discard(feed)
             raise
         answer = self.tasks.spawn(
-            self._collect(feed, thread_id, event, external),
+            self._collect(feed, thread_id, event, external, sent.duplicate),
             name=f"answer-{event.id}",
             critical=False,
         )
@@ -192,18 +192,32 @@ class _Bridge:
         return answer
 
     async def _collect(
-        self, feed: EventFeed, thread_id: str, event: UserMessageEvent, external: str
+        self,
+        feed: EventFeed,
+        thread_id: str,
+        event: UserMessageEvent,
+        external: str,
+        duplicate: bool,
     ) -> Reply:
         try:
             async with feed:
-                return await self._read_answer(feed, thread_id, event, external)
+                return await self._read_answer(feed, thread_id, event, external, duplicate)
         finally:
             self._answer_feeds.discard(feed)
 
     async def _read_answer(
-        self, feed: EventFeed, thread_id: str, event: UserMessageEvent, external: str
+        self,
+        feed: EventFeed,
+        thread_id: str,
+        event: UserMessageEvent,
+        external: str,
+        duplicate: bool,
     ) -> Reply:
         answer = Answer(event.context.traceparent)
+        if duplicate and answer.adopt(await self.client.turns(thread_id), event.id):
+            # Sent before (by this bridge before a restart, say): JetStream dropped the
+            # repeat, so no event will come; the thread has the answer already.
+            return answer.reply(thread_id, external)
         timeout = self.config.request_timeout
         try:
             async with asyncio.timeout(timeout):
