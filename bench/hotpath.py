@@ -211,30 +211,40 @@ def say(value: dict[str, Any]) -> None:
 # --- raw worker process -------------------------------------------------------------------
 
 
-async def raw_worker_main(args: argparse.Namespace) -> None:
-    """The fastest honest raw loop: streaming pull, core-NATS reply, pipelined ack."""
-    import nats
-    from nats.aio.msg import Msg
+async def pull_consumer(nc: Any, stream: str, subject: str) -> tuple[str, bytes]:
+    """Make `stream` (file storage) on `subject` and its durable pull consumer; the
+    subject and body of a long-lived pull request (`CONSUMER.MSG.NEXT`).
+
+    Each worker keeps its own credit accounting inline: it is the hot path of the baseline.
+    """
     from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
 
-    nc = await nats.connect(args.url)
     js = nc.jetstream()
     await js.add_stream(
         StreamConfig(
-            name=RAW_STREAM, subjects=["raw.in.*"], storage=StorageType.FILE, duplicate_window=120
+            name=stream, subjects=[subject], storage=StorageType.FILE, duplicate_window=120
         )
     )
     await js.add_consumer(
-        RAW_STREAM,
+        stream,
         ConsumerConfig(
             durable_name=RAW_CONSUMER, ack_policy=AckPolicy.EXPLICIT, max_ack_pending=1000
         ),
     )
-    inbox = nc.new_inbox()
-    next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{RAW_STREAM}.{RAW_CONSUMER}"
     request = json.dumps(
         {"batch": PULL_BATCH, "expires": 30_000_000_000, "idle_heartbeat": 5_000_000_000}
     ).encode()
+    return f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{RAW_CONSUMER}", request
+
+
+async def raw_worker_main(args: argparse.Namespace) -> None:
+    """The fastest honest raw loop: streaming pull, core-NATS reply, pipelined ack."""
+    import nats
+    from nats.aio.msg import Msg
+
+    nc = await nats.connect(args.url)
+    next_subject, request = await pull_consumer(nc, RAW_STREAM, "raw.in.*")
+    inbox = nc.new_inbox()
     outstanding = 0
     publish = nc.publish
 
@@ -318,29 +328,22 @@ async def floor_worker_main(args: argparse.Namespace) -> None:
     import nats
     import orjson
     from nats.aio.msg import Msg
-    from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
+    from nats.js.api import StorageType, StreamConfig
 
     nc = await nats.connect(args.url)
-    js = nc.jetstream()
-    for name, subjects in ((FLOOR_STREAM, ["floor.in.*"]), (FLOOR_OUT_STREAM, ["floor.out.*"])):
-        config = StreamConfig(
-            name=name, subjects=subjects, storage=StorageType.FILE, duplicate_window=120
+    next_subject, request = await pull_consumer(nc, FLOOR_STREAM, "floor.in.*")
+    await nc.jetstream().add_stream(
+        StreamConfig(
+            name=FLOOR_OUT_STREAM,
+            subjects=["floor.out.*"],
+            storage=StorageType.FILE,
+            duplicate_window=120,
         )
-        await js.add_stream(config)
-    await js.add_consumer(
-        FLOOR_STREAM,
-        ConsumerConfig(
-            durable_name=RAW_CONSUMER, ack_policy=AckPolicy.EXPLICIT, max_ack_pending=1000
-        ),
     )
     db = floor_schema(args.db)
     loop = asyncio.get_running_loop()
     inbox = nc.new_inbox()
     acks_inbox = nc.new_inbox() + "."
-    next_subject = f"$JS.API.CONSUMER.MSG.NEXT.{FLOOR_STREAM}.{RAW_CONSUMER}"
-    request = json.dumps(
-        {"batch": PULL_BATCH, "expires": 30_000_000_000, "idle_heartbeat": 5_000_000_000}
-    ).encode()
     outstanding = 0
     publish = nc.publish
     tips: dict[str, str] = {}

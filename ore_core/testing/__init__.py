@@ -16,7 +16,8 @@ or for one run with `pytest -p ore_core.testing`. It needs pytest-asyncio
 Processors for tests live in `ore_core.testing.processors`, the 3-node cluster in
 `ore_core.testing.cluster`, and the conformance suites for stores and conduits in
 `ore_core.testing.store_conformance` and `.conduit_conformance`; a store whose
-writes fail on demand (disk full, read-only) in `ore_core.testing.faulty_store`. The scripted
+writes fail on demand (disk full, read-only) in `ore_core.testing.faulty_store`; a conduit
+run as a process to kill under load in `ore_core.testing.conduit_process`. The scripted
 OpenAI-compatible server is the openai plugin's (`ore_openai.testing`).
 """
 

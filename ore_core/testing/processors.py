@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
 
-from ore_core.artifacts import Artifact, TextDelta
+from ore_core.artifacts import Artifact, Text, TextDelta
 from ore_core.session.spec import ModelSpec
 from ore_core.session.turn_context import TurnContext
 
-__all__ = ["GatedProcessor", "ScriptedProcessor"]
+__all__ = ["GatedProcessor", "ScriptedProcessor", "SlowEcho"]
 
 Reply = str | Sequence[Artifact] | BaseException
 
@@ -84,3 +84,27 @@ class GatedProcessor:
         finally:
             self.started.clear()
         yield TextDelta(self.reply)
+
+
+class SlowEcho:
+    """Answers `answer to <what the user said>.` in four deltas, `pause` seconds apart,
+    so that faults injected under load land in the middle of answers. `answer(text)` is
+    the reply to `text`."""
+
+    def __init__(self, pause: float = 0.02, *, strip: str = "") -> None:
+        self.pause = pause
+        self.strip = strip  # removed from what the user said (a bot mention, say)
+
+    @staticmethod
+    def answer(text: str) -> str:
+        """The whole reply to `text`."""
+        return f"answer to {text}."
+
+    async def __call__(self, ctx: TurnContext) -> None:
+        said = " ".join(a.content for a in ctx.turns()[-1].artifacts if isinstance(a, Text))
+        await ctx.step(self._deltas(said.replace(self.strip, "") if self.strip else said))
+
+    async def _deltas(self, said: str) -> AsyncIterator[Artifact]:
+        for piece in ("answer ", "to ", said, "."):
+            await asyncio.sleep(self.pause)
+            yield TextDelta(piece)

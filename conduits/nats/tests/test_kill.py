@@ -13,10 +13,6 @@ import asyncio
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,10 +22,12 @@ from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from ore_core import ConduitClient, Manager, Role, Text, TextDelta, TurnContext
+from ore_core import ConduitClient, Manager, Role
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig
 from ore_core.session.stores.memory import MemoryStore
+from ore_core.testing.conduit_process import ConduitProcess
+from ore_core.testing.processors import SlowEcho
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 
@@ -37,51 +35,6 @@ CHANNELS = 10
 MESSAGES = 5  # per channel, each asked once the previous one is answered
 KILLS = int(os.environ.get("KILLS", "5"))
 PATIENCE = 90.0  # seconds the whole load may take (bounds a hang)
-
-
-class Streamer:
-    """Answers `answer to <text>` in four deltas with short pauses, so kills land mid-answer."""
-
-    async def __call__(self, ctx: TurnContext) -> None:
-        said = " ".join(a.content for a in ctx.turns()[-1].artifacts if isinstance(a, Text))
-        await ctx.step(self._deltas(said))
-
-    @staticmethod
-    async def _deltas(said: str) -> AsyncIterator[TextDelta]:
-        for piece in ("answer ", "to ", said, "."):
-            await asyncio.sleep(0.02)
-            yield TextDelta(piece)
-
-
-@dataclass
-class Bridge:
-    """`ore conduit nats` as a process."""
-
-    nats_url: str
-    log: Path
-    process: subprocess.Popen[bytes] | None = None
-    starts: int = 0
-
-    def start(self) -> None:
-        argv = [str(Path(sys.executable).with_name("ore")), "conduit", "nats"]
-        argv += ["--nats", self.nats_url, "--set", "output=json"]
-        self.starts += 1
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(argv, stdout=log, stderr=log, env=dict(os.environ))
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(30)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
 
 @dataclass
@@ -115,13 +68,13 @@ async def test_a_bridge_killed_again_and_again_answers_every_request_once(
 ) -> None:
     store = MemoryStore()
     core = CoreService(
-        Manager(store, Streamer()),
+        Manager(store, SlowEcho()),
         servers=[ore_nats_url],
         config=BusConfig(partitions=2),
         reconnect_wait=0.05,
     )
     await core.start()
-    bridge = Bridge(ore_nats_url, tmp_path / "bridge.log")
+    bridge = ConduitProcess("nats", ore_nats_url, tmp_path / "bridge.log", {"output": "json"})
     bridge.start()
     nc = await nats.connect(ore_nats_url)
     tally = Tally()
@@ -162,7 +115,7 @@ async def test_a_bridge_killed_again_and_again_answers_every_request_once(
         await store.close()
 
     wanted = {
-        (f"c{c}", f"m{n}"): f"answer to c{c} m{n}."
+        (f"c{c}", f"m{n}"): SlowEcho.answer(f"c{c} m{n}")
         for c in range(CHANNELS)
         for n in range(MESSAGES)
     }

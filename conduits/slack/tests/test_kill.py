@@ -11,21 +11,19 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import signal
-import subprocess
-import sys
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from ore_conduit_slack.testing import FakeSlack
-from ore_core import Manager, Text, TextDelta, TurnContext
+from ore_core import Manager
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig
 from ore_core.session.stores.memory import MemoryStore
+from ore_core.testing.conduit_process import ConduitProcess
+from ore_core.testing.processors import SlowEcho
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 
@@ -36,58 +34,23 @@ KILLS = 10
 ANSWER_PATIENCE = 60.0  # seconds the whole conversation may take (bounds a hang)
 
 
-class Streamer:
-    """Answers `answer to <text>` in four deltas with short pauses, so kills land mid-answer."""
+def conduit_process(nats_url: str, fake: FakeSlack, log: Path) -> ConduitProcess:
+    """`ore conduit slack` against the fake Slack, flushing small pieces often."""
+    settings = fake.conduit_settings(flush_interval=0.05, flush_chars=20)
+    return ConduitProcess("slack", nats_url, log, settings, env={"ORE_LOG_LEVEL": "INFO"})
 
-    async def __call__(self, ctx: TurnContext) -> None:
-        said = " ".join(a.content for a in ctx.turns()[-1].artifacts if isinstance(a, Text))
-        await ctx.step(self._deltas(said))
 
-    @staticmethod
-    async def _deltas(said: str) -> AsyncIterator[TextDelta]:
-        for piece in ("answer ", "to ", said.replace("<@UBOT> ", ""), "."):
-            await asyncio.sleep(0.02)
-            yield TextDelta(piece)
+def new_core(nats_url: str, store: MemoryStore) -> CoreService:
+    return CoreService(
+        Manager(store, SlowEcho(strip="<@UBOT> ")),
+        servers=[nats_url],
+        config=BusConfig(partitions=2),
+        reconnect_wait=0.05,
+    )
 
 
 def expected(text: str) -> str:
-    return f"answer to {text}."
-
-
-@dataclass
-class Conduit:
-    """`ore conduit slack` as a process, against the fake Slack."""
-
-    nats_url: str
-    fake: FakeSlack
-    log: Path
-    process: subprocess.Popen[bytes] | None = None
-    starts: int = 0
-
-    def start(self) -> None:
-        settings = self.fake.conduit_settings(flush_interval=0.05, flush_chars=20)
-        argv = [str(Path(sys.executable).with_name("ore")), "conduit", "slack"]
-        argv += ["--nats", self.nats_url]
-        for key, value in settings.items():
-            argv += ["--set", f"{key}={value}"]
-        env = {**os.environ, "ORE_LOG_LEVEL": "INFO"}
-        self.starts += 1
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(argv, stdout=log, stderr=log, env=env)
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(30)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+    return SlowEcho.answer(text)
 
 
 @dataclass
@@ -147,15 +110,10 @@ async def test_a_conduit_killed_again_and_again_answers_every_message_once_in_or
     ore_nats_url: str, tmp_path: Path
 ) -> None:
     store = MemoryStore()
-    core = CoreService(
-        Manager(store, Streamer()),
-        servers=[ore_nats_url],
-        config=BusConfig(partitions=2),
-        reconnect_wait=0.05,
-    )
+    core = new_core(ore_nats_url, store)
     await core.start()
     fake = await FakeSlack().start()
-    conduit = Conduit(ore_nats_url, fake, tmp_path / "conduit.log")
+    conduit = conduit_process(ore_nats_url, fake, tmp_path / "conduit.log")
     conduit.start()
     rng = random.Random(int(os.environ.get("KILL_SEED", "7")))
     try:
@@ -191,18 +149,10 @@ async def test_messages_taken_while_the_core_is_away_survive_a_kill_of_the_condu
     restarting both, say) when it dies."""
     store = MemoryStore()
 
-    def new_core() -> CoreService:
-        return CoreService(
-            Manager(store, Streamer()),
-            servers=[ore_nats_url],
-            config=BusConfig(partitions=2),
-            reconnect_wait=0.05,
-        )
-
-    core = new_core()
+    core = new_core(ore_nats_url, store)
     await core.start()
     fake = await FakeSlack().start()
-    conduit = Conduit(ore_nats_url, fake, tmp_path / "conduit.log")
+    conduit = conduit_process(ore_nats_url, fake, tmp_path / "conduit.log")
     conduit.start()
     try:
         await fake.wait_connected(1, 30)
@@ -216,7 +166,7 @@ async def test_messages_taken_while_the_core_is_away_survive_a_kill_of_the_condu
         conduit.kill()
         conduit.start()
         await fake.wait_connected(2, 30)
-        core = new_core()
+        core = new_core(ore_nats_url, store)
         await core.start()
 
         def answered() -> int:
@@ -245,18 +195,10 @@ async def test_the_conduit_the_core_and_nats_failing_at_random_moments_lose_and_
     url = ore_nats_server.url
     store = MemoryStore()
 
-    def new_core() -> CoreService:
-        return CoreService(
-            Manager(store, Streamer()),
-            servers=[url],
-            config=BusConfig(partitions=2),
-            reconnect_wait=0.05,
-        )
-
-    core = new_core()
+    core = new_core(url, store)
     await core.start()
     fake = await FakeSlack().start()
-    conduit = Conduit(url, fake, tmp_path / "conduit.log")
+    conduit = conduit_process(url, fake, tmp_path / "conduit.log")
     conduit.start()
     rng = random.Random(int(os.environ.get("KILL_SEED", "11")))
     faults: list[str] = []
@@ -279,7 +221,7 @@ async def test_the_conduit_the_core_and_nats_failing_at_random_moments_lose_and_
             elif fault == "core":
                 await core.stop(grace=0)
                 await asyncio.sleep(rng.uniform(0.0, 1.0))
-                core = new_core()
+                core = new_core(url, store)
                 await core.start()
             else:
                 await ore_nats_server.arestart()
