@@ -106,6 +106,11 @@ class TtlSet:
         self._expiry.pop(key, None)
 
 
+def _passing(error: SlackError | Ambiguous) -> bool:
+    """Does a Slack failure pass with time (no answer, throttled), so work may wait for it?"""
+    return isinstance(error, Ambiguous) or error.error == "ratelimited"
+
+
 class Lanes:
     """Jobs run one after another per key, concurrently across keys, in `tasks`."""
 
@@ -220,9 +225,11 @@ class Inbound:
                     break
                 except PermissionDenied:
                     raise  # told by the lane; trying again cannot help
-                except BusError as exc:  # the core or NATS is away: the event waits
-                    if not told:
-                        log.warning("core unreachable, a slack event waits", error=str(exc))
+                except (BusError, Ambiguous, SlackError) as exc:
+                    if not (isinstance(exc, BusError) or _passing(exc)):
+                        raise
+                    if not told:  # the core, NATS or Slack is away: the event waits
+                        log.warning("a slack event waits", error=str(exc))
                         told = True
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, _RETRY_MAX)
@@ -316,8 +323,10 @@ class Inbound:
                 limit=200,
             )
         except (SlackError, Ambiguous) as exc:
-            log.warning("cannot read a thread", channel=thread.channel, error=str(exc))
             self._foreign.discard(thread.key)
+            if _passing(exc):
+                raise  # Slack unreachable or throttling: the message waits, asked again
+            log.warning("cannot read a thread", channel=thread.channel, error=str(exc))
             return False
         mention = f"<@{self.identity.user_id}>"
         for message in replies.get("messages") or []:

@@ -213,6 +213,21 @@ async def test_a_thread_of_others_is_asked_about_once_and_joined_by_a_mention(
     assert len(fake.calls("conversations.replies")) == 1
 
 
+async def test_a_reply_waits_while_slack_cannot_say_whose_thread_it_is(slack: Harness) -> None:
+    """Before, a failed `conversations.replies` counted as "not the bot's thread" and the
+    acknowledged reply was never answered."""
+    conduit = await slack.start()
+    fake = slack.fake
+    root = await fake.user_says(CHANNEL, "remember me")
+    await slack.answers(CHANNEL, root)
+    await conduit.stop()
+    await slack.start()  # a new run: it has to ask whether the thread is the bot's
+    fake.fail_next("conversations.replies", status=503, times=12)  # past the API's retries
+    await fake.user_says(CHANNEL, "still there?", thread_ts=root.ts, mention=False)
+    assert await slack.answers(CHANNEL, root, 2) == ["echo: remember me", "echo: still there?"]
+    assert len(fake.calls("conversations.replies")) > 12
+
+
 async def test_assistant_thread_events_are_acknowledged_and_answer_nothing(
     slack: Harness,
 ) -> None:
