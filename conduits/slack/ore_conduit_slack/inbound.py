@@ -106,9 +106,16 @@ class TtlSet:
         self._expiry.pop(key, None)
 
 
-def _passing(error: SlackError | Ambiguous) -> bool:
-    """Does a Slack failure pass with time (no answer, throttled), so work may wait for it?"""
-    return isinstance(error, Ambiguous) or error.error == "ratelimited"
+def _passing(error: BaseException) -> bool:
+    """Does `error` pass with time, so work may wait and try again? The core or NATS away
+    (not a refusal), the core failing (5xx), Slack not answering or throttling."""
+    if isinstance(error, BusError):
+        return not isinstance(error, PermissionDenied)
+    if isinstance(error, ApiError):
+        return error.status >= 500
+    if isinstance(error, SlackError):
+        return error.error == "ratelimited"
+    return isinstance(error, Ambiguous)
 
 
 class Lanes:
@@ -223,10 +230,9 @@ class Inbound:
                 try:
                     await work.job()
                     break
-                except PermissionDenied:
-                    raise  # told by the lane; trying again cannot help
-                except (BusError, Ambiguous, SlackError) as exc:
-                    if not (isinstance(exc, BusError) or _passing(exc)):
+                except Exception as exc:
+                    if not _passing(exc):
+                        await self.inbox.done(entry)  # refused for good (the lane tells)
                         raise
                     if not told:  # the core, NATS or Slack is away: the event waits
                         log.warning("a slack event waits", error=str(exc))
@@ -235,14 +241,7 @@ class Inbound:
                 pause = min(pause * 2, _RETRY_MAX)
             await self.inbox.done(entry)
 
-        async def run_then_forget() -> None:
-            try:
-                await run()
-            except (OreError, SlackError, Ambiguous):
-                await self.inbox.done(entry)  # refused for good: told by the lane, not kept
-                raise
-
-        self.lanes.submit(work.lane, run_then_forget)
+        self.lanes.submit(work.lane, run)
 
     def _from_bot(self, message: Mapping[str, Any]) -> bool:
         """The bot itself, or another bot that is not allow-listed."""

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
-from ore_conduit_slack.api import SlackApi
+from ore_conduit_slack.api import Ambiguous, SlackApi, SlackError
 from ore_conduit_slack.config import SlackConfig
-from ore_conduit_slack.inbound import Identity, Inbound, Lanes
+from ore_conduit_slack.inbound import Identity, Inbound, Lanes, _passing
 from ore_conduit_slack.inbox import Inbox, InboxError
 from ore_conduit_slack.testing import FakeSlack
+from ore_core import ApiError, BusError, PermissionDenied
 
 pytestmark = pytest.mark.asyncio
 
@@ -103,3 +104,22 @@ async def test_an_event_the_inbox_cannot_keep_is_refused_and_its_retry_is_taken(
         await inbox.close()
         await fake.close()
     assert stopped
+
+
+@pytest.mark.parametrize(
+    ("error", "waits"),
+    [
+        (BusError("nothing answers ore.api.slack.threads.lookup"), True),
+        (PermissionDenied("publish", "ore.in.slack.x"), False),
+        (ApiError(500, "internal", "store unavailable"), True),
+        (ApiError(400, "bad_request", "no such key"), False),
+        (Ambiguous("conversations.replies", "HTTP 503"), True),
+        (SlackError("conversations.replies", "ratelimited"), True),
+        (SlackError("conversations.replies", "channel_not_found"), False),
+        (RuntimeError("a bug"), False),
+    ],
+)
+def test_kept_work_waits_out_what_passes_and_drops_what_does_not(
+    error: BaseException, waits: bool
+) -> None:
+    assert _passing(error) is waits
