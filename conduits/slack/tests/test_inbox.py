@@ -16,8 +16,6 @@ from ore_conduit_slack.inbox import Inbox, InboxError
 from ore_conduit_slack.testing import FakeSlack
 from ore_core import ApiError, BusError, PermissionDenied
 
-pytestmark = pytest.mark.asyncio
-
 
 def body(text: str, ts: str) -> dict[str, object]:
     event = {"type": "app_mention", "channel": "C1", "ts": ts, "user": "UALICE", "text": text}
