@@ -357,24 +357,45 @@ async def ensure_layout(
     for consumer in layout.consumers:
         where = f"{consumer.stream}/{consumer.name}"
         if where in changed_consumers:
-            config = consumer.config
             missing = any(d.name == where and d.field == "missing" for d in differences)
-            if not missing:
-                config = await _keep_start(js, consumer)
             await settled_call(
-                f"create consumer {where}",
-                functools.partial(js.add_consumer, consumer.stream, config),
+                f"create consumer {where}", functools.partial(_put_consumer, js, consumer, missing)
             )
     return differences
+
+
+_START_FIXED = 10012  # "deliver policy can not be updated"
+
+
+async def _put_consumer(js: JetStreamContext, consumer: ConsumerEntry, missing: bool) -> None:
+    """Create the consumer (`missing`) or update it in place, keeping its start.
+
+    Another worker may rewind it meanwhile (`reset_consumer` deletes it and creates it
+    again from a start sequence, after a crash of its owner): then the server refuses
+    our config's deliver policy, and we read the start it has now and try again. A
+    worker started while a partition was being taken over failed to start on that.
+    """
+    config = consumer.config if missing else await _keep_start(js, consumer)
+    for attempt in range(3):
+        try:
+            await js.add_consumer(consumer.stream, config)
+            return
+        except APIError as exc:
+            if exc.err_code != _START_FIXED or attempt == 2:
+                raise
+        config = await _keep_start(js, consumer)
 
 
 async def _keep_start(js: JetStreamContext, consumer: ConsumerEntry) -> ConsumerConfig:
     """The consumer's config for an update in place: a consumer rewound after a crash
     (`reset_consumer`) keeps its start, which the server does not let change."""
-    info = await jetstream_call(
-        f"consumer info {consumer.stream}/{consumer.name}",
-        js.consumer_info(consumer.stream, consumer.name),
-    )
+    try:
+        info = await jetstream_call(
+            f"consumer info {consumer.stream}/{consumer.name}",
+            js.consumer_info(consumer.stream, consumer.name),
+        )
+    except NotFoundError:  # deleted meanwhile (a rewind in progress): create it as ours
+        return consumer.config
     if info.config.deliver_policy != DeliverPolicy.BY_START_SEQUENCE:
         return consumer.config
     return dataclasses.replace(

@@ -6,13 +6,15 @@ import dataclasses
 
 import pytest
 from nats.aio.client import Client
-from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
 from nats.js.errors import APIError
 
+from ore_core.bus.layout import build_layout
 from ore_core.bus.streams import (
     HEADER_ALLOWANCE,
     BusConfig,
     BusConfigError,
+    _put_consumer,
     consumer_name,
     ensure_streams,
     reset_consumer,
@@ -172,6 +174,33 @@ async def test_rewinding_redelivers_the_unacknowledged_messages_first_and_at_onc
     again = await sub.fetch(2, timeout=5)  # now, not after ack_wait
     assert [m.data for m in again] == [b"m1", b"m2"]
     assert await reset_consumer(js, SUBJECTS, CONFIG, 0 if partition else 1) is None
+
+
+async def test_a_consumer_rewound_by_another_worker_meanwhile_keeps_its_start(
+    ore_nats_client: Client,
+) -> None:
+    """A worker starting while another takes a crashed worker's partition over: its
+    layout check found the consumer missing (deleted by the rewind) and by the time it
+    creates it, the rewind has created it again from a start sequence. It failed to start
+    ('deliver policy can not be updated', a CI run of the NATS-restart fault test)."""
+    js = ore_nats_client.jetstream()
+    await ensure_streams(js, SUBJECTS, CONFIG)
+    entry = next(c for c in build_layout(SUBJECTS, CONFIG).consumers if c.name.endswith("p0"))
+    await js.delete_consumer("ORE_IN", entry.name)  # the other worker's rewind...
+    rewound = dataclasses.replace(
+        entry.config, deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=7
+    )
+    await js.add_consumer("ORE_IN", rewound)  # ...done before our create lands
+    with pytest.raises(APIError):  # what a plain create of our config meets
+        await js.add_consumer("ORE_IN", entry.config)
+
+    await _put_consumer(js, entry, missing=True)  # as ensure_layout creates a missing one
+
+    info = await js.consumer_info("ORE_IN", entry.name)
+    assert (info.config.deliver_policy, info.config.opt_start_seq) == (
+        DeliverPolicy.BY_START_SEQUENCE,
+        7,
+    )
 
 
 async def test_a_settling_cluster_is_waited_for_and_other_refusals_are_not() -> None:
