@@ -106,41 +106,6 @@ def audit(fake: FakeSlack, tally: Tally, label: str) -> tuple[int, int, int, lis
     return lost, doubled, disorder, details
 
 
-async def test_a_conduit_killed_again_and_again_answers_every_message_once_in_order(
-    ore_nats_url: str, tmp_path: Path
-) -> None:
-    store = MemoryStore()
-    core = new_core(ore_nats_url, store)
-    await core.start()
-    fake = await FakeSlack().start()
-    conduit = conduit_process(ore_nats_url, fake, tmp_path / "conduit.log")
-    conduit.start()
-    rng = random.Random(int(os.environ.get("KILL_SEED", "7")))
-    try:
-        await fake.wait_connected(1, 30)
-        tally = Tally()
-        roots: list[str] = []
-        deadline = asyncio.get_running_loop().time() + ANSWER_PATIENCE
-        load = asyncio.gather(*(converse(fake, i, tally, roots, deadline) for i in range(THREADS)))
-        for _ in range(KILLS):
-            await asyncio.sleep(rng.uniform(0.2, 1.2))
-            connections = fake.connections
-            conduit.kill()
-            conduit.start()
-            await fake.wait_connected(connections + 1, 30)
-        await load
-    finally:
-        conduit.stop()
-        await fake.close()
-        await core.stop(grace=0)
-        await store.close()
-
-    lost, doubled, disorder, details = audit(fake, tally, f"slack conduit kill -9 x{KILLS}")
-    assert conduit.starts == KILLS + 1
-    assert (lost, doubled, disorder) == (0, 0, 0), details[:3]
-    assert len(tally.sent) == THREADS * MESSAGES
-
-
 async def test_messages_taken_while_the_core_is_away_survive_a_kill_of_the_conduit(
     ore_nats_url: str, tmp_path: Path
 ) -> None:
@@ -186,21 +151,25 @@ async def test_messages_taken_while_the_core_is_away_survive_a_kill_of_the_condu
     assert got == {root.ts: [expected(f"while away {i}")] for i, root in enumerate(roots)}
 
 
-async def test_the_conduit_the_core_and_nats_failing_at_random_moments_lose_and_double_nothing(
-    ore_nats_server: EmbeddedNatsServer, tmp_path: Path
+@pytest.mark.parametrize(
+    ("kinds", "seed"),
+    [(("conduit",), 7), (("conduit", "core", "nats"), 11)],
+    ids=["conduit killed", "conduit, core and nats"],
+)
+async def test_faults_at_random_moments_of_a_load_lose_and_double_nothing(
+    kinds: tuple[str, ...], seed: int, ore_nats_server: EmbeddedNatsServer, tmp_path: Path
 ) -> None:
-    """Ten faults at random moments of a load: the conduit killed (kill -9) and started
-    again, the core stopped and started again a moment later, or the NATS server
-    restarted."""
+    """Ten faults at random moments of a load, each of `kinds` at least once: the
+    conduit killed (kill -9) and started again, the core stopped and started again a
+    moment later, or the NATS server restarted. `KILL_SEED=N` picks another run."""
     url = ore_nats_server.url
     store = MemoryStore()
-
     core = new_core(url, store)
     await core.start()
     fake = await FakeSlack().start()
     conduit = conduit_process(url, fake, tmp_path / "conduit.log")
     conduit.start()
-    rng = random.Random(int(os.environ.get("KILL_SEED", "11")))
+    rng = random.Random(int(os.environ.get("KILL_SEED", str(seed))))
     faults: list[str] = []
     try:
         await fake.wait_connected(1, 30)
@@ -208,9 +177,9 @@ async def test_the_conduit_the_core_and_nats_failing_at_random_moments_lose_and_
         roots: list[str] = []
         deadline = asyncio.get_running_loop().time() + ANSWER_PATIENCE + 30
         load = asyncio.gather(*(converse(fake, i, tally, roots, deadline) for i in range(THREADS)))
-        kinds = ["conduit", "core", "nats"]
-        plan = rng.sample(kinds, 3) + [rng.choice(kinds) for _ in range(KILLS - 3)]
-        for fault in plan:  # each kind at least once
+        plan = rng.sample(kinds, len(kinds))
+        plan += [rng.choice(kinds) for _ in range(KILLS - len(kinds))]
+        for fault in plan:
             await asyncio.sleep(rng.uniform(0.2, 1.2))
             faults.append(fault)
             if fault == "conduit":
@@ -232,7 +201,8 @@ async def test_the_conduit_the_core_and_nats_failing_at_random_moments_lose_and_
         await core.stop(grace=0)
         await store.close()
 
-    lost, doubled, disorder, details = audit(fake, tally, f"mixed faults {faults}")
-    assert set(faults) == {"conduit", "core", "nats"}
+    lost, doubled, disorder, details = audit(fake, tally, f"faults {faults}")
+    assert set(faults) == set(kinds)
+    assert conduit.starts == faults.count("conduit") + 1
     assert (lost, doubled, disorder) == (0, 0, 0), details[:3]
     assert len(tally.sent) == THREADS * MESSAGES
