@@ -311,6 +311,8 @@ class ThreadRenderer:
             if trace in self.out.finished:
                 del self.answers[trace]
                 return
+            if sequence is not None and not answer.messages:
+                await self._adopt_posted(answer)
         if sequence is not None:
             answer.sequence = max(answer.sequence, sequence)
         self.out.active[trace] = self.thread_id
@@ -370,12 +372,49 @@ class ThreadRenderer:
             self.out.mark_finished(answer.trace)
             return
         answer.messages = [_Message.from_json(m) for m in record.get("messages") or []]
+        now = self.out.clock.now()
         for message in answer.messages:
             message.shown = _UNKNOWN  # a stream is closed, then every message is rewritten
+            # Its age is unknown: counted from now, not from 0 (which made it look too old
+            # and closed it half-shown, the answer continued in a new message).
+            message.started_at = now
         answer.resumed = bool(answer.messages)
         answer.native = bool(record.get("native"))
         answer.status_set = True
         log.info("resuming an answer", thread_id=self.thread_id, messages=len(answer.messages))
+
+    async def _adopt_posted(self, answer: _Answer) -> None:
+        """Adopt the message an earlier run posted for this answer and died before
+        recording (its Slack metadata names the answer). Only for an answer first seen in
+        stored events, i.e. caught up after a restart: live answers start with deltas."""
+        assert self.slack is not None
+        try:
+            replies = await self.api.call(
+                "conversations.replies",
+                self.slack.team,
+                channel=self.slack.channel,
+                ts=self.slack.thread_ts,
+                include_all_metadata=True,
+                limit=1000,
+            )
+        except (SlackError, Ambiguous) as exc:
+            log.warning("cannot check the thread for a posted answer", error=str(exc))
+            return
+        for message in replies.get("messages") or []:
+            payload = (message.get("metadata") or {}).get("event_payload") or {}
+            if (
+                message.get("bot_id") == self.out.identity.bot_id
+                and payload.get("answer") == answer.key
+                and int(payload.get("part", -1)) == 0
+            ):
+                adopted = _Message(str(message["ts"]), 0, None, _UNKNOWN)
+                adopted.started_at = self.out.clock.now()
+                answer.messages = [adopted]
+                answer.native = False
+                answer.resumed = True
+                answer.status_set = True
+                log.info("adopting a posted answer", thread_id=self.thread_id, ts=adopted.ts)
+                return
 
     async def _save(self, answer: _Answer, *, final: bool = False) -> None:
         """Keep the answer's messages in the ore thread's metadata (for a restart)."""

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ore_conduit_slack import split_parts
+from ore_conduit_slack.ids import event_id, traceparent_of
 from ore_conduit_slack.text import fence_at
-from ore_core import Role, Text
+from ore_core import ConduitClient, EventContext, Role, Text, UserMessageEvent
 
 if TYPE_CHECKING:
     from tests.conftest import Harness
@@ -318,3 +319,32 @@ async def test_a_ratelimited_answer_with_http_200_is_honoured_too(slack: Harness
     script.proceed.set()
     assert await slack.answers(CHANNEL, root) == [script.text]
     assert ("chat.update", "ratelimited") in slack.fake.refused
+
+
+async def test_a_message_posted_by_a_run_that_died_before_recording_it_is_finished(
+    slack: Harness,
+) -> None:
+    """A run posted an answer's first message and was killed before it recorded it in
+    the thread; the answer was finished while no conduit ran. The next run gets it in
+    the catch-up and finishes that message (found by its metadata), not a second one."""
+    conduit = await slack.start(streaming="edit")
+    root = await slack.fake.user_says(CHANNEL, "first")
+    await slack.answers(CHANNEL, root)
+    await conduit.stop()
+    second = slack.fake.add_message(CHANNEL, "<@UBOT> second", user="UALICE", thread_ts=root.ts)
+    message_id = event_id("", slack.fake.team, CHANNEL, second.ts)
+    trace = traceparent_of(message_id)
+    orphan = slack.fake.add_message(CHANNEL, "ech", bot_id=slack.fake.bot_id, thread_ts=root.ts)
+    payload = {"answer": trace.split("-")[1], "part": 0}
+    orphan.metadata = {"event_type": "ore_reply", "event_payload": payload}
+    (thread,) = await slack.threads()
+    context = EventContext(provenance="slack", user="UALICE", traceparent=trace)
+    async with await ConduitClient.connect(slack.core.nats_url, name="slack") as client:
+        await client.send(
+            thread.id, UserMessageEvent(id=message_id, content="second", context=context)
+        )
+    posts = len(slack.fake.calls("chat.postMessage"))
+    await slack.start(streaming="edit")
+    assert await slack.answers(CHANNEL, root, 2) == ["echo: first", "echo: second"]
+    assert [m.ts for m in slack.fake.bot_messages(CHANNEL, root.ts)][-1] == orphan.ts
+    assert len(slack.fake.calls("chat.postMessage")) == posts
