@@ -1,7 +1,7 @@
 """The hot path: what one turn costs in `ore serve` against the fastest raw nats-py loop.
 
 Run: `python bench/hotpath.py [--threads 100] [--per-thread 30] [--latency 1000] [--rounds 1]
-[--before PATH/TO/OTHER/ore] [--floor] [--profile DIR]`.
+[--before PATH/TO/OTHER/ore] [--floor] [--profile DIR] [--instructions]`.
 
 One nats-server (file storage, monitoring port) serves both sides; each side runs as
 real processes, measured from outside:
@@ -35,6 +35,20 @@ Around the throughput phase the orchestrator reads, from outside the processes:
   JetStream     the sum of every stream's last_seq (`/jsz`), i.e. messages stored.
 Everything is divided by the turns of the phase. Ratios are ore / raw in the same
 run: absolute rates on a shared machine swing several-fold, ratios much less.
+
+`--bytecodes TOP` runs `ore serve` under bench/bytecodes.py the same way (two sizes,
+differenced) and prints the Python bytecodes a turn executes, per file and per function:
+where the interpreter's work goes, exactly and repeatably.
+
+`--instructions` counts instead what CPU time only estimates: every side's worker runs
+under valgrind's cachegrind (user-space instructions of all its threads), twice, with
+`--per-thread` and twice that many turns; the difference divided by the extra turns is
+its instructions per turn, start-up and warm-up cancelling out. Counts repeat within
+about 1 % whatever else the machine runs, where CPU per turn moved by 25 % on a busy
+machine, so a change is measured in one run. They leave out the kernel (socket calls,
+thread wake-ups), about a fifth of the worker's CPU. Under valgrind a process runs some
+50 times slower: `ore serve` gets a 60 s partition lease (at the default 4 s its leases
+lapse and it measures recovery work instead of turns).
 """
 
 from __future__ import annotations
@@ -43,6 +57,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -492,12 +507,29 @@ def get_json(url: str) -> Any:
         return json.load(answer)
 
 
+def switches_and_kernel(pid: int) -> tuple[int, float]:
+    """Context switches (voluntary and not) of every thread of `pid`, and its kernel CPU
+    seconds: what thread hand-overs and socket calls cost beside instructions."""
+    switches = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        try:
+            for line in status.read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    switches += int(line.split()[1])
+        except OSError:
+            continue  # a thread that ended meanwhile
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    kernel = int(fields[12]) / os.sysconf("SC_CLK_TCK")  # stime (field 15 of stat)
+    return switches, kernel
+
+
 class Probe:
     """A snapshot of CPU per process and of the server's message counters."""
 
     def __init__(self, monitor: str, pids: dict[str, int]) -> None:
         self.cpu = {name: cpu_ns(pid) for name, pid in pids.items()}
         self.worker_main = cpu_ns(pids["worker"], main_only=True)
+        self.worker_switches, self.worker_kernel = switches_and_kernel(pids["worker"])
         varz = get_json(monitor + "/varz")
         self.msgs_in, self.msgs_out = int(varz["in_msgs"]), int(varz["out_msgs"])
         jsz = get_json(monitor + "/jsz?accounts=true&streams=true")
@@ -514,6 +546,8 @@ def per_turn(before: Probe, after: Probe, turns: int) -> dict[str, float]:
     }
     figures["cpu_total"] = sum(v for k, v in figures.items() if k.startswith("cpu_"))
     figures["cpu_worker_main"] = (after.worker_main - before.worker_main) / turns / 1e3
+    figures["switches_worker"] = (after.worker_switches - before.worker_switches) / turns
+    figures["kernel_worker"] = (after.worker_kernel - before.worker_kernel) / turns * 1e6
     figures["msgs_in"] = (after.msgs_in - before.msgs_in) / turns
     figures["msgs_out"] = (after.msgs_out - before.msgs_out) / turns
     figures["stored"] = (after.stored - before.stored) / turns
@@ -549,25 +583,26 @@ class Child:
         result: dict[str, Any] = json.loads(line)
         return result
 
-    def stop(self) -> None:
+    def stop(self, patience: float = 30) -> None:
         if self.process.poll() is None:
             self.process.terminate()
             try:
-                self.process.wait(30)
+                self.process.wait(patience)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
 
 
-def wait_core_ready(url: str, core: Child) -> None:
-    """Until the core answers its control API (`CoreService.start` registers it last)."""
+def wait_core_ready(url: str, core: Child, patience: int = 300) -> None:
+    """Until the core answers its control API (`CoreService.start` registers it last);
+    `patience` tries, each up to 0.6 s."""
 
     async def ask() -> None:
         import nats
 
         nc = await nats.connect(url)
         try:
-            for _ in range(300):
+            for _ in range(patience):
                 if core.process.poll() is not None:
                     raise RuntimeError(f"ore serve exited with {core.process.returncode}")
                 try:
@@ -575,7 +610,7 @@ def wait_core_ready(url: str, core: Child) -> None:
                     return
                 except Exception:
                     await asyncio.sleep(0.1)
-            raise RuntimeError("ore serve did not answer ore.admin.health within ~3 minutes")
+            raise RuntimeError(f"ore serve did not answer ore.admin.health in {patience} tries")
         finally:
             await nc.close()
 
@@ -613,13 +648,18 @@ def run_side(
     tmp: Path,
     args: argparse.Namespace,
     run: str,
+    wrap: tuple[str, ...] = (),
+    ore_runner: tuple[str, ...] = (),
 ) -> dict[str, float]:
+    """One side's phases; `wrap` is a command the worker runs under (valgrind), and
+    `ore_runner` what runs ore's CLI instead of the `ore` executable (bench/bytecodes.py)."""
     me = [sys.executable, __file__, "--url", server_url]
     if side == "raw":
-        worker = Child([*me, "--role", "raw-worker"])
+        worker = Child([*wrap, *me, "--role", "raw-worker"])
         worker.answer()
     elif side == "floor":
-        worker = Child([*me, "--role", "floor-worker", "--db", str(tmp / f"floor-{run}.db")])
+        db = str(tmp / f"floor-{run}.db")
+        worker = Child([*wrap, *me, "--role", "floor-worker", "--db", db])
         worker.answer()
     else:
         env = {
@@ -628,13 +668,16 @@ def run_side(
             "ORE_STORE__NAME": args.store,
             "ORE_CONFIG": str(tmp / "ore.toml"),
         }
+        if wrap or ore_runner:
+            env["ORE_NATS__LEASE_TTL"] = "60"  # slowed down: see the module docstring
         if args.store != "memory":
             env["ORE_STORE__PATH"] = str(tmp / f"ore-{run}.db")
         (tmp / "ore.toml").write_text("")
         log = (tmp / f"ore-serve-{run}.log").open("wb")
         ore = args.before if side == "before" else str(Path(sys.executable).with_name("ore"))
-        worker = Child([ore, "serve", "--nats", server_url], env=env, log=log)
-        wait_core_ready(server_url, worker)
+        runner = ore_runner or (ore,)
+        worker = Child([*wrap, *runner, "serve", "--nats", server_url], env=env, log=log)
+        wait_core_ready(server_url, worker, patience=3000 if wrap or ore_runner else 300)
     role = {"raw": "raw-client", "floor": "floor-client"}.get(side, "ore-client")
     client = Child(
         [
@@ -671,16 +714,18 @@ def run_side(
         if side in ("raw", "floor"):
             worker.send("quit")
             try:
-                worker.process.wait(10)
+                worker.process.wait(300 if wrap else 10)
             except subprocess.TimeoutExpired:
                 pass
-        worker.stop()
+        worker.stop(300 if wrap else 30)
     return figures
 
 
 ROWS = [
     ("cpu_worker", "core CPU per turn, 100 threads (µs)", "{:.1f}", 6.0, "<="),
     ("cpu_worker_main", "core CPU per turn, its main thread only (µs)", "{:.1f}", None, ""),
+    ("kernel_worker", "core kernel CPU per turn (µs)", "{:.1f}", None, ""),
+    ("switches_worker", "core context switches per turn", "{:.2f}", None, ""),
     ("cpu_nats", "nats-server CPU per turn (µs)", "{:.1f}", None, ""),
     ("cpu_client", "client CPU per turn (µs)", "{:.1f}", 2.0, "<="),
     ("cpu_total", "CPU per turn, core+nats+client (µs)", "{:.1f}", 2.5, "<="),
@@ -758,17 +803,134 @@ def report_floor(rounds: list[dict[str, dict[str, float]]]) -> None:
         )
 
 
+def instructions_per_turn(
+    side: str, server: Any, tmp: Path, args: argparse.Namespace, index: int
+) -> float:
+    """The side's worker instructions per turn: two runs under cachegrind, `--per-thread`
+    and twice as many turns, differenced (see the module docstring)."""
+    totals = []
+    for size in (args.per_thread, 2 * args.per_thread):
+        out = tmp / f"cachegrind-{side}-{index}-{size}.out"
+        wrap = ("valgrind", "-q", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}")
+        sized = argparse.Namespace(**{**vars(args), "per_thread": size, "latency": 1})
+        run_side(
+            side,
+            server.url,
+            server.monitor_url,
+            server.pid,
+            tmp,
+            sized,
+            f"i{index}{side[0]}{size}",
+            wrap,
+        )
+        totals.append(cachegrind_total(out))
+    return (totals[1] - totals[0]) / (args.threads * args.per_thread)
+
+
+def bytecodes_per_turn(server: Any, tmp: Path, args: argparse.Namespace) -> dict[str, float]:
+    """Python bytecodes per turn of `ore serve`, per function (bench/bytecodes.py), from
+    two runs of `--per-thread` and twice as many turns, differenced."""
+    counts = []
+    for size in (args.per_thread, 2 * args.per_thread):
+        out = tmp / f"bytecodes-{size}.json"
+        runner = (sys.executable, str(Path(__file__).with_name("bytecodes.py")), str(out))
+        sized = argparse.Namespace(**{**vars(args), "per_thread": size, "latency": 1})
+        run_side(
+            "ore",
+            server.url,
+            server.monitor_url,
+            server.pid,
+            tmp,
+            sized,
+            f"b{size}",
+            ore_runner=runner,
+        )
+        counts.append(json.loads(out.read_text()))
+    turns = args.threads * args.per_thread
+    return {where: (count - counts[0].get(where, 0)) / turns for where, count in counts[1].items()}
+
+
+def report_bytecodes(per_turn: dict[str, float], top: int) -> None:
+    by_file: dict[str, float] = {}
+    for where, count in per_turn.items():
+        path = where.split(":")[0]
+        by_file[path] = by_file.get(path, 0) + count
+    print(f"`ore serve`: {sum(per_turn.values()):,.0f} Python bytecodes per turn")
+    print()
+    print("| bytecodes per turn | file |")
+    print("|---|---|")
+    for path, count in sorted(by_file.items(), key=lambda item: -item[1])[:top]:
+        print(f"| {count:,.0f} | {path} |")
+    print()
+    print("| bytecodes per turn | function |")
+    print("|---|---|")
+    for where, count in sorted(per_turn.items(), key=lambda item: -item[1])[:top]:
+        print(f"| {count:,.0f} | {where} |")
+
+
+def cachegrind_total(path: Path) -> int:
+    """The instructions a cachegrind run counted (its `summary:` line)."""
+    for line in path.read_text().splitlines():
+        if line.startswith("summary:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{path}: no summary line (did the worker exit cleanly?)")
+
+
+def report_instructions(rounds: list[dict[str, float]], args: argparse.Namespace) -> None:
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} cpus; {args.threads} threads x "
+        f"{args.per_thread} (and {2 * args.per_thread}) turns; {len(rounds)} round(s)"
+    )
+    print()
+    print("| worker | instructions per turn (thousands) | / raw | ore / it |")
+    print("|---|---|---|---|")
+    for side in rounds[0]:
+        counts = [r[side] / 1e3 for r in rounds]
+        spread = f" ({min(counts):,.0f}-{max(counts):,.0f})" if len(counts) > 1 else ""
+        per_raw = [r[side] / r["raw"] for r in rounds]
+        per_ore = [r["ore"] / r[side] for r in rounds]
+        print(
+            f"| {side} | {statistics.median(counts):,.0f}{spread} | "
+            f"{statistics.median(per_raw):.2f}x | {statistics.median(per_ore):.2f}x |"
+        )
+
+
 def main(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from ore_core.bus.embedded import EmbeddedNatsServer
 
+    sides = ["raw", "ore"] + ["before"] * bool(args.before) + ["floor"] * args.floor
+    if args.bytecodes:
+        with (
+            tempfile.TemporaryDirectory(prefix="ore-hotpath-") as name,
+            EmbeddedNatsServer(Path(name) / "nats") as server,
+        ):
+            per_turn = bytecodes_per_turn(server, Path(name), args)
+        report_bytecodes(per_turn, args.bytecodes)
+        return
+    if args.instructions:
+        if shutil.which("valgrind") is None:
+            sys.exit("--instructions needs valgrind (cachegrind) on PATH")
+        counted: list[dict[str, float]] = []
+        with tempfile.TemporaryDirectory(prefix="ore-hotpath-") as name:
+            tmp = Path(name)
+            with EmbeddedNatsServer(tmp / "nats") as server:
+                for index in range(args.rounds):
+                    counted.append(
+                        {
+                            side: instructions_per_turn(side, server, tmp, args, index)
+                            for side in sides
+                        }
+                    )
+                    print(f"round {index + 1}: " + json.dumps(counted[-1]), file=sys.stderr)
+        report_instructions(counted, args)
+        return
     rounds = []
     with tempfile.TemporaryDirectory(prefix="ore-hotpath-") as name:
         tmp = Path(name)
         with EmbeddedNatsServer(tmp / "nats") as server:
             for index in range(args.rounds):
                 result = {}
-                sides = ["raw", "ore"] + ["before"] * bool(args.before) + ["floor"] * args.floor
                 for side in sides:
                     result[side] = run_side(
                         side,
@@ -803,6 +965,18 @@ if __name__ == "__main__":
         "--floor",
         action="store_true",
         help="also measure the floor: ore's durable work per turn without the framework",
+    )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count each worker's instructions per turn under valgrind instead of CPU time",
+    )
+    parser.add_argument(
+        "--bytecodes",
+        type=int,
+        metavar="TOP",
+        default=0,
+        help="count `ore serve`'s Python bytecodes per turn per function; print the TOP",
     )
     parser.add_argument(
         "--role",
