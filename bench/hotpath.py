@@ -811,7 +811,13 @@ def instructions_per_turn(
     totals = []
     for size in (args.per_thread, 2 * args.per_thread):
         out = tmp / f"cachegrind-{side}-{index}-{size}.out"
-        wrap = ("valgrind", "-q", "--tool=cachegrind", "--cache-sim=no", f"--cachegrind-out-file={out}")
+        wrap = (
+            "valgrind",
+            "-q",
+            "--tool=cachegrind",
+            "--cache-sim=no",
+            f"--cachegrind-out-file={out}",
+        )
         sized = argparse.Namespace(**{**vars(args), "per_thread": size, "latency": 1})
         run_side(
             side,
