@@ -584,6 +584,8 @@ _NO_CONTEXT_TAIL = b"}"
 # right. Replaced whole when full, never changed in place: safe across threads.
 _CONTEXT_TAILS: dict[int, tuple[EventContext, bytes]] = {}
 _CONTEXT_TAILS_MAX = 512
+# The last context asked for: the events a turn emits in a row hit it without a lookup.
+_LAST_TAIL: tuple[EventContext | None, bytes] = (None, b"")
 
 
 def _context_value(context: EventContext) -> dict[str, str]:
@@ -597,16 +599,20 @@ def _context_value(context: EventContext) -> dict[str, str]:
 
 def _context_tail(context: EventContext) -> bytes:
     """What ends an event's JSON: `,"context":{...}}`, or `}` without a provenance."""
-    global _CONTEXT_TAILS
+    global _CONTEXT_TAILS, _LAST_TAIL
+    last = _LAST_TAIL
+    if last[0] is context:
+        return last[1]
     cached = _CONTEXT_TAILS.get(id(context))
     if cached is not None and cached[0] is context:
+        _LAST_TAIL = cached
         return cached[1]
     if not context.provenance:
         return _NO_CONTEXT_TAIL
     tail = b',"context":' + jsonutil.dumps(_context_value(context)) + b"}"
     if len(_CONTEXT_TAILS) >= _CONTEXT_TAILS_MAX:
         _CONTEXT_TAILS = {}
-    _CONTEXT_TAILS[id(context)] = (context, tail)
+    _CONTEXT_TAILS[id(context)] = _LAST_TAIL = (context, tail)
     return tail
 
 

@@ -12,7 +12,7 @@ from ore_core import (
     TextDelta,
     ToolCallDelta,
 )
-from ore_core.session.fanout import Subscription, coalesce_deltas
+from ore_core.session.fanout import EventBuffer, Subscription, coalesce_deltas
 
 
 def _subscription(maxsize: int) -> Subscription:
@@ -75,3 +75,16 @@ async def test_events_after_close_are_ignored_and_iteration_ends() -> None:
     sub.end()
     sub.push(LifecycleEvent(phase="done"))
     assert [e async for e in sub] == [LifecycleEvent(phase="done")]
+
+
+def test_take_all_hands_over_every_queued_item_in_order_and_leaves_none() -> None:
+    buffer: EventBuffer[tuple[str, LifecycleEvent | None]] = EventBuffer(
+        lambda item: item[1], lambda item, event: (item[0], event)
+    )
+    assert buffer.take_all() == []
+    items = [("t1", LifecycleEvent(phase="submitted")), ("t2", None), ("t1", None)]
+    buffer.push(items[0])
+    buffer.push_mark(items[1])
+    buffer.push_mark(items[2])
+    assert buffer.take_all() == items
+    assert (len(buffer), buffer.take_all(), buffer.appended) == (0, [], 3)

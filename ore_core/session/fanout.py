@@ -173,6 +173,15 @@ class EventBuffer(Generic[T]):
         """The next queued item, or None when nothing is queued."""
         return self._items.popleft() if self._items else None
 
+    def take_all(self) -> list[T]:
+        """Every queued item, in order, leaving none (a batch reader's one call per batch)."""
+        items = self._items
+        if not items:
+            return []
+        taken = list(items)
+        items.clear()
+        return taken
+
 
 def _identity_event(event: OutputEvent) -> OutputEvent:
     return event

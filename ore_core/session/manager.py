@@ -137,8 +137,7 @@ class _SinkRunner:
                     "sink disconnected: it fell too far behind", sink=self.name, error=str(exc)
                 )
                 return
-            while (item := buffer.get_nowait()) is not None:
-                items.append(item)
+            items += buffer.take_all()
             try:
                 await batch_fn(items)
             except Exception as exc:
