@@ -107,6 +107,32 @@ class _Message:
         return cls(str(data[0]), int(data[1]), data[2], streaming=bool(data[3]))
 
 
+@dataclass(frozen=True)
+class _Posted:
+    """One of the bot's messages in a Slack thread, as `conversations.replies` lists it."""
+
+    ts: str
+    text: str
+    payload: dict[str, Any]  # its `ore_reply` metadata payload ({}: none, e.g. a live stream)
+
+
+def _payload(message: dict[str, Any]) -> dict[str, Any]:
+    """The `ore_reply` metadata payload of a listed message ({} if it has none)."""
+    metadata = message.get("metadata") or {}
+    if metadata.get("event_type") != _METADATA_EVENT:
+        return {}
+    payload = metadata.get("event_payload")
+    return dict(payload) if isinstance(payload, dict) else {}
+
+
+def _part(payload: dict[str, Any]) -> int:
+    """The part number an `ore_reply` payload names (-1: none)."""
+    try:
+        return int(payload.get("part", -1))
+    except (TypeError, ValueError):
+        return -1
+
+
 @dataclass
 class _Answer:
     """The answer to one user message, as far as it is known."""
@@ -387,27 +413,10 @@ class ThreadRenderer:
         """Adopt the message an earlier run posted for this answer and died before
         recording (its Slack metadata names the answer). Only for an answer first seen in
         stored events, i.e. caught up after a restart: live answers start with deltas."""
-        assert self.slack is not None
-        try:
-            replies = await self.api.call(
-                "conversations.replies",
-                self.slack.team,
-                channel=self.slack.channel,
-                ts=self.slack.thread_ts,
-                include_all_metadata=True,
-                limit=1000,
-            )
-        except (SlackError, Ambiguous) as exc:
-            log.warning("cannot check the thread for a posted answer", error=str(exc))
-            return
-        for message in replies.get("messages") or []:
-            payload = (message.get("metadata") or {}).get("event_payload") or {}
-            if (
-                message.get("bot_id") == self.out.identity.bot_id
-                and payload.get("answer") == answer.key
-                and int(payload.get("part", -1)) == 0
-            ):
-                adopted = _Message(str(message["ts"]), 0, None, _UNKNOWN)
+        listing = await self._thread_messages("check the thread for a posted answer")
+        for message in listing or []:
+            if message.payload.get("answer") == answer.key and _part(message.payload) == 0:
+                adopted = _Message(message.ts, 0, None, _UNKNOWN)
                 adopted.started_at = self.out.clock.now()
                 answer.messages = [adopted]
                 answer.native = False
@@ -623,6 +632,20 @@ class ThreadRenderer:
 
     async def _find(self, answer: _Answer, part: int, content: str) -> str | None:
         """The message the answer's part already is in the thread, if Slack has it."""
+        listing = await self._thread_messages("check the thread for a lost post")
+        known = {m.ts for m in answer.messages}
+        for message in reversed(listing or []):
+            if message.ts in known:
+                continue
+            if message.payload.get("answer") == answer.key and _part(message.payload) == part:
+                return message.ts
+            if not message.payload and message.text == content:
+                return message.ts  # a stream: its metadata comes when it stops
+        return None
+
+    async def _thread_messages(self, purpose: str) -> list[_Posted] | None:
+        """The bot's messages in the Slack thread, oldest first, with their `ore_reply`
+        metadata payloads; None when Slack could not be asked (logged with `purpose`)."""
         assert self.slack is not None
         try:
             replies = await self.api.call(
@@ -634,18 +657,13 @@ class ThreadRenderer:
                 limit=1000,
             )
         except (SlackError, Ambiguous) as exc:
-            log.warning("cannot check the thread for a lost post", error=str(exc))
+            log.warning(f"cannot {purpose}", thread_id=self.thread_id, error=str(exc))
             return None
-        known = {m.ts for m in answer.messages}
-        for message in reversed(replies.get("messages") or []):
-            if message.get("bot_id") != self.out.identity.bot_id or message["ts"] in known:
-                continue
-            payload = (message.get("metadata") or {}).get("event_payload") or {}
-            if payload.get("answer") == answer.key and int(payload.get("part", -1)) == part:
-                return str(message["ts"])
-            if not payload and message.get("text") == content:
-                return str(message["ts"])  # a stream: its metadata comes when it stops
-        return None
+        return [
+            _Posted(str(message["ts"]), str(message.get("text") or ""), _payload(message))
+            for message in replies.get("messages") or []
+            if message.get("bot_id") == self.out.identity.bot_id
+        ]
 
     def _metadata(self, answer: _Answer, part: int, last: bool = False) -> dict[str, Any]:
         payload: dict[str, Any] = {"answer": answer.key, "part": part}
