@@ -116,6 +116,15 @@ class _Posted:
     payload: dict[str, Any]  # its `ore_reply` metadata payload ({}: none, e.g. a live stream)
 
 
+def _ts_key(ts: str) -> tuple[int, int]:
+    """A Slack ts as a sortable pair (seconds, micro-part): later messages sort after."""
+    seconds, _, fraction = ts.partition(".")
+    try:
+        return int(seconds), int(fraction or 0)
+    except ValueError:
+        return 0, 0
+
+
 def _payload(message: dict[str, Any]) -> dict[str, Any]:
     """The `ore_reply` metadata payload of a listed message ({} if it has none)."""
     metadata = message.get("metadata") or {}
@@ -146,7 +155,8 @@ class _Answer:
     cancelled: bool = False
     messages: list[_Message] = field(default_factory=list)
     native: bool | None = None  # None: not decided yet
-    resumed: bool = False  # started by an earlier run of the conduit
+    resumed: bool = False  # started by an earlier run of the conduit (rendered once done)
+    unrecorded: list[_Posted] = field(default_factory=list)  # an earlier run's, to adopt
     after: int = 0  # the thread's last stored batch handled before this answer began
     sequence: int = 0  # the last stored batch of this answer handled
     status_set: bool = False
@@ -330,15 +340,10 @@ class ThreadRenderer:
         if answer is None:
             answer = _Answer(trace, user=event.context.user, after=self.last_sequence)
             self.answers[trace] = answer
-            # Live events (submitted, deltas) come before the turn's stored batch, which
-            # starts with the user's turn: no first event tells a new answer from one a
-            # previous run of the conduit started, so the reply record is always read.
-            await self._resume(answer, sequence)
+            await self._recover(answer, sequence)
             if trace in self.out.finished:
                 del self.answers[trace]
                 return
-            if sequence is not None and not answer.messages:
-                await self._adopt_posted(answer)
         if sequence is not None:
             answer.sequence = max(answer.sequence, sequence)
         self.out.active[trace] = self.thread_id
@@ -368,9 +373,26 @@ class ThreadRenderer:
             answer.raw = "\n\n".join(answer.texts)
             answer.piece_done = True
 
-    async def _resume(self, answer: _Answer, sequence: int | None) -> None:
-        """Adopt the messages an earlier run of the conduit made for this answer, or
-        skip an answer it finished.
+    async def _recover(self, answer: _Answer, sequence: int | None) -> None:
+        """Recover the messages an earlier run of the conduit made for this answer, or
+        skip an answer it finished: from the reply record first, then from Slack.
+
+        Live events (submitted, deltas) come before the turn's stored batch, which starts
+        with the user's turn: no first event tells a new answer from one a previous run
+        started, so the reply record is always read. Slack is asked only when an earlier
+        run may have posted a message it did not record (killed between the Slack call
+        and the record): for an answer first seen in stored events, i.e. caught up after
+        a restart (live answers start with deltas), that the record does not name.
+        """
+        await self._read_record(answer, sequence)
+        if answer.trace in self.out.finished:
+            return
+        if sequence is not None and not answer.messages:
+            await self._find_unrecorded(answer)
+
+    async def _read_record(self, answer: _Answer, sequence: int | None) -> None:
+        """Adopt the messages the reply record names for this answer, or skip an answer
+        the record says was finished.
 
         The record names the thread's latest answer and `upto`: every other answer of
         the thread whose stored batch is at or before `upto` was finished (answers are
@@ -409,21 +431,41 @@ class ThreadRenderer:
         answer.status_set = True
         log.info("resuming an answer", thread_id=self.thread_id, messages=len(answer.messages))
 
-    async def _adopt_posted(self, answer: _Answer) -> None:
-        """Adopt the message an earlier run posted for this answer and died before
-        recording (its Slack metadata names the answer). Only for an answer first seen in
-        stored events, i.e. caught up after a restart: live answers start with deltas."""
-        listing = await self._thread_messages("check the thread for a posted answer")
-        for message in listing or []:
-            if message.payload.get("answer") == answer.key and _part(message.payload) == 0:
-                adopted = _Message(message.ts, 0, None, _UNKNOWN)
-                adopted.started_at = self.out.clock.now()
-                answer.messages = [adopted]
-                answer.native = False
-                answer.resumed = True
-                answer.status_set = True
-                log.info("adopting a posted answer", thread_id=self.thread_id, ts=adopted.ts)
-                return
+    async def _find_unrecorded(self, answer: _Answer) -> None:
+        """Find the messages an earlier run posted for this answer and died before
+        recording (their Slack metadata names the answer); they are adopted where the
+        answer needs its next message (`_open`), and the answer is held until done."""
+        listing = await self._thread_messages("check the thread for an answer's messages")
+        if listing is None:
+            return
+        known = {m.ts for other in self.answers.values() for m in other.messages}
+        found = [
+            posted
+            for posted in listing
+            if posted.ts not in known and posted.payload.get("answer") == answer.key
+        ]
+        if not found:
+            return
+        answer.unrecorded = found
+        answer.resumed = True
+        answer.status_set = True
+        log.info(
+            "found unrecorded messages of an answer", thread_id=self.thread_id, found=len(found)
+        )
+
+    def _adopt(self, answer: _Answer) -> _Posted | None:
+        """The unrecorded message (`_find_unrecorded`) that is the answer's next part:
+        the one whose metadata names that part, after the answer's last message."""
+        part = len(answer.messages)
+        after = _ts_key(answer.messages[-1].ts) if answer.messages else (0, 0)
+        taken = {m.ts for other in self.answers.values() for m in other.messages}
+        for posted in answer.unrecorded:
+            if posted.ts in taken or _ts_key(posted.ts) <= after:
+                continue
+            if _part(posted.payload) == part:
+                answer.unrecorded.remove(posted)
+                return posted
+        return None
 
     async def _save(self, answer: _Answer, *, final: bool = False) -> None:
         """Keep the answer's messages in the ore thread's metadata (for a restart)."""
@@ -563,8 +605,11 @@ class ThreadRenderer:
         parts = split_parts(text[start:], self.config.message_chars, open_fence=fence)
         content = parts[0].text if final else prefix + parts[0].body
         last = final and len(parts) == 1
-        native = self._native(answer)
         part = len(answer.messages)
+        if answer.unrecorded and (found := self._adopt(answer)) is not None:
+            await self._adopt_message(answer, found, start, fence)
+            return
+        native = self._native(answer)
         started_at = self.out.clock.now()  # Slack counts a stream's age from its start call
         ts = await self._create(answer, part, content, native, last)
         if ts is None and native:  # the workspace cannot stream: post instead
@@ -576,6 +621,19 @@ class ThreadRenderer:
         message.started_at = started_at
         message.edited_at = self.api.now()
         answer.messages.append(message)
+        await self._save(answer)
+
+    async def _adopt_message(
+        self, answer: _Answer, found: _Posted, start: int, fence: str | None
+    ) -> None:
+        """Make an unrecorded message of an earlier run the answer's next part: it shows
+        something unknown (it is rewritten when closed)."""
+        message = _Message(found.ts, start, fence, _UNKNOWN)
+        message.started_at = self.out.clock.now()  # its age is unknown: counted from now
+        if answer.native is None:
+            answer.native = False
+        answer.messages.append(message)
+        log.info("adopting an unrecorded message", thread_id=self.thread_id, ts=found.ts)
         await self._save(answer)
 
     def _native(self, answer: _Answer) -> bool:
