@@ -20,7 +20,10 @@ its traceparent) becomes one or more Slack messages in the thread:
 - every message is tagged with Slack message metadata (`ore_reply`: answer, part, last),
   and the answer's messages are kept in the ore thread's metadata (`slack.reply`), so a
   post whose response was lost is found again instead of posted twice, and a restarted
-  conduit finishes the messages it had started instead of posting new ones.
+  conduit finishes the messages it had started instead of posting new ones: those the
+  record names, and those it made and died before recording (found in the Slack thread:
+  by their metadata, or, for a native stream, which has none until it is stopped, as the
+  bot's message after the user's showing the start of the answer's text).
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ import structlog
 
 from ore_conduit_slack.api import Ambiguous, Budget, SlackApi, SlackError
 from ore_conduit_slack.config import SlackConfig
-from ore_conduit_slack.ids import REPLY_KEY, SlackThread, traceparent_of
+from ore_conduit_slack.ids import REPLY_KEY, SlackThread, edit_event_id, traceparent_of
+from ore_conduit_slack.ids import event_id as message_event_id
 from ore_conduit_slack.inbound import Identity
 from ore_conduit_slack.text import fence_at, neutralise, split_parts
 from ore_core import (
@@ -116,6 +120,25 @@ class _Posted:
     payload: dict[str, Any]  # its `ore_reply` metadata payload ({}: none, e.g. a live stream)
 
 
+@dataclass
+class _Listing:
+    """A Slack thread as `conversations.replies` lists it, oldest first."""
+
+    posts: list[_Posted] = field(default_factory=list)  # the bot's messages
+    others: list[tuple[str, str]] = field(default_factory=list)  # (ts, ts of its last edit)
+
+    def asked(self, trace: str, thread: SlackThread) -> str:
+        """The ts of the message (of a person, or of an allowed bot) whose answer has
+        `trace` ("" if it is not listed: deleted, say)."""
+        for ts, edited in self.others:
+            message_id = message_event_id(thread.enterprise, thread.team, thread.channel, ts)
+            if traceparent_of(message_id) == trace or (
+                edited and traceparent_of(edit_event_id(message_id, edited)) == trace
+            ):
+                return ts
+        return ""
+
+
 def _ts_key(ts: str) -> tuple[int, int]:
     """A Slack ts as a sortable pair (seconds, micro-part): later messages sort after."""
     seconds, _, fraction = ts.partition(".")
@@ -123,6 +146,17 @@ def _ts_key(ts: str) -> tuple[int, int]:
         return int(seconds), int(fraction or 0)
     except ValueError:
         return 0, 0
+
+
+def _starts_an_answer(event: OutputEvent, sequence: int | None) -> bool:
+    """Is `event` one an answer starts with, live (`lifecycle: submitted`, or a notice
+    before it)? A delta or a stored event first means the answer's start was missed
+    (this run began in its middle or after it)."""
+    if sequence is not None:
+        return False
+    if isinstance(event, LifecycleEvent):
+        return event.phase == "submitted"
+    return isinstance(event, NoticeEvent)
 
 
 def _payload(message: dict[str, Any]) -> dict[str, Any]:
@@ -340,7 +374,7 @@ class ThreadRenderer:
         if answer is None:
             answer = _Answer(trace, user=event.context.user, after=self.last_sequence)
             self.answers[trace] = answer
-            await self._recover(answer, sequence)
+            await self._recover(answer, sequence, fresh=_starts_an_answer(event, sequence))
             if trace in self.out.finished:
                 del self.answers[trace]
                 return
@@ -373,21 +407,22 @@ class ThreadRenderer:
             answer.raw = "\n\n".join(answer.texts)
             answer.piece_done = True
 
-    async def _recover(self, answer: _Answer, sequence: int | None) -> None:
+    async def _recover(self, answer: _Answer, sequence: int | None, *, fresh: bool) -> None:
         """Recover the messages an earlier run of the conduit made for this answer, or
         skip an answer it finished: from the reply record first, then from Slack.
 
         Live events (submitted, deltas) come before the turn's stored batch, which starts
         with the user's turn: no first event tells a new answer from one a previous run
         started, so the reply record is always read. Slack is asked only when an earlier
-        run may have posted a message it did not record (killed between the Slack call
-        and the record): for an answer first seen in stored events, i.e. caught up after
-        a restart (live answers start with deltas), that the record does not name.
+        run may have made messages it did not record (killed between the Slack call and
+        the record): when the record names the answer unfinished, or when this run missed
+        the answer's start (`fresh` is false: its first event is a delta or a stored
+        one). A live answer that starts here costs no Slack call.
         """
         await self._read_record(answer, sequence)
         if answer.trace in self.out.finished:
             return
-        if sequence is not None and not answer.messages:
+        if answer.messages or not fresh:
             await self._find_unrecorded(answer)
 
     async def _read_record(self, answer: _Answer, sequence: int | None) -> None:
@@ -432,17 +467,34 @@ class ThreadRenderer:
         log.info("resuming an answer", thread_id=self.thread_id, messages=len(answer.messages))
 
     async def _find_unrecorded(self, answer: _Answer) -> None:
-        """Find the messages an earlier run posted for this answer and died before
-        recording (their Slack metadata names the answer); they are adopted where the
-        answer needs its next message (`_open`), and the answer is held until done."""
+        """Find the messages an earlier run made for this answer and died before
+        recording; they are adopted where the answer needs its next message (`_open`).
+
+        A posted message says whose it is from the start (its metadata names the answer
+        and part). A native stream carries no metadata until it is stopped
+        (`chat.startStream` takes none), so one without metadata is a candidate only if it
+        is the bot's, not known to any answer of this run, and after the user's message
+        (or after the answer's last recorded message): it is adopted only if what it shows
+        begins the text its part must show, so a person's message, another bot's, or
+        another answer's are never touched. The answer is then held (rendered once done):
+        only the complete text tells which stream is its.
+        """
+        assert self.slack is not None
         listing = await self._thread_messages("check the thread for an answer's messages")
         if listing is None:
             return
         known = {m.ts for other in self.answers.values() for m in other.messages}
+        asked = listing.asked(answer.trace, self.slack)
+        since = answer.messages[-1].ts if answer.messages else asked
         found = [
             posted
-            for posted in listing
-            if posted.ts not in known and posted.payload.get("answer") == answer.key
+            for posted in listing.posts
+            if posted.ts not in known
+            and (
+                posted.payload.get("answer") == answer.key
+                if posted.payload
+                else bool(since and posted.text) and _ts_key(posted.ts) > _ts_key(since)
+            )
         ]
         if not found:
             return
@@ -453,16 +505,17 @@ class ThreadRenderer:
             "found unrecorded messages of an answer", thread_id=self.thread_id, found=len(found)
         )
 
-    def _adopt(self, answer: _Answer) -> _Posted | None:
-        """The unrecorded message (`_find_unrecorded`) that is the answer's next part:
-        the one whose metadata names that part, after the answer's last message."""
+    def _adopt(self, answer: _Answer, content: str) -> _Posted | None:
+        """The unrecorded message (`_find_unrecorded`) that is the answer's next part,
+        which is to show `content`: the one whose metadata names that part, or a stream
+        without metadata, after the answer's last message, showing the start of it."""
         part = len(answer.messages)
         after = _ts_key(answer.messages[-1].ts) if answer.messages else (0, 0)
         taken = {m.ts for other in self.answers.values() for m in other.messages}
         for posted in answer.unrecorded:
             if posted.ts in taken or _ts_key(posted.ts) <= after:
                 continue
-            if _part(posted.payload) == part:
+            if _part(posted.payload) == part if posted.payload else content.startswith(posted.text):
                 answer.unrecorded.remove(posted)
                 return posted
         return None
@@ -606,7 +659,7 @@ class ThreadRenderer:
         content = parts[0].text if final else prefix + parts[0].body
         last = final and len(parts) == 1
         part = len(answer.messages)
-        if answer.unrecorded and (found := self._adopt(answer)) is not None:
+        if answer.unrecorded and (found := self._adopt(answer, content)) is not None:
             await self._adopt_message(answer, found, start, fence)
             return
         native = self._native(answer)
@@ -627,10 +680,11 @@ class ThreadRenderer:
         self, answer: _Answer, found: _Posted, start: int, fence: str | None
     ) -> None:
         """Make an unrecorded message of an earlier run the answer's next part: it shows
-        something unknown (it is rewritten when closed)."""
-        message = _Message(found.ts, start, fence, _UNKNOWN)
+        something unknown (it is rewritten when closed), and a stream is stopped first."""
+        stream = not found.payload  # a stream that is live or that Slack ended
+        message = _Message(found.ts, start, fence, _UNKNOWN, streaming=stream)
         message.started_at = self.out.clock.now()  # its age is unknown: counted from now
-        if answer.native is None:
+        if answer.native is None and not stream:
             answer.native = False
         answer.messages.append(message)
         log.info("adopting an unrecorded message", thread_id=self.thread_id, ts=found.ts)
@@ -692,7 +746,7 @@ class ThreadRenderer:
         """The message the answer's part already is in the thread, if Slack has it."""
         listing = await self._thread_messages("check the thread for a lost post")
         known = {m.ts for m in answer.messages}
-        for message in reversed(listing or []):
+        for message in reversed(listing.posts if listing is not None else []):
             if message.ts in known:
                 continue
             if message.payload.get("answer") == answer.key and _part(message.payload) == part:
@@ -701,9 +755,10 @@ class ThreadRenderer:
                 return message.ts  # a stream: its metadata comes when it stops
         return None
 
-    async def _thread_messages(self, purpose: str) -> list[_Posted] | None:
+    async def _thread_messages(self, purpose: str) -> _Listing | None:
         """The bot's messages in the Slack thread, oldest first, with their `ore_reply`
-        metadata payloads; None when Slack could not be asked (logged with `purpose`)."""
+        metadata payloads (and when the others were written); None when Slack could not
+        be asked (logged with `purpose`)."""
         assert self.slack is not None
         try:
             replies = await self.api.call(
@@ -717,11 +772,16 @@ class ThreadRenderer:
         except (SlackError, Ambiguous) as exc:
             log.warning(f"cannot {purpose}", thread_id=self.thread_id, error=str(exc))
             return None
-        return [
-            _Posted(str(message["ts"]), str(message.get("text") or ""), _payload(message))
-            for message in replies.get("messages") or []
-            if message.get("bot_id") == self.out.identity.bot_id
-        ]
+        listing = _Listing()
+        for message in replies.get("messages") or []:
+            ts = str(message["ts"])
+            if message.get("bot_id") == self.out.identity.bot_id:
+                text = str(message.get("text") or "")
+                listing.posts.append(_Posted(ts, text, _payload(message)))
+            else:
+                edited = message.get("edited") or {}
+                listing.others.append((ts, str(edited.get("ts") or "")))
+        return listing
 
     def _metadata(self, answer: _Answer, part: int, last: bool = False) -> dict[str, Any]:
         payload: dict[str, Any] = {"answer": answer.key, "part": part}

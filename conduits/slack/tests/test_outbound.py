@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ore_conduit_slack import split_parts
-from ore_conduit_slack.ids import event_id, traceparent_of
+from ore_conduit_slack.ids import REPLY_KEY, event_id, traceparent_of
 from ore_conduit_slack.text import fence_at
 from ore_core import ConduitClient, EventContext, Role, Text, UserMessageEvent
 
@@ -348,3 +348,85 @@ async def test_a_message_posted_by_a_run_that_died_before_recording_it_is_finish
     assert await slack.answers(CHANNEL, root, 2) == ["echo: first", "echo: second"]
     assert [m.ts for m in slack.fake.bot_messages(CHANNEL, root.ts)][-1] == orphan.ts
     assert len(slack.fake.calls("chat.postMessage")) == posts
+
+
+async def test_a_stream_started_by_a_run_that_died_before_recording_it_is_finished(
+    slack: Harness,
+) -> None:
+    """A run started a native stream for an answer (`chat.startStream`: no metadata until
+    it is stopped) and was killed before it recorded it; the answer was finished while no
+    conduit ran. The next run gets it in the catch-up and finishes that stream (found as
+    the bot's stream after the user's message, showing the answer's first words), not a
+    second message beside it: the thread shows each answer once, nothing half-shown."""
+    conduit = await slack.start()
+    root = await slack.fake.user_says(CHANNEL, "first")
+    await slack.answers(CHANNEL, root)
+    await conduit.stop()
+    second = slack.fake.add_message(CHANNEL, "<@UBOT> second", user="UALICE", thread_ts=root.ts)
+    message_id = event_id("", slack.fake.team, CHANNEL, second.ts)
+    trace = traceparent_of(message_id)
+    orphan = slack.fake.add_message(CHANNEL, "ech", bot_id=slack.fake.bot_id, thread_ts=root.ts)
+    orphan.user, orphan.stream = slack.fake.bot_user, "streaming"  # as chat.startStream left it
+    orphan.started_at = slack.fake.clock.now()
+    (thread,) = await slack.threads()
+    context = EventContext(provenance="slack", user="UALICE", traceparent=trace)
+    async with await ConduitClient.connect(slack.core.nats_url, name="slack") as client:
+        await client.send(
+            thread.id, UserMessageEvent(id=message_id, content="second", context=context)
+        )
+    starts = len(slack.fake.calls("chat.startStream"))
+    await slack.start()
+    assert await slack.answers(CHANNEL, root, 2) == ["echo: first", "echo: second"]
+    assert slack.fake.rendered_thread(CHANNEL, root.ts) == ["echo: first", "echo: second"]
+    assert [m.ts for m in slack.fake.bot_messages(CHANNEL, root.ts)][-1] == orphan.ts
+    assert not any(m.stream == "streaming" for m in slack.fake.bot_messages(CHANNEL))
+    assert len(slack.fake.calls("chat.startStream")) == starts
+
+
+async def test_a_stream_of_a_run_that_died_before_recording_it_is_finished_mid_answer(
+    slack: Harness,
+) -> None:
+    """As above, but the next run starts while the answer is still being written: it
+    joins mid-answer (its first event is a delta), finds the stream and finishes it.
+    Messages that do not begin the answer's text are left alone: a person's, another
+    bot's, and a stream of ours showing something else. An answer this run saw start
+    costs no Slack lookup."""
+    script = slack.script("restart", "before the restart. ", slack.HOLD, "after it.", slack.HOLD)
+    conduit = await slack.start()
+    root = await slack.fake.user_says(CHANNEL, "restart")
+    await asyncio.wait_for(script.holding.wait(), 10)
+    await slack.wait_for(lambda: bool(slack.fake.bot_messages(CHANNEL, root.ts)))
+    (stream,) = slack.fake.bot_messages(CHANNEL, root.ts)
+    await conduit.stop()
+    (thread,) = await slack.threads()
+    async with await ConduitClient.connect(slack.core.nats_url, name="slack") as client:
+        await client.set_metadata(thread.id, REPLY_KEY, "{}")  # it was never recorded
+    person = slack.fake.add_message(CHANNEL, "before", user="UBOB", thread_ts=root.ts)
+    other_bot = slack.fake.add_message(CHANNEL, "before", bot_id="BOTHER", thread_ts=root.ts)
+    unrelated = slack.fake.add_message(CHANNEL, "before it all", bot_id="BBOT", thread_ts=root.ts)
+    unrelated.stream, unrelated.started_at = "streaming", slack.fake.clock.now()
+    await slack.start()
+    # An answer this run sees from its start (in another thread) asks Slack nothing...
+    lookups = len(slack.fake.calls("conversations.replies"))
+    starts = len(slack.fake.calls("chat.startStream"))
+    other = await slack.fake.user_says("CRANDOM", "warm up")
+    assert await slack.answers("CRANDOM", other) == ["echo: warm up"]
+    assert len(slack.fake.calls("conversations.replies")) == lookups
+    # ...the one it joins in the middle (a delta first) looks for what it does not know
+    # (the code before looked nothing up and started a second stream beside the first).
+    script.proceed.set()
+    await slack.wait_for(
+        lambda: (
+            len(slack.fake.calls("conversations.replies")) > lookups
+            or len(slack.fake.calls("chat.startStream")) > starts + 1
+        )
+    )
+    script.proceed.set()
+    assert await slack.answers(CHANNEL, root) == [script.text]
+    assert slack.fake.rendered_thread(CHANNEL, root.ts) == [script.text, "before it all"]
+    assert [m.ts for m in slack.fake.bot_messages(CHANNEL, root.ts)] == [stream.ts, unrelated.ts]
+    assert stream.stream == "stopped"
+    assert (unrelated.stream, unrelated.edits, unrelated.deleted) == ("streaming", 0, False)
+    assert (person.text, person.edits, person.deleted) == ("before", 0, False)
+    assert (other_bot.text, other_bot.edits, other_bot.deleted) == ("before", 0, False)
+    await slack.settled(CHANNEL, root)  # the status the dead run set is cleared

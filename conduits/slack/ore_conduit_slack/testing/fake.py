@@ -8,7 +8,9 @@ What it serves:
   `assistant.threads.setStatus`, `conversations.replies`, `reactions.add`,
   `reactions.remove`. Anything else answers `unknown_method`, so an unplanned call shows.
   Every call is recorded (`calls(method)`). Messages are kept per channel with monotonic
-  `ts`, thread, author, text, metadata and stream state.
+  `ts`, thread, author, text, metadata and stream state. `conversations.replies` lists
+  a stream like any message, live or ended: its text so far, no stream state, and
+  metadata only once `chat.stopStream` gave it some (`chat.startStream` takes none).
 - **Slack's limits**: `msg_too_long` past `text_limit` (4,000) for `text` and
   `markdown_limit` (12,000) for `markdown_text` and a stream's total;
   `message_not_in_streaming_state` after `stream_lifetime` seconds of the fake `clock`
