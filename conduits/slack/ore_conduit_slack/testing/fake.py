@@ -469,8 +469,13 @@ class FakeSlack:
         return socket
 
     async def _send(self, socket: web.WebSocketResponse, envelope: dict[str, Any]) -> None:
-        self._unacked[str(envelope["envelope_id"])] = (socket, envelope)
-        await socket.send_json(envelope)
+        envelope_id = str(envelope["envelope_id"])
+        self._unacked[envelope_id] = (socket, envelope)
+        try:
+            await socket.send_json(envelope)
+        except ConnectionResetError:  # closing under us (the app was killed): Slack retries
+            if self._unacked.pop(envelope_id, None) is not None:
+                self._pending.append(envelope)
 
     @property
     def connected(self) -> bool:
@@ -494,10 +499,10 @@ class FakeSlack:
             "retry_reason": retry_reason,
             "payload": dict(payload),
         }
-        if not self._sockets:
+        socket = next((s for s in self._sockets if not s.closed), None)
+        if socket is None:
             self._pending.append(envelope)
             return envelope_id
-        socket = next(iter(self._sockets))
         await self._send(socket, envelope)
         return envelope_id
 
