@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import TYPE_CHECKING
 
 import pytest
@@ -430,3 +431,32 @@ async def test_a_stream_of_a_run_that_died_before_recording_it_is_finished_mid_a
     assert (person.text, person.edits, person.deleted) == ("before", 0, False)
     assert (other_bot.text, other_bot.edits, other_bot.deleted) == ("before", 0, False)
     await slack.settled(CHANNEL, root)  # the status the dead run set is cleared
+
+
+async def test_a_continuation_stream_a_run_died_before_recording_is_finished(
+    slack: Harness,
+) -> None:
+    """A long answer: the run recorded its first message, started the next one (the
+    answer continued) and was killed before recording that. The next run resumes from
+    the record and finishes that second stream too, instead of starting another."""
+    slack.fake.markdown_limit = 5_000
+    script = slack.script("big", paragraphs(40), slack.HOLD, "\n\nthe end")
+    conduit = await slack.start(message_chars=4_800, flush_chars=500)
+    root = await slack.fake.user_says(CHANNEL, "big")
+    await asyncio.wait_for(script.holding.wait(), 10)
+    await slack.wait_for(lambda: len(slack.fake.calls("chat.startStream")) >= 2)
+    await conduit.stop()
+    made = [m.ts for m in slack.fake.bot_messages(CHANNEL, root.ts)]
+    (thread,) = await slack.threads()
+    async with await ConduitClient.connect(slack.core.nats_url, name="slack") as client:
+        record = json.loads((await client.get_thread(thread.id)).metadata[REPLY_KEY])
+        assert [m[0] for m in record["messages"]] == made
+        record["messages"] = record["messages"][:-1]  # the last one was never recorded
+        await client.set_metadata(thread.id, REPLY_KEY, json.dumps(record))
+    await slack.start(message_chars=4_800, flush_chars=500)
+    script.proceed.set()
+    await slack.answers(CHANNEL, root)
+    expected = [part.text for part in split_parts(script.text, 4_800)]
+    assert slack.fake.rendered_thread(CHANNEL, root.ts) == expected
+    assert [m.ts for m in slack.fake.bot_messages(CHANNEL, root.ts)][: len(made)] == made
+    assert not any(m.stream == "streaming" for m in slack.fake.bot_messages(CHANNEL))
