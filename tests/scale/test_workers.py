@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.subjects import partition_of
@@ -38,15 +39,27 @@ async def workers(ore_nats_server: EmbeddedNatsServer, tmp_path: Path) -> AsyncI
 
 
 async def until(check: Callable[[], object], limit: float = HANG_GUARD) -> None:
-    """Wait (polling) until the async or plain `check()` is truthy."""
-    async with asyncio.timeout(limit):
-        while True:
-            result = check()
-            if asyncio.iscoroutine(result):
-                result = await result
-            if result:
-                return
-            await asyncio.sleep(0.1)
+    """Wait (polling) until the async or plain `check()` is truthy.
+
+    A check that asks NATS may meet a moment the cluster cannot answer (a 503 while a
+    stream's leader is elected): that counts as "not yet". Past `limit` the last such
+    error is the timeout's cause.
+    """
+    failure: Exception | None = None
+    try:
+        async with asyncio.timeout(limit):
+            while True:
+                try:
+                    result = check()
+                    if asyncio.iscoroutine(result):
+                        result = await result
+                except (NatsError, TimeoutError) as exc:
+                    failure, result = exc, False
+                if result:
+                    return
+                await asyncio.sleep(0.1)
+    except TimeoutError as exc:
+        raise TimeoutError(f"not true within {limit} s") from failure or exc
 
 
 async def shares(nc: Client, *members: Worker) -> list[int]:
