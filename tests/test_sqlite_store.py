@@ -342,78 +342,23 @@ async def test_a_lone_save_is_committed_on_the_loop_without_the_worker_thread(
     assert _texts(await store.get(thread.id)) == ["lone"]
 
 
-async def test_a_burst_of_saves_is_committed_on_the_loop_in_one_transaction_after_the_first(
+async def test_of_a_burst_of_saves_one_is_committed_on_the_loop_and_later_bursts_grouped(
     store: SQLiteStore, outside: sqlite3.Connection
 ) -> None:
     threads = [await store.create() for _ in range(50)]
     worker_statements = await _trace_commits(store)
-    assert store._on_loop is not None
-    commits = store._on_loop.commits
     turns = [thread.append(Role.USER, Text(f"from {thread.id}")) for thread in threads]
     await asyncio.gather(*(store.save(thread) for thread in threads))
     assert _stored_turn_ids(outside) == {turn.id for turn in turns}
-    # The first, alone in its iteration, at once; the 49 others in one transaction.
-    assert store._on_loop.commits - commits == 2
-    # While bursts go on, every save joins its iteration's group: another burst in one
-    # commit, then the save right after it in one of its own.
+    assert _saves(worker_statements) == 49  # the first, alone in its iteration: on the loop
+    assert worker_statements.count("COMMIT") < 49  # the worker grouped the rest
+    # While bursts go on, every save goes to the worker: another burst, then a lone save.
     for thread in threads:
         thread.append(Role.USER, Text(f"again from {thread.id}"))
     await asyncio.gather(*(store.save(thread) for thread in threads))
-    assert store._on_loop.commits - commits == 3
     threads[0].append(Role.USER, Text("right after the bursts"))
     await store.save(threads[0])
-    assert store._on_loop.commits - commits == 4
-    await store._run(lambda: None)  # anything a save queued has run by now
-    assert _saves(worker_statements) == 0
-    assert _texts(await store.get(threads[0].id))[-1] == "right after the bursts"
-
-
-async def test_one_refused_save_of_a_group_fails_alone(
-    store: SQLiteStore, outside: sqlite3.Connection
-) -> None:
-    threads = [await store.create() for _ in range(4)]
-    stale = await store.get(threads[2].id)  # a second copy: saved first, the other is stale
-    stale.append(Role.USER, Text("the other copy"))
-    await store.save(stale)
-    turns = [thread.append(Role.USER, Text(f"from {thread.id}")) for thread in threads]
-    results = await asyncio.gather(
-        *(store.save(thread) for thread in threads), return_exceptions=True
-    )
-    assert [type(result).__name__ for result in results] == [
-        "NoneType",
-        "NoneType",
-        "StaleThread",
-        "NoneType",
-    ]
-    stored = _stored_turn_ids(outside)
-    assert {turn.id for turn in turns if turn.id in stored} == {
-        turns[0].id,
-        turns[1].id,
-        turns[3].id,
-    }
-
-
-async def test_a_group_meeting_a_write_lock_is_committed_by_the_worker(
-    db_path: Path, outside: sqlite3.Connection
-) -> None:
-    store = SQLiteStore(db_path, busy_timeout=30)
-    try:
-        threads = [await store.create() for _ in range(3)]
-        worker_statements = await _trace_commits(store)
-        for thread in threads:
-            thread.append(Role.USER, Text(f"locked out {thread.id}"))
-        outside.execute("BEGIN IMMEDIATE")  # another writer holds the lock
-        saves = asyncio.gather(*(store.save(thread) for thread in threads))
-        for _ in range(200):  # the loop goes on: nothing waits for the lock on it
-            await asyncio.sleep(0)
-        assert not saves.done()
-        outside.execute("ROLLBACK")
-        await saves
-        assert _saves(worker_statements) == 3
-        for thread in threads:
-            assert _texts(await store.get(thread.id)) == [f"locked out {thread.id}"]
-    finally:
-        await store.close()
+    assert _saves(worker_statements) == 49 + 50 + 1
 
 
 @pytest.mark.parametrize(

@@ -10,13 +10,12 @@ indexed on `(key, value)` so `get_by` is an index lookup. To change the schema, 
 a function to `MIGRATIONS`: the store runs the missing ones at open, in one transaction.
 
 Every call runs on one dedicated worker thread that owns the connection, so the event
-loop never waits on SQLite; the one exception is a small save while the worker is
-idle, which a `LoopCommitter` commits on the loop when that needs no waiting and no
-fsync (no thread hop: most of a save's cost): a lone save at once, the saves of one
-loop iteration together when it ends. Saves queued while the worker is busy are
-committed together there in one transaction (group commit). Either way each caller
-resumes only after the commit, and a save that fails inside a group is retried alone,
-so only its caller sees the error. WAL mode lets readers in other processes
+loop never waits on SQLite; the one exception is a lone small save while the worker
+is idle, which a `LoopCommitter` commits on the loop when that needs no waiting and no
+fsync (no thread hop: most of a save's cost at one conversation). Saves queued while
+the worker is busy are committed together in one transaction (group commit), each
+caller resuming only after that commit; a save that fails inside the group is retried
+alone, so only its caller sees the error. WAL mode lets readers in other processes
 proceed during a write; `busy_timeout` makes writers queue instead of failing. A
 `WalCheckpointer` thread copies the WAL back into the database, so no save waits for a
 checkpoint. `fsync` takes the journal's policy names: `always` (synchronous=FULL: a commit survives
@@ -45,7 +44,7 @@ from ore_core.ledger.file_repository import FsyncPolicy
 from ore_core.ledger.thread import Thread
 from ore_core.session.stores.base import BaseStore
 from ore_core.session.stores.changes import ChangeSet, ChangeTracker
-from ore_core.session.stores.loop_commit import HANDED_BACK, HandedBack, LoopCommitter
+from ore_core.session.stores.loop_commit import LoopCommitter
 from ore_core.session.stores.thread_json import build_thread, ordered_turns
 from ore_core.session.stores.wal_checkpointer import WalCheckpointer
 from ore_core.session.stores.worker import Call, SerialWorker
@@ -213,7 +212,6 @@ class SQLiteStore(BaseStore):
                 self.path,
                 synchronous=self._synchronous,
                 autocheckpoint=WalCheckpointer.BACKSTOP_PAGES,
-                on_commit=self._checkpointer.nudge,
             )
         )
 
@@ -270,8 +268,8 @@ class SQLiteStore(BaseStore):
                 if not isinstance(expected, int):
                     expected = None
                 rows = _Rows(turns, net.tip, net.meta, expected=expected)
-                version = await self._commit_on_loop(thread_id, rows)
-                if version is HANDED_BACK:
+                done, version = self._commit_on_loop(thread_id, rows)
+                if not done:
                     version = await self._run(self._write, thread_id, rows, grouped=True)
                 if version is not None:
                     self._tracker.saved(thread, version)
@@ -317,24 +315,24 @@ class SQLiteStore(BaseStore):
         except sqlite3.Error as exc:
             raise self._failed(exc) from exc
 
-    async def _commit_on_loop(self, thread_id: str, rows: _Rows) -> int | HandedBack | None:
-        """Commit `rows` on the loop if that is cheap (see `LoopCommitter`): the thread's
-        new version (None: see `_write`), or `HANDED_BACK` for the worker to commit."""
+    def _commit_on_loop(self, thread_id: str, rows: _Rows) -> tuple[bool, int | None]:
+        """Commit `rows` here and now if that is cheap (see `LoopCommitter`); else
+        `(False, None)` and the caller hands them to the worker."""
         on_loop = self._on_loop
-        if (
-            on_loop is None
-            or self._conn is None  # the worker has not opened (and migrated) the file yet
-            or not self._worker.idle
-            or sum(len(raw) for _, raw in rows.turns) > LOOP_COMMIT_MAX_BYTES
-        ):
-            return HANDED_BACK
-        future = on_loop.commit(partial(self._write, thread_id, rows))
-        if future is None:
-            return HANDED_BACK
+        if on_loop is None:
+            return False, None
+        eligible = (
+            self._conn is not None  # the worker has opened (and migrated) the file
+            and self._worker.idle
+            and sum(len(raw) for _, raw in rows.turns) <= LOOP_COMMIT_MAX_BYTES
+        )
         try:
-            return await future
+            done, version = on_loop.commit(partial(self._write, thread_id, rows), eligible=eligible)
         except sqlite3.Error as exc:
             raise self._failed(exc) from exc
+        if done:
+            self._checkpointer.nudge()
+        return done, version
 
     def _hand_out(self, loaded: _Loaded) -> Thread:
         """The caller's Thread, tracked so that `save` writes only what changes."""
