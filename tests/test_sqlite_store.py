@@ -361,6 +361,54 @@ async def test_of_a_burst_of_saves_one_is_committed_on_the_loop_and_later_bursts
     assert _saves(worker_statements) == 49 + 50 + 1
 
 
+async def test_one_refused_save_of_a_group_fails_alone(
+    store: SQLiteStore, outside: sqlite3.Connection
+) -> None:
+    threads = [await store.create() for _ in range(4)]
+    stale = await store.get(threads[2].id)  # a second copy: saved first, the other is stale
+    stale.append(Role.USER, Text("the other copy"))
+    await store.save(stale)
+    turns = [thread.append(Role.USER, Text(f"from {thread.id}")) for thread in threads]
+    results = await asyncio.gather(
+        *(store.save(thread) for thread in threads), return_exceptions=True
+    )
+    assert [type(result).__name__ for result in results] == [
+        "NoneType",
+        "NoneType",
+        "StaleThread",
+        "NoneType",
+    ]
+    stored = _stored_turn_ids(outside)
+    assert {turn.id for turn in turns if turn.id in stored} == {
+        turns[0].id,
+        turns[1].id,
+        turns[3].id,
+    }
+
+
+async def test_a_burst_meeting_a_write_lock_is_committed_by_the_worker_while_the_loop_runs(
+    db_path: Path, outside: sqlite3.Connection
+) -> None:
+    store = SQLiteStore(db_path, busy_timeout=30)
+    try:
+        threads = [await store.create() for _ in range(3)]
+        worker_statements = await _trace_commits(store)
+        for thread in threads:
+            thread.append(Role.USER, Text(f"locked out {thread.id}"))
+        outside.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+        saves = asyncio.gather(*(store.save(thread) for thread in threads))
+        for _ in range(200):  # the loop goes on: nothing waits for the lock on it
+            await asyncio.sleep(0)
+        assert not saves.done()
+        outside.execute("ROLLBACK")
+        await saves
+        assert _saves(worker_statements) == 3
+        for thread in threads:
+            assert _texts(await store.get(thread.id)) == [f"locked out {thread.id}"]
+    finally:
+        await store.close()
+
+
 @pytest.mark.parametrize(
     ("options", "text"),
     [({"fsync": "always"}, "fsynced"), ({}, "x" * (LOOP_COMMIT_MAX_BYTES + 1))],
