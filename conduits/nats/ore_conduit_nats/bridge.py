@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import structlog
 from nats.aio.msg import Msg
@@ -72,6 +73,16 @@ _CACHED_THREADS = 10_000  # thread -> channel entries kept; the oldest is droppe
 _RETRY_LIMIT = 5.0  # longest pause (seconds) between attempts to reach the core
 
 _Handler = Callable[[Msg, str], Awaitable[None]]  # what to do with a message of a channel
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """A request sent to the core and awaiting its answer: what collecting it needs."""
+
+    thread_id: str
+    event: UserMessageEvent
+    external: str  # the sender's id (or a fresh one): the answer's `in_reply_to`
+    duplicate: bool  # JetStream had it already: no event will come, the thread may have it
 
 
 class NatsBridge(Conduit):
@@ -182,8 +193,9 @@ class _Bridge:
             await feed.close()
             self._answer_feeds.discard(feed)
             raise
+        request = _Request(thread_id, event, external, sent.duplicate)
         answer = self.tasks.spawn(
-            self._collect(feed, thread_id, event, external, sent.duplicate),
+            self._collect(feed, request),
             name=f"answer-{event.id}",
             critical=False,
         )
@@ -191,30 +203,17 @@ class _Bridge:
         answer.add_done_callback(lambda done: self._answers.pop(event.id, None))
         return answer
 
-    async def _collect(
-        self,
-        feed: EventFeed,
-        thread_id: str,
-        event: UserMessageEvent,
-        external: str,
-        duplicate: bool,
-    ) -> Reply:
+    async def _collect(self, feed: EventFeed, request: _Request) -> Reply:
         try:
             async with feed:
-                return await self._read_answer(feed, thread_id, event, external, duplicate)
+                return await self._read_answer(feed, request)
         finally:
             self._answer_feeds.discard(feed)
 
-    async def _read_answer(
-        self,
-        feed: EventFeed,
-        thread_id: str,
-        event: UserMessageEvent,
-        external: str,
-        duplicate: bool,
-    ) -> Reply:
+    async def _read_answer(self, feed: EventFeed, request: _Request) -> Reply:
+        thread_id, event, external = request.thread_id, request.event, request.external
         answer = Answer(event.context.traceparent)
-        if duplicate and answer.adopt(await self.client.turns(thread_id), event.id):
+        if request.duplicate and answer.adopt(await self.client.turns(thread_id), event.id):
             # Sent before (by this bridge before a restart, say): JetStream dropped the
             # repeat, so no event will come; the thread has the answer already.
             return answer.reply(thread_id, external)
