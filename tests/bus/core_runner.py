@@ -46,6 +46,7 @@ def main() -> int:
     parser.add_argument("--hold", type=float, default=0.0)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--ack-wait", type=float, default=1.0)
+    parser.add_argument("--lease-ttl", type=float, default=BusConfig.lease_ttl)
     args = parser.parse_args()
 
     @asynccontextmanager
@@ -55,7 +56,9 @@ def main() -> int:
             yield CoreService(
                 Manager(store, AnnouncingProcessor(args.hold)),
                 servers=[args.url],
-                config=BusConfig(partitions=args.partitions, ack_wait=args.ack_wait),
+                config=BusConfig(
+                    partitions=args.partitions, ack_wait=args.ack_wait, lease_ttl=args.lease_ttl
+                ),
                 reconnect_wait=0.05,
             )
         finally:
