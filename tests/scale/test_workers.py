@@ -98,6 +98,7 @@ def failover(load: Load, moment: float, threads: set[str]) -> float:
 async def test_kill_9_of_a_worker_mid_load_twice_loses_nothing(
     workers: Workers, ore_nats_client: Client
 ) -> None:
+    workers.env = {"ORE_NATS__LEASE_TTL": "1.5"}  # a dead worker's share moves after 1.5 s
     a = await workers.start()
     b = await workers.start()
     await until(lambda: balanced(ore_nats_client, a, b))
@@ -159,6 +160,7 @@ async def test_a_paused_worker_that_lost_its_leases_writes_nothing(
     workers: Workers, ore_nats_client: Client
 ) -> None:
     workers.delay = 1.5  # turns are in flight when the worker is paused
+    workers.env = {"ORE_NATS__LEASE_TTL": "1.5"}  # a paused worker's share moves after 1.5 s
     a = await workers.start()
     b = await workers.start()
     await until(functools.partial(balanced, ore_nats_client, a, b))
