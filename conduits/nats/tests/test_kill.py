@@ -74,7 +74,13 @@ async def test_a_bridge_killed_again_and_again_answers_every_request_once(
         reconnect_wait=0.05,
     )
     await core.start()
-    bridge = ConduitProcess("nats", ore_nats_url, tmp_path / "bridge.log", {"output": "json"})
+    bridge = ConduitProcess(
+        "nats",
+        ore_nats_url,
+        tmp_path / "bridge.log",
+        {"output": "json"},
+        env={"ORE_LOAD_PLUGINS": "ore-conduit-nats"},  # not the venv's test plugins
+    )
     bridge.start()
     nc = await nats.connect(ore_nats_url)
     tally = Tally()
