@@ -23,6 +23,7 @@ from nats.aio.client import Client
 from nats.js.errors import NotFoundError
 
 from ore_core.bus.service import CoreService
+from ore_core.bus.streams import BusConfig
 from ore_core.ledger.thread import Thread
 from ore_core.session.protocols import Store
 from ore_core.session.stores.memory import MemoryStore
@@ -175,10 +176,14 @@ async def dones_or_timeout(outbox: Outbox, threads: list[tuple[str, list[str]]])
 
 
 async def run_through(
-    blips: LeaseBlip, start_core: CoreFactory, client: Client, outbox: Outbox
+    blips: LeaseBlip,
+    start_core: CoreFactory,
+    client: Client,
+    outbox: Outbox,
+    config: BusConfig | None = None,
 ) -> tuple[CoreService, Tally]:
     """A core storing through `blips` answers every thread's messages; their counts."""
-    core = await start_core(store=blips)
+    core = await start_core(store=blips, config=config)
     blips.service = core
     threads = await send_all(client)
     await eventually(lambda: acknowledged(client))
@@ -206,7 +211,10 @@ async def test_a_lease_lost_between_a_save_and_the_egress_loses_no_answer(
     """A pause past the whole lease: the partition is dropped and claimed again; the
     messages handled but not stored are handed back, not acknowledged."""
     blips = LeaseBlip(store, every=3, limit=1, lost=True)
-    _core, counts = await run_through(blips, start_core, ore_nats_client, outbox)
+    # The partition is claimed again once the lost lease's key expires: after 1.5 s
+    # instead of the default 4 s.
+    config = BusConfig(partitions=PARTITIONS, lease_ttl=1.5)
+    _core, counts = await run_through(blips, start_core, ore_nats_client, outbox, config)
     print(f"\nlost leases={blips.blips} {counts}")
     assert blips.blips == 1
     assert counts.lost == counts.doubled == counts.out_of_order == []
