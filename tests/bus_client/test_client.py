@@ -347,38 +347,43 @@ async def test_a_catch_up_while_the_core_is_away_waits_for_it_instead_of_ending_
 
 
 async def test_a_durable_feed_started_while_the_core_is_away_waits_for_it(
-    ore_nats_client: Client, client: ConduitClient, subjects: Subjects, manager: Manager
+    ore_nats_url: str, ore_nats_client: Client, subjects: Subjects, manager: Manager
 ) -> None:
     """A conduit started before the core (a host booting, a deploy restarting both) waits
     for it instead of ending with 'cannot read the position of durable feed'."""
-    await ensure_streams(ore_nats_client.jetstream(), subjects, BusConfig(partitions=2))
-    async with (
-        ControlAPI(ore_nats_client, manager, subjects, version=VERSION),
-        client.events("t-1", durable="bot"),
-    ):
-        pass  # the durable exists: its cursor is here
-    stored = await store(ore_nats_client, subjects, "t-1", text("while the core was away"))
-    asked = asyncio.Queue[None]()
+    # Requests to the absent core time out after 0.5 s instead of the fixture's 2 s: the
+    # test waits out two of them.
+    async with await ConduitClient.connect(
+        ore_nats_url, name="test", request_timeout=0.5
+    ) as client:
+        await ensure_streams(ore_nats_client.jetstream(), subjects, BusConfig(partitions=2))
+        async with (
+            ControlAPI(ore_nats_client, manager, subjects, version=VERSION),
+            client.events("t-1", durable="bot"),
+        ):
+            pass  # the durable exists: its cursor is here
+        stored = await store(ore_nats_client, subjects, "t-1", text("while the core was away"))
+        asked = asyncio.Queue[None]()
 
-    async def unanswered(msg: Msg) -> None:
-        asked.put_nowait(None)  # seen, never answered: the request times out
+        async def unanswered(msg: Msg) -> None:
+            asked.put_nowait(None)  # seen, never answered: the request times out
 
-    listener = await ore_nats_client.subscribe(subjects.api(NS, "cursors.get"), cb=unanswered)
-    feed = client.events("t-1", durable="bot")
-    starting = asyncio.create_task(feed.start())
-    try:
-        async with asyncio.timeout(30):  # bounds a hang
-            await asyncio.shield(asked.get())
-            await asyncio.shield(asked.get())  # asked again after a timeout: still waiting
-        assert not starting.done()
-        await listener.unsubscribe()
-        async with ControlAPI(ore_nats_client, manager, subjects, version=VERSION):
-            await starting
-            got = await take(feed, 1)
-    finally:
-        starting.cancel()
-        await feed.close()
-    assert [(d.sequence, d.event) for d in got] == [(stored, text("while the core was away"))]
+        listener = await ore_nats_client.subscribe(subjects.api(NS, "cursors.get"), cb=unanswered)
+        feed = client.events("t-1", durable="bot")
+        starting = asyncio.create_task(feed.start())
+        try:
+            async with asyncio.timeout(30):  # bounds a hang
+                await asyncio.shield(asked.get())
+                await asyncio.shield(asked.get())  # asked again after a timeout: still waiting
+            assert not starting.done()
+            await listener.unsubscribe()
+            async with ControlAPI(ore_nats_client, manager, subjects, version=VERSION):
+                await starting
+                got = await take(feed, 1)
+        finally:
+            starting.cancel()
+            await feed.close()
+        assert [(d.sequence, d.event) for d in got] == [(stored, text("while the core was away"))]
 
 
 @uses_streams
