@@ -98,8 +98,9 @@ def test_ctrl_c_is_not_echoed_into_the_reply_area(spawn_chat: SpawnChat) -> None
 def test_text_typed_during_a_reply_is_not_echoed_nor_sent_at_the_next_prompt(
     spawn_chat: SpawnChat,
 ) -> None:
-    # Three chunks two seconds apart: keys sent after the first one arrive mid-reply.
-    slow = MockResponse(text="abc", chunk_size=1, delay=2.0)
+    # Three chunks (and the finish chunk) a second apart: keys sent after the first one
+    # arrive mid-reply, with at least three seconds of it left.
+    slow = MockResponse(text="abc", chunk_size=1, delay=1.0)
     with MockOpenAIServer([slow, "Next one."]) as model:
         child = spawn_chat(env=model_env(model))
         started(child)
