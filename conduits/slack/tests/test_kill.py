@@ -31,6 +31,7 @@ CHANNEL = "CGENERAL"
 THREADS = 12
 MESSAGES = 5  # per Slack thread, each sent once the previous one is answered
 KILLS = 10
+ANSWER_PAUSE = 0.25  # between an answer's deltas in the fault test: a second per answer
 ANSWER_PATIENCE = 60.0  # seconds the whole conversation may take (bounds a hang)
 
 
@@ -54,9 +55,10 @@ async def stop_off_the_loop(conduit: ConduitProcess) -> None:
     await asyncio.to_thread(conduit.stop)
 
 
-def new_core(nats_url: str, store: MemoryStore) -> CoreService:
+def new_core(nats_url: str, store: MemoryStore, pause: float = 0.02) -> CoreService:
+    """A core answering in four deltas `pause` seconds apart (see `SlowEcho`)."""
     return CoreService(
-        Manager(store, SlowEcho(strip="<@UBOT> ")),
+        Manager(store, SlowEcho(pause, strip="<@UBOT> ")),
         servers=[nats_url],
         config=BusConfig(partitions=2),
         reconnect_wait=0.05,
@@ -71,15 +73,30 @@ def expected(text: str) -> str:
 class Tally:
     sent: list[tuple[str, str]] = field(default_factory=list)  # (root ts, text)
     unanswered: list[str] = field(default_factory=list)
+    answered: int = 0
+
+    @property
+    def waiting(self) -> int:
+        """Messages sent and not answered yet (a fault now lands mid-answer)."""
+        return len(self.sent) - self.answered - len(self.unanswered)
 
 
 async def converse(
-    fake: FakeSlack, index: int, tally: Tally, roots: list[str], deadline: float
+    fake: FakeSlack,
+    index: int,
+    tally: Tally,
+    roots: list[str],
+    deadline: float,
+    think: float = 0.0,
 ) -> None:
-    """One Slack thread: a root message, then replies, each after the previous answer."""
+    """One Slack thread: a root message, then replies, each after the previous answer
+    and a pause of 0 to `2 * think` seconds (a user reading it)."""
     loop = asyncio.get_running_loop()
+    pauses = random.Random(index)
     root = ""
     for number in range(MESSAGES):
+        if number:
+            await asyncio.sleep(pauses.uniform(0, 2 * think))
         text = f"t{index} m{number}"
         message = await fake.user_says(CHANNEL, text, thread_ts=root)
         if not root:
@@ -93,6 +110,8 @@ async def converse(
             )
         except TimeoutError:
             tally.unanswered.append(text)
+        else:
+            tally.answered += 1
 
 
 def leftovers(fake: FakeSlack, root: str) -> list[str]:
@@ -199,23 +218,31 @@ async def test_faults_at_random_moments_of_a_load_lose_and_double_nothing(
     moment later, or the NATS server restarted. `KILL_SEED=N` picks another run."""
     url = ore_nats_server.url
     store = MemoryStore()
-    core = new_core(url, store)
+    core = new_core(url, store, ANSWER_PAUSE)
     await core.start()
     fake = await FakeSlack().start()
     conduit = conduit_process(url, fake, tmp_path / "conduit.log", streaming)
     conduit.start()
     rng = random.Random(int(os.environ.get("KILL_SEED", str(seed))))
     faults: list[str] = []
+    busy: list[bool] = []  # per fault: whether an answer was unfinished when it struck
     try:
         await fake.wait_connected(1, 30)
         tally = Tally()
         roots: list[str] = []
         deadline = asyncio.get_running_loop().time() + ANSWER_PATIENCE + 30
-        load = asyncio.gather(*(converse(fake, i, tally, roots, deadline) for i in range(THREADS)))
         plan = rng.sample(kinds, len(kinds))
         plan += [rng.choice(kinds) for _ in range(KILLS - len(kinds))]
-        for fault in plan:
-            await asyncio.sleep(rng.uniform(0.2, 1.2))
+        gaps = [rng.uniform(0.2, 1.2) for _ in plan]
+        # The users pause between messages so that the load lasts as long as the faults
+        # (each fault and its recovery take about a second more than its gap).
+        think = (sum(gaps) + len(plan)) / (MESSAGES - 1)
+        load = asyncio.gather(
+            *(converse(fake, i, tally, roots, deadline, think) for i in range(THREADS))
+        )
+        for fault, gap in zip(plan, gaps, strict=True):
+            await asyncio.sleep(gap)
+            busy.append(tally.waiting > 0 or any(leftovers(fake, root) for root in roots))
             faults.append(fault)
             if fault == "conduit":
                 connections = fake.connections
@@ -225,7 +252,7 @@ async def test_faults_at_random_moments_of_a_load_lose_and_double_nothing(
             elif fault == "core":
                 await core.stop(grace=0)
                 await asyncio.sleep(rng.uniform(0.0, 1.0))
-                core = new_core(url, store)
+                core = new_core(url, store, ANSWER_PAUSE)
                 await core.start()
             else:
                 await ore_nats_server.arestart()
@@ -238,6 +265,7 @@ async def test_faults_at_random_moments_of_a_load_lose_and_double_nothing(
 
     lost, doubled, disorder, left, details = audit(fake, tally, f"faults {faults}")
     assert set(faults) == set(kinds)
+    assert sum(busy) >= KILLS // 2, f"most faults struck an idle conduit: {busy}"
     assert conduit.starts == faults.count("conduit") + 1
     assert (lost, doubled, disorder, left) == (0, 0, 0, 0), details[:3]
     assert len(tally.sent) == THREADS * MESSAGES
