@@ -7,6 +7,7 @@ platform shows. Its output goes to `log` (appended across starts).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -48,8 +49,18 @@ class ConduitProcess:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(30)
 
+    async def astop(self) -> None:
+        """`stop` from a coroutine: waits in a thread, so the test's loop runs meanwhile.
+
+        A conduit stopping politely finishes its calls to the core and the platform; when
+        they run on the test's loop (an in-process core, a fake platform), a `stop` that
+        blocked the loop would make it wait out their timeouts first.
+        """
+        await asyncio.to_thread(self.stop)
+
     def stop(self) -> None:
-        """SIGTERM (kill -9 after 30 s); nothing if it is not running."""
+        """SIGTERM (kill -9 after 30 s); nothing if it is not running. Blocks: from a
+        test whose loop serves the conduit, use `astop`."""
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:

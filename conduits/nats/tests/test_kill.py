@@ -116,7 +116,7 @@ async def test_a_bridge_killed_again_and_again_answers_every_request_once(
         await nc.flush()
     finally:
         await nc.close()
-        bridge.stop()
+        await bridge.astop()
         await core.stop(grace=0)
         await store.close()
 

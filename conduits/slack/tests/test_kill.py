@@ -48,13 +48,6 @@ def conduit_process(
     return ConduitProcess("slack", nats_url, log, settings, env=env)
 
 
-async def stop_off_the_loop(conduit: ConduitProcess) -> None:
-    """SIGTERM the conduit and wait for its exit in a thread: the core and the fake Slack
-    run on this loop, and a conduit stopping while they cannot answer waits out its
-    request timeouts (two of 5 s each) before it exits."""
-    await asyncio.to_thread(conduit.stop)
-
-
 def new_core(nats_url: str, store: MemoryStore, pause: float = 0.02) -> CoreService:
     """A core answering in four deltas `pause` seconds apart (see `SlowEcho`)."""
     return CoreService(
@@ -193,7 +186,7 @@ async def test_messages_taken_while_the_core_is_away_survive_a_kill_of_the_condu
             pass
         got = {root.ts: fake.answers(CHANNEL, root.ts) for root in roots}
     finally:
-        await stop_off_the_loop(conduit)
+        await conduit.astop()
         await fake.close()
         await core.stop(grace=0)
         await store.close()
@@ -258,7 +251,7 @@ async def test_faults_at_random_moments_of_a_load_lose_and_double_nothing(
                 await ore_nats_server.arestart()
         await load
     finally:
-        await stop_off_the_loop(conduit)
+        await conduit.astop()
         await fake.close()
         await core.stop(grace=0)
         await store.close()
