@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ore_conduit_slack import split_parts
 from ore_conduit_slack.ids import REPLY_KEY, event_id, traceparent_of
+from ore_conduit_slack.testing.fake import FakeMessage
 from ore_conduit_slack.text import fence_at
 from ore_core import ConduitClient, EventContext, Role, Text, UserMessageEvent
 
@@ -322,28 +323,41 @@ async def test_a_ratelimited_answer_with_http_200_is_honoured_too(slack: Harness
     assert ("chat.update", "ratelimited") in slack.fake.refused
 
 
-async def test_a_message_posted_by_a_run_that_died_before_recording_it_is_finished(
-    slack: Harness,
-) -> None:
-    """A run posted an answer's first message and was killed before it recorded it in
-    the thread; the answer was finished while no conduit ran. The next run gets it in
-    the catch-up and finishes that message (found by its metadata), not a second one."""
-    conduit = await slack.start(streaming="edit")
+async def _a_reply_while_no_conduit_runs(
+    slack: Harness, **settings: Any
+) -> tuple[FakeMessage, str, str]:
+    """A thread answered once (`first`), its conduit stopped, then Alice's reply `second`
+    in it: (the root message, the reply's ore message id, its traceparent)."""
+    conduit = await slack.start(**settings)
     root = await slack.fake.user_says(CHANNEL, "first")
     await slack.answers(CHANNEL, root)
     await conduit.stop()
     second = slack.fake.add_message(CHANNEL, "<@UBOT> second", user="UALICE", thread_ts=root.ts)
     message_id = event_id("", slack.fake.team, CHANNEL, second.ts)
-    trace = traceparent_of(message_id)
-    orphan = slack.fake.add_message(CHANNEL, "ech", bot_id=slack.fake.bot_id, thread_ts=root.ts)
-    payload = {"answer": trace.split("-")[1], "part": 0}
-    orphan.metadata = {"event_type": "ore_reply", "event_payload": payload}
+    return root, message_id, traceparent_of(message_id)
+
+
+async def _answered_while_no_conduit_runs(slack: Harness, message_id: str, trace: str) -> None:
+    """The reply sent to the core as the conduit would have (so its answer is stored)."""
     (thread,) = await slack.threads()
     context = EventContext(provenance="slack", user="UALICE", traceparent=trace)
     async with await ConduitClient.connect(slack.core.nats_url, name="slack") as client:
         await client.send(
             thread.id, UserMessageEvent(id=message_id, content="second", context=context)
         )
+
+
+async def test_a_message_posted_by_a_run_that_died_before_recording_it_is_finished(
+    slack: Harness,
+) -> None:
+    """A run posted an answer's first message and was killed before it recorded it in
+    the thread; the answer was finished while no conduit ran. The next run gets it in
+    the catch-up and finishes that message (found by its metadata), not a second one."""
+    root, message_id, trace = await _a_reply_while_no_conduit_runs(slack, streaming="edit")
+    orphan = slack.fake.add_message(CHANNEL, "ech", bot_id=slack.fake.bot_id, thread_ts=root.ts)
+    payload = {"answer": trace.split("-")[1], "part": 0}
+    orphan.metadata = {"event_type": "ore_reply", "event_payload": payload}
+    await _answered_while_no_conduit_runs(slack, message_id, trace)
     posts = len(slack.fake.calls("chat.postMessage"))
     await slack.start(streaming="edit")
     assert await slack.answers(CHANNEL, root, 2) == ["echo: first", "echo: second"]
@@ -359,22 +373,11 @@ async def test_a_stream_started_by_a_run_that_died_before_recording_it_is_finish
     conduit ran. The next run gets it in the catch-up and finishes that stream (found as
     the bot's stream after the user's message, showing the answer's first words), not a
     second message beside it: the thread shows each answer once, nothing half-shown."""
-    conduit = await slack.start()
-    root = await slack.fake.user_says(CHANNEL, "first")
-    await slack.answers(CHANNEL, root)
-    await conduit.stop()
-    second = slack.fake.add_message(CHANNEL, "<@UBOT> second", user="UALICE", thread_ts=root.ts)
-    message_id = event_id("", slack.fake.team, CHANNEL, second.ts)
-    trace = traceparent_of(message_id)
+    root, message_id, trace = await _a_reply_while_no_conduit_runs(slack)
     orphan = slack.fake.add_message(CHANNEL, "ech", bot_id=slack.fake.bot_id, thread_ts=root.ts)
     orphan.user, orphan.stream = slack.fake.bot_user, "streaming"  # as chat.startStream left it
     orphan.started_at = slack.fake.clock.now()
-    (thread,) = await slack.threads()
-    context = EventContext(provenance="slack", user="UALICE", traceparent=trace)
-    async with await ConduitClient.connect(slack.core.nats_url, name="slack") as client:
-        await client.send(
-            thread.id, UserMessageEvent(id=message_id, content="second", context=context)
-        )
+    await _answered_while_no_conduit_runs(slack, message_id, trace)
     starts = len(slack.fake.calls("chat.startStream"))
     await slack.start()
     assert await slack.answers(CHANNEL, root, 2) == ["echo: first", "echo: second"]
