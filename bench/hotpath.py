@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import json
 import os
 import shutil
@@ -68,6 +69,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+
+import orjson
 
 TEXT = "hello"
 WARMUP_PER_THREAD = 3
@@ -327,6 +330,44 @@ def floor_schema(path: str) -> Any:
     return db
 
 
+def floor_stamp() -> str:
+    """A turn's timestamp as ore writes it (RFC 3339, UTC, `Z`)."""
+    return dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z")
+
+
+def floor_turn(turn_id: str, parent: str, role: str, text: str, event_id: str) -> bytes:
+    """A text turn's JSON as ore stores it (the floor's one encoding of it)."""
+    value: dict[str, Any] = {"id": turn_id}
+    if parent:
+        value["parent_id"] = parent
+    value["role"] = role
+    value["artifacts"] = [{"kind": "text", "data": {"kind": "text", "content": text}}]
+    value["timestamp"] = floor_stamp()
+    if event_id:
+        value["metadata"] = {"event_id": event_id}
+    return orjson.dumps(value)
+
+
+def floor_commit(db: Any, batch: list[FloorSave]) -> None:
+    """The loop iteration's saves in one transaction: both turns of each, and its tip."""
+    db.execute("BEGIN IMMEDIATE")
+    for save in batch:
+        db.executemany(
+            "INSERT INTO turns (thread_id, turn_id, json) VALUES (?, ?, ?)",
+            (
+                (save.thread_id, save.user_id, save.user_json),
+                (save.thread_id, save.bot_id, save.bot_json),
+            ),
+        )
+        db.execute(
+            "INSERT INTO threads (id, current_tip, updated_at) VALUES (?, ?, ?) ON CONFLICT"
+            " (id) DO UPDATE SET current_tip = excluded.current_tip,"
+            " updated_at = excluded.updated_at",
+            (save.thread_id, save.bot_id, save.when),
+        )
+    db.execute("COMMIT")
+
+
 async def floor_worker_main(args: argparse.Namespace) -> None:
     """The floor: ore's durable work per turn in plain nats-py, SQLite and orjson, no
     framework. Per message: parse its JSON, make the user and the assistant turn (ids,
@@ -338,7 +379,6 @@ async def floor_worker_main(args: argparse.Namespace) -> None:
     the ingress message once the stored batch is acknowledged. What ore costs above
     this is the framework's (plugins, events as objects, ledger, ownership), not the
     durable work's."""
-    import datetime as dt
 
     import nats
     import orjson
@@ -371,39 +411,10 @@ async def floor_worker_main(args: argparse.Namespace) -> None:
     done = b'{"kind":"lifecycle","phase":"done","context":{"provenance":"bench"}}'
     context = b',"context":{"provenance":"bench"}}'
 
-    def stamp() -> str:
-        return dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z")
-
-    def turn(turn_id: str, parent: str, role: str, text: str, event_id: str) -> bytes:
-        value: dict[str, Any] = {"id": turn_id}
-        if parent:
-            value["parent_id"] = parent
-        value["role"] = role
-        value["artifacts"] = [{"kind": "text", "data": {"kind": "text", "content": text}}]
-        value["timestamp"] = stamp()
-        if event_id:
-            value["metadata"] = {"event_id": event_id}
-        return orjson.dumps(value)
-
     def commit() -> None:
         batch = pending_saves[:]
         pending_saves.clear()
-        db.execute("BEGIN IMMEDIATE")
-        for save in batch:
-            db.executemany(
-                "INSERT INTO turns (thread_id, turn_id, json) VALUES (?, ?, ?)",
-                (
-                    (save.thread_id, save.user_id, save.user_json),
-                    (save.thread_id, save.bot_id, save.bot_json),
-                ),
-            )
-            db.execute(
-                "INSERT INTO threads (id, current_tip, updated_at) VALUES (?, ?, ?) ON CONFLICT"
-                " (id) DO UPDATE SET current_tip = excluded.current_tip,"
-                " updated_at = excluded.updated_at",
-                (save.thread_id, save.bot_id, save.when),
-            )
-        db.execute("COMMIT")
+        floor_commit(db, batch)
         for save in batch:
             task = loop.create_task(store(save.thread_id, save.reply, save.stored))
             storing.add(task)
@@ -441,8 +452,8 @@ async def floor_worker_main(args: argparse.Namespace) -> None:
         message = orjson.loads(msg.data)
         content = message["content"]
         user_id, bot_id = os.urandom(8).hex(), os.urandom(8).hex()
-        user_json = turn(user_id, tips.get(thread_id, ""), "user", content, message["id"])
-        bot_json = turn(bot_id, user_id, "assistant", content, "")
+        user_json = floor_turn(user_id, tips.get(thread_id, ""), "user", content, message["id"])
+        bot_json = floor_turn(bot_id, user_id, "assistant", content, "")
         tips[thread_id] = bot_id
         delta = b'{"kind":"text_delta","content":' + orjson.dumps(content) + context
         live = b"[" + submitted + b"," + streaming + b"," + delta + b"]"
@@ -474,7 +485,7 @@ async def floor_worker_main(args: argparse.Namespace) -> None:
                 bot_json.decode(),
                 msg.reply,
                 stored,
-                stamp(),
+                floor_stamp(),
             )
         )
 

@@ -62,7 +62,19 @@ sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE.parent))
 
 import hotpath  # noqa: E402
-from hotpath import Child, FloorSave, Waiters, converse, cpu_ns, floor_schema, get_json, say  # noqa: E402
+from hotpath import (  # noqa: E402
+    Child,
+    FloorSave,
+    Waiters,
+    converse,
+    cpu_ns,
+    floor_commit,
+    floor_schema,
+    floor_stamp,
+    floor_turn,
+    get_json,
+    say,
+)
 
 PULL_BATCH = 256
 DAY = 24 * 3600.0
@@ -83,7 +95,6 @@ def numbered(feats: set[str], name: str) -> int:
 
 async def worker_main(args: argparse.Namespace) -> None:
     """hotpath.py's floor worker, with the features of `args.variant`."""
-    import datetime as dt
 
     import nats
     import orjson
@@ -186,39 +197,10 @@ async def worker_main(args: argparse.Namespace) -> None:
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
-    def stamp() -> str:
-        return dt.datetime.now(dt.UTC).isoformat().replace("+00:00", "Z")
-
-    def turn(turn_id: str, parent: str, role: str, text: str, event_id: str) -> bytes:
-        value: dict[str, Any] = {"id": turn_id}
-        if parent:
-            value["parent_id"] = parent
-        value["role"] = role
-        value["artifacts"] = [{"kind": "text", "data": {"kind": "text", "content": text}}]
-        value["timestamp"] = stamp()
-        if event_id:
-            value["metadata"] = {"event_id": event_id}
-        return orjson.dumps(value)
-
     def commit() -> None:
         batch = pending_saves[:]
         pending_saves.clear()
-        db.execute("BEGIN IMMEDIATE")
-        for save in batch:
-            db.executemany(
-                "INSERT INTO turns (thread_id, turn_id, json) VALUES (?, ?, ?)",
-                (
-                    (save.thread_id, save.user_id, save.user_json),
-                    (save.thread_id, save.bot_id, save.bot_json),
-                ),
-            )
-            db.execute(
-                "INSERT INTO threads (id, current_tip, updated_at) VALUES (?, ?, ?) ON CONFLICT"
-                " (id) DO UPDATE SET current_tip = excluded.current_tip,"
-                " updated_at = excluded.updated_at",
-                (save.thread_id, save.bot_id, save.when),
-            )
-        db.execute("COMMIT")
+        floor_commit(db, batch)
         for save in batch:
             if "fence" in feats:
                 waiting = queued.get(save.thread_id)
@@ -270,8 +252,8 @@ async def worker_main(args: argparse.Namespace) -> None:
         message = orjson.loads(msg.data)
         content = message["content"]
         user_id, bot_id = os.urandom(8).hex(), os.urandom(8).hex()
-        user_json = turn(user_id, tips.get(thread_id, ""), "user", content, message["id"])
-        bot_json = turn(bot_id, user_id, "assistant", content, "")
+        user_json = floor_turn(user_id, tips.get(thread_id, ""), "user", content, message["id"])
+        bot_json = floor_turn(bot_id, user_id, "assistant", content, "")
         tips[thread_id] = bot_id
         delta = b'{"kind":"text_delta","content":' + orjson.dumps(content) + context
         live = b"[" + submitted + b"," + streaming + b"," + delta + b"]"
@@ -303,7 +285,7 @@ async def worker_main(args: argparse.Namespace) -> None:
                 bot_json.decode(),
                 msg.reply,
                 stored,
-                stamp(),
+                floor_stamp(),
             )
         )
 
