@@ -770,7 +770,12 @@ class ThreadRenderer:
                 limit=1000,
             )
         except (SlackError, Ambiguous) as exc:
-            log.warning(f"cannot {purpose}", thread_id=self.thread_id, error=str(exc))
+            log.warning(
+                "cannot list the slack thread",
+                purpose=purpose,
+                thread_id=self.thread_id,
+                error=str(exc),
+            )
             return None
         listing = _Listing()
         for message in replies.get("messages") or []:
