@@ -118,9 +118,10 @@ class NatsSettings(_Section):
     secret: SecretStr | None = None
     """Secret that keys a conduit's message ids so no other conduit can squat them
     (hidden in `ore config`); written by `ore auth`."""
-    partitions: int = 32
+    partitions: int | None = None
     """Number of ingress partitions (a power of two, 1 to 1024): how many core workers
-    can share the threads."""
+    can share the threads. Unset: the existing deployment's count, or 8 for a new one;
+    `ore migrate --partitions N` changes it."""
     max_payload: ByteSize = ByteSize(1024 * 1024)
     """Largest message ore publishes (e.g. `1MiB`, at most `64MiB`); also the limit of the
     private nats-server."""
@@ -174,9 +175,9 @@ class NatsSettings(_Section):
 
     @field_validator("partitions")
     @classmethod
-    def _check_partitions(cls, count: int) -> int:
+    def _check_partitions(cls, count: int | None) -> int | None:
         # Powers of two let a deployment double its partitions by splitting each in two.
-        if count < 1 or count > 1024 or count & (count - 1):
+        if count is not None and (count < 1 or count > 1024 or count & (count - 1)):
             raise ValueError("must be a power of two from 1 to 1024 (1, 2, 4, 8, ...)")
         return count
 

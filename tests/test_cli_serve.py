@@ -25,6 +25,7 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.session.stores import SQLiteStore
+from ore_core.subjects import partition_of
 from ore_openai.testing import MockOpenAIServer
 
 pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
@@ -224,6 +225,59 @@ async def test_partitions_option_sets_the_ingress_partitions(
     consumers = await nc.jetstream().consumers_info("ORE_IN")
     assert sorted(info.name for info in consumers) == ["ore-core-p0", "ore-core-p1"]
     assert await served.terminate() == 0
+
+
+async def test_a_new_deployment_without_a_configured_count_gets_eight_partitions(
+    ore_nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
+) -> None:
+    served = start_serve("--nats", ore_nats_server.url)
+    nc = await client_of(ore_nats_server.url)
+    await wait_until_serving(nc, served)
+    consumers = await nc.jetstream().consumers_info("ORE_IN")
+    assert sorted(info.name for info in consumers) == [f"ore-core-p{k}" for k in range(8)]
+    assert await served.terminate() == 0
+
+
+async def test_an_upgrade_without_a_configured_count_keeps_the_deployments_count(
+    ore_nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
+) -> None:
+    """A deployment made with another count (32 was the default) starts and answers on
+    every one of its partitions, instead of refusing because the default changed."""
+    nc = await client_of(ore_nats_server.url)
+    made = start_serve("--nats", ore_nats_server.url, "--partitions", "4")
+    await wait_until_serving(nc, made)
+    assert await made.terminate() == 0
+
+    served = start_serve("--nats", ore_nats_server.url)
+    await wait_until_serving(nc, served)
+    # One thread per partition: each partition's consumer must be pulled by this worker.
+    threads: dict[int, str] = {}
+    for n in range(1000):
+        threads.setdefault(partition_of(f"t{n}", 4), f"t{n}")
+        if len(threads) == 4:
+            break
+    for thread_id in threads.values():
+        events = await converse(nc, thread_id, f"hello {thread_id}")
+        assert [e["content"] for e in events if e["kind"] == "text"] == [f"hello {thread_id}"]
+    consumers = await nc.jetstream().consumers_info("ORE_IN")
+    assert sorted(info.name for info in consumers) == [f"ore-core-p{k}" for k in range(4)]
+    logged = [json.loads(line) for line in served.stderr().splitlines() if line.startswith("{")]
+    assert [e["partitions"] for e in logged if e["event"] == "ore core serving"] == [4]
+    assert await served.terminate() == 0
+
+
+async def test_a_configured_count_other_than_the_deployments_is_refused_with_the_way_out(
+    ore_nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
+) -> None:
+    nc = await client_of(ore_nats_server.url)
+    made = start_serve("--nats", ore_nats_server.url, "--partitions", "4")
+    await wait_until_serving(nc, made)
+    assert await made.terminate() == 0
+
+    refused = start_serve("--nats", ore_nats_server.url, env={"ORE_NATS__PARTITIONS": "8"})
+    assert await asyncio.to_thread(refused.process.wait, EXIT_TIMEOUT) == 1
+    assert "partition count is 4, configured 8" in refused.stderr()
+    assert "ore migrate" in refused.stderr()
 
 
 def test_partitions_that_are_not_a_power_of_two_are_a_usage_error(

@@ -29,7 +29,7 @@ def sources(settings: OreSettings) -> dict[str, ConfigValue]:
 def test_defaults_apply_without_file_or_environment(home: Path) -> None:
     settings = load_settings()
     assert settings.nats.url is None
-    assert (settings.nats.subject_prefix, settings.nats.partitions) == ("ore", 32)
+    assert (settings.nats.subject_prefix, settings.nats.partitions) == ("ore", None)
     assert settings.nats.max_payload == 1024 * 1024
     assert settings.store.name == "sqlite"
     assert settings.store.path.is_relative_to(home / "state")

@@ -201,7 +201,7 @@ class Ingress:
         self._owns = owns
         self._holds = owns if holds is None else holds
         self._handover_grace = handover_grace
-        self._partitions = config.partitions
+        self._partitions = config.partition_count
         self._inflight: dict[str, dict[str, _Delivery]] = {}
         # Handled messages with the egress sink position at that moment and their
         # thread: acked once everything published up to it is stored (see `_ack_loop`).

@@ -206,7 +206,7 @@ def build_layout(subjects: Subjects, config: BusConfig) -> Layout:
             name=subjects.inbound_stream,
             description="ore ingress: client messages, partitioned by thread",
             subjects=[subjects.inbound_wildcard],
-            subject_transform=subjects.inbound_transform(config.partitions),
+            subject_transform=subjects.inbound_transform(config.partition_count),
             retention=RetentionPolicy.LIMITS,
             storage=StorageType.FILE,
             # A full stream refuses new messages instead of dropping unprocessed ones.
@@ -282,7 +282,7 @@ def build_layout(subjects: Subjects, config: BusConfig) -> Layout:
             ),
             purpose=f"durable pull consumer of partition {partition}",
         )
-        for partition in range(config.partitions)
+        for partition in range(config.partition_count)
     )
     cursors = kv_bucket(
         subjects.cursors_bucket,

@@ -122,7 +122,7 @@ class Ownership:
         self.worker_id = worker_id or default_worker_id()
         self._nc = nc
         self._config = config
-        self._partitions = config.partitions
+        self._partitions = config.partition_count
         self._ttl = config.lease_ttl
         self._interval = config.lease_ttl / 4
         self._valid_for = config.lease_ttl * 3 / 4

@@ -46,7 +46,7 @@ from ore_core.bus.ingress import Ingress
 from ore_core.bus.layout import build_layout
 from ore_core.bus.ownership import Ownership
 from ore_core.bus.pipeline import Pipeline
-from ore_core.bus.streams import BusConfig, ensure_layout
+from ore_core.bus.streams import BusConfig, adopt_partitions, ensure_layout
 from ore_core.conduit.connection import (
     MIN_SERVER_VERSION,
     NatsCredentials,
@@ -231,7 +231,7 @@ class CoreService:
             "ore core serving",
             servers=self._servers,
             prefix=self.subjects.prefix,
-            partitions=self.config.partitions,
+            partitions=self.config.partition_count,
             health_port=self.health_port,
         )
 
@@ -257,11 +257,12 @@ class CoreService:
             ) from exc
         self._nc = nc
         self.tasks.adopt(self.manager.tasks)
-        layout = build_layout(self.subjects, self.config)
-        required = max(MIN_SERVER_VERSION, layout.required_version())
-        check_server(nc, required, layout.features(), who="the ore core (ore serve)")
+        wanted = build_layout(self.subjects, self.config)  # its features, whatever the count
+        required = max(MIN_SERVER_VERSION, wanted.required_version())
+        check_server(nc, required, wanted.features(), who="the ore core (ore serve)")
         await check_jetstream(nc, who="the ore core (ore serve)")
-        applied = await ensure_layout(nc.jetstream(), layout)
+        self.config = await adopt_partitions(nc.jetstream(), self.subjects, self.config)
+        applied = await ensure_layout(nc.jetstream(), build_layout(self.subjects, self.config))
         if applied:
             log.info(
                 "NATS streams and consumers set up",

@@ -46,7 +46,9 @@ __all__ = [
     "HEADER_ALLOWANCE",
     "BusConfig",
     "BusConfigError",
+    "DEFAULT_PARTITIONS",
     "Difference",
+    "adopt_partitions",
     "consumer_name",
     "diff_layout",
     "ensure_layout",
@@ -57,6 +59,11 @@ __all__ = [
 
 _DAY = 24 * 3600.0
 _PARTITION_COUNT = re.compile(r"partition\((\d+)")
+
+DEFAULT_PARTITIONS = 8
+"""Ingress partitions of a new deployment when none are configured: up to eight workers
+share it. Each busy partition costs nats-server CPU per second (docs/scale-out.md), and
+`ore migrate --partitions N` changes the count later."""
 MIGRATE_HINT = "run `ore migrate --dry-run` to see the change and `ore migrate` to apply it"
 
 
@@ -78,9 +85,12 @@ class BusConfig:
     5 s); it is short because the server keeps an id per stored event for that long.
     `lease_ttl` is how long a partition lease in KV `workers_bucket` outlives its last
     renewal: the failover time after a worker dies is about this plus a second.
+    `partitions` None (not configured) means the count of the existing ingress stream,
+    or `DEFAULT_PARTITIONS` for a new one (`adopt_partitions` settles it at start), so
+    a deployment made with another default keeps its count.
     """
 
-    partitions: int = 32
+    partitions: int | None = None
     max_payload: int = 1024 * 1024
     ingress_max_age: float = 7 * _DAY
     duplicate_window: float = 120.0
@@ -99,7 +109,8 @@ class BusConfig:
     workers_bucket: str = "ORE_WORKERS"
 
     def __post_init__(self) -> None:
-        if self.partitions < 1 or self.partitions & (self.partitions - 1):
+        count = self.partitions
+        if count is not None and (count < 1 or count & (count - 1)):
             raise BusConfigError(
                 f"partitions must be a power of two (1, 2, 4, 8, ...), got {self.partitions}"
             )
@@ -107,6 +118,12 @@ class BusConfig:
             raise BusConfigError(f"max_payload must be positive, got {self.max_payload}")
         if self.ack_wait <= 0 or self.max_deliver < 1 or self.max_ack_pending < 1:
             raise BusConfigError("ack_wait, max_deliver and max_ack_pending must be positive")
+
+    @property
+    def partition_count(self) -> int:
+        """The ingress partitions: as configured, else `DEFAULT_PARTITIONS` (a worker
+        serves the count `adopt_partitions` found on the server)."""
+        return DEFAULT_PARTITIONS if self.partitions is None else self.partitions
 
     @property
     def backoff(self) -> list[float]:
@@ -406,13 +423,42 @@ async def _keep_start(js: JetStreamContext, consumer: ConsumerEntry) -> Consumer
 
 
 async def ensure_streams(js: JetStreamContext, subjects: Subjects, config: BusConfig) -> None:
-    """Create or update the streams and consumers of `build_layout(subjects, config)`.
+    """Create or update the streams and consumers of `build_layout(subjects, config)`
+    (with the partitions `adopt_partitions` settles when none are configured).
 
     Idempotent: safe on every start of every worker. Raises BusConfigError when an
     existing stream or consumer differs in a way that cannot be changed in place, and
     BusError (one line) when JetStream is missing or the user may not do this.
     """
+    config = await adopt_partitions(js, subjects, config)
     await ensure_layout(js, build_layout(subjects, config))
+
+
+async def adopt_partitions(
+    js: JetStreamContext, subjects: Subjects, config: BusConfig
+) -> BusConfig:
+    """`config` with its partition count settled: the configured one, else the existing
+    ingress stream's, else `DEFAULT_PARTITIONS` (a new deployment, or a stream of an older
+    layout without partitions, which `ore migrate` partitions).
+
+    Why: a deployment made when the default was 32 keeps its 32 partitions on upgrade
+    instead of refusing to start; a count that is configured must match the stream.
+    """
+    if config.partitions is not None:
+        return config
+    try:
+        info = await jetstream_call(
+            f"reading stream {subjects.inbound_stream}",
+            js.stream_info(subjects.inbound_stream),
+        )
+    except NotFoundError:
+        return replace(config, partitions=DEFAULT_PARTITIONS)
+    transform = info.config.subject_transform
+    found = _PARTITION_COUNT.search(str(getattr(transform, "dest", "") or ""))
+    count = int(found.group(1)) if found else DEFAULT_PARTITIONS
+    if count < 1 or count & (count - 1):
+        count = DEFAULT_PARTITIONS  # not a layout of ore's: the comparison names it
+    return replace(config, partitions=count)
 
 
 async def reset_consumer(

@@ -18,7 +18,7 @@ from nats.errors import Error as NatsError
 from ore_core.bus.layout import build_layout
 from ore_core.bus.migrate import migrate as run_migration
 from ore_core.bus.migrate import plan_migration
-from ore_core.bus.streams import BusConfig
+from ore_core.bus.streams import BusConfig, adopt_partitions
 from ore_core.cli.app import start_embedded_nats
 from ore_core.cli.options import cli_state, nats_option, nats_settings
 from ore_core.conduit.connection import (
@@ -41,7 +41,8 @@ _CONNECT_TIMEOUT = 10.0
 @click.option(
     "--partitions",
     type=int,
-    help="Ingress partitions to migrate to, a power of two (default: nats.partitions).",
+    help="Ingress partitions to migrate to, a power of two (default: nats.partitions, "
+    "else the existing count).",
 )
 @click.option("--dry-run", is_flag=True, help="Print what would change; change nothing.")
 def migrate(nats_urls: tuple[str, ...], partitions: int | None, dry_run: bool) -> None:
@@ -56,7 +57,7 @@ async def _migrate(settings: NatsSettings, dry_run: bool) -> None:
         max_payload=int(settings.max_payload),
         replicas=settings.replicas,
     )
-    layout = build_layout(Subjects(settings.subject_prefix), config)
+    subjects = Subjects(settings.subject_prefix)
     async with AsyncExitStack() as stack:
         servers = list(settings.url or [])
         if not servers:
@@ -72,10 +73,13 @@ async def _migrate(settings: NatsSettings, dry_run: bool) -> None:
         except (TimeoutError, NatsError, OSError) as exc:
             raise BusError(f"cannot connect to NATS at {', '.join(servers)}: {exc}") from None
         stack.push_async_callback(nc.close)
-        required = max(MIN_SERVER_VERSION, layout.required_version())
-        check_server(nc, required, layout.features(), who="ore migrate")
+        wanted = build_layout(subjects, config)  # its features, whatever the count
+        required = max(MIN_SERVER_VERSION, wanted.required_version())
+        check_server(nc, required, wanted.features(), who="ore migrate")
         await check_jetstream(nc, who="ore migrate")
         js = nc.jetstream()
+        # Unset, the count stays what it is: only --partitions (or the setting) moves it.
+        layout = build_layout(subjects, await adopt_partitions(js, subjects, config))
         if dry_run:
             for line in (await plan_migration(js, layout)).lines():
                 click.echo(line)

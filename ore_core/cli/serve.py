@@ -71,7 +71,8 @@ DEFAULT_PORT = 4222
 @click.option(
     "--partitions",
     type=int,
-    help="Ingress partitions, a power of two (default: nats.partitions).",
+    help="Ingress partitions, a power of two (default: nats.partitions, else the "
+    "existing deployment's count, else 8).",
 )
 @click.option(
     "--auth",

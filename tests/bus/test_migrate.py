@@ -99,6 +99,22 @@ async def test_another_partition_count_is_refused_then_migrated_keeping_unhandle
         assert outbox.count_done(thread) == 1
 
 
+async def test_migrate_without_a_configured_count_keeps_the_deployments_count(
+    ore_nats_client: Client, ore_nats_url: str
+) -> None:
+    """A migration for another reason never repartitions by itself: only `--partitions`
+    (or the setting) changes the count, whatever the default of this ore is."""
+    js = ore_nats_client.jetstream()
+    await ensure_streams(js, Subjects(), BusConfig(partitions=4))
+
+    dry = await asyncio.to_thread(_ore, ore_nats_url, "migrate", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.strip() == "the server already matches this ore's layout: nothing to migrate"
+    assert (await js.stream_info("ORE_IN")).config.subject_transform.dest.startswith(  # type: ignore[union-attr]
+        "ore.inp.{{partition(4,"
+    )
+
+
 async def test_a_stream_with_other_retention_is_migrated_with_every_message(
     ore_nats_client: Client,
 ) -> None:

@@ -47,7 +47,7 @@ async def test_streams_created_from_the_documented_json_are_what_ore_expects(
             f"$JS.API.STREAM.CREATE.{stream['name']}", json.dumps(stream).encode(), timeout=5
         )
         assert "error" not in json.loads(reply.data), reply.data
-    for partition in range(BusConfig().partitions):
+    for partition in range(BusConfig().partition_count):
         name = f"ore-core-p{partition}"
         config = {
             **consumer,

@@ -11,10 +11,12 @@ from nats.js.errors import APIError
 
 from ore_core.bus.layout import build_layout
 from ore_core.bus.streams import (
+    DEFAULT_PARTITIONS,
     HEADER_ALLOWANCE,
     BusConfig,
     BusConfigError,
     _put_consumer,
+    adopt_partitions,
     consumer_name,
     ensure_streams,
     reset_consumer,
@@ -116,6 +118,50 @@ async def test_a_different_partition_count_is_refused_naming_the_stream(
 
     with pytest.raises(BusConfigError, match=r"ORE_IN.*partition count is 4, configured 8"):
         await ensure_streams(js, SUBJECTS, BusConfig(partitions=8))
+
+
+async def test_without_a_configured_count_a_new_deployment_gets_the_default(
+    ore_nats_client: Client,
+) -> None:
+    js = ore_nats_client.jetstream()
+    assert (await adopt_partitions(js, SUBJECTS, BusConfig())).partitions == DEFAULT_PARTITIONS
+
+    await ensure_streams(js, SUBJECTS, BusConfig())
+
+    consumers = sorted(info.name for info in await js.consumers_info("ORE_IN"))
+    assert consumers == sorted(consumer_name(p) for p in range(DEFAULT_PARTITIONS))
+
+
+async def test_without_a_configured_count_the_existing_count_is_kept(
+    ore_nats_client: Client,
+) -> None:
+    js = ore_nats_client.jetstream()
+    await ensure_streams(js, SUBJECTS, BusConfig(partitions=32))
+
+    assert (await adopt_partitions(js, SUBJECTS, BusConfig())).partitions == 32
+    await ensure_streams(js, SUBJECTS, BusConfig())  # no refusal, nothing remade
+    assert len(await js.consumers_info("ORE_IN")) == 32
+    # A configured count is what it says: the existing one does not override it.
+    assert (await adopt_partitions(js, SUBJECTS, CONFIG)).partitions == 4
+
+
+async def test_a_stream_of_an_older_layout_without_partitions_counts_as_the_default(
+    ore_nats_client: Client,
+) -> None:
+    """No transform to read a count from: the default, and the comparison names the
+    old layout (`ore migrate` partitions it)."""
+    js = ore_nats_client.jetstream()
+    await js.add_stream(StreamConfig(name="ORE_IN", subjects=["ore.in.*"]))
+
+    assert (await adopt_partitions(js, SUBJECTS, BusConfig())).partitions == DEFAULT_PARTITIONS
+    with pytest.raises(BusConfigError, match=r"ORE_IN.*subjects"):
+        await ensure_streams(js, SUBJECTS, BusConfig())
+
+
+def test_an_unset_count_reads_as_the_default_until_settled() -> None:
+    assert BusConfig().partitions is None
+    assert BusConfig().partition_count == DEFAULT_PARTITIONS == 8
+    assert BusConfig(partitions=2).partition_count == 2
 
 
 async def test_a_stream_with_other_subjects_is_refused(ore_nats_client: Client) -> None:
