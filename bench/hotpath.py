@@ -1,7 +1,7 @@
 """The hot path: what one turn costs in `ore serve` against the fastest raw nats-py loop.
 
 Run: `python bench/hotpath.py [--threads 100] [--per-thread 30] [--latency 1000] [--rounds 1]
-[--before PATH/TO/OTHER/ore] [--floor] [--profile DIR] [--instructions]`.
+[--before PATH/TO/OTHER/ore] [--floor] [--profile DIR] [--instructions] [--syscalls]`.
 
 One nats-server (file storage, monitoring port) serves both sides; each side runs as
 real processes, measured from outside:
@@ -49,6 +49,11 @@ machine, so a change is measured in one run. They leave out the kernel (socket c
 thread wake-ups), about a fifth of the worker's CPU. Under valgrind a process runs some
 50 times slower: `ore serve` gets a 60 s partition lease (at the default 4 s its leases
 lapse and it measures recovery work instead of turns).
+
+`--syscalls` attaches `strace -f -c` to every side's worker (all its threads) for the
+throughput phase and prints its system calls per turn by name: what the kernel CPU and
+context switches in the table are made of. Under strace a worker runs several times
+slower (its batches get smaller), so those rounds' other figures are not figures.
 """
 
 from __future__ import annotations
@@ -651,6 +656,37 @@ def stop_profiler(spies: list[subprocess.Popen[bytes]]) -> None:
         spy.wait(30)
 
 
+def start_strace(enabled: bool, pid: int) -> tuple[subprocess.Popen[bytes], Path] | None:
+    """`strace -f -c` attached to every thread of `pid` (`--syscalls`), or None."""
+    if not enabled:
+        return None
+    out = Path(tempfile.mkstemp(prefix="ore-hotpath-strace-", suffix=".txt")[1])
+    tracer = subprocess.Popen(
+        ["strace", "-f", "-c", "-o", str(out), "-p", str(pid)], stderr=subprocess.DEVNULL
+    )
+    time.sleep(1.0)  # attaching to every thread takes a moment; the phase must not start first
+    return tracer, out
+
+
+def stop_strace(
+    traced: tuple[subprocess.Popen[bytes], Path] | None, turns: int
+) -> dict[str, float]:
+    """Detach (SIGINT makes strace write its summary) and return system calls per turn."""
+    if traced is None:
+        return {}
+    tracer, out = traced
+    tracer.send_signal(2)
+    tracer.wait(60)
+    calls: dict[str, float] = {}
+    for line in out.read_text().splitlines():
+        fields = line.split()
+        # "% time  seconds  usecs/call  calls  [errors]  syscall"; not the total line
+        if len(fields) >= 5 and fields[0][0].isdigit() and fields[-1] != "total":
+            calls[fields[-1]] = int(fields[3]) / turns
+    out.unlink()
+    return calls
+
+
 def run_side(
     side: str,
     server_url: str,
@@ -701,6 +737,7 @@ def run_side(
         client.answer()  # warmed up
         pids = {"worker": worker.pid, "nats": nats_pid, "client": client.pid}
         spy = start_profiler(args.profile, side, run, pids)
+        traced = start_strace(getattr(args, "syscalls", False), worker.pid)
         before = Probe(monitor, pids)
         client.send("throughput")
         result = client.answer()
@@ -708,6 +745,8 @@ def run_side(
         stop_profiler(spy)
         figures = per_turn(before, after, result["turns"])
         figures["rate"] = result["turns"] / result["seconds"]
+        for name, count in stop_strace(traced, result["turns"]).items():
+            figures[f"syscall {name}"] = count
         spy = start_profiler(args.profile, side, f"{run}-latency", pids)
         before = Probe(monitor, pids)
         client.send("latency")
@@ -785,6 +824,28 @@ def report(rounds: list[dict[str, dict[str, float]]], args: argparse.Namespace) 
         report_before(rounds)
     if args.floor:
         report_floor(rounds)
+    if getattr(args, "syscalls", False):
+        report_syscalls(rounds)
+
+
+def report_syscalls(rounds: list[dict[str, dict[str, float]]], least: float = 0.05) -> None:
+    """Each worker's system calls per turn in the throughput phase (`--syscalls`), medians
+    over the rounds, the calls made at least `least` times per turn by some worker."""
+    sides = list(rounds[0])
+    names = {key for r in rounds for side in sides for key in r[side] if key.startswith("syscall ")}
+
+    def median(side: str, key: str) -> float:
+        return statistics.median(r[side].get(key, 0.0) for r in rounds)
+
+    print()
+    print("| system calls per turn | " + " | ".join(sides) + " |")
+    print("|---|" + "---|" * len(sides))
+    totals = {side: sum(median(side, key) for key in names) for side in sides}
+    print("| all | " + " | ".join(f"{totals[side]:.2f}" for side in sides) + " |")
+    for key in sorted(names, key=lambda k: -max(median(side, k) for side in sides)):
+        if max(median(side, key) for side in sides) >= least:
+            row = " | ".join(f"{median(side, key):.2f}" for side in sides)
+            print(f"| {key.removeprefix('syscall ')} | {row} |")
 
 
 def report_before(rounds: list[dict[str, dict[str, float]]]) -> None:
@@ -994,6 +1055,11 @@ if __name__ == "__main__":
         metavar="TOP",
         default=0,
         help="count `ore serve`'s Python bytecodes per turn per function; print the TOP",
+    )
+    parser.add_argument(
+        "--syscalls",
+        action="store_true",
+        help="strace each worker in the throughput phase; print its system calls per turn",
     )
     parser.add_argument(
         "--role",
