@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 import pytest
 
@@ -100,6 +102,23 @@ async def test_closed_stream_leaves_the_manager_but_the_thread_stays(manager: Ma
     with pytest.raises(SessionNotFound):
         await manager.close(stream.id)
     assert len((await manager.get_thread(stream.id)).turns()) == 2
+
+
+async def test_a_closed_stream_and_its_thread_are_freed_at_once(manager: Manager) -> None:
+    """Freed by reference counting, not left to the cycle collector: a serving core runs
+    its full passes rarely, and a closed stream's thread holds every turn it had."""
+    stream = await manager.create()
+    await stream.process(message("hi"))
+    await stream.set_metadata("k", "v")
+    await stream.close()
+    await asyncio.sleep(0)  # the worker task's last step
+    gone = (weakref.ref(stream), weakref.ref(stream.state()))
+    gc.disable()
+    try:
+        del stream
+        assert [ref() for ref in gone] == [None, None]
+    finally:
+        gc.enable()
 
 
 async def test_lookup_or_create_is_atomic_for_racing_callers(manager: Manager) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import sys
+import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from types import FrameType
@@ -591,6 +593,35 @@ def test_unbinding_stops_journaling() -> None:
     thread.append(Role.USER)
     thread.meta().set("k", "v")
     assert writer.calls == []
+
+
+def test_binding_later_journals_metadata_through_the_new_writer() -> None:
+    thread, first, second = Thread(), RecordingWriter(), RecordingWriter()
+    meta = thread.meta()  # a handle taken before any binding still journals
+    thread.bind(first)
+    meta.set("k", "v")
+    thread.bind(second)
+    meta.delete("k")
+    assert (first.calls, second.calls) == (
+        [("update_meta", "k", "v")],
+        [("update_meta", "k", None)],
+    )
+
+
+def test_a_dropped_thread_is_freed_at_once_not_left_to_the_cycle_collector() -> None:
+    """A closed stream's thread, with every turn it holds, is freed by reference counting:
+    a reference cycle would keep it until the collector's next full pass, which a serving
+    core runs rarely (`SERVING_GC_THRESHOLD`)."""
+    thread = chain("u1", "a1")
+    thread.bind(RecordingWriter())
+    thread.meta().set("k", "v")
+    gone = weakref.ref(thread)
+    gc.disable()
+    try:
+        del thread
+        assert gone() is None
+    finally:
+        gc.enable()
 
 
 def test_failing_writer_leaves_the_thread_unchanged() -> None:

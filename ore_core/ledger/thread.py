@@ -70,12 +70,13 @@ class Thread:
         self.id = thread_id
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._journal = journal
+        self._meta_journal = _MetaJournal(journal)
         self._turns: dict[str, Turn] = {}
         self._tip = ""
         # event id -> ids of the turns recorded from it, so has_event is O(1).
         self._events: dict[str, set[str]] = {}
         # Initial metadata is the caller's starting point, not a change: not journaled.
-        self._meta = Meta(dict(metadata or {}), listener=self._journal_meta)
+        self._meta = Meta(dict(metadata or {}), listener=self._meta_journal)
 
     def __repr__(self) -> str:
         return f"Thread(id={self.id!r}, turns={len(self._turns)}, tip={self._tip!r})"
@@ -222,6 +223,7 @@ class Thread:
     def bind(self, journal: JournalWriter | None) -> None:
         """Journal every later mutation through `journal` (None unbinds). Journals nothing now."""
         self._journal = journal
+        self._meta_journal.journal = journal
 
     @classmethod
     def from_journal(
@@ -291,9 +293,23 @@ class Thread:
         if turn.event_id:
             self._events.setdefault(turn.event_id, set()).add(turn.id)
 
-    def _journal_meta(self, key: str, value: str | None) -> None:
-        if self._journal is not None:
-            self._journal.update_meta(key, value)
+
+class _MetaJournal:
+    """The metadata's listener: journals a change when the thread is bound.
+
+    Not a bound method of the Thread: that would make thread -> meta -> thread a reference
+    cycle, and a dropped thread (a closed stream's, with every turn it holds) would wait
+    for the collector's next full pass instead of being freed at once.
+    """
+
+    __slots__ = ("journal",)
+
+    def __init__(self, journal: JournalWriter | None) -> None:
+        self.journal = journal
+
+    def __call__(self, key: str, value: str | None) -> None:
+        if self.journal is not None:
+            self.journal.update_meta(key, value)
 
 
 def _age(turn: Turn) -> tuple[datetime, str]:
