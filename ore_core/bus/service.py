@@ -59,7 +59,7 @@ from ore_core.session.manager import Manager
 from ore_core.subjects import Subjects
 from ore_core.tasks import Crash, TaskCrashed, TaskScope
 
-__all__ = ["CoreService", "run", "serve"]
+__all__ = ["SERVING_GC_THRESHOLD", "CoreService", "run", "serve"]
 
 EXIT_CRASHED = 1
 """`run()`'s exit status when a background task crashed (0 after a clean drain)."""
@@ -524,17 +524,32 @@ def run(
     return 0
 
 
+SERVING_GC_THRESHOLD = 20_000
+"""The collector's youngest-generation threshold while `run` serves (CPython's is 700).
+
+Every turn leaves objects alive (its turns stay in the attached thread's ledger), so at
+700 the youngest generation filled every few dozen turns, and the older generations,
+then the whole serving heap, were walked again and again: 15 µs of a turn's 110-125 at
+100 threads (`bench/hotpath.py`'s workload, the collector's own time measured over 10,000
+turns). At 20,000 that is 2 µs: a young collection every thousand turns or so (a
+pause of about 4 ms), full ones rarely. Garbage without cycles is freed at once as
+before; cyclic garbage waits for a young collection (at most this many objects).
+"""
+
+
 def _settle_heap() -> None:
-    """Collect start-up garbage now; `run` then freezes the heap once the core serves.
+    """Collect start-up garbage now and collect less often while serving; `run` then
+    freezes the heap once the core serves.
 
     A full collection walks every tracked object, and after start-up those are mostly
     the process's imports and the models' schemas, which live as long as it does:
     `gc.freeze()` (once started: it takes no time) moves them out of the collector's
-    generations for good, so the collections a busy core runs every few hundred turns
-    walk only what serving made (measured: the collector was ~13 % of `ore serve`'s
-    CPU per turn at 100 threads). The one full collection that keeps start-up garbage
-    out of the frozen heap runs here, before the service holds any lease: a pause while
-    serving could outlast a lease's validity. Only for the process entry point: a
-    library caller's heap is its own business.
+    generations for good, so the collections a busy core runs walk only what serving
+    made (measured: the collector was ~13 % of `ore serve`'s CPU per turn at 100
+    threads), and `SERVING_GC_THRESHOLD` makes them rarer. The one full collection that
+    keeps start-up garbage out of the frozen heap runs here, before the service holds
+    any lease: a pause while serving could outlast a lease's validity. Only for the
+    process entry point: a library caller's heap is its own business.
     """
     gc.collect()
+    gc.set_threshold(SERVING_GC_THRESHOLD, *gc.get_threshold()[1:])

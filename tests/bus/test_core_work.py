@@ -25,7 +25,7 @@ from ore_core import Manager
 from ore_core.bus import ingress as ingress_module
 from ore_core.bus import ownership as ownership_module
 from ore_core.bus.puller import Puller
-from ore_core.bus.service import CoreService, run
+from ore_core.bus.service import SERVING_GC_THRESHOLD, CoreService, run
 from ore_core.bus.streams import BusConfig, consumer_name, ensure_streams
 from ore_core.conduit.connection import OreNatsClient, connect_nats
 from ore_core.session.echo import EchoProcessor
@@ -227,8 +227,10 @@ async def test_a_warm_thread_s_partition_is_computed_once_for_the_fenced_store_a
 
 def test_the_served_process_leaves_its_start_up_heap_out_of_collections(ore_nats_url: str) -> None:
     """`run` (what `ore serve` runs) freezes what start-up built: a full collection then
-    walks only what serving made (the collector was ~13 % of the core's CPU per turn)."""
+    walks only what serving made (the collector was ~13 % of the core's CPU per turn),
+    and collects the young generation less often (`SERVING_GC_THRESHOLD`)."""
     frozen: list[int] = []
+    thresholds: list[tuple[int, int, int]] = []
 
     @asynccontextmanager
     async def app() -> AsyncIterator[CoreService]:
@@ -237,12 +239,17 @@ def test_the_served_process_leaves_its_start_up_heap_out_of_collections(ore_nats
 
     def started(service: CoreService) -> None:
         frozen.append(gc.get_freeze_count())
+        thresholds.append(gc.get_threshold())
         service.request_stop()
 
+    before = gc.get_threshold()
     gc.unfreeze()
     try:
         assert run(app, started) == 0
     finally:
         gc.unfreeze()
+        gc.set_threshold(*before)
     assert frozen
     assert frozen[0] > 10_000  # the imports, schemas and plugins of a started core
+    assert thresholds == [(SERVING_GC_THRESHOLD, *before[1:])]
+    assert before[0] < SERVING_GC_THRESHOLD
