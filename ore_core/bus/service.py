@@ -66,6 +66,19 @@ EXIT_CRASHED = 1
 
 CONNECT_TIMEOUT = 10.0  # seconds for the first connection to NATS
 
+SERVING_GC_THRESHOLD = 20_000
+"""The collector's youngest-generation threshold while `run` serves (CPython's is 700).
+
+Every turn leaves objects alive (its turns stay in the attached thread's ledger), so at
+700 the youngest generation filled every few dozen turns, and the older generations,
+then the whole serving heap, were walked again and again: 15 µs of a turn's 110-125 at
+100 threads (`bench/hotpath.py`'s workload, the collector's own time measured over 10,000
+turns). At 20,000 that is 2 µs: a young collection every thousand turns or so (a
+pause of about 4 ms), full ones rarely. Garbage without cycles is freed at once as
+before, a closed stream's thread included (no reference cycle holds it: see
+tests/test_manager.py); cyclic garbage would wait longer for a collection.
+"""
+
 log = structlog.get_logger("ore.bus")
 
 # How a lost or refused connection shows up in error_cb: logged once as "connection lost".
@@ -522,19 +535,6 @@ def run(
         log.error("ore core stopped after a crash", error=str(exc))
         return EXIT_CRASHED
     return 0
-
-
-SERVING_GC_THRESHOLD = 20_000
-"""The collector's youngest-generation threshold while `run` serves (CPython's is 700).
-
-Every turn leaves objects alive (its turns stay in the attached thread's ledger), so at
-700 the youngest generation filled every few dozen turns, and the older generations,
-then the whole serving heap, were walked again and again: 15 µs of a turn's 110-125 at
-100 threads (`bench/hotpath.py`'s workload, the collector's own time measured over 10,000
-turns). At 20,000 that is 2 µs: a young collection every thousand turns or so (a
-pause of about 4 ms), full ones rarely. Garbage without cycles is freed at once as
-before; cyclic garbage waits for a young collection (at most this many objects).
-"""
 
 
 def _settle_heap() -> None:

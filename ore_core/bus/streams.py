@@ -64,6 +64,7 @@ DEFAULT_PARTITIONS = 8
 """Ingress partitions of a new deployment when none are configured: up to eight workers
 share it. Each busy partition costs nats-server CPU per second (docs/scale-out.md), and
 `ore migrate --partitions N` changes the count later."""
+
 MIGRATE_HINT = "run `ore migrate --dry-run` to see the change and `ore migrate` to apply it"
 
 
