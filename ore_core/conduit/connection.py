@@ -167,6 +167,9 @@ class NatsCredentials:
 _PLAIN_HEADERS = re.compile(rb"(?:[!-9;-~]+:[ -~]*\r\n)*(?:\r\n)?")
 """A header block of `Name: value` lines in printable ASCII, names without spaces."""
 
+_PLAIN_HEADER = re.compile(r"([!-9;-~]+): *((?:[ -~]*[!-~])?) *\r\n")
+"""One line of a plain block: its name, and its value without the spaces around it."""
+
 
 InlineCallback = Callable[[Msg], None]
 """Handles one message of an inline subscription, at once and without awaiting."""
@@ -235,12 +238,7 @@ class OreNatsClient(NatsClient):
         if _PLAIN_HEADERS.fullmatch(raw) is None:
             parsed: dict[str, str] = NatsClient._parse_header_lines(raw)
             return parsed
-        headers = {}
-        for line in raw.decode().split("\r\n"):
-            if line:
-                name, _, value = line.partition(":")
-                headers[name] = value.strip()
-        return headers
+        return dict(_PLAIN_HEADER.findall(raw.decode()))
 
 
 async def subscribe_inline(nc: NatsClient, subject: str, callback: InlineCallback) -> Subscription:

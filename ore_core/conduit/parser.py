@@ -32,16 +32,15 @@ if TYPE_CHECKING:
 __all__ = ["OreParser"]
 
 _FRAME = re.compile(
-    rb"MSG ([^\s]+) ([0-9]+) (?:([^\s]+) )?([0-9]+)\r\n"
-    rb"|HMSG ([^\s]+) ([0-9]+) (?:([^\s]+) )?([1-9][0-9]+) ([0-9]+)\r\n(?=NATS/1\.0)"
+    rb"(H)?MSG ([^\s]+) ([0-9]+) (?:([^\s]+) )?(?(1)([1-9][0-9]+) )([0-9]+)\r\n(?(1)(?=NATS/1\.0))"
 )
-"""A MSG (groups 1-4) or HMSG (5-9) control line as servers write it.
+"""A MSG or (with `H`) HMSG control line as servers write it: subject, sid, reply,
+header block size (HMSG only), total size.
 
-The header block must start `NATS/1.0`: nats-py's HMSG regex may read a line without
-a reply across the CRLF when the block starts with digits. Its size has two digits or
-more (a block shorter than `NATS/1.0\\r\\n` makes nats-py fail, so nats-py reads it)."""
-
-_MSG_GROUPS = 4  # `lastindex` of a MSG match
+An HMSG's header block must start `NATS/1.0`: nats-py's HMSG regex may read a line
+without a reply across its CRLF when the block starts with digits. The block's size
+has two digits or more: nats-py fails on a block shorter than `NATS/1.0\r\n`, so it
+reads such a frame itself."""
 
 _PLAIN_BLOCK = getattr(nats.aio.client, "parse_email", None) is None  # not in its __all__
 """nats-py parses header lines with the client's `_parse_header_lines` (no
@@ -71,16 +70,13 @@ class OreParser(Parser):
             frame = match(data, pos)
             if frame is None:
                 break
-            body = frame.end()
-            if frame.lastindex == _MSG_GROUPS:
-                subject, sid, reply, size = frame.group(1, 2, 3, 4)
-                start = body
-                stop = body + int(size)
+            _, subject, sid, reply, block_size, size = frame.groups()
+            start = body = frame.end()
+            stop = body + int(size)
+            if block_size is None:
                 block = None
             else:
-                subject, sid, reply, block_size, size = frame.group(5, 6, 7, 8, 9)
-                start = body + int(block_size)
-                stop = body + int(size)
+                start += int(block_size)
                 if start > stop:
                     break
                 block = data[body:start]
