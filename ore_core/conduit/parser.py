@@ -89,7 +89,8 @@ class OreParser(Parser):
             subscription = subs.get(sid)
             if callback is None or subscription is None:
                 await nc._process_msg(sid, subject, reply or b"", payload, block)
-            else:  # what OreNatsClient._process_msg does, without its coroutine
+            else:  # OreNatsClient._process_msg's inline branch without its coroutine (the
+                # property test holds the two together): kept here, a call costs 15 bytecodes
                 stats["in_msgs"] += 1
                 stats["in_bytes"] += len(payload)
                 subscription._received += 1
@@ -119,5 +120,7 @@ class OreParser(Parser):
             buf.clear()
             return data
         need = max(0, self.needed + CRLF_SIZE - len(buf))  # the rest of the payload
+        if self.header_needed > self.needed:  # nats-py reads that block past the frame
+            need = len(data)
         await super().parse(data[:need])
         return data[need:]

@@ -24,7 +24,12 @@ from nats.aio.msg import Msg
 from ore_core import BusError, ConduitClient
 from ore_core.conduit import feed as feed_module
 from ore_core.conduit.client import Sent, message_id
-from ore_core.conduit.connection import OreNatsClient, connect_nats, subscribe_inline
+from ore_core.conduit.connection import (
+    OreNatsClient,
+    connect_nats,
+    subscribe_inline,
+    subscriptions_registered,
+)
 from ore_core.events import EventDecodeError, encode_batch, encode_event
 from ore_core.subjects import HEADER_KIND, HEADER_SCHEMA, Subjects
 from tests.bus_client.test_client import NS, delta, phase, store_batch, take, text
@@ -217,7 +222,7 @@ async def test_an_inline_subscription_is_called_by_the_read_loop_with_the_whole_
             got.append((msg.subject, msg.reply, msg.data, msg.headers, in_read_loop))
 
         subscription = await nc.subscribe_inline("inline.>", record)
-        await nc.flush()
+        await subscriptions_registered(nc)  # nc.flush() may overtake the SUB
         await ore_nats_client.publish("inline.a", b"one", reply="back", headers={"K": "v"})
         await ore_nats_client.publish("inline.b", b"two")
         await ore_nats_client.flush()
@@ -252,7 +257,7 @@ async def test_an_inline_callback_that_fails_reports_to_error_cb_and_reading_goe
             got.append(msg.data)
 
         await nc.subscribe_inline("inline.x", fragile)
-        await nc.flush()
+        await subscriptions_registered(nc)
         for data in (b"good", b"bad", b"after"):
             await ore_nats_client.publish("inline.x", data)
         await ore_nats_client.flush()

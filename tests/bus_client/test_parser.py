@@ -21,7 +21,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.protocol.parser import AWAITING_MSG_PAYLOAD, Parser
 
-from ore_core.conduit.connection import OreNatsClient, connect_nats
+from ore_core.conduit.connection import OreNatsClient, connect_nats, subscriptions_registered
 from ore_core.conduit.parser import OreParser
 
 INLINE, FRAGILE, ORDINARY, LIMITED, ORPHAN, UNKNOWN = 1, 2, 3, 4, 5, 9
@@ -211,6 +211,7 @@ def test_a_stream_read_one_byte_at_a_time_is_handled_as_nats_py_does(
         [b"MSG a 1 5\r\nhel", b"lo", b"\r\nMSG a 1 1\r\nx\r\n"],
         [b"MSG a 3 70000\r\n" + b"x" * 30000, b"x" * 30000, b"x" * 10000 + b"\r\nPONG\r\n"],
         [b"X" * 5000, b"MSG a 1 1\r\nx\r\n"],
+        [b"HMSG a 1 62 2\r\n", b"NATS/1.0\r\n\r\n\r\nMSG a 1 0\r\n\r\n"],  # block > frame
     ],
 )
 def test_chosen_streams_are_handled_as_nats_py_does(reads: list[bytes]) -> None:
@@ -257,7 +258,7 @@ async def test_a_connection_reads_with_ore_s_parser_and_no_coroutine_per_inline_
                 done.set()
 
         await nc.subscribe_inline("parsed.>", record)
-        await nc.flush()
+        await subscriptions_registered(nc)
         for index in range(20):
             headers = {"Nats-Msg-Id": f"m-{index}"} if index % 2 else None
             await ore_nats_client.publish(f"parsed.{index}", b"%d" % index, headers=headers)
@@ -268,3 +269,39 @@ async def test_a_connection_reads_with_ore_s_parser_and_no_coroutine_per_inline_
     assert got[:2] == [("parsed.0", b"0", None), ("parsed.1", b"1", {"Nats-Msg-Id": "m-1"})]
     assert reads, "nats-py's read loop no longer calls its parser's `parse`"
     assert processed == [], "inline messages are handed over without `_process_msg`"
+
+
+async def test_after_a_reconnect_the_connection_still_reads_with_ore_s_parser(
+    ore_nats_url: str, ore_nats_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    delegated: list[bytes] = []
+    slow_parse = Parser.parse
+
+    async def nats_py_reading(self: Parser, data: bytes = b"") -> None:
+        delegated.append(data)
+        await slow_parse(self, data)
+
+    reconnected = asyncio.Event()
+
+    async def on_reconnect() -> None:
+        reconnected.set()
+
+    nc = await connect_nats([ore_nats_url], reconnected_cb=on_reconnect, reconnect_time_wait=0)
+    assert isinstance(nc, OreNatsClient)
+    got: list[bytes] = []
+    try:
+        await nc.subscribe_inline("again.>", lambda msg: got.append(msg.data))
+        await nc.force_reconnect()
+        await asyncio.wait_for(reconnected.wait(), 30)
+        assert isinstance(nc._ps, OreParser), "nats-py replaced the parser on reconnect"
+        await subscriptions_registered(nc)
+        monkeypatch.setattr(Parser, "parse", nats_py_reading)
+        await ore_nats_client.publish("again.x", b"after", headers={"K": "v"})
+        await ore_nats_client.flush()
+        async with asyncio.timeout(30):
+            while not got:  # noqa: ASYNC110 - the callback sets no event
+                await asyncio.sleep(0.01)
+    finally:
+        await nc.close()
+    assert got == [b"after"]
+    assert not any(b"again.x" in data for data in delegated), "read by nats-py's parser"
