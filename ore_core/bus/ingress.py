@@ -169,7 +169,11 @@ class _Delivery:
     thread_id: str
     stream: Stream
     interrupt: bool
-    sequence: int
+
+    @property
+    def sequence(self) -> int:
+        """The message's stream sequence, read when it is parked (not for every message)."""
+        return stream_sequence(self.msg)
 
 
 class Ingress:
@@ -589,7 +593,7 @@ class Ingress:
         """
         if not self._owns(partition):
             return self._receive(partition, msg)
-        thread_id = msg.subject.rpartition(".")[2]
+        head, _, thread_id = msg.subject.rpartition(".")
         parked = self._parked.get(thread_id)
         if parked is not None:  # older messages of the thread wait: this one waits too
             parked.messages[stream_sequence(msg)] = msg
@@ -597,7 +601,7 @@ class Ingress:
         stream = self._manager.stream_of(thread_id)
         if stream is None or not self._egress.primed(thread_id, self._terms.get(partition, 0)):
             return self._receive(partition, msg)  # to load, create or prime: awaits
-        namespace = msg.subject.rpartition(".")[0].rpartition(".")[2]
+        namespace = head.rpartition(".")[2]
         try:
             event = self._decode(msg, namespace, thread_id)
         except _Rejected as rejected:
@@ -606,7 +610,7 @@ class Ingress:
             unknown = self._unknown(namespace, thread_id, event)
             return self._reject(msg, namespace, thread_id, unknown)
         self._egress.bind(thread_id, namespace)
-        self._submit(msg, thread_id, stream_sequence(msg), event, stream)
+        self._submit(msg, thread_id, event, stream)
         return None
 
     async def _receive(self, partition: int, msg: Msg) -> None:
@@ -658,17 +662,15 @@ class Ingress:
                 )
             self._park(msg, thread_id, sequence, exc)
             return
-        self._submit(msg, thread_id, sequence, event, stream)
+        self._submit(msg, thread_id, event, stream)
 
-    def _submit(
-        self, msg: Msg, thread_id: str, sequence: int, event: IngressEvent, stream: Stream
-    ) -> None:
+    def _submit(self, msg: Msg, thread_id: str, event: IngressEvent, stream: Stream) -> None:
         """Hand the decoded `event` to its thread's stream (or park it behind older ones)."""
         parked = self._parked.get(thread_id)
         if parked is not None and not parked.resuming:
-            parked.messages[sequence] = msg  # its thread failed while we attached: wait
+            parked.messages[stream_sequence(msg)] = msg  # its thread failed while we attached
             return
-        delivery = _Delivery(msg, thread_id, stream, isinstance(event, InterruptEvent), sequence)
+        delivery = _Delivery(msg, thread_id, stream, isinstance(event, InterruptEvent))
         entries = self._inflight.get(thread_id)
         if entries is None:
             entries = self._inflight[thread_id] = {}
@@ -682,7 +684,7 @@ class Ingress:
         except SessionClosed as exc:  # closed while we attached: attach again
             del entries[msg.reply]
             self._forget_if_empty(thread_id)
-            self._park(msg, thread_id, sequence, exc)
+            self._park(msg, thread_id, stream_sequence(msg), exc)
 
     # -- retries ------------------------------------------------------------------
 
@@ -902,7 +904,8 @@ class Ingress:
                     break
         elif entries.pop(reply, None) is not None:
             self._acks.append((delivery.msg, position, delivery.thread_id))
-        self._failures.pop(delivery.thread_id, None)  # it saved: the backoff starts over
+        if self._failures:  # it saved: its backoff starts over
+            self._failures.pop(delivery.thread_id, None)
         self._forget_if_empty(delivery.thread_id)
         self._ack_wakeup.set()
 

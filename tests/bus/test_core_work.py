@@ -87,6 +87,30 @@ async def test_a_warm_thread_s_turns_start_no_bus_task_and_publish_past_nats_py(
         assert subscription._pending_queue.qsize() == 0
 
 
+async def test_a_warm_thread_s_turns_read_no_stream_sequence(
+    core: CoreService,
+    ore_nats_client: Client,
+    outbox: Outbox,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The sequence only orders parked messages: a message that is not parked never needs it.
+    await publish(ore_nats_client, "t-seq", user_message("first", "m-0"))
+    await outbox.done("t-seq")
+    read: list[str | None] = []
+    stream_sequence = ingress_module.stream_sequence
+
+    def counted(msg: Msg) -> int:
+        read.append(msg.reply)
+        return stream_sequence(msg)
+
+    monkeypatch.setattr(ingress_module, "stream_sequence", counted)
+    for index in range(1, TURNS + 1):
+        await publish(ore_nats_client, "t-seq", user_message(f"hi {index}", f"m-{index}"))
+        await outbox.done("t-seq", count=index + 1)
+    await eventually(lambda: all_acknowledged(ore_nats_client))
+    assert read == []
+
+
 async def test_the_core_receives_and_sends_the_same_messages_per_turn(
     start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
 ) -> None:
