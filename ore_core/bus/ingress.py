@@ -149,6 +149,7 @@ class _Parked:
 _RESET_TIMEOUT = 2.0  # seconds per JetStream request of a consumer reset (then retried)
 _CLOSED_CHECK = 0.5  # seconds between looks for deliveries whose stream was closed
 _OWNED_CHECK = 0.1  # seconds between looks whether an overdue lease is usable again
+_NAMESPACES_LIMIT = 1024  # valid namespaces remembered (cleared when exceeded)
 
 
 class _Rejected(Exception):
@@ -212,6 +213,7 @@ class Ingress:
         self._acks: deque[tuple[Msg, int, str]] = deque()
         self._parked: dict[str, _Parked] = {}
         self._failures: dict[str, int] = {}  # store failures in a row per thread: backoff
+        self._namespaces: set[str] = set()  # namespaces found valid (`_check_namespace`)
         self._ack_wakeup = asyncio.Event()
         self._ack_wake: asyncio.TimerHandle | None = None
         self._handled_one = asyncio.Event()  # set whenever a thread has nothing in flight
@@ -662,14 +664,15 @@ class Ingress:
                 )
             self._park(msg, thread_id, sequence, exc)
             return
+        parked = self._parked.get(thread_id)
+        if parked is not None and not parked.resuming:
+            parked.messages[sequence] = msg  # its thread failed while we attached: wait
+            return
         self._submit(msg, thread_id, event, stream)
 
     def _submit(self, msg: Msg, thread_id: str, event: IngressEvent, stream: Stream) -> None:
-        """Hand the decoded `event` to its thread's stream (or park it behind older ones)."""
-        parked = self._parked.get(thread_id)
-        if parked is not None and not parked.resuming:
-            parked.messages[stream_sequence(msg)] = msg  # its thread failed while we attached
-            return
+        """Hand the decoded `event` to its thread's stream (the caller saw that it is not
+        parked behind older messages of its thread)."""
         delivery = _Delivery(msg, thread_id, stream, isinstance(event, InterruptEvent))
         entries = self._inflight.get(thread_id)
         if entries is None:
@@ -768,12 +771,8 @@ class Ingress:
             del self._parked[thread_id]  # all admitted: the thread flows again
 
     def _decode(self, msg: Msg, namespace: str, thread_id: str) -> IngressEvent:
-        if not is_valid_namespace(namespace):
-            raise _Rejected(
-                BAD_NAMESPACE,
-                f"invalid namespace {namespace[:40]!r}: use 1-32 characters from a-z, 0-9, "
-                "'_' and '-'",
-            )
+        if namespace not in self._namespaces:
+            self._check_namespace(namespace)
         if not is_valid_thread_id(thread_id):
             raise _Rejected(
                 BAD_THREAD_ID,
@@ -809,6 +808,18 @@ class Ingress:
                 )
             event = event.with_context(event.context.model_copy(update={"provenance": namespace}))
         return with_traceparent(event, headers) if headers else event
+
+    def _check_namespace(self, namespace: str) -> None:
+        """Refuse an invalid namespace; remember a valid one (a few conduits send all)."""
+        if not is_valid_namespace(namespace):
+            raise _Rejected(
+                BAD_NAMESPACE,
+                f"invalid namespace {namespace[:40]!r}: use 1-32 characters from a-z, 0-9, "
+                "'_' and '-'",
+            )
+        if len(self._namespaces) >= _NAMESPACES_LIMIT:
+            self._namespaces.clear()
+        self._namespaces.add(namespace)
 
     async def _stream_for(self, namespace: str, thread_id: str, event: IngressEvent) -> Stream:
         try:

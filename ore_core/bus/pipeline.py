@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 import secrets
 import time
 from collections import deque
@@ -76,6 +77,7 @@ _WRONG_LAST_SEQUENCE = 10071  # err_code: the subject's last sequence is not the
 _SEQUENCES = 65536  # subjects whose last sequence is remembered; cleared when exceeded
 _MSG_ID_LINE = f"{HEADER_MSG_ID}: ".encode()
 _EXPECTED_LINE = f"{HEADER_EXPECTED_LAST_SUBJECT_SEQUENCE}: ".encode()
+_ACK_SEQUENCE = re.compile(rb'"seq":\s*(\d+)')
 _monotonic = time.monotonic  # what asyncio's loop.time() returns, without its frame
 
 
@@ -378,10 +380,10 @@ class Pipeline:
         if record.held:
             self._stored_after_hold()
         if record.head:
-            sequences = self._sequences
-            if len(sequences) >= _SEQUENCES and record.subject not in sequences:
+            subject, sequences = record.subject, self._sequences
+            if subject not in sequences and len(sequences) >= _SEQUENCES:
                 sequences.clear()
-            sequences[record.subject] = sequence
+            sequences[subject] = sequence
         self._settle_record(record, sequence)
         self._check_idle()
 
@@ -607,11 +609,5 @@ class Pipeline:
 
 def _ack_sequence(data: bytes) -> int:
     """The stream sequence of a pub ack (`{"stream":"S","seq":N,...}`), read without JSON."""
-    start = data.find(b'"seq":') + 6
-    end = data.find(b",", start)
-    if end < 0:
-        end = data.find(b"}", start)
-    try:
-        return int(data[start:end])
-    except ValueError:
-        return int(jsonutil.loads(data)["seq"])
+    found = _ACK_SEQUENCE.search(data)
+    return int(found[1]) if found is not None else int(jsonutil.loads(data)["seq"])
