@@ -149,6 +149,7 @@ class _Parked:
 _RESET_TIMEOUT = 2.0  # seconds per JetStream request of a consumer reset (then retried)
 _CLOSED_CHECK = 0.5  # seconds between looks for deliveries whose stream was closed
 _OWNED_CHECK = 0.1  # seconds between looks whether an overdue lease is usable again
+_NAMESPACES_LIMIT = 1024  # valid namespaces remembered (cleared when exceeded)
 
 
 class _Rejected(Exception):
@@ -169,7 +170,11 @@ class _Delivery:
     thread_id: str
     stream: Stream
     interrupt: bool
-    sequence: int
+
+    @property
+    def sequence(self) -> int:
+        """The message's stream sequence, read when it is parked (not for every message)."""
+        return stream_sequence(self.msg)
 
 
 class Ingress:
@@ -208,6 +213,7 @@ class Ingress:
         self._acks: deque[tuple[Msg, int, str]] = deque()
         self._parked: dict[str, _Parked] = {}
         self._failures: dict[str, int] = {}  # store failures in a row per thread: backoff
+        self._namespaces: set[str] = set()  # namespaces found valid (`_check_namespace`)
         self._ack_wakeup = asyncio.Event()
         self._ack_wake: asyncio.TimerHandle | None = None
         self._handled_one = asyncio.Event()  # set whenever a thread has nothing in flight
@@ -589,7 +595,7 @@ class Ingress:
         """
         if not self._owns(partition):
             return self._receive(partition, msg)
-        thread_id = msg.subject.rpartition(".")[2]
+        head, _, thread_id = msg.subject.rpartition(".")
         parked = self._parked.get(thread_id)
         if parked is not None:  # older messages of the thread wait: this one waits too
             parked.messages[stream_sequence(msg)] = msg
@@ -597,7 +603,7 @@ class Ingress:
         stream = self._manager.stream_of(thread_id)
         if stream is None or not self._egress.primed(thread_id, self._terms.get(partition, 0)):
             return self._receive(partition, msg)  # to load, create or prime: awaits
-        namespace = msg.subject.rpartition(".")[0].rpartition(".")[2]
+        namespace = head.rpartition(".")[2]
         try:
             event = self._decode(msg, namespace, thread_id)
         except _Rejected as rejected:
@@ -606,7 +612,7 @@ class Ingress:
             unknown = self._unknown(namespace, thread_id, event)
             return self._reject(msg, namespace, thread_id, unknown)
         self._egress.bind(thread_id, namespace)
-        self._submit(msg, thread_id, stream_sequence(msg), event, stream)
+        self._submit(msg, thread_id, event, stream)
         return None
 
     async def _receive(self, partition: int, msg: Msg) -> None:
@@ -658,17 +664,16 @@ class Ingress:
                 )
             self._park(msg, thread_id, sequence, exc)
             return
-        self._submit(msg, thread_id, sequence, event, stream)
-
-    def _submit(
-        self, msg: Msg, thread_id: str, sequence: int, event: IngressEvent, stream: Stream
-    ) -> None:
-        """Hand the decoded `event` to its thread's stream (or park it behind older ones)."""
         parked = self._parked.get(thread_id)
         if parked is not None and not parked.resuming:
             parked.messages[sequence] = msg  # its thread failed while we attached: wait
             return
-        delivery = _Delivery(msg, thread_id, stream, isinstance(event, InterruptEvent), sequence)
+        self._submit(msg, thread_id, event, stream)
+
+    def _submit(self, msg: Msg, thread_id: str, event: IngressEvent, stream: Stream) -> None:
+        """Hand the decoded `event` to its thread's stream (the caller saw that it is not
+        parked behind older messages of its thread)."""
+        delivery = _Delivery(msg, thread_id, stream, isinstance(event, InterruptEvent))
         entries = self._inflight.get(thread_id)
         if entries is None:
             entries = self._inflight[thread_id] = {}
@@ -682,7 +687,7 @@ class Ingress:
         except SessionClosed as exc:  # closed while we attached: attach again
             del entries[msg.reply]
             self._forget_if_empty(thread_id)
-            self._park(msg, thread_id, sequence, exc)
+            self._park(msg, thread_id, stream_sequence(msg), exc)
 
     # -- retries ------------------------------------------------------------------
 
@@ -766,12 +771,8 @@ class Ingress:
             del self._parked[thread_id]  # all admitted: the thread flows again
 
     def _decode(self, msg: Msg, namespace: str, thread_id: str) -> IngressEvent:
-        if not is_valid_namespace(namespace):
-            raise _Rejected(
-                BAD_NAMESPACE,
-                f"invalid namespace {namespace[:40]!r}: use 1-32 characters from a-z, 0-9, "
-                "'_' and '-'",
-            )
+        if namespace not in self._namespaces:
+            self._check_namespace(namespace)
         if not is_valid_thread_id(thread_id):
             raise _Rejected(
                 BAD_THREAD_ID,
@@ -807,6 +808,18 @@ class Ingress:
                 )
             event = event.with_context(event.context.model_copy(update={"provenance": namespace}))
         return with_traceparent(event, headers) if headers else event
+
+    def _check_namespace(self, namespace: str) -> None:
+        """Refuse an invalid namespace; remember a valid one (a few conduits send all)."""
+        if not is_valid_namespace(namespace):
+            raise _Rejected(
+                BAD_NAMESPACE,
+                f"invalid namespace {namespace[:40]!r}: use 1-32 characters from a-z, 0-9, "
+                "'_' and '-'",
+            )
+        if len(self._namespaces) >= _NAMESPACES_LIMIT:
+            self._namespaces.clear()
+        self._namespaces.add(namespace)
 
     async def _stream_for(self, namespace: str, thread_id: str, event: IngressEvent) -> Stream:
         try:
@@ -902,7 +915,8 @@ class Ingress:
                     break
         elif entries.pop(reply, None) is not None:
             self._acks.append((delivery.msg, position, delivery.thread_id))
-        self._failures.pop(delivery.thread_id, None)  # it saved: the backoff starts over
+        if self._failures:  # it saved: its backoff starts over
+            self._failures.pop(delivery.thread_id, None)
         self._forget_if_empty(delivery.thread_id)
         self._ack_wakeup.set()
 

@@ -41,10 +41,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 import secrets
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 import structlog
 from nats.aio.client import Client as NatsClient
@@ -76,14 +77,14 @@ _WRONG_LAST_SEQUENCE = 10071  # err_code: the subject's last sequence is not the
 _SEQUENCES = 65536  # subjects whose last sequence is remembered; cleared when exceeded
 _MSG_ID_LINE = f"{HEADER_MSG_ID}: ".encode()
 _EXPECTED_LINE = f"{HEADER_EXPECTED_LAST_SUBJECT_SEQUENCE}: ".encode()
+_ACK_SEQUENCE = re.compile(rb'"seq":\s*(\d+)')
+_monotonic = time.monotonic  # what asyncio's loop.time() returns, without its frame
 
 
-@dataclass(slots=True)
 class _Record:
-    subject: str
-    data: bytes
-    headers: dict[str, str]
-    block: bytes  # `headers` as sent (`header_block`), built once for every attempt
+    """One message to store. The rest of its state starts as the class's defaults, so a
+    new record sets four attributes, not thirteen (one is made per stored batch)."""
+
     index: int = 0
     deadline: float = 0.0
     attempts: int = 0
@@ -93,6 +94,12 @@ class _Record:
     unsure: bool = False  # an attempt went unanswered: it may be stored
     expected: int = -1  # a fenced message's expected last subject sequence, once known
     tag: int = 0  # the publisher's, given back to the `watch_fenced` listeners
+
+    def __init__(self, subject: str, data: bytes, headers: dict[str, str], block: bytes) -> None:
+        self.subject = subject
+        self.data = data
+        self.headers = headers
+        self.block = block  # `headers` as sent (`header_block`), built once for every attempt
 
     def expect(self, sequence: int) -> None:
         """Fence the message at `sequence`: its header block ends with that expectation."""
@@ -278,7 +285,8 @@ class Pipeline:
         if self.tasks.crash is not None:  # nothing would retry or send what queues
             raise TaskCrashed(self.tasks.crash)
         headers[HEADER_MSG_ID] = msg_id or self._id_prefix + str(next(self._ids))
-        await self._enqueue(_Record(subject, data, headers, header_block(headers)))
+        if self._enqueue(_Record(subject, data, headers, header_block(headers))):
+            await wait_flushed(self._nc)
 
     async def publish_fenced(
         self, stream: str, subject: str, data: bytes, header: bytes, tag: int
@@ -295,16 +303,21 @@ class Pipeline:
         msg_id = self._id_prefix + str(next(self._ids))
         head = b"%s%s%s\r\n" % (header[:-2], _MSG_ID_LINE, msg_id.encode())
         headers = {HEADER_MSG_ID: msg_id}
-        record = _Record(subject, data, headers, b"", head=head, stream=stream, tag=tag)
+        record = _Record(subject, data, headers, b"")
+        record.head = head
+        record.stream = stream
+        record.tag = tag
         if subject not in self._lanes:
             try:
                 record.expect(self._sequences[subject])
             except KeyError:
                 raise ValueError(f"the last sequence of {subject} is not known: `know` it first")
-        await self._enqueue(record)
+        if self._enqueue(record):
+            await wait_flushed(self._nc)
 
-    async def _enqueue(self, record: _Record) -> None:
-        """Send `record` now, or queue it behind its subject's last or a full window."""
+    def _enqueue(self, record: _Record) -> bool:
+        """Send `record` now, or queue it behind its subject's last or a full window; True
+        when the caller should `wait_flushed`."""
         subject = record.subject
         record.index = self._next_index
         self._outstanding[self._next_index] = None
@@ -313,19 +326,18 @@ class Pipeline:
         if lane is not None:  # the one before it on this subject is not stored yet
             lane.append(record)
             self._waiting += 1
-            return
+            return False
         self._lanes[subject] = deque()
         if self._backlog or len(self._pending) >= self._window:
             self._backlog.append(record)
-            return
-        if self._send(record):
-            await wait_flushed(self._nc)
+            return False
+        return self._send(record)
 
     def _send(self, record: _Record) -> bool:
         """Publish `record` (no waiting); True when the caller should `wait_flushed`."""
         token = str(next(self._ids))
         record.attempts += 1
-        record.deadline = asyncio.get_running_loop().time() + self._ack_timeout
+        record.deadline = _monotonic() + self._ack_timeout  # the loop's clock, one call less
         self._pending[token] = record
         try:
             return publish_now(
@@ -368,10 +380,10 @@ class Pipeline:
         if record.held:
             self._stored_after_hold()
         if record.head:
-            sequences = self._sequences
-            if len(sequences) >= _SEQUENCES and record.subject not in sequences:
+            subject, sequences = record.subject, self._sequences
+            if subject not in sequences and len(sequences) >= _SEQUENCES:
                 sequences.clear()
-            sequences[record.subject] = sequence
+            sequences[subject] = sequence
         self._settle_record(record, sequence)
         self._check_idle()
 
@@ -566,10 +578,9 @@ class Pipeline:
         self._check_idle()
 
     async def _expire_loop(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(min(1.0, self._ack_timeout / 4))
-            now = loop.time()
+            now = _monotonic()
             expired = []
             for token, record in self._pending.items():
                 if record.deadline > now:
@@ -598,11 +609,5 @@ class Pipeline:
 
 def _ack_sequence(data: bytes) -> int:
     """The stream sequence of a pub ack (`{"stream":"S","seq":N,...}`), read without JSON."""
-    start = data.find(b'"seq":') + 6
-    end = data.find(b",", start)
-    if end < 0:
-        end = data.find(b"}", start)
-    try:
-        return int(data[start:end])
-    except ValueError:
-        return int(jsonutil.loads(data)["seq"])
+    found = _ACK_SEQUENCE.search(data)
+    return int(found[1]) if found is not None else int(jsonutil.loads(data)["seq"])

@@ -26,6 +26,7 @@ burst that needs no await costs no task at all.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 
@@ -50,6 +51,7 @@ _EXPIRED = "408"
 _PENDING = "Nats-Pending-Messages"
 _STOP_TIMEOUT = 5.0
 _LEADERSHIP_CHANGE = "Leadership Change"
+_monotonic = time.monotonic  # what asyncio's loop.time() returns, without its frame
 
 
 Handle = Callable[[Msg], Awaitable[None] | None]
@@ -88,8 +90,8 @@ class Puller:
         )
         self._heartbeat = heartbeat
         self._outstanding = 0
-        self._last_seen = 0.0
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._last_seen = 0.0  # `_monotonic()` of the last message or heartbeat
+        self._low = batch // 2  # credit at which to ask again
         self._sub: Subscription | None = None
         self._backlog: deque[Msg] | None = None  # while the worker runs: what waits
         self._worker: asyncio.Task[None] | None = None
@@ -101,17 +103,15 @@ class Puller:
     @property
     def healthy(self) -> bool:
         """True while the server shows signs of life (messages or heartbeats)."""
-        loop = asyncio.get_running_loop()
         return (
             self._sub is not None
             and self.tasks.crash is None
-            and loop.time() - self._last_seen < 2 * self._heartbeat
+            and _monotonic() - self._last_seen < 2 * self._heartbeat
         )
 
     async def start(self) -> None:
         """Subscribe the delivery inbox and open the first pull request."""
-        self._loop = loop = asyncio.get_running_loop()
-        self._last_seen = loop.time()
+        self._last_seen = _monotonic()
         self._sub = await subscribe_inline(self._nc, self._nc.new_inbox(), self._on_message)
         self._pull()
         self._watchdog.spawn(self._watch(), name=f"ore-puller-{self.name}")
@@ -166,8 +166,7 @@ class Puller:
 
     def _on_message(self, msg: Msg) -> None:
         """One delivery or status, called by the connection's read loop (never waits)."""
-        loop = self._loop or asyncio.get_running_loop()
-        self._last_seen = loop.time()
+        self._last_seen = _monotonic()
         headers = msg.headers
         if not msg.data and headers is not None and _STATUS in headers:
             status = headers[_STATUS]
@@ -177,7 +176,7 @@ class Puller:
             self._outstanding -= int(headers.get(_PENDING) or self._outstanding)
             self._outstanding = max(self._outstanding, 0)
             if status == _EXPIRED:
-                if self._outstanding <= self._batch // 2:
+                if self._outstanding <= self._low:
                     self._pull()
             elif _LEADERSHIP_CHANGE in headers.get("Description", "") and self._on_interrupted:
                 # A consumer leader died: what it had delivered may never have arrived.
@@ -191,7 +190,7 @@ class Puller:
                 )
             return
         self._outstanding -= 1
-        if self._outstanding <= self._batch // 2:
+        if self._outstanding <= self._low:
             self._pull()  # before handling: the next messages are on their way
         backlog = self._backlog
         if backlog is not None:  # the worker is busy with an earlier one: keep the order
@@ -241,10 +240,9 @@ class Puller:
 
     async def _watch(self) -> None:
         # A lost connection is logged by its owner; this catches requests lost otherwise.
-        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self._heartbeat)
-            if loop.time() - self._last_seen >= 2 * self._heartbeat and self._nc.is_connected:
+            if _monotonic() - self._last_seen >= 2 * self._heartbeat and self._nc.is_connected:
                 log.debug("no heartbeat from the server; pulling again", consumer=self.name)
                 await self.repull()
 

@@ -32,6 +32,7 @@ from nats.errors import (
     ConnectionClosedError,
     ConnectionDrainingError,
     MaxPayloadError,
+    MsgAlreadyAckdError,
     NotJSMessageError,
     OutboundBufferLimitError,
 )
@@ -58,6 +59,9 @@ HEADER_START = _HEADER_START.encode()
 """The first line of every header block (a caller building a block from parts)."""
 _KEYS: dict[str, str | None] = {}  # header name -> its stripped form, None if skipped
 _KEYS_LIMIT = 1024
+_SUBJECTS: dict[str, bytes] = {}  # subject -> its bytes, once checked (`_subject`)
+_SUBJECTS_LIMIT = 4096
+_PROGRESS = Msg.Ack.Progress
 
 
 _kick: list[asyncio.Future[None]] = []  # one finished future (see `_wake_flusher`)
@@ -119,33 +123,59 @@ def publish_now(
     limit: an async caller should then `await wait_flushed(nc)` (nats-py's backpressure).
     `wake=False` leaves the message pending until the next write (or `wake_flusher`).
     """
-    if not subject or _SUBJECT_INVALID_RE.search(subject):
-        raise BadSubjectError
+    try:
+        encoded = _SUBJECTS[subject]
+    except KeyError:
+        encoded = _subject(subject)
     if reply and _SUBJECT_INVALID_RE.search(reply):
         raise BadSubjectError
     size = len(payload)
-    status = nc._status
-    if status != _CONNECTED:
-        if status == _CLOSED:
-            raise ConnectionClosedError
-        if status == _DRAINING_PUBS:
-            raise ConnectionDrainingError
-        if status != _DRAINING_SUBS and (
-            nc._max_pending_size <= 0 or size + nc._pending_data_size > nc._max_pending_size
-        ):
-            raise OutboundBufferLimitError  # reconnecting, and the buffer is full
-    if size > nc._max_payload:
-        raise MaxPayloadError
+    if nc._status != _CONNECTED or size > nc._max_payload:
+        _refuse(nc, size)
     if header:
         length = len(header)
-        command = (
-            f"HPUB {subject} {reply} {length} {length + size}\r\n".encode()
-            + header
-            + payload
-            + b"\r\n"
+        command = b"HPUB %b %b %d %d\r\n%b%b\r\n" % (
+            encoded,
+            reply.encode(),
+            length,
+            length + size,
+            header,
+            payload,
         )
     else:
-        command = f"PUB {subject} {reply} {size}\r\n".encode() + payload + b"\r\n"
+        command = b"PUB %b %b %d\r\n%b\r\n" % (encoded, reply.encode(), size, payload)
+    return _append(nc, command, size, wake)
+
+
+def _subject(subject: str) -> bytes:
+    """`subject` as sent, checked as nats-py checks it (BadSubjectError), then cached."""
+    if not subject or _SUBJECT_INVALID_RE.search(subject):
+        raise BadSubjectError
+    encoded = subject.encode()
+    if len(_SUBJECTS) >= _SUBJECTS_LIMIT:
+        _SUBJECTS.clear()  # the subjects of threads gone quiet go; busy ones come back
+    _SUBJECTS[subject] = encoded
+    return encoded
+
+
+def _refuse(nc: NatsClient, size: int) -> None:
+    """Raise what nats-py's `publish` raises for the state of `nc` and a `size` bytes
+    payload, in its order (nothing while reconnecting with room in the buffer)."""
+    status = nc._status
+    if status == _CLOSED:
+        raise ConnectionClosedError
+    if status == _DRAINING_PUBS:
+        raise ConnectionDrainingError
+    if status not in (_CONNECTED, _DRAINING_SUBS) and (
+        nc._max_pending_size <= 0 or size + nc._pending_data_size > nc._max_pending_size
+    ):
+        raise OutboundBufferLimitError  # reconnecting, and the buffer is full
+    if size > nc._max_payload:
+        raise MaxPayloadError
+
+
+def _append(nc: NatsClient, command: bytes, size: int, wake: bool) -> bool:
+    """Add `command` (of a `size` bytes payload) to the pending buffer, as nats-py does."""
     stats = nc.stats
     stats["out_msgs"] += 1
     stats["out_bytes"] += size
@@ -195,14 +225,21 @@ def settle_now(nc: NatsClient, msg: Msg, payload: bytes = ACK, wake: bool = True
 
     Raises what `msg.ack()` raises (no reply subject, already acknowledged) and what
     `publish_now` raises; marks the message acknowledged except for a progress ack.
-    Returns `publish_now`'s answer.
+    Returns `publish_now`'s answer. The ack subject is checked here, not through
+    `publish_now`'s cache: every message has its own, used once.
     """
     reply = msg.reply
     if not reply:
         raise NotJSMessageError
-    if payload != Msg.Ack.Progress:
-        msg._check_reply()
-    over = publish_now(nc, reply, payload, wake=wake)
-    if payload != Msg.Ack.Progress:
+    progress = payload == _PROGRESS
+    if msg._ackd and not progress:
+        raise MsgAlreadyAckdError(msg)
+    if _SUBJECT_INVALID_RE.search(reply):
+        raise BadSubjectError
+    size = len(payload)
+    if nc._status != _CONNECTED or size > nc._max_payload:
+        _refuse(nc, size)
+    over = _append(nc, b"PUB %b  %d\r\n%b\r\n" % (reply.encode(), size, payload), size, wake)
+    if not progress:
         msg._ackd = True
     return over

@@ -152,3 +152,27 @@ async def test_a_long_rejected_payload_is_cut_in_its_dead_letter_record(
 
     assert record["data"] == "x" * DLQ_DATA_LIMIT
     assert record["truncated"] is True
+
+
+async def test_an_invalid_namespace_is_refused_every_time_a_valid_one_is_served(
+    small_core: CoreService, ore_nats_client: Client, outbox: Outbox
+) -> None:
+    # Valid namespaces are remembered (`Ingress._check_namespace`); invalid ones never.
+    js = ore_nats_client.jetstream()
+
+    async def dead_lettered(event_id: str) -> bool:
+        try:
+            msg = await js.get_last_msg("ORE_DLQ", "ore.dlq.bad_namespace")
+        except NotFoundError:
+            return False
+        record = json.loads(msg.data or b"{}")
+        return bool(record["namespace"] == "Bad-NS" and event_id in record["data"])
+
+    for index in range(2):
+        message = user_message(f"from nowhere {index}", f"bad-ns-{index}")
+        await publish(ore_nats_client, "t1", message, namespace="Bad-NS")
+        await eventually(lambda: dead_lettered(f"bad-ns-{index}"))  # noqa: B023 (awaited here)
+    for index in range(2):
+        await publish(ore_nats_client, "t1", user_message("hi", f"good-{index}"))
+        await outbox.done("t1", count=index + 1)
+    await eventually(lambda: all_acknowledged(ore_nats_client))

@@ -87,6 +87,39 @@ async def test_a_warm_thread_s_turns_start_no_bus_task_and_publish_past_nats_py(
         assert subscription._pending_queue.qsize() == 0
 
 
+async def test_a_warm_thread_s_turns_read_no_stream_sequence_and_check_no_namespace(
+    core: CoreService,
+    ore_nats_client: Client,
+    outbox: Outbox,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The sequence only orders parked messages: a message that is not parked never needs
+    # it. The namespace was found valid with the first message: it is not checked again.
+    await publish(ore_nats_client, "t-seq", user_message("first", "m-0"))
+    await outbox.done("t-seq")
+    read: list[str | None] = []
+    checked: list[str] = []
+    stream_sequence = ingress_module.stream_sequence
+    is_valid_namespace = ingress_module.is_valid_namespace
+
+    def counted(msg: Msg) -> int:
+        read.append(msg.reply)
+        return stream_sequence(msg)
+
+    def counted_check(namespace: str) -> bool:
+        checked.append(namespace)
+        return is_valid_namespace(namespace)
+
+    monkeypatch.setattr(ingress_module, "stream_sequence", counted)
+    monkeypatch.setattr(ingress_module, "is_valid_namespace", counted_check)
+    for index in range(1, TURNS + 1):
+        await publish(ore_nats_client, "t-seq", user_message(f"hi {index}", f"m-{index}"))
+        await outbox.done("t-seq", count=index + 1)
+    await eventually(lambda: all_acknowledged(ore_nats_client))
+    assert read == []
+    assert checked == []
+
+
 async def test_the_core_receives_and_sends_the_same_messages_per_turn(
     start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
 ) -> None:

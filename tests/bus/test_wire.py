@@ -27,11 +27,14 @@ from nats.errors import (
     OutboundBufferLimitError,
 )
 
+from ore_core.conduit import wire
 from ore_core.conduit.wire import header_block, publish_now, settle_now
 
 _NAME = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=12)
 _VALUE = st.text(st.characters(min_codepoint=1, max_codepoint=0x2FF), max_size=30)
 _SUBJECT = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=20)
+# Any text, including what nats-py refuses (empty, spaces, CR LF) and non-ASCII.
+_ANY_SUBJECT = st.text(st.sampled_from("ab.$_-* \t\r\n\u00e9\u4e2d"), max_size=12)
 
 
 def offline(status: int = Client.CONNECTED, **attributes: Any) -> Client:
@@ -96,6 +99,98 @@ def test_an_invalid_header_name_is_refused_as_nats_py_refuses_it() -> None:
         header_block({"Bad Name": "x"})
     with pytest.raises(BadHeaderError):  # the cached name is checked every time
         header_block({"Bad Name": "x"})
+
+
+@given(_ANY_SUBJECT, _ANY_SUBJECT, st.binary(max_size=20), st.booleans())
+def test_any_subject_and_reply_give_nats_py_s_bytes_or_its_error_every_time(
+    subject: str, reply: str, payload: bytes, with_header: bool
+) -> None:
+    headers = {"Ore-Kind": "batch"} if with_header else None
+    try:
+        expected: bytes | type[Exception] = asyncio.run(
+            nats_py_command(subject, payload, reply, headers)
+        )
+    except BadSubjectError:
+        expected = BadSubjectError
+    for _ in range(2):  # the second time from the cache of checked subjects
+        if expected is BadSubjectError:
+            with pytest.raises(BadSubjectError):
+                ore_command(subject, payload, reply, headers)
+        else:
+            assert ore_command(subject, payload, reply, headers) == expected
+
+
+_ACKS = st.sampled_from(
+    [Msg.Ack.Ack, Msg.Ack.Nak, Msg.Ack.Progress, Msg.Ack.Term, b'-NAK {"delay":1000000}']
+)
+
+
+@given(_ANY_SUBJECT, _ACKS)
+def test_settle_now_sends_what_nats_py_sends_for_the_ack_subject(
+    reply: str, payload: bytes
+) -> None:
+    nc = offline()
+    msg = Msg(_client=nc, subject="ore.in.raw.t1", reply=reply)
+    if not reply:
+        with pytest.raises(NotJSMessageError):
+            settle_now(nc, msg, payload)
+        return
+    try:
+        expected = asyncio.run(nats_py_command(reply, payload, "", None))
+    except BadSubjectError:
+        with pytest.raises(BadSubjectError):
+            settle_now(nc, msg, payload)
+        assert not msg._ackd
+        return
+    settle_now(nc, msg, payload)
+    assert b"".join(nc._pending) == expected
+    assert msg._ackd is (payload != Msg.Ack.Progress)
+
+
+class _CountingPattern:
+    """`_SUBJECT_INVALID_RE`, counting the strings it searches."""
+
+    def __init__(self) -> None:
+        self.searched: list[str] = []
+        self._pattern = wire._SUBJECT_INVALID_RE
+
+    def search(self, text: str) -> object:
+        self.searched.append(text)
+        return self._pattern.search(text)
+
+
+def test_a_subject_is_checked_once_an_ack_subject_is_not_kept_a_bad_one_is_refused_each_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pattern = _CountingPattern()
+    monkeypatch.setattr(wire, "_SUBJECT_INVALID_RE", pattern)
+    nc = offline()
+    for index in range(3):
+        publish_now(nc, "wire.checked.once", str(index).encode())
+    assert pattern.searched == ["wire.checked.once"]
+    ack = "$JS.ACK.ORE_IN.c.1.9.9.1.0"
+    settle_now(nc, Msg(_client=nc, subject="ore.in.raw.t1", reply=ack))
+    assert pattern.searched == ["wire.checked.once", ack]
+    assert ack not in wire._SUBJECTS  # every message has its own: keeping them is waste
+    for _ in range(2):
+        with pytest.raises(BadSubjectError):
+            publish_now(nc, "wire.bad subject", b"")
+    assert "wire.bad subject" not in wire._SUBJECTS
+
+
+def test_the_cache_of_checked_subjects_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wire, "_SUBJECTS", {})
+    monkeypatch.setattr(wire, "_SUBJECTS_LIMIT", 2)
+    nc = offline()
+    for subject in ("wire.a", "wire.b", "wire.c", "wire.a"):
+        publish_now(nc, subject, b"x")
+    assert len(wire._SUBJECTS) <= 2
+    assert nc._pending == [
+        b"PUB wire.a  1\r\nx\r\n",
+        b"PUB wire.b  1\r\nx\r\n",
+        b"PUB wire.c  1\r\nx\r\n",
+        b"PUB wire.a  1\r\nx\r\n",
+    ]
 
 
 @pytest.mark.parametrize(
