@@ -155,6 +155,10 @@ class _Run:
         self.turn = turn
 
 
+_Subjects = tuple[str, str, str]
+"""A thread's `P.ev.NS.T` and `P.out.NS.T`, and its `NS`."""
+
+
 def namespace_of(thread: Thread) -> str:
     """The namespace a thread was created in (`DEFAULT_NAMESPACE` if it records none)."""
     return thread.meta().get(NAMESPACE_KEY) or DEFAULT_NAMESPACE
@@ -189,7 +193,7 @@ class Egress:
         self._manager = manager
         self._schema = output_headers(LifecycleEvent(phase="done"))[HEADER_SCHEMA]
         self._events_prefix = f"{subjects.prefix}.ev."
-        self._cache: dict[str, tuple[str, str]] = {}
+        self._cache: dict[str, _Subjects] = {}
         self._blocks: dict[str, bytes] = {}  # encoded live headers per kind, without a trace
         self._turns: dict[str, _Run] = {}  # durable events of turns not ended yet
         self._told: set[str] = set()  # threads told that their answer waits for space
@@ -218,15 +222,16 @@ class Egress:
     def bind(self, thread_id: str, namespace: str) -> None:
         """Publish the events of `thread_id` under `namespace` (ingress and API call it)."""
         pair = self._cache.get(thread_id)
-        if pair is None or not pair[0].endswith(f".{namespace}.{thread_id}"):
+        if pair is None or pair[2] != namespace:
             self._remember(thread_id, namespace)
 
-    def _remember(self, thread_id: str, namespace: str) -> tuple[str, str]:
+    def _remember(self, thread_id: str, namespace: str) -> _Subjects:
         if len(self._cache) >= _SUBJECT_CACHE:
             self._cache.clear()
         pair = (
             self._subjects.events(namespace, thread_id),
             self._subjects.output(namespace, thread_id),
+            namespace,
         )
         self._cache[thread_id] = pair
         return pair
@@ -250,7 +255,7 @@ class Egress:
         self._manager = manager
         return manager.register_batch_sink((), self.emit_batch, name=self.name, lossless=True)
 
-    def _subjects_of(self, thread_id: str) -> tuple[str, str]:
+    def _subjects_of(self, thread_id: str) -> _Subjects:
         pair = self._cache.get(thread_id)
         if pair is None:
             namespace = DEFAULT_NAMESPACE

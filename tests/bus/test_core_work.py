@@ -313,7 +313,7 @@ async def test_the_egress_asks_ownership_once_per_thread_until_it_awaits(
         assert asked == ["t-a"]  # 7 events, one stored batch: asked once
 
         asked.clear()
-        both = [
+        both: list[tuple[str, OutputEvent | None]] = [
             *(("t-a", e) for e in _a_turn(threads["t-a"], "three", context)),
             *(("t-a", e) for e in _a_turn(threads["t-a"], "four", context)),
         ]
@@ -357,3 +357,24 @@ async def test_a_thread_whose_lease_is_overdue_stores_nothing_of_the_batch(
     assert await stored_messages(ore_nats_client, "t-z") == []
     assert [len(batch) for batch in await stored_messages(ore_nats_client, "t-y")] == [4]
     assert egress.refused == 7
+
+
+async def test_binding_a_thread_again_in_its_namespace_computes_no_subject(
+    ore_nats_client: Client,
+) -> None:
+    computed: list[tuple[str, str]] = []
+
+    class CountingSubjects(Subjects):
+        def events(self, namespace: str, thread_id: str) -> str:
+            computed.append((namespace, thread_id))
+            return super().events(namespace, thread_id)
+
+    subjects = CountingSubjects()
+    egress = Egress(ore_nats_client, subjects, Pipeline(ore_nats_client))
+    for namespace in ("raw", "raw", "raw", "slack", "slack", "raw"):
+        egress.bind("t-ns", namespace)
+    assert computed == [("raw", "t-ns"), ("slack", "t-ns"), ("raw", "t-ns")]
+    assert egress._subjects_of("t-ns")[:2] == (
+        Subjects().events("raw", "t-ns"),
+        Subjects().output("raw", "t-ns"),
+    )
