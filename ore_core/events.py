@@ -18,8 +18,9 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Annotated, Any, Literal, Self, TypeVar, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, TypeVar, get_args
 
+import orjson
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -115,12 +116,23 @@ class EventContext(_Frozen):
     trace context that links the logs of one message end to end.
     """
 
+    # Not a field: the encoded tail of the events carrying this context, kept on it by
+    # `_context_tail` (contexts are frozen, so it stays right). Pydantic leaves a slot
+    # out of equality, hashing, copies, pickles and JSON; unset until first encoded.
+    __slots__ = ("_tail",)
+    if TYPE_CHECKING:
+        _tail: bytes
+
     provenance: str = ""
     user: str = Field(default="", exclude_if=_is_empty)
     traceparent: str = Field(default="", exclude_if=_is_empty)
 
 
 _NO_CONTEXT = EventContext()
+# The slot's own accessors: an unset slot raises AttributeError at once, where
+# `context._tail` would first run pydantic's `__getattr__` (once per context).
+_get_tail = EventContext.__dict__["_tail"].__get__
+_set_tail = EventContext.__dict__["_tail"].__set__
 
 
 def _lacks_provenance(context: EventContext) -> bool:
@@ -577,15 +589,8 @@ _CONTENT_HEADS: dict[type[Artifact], bytes] = {
     for cls in (Text, TextDelta, Reasoning, ReasoningDelta)
 }
 _NO_CONTEXT_TAIL = b"}"
-# The encoded tail (`,"context":{...}}`) of recently seen contexts, by identity. A
-# turn's events all carry its ingress event's context object, so each context is
-# encoded once per turn instead of once per event. An entry holds its context, so
-# the id cannot be reused while it is cached; contexts are frozen, so the bytes stay
-# right. Replaced whole when full, never changed in place: safe across threads.
-_CONTEXT_TAILS: dict[int, tuple[EventContext, bytes]] = {}
-_CONTEXT_TAILS_MAX = 512
-# The last context asked for: the events a turn emits in a row hit it without a lookup.
-_LAST_TAIL: tuple[EventContext | None, bytes] = (None, b"")
+# `jsonutil.dumps` without its wrapper's call, for the strings of every turn's events.
+_dumps = orjson.dumps
 
 
 def _context_value(context: EventContext) -> dict[str, str]:
@@ -598,22 +603,27 @@ def _context_value(context: EventContext) -> dict[str, str]:
 
 
 def _context_tail(context: EventContext) -> bytes:
-    """What ends an event's JSON: `,"context":{...}}`, or `}` without a provenance."""
-    global _CONTEXT_TAILS, _LAST_TAIL
-    last = _LAST_TAIL
-    if last[0] is context:
-        return last[1]
-    cached = _CONTEXT_TAILS.get(id(context))
-    if cached is not None and cached[0] is context:
-        _LAST_TAIL = cached
-        return cached[1]
+    """What ends an event's JSON: `,"context":{...}}`, or `}` without a provenance.
+
+    Encoded once per context and kept on it: a turn's events all carry its ingress
+    event's context object.
+    """
+    try:
+        tail: bytes = _get_tail(context)
+        return tail
+    except AttributeError:  # not encoded yet
+        pass
+    except TypeError:  # not an EventContext (an event made by `model_construct`)
+        return _encode_tail(context)
+    tail = _encode_tail(context)
+    _set_tail(context, tail)
+    return tail
+
+
+def _encode_tail(context: EventContext) -> bytes:
     if not context.provenance:
         return _NO_CONTEXT_TAIL
-    tail = b',"context":' + jsonutil.dumps(_context_value(context)) + b"}"
-    if len(_CONTEXT_TAILS) >= _CONTEXT_TAILS_MAX:
-        _CONTEXT_TAILS = {}
-    _CONTEXT_TAILS[id(context)] = _LAST_TAIL = (context, tail)
-    return tail
+    return b',"context":' + _dumps(_context_value(context)) + b"}"
 
 
 def encode_event(event: IngressEvent | OutputEvent) -> bytes:
@@ -630,9 +640,10 @@ def encode_event(event: IngressEvent | OutputEvent) -> bytes:
     if cls is ArtifactEvent:
         artifact = event.artifact  # type: ignore[union-attr]
         head = _CONTENT_HEADS.get(type(artifact))
-        content = getattr(artifact, "content", None)
-        if head is not None and type(content) is str:
-            return head + jsonutil.dumps(content) + _context_tail(event.context)
+        if head is not None:
+            content = artifact.content  # type: ignore[union-attr]
+            if type(content) is str:  # a dataclass field: not checked when made
+                return head + _dumps(content) + _context_tail(event.context)
         return event.__pydantic_serializer__.to_json(event)
     if cls is LifecycleEvent:
         return _LIFECYCLE_HEADS[event.phase] + _context_tail(event.context)  # type: ignore[union-attr]
@@ -643,12 +654,11 @@ def encode_event(event: IngressEvent | OutputEvent) -> bytes:
             return event.__pydantic_serializer__.to_json(event)
         return _TURN_COMPLETE_HEAD + turn + _context_tail(event.context)
     if cls is UserMessageEvent:
-        dumps = jsonutil.dumps
         return (
             _USER_MESSAGE_HEAD
-            + dumps(event.id)  # type: ignore[union-attr]
+            + _dumps(event.id)  # type: ignore[union-attr]
             + _CONTENT_KEY
-            + dumps(event.content)  # type: ignore[union-attr]
+            + _dumps(event.content)  # type: ignore[union-attr]
             + _context_tail(event.context)
         )
     return event.__pydantic_serializer__.to_json(event)

@@ -1,5 +1,7 @@
 """Events are the NATS wire schema: exact Go JSON (ore-behaviour.md 3.1, 3.7, 7.1, 8.1, 15)."""
 
+import copy
+import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -603,6 +605,50 @@ def test_events_of_different_contexts_never_share_a_cached_context(
         for context in contexts:
             event = LifecycleEvent(phase=phase, context=context)
             assert encode_event(event) == _encode_with_pydantic(event)
+
+
+@given(_contexts, st.sampled_from(["submitted", "done"]), _text)
+def test_a_context_that_keeps_its_encoded_tail_is_still_the_same_context(
+    context: EventContext, phase: LifecyclePhase, provenance: str
+) -> None:
+    fresh = EventContext(
+        provenance=context.provenance, user=context.user, traceparent=context.traceparent
+    )
+    events = [LifecycleEvent(phase=phase, context=context), ArtifactEvent.of(Text("hi"), context)]
+    for event in events * 2:  # the second time from the tail kept on the context
+        assert encode_event(event) == _encode_with_pydantic(event)
+    assert context == fresh
+    assert hash(context) == hash(fresh)
+    assert context.__dict__ == fresh.__dict__
+    assert context.model_dump_json() == fresh.model_dump_json()
+    assert context.model_fields_set == fresh.model_fields_set
+    for copied in (copy.copy(context), copy.deepcopy(context), pickle.loads(pickle.dumps(context))):
+        assert copied == fresh
+        assert encode_event(events[0].with_context(copied)) == encode_event(events[0])
+    # A changed copy of an encoded context writes its own values, not the kept tail.
+    changed = context.model_copy(update={"provenance": provenance, "user": provenance})
+    event = LifecycleEvent(phase=phase, context=changed)
+    assert encode_event(event) == _encode_with_pydantic(event)
+
+
+def test_a_context_is_encoded_once_for_all_the_events_that_carry_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    encoded: list[EventContext] = []
+    context_value = events_module._context_value
+
+    def counting(context: EventContext) -> dict[str, str]:
+        encoded.append(context)
+        return context_value(context)
+
+    monkeypatch.setattr(events_module, "_context_value", counting)
+    first, second = EventContext(provenance="http"), EventContext(provenance="http")
+    for context in (first, second, first):
+        for phase in ("submitted", "streaming", "done"):
+            encode_event(LifecycleEvent.of(phase, context))
+        encode_event(ArtifactEvent.of(TextDelta("hi"), context))
+    assert encoded == [first, second]
+    assert [c is e for c, e in zip((first, second), encoded, strict=True)] == [True, True]
 
 
 @given(

@@ -73,7 +73,6 @@ from ore_core.events import (
     BATCH_KIND,
     ArtifactEvent,
     ErrorEvent,
-    EventContext,
     LifecycleEvent,
     NoticeEvent,
     OutputEvent,
@@ -107,7 +106,6 @@ class EventsNotRead(BusError):
     unavailable): its message is handled again later."""
 
 
-_NO_CONTEXT = EventContext()
 _HEADER_VALUE = re.compile(r"[!-~]{1,128}")  # what a header value may be: printable, no spaces
 _SUBJECT_CACHE = 65536  # threads whose subjects are remembered; cleared when exceeded
 _LIVE_PHASES = frozenset({"submitted", "streaming"})
@@ -115,10 +113,11 @@ _LIVE_PHASES = frozenset({"submitted", "streaming"})
 
 def is_live_only(event: OutputEvent) -> bool:
     """True for events sent on core NATS only: deltas, notices, lifecycle submitted/streaming."""
-    if isinstance(event, ArtifactEvent):
-        return isinstance(event.artifact, Delta)
+    # Lifecycle first: the commonest kind of a turn's events.
     if isinstance(event, LifecycleEvent):
         return event.phase in _LIVE_PHASES
+    if isinstance(event, ArtifactEvent):
+        return isinstance(event.artifact, Delta)
     return isinstance(event, NoticeEvent)
 
 
@@ -150,10 +149,14 @@ class _Run:
 
     __slots__ = ("data", "first", "turn")
 
-    def __init__(self, data: bytes, first: OutputEvent) -> None:
+    def __init__(self, data: bytes, first: OutputEvent, turn: str | None = None) -> None:
         self.data = [data]
         self.first = first
-        self.turn: str | None = first.turn.id if type(first) is TurnCompleteEvent else None
+        self.turn = turn
+
+
+_Subjects = tuple[str, str, str]
+"""A thread's `P.ev.NS.T` and `P.out.NS.T`, and its `NS`."""
 
 
 def namespace_of(thread: Thread) -> str:
@@ -190,7 +193,7 @@ class Egress:
         self._manager = manager
         self._schema = output_headers(LifecycleEvent(phase="done"))[HEADER_SCHEMA]
         self._events_prefix = f"{subjects.prefix}.ev."
-        self._cache: dict[str, tuple[str, str]] = {}
+        self._cache: dict[str, _Subjects] = {}
         self._blocks: dict[str, bytes] = {}  # encoded live headers per kind, without a trace
         self._turns: dict[str, _Run] = {}  # durable events of turns not ended yet
         self._told: set[str] = set()  # threads told that their answer waits for space
@@ -219,15 +222,16 @@ class Egress:
     def bind(self, thread_id: str, namespace: str) -> None:
         """Publish the events of `thread_id` under `namespace` (ingress and API call it)."""
         pair = self._cache.get(thread_id)
-        if pair is None or not pair[0].endswith(f".{namespace}.{thread_id}"):
+        if pair is None or pair[2] != namespace:
             self._remember(thread_id, namespace)
 
-    def _remember(self, thread_id: str, namespace: str) -> tuple[str, str]:
+    def _remember(self, thread_id: str, namespace: str) -> _Subjects:
         if len(self._cache) >= _SUBJECT_CACHE:
             self._cache.clear()
         pair = (
             self._subjects.events(namespace, thread_id),
             self._subjects.output(namespace, thread_id),
+            namespace,
         )
         self._cache[thread_id] = pair
         return pair
@@ -251,7 +255,7 @@ class Egress:
         self._manager = manager
         return manager.register_batch_sink((), self.emit_batch, name=self.name, lossless=True)
 
-    def _subjects_of(self, thread_id: str) -> tuple[str, str]:
+    def _subjects_of(self, thread_id: str) -> _Subjects:
         pair = self._cache.get(thread_id)
         if pair is None:
             namespace = DEFAULT_NAMESPACE
@@ -343,7 +347,7 @@ class Egress:
         for answer_turn in _answers_missing(stored, thread, tip):
             log.warning("stored answer missing from the events; publishing it", thread_id=thread_id)
             answer = TurnCompleteEvent(turn=answer_turn)
-            run = _Run(encode_event(answer), answer)
+            run = _Run(encode_event(answer), answer, answer_turn.id)
             run.data.append(encode_event(LifecycleEvent(phase="done")))
             await self._append(thread_id, run, self.emitted)
             if thread_id in self._gone:  # refused (the lease is overdue): tried again later
@@ -414,22 +418,23 @@ class Egress:
     async def _emit_batch(self, items: list[tuple[str, OutputEvent | None]]) -> None:
         live: dict[str, _Run] = {}
         turns = self._turns
-        allowed: set[str] = set()  # asked once per thread between awaits; `_append` again
-        position = self.emitted  # the sink position of `event`
-        for thread_id, event in items:
-            position += 1
+        allowed: set[str] = set()  # asked once per thread between awaits
+        start = self.emitted
+        # `position`: the sink position of `event` (the manager's events taken before it).
+        for position, (thread_id, event) in enumerate(items, start):
             if event is None:  # the turn was given up: what it held is never stored
                 held = turns.pop(thread_id, None)
                 if held is not None:
                     self.abandoned += len(held.data)
                 continue
-            if thread_id not in allowed and self._refuses(thread_id, position - 1):
-                self.refused += 1
-                held = turns.pop(thread_id, None)
-                if held is not None:
-                    self.refused += len(held.data)
-                continue
-            allowed.add(thread_id)
+            if thread_id not in allowed:
+                if self._refuses(thread_id, position):
+                    self.refused += 1
+                    held = turns.pop(thread_id, None)
+                    if held is not None:
+                        self.refused += len(held.data)
+                    continue
+                allowed.add(thread_id)
             data = encode_event(event)
             if is_live_only(event):
                 run = live.get(thread_id)
@@ -443,14 +448,16 @@ class Egress:
                 turns[thread_id] = turn = _Run(data, event)
             else:
                 turn.data.append(data)
-                if type(event) is TurnCompleteEvent:
-                    turn.turn = event.turn.id
-            if isinstance(event, LifecycleEvent) and event.phase == "done":
+            if type(event) is TurnCompleteEvent:
+                turn.turn = event.turn.id
+            elif isinstance(event, LifecycleEvent) and event.phase == "done":
                 run = live.pop(thread_id, None)
-                if run is not None and self._publish_live(thread_id, run):
+                waited = run is not None and self._publish_live(thread_id, run)
+                if waited:
                     await wait_flushed(self._nc)
                 del turns[thread_id]
-                await self._append(thread_id, turn, position - 1)
+                # Asked above, with no await since unless it waited for the flush.
+                await self._append(thread_id, turn, position, asked=not waited)
                 allowed.clear()  # ownership may have changed while we waited
         over_limit = False
         for thread_id, run in live.items():
@@ -458,7 +465,7 @@ class Egress:
         if over_limit:
             await wait_flushed(self._nc)
         if turns:
-            await self._store_outside_turns(position)
+            await self._store_outside_turns(start + len(items))
 
     async def _store_outside_turns(self, position: int) -> None:
         """Store held events of threads not in a turn (published outside one, or closed)."""
@@ -478,7 +485,7 @@ class Egress:
         """The encoded headers of a live message: built once per kind without a trace."""
         first = run.first
         kind = first.kind if len(run.data) == 1 else BATCH_KIND
-        if not getattr(first, "context", _NO_CONTEXT).traceparent:
+        if not first.context.traceparent:
             block = self._blocks.get(kind)
             if block is None:
                 block = self._blocks[kind] = header_block(self._headers(run))
@@ -494,11 +501,15 @@ class Egress:
             headers[HEADER_TRACEPARENT] = traceparent
         return headers
 
-    async def _append(self, thread_id: str, turn: _Run, position: int) -> None:
+    async def _append(
+        self, thread_id: str, turn: _Run, position: int, *, asked: bool = False
+    ) -> None:
         """Store a turn's held events: one batch, or several if one would be too large.
 
-        `position`: the sink position of its last event (see `_refuses`)."""
-        if self._refuses(thread_id, position):
+        `position`: the sink position of its last event (see `_refuses`); `asked`: the
+        caller had `_refuses` say no for the thread with no await since (nothing but the
+        clock moved: the same decision)."""
+        if not asked and self._refuses(thread_id, position):
             self.refused += len(turn.data)
             return
         subject = self._subjects_of(thread_id)[0]

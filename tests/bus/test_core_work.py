@@ -21,23 +21,38 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from structlog.testing import capture_logs
 
-from ore_core import Manager
+from ore_core import (
+    ArtifactEvent,
+    EventContext,
+    LifecycleEvent,
+    Manager,
+    OutputEvent,
+    Role,
+    Text,
+    TextDelta,
+    TurnCompleteEvent,
+)
 from ore_core.bus import ingress as ingress_module
 from ore_core.bus import ownership as ownership_module
+from ore_core.bus.egress import Egress
+from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.puller import Puller
 from ore_core.bus.service import SERVING_GC_THRESHOLD, CoreService, run
 from ore_core.bus.streams import BusConfig, consumer_name, ensure_streams
 from ore_core.conduit.connection import OreNatsClient, connect_nats
+from ore_core.ledger.thread import Thread
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.subjects import Subjects
 from tests.bus.conftest import (
+    SUBJECTS,
     TIMEOUT,
     CoreFactory,
     Outbox,
     all_acknowledged,
     eventually,
     publish,
+    stored_messages,
     user_message,
 )
 
@@ -286,3 +301,113 @@ def test_the_served_process_leaves_its_start_up_heap_out_of_collections(ore_nats
     assert frozen[0] > 10_000  # the imports, schemas and plugins of a started core
     assert thresholds == [(SERVING_GC_THRESHOLD, *before[1:])]
     assert before[0] < SERVING_GC_THRESHOLD
+
+
+def _a_turn(thread: Thread, text: str, context: EventContext) -> list[OutputEvent]:
+    """The events an echo turn emits, in order: 3 live, 4 stored."""
+    user = thread.append(Role.USER, Text(text))
+    answer = thread.append(Role.ASSISTANT, Text(text))
+    return [
+        TurnCompleteEvent.of(user, context),
+        LifecycleEvent.of("submitted", context),
+        LifecycleEvent.of("streaming", context),
+        ArtifactEvent.of(TextDelta(text), context),
+        ArtifactEvent.of(Text(text), context),
+        TurnCompleteEvent.of(answer, context),
+        LifecycleEvent.of("done", context),
+    ]
+
+
+async def test_the_egress_asks_ownership_once_per_thread_until_it_awaits(
+    ore_nats_client: Client,
+) -> None:
+    """A batch's events of one thread are checked against the lease once, and a turn's
+    `done` stores its batch on that answer (no await between: the same decision); after
+    each stored batch (an await) the thread is asked again."""
+    js = ore_nats_client.jetstream()
+    await ensure_streams(js, SUBJECTS, BusConfig(partitions=1))
+    pipeline = Pipeline(ore_nats_client)
+    await pipeline.start()
+    asked: list[str] = []
+
+    def may_write(thread_id: str) -> bool:
+        asked.append(thread_id)
+        return True
+
+    egress = Egress(ore_nats_client, SUBJECTS, pipeline, may_write=may_write)
+    context = EventContext(provenance="raw")
+    threads = {"t-a": Thread("t-a")}
+    egress.bind("t-a", "raw")
+    try:
+        # The thread's first batch reads its last sequence first (an await): asked again.
+        await egress.emit_batch([("t-a", e) for e in _a_turn(threads["t-a"], "one", context)])
+        asked.clear()
+        await egress.emit_batch([("t-a", e) for e in _a_turn(threads["t-a"], "two", context)])
+        assert asked == ["t-a"]  # 7 events, one stored batch: asked once
+
+        asked.clear()
+        both: list[tuple[str, OutputEvent | None]] = [
+            *(("t-a", e) for e in _a_turn(threads["t-a"], "three", context)),
+            *(("t-a", e) for e in _a_turn(threads["t-a"], "four", context)),
+        ]
+        await egress.emit_batch(both)
+        assert asked == ["t-a", "t-a"]  # asked again after the first turn's append
+        async with asyncio.timeout(TIMEOUT):
+            await pipeline.flush()
+    finally:
+        await pipeline.stop()
+    stored = await stored_messages(ore_nats_client, "t-a")
+    assert [[e["kind"] for e in batch] for batch in stored] == [
+        ["turn_complete", "text", "turn_complete", "lifecycle"]
+    ] * 4
+    assert egress.emitted == 28
+    assert egress.refused == 0
+
+
+async def test_a_thread_whose_lease_is_overdue_stores_nothing_of_the_batch(
+    ore_nats_client: Client,
+) -> None:
+    js = ore_nats_client.jetstream()
+    await ensure_streams(js, SUBJECTS, BusConfig(partitions=1))
+    pipeline = Pipeline(ore_nats_client)
+    await pipeline.start()
+    overdue: list[tuple[str, int]] = []
+    egress = Egress(ore_nats_client, SUBJECTS, pipeline, may_write=lambda t: t != "t-z")
+    egress.watch_overdue(lambda thread_id, position: overdue.append((thread_id, position)))
+    context = EventContext(provenance="raw")
+    for thread_id in ("t-y", "t-z"):
+        egress.bind(thread_id, "raw")
+    y, z = (_a_turn(Thread(thread_id), "hi", context) for thread_id in ("t-y", "t-z"))
+    try:
+        await egress.emit_batch(
+            [item for a, b in zip(y, z, strict=True) for item in (("t-y", a), ("t-z", b))]
+        )
+        async with asyncio.timeout(TIMEOUT):
+            await pipeline.flush()
+    finally:
+        await pipeline.stop()
+    assert overdue == [("t-z", 1)]  # the sink position of its first event
+    assert await stored_messages(ore_nats_client, "t-z") == []
+    assert [len(batch) for batch in await stored_messages(ore_nats_client, "t-y")] == [4]
+    assert egress.refused == 7
+
+
+async def test_binding_a_thread_again_in_its_namespace_computes_no_subject(
+    ore_nats_client: Client,
+) -> None:
+    computed: list[tuple[str, str]] = []
+
+    class CountingSubjects(Subjects):
+        def events(self, namespace: str, thread_id: str) -> str:
+            computed.append((namespace, thread_id))
+            return super().events(namespace, thread_id)
+
+    subjects = CountingSubjects()
+    egress = Egress(ore_nats_client, subjects, Pipeline(ore_nats_client))
+    for namespace in ("raw", "raw", "raw", "slack", "slack", "raw"):
+        egress.bind("t-ns", namespace)
+    assert computed == [("raw", "t-ns"), ("slack", "t-ns"), ("raw", "t-ns")]
+    assert egress._subjects_of("t-ns")[:2] == (
+        Subjects().events("raw", "t-ns"),
+        Subjects().output("raw", "t-ns"),
+    )
