@@ -205,7 +205,7 @@ def turn_json(turn: Turn) -> bytes:
     cached = turn._json
     if cached is None:
         cached = orjson.dumps(turn_to_dict(turn))
-        object.__setattr__(turn, "_json", cached)
+        _set_json(turn, cached)
     return cached
 
 

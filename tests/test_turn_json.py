@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from ore_core import Artifact, Role, Text, TraversalControl, Turn
 from ore_core.jsonutil import dumps, loads
 from ore_core.ledger import turn_from_dict, turn_to_dict
-from ore_core.turn import format_timestamp, generate_turn_id
+from ore_core.turn import format_timestamp, generate_turn_id, turn_json
 
 
 def test_user_turn_json_matches_go_example() -> None:
@@ -148,3 +148,10 @@ def test_turn_ids_are_sixteen_hex_digits_and_do_not_repeat() -> None:
     assert all(len(turn_id) == 16 and int(turn_id, 16) >= 0 for turn_id in ids)
     assert all(turn_id == turn_id.lower() for turn_id in ids)
     assert len(set(ids)) == len(ids)
+
+
+@given(_TURN_ARGS)
+def test_turn_json_is_turn_to_dict_encoded(args: tuple[Any, ...]) -> None:
+    turn = Turn(*args)
+    assert turn_json(turn) == dumps(turn_to_dict(turn))
+    assert turn_json(turn) is turn_json(turn)  # encoded once
