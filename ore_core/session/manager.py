@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from functools import partial
 from types import TracebackType
 
 import structlog
@@ -149,10 +150,20 @@ class _SinkRunner:
             await asyncio.wait([self.task])
 
 
-class _Routes(dict[str, tuple[Callable[[_SinkItem], None], ...]]):
-    """kind -> the push of every sink taking it, each kind routed on its first event.
+_Push = Callable[[_SinkItem], None]
 
-    A dict with `__missing__`, so an event costs one subscript: no `get`, no check.
+
+def _push_all(pushes: tuple[_Push, ...], item: _SinkItem) -> None:
+    for push in pushes:
+        push(item)
+
+
+class _Routes(dict[str, _Push]):
+    """kind -> one push that queues an item for every sink taking the kind (the sink's
+    own `push` when one sink takes it, the common case), routed on its first event.
+
+    A dict with `__missing__`, so an event costs one subscript and one call: no `get`,
+    no check, no loop.
     """
 
     __slots__ = ("_sinks", "_tasks")
@@ -162,14 +173,15 @@ class _Routes(dict[str, tuple[Callable[[_SinkItem], None], ...]]):
         self._sinks = sinks
         self._tasks = tasks
 
-    def __missing__(self, kind: str) -> tuple[Callable[[_SinkItem], None], ...]:
-        """The pushes of the sinks that take `kind` (their tasks started), remembered."""
+    def __missing__(self, kind: str) -> _Push:
+        """The push to the sinks that take `kind` (their tasks started), remembered."""
         runners = [r for r in self._sinks if not r.kinds or kind in r.kinds]
         for runner in runners:
             if runner.task is None:
                 runner.start(self._tasks)
-        pushes = self[kind] = tuple(runner.buffer.push for runner in runners)
-        return pushes
+        pushes = tuple(runner.buffer.push for runner in runners)
+        route = self[kind] = pushes[0] if len(pushes) == 1 else partial(_push_all, pushes)
+        return route
 
 
 class Manager:
@@ -457,9 +469,7 @@ class Manager:
                 runner.buffer.push_mark((thread_id, None))
 
     def _to_sinks(self, thread_id: str, event: OutputEvent) -> None:
-        item = (thread_id, event)
-        for push in self._routes[event.kind]:
-            push(item)
+        self._routes[event.kind]((thread_id, event))
 
     # -- lifetime -------------------------------------------------------------
 
