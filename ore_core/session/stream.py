@@ -490,17 +490,16 @@ class Stream:
             if event is None:
                 return
             event = await self._intercept(interceptor, event)
-        if event is None:
+        if isinstance(event, UserMessageEvent):  # the common case first
+            await self._record_user_turn(event)
+            await self._run_processor(event)
             return
-        if isinstance(event, InterruptEvent):
-            return  # the running turn was cancelled on submit; nothing else to do
+        if event is None or isinstance(event, InterruptEvent):
+            return  # dropped by an interceptor; an interrupt cancelled the turn on submit
         if isinstance(event, SessionSwitchEvent):
             self.publish(event)
             return
-        if not isinstance(event, UserMessageEvent):
-            raise TurnFailed(f"unsupported event kind: {event.kind}")
-        await self._record_user_turn(event)
-        await self._run_processor(event)
+        raise TurnFailed(f"unsupported event kind: {event.kind}")
 
     async def _record_user_turn(self, event: UserMessageEvent) -> None:
         """Append the user turn and announce it; it is saved with the answer.
