@@ -177,11 +177,16 @@ def parse_timestamp(text: str) -> datetime:
 
 def turn_to_dict(turn: Turn) -> dict[str, Any]:
     """The Go-compatible JSON object of `turn` (raises ArtifactError for deltas)."""
-    out: dict[str, Any] = {"id": turn.id}
-    if turn.parent_id:
-        out["parent_id"] = turn.parent_id
-    out["role"] = str(turn.role)
-    out["artifacts"] = encode_envelope(turn.artifacts)
+    # One literal for the keys every turn but a thread's first has, in their order
+    # (deleting a key keeps the order of the others).
+    out: dict[str, Any] = {
+        "id": turn.id,
+        "parent_id": turn.parent_id,
+        "role": str(turn.role),
+        "artifacts": encode_envelope(turn.artifacts),
+    }
+    if not turn.parent_id:
+        del out["parent_id"]
     if turn.timestamp is not None:
         out["timestamp"] = format_timestamp(turn.timestamp)
     if turn.control or turn.event_id:
