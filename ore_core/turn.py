@@ -10,6 +10,7 @@ key, `event_id` (the ingress event a turn came from), which Go readers ignore.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -54,35 +55,31 @@ class TraversalControl(StrEnum):
     SKIP = "skip"
 
 
-class _RandomPool(threading.local):
-    """Random bytes read from the OS 4 KiB at a time, one pool per OS thread.
+class _IdPool(threading.local):
+    """Turn ids made from the OS's random bytes 4 KiB at a time, one pool per OS thread.
 
-    One `os.urandom` call per id made the event loop queue behind store worker
-    threads for the GIL under load; slicing ids from a pool avoids most calls.
+    One `os.urandom` call per id made the event loop queue behind store worker threads
+    for the GIL under load; the ids of 4 KiB are cut in one regex call (in C), so an id
+    costs a list pop.
     """
 
     def __init__(self) -> None:
-        self.data = b""
-        self.offset = 0
-
-    def take(self, size: int) -> bytes:
-        if self.offset + size > len(self.data):
-            self.data = os.urandom(4096)
-            self.offset = 0
-        chunk = self.data[self.offset : self.offset + size]
-        self.offset += size
-        return chunk
+        self.ids: list[str] = []
 
 
-_pool = _RandomPool()
+_pool = _IdPool()
+_ID_HEX = re.compile("[0-9a-f]{16}")
 
 
 def generate_turn_id() -> str:
     """16 lowercase hex characters from the OS CSPRNG."""
-    return _pool.take(8).hex()
+    ids = _pool.ids
+    if not ids:
+        ids += _ID_HEX.findall(os.urandom(4096).hex())
+    return ids.pop()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Turn:
     """One node of the conversation tree: an immutable value.
 
@@ -107,9 +104,38 @@ class Turn:
     # a replaced turn starts without it.
     _json: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        if type(self.artifacts) is not tuple:
-            object.__setattr__(self, "artifacts", tuple(self.artifacts))
+    def __init__(
+        self,
+        id: str,
+        role: Role | str,
+        artifacts: tuple[Artifact, ...] = (),
+        parent_id: str = "",
+        timestamp: datetime | None = None,
+        control: TraversalControl | str = TraversalControl.DEFAULT,
+        event_id: str = "",
+    ) -> None:
+        # What the generated `__init__` of a frozen dataclass does (any iterable of
+        # artifacts becomes a tuple), setting each slot through its descriptor instead
+        # of `object.__setattr__`: two turns per message are made this way.
+        _set_id(self, id)
+        _set_role(self, role)
+        _set_artifacts(self, artifacts if type(artifacts) is tuple else tuple(artifacts))
+        _set_parent_id(self, parent_id)
+        _set_timestamp(self, timestamp)
+        _set_control(self, control)
+        _set_event_id(self, event_id)
+        _set_json(self, None)
+
+
+_slots = vars(Turn)
+_set_id = _slots["id"].__set__
+_set_role = _slots["role"].__set__
+_set_artifacts = _slots["artifacts"].__set__
+_set_parent_id = _slots["parent_id"].__set__
+_set_timestamp = _slots["timestamp"].__set__
+_set_control = _slots["control"].__set__
+_set_event_id = _slots["event_id"].__set__
+_set_json = _slots["_json"].__set__
 
 
 _RFC3339 = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
@@ -119,11 +145,13 @@ def format_timestamp(value: datetime) -> str:
     """RFC 3339 with trimmed fractional seconds, `Z` for UTC (as Go's RFC3339Nano)."""
     # orjson formats a datetime about 4x faster than strftime: this runs once per entry.
     text: str = orjson.dumps(value, option=_RFC3339)[1:-1].decode()
-    if value.microsecond:
-        head, _, frac = text.partition(".")
-        digits = frac[:6].rstrip("0")
-        return f"{head}.{digits}{frac[6:]}"
-    return text
+    if not value.microsecond:
+        return text
+    if text[-1] == "Z":  # UTC, the common case: six digits, not all zeros, then the Z
+        return text.rstrip("0Z") + "Z"
+    head, _, frac = text.partition(".")
+    digits = frac[:6].rstrip("0")
+    return f"{head}.{digits}{frac[6:]}"
 
 
 def parse_timestamp(text: str) -> datetime:
@@ -149,11 +177,16 @@ def parse_timestamp(text: str) -> datetime:
 
 def turn_to_dict(turn: Turn) -> dict[str, Any]:
     """The Go-compatible JSON object of `turn` (raises ArtifactError for deltas)."""
-    out: dict[str, Any] = {"id": turn.id}
-    if turn.parent_id:
-        out["parent_id"] = turn.parent_id
-    out["role"] = str(turn.role)
-    out["artifacts"] = encode_envelope(turn.artifacts)
+    # One literal for the keys every turn but a thread's first has, in their order
+    # (deleting a key keeps the order of the others).
+    out: dict[str, Any] = {
+        "id": turn.id,
+        "parent_id": turn.parent_id,
+        "role": str(turn.role),
+        "artifacts": encode_envelope(turn.artifacts),
+    }
+    if not turn.parent_id:
+        del out["parent_id"]
     if turn.timestamp is not None:
         out["timestamp"] = format_timestamp(turn.timestamp)
     if turn.control or turn.event_id:
@@ -177,7 +210,7 @@ def turn_json(turn: Turn) -> bytes:
     cached = turn._json
     if cached is None:
         cached = orjson.dumps(turn_to_dict(turn))
-        object.__setattr__(turn, "_json", cached)
+        _set_json(turn, cached)
     return cached
 
 

@@ -7,6 +7,7 @@ import pytest
 from ore_core import (
     ArtifactEvent,
     LifecycleEvent,
+    OutputEvent,
     SubscriberOverflow,
     Text,
     TextDelta,
@@ -88,3 +89,25 @@ def test_take_all_hands_over_every_queued_item_in_order_and_leaves_none() -> Non
     buffer.push_mark(items[2])
     assert buffer.take_all() == items
     assert (len(buffer), buffer.take_all(), buffer.appended) == (0, [], 3)
+
+
+async def test_appended_counts_every_item_ever_queued_whoever_took_it_out() -> None:
+    buffer: EventBuffer[tuple[str, OutputEvent | None]] = EventBuffer(
+        lambda item: item[1], lambda item, event: (item[0], event), maxsize=2, lossless=True
+    )
+    done = ("t1", LifecycleEvent(phase="done"))
+    buffer.push(done)
+    buffer.push_mark(("t1", None))
+    assert buffer.appended == 2
+    assert await buffer.get() == done
+    assert buffer.get_nowait() == ("t1", None)
+    assert buffer.get_nowait() is None
+    for part in ("a", "b", "c"):  # full at two: the third delta merges into the second
+        buffer.push(("t1", ArtifactEvent(artifact=TextDelta(part))))
+    buffer.push(done)  # full, lossless: queued all the same
+    assert (buffer.appended, buffer.coalesced, len(buffer)) == (5, 1, 3)
+    assert len(buffer.take_all()) == 3
+    buffer.push(done)
+    buffer.close(SubscriberOverflow("gone"))  # discards the queued item: it was queued
+    buffer.push(done)  # after close: ignored, not counted
+    assert (buffer.appended, len(buffer)) == (6, 0)

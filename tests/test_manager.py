@@ -17,10 +17,13 @@ from ore_core import (
     ThreadExists,
     ThreadNotFound,
 )
+from ore_core.session.fanout import EventBuffer
+from ore_core.session.manager import _push_all
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.testing.faulty_store import FaultyStore
 from ore_core.testing.processors import ScriptedProcessor
 from tests.session_support import ECHO_TURN, kinds, message
+from tests.test_turn_encoded_once import counting_calls
 
 
 @pytest.fixture
@@ -352,3 +355,28 @@ async def test_a_sink_registered_between_turns_gets_every_kind_of_the_next_turn(
     assert len(later.events) == 7  # unregistered before the third turn
     assert manager.sink_queued("later") == 0
     assert manager.sink_queued("phases") == 3
+
+
+async def test_an_event_for_one_sink_is_pushed_to_it_directly_and_for_two_through_one_loop() -> (
+    None
+):
+    """The route of a kind is the lone sink's own push (no fan-out loop per event, the
+    common case: the bus egress takes every kind), or one loop over several pushes."""
+    async with Manager(MemoryStore(), ScriptedProcessor(["Hello"])) as manager:
+        manager.register_sink((), _ignore, name="all")
+        stream = await manager.create()
+        with counting_calls(_push_all, EventBuffer.push) as counts:
+            await stream.process(message("hi"))
+        events = manager.sink_queued("all")
+        assert events >= len(ECHO_TURN)
+        assert counts == {"_push_all": 0, "push": events}
+        manager.register_sink(("lifecycle",), _ignore, name="phases")
+        with counting_calls(_push_all, EventBuffer.push) as counts:
+            await stream.process(message("again"))
+        assert manager.sink_queued("all") == 2 * events
+        assert manager.sink_queued("phases") == 3  # submitted, streaming, done
+        assert counts == {"_push_all": 3, "push": events + 3}
+
+
+async def _ignore(thread_id: str, event: OutputEvent) -> None:
+    return None

@@ -634,3 +634,53 @@ async def test_double_texting_reject_sends_a_notice_and_stores_nothing(
     assert isinstance(notice, NoticeEvent)
     assert notice.context.provenance == "slack"
     assert [t.role for t in stream.turns()] == [Role.USER, Role.ASSISTANT]
+
+
+async def test_sinks_hear_every_event_once_whether_or_not_someone_subscribes(
+    store: MemoryStore,
+) -> None:
+    heard: list[Any] = []
+
+    async def sink(thread_id: str, event: Any) -> None:
+        heard.append(event)
+
+    async with Manager(store, ScriptedProcessor(["a", "b", "c"])) as manager:
+        manager.register_sink((), sink, name="all")
+        stream = await manager.create()
+        await stream.process(message("unwatched"))
+        sub = stream.subscribe("lifecycle")
+        await stream.process(message("watched"))
+        watched = await collect(sub)
+        sub.close()
+        await stream.process(message("unwatched again"))
+        await stream.emit(NoticeEvent(content="after"))
+        for _ in range(100):
+            if len(heard) == 3 * len(ECHO_TURN) + 1:
+                break
+            await asyncio.sleep(0.01)
+    assert kinds(heard) == [*ECHO_TURN, *ECHO_TURN, *ECHO_TURN, "notice"]
+    assert kinds(watched) == ["lifecycle:submitted", "lifecycle:streaming", "lifecycle:done"]
+
+
+async def test_an_abandoned_stream_s_turn_publishes_nothing_more_to_sinks_or_subscribers(
+    store: MemoryStore,
+) -> None:
+    heard: list[Any] = []
+
+    async def sink(thread_id: str, event: Any) -> None:
+        heard.append(event)
+
+    gate = GatedProcessor()
+    async with Manager(store, gate) as manager:
+        manager.register_sink((), sink, name="all")
+        stream = await manager.create()
+        sub = stream.subscribe()
+        stream.submit(message("hi"))
+        await asyncio.wait_for(gate.started.wait(), 30)
+        await stream.abandon()  # another worker owns the thread: its turn is cut short
+        stream.publish(NoticeEvent(content="stale"))
+        seen = [e async for e in sub]
+        await asyncio.sleep(0.05)
+    expected = ["turn_complete", "lifecycle:submitted", "lifecycle:streaming", "text_delta"]
+    assert kinds(seen) == expected  # no cancelled, no done, no notice
+    assert kinds(heard) == expected

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from ore_core.artifacts import Accumulable, Artifact, Reasoning, ReasoningDelta, Text, TextDelta
 
@@ -29,14 +28,19 @@ _COMPLETE: dict[type[Artifact], type[Text] | type[Reasoning]] = {
     TextDelta: Text,
     ReasoningDelta: Reasoning,
 }
+_NEVER = float("-inf")  # the time of the last tick before the first
 
 
-@dataclass(slots=True)
 class _Parts:
     """Text of one key's deltas, joined only when the artifact is needed."""
 
-    kind: type[TextDelta] | type[ReasoningDelta]
-    parts: list[str] = field(default_factory=list)
+    __slots__ = ("kind", "parts")
+
+    # A plain class: made once per key and step, and a dataclass's generated `__init__`
+    # with a default factory costs twice this one.
+    def __init__(self, kind: type[TextDelta] | type[ReasoningDelta], parts: list[str]) -> None:
+        self.kind = kind
+        self.parts = parts
 
 
 class DeltaAccumulator:
@@ -53,7 +57,8 @@ class DeltaAccumulator:
         current = self._merged.get(key)
         if isinstance(delta, _JOINABLE):
             if current is None:
-                current = self._merged[key] = _Parts(type(delta))
+                self._merged[key] = _Parts(type(delta), [delta.content])
+                return
             if isinstance(current, _Parts) and current.kind is type(delta):
                 current.parts.append(delta.content)
                 return
@@ -72,8 +77,7 @@ class DeltaAccumulator:
     @staticmethod
     def _complete(value: _Parts | Artifact) -> Artifact:
         if isinstance(value, _Parts):
-            parts = value.parts
-            text = parts[0] if len(parts) == 1 else "".join(parts)
+            text = "".join(value.parts)  # one part: that very string, no copy
             complete = _COMPLETE.get(value.kind)
             return complete(text) if complete is not None else value.kind(text).merge_into(None)
         return value
@@ -93,7 +97,7 @@ class DeltaPacer:
         self._interval = interval
         self._max_bytes = max(max_bytes, 64)
         self._buffered: dict[str, _Parts] = {}
-        self._last = float("-inf")
+        self._last = _NEVER
         self._timer: asyncio.TimerHandle | None = None
 
     def add(self, delta: Accumulable) -> None:
@@ -112,7 +116,7 @@ class DeltaPacer:
         ):
             # The first delta since the start (or `finish`), due now and small: what a
             # tick would publish is this very delta (a short answer pays no buffering).
-            self._buffered[key] = _Parts(type(delta))
+            self._buffered[key] = _Parts(type(delta), [])
             self._last = now
             if delta.content:
                 self._publish(delta)
@@ -120,7 +124,7 @@ class DeltaPacer:
         buffered = self._buffered.get(key)
         if buffered is None or buffered.kind is not type(delta):
             self._emit_key(key)
-            buffered = self._buffered[key] = _Parts(type(delta))
+            buffered = self._buffered[key] = _Parts(type(delta), [])
         buffered.parts.append(delta.content)
         if now - self._last >= self._interval:
             self._tick()
@@ -151,8 +155,7 @@ class DeltaPacer:
         buffered = self._buffered.get(key)
         if buffered is None or not buffered.parts:
             return False
-        parts = buffered.parts
-        text = parts[0] if len(parts) == 1 else "".join(parts)
+        text = "".join(buffered.parts)
         if len(text) * 4 <= self._max_bytes:  # fits whatever it is (UTF-8: <= 4 bytes each)
             chunk, rest = text, ""
         else:

@@ -79,22 +79,30 @@ class EventBuffer(Generic[T]):
         self._items: deque[T] = deque()
         self._event_of = event_of
         self._rebuild = rebuild
-        self._maxsize = maxsize
         # A lossless buffer (the bus egress) still merges deltas under pressure but never
         # cuts its reader off: it grows instead, bounded by how long an outage lasts.
         self._hard_limit = (
             None if lossless else hard_limit if hard_limit is not None else maxsize * 8
         )
+        # `push` checks one bound: `maxsize` while open, -1 once closed (so the closed
+        # case costs the common one no check of its own).
+        self._bound = maxsize
         self._waiter: asyncio.Future[None] | None = None
         self._closed = False
         self._error: BaseException | None = None
         self.dropped = 0
         self.coalesced = 0
-        self.appended = 0
-        """Items ever queued (a merged delta is no new item): a position readers can await."""
+        # Items taken out (read or discarded): `appended` is counted by the reader's side,
+        # once per batch, instead of by every push.
+        self._removed = 0
 
     def __len__(self) -> int:
         return len(self._items)
+
+    @property
+    def appended(self) -> int:
+        """Items ever queued (a merged delta is no new item): a position readers can await."""
+        return self._removed + len(self._items)
 
     @property
     def closed(self) -> bool:
@@ -103,31 +111,35 @@ class EventBuffer(Generic[T]):
 
     def push(self, item: T) -> None:
         """Queue `item`; never blocks. Ignored after close."""
-        if self._closed:
-            return
         items = self._items
-        if len(items) >= self._maxsize:
-            delta = _delta_of(self._event_of(item))
-            if delta is not None:
-                self._squeeze(item, delta)
-                return
-            if self._hard_limit is not None and len(items) >= self._hard_limit:
-                self.close(SubscriberOverflow(f"subscriber fell {len(items)} events behind"))
-                return
+        if len(items) >= self._bound and not self._admit(item):
+            return
         items.append(item)
-        self.appended += 1
         waiter = self._waiter
         if waiter is not None:  # wake the reader once: later pushes find no waiter
             self._waiter = None
             if not waiter.done():
                 waiter.set_result(None)
 
+    def _admit(self, item: T) -> bool:
+        """For a closed or full buffer: True when `item` is to be queued all the same."""
+        if self._closed:
+            return False
+        items = self._items
+        delta = _delta_of(self._event_of(item))
+        if delta is not None:
+            self._squeeze(item, delta)
+            return False
+        if self._hard_limit is not None and len(items) >= self._hard_limit:
+            self.close(SubscriberOverflow(f"subscriber fell {len(items)} events behind"))
+            return False
+        return True
+
     def push_mark(self, item: T) -> None:
         """Queue `item`, a mark between events (no event): never merged or dropped."""
         if self._closed:
             return
         self._items.append(item)
-        self.appended += 1
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -148,8 +160,10 @@ class EventBuffer(Generic[T]):
         if self._closed:
             return
         self._closed = True
+        self._bound = -1
         if error is not None:
             self._error = error
+            self._removed += len(self._items)
             self._items.clear()
         waiter = self._waiter
         if waiter is not None and not waiter.done():
@@ -167,11 +181,15 @@ class EventBuffer(Generic[T]):
                 await self._waiter
             finally:
                 self._waiter = None
+        self._removed += 1
         return self._items.popleft()
 
     def get_nowait(self) -> T | None:
         """The next queued item, or None when nothing is queued."""
-        return self._items.popleft() if self._items else None
+        if not self._items:
+            return None
+        self._removed += 1
+        return self._items.popleft()
 
     def take_all(self) -> list[T]:
         """Every queued item, in order, leaving none (a batch reader's one call per batch)."""
@@ -180,6 +198,7 @@ class EventBuffer(Generic[T]):
             return []
         taken = list(items)
         items.clear()
+        self._removed += len(taken)
         return taken
 
 

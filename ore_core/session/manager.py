@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from functools import partial
 from types import TracebackType
 
 import structlog
@@ -149,6 +150,40 @@ class _SinkRunner:
             await asyncio.wait([self.task])
 
 
+_Push = Callable[[_SinkItem], None]
+
+
+def _push_all(pushes: tuple[_Push, ...], item: _SinkItem) -> None:
+    for push in pushes:
+        push(item)
+
+
+class _Routes(dict[str, _Push]):
+    """kind -> one push that queues an item for every sink taking the kind (the sink's
+    own `push` when one sink takes it, the common case), routed on its first event.
+
+    A dict with `__missing__`, so an event costs one subscript and one call: no `get`,
+    no check, no loop.
+    """
+
+    __slots__ = ("_sinks", "_tasks")
+
+    def __init__(self, sinks: list[_SinkRunner], tasks: TaskScope) -> None:
+        super().__init__()
+        self._sinks = sinks
+        self._tasks = tasks
+
+    def __missing__(self, kind: str) -> _Push:
+        """The push to the sinks that take `kind` (their tasks started), remembered."""
+        runners = [r for r in self._sinks if not r.kinds or kind in r.kinds]
+        for runner in runners:
+            if runner.task is None:
+                runner.start(self._tasks)
+        pushes = tuple(runner.buffer.push for runner in runners)
+        route = self[kind] = pushes[0] if len(pushes) == 1 else partial(_push_all, pushes)
+        return route
+
+
 class Manager:
     """Creates, attaches and closes streams over one store and one turn processor.
 
@@ -186,11 +221,11 @@ class Manager:
         self._streams: dict[str, Stream] = {}
         self._attaching: dict[str, asyncio.Future[Stream]] = {}
         self._sinks: list[_SinkRunner] = []
-        # kind -> the push of every sink taking it; rebuilt when sinks change, so an
-        # event costs one lookup and one push per sink that wants it, no filter loop.
-        self._routes: dict[str, tuple[Callable[[_SinkItem], None], ...]] = {}
         self.tasks = TaskScope("manager")
         """The sink tasks, stream workers and idle sweeper (a core service adopts it)."""
+        # kind -> the push of every sink taking it; rebuilt when sinks change, so an
+        # event costs one lookup and one push per sink that wants it, no filter loop.
+        self._routes = _Routes(self._sinks, self.tasks)
         self._closed = False
         for sink in sinks:
             self.register_sink(sink.kinds, sink.emit, name=getattr(sink, "name", None))
@@ -434,23 +469,7 @@ class Manager:
                 runner.buffer.push_mark((thread_id, None))
 
     def _to_sinks(self, thread_id: str, event: OutputEvent) -> None:
-        kind = event.kind
-        pushes = self._routes.get(kind)
-        if pushes is None:
-            pushes = self._route(kind)
-        if pushes:
-            item = (thread_id, event)
-            for push in pushes:
-                push(item)
-
-    def _route(self, kind: str) -> tuple[Callable[[_SinkItem], None], ...]:
-        """The pushes of the sinks that take `kind` (their tasks started), remembered."""
-        runners = [r for r in self._sinks if not r.kinds or kind in r.kinds]
-        for runner in runners:
-            if runner.task is None:
-                runner.start(self.tasks)
-        pushes = self._routes[kind] = tuple(runner.buffer.push for runner in runners)
-        return pushes
+        self._routes[event.kind]((thread_id, event))
 
     # -- lifetime -------------------------------------------------------------
 

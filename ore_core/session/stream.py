@@ -181,6 +181,7 @@ class Stream:
         """(interval in seconds, max bytes) of live text deltas; interval 0: every delta."""
         self.last_active = asyncio.get_running_loop().time() if _has_loop() else 0.0
         self._abandoned = False  # another worker owns the thread: publish nothing
+        self._direct = on_publish  # see `publish`; `_rewire` keeps it current
 
     # -- identity and state -------------------------------------------------
 
@@ -478,6 +479,7 @@ class Stream:
         for subscription in self._subscriptions:
             subscription.end()
         self._subscriptions.clear()
+        self._rewire()
 
     async def _dispatch(self, item: _Pending) -> None:
         event: IngressEvent | None = item.event
@@ -488,17 +490,16 @@ class Stream:
             if event is None:
                 return
             event = await self._intercept(interceptor, event)
-        if event is None:
+        if isinstance(event, UserMessageEvent):  # the common case first
+            await self._record_user_turn(event)
+            await self._run_processor(event)
             return
-        if isinstance(event, InterruptEvent):
-            return  # the running turn was cancelled on submit; nothing else to do
+        if event is None or isinstance(event, InterruptEvent):
+            return  # dropped by an interceptor; an interrupt cancelled the turn on submit
         if isinstance(event, SessionSwitchEvent):
             self.publish(event)
             return
-        if not isinstance(event, UserMessageEvent):
-            raise TurnFailed(f"unsupported event kind: {event.kind}")
-        await self._record_user_turn(event)
-        await self._run_processor(event)
+        raise TurnFailed(f"unsupported event kind: {event.kind}")
 
     async def _record_user_turn(self, event: UserMessageEvent) -> None:
         """Append the user turn and announce it; it is saved with the answer.
@@ -582,6 +583,10 @@ class Stream:
 
     def publish(self, event: OutputEvent) -> None:
         """Fan `event` out to subscribers and sinks without blocking (the hot path)."""
+        direct = self._direct
+        if direct is not None:  # nobody subscribed, not abandoned: to the sinks alone
+            direct(self._thread.id, event)
+            return
         if self._abandoned:
             return  # a stale copy: whatever it says, the owner says it
         if self._subscriptions:
@@ -591,6 +596,11 @@ class Stream:
                     subscription.push(event)
         if self._on_publish is not None:
             self._on_publish(self._thread.id, event)
+
+    def _rewire(self) -> None:
+        """`publish` goes straight to the sinks (`on_publish`) while no subscription
+        or abandonment needs its checks; called whenever either changes."""
+        self._direct = None if self._subscriptions or self._abandoned else self._on_publish
 
     async def emit(self, event: OutputEvent) -> None:
         """Send an output event to subscribers and sinks; allowed while a turn runs."""
@@ -606,11 +616,13 @@ class Stream:
             subscription.end()
         else:
             self._subscriptions.append(subscription)
+            self._rewire()
         return subscription
 
     def _unsubscribe(self, subscription: Subscription) -> None:
         if subscription in self._subscriptions:
             self._subscriptions.remove(subscription)
+            self._rewire()
 
     async def append_turn(
         self, role: Role | str, *artifacts: Artifact, context: EventContext | None = None
@@ -693,6 +705,7 @@ class Stream:
         it to the owner, which has the thread as stored).
         """
         self._abandoned = True
+        self._rewire()
         self._discarded = True
         await self.close()
 
@@ -714,6 +727,7 @@ class Stream:
         for subscription in self._subscriptions:
             subscription.end()
         self._subscriptions.clear()
+        self._rewire()
         if self._on_closed is not None:
             on_closed, self._on_closed = self._on_closed, None
             on_closed(self)

@@ -168,18 +168,15 @@ class TurnContext:
         return turn
 
     def _pacer(self) -> DeltaPacer:
-        publish = self._publish
-        context = self._context
         interval, max_bytes = self._delta_pacing
-        return DeltaPacer(
-            lambda delta: publish(ArtifactEvent.of(delta, context)),
-            interval=interval,
-            max_bytes=max_bytes,
-        )
+        return DeltaPacer(self._publish_artifact, interval=interval, max_bytes=max_bytes)
+
+    def _publish_artifact(self, artifact: Artifact) -> None:
+        self._publish(ArtifactEvent.of(artifact, self._context))
 
     def _flush(self, pending: DeltaAccumulator, result: list[Artifact]) -> None:
         if not pending:
             return
         for artifact in pending.take():
-            self._publish(ArtifactEvent.of(artifact, self._context))
+            self._publish_artifact(artifact)
             result.append(artifact)
