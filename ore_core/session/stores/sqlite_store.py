@@ -268,13 +268,15 @@ class SQLiteStore(BaseStore):
             expected = recorder.version
             rows = _Rows(turns, net.tip, net.meta, expected if isinstance(expected, int) else None)
             done, version = self._commit_on_loop(thread_id, rows)
-            if not done:
-                version = await self._run(self._write, thread_id, rows, grouped=True)
+            if not done:  # the worker directly: `_run`'s own coroutine costs a frame per save
+                version = await self._worker.run(self._write, thread_id, rows, grouped=True)
             if version is None:
                 # Deleted meanwhile: the changes alone would leave a fragment of the thread.
                 version = await self._run(self._write, thread_id, _full_rows(thread), grouped=True)
-        except BaseException:
+        except BaseException as exc:
             recorder.restore(changes)
+            if isinstance(exc, sqlite3.Error):
+                raise self._failed(exc) from exc
             raise
         recorder.version = version
 
