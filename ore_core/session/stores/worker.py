@@ -2,8 +2,8 @@
 
 The event loop hands calls over once per loop iteration: `run` collects them, and a
 callback at the end of the iteration puts them on a `queue.SimpleQueue` (the floor's
-grouping: a save made early in an iteration does not wake the worker, and commit
-alone, while the rest of the iteration's saves are still being made). The worker
+grouping: a save made early in an iteration does not wake the worker to commit it
+alone while the rest of the iteration's saves are still being made). The worker
 takes everything queued at that moment, runs it in submission order and settles the
 whole run's futures with one `call_soon_threadsafe`, so N calls queued together cost
 one wake-up of the worker and one of the loop instead of N each (what
