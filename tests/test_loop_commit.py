@@ -38,6 +38,11 @@ def _insert(value: str) -> Callable[[sqlite3.Cursor], str]:
     return write
 
 
+def _save(committer: LoopCommitter, write: Callable[[sqlite3.Cursor], str]) -> tuple[bool, object]:
+    """What the store does per save: count it, commit it on the loop if it is lone."""
+    return committer.commit(write) if committer.lone() else (False, None)
+
+
 def _values(db: sqlite3.Connection) -> list[str]:
     return [value for (value,) in db.execute("SELECT value FROM rows ORDER BY rowid")]
 
@@ -45,15 +50,17 @@ def _values(db: sqlite3.Connection) -> list[str]:
 async def test_only_a_lone_save_is_committed(
     committer: LoopCommitter, db: sqlite3.Connection
 ) -> None:
-    assert committer.commit(_insert("first")) == (True, "first")
-    assert committer.commit(_insert("a burst")) == (False, None)
+    assert _save(committer, _insert("first")) == (True, "first")
+    assert _save(committer, _insert("a burst")) == (False, None)
     await asyncio.sleep(0)  # the next loop iteration
-    assert committer.commit(_insert("right after a burst")) == (False, None)
+    assert _save(committer, _insert("right after a burst")) == (False, None)
     await asyncio.sleep(0)
-    assert committer.commit(_insert("lone")) == (True, "lone")
+    assert _save(committer, _insert("lone")) == (True, "lone")
     await asyncio.sleep(0)
-    assert committer.commit(_insert("not eligible"), eligible=False) == (False, None)
-    assert committer.commit(_insert("with an ineligible one")) == (False, None)
+    assert committer.lone()  # not eligible (the store's decision): counted, not committed
+    assert _save(committer, _insert("with an ineligible one")) == (False, None)
+    await asyncio.sleep(0)
+    assert _save(committer, _insert("right after it")) == (False, None)
     assert _values(db) == ["first", "lone"]
 
 
@@ -61,13 +68,13 @@ async def test_a_locked_database_is_left_to_the_worker_at_once(
     committer: LoopCommitter, db: sqlite3.Connection
 ) -> None:
     db.execute("BEGIN IMMEDIATE")
-    assert committer.commit(_insert("locked out")) == (False, None)
+    assert _save(committer, _insert("locked out")) == (False, None)
     db.execute("ROLLBACK")
     # Never a busy wait on the loop: the connection reports a lock instead of waiting.
     assert committer._cursor is not None
     assert committer._cursor.execute("PRAGMA busy_timeout").fetchone() == (0,)
     await asyncio.sleep(0)
-    assert committer.commit(_insert("unlocked")) == (True, "unlocked")
+    assert _save(committer, _insert("unlocked")) == (True, "unlocked")
     assert _values(db) == ["unlocked"]
 
 
@@ -81,5 +88,5 @@ async def test_a_failing_write_is_rolled_back_and_raised(
     with pytest.raises(ValueError, match="refused"):
         committer.commit(fails)
     await asyncio.sleep(0)
-    assert committer.commit(_insert("after")) == (True, "after")
+    assert _save(committer, _insert("after")) == (True, "after")
     assert _values(db) == ["after"]

@@ -21,7 +21,7 @@ from ore_core.session.stores.sqlite_store import (
     MIGRATIONS,
     SCHEMA_VERSION,
 )
-from ore_core.turn import turn_to_dict
+from ore_core.turn import turn_json, turn_to_dict
 from tests.helpers.worker_gate import queued_together
 
 # Rows written by the store, recorded by triggers: seen from outside the store's connection.
@@ -603,3 +603,45 @@ async def test_a_save_of_any_number_of_turns_keeps_their_order_and_replaces_in_p
     edited = again.get_turn(first)
     assert edited is not None
     assert edited.artifacts == (Text("edited"),)
+
+
+@pytest.mark.parametrize("count", [2, 9])
+async def test_turn_json_is_stored_as_text_exactly_as_encoded(
+    store: SQLiteStore, outside: sqlite3.Connection, count: int
+) -> None:
+    # The JSON is bound as the turn's encoded bytes and CAST to TEXT in the statement:
+    # the column holds what a str bound before held (readable by older ore, and by any
+    # SQLite tool), also for text beyond ASCII and for the row-by-row path (> 8 turns).
+    thread = await store.create()
+    turns = [thread.append(Role.USER, Text(f"grüße {n} 🌍")) for n in range(count)]
+    await store.save(thread)
+    foreign = Thread("t-foreign")
+    turns.append(foreign.append(Role.USER, Text("naïve")))
+    await store.save(foreign)  # written in full
+    rows = dict(
+        (turn_id, (kind, raw))
+        for turn_id, kind, raw in outside.execute("SELECT turn_id, typeof(json), json FROM turns")
+    )
+    assert {turn.id: rows[turn.id] for turn in turns} == {
+        turn.id: ("text", turn_json(turn).decode()) for turn in turns
+    }
+
+
+async def test_a_grouped_save_of_two_turns_runs_two_statements(store: SQLiteStore) -> None:
+    # Per save: the compare-and-set UPDATE of its thread row and one INSERT of both turns;
+    # per group: BEGIN and COMMIT. No SELECT, no metadata statement without a change.
+    threads = [await store.create() for _ in range(10)]
+    statements = await _trace_commits(store)  # every statement, in fact
+
+    async def save(thread: Thread) -> None:
+        thread.append(Role.USER, Text("question"))
+        thread.append(Role.ASSISTANT, Text("answer"))
+        await store.save(thread)
+
+    await queued_together(store._worker, [partial(save, thread) for thread in threads])
+    verbs = [sql.split(" ", 2)[:2] for sql in statements]
+    assert verbs == [
+        ["BEGIN", "IMMEDIATE"],
+        *[["UPDATE", "threads"], ["INSERT", "INTO"]] * 10,
+        ["COMMIT"],
+    ]

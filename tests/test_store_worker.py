@@ -71,6 +71,24 @@ async def test_grouped_calls_queued_together_reach_the_runner_as_one_batch(
     assert (results, recorder.batches) == ([0, 1, 2, 3, 4], [5])
 
 
+async def test_the_calls_of_one_loop_iteration_reach_an_idle_worker_as_one_batch(
+    worker: SerialWorker, recorder: Recorder
+) -> None:
+    # Handed over at the iteration's end: the first call does not wake the worker alone
+    # (one wake-up and one commit for the iteration's saves, not one for the first).
+    await worker.run(int)  # the thread is up and idle
+    results = await asyncio.gather(*(worker.run(int, n, grouped=True) for n in range(10)))
+    assert (results, recorder.batches) == (list(range(10)), [10])
+
+
+async def test_calls_from_another_loop_are_queued_at_once(
+    worker: SerialWorker, recorder: Recorder
+) -> None:
+    await worker.run(int)  # this loop hands over per iteration; another one directly
+    other = await asyncio.to_thread(asyncio.run, worker.run(int, 7, grouped=True))
+    assert (other, recorder.batches, worker._handing) == (7, [1], [])
+
+
 async def test_an_ungrouped_call_splits_the_batch_and_keeps_its_place(
     worker: SerialWorker, recorder: Recorder
 ) -> None:

@@ -10,7 +10,8 @@ version decides those. Everything but `save` is the wrapped store's.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from ore_core.errors import StaleThread
 from ore_core.ledger.thread import Thread
@@ -27,14 +28,22 @@ class FencedStore(StoreWrapper):
         super().__init__(store)
         self._may_write = may_write
 
-    async def save(self, thread: Thread) -> None:
-        """Save through the wrapped store, unless this worker's lease is overdue."""
+    def save(self, thread: Thread) -> Coroutine[Any, Any, None]:
+        """Save through the wrapped store, unless this worker's lease is overdue.
+
+        Not a coroutine of its own (one frame less per save): it hands back the wrapped
+        store's, or a refusal that raises when awaited, as a coroutine would.
+        """
         if not self._may_write(thread.id):
-            raise StaleThread(
-                f"thread {thread.id}: this worker's lease on its partition is overdue "
-                "(paused or cut off from NATS); the copy is dropped and the owner reloads it"
-            )
-        await self.inner.save(thread)
+            return _refuse(thread.id)
+        return self.inner.save(thread)
 
     async def close(self) -> None:
         """The wrapped store is its owner's to close."""
+
+
+async def _refuse(thread_id: str) -> None:
+    raise StaleThread(
+        f"thread {thread_id}: this worker's lease on its partition is overdue "
+        "(paused or cut off from NATS); the copy is dropped and the owner reloads it"
+    )

@@ -140,7 +140,8 @@ class Ownership:
         """The watch, renewal and balancing loops and the handovers (the core adopts it)."""
         self._worker_key = _WORKER + self.worker_id
         self._watcher: KeyValue.KeyWatcher | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # The loop's `time`, looked up once (each lookup is a syscall); asked per save.
+        self._clock: Callable[[], float] | None = None
         self._thread_partitions: dict[str, int] = {}  # asked per save and per stored batch
 
     # -- state --------------------------------------------------------------------
@@ -164,7 +165,7 @@ class Ownership:
         lease = self._leases.get(partition)
         if lease is None or lease.releasing:
             return False
-        return self._now() - lease.renewed < self._valid_for
+        return (self._clock or self._bind_clock())() - lease.renewed < self._valid_for
 
     def holds(self, partition: int) -> bool:
         """True while this worker holds a lease on `partition` it is not handing over,
@@ -180,7 +181,7 @@ class Ownership:
         lease = self._leases.get(partition)
         if lease is None:
             return partition not in self._dropping
-        return self._now() - lease.renewed < self._valid_for
+        return (self._clock or self._bind_clock())() - lease.renewed < self._valid_for
 
     def may_write_thread(self, thread_id: str) -> bool:
         """`may_write` of the thread's partition (the fenced store and the egress ask
@@ -193,12 +194,10 @@ class Ownership:
             partition = partitions[thread_id] = partition_of(thread_id, self._partitions)
         return self.may_write(partition)
 
-    def _now(self) -> float:
-        """The event loop's clock (the loop is looked up once: each lookup is a syscall)."""
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
-        return loop.time()
+    def _bind_clock(self) -> Callable[[], float]:
+        """The running loop's clock, kept: `may_write` calls it without a frame of its own."""
+        self._clock = asyncio.get_running_loop().time
+        return self._clock
 
     def live_workers(self) -> int:
         """Workers whose registration was seen within the lease TTL (this one included)."""

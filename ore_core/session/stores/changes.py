@@ -82,21 +82,26 @@ class ChangeSet:
     turns: dict[str, Turn | None] = field(default_factory=dict)
     tip: str | None = None
     meta: dict[str, str | None] = field(default_factory=dict)
+    # Some entry of `turns` was set to None (it may have been recorded again since):
+    # without one, `changed_turns` is the recorded turns as they are (most saves).
+    reread: bool = False
 
     @classmethod
     def of(cls, changes: Sequence[Change]) -> ChangeSet:
         """Fold `changes` in order: touched turn ids, the last tip, the last value per key."""
         net = cls()
+        turns = net.turns
         for change in changes:
             match change:
                 case AddTurn(turn=turn, tip=tip):
-                    net.turns[turn.id] = turn
+                    turns[turn.id] = turn
                     if tip is not None:
                         net.tip = tip
                 case SetTip(tip=tip):
                     net.tip = tip
                 case SetControl(turn_id=turn_id) | SetParent(turn_id=turn_id):
-                    net.turns[turn_id] = None
+                    turns[turn_id] = None
+                    net.reread = True
                 case SetMeta(key=key, value=value):
                     net.meta[key] = value
         return net
@@ -107,6 +112,8 @@ class ChangeSet:
         Turns are the recorder's own copies (or fresh ones from `thread`): read them,
         never change them, since a failed save puts the same changes back.
         """
+        if not self.reread:
+            return list(self.turns.values())  # type: ignore[arg-type]  # no None in it
         turns = (
             thread.get_turn(turn_id) if turn is None else turn
             for turn_id, turn in self.turns.items()
@@ -209,6 +216,12 @@ class ChangeTracker:
         thread.bind(recorder)
         self._recorders[thread] = recorder
         return thread
+
+    def recorder(self, thread: Thread) -> ChangeRecorder | None:
+        """The recorder bound to `thread` (None: untracked), for a store's save to take
+        the changes, put them back on failure and keep the new version itself (one
+        lookup instead of one per step)."""
+        return self._recorders.get(thread)
 
     def version(self, thread: Thread) -> object:
         """The stored version `thread` was loaded at or last saved as (None: unknown)."""

@@ -34,11 +34,12 @@ _R = TypeVar("_R")
 class LoopCommitter:
     """Commits `write(cursor)` on the calling (loop) thread when it can do so at once.
 
-    The store calls `commit` for every save (`eligible=False`: one it must give its
-    worker anyway; counted all the same). It returns `(True, result)` when it
-    committed, `(False, None)` when the caller should hand the save to its worker
-    instead (not eligible, not a lone save, the write lock is taken). An error of
-    `write` itself, or of the commit, is raised after rolling the transaction back.
+    The store asks `lone` for every save (also one it must give its worker anyway:
+    every save counts) and calls `commit` only when that said True and the save is
+    otherwise eligible. `commit` returns `(True, result)` when it committed, `(False,
+    None)` when the write lock is taken and the caller should hand the save to its
+    worker instead. An error of `write` itself, or of the commit, is raised after
+    rolling the transaction back.
     """
 
     def __init__(self, path: str, *, synchronous: str, autocheckpoint: int) -> None:
@@ -49,18 +50,17 @@ class LoopCommitter:
         self._saves = 0  # saves asked for in this loop iteration
         self._burst = False  # the last loop iteration with saves had more than one
 
-    def commit(
-        self, write: Callable[[sqlite3.Cursor], _R], *, eligible: bool = True
-    ) -> tuple[bool, _R | None]:
-        """Run `write` in a transaction of its own and commit it, if this is a lone
-        save and committing needs no waiting."""
+    def lone(self) -> bool:
+        """Count a save: True when it is the first of its loop iteration and the last
+        iteration that saved anything saved only once (a burst goes to the worker)."""
         self._saves += 1
-        if self._saves == 1:
-            asyncio.get_running_loop().call_soon(self._next_iteration)
-        elif self._saves == 2:
-            self._burst = True
-        if self._saves > 1 or self._burst or not eligible:
-            return False, None
+        if self._saves > 1:  # `_next_iteration` marks the burst
+            return False
+        asyncio.get_running_loop().call_soon(self._next_iteration)
+        return not self._burst
+
+    def commit(self, write: Callable[[sqlite3.Cursor], _R]) -> tuple[bool, _R | None]:
+        """Run `write` in a transaction of its own and commit it, unless that would wait."""
         try:
             cursor = self._cursor or self._open()
             cursor.execute("BEGIN IMMEDIATE")

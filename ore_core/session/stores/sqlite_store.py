@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import itertools
 import os
 import sqlite3
 import time
@@ -141,19 +142,15 @@ class _Rows:
     Not frozen (a frozen dataclass sets each field through `object.__setattr__`, one
     of these is made per save); nothing changes one after it is made."""
 
-    turns: list[tuple[str, str]]  # (turn_id, json)
+    turns: list[tuple[str, bytes]]  # (turn_id, json): the turn's one encoding, as bytes
     tip: str | None
     metadata: dict[str, str | None]
-    full: bool = False  # replace everything stored for the thread
     expected: int | None = None  # the version the rows were loaded at (compare-and-set)
-
-
-def _turn_json(turn: Turn) -> str:
-    return turn_json(turn).decode()  # encoded once per turn, shared with its event
+    full: bool = False  # replace everything stored for the thread
 
 
 def _full_rows(thread: Thread) -> _Rows:
-    turns = [(turn.id, _turn_json(turn)) for turn in ordered_turns(thread.all_turns())]
+    turns = [(turn.id, turn_json(turn)) for turn in ordered_turns(thread.all_turns())]
     metadata: dict[str, str | None] = dict(thread.meta().all())
     return _Rows(turns, thread.current_tip, metadata, full=True)
 
@@ -255,28 +252,33 @@ class SQLiteStore(BaseStore):
 
         Returns once they are committed; with no changes it touches nothing. Raises
         StaleThread (nothing written) when the stored thread changed since this copy
-        was loaded.
+        was loaded. A failed save puts its changes back for the next one.
         """
         thread_id = self._checked_id(thread.id)
-        with self._tracker.pending(thread) as changes:
-            if changes is not None:
-                if not changes:
-                    return
-                net = ChangeSet.of(changes)
-                turns = [(turn.id, turn_json(turn).decode()) for turn in net.changed_turns(thread)]
-                expected = self._tracker.version(thread)
-                if not isinstance(expected, int):
-                    expected = None
-                rows = _Rows(turns, net.tip, net.meta, expected=expected)
-                done, version = self._commit_on_loop(thread_id, rows)
-                if not done:
-                    version = await self._run(self._write, thread_id, rows, grouped=True)
-                if version is not None:
-                    self._tracker.saved(thread, version)
-                    return
+        recorder = self._tracker.recorder(thread)
+        if recorder is None:
+            await self._run(self._write, thread_id, _full_rows(thread), grouped=True)
+            return
+        changes = recorder.take()
+        if not changes:
+            return
+        try:
+            net = ChangeSet.of(changes)
+            turns = [(turn.id, turn_json(turn)) for turn in net.changed_turns(thread)]
+            expected = recorder.version
+            rows = _Rows(turns, net.tip, net.meta, expected if isinstance(expected, int) else None)
+            done, version = self._commit_on_loop(thread_id, rows)
+            if not done:  # the worker directly: `_run`'s own coroutine costs a frame per save
+                version = await self._worker.run(self._write, thread_id, rows, grouped=True)
+            if version is None:
                 # Deleted meanwhile: the changes alone would leave a fragment of the thread.
-            version = await self._run(self._write, thread_id, _full_rows(thread), grouped=True)
-            self._tracker.saved(thread, version)
+                version = await self._run(self._write, thread_id, _full_rows(thread), grouped=True)
+        except BaseException as exc:
+            recorder.restore(changes)
+            if isinstance(exc, sqlite3.Error):
+                raise self._failed(exc) from exc
+            raise
+        recorder.version = version
 
     async def delete(self, thread_id: str) -> bool:
         """Delete the thread and its rows; True when it existed."""
@@ -319,15 +321,17 @@ class SQLiteStore(BaseStore):
         """Commit `rows` here and now if that is cheap (see `LoopCommitter`); else
         `(False, None)` and the caller hands them to the worker."""
         on_loop = self._on_loop
-        if on_loop is None:
+        if on_loop is None or not on_loop.lone():
             return False, None
         eligible = (
             self._conn is not None  # the worker has opened (and migrated) the file
             and self._worker.idle
             and sum(len(raw) for _, raw in rows.turns) <= LOOP_COMMIT_MAX_BYTES
         )
+        if not eligible:
+            return False, None
         try:
-            done, version = on_loop.commit(partial(self._write, thread_id, rows), eligible=eligible)
+            done, version = on_loop.commit(partial(self._write, thread_id, rows))
         except sqlite3.Error as exc:
             raise self._failed(exc) from exc
         if done:
@@ -606,10 +610,12 @@ def _match(conn: sqlite3.Connection, key: str, value: str) -> str | None:
 
 
 def _upsert_sql(rows: int) -> str:
+    # `?1` is the thread id, shared by the rows. The JSON comes as bytes (as encoded, no
+    # decoding) and is stored as TEXT, as ever: CAST only relabels UTF-8 bytes as text.
+    values = ", ".join(f"(?1, ?{2 * n}, CAST(?{2 * n + 1} AS TEXT))" for n in range(1, rows + 1))
     return (
-        "INSERT INTO turns (thread_id, turn_id, json) VALUES "
-        + ", ".join(["(?, ?, ?)"] * rows)
-        + " ON CONFLICT (thread_id, turn_id) DO UPDATE SET json = excluded.json"
+        f"INSERT INTO turns (thread_id, turn_id, json) VALUES {values}"
+        " ON CONFLICT (thread_id, turn_id) DO UPDATE SET json = excluded.json"
     )
 
 
@@ -617,22 +623,19 @@ def _upsert_sql(rows: int) -> str:
 # one per turn with executemany); more than this many go row by row.
 _UPSERT_ROWS_MAX = 8
 _UPSERTS = {rows: _upsert_sql(rows) for rows in range(1, _UPSERT_ROWS_MAX + 1)}
+_flatten = itertools.chain.from_iterable
 
 
 def _upsert_turns(
-    conn: sqlite3.Connection | sqlite3.Cursor, thread_id: str, turns: Sequence[tuple[str, str]]
+    conn: sqlite3.Connection | sqlite3.Cursor, thread_id: str, turns: Sequence[tuple[str, bytes]]
 ) -> None:
     # A new turn gets the next rowid as its seq (rows are inserted in order); a replaced
     # one keeps its place.
     sql = _UPSERTS.get(len(turns))
-    if sql is None:
-        if turns:
-            conn.executemany(_UPSERTS[1], [(thread_id, turn_id, raw) for turn_id, raw in turns])
-        return
-    params: list[str] = []
-    for turn_id, raw in turns:
-        params += (thread_id, turn_id, raw)
-    conn.execute(sql, params)
+    if sql is not None:
+        conn.execute(sql, (thread_id, *_flatten(turns)))
+    elif turns:
+        conn.executemany(_UPSERTS[1], [(thread_id, *turn) for turn in turns])
 
 
 def _apply_metadata(

@@ -1,10 +1,13 @@
 """SerialWorker: the one OS thread a store runs its blocking calls on, in order, in batches.
 
-The event loop hands a call over by putting it on a `queue.SimpleQueue` and awaiting a
-future. The worker takes everything queued at that moment, runs it in submission
-order and settles the whole run's futures with one `call_soon_threadsafe`, so N calls
-queued together cost one wake-up of the worker and one of the loop instead of N each
-(what `run_in_executor` costs). Consecutive calls marked `grouped` go to the store's
+The event loop hands calls over once per loop iteration: `run` collects them, and a
+callback at the end of the iteration puts them on a `queue.SimpleQueue` (the floor's
+grouping: a save made early in an iteration does not wake the worker to commit it
+alone while the rest of the iteration's saves are still being made). The worker
+takes everything queued at that moment, runs it in submission order and settles the
+whole run's futures with one `call_soon_threadsafe`, so N calls queued together cost
+one wake-up of the worker and one of the loop instead of N each (what
+`run_in_executor` costs). Consecutive calls marked `grouped` go to the store's
 `group` runner as one batch: the SQLite store commits a batch of saves in one
 transaction, which is what makes a thousand concurrent saves cheap.
 """
@@ -117,6 +120,10 @@ class SerialWorker:
         self._thread: threading.Thread | None = None
         self._stopped = False
         self._outstanding = 0  # calls handed over whose callers have not resumed yet
+        # Calls of this loop iteration not yet queued; only `_loop`'s (the first caller's)
+        # calls wait here, those of any other loop are queued at once.
+        self._handing: list[Call[Any]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def idle(self) -> bool:
@@ -131,16 +138,33 @@ class SerialWorker:
         """
         if self._stopped:
             raise StoreError(f"worker {self.name} is stopped: open a new store")
-        call = Call(func, args, asyncio.get_running_loop(), grouped=grouped)
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
-            self._thread.start()
-        self._queue.put(call)
+        loop = asyncio.get_running_loop()
+        call = Call(func, args, loop, grouped=grouped)
+        if loop is (self._loop or self._first(loop)):
+            if not self._handing:
+                loop.call_soon(self._hand_over)
+            self._handing.append(call)
+        else:
+            self._queue.put(call)
         self._outstanding += 1
         try:
             return await call.future
         finally:
             self._outstanding -= 1
+
+    def _first(self, loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop:
+        """Start the thread for the first caller, whose loop hands its calls over in batches."""
+        self._loop = loop
+        self._thread = threading.Thread(target=self._serve, name=self.name, daemon=True)
+        self._thread.start()
+        return loop
+
+    def _hand_over(self) -> None:
+        """Queue the loop iteration's calls (the first `put` wakes the worker)."""
+        calls, self._handing = self._handing, []
+        put = self._queue.put
+        for call in calls:
+            put(call)
 
     async def close(self, final: Callable[[], None]) -> None:
         """Run `final` (the resource's own close) on the worker, then stop the thread."""
