@@ -815,3 +815,44 @@ def test_plain_lifecycle_values_are_validated_once_per_phase_and_provenance(
     decode_output_value(odd)
     decode_output_value(odd)
     assert len(validated) == 5, "other shapes are validated every time"
+
+
+_INGRESS_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=8),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children)
+    ),
+    max_leaves=6,
+)
+_INGRESS_LIKE = st.fixed_dictionaries(
+    {"kind": st.sampled_from(["user_message", "interrupt", "session_switch", "dance", 1])},
+    optional={
+        "id": st.text(max_size=3) | st.integers(0, 9),
+        "content": st.text(max_size=5) | st.none(),
+        "session_id": st.sampled_from(["t-1", "", "bad id", "x" * 200]),
+        "context": st.fixed_dictionaries(
+            {}, optional={"provenance": st.text(max_size=3) | st.integers(0, 9), "user": st.text()}
+        )
+        | _INGRESS_VALUES,
+        "extra": _INGRESS_VALUES,
+    },
+)
+
+
+@given(st.one_of(_INGRESS_LIKE.map(dumps), _INGRESS_VALUES.map(dumps), st.binary(max_size=12)))
+def test_decode_ingress_gives_what_the_type_adapter_gives_or_its_error(data: bytes) -> None:
+    # decode_ingress calls the adapter's validator directly (issue 11): same event, same error.
+    try:
+        expected = events_module._INGRESS.validate_json(data)
+    except ValidationError as exc:
+        message = str(events_module._decode_error("ingress", exc))
+        with pytest.raises(EventDecodeError) as raised:
+            decode_ingress(data)
+        assert str(raised.value) == message
+        return
+    event = decode_ingress(data)
+    assert type(event) is type(expected)
+    assert event.model_fields_set == expected.model_fields_set
+    if "id" not in expected.model_fields_set:  # a fresh id each time
+        event = event.model_copy(update={"id": expected.id})
+    assert event == expected
