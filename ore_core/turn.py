@@ -71,6 +71,15 @@ _pool = _IdPool()
 _ID_HEX = re.compile("[0-9a-f]{16}")
 
 
+def _forget_ids_after_fork() -> None:
+    # A forked child inherits the pool of the thread that forked: unless it is
+    # emptied, parent and child hand out the same ids.
+    _pool.ids = []
+
+
+os.register_at_fork(after_in_child=_forget_ids_after_fork)
+
+
 def generate_turn_id() -> str:
     """16 lowercase hex characters from the OS CSPRNG."""
     ids = _pool.ids

@@ -1,6 +1,7 @@
 """Turn JSON matches the Go framework's files (ore-behaviour.md 2.2)."""
 
 import dataclasses
+import os
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -149,6 +150,23 @@ def test_turn_ids_are_sixteen_hex_digits_and_do_not_repeat() -> None:
     assert all(len(turn_id) == 16 and int(turn_id, 16) >= 0 for turn_id in ids)
     assert all(turn_id == turn_id.lower() for turn_id in ids)
     assert len(set(ids)) == len(ids)
+
+
+def test_a_forked_child_makes_other_turn_ids_than_its_parent() -> None:
+    generate_turn_id()  # the pool holds ids the child would inherit
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its ids and leave at once
+        os.close(read)
+        os.write(write, ",".join(generate_turn_id() for _ in range(50)).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        child = set(pipe.read().decode().split(","))
+    os.waitpid(pid, 0)
+    parent = {generate_turn_id() for _ in range(50)}
+    assert len(child) == 50
+    assert not child & parent
 
 
 def _reference_turn_to_dict(turn: Turn) -> dict[str, Any]:
