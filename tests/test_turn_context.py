@@ -27,6 +27,7 @@ from ore_core import (
     TurnFailed,
     Usage,
 )
+from ore_core import events as events_module
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
 from tests.session_support import collect, message
@@ -177,15 +178,23 @@ class _CountingValidator:
         return getattr(self.validator, name)
 
 
-async def test_a_turn_builds_its_output_events_without_validating_them(
+async def test_a_turn_validates_only_the_events_whose_validator_is_cheaper(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Events the core builds from values it checked are trusted (see `ArtifactEvent.of`):
-    # a turn costs no pydantic validation.
+    # Artifacts the core built are trusted (`ArtifactEvent.of` skips the validator's two
+    # Python hooks); lifecycle and turn_complete events are cheaper through their
+    # model's validator than checked in Python (`LifecycleEvent.of`): once each, never
+    # through `BaseModel.__init__`.
     counters = {}
     for cls in (ArtifactEvent, LifecycleEvent, TurnCompleteEvent):
         counters[cls.__name__] = _CountingValidator(cls.__pydantic_validator__)
         monkeypatch.setattr(cls, "__pydantic_validator__", counters[cls.__name__])
+    for name, cls in (
+        ("_validate_lifecycle", LifecycleEvent),
+        ("_validate_turn_complete", TurnCompleteEvent),
+    ):
+        counter = counters[cls.__name__]  # counts each call's attribute lookup
+        monkeypatch.setattr(events_module, name, lambda value, c=counter: c.validate_python(value))
     async with Manager(MemoryStore(), EchoProcessor(), delta_interval=0.1) as manager:
         stream = await manager.create()
         async with stream.subscribe() as subscription:
@@ -194,8 +203,8 @@ async def test_a_turn_builds_its_output_events_without_validating_them(
     assert len(events) == 8  # user turn, submitted, streaming, 2 deltas, text, turn, done
     assert {name: counter.calls for name, counter in counters.items()} == {
         "ArtifactEvent": 0,
-        "LifecycleEvent": 0,
-        "TurnCompleteEvent": 0,
+        "LifecycleEvent": 3,
+        "TurnCompleteEvent": 2,
     }
     assert LifecycleEvent(phase="done") is not None  # the counters do see the constructor
-    assert counters["LifecycleEvent"].calls == 1
+    assert counters["LifecycleEvent"].calls == 4
