@@ -1,7 +1,8 @@
 """The hot path: what one turn costs in `ore serve` against the fastest raw nats-py loop.
 
 Run: `python bench/hotpath.py [--threads 100] [--per-thread 30] [--latency 1000] [--rounds 1]
-[--before PATH/TO/OTHER/ore] [--floor] [--profile DIR] [--instructions] [--syscalls]`.
+[--before PATH/TO/OTHER/ore] [--floor] [--profile DIR] [--instructions] [--syscalls]
+[--libraries]`.
 
 One nats-server (file storage, monitoring port) serves both sides; each side runs as
 real processes, measured from outside:
@@ -54,6 +55,13 @@ lapse and it measures recovery work instead of turns).
 throughput phase and prints its system calls per turn by name: what the kernel CPU and
 context switches in the table are made of. Under strace a worker runs several times
 slower (its batches get smaller), so those rounds' other figures are not figures.
+
+`--libraries` samples every side's worker with `perf record` (all its threads, ~1,000
+samples a second) for the throughput phase and splits its CPU per turn by where the
+samples landed: the Python interpreter (libpython: bytecodes, objects, dicts, calls),
+the kernel, libc (malloc, memcpy), SQLite, pydantic-core, orjson, the rest; the main
+thread apart from the others (the store's worker and checkpoint threads). Says whether
+a turn's cost is Python or the C it calls, which bytecode counts cannot.
 """
 
 from __future__ import annotations
@@ -70,6 +78,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -687,6 +696,56 @@ def stop_strace(
     return calls
 
 
+def start_perf(enabled: bool, pid: int) -> tuple[subprocess.Popen[bytes], Path] | None:
+    """`perf record` of every thread of `pid` (`--libraries`), or None."""
+    if not enabled:
+        return None
+    out = Path(tempfile.mkstemp(prefix="ore-hotpath-perf-", suffix=".data")[1])
+    recorder = subprocess.Popen(
+        ["perf", "record", "-q", "-F", "999", "-p", str(pid), "-o", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(0.5)  # attached before the phase starts
+    return recorder, out
+
+
+LIBRARIES = (  # (what a sample's object file name contains, the name it is counted under)
+    ("libpython", "Python interpreter"),
+    ("kernel", "kernel"),
+    ("libc.so", "libc (malloc, memcpy)"),
+    ("sqlite3", "SQLite"),
+    ("pydantic_core", "pydantic-core"),
+    ("orjson", "orjson"),
+)
+
+
+def stop_perf(recorded: tuple[subprocess.Popen[bytes], Path] | None, pid: int) -> dict[str, float]:
+    """Stop recording; each (thread, library)'s share of the samples, summing to 1."""
+    if recorded is None:
+        return {}
+    recorder, out = recorded
+    recorder.send_signal(2)  # SIGINT: perf writes what it sampled and exits
+    recorder.wait(60)
+    script = subprocess.run(
+        ["perf", "script", "-i", str(out), "-F", "tid,ip,dso"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    out.unlink()
+    counts: Counter[str] = Counter()
+    for line in script.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        thread = "main" if fields[0] == str(pid) else "threads"
+        where = next((name for part, name in LIBRARIES if part in fields[-1]), "other")
+        counts[f"lib {thread} {where}"] += 1
+    total = sum(counts.values()) or 1
+    return {key: count / total for key, count in counts.items()}
+
+
 def run_side(
     side: str,
     server_url: str,
@@ -738,6 +797,7 @@ def run_side(
         pids = {"worker": worker.pid, "nats": nats_pid, "client": client.pid}
         spy = start_profiler(args.profile, side, run, pids)
         traced = start_strace(getattr(args, "syscalls", False), worker.pid)
+        recorded = start_perf(getattr(args, "libraries", False), worker.pid)
         before = Probe(monitor, pids)
         client.send("throughput")
         result = client.answer()
@@ -747,6 +807,8 @@ def run_side(
         figures["rate"] = result["turns"] / result["seconds"]
         for name, count in stop_strace(traced, result["turns"]).items():
             figures[f"syscall {name}"] = count
+        for name, share in stop_perf(recorded, worker.pid).items():
+            figures[name] = share * figures["cpu_worker"]
         spy = start_profiler(args.profile, side, f"{run}-latency", pids)
         before = Probe(monitor, pids)
         client.send("latency")
@@ -826,6 +888,28 @@ def report(rounds: list[dict[str, dict[str, float]]], args: argparse.Namespace) 
         report_floor(rounds)
     if getattr(args, "syscalls", False):
         report_syscalls(rounds)
+    if getattr(args, "libraries", False):
+        report_libraries(rounds)
+
+
+def report_libraries(rounds: list[dict[str, dict[str, float]]]) -> None:
+    """Each worker's CPU per turn by thread and library (`--libraries`), medians over the
+    rounds: its measured CPU per turn split by where perf's samples landed."""
+    sides = list(rounds[0])
+
+    def median(side: str, key: str) -> float:
+        return statistics.median(r[side].get(key, 0.0) for r in rounds)
+
+    print()
+    print("| CPU per turn (µs) by thread and library | " + " | ".join(sides) + " |")
+    print("|---|" + "---|" * len(sides))
+    for thread in ("main", "threads"):
+        for _part, name in (*LIBRARIES, ("", "other")):
+            key = f"lib {thread} {name}"
+            if max(median(side, key) for side in sides) >= 0.5:
+                row = " | ".join(f"{median(side, key):.1f}" for side in sides)
+                label = name if thread == "main" else f"{name}, other threads"
+                print(f"| {label} | {row} |")
 
 
 def report_syscalls(rounds: list[dict[str, dict[str, float]]], least: float = 0.05) -> None:
@@ -1060,6 +1144,11 @@ if __name__ == "__main__":
         "--syscalls",
         action="store_true",
         help="strace each worker in the throughput phase; print its system calls per turn",
+    )
+    parser.add_argument(
+        "--libraries",
+        action="store_true",
+        help="perf-sample each worker in the throughput phase; split its CPU by library",
     )
     parser.add_argument(
         "--role",

@@ -1,10 +1,13 @@
 """The embedded 3-node JetStream cluster (each test starts one: about a second)."""
 
+import asyncio
 import socket
 
 import nats
 import pytest
-from nats.js.api import StorageType
+from nats.js.api import PubAck, StorageType
+from nats.js.client import JetStreamContext
+from nats.js.errors import NoStreamResponseError
 
 from ore_core.testing import cluster as cluster_module
 from ore_core.testing.cluster import EmbeddedNatsCluster
@@ -24,13 +27,29 @@ async def test_r3_stream_on_the_cluster_replicates_what_is_published(
         info = await js.add_stream(
             name="R3", subjects=["r3.>"], num_replicas=3, storage=StorageType.FILE
         )
-        ack = await js.publish("r3.t1", b"replicated")
+        ack = await _publish_once_the_stream_answers(js, "r3.t1", b"replicated")
         stored = await js.get_msg("R3", ack.seq)
     finally:
         await client.close()
     assert info.cluster is not None
     assert len(info.cluster.replicas or []) == 2
     assert stored.data == b"replicated"
+
+
+async def _publish_once_the_stream_answers(
+    js: JetStreamContext, subject: str, payload: bytes
+) -> PubAck:
+    """Publish to a stream created a moment ago: until its Raft group has a leader whose
+    interest has reached the node we talk to, a publish finds no responder (nothing is
+    stored then, so trying again cannot double it). The deadline only bounds a hang."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        try:
+            return await js.publish(subject, payload)
+        except NoStreamResponseError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.1)
 
 
 def test_cluster_start_retries_on_new_ports_when_a_cluster_port_was_taken(
