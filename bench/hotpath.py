@@ -39,7 +39,8 @@ run: absolute rates on a shared machine swing several-fold, ratios much less.
 
 `--bytecodes TOP` runs `ore serve` under bench/bytecodes.py the same way (two sizes,
 differenced) and prints the Python bytecodes a turn executes, per file and per function:
-where the interpreter's work goes, exactly and repeatably.
+where the interpreter's work goes, exactly and repeatably; then the raw worker's total
+(and the floor's, with `--floor`) counted the same way.
 
 `--instructions` counts instead what CPU time only estimates: every side's worker runs
 under valgrind's cachegrind (user-space instructions of all its threads), twice, with
@@ -989,23 +990,26 @@ def instructions_per_turn(
     return (totals[1] - totals[0]) / (args.threads * args.per_thread)
 
 
-def bytecodes_per_turn(server: Any, tmp: Path, args: argparse.Namespace) -> dict[str, float]:
-    """Python bytecodes per turn of `ore serve`, per function (bench/bytecodes.py), from
-    two runs of `--per-thread` and twice as many turns, differenced."""
+def bytecodes_per_turn(
+    server: Any, tmp: Path, args: argparse.Namespace, side: str = "ore"
+) -> dict[str, float]:
+    """Python bytecodes per turn of a side's worker (`ore serve`, the raw or the floor
+    worker), per function (bench/bytecodes.py), from two runs of `--per-thread` and twice
+    as many turns, differenced."""
     counts = []
     for size in (args.per_thread, 2 * args.per_thread):
-        out = tmp / f"bytecodes-{size}.json"
+        out = tmp / f"bytecodes-{side}-{size}.json"
         runner = (sys.executable, str(Path(__file__).with_name("bytecodes.py")), str(out))
         sized = argparse.Namespace(**{**vars(args), "per_thread": size, "latency": 1})
         run_side(
-            "ore",
+            side,
             server.url,
             server.monitor_url,
             server.pid,
             tmp,
             sized,
-            f"b{size}",
-            ore_runner=runner,
+            f"b{side[0]}{size}",
+            **({"ore_runner": runner} if side == "ore" else {"wrap": (*runner, "--script")}),
         )
         counts.append(json.loads(out.read_text()))
     turns = args.threads * args.per_thread
@@ -1068,7 +1072,17 @@ def main(args: argparse.Namespace) -> None:
             EmbeddedNatsServer(Path(name) / "nats") as server,
         ):
             per_turn = bytecodes_per_turn(server, Path(name), args)
+            others = {
+                side: sum(bytecodes_per_turn(server, Path(name), args, side).values())
+                for side in ("raw", "floor")
+                if side == "raw" or args.floor
+            }
         report_bytecodes(per_turn, args.bytecodes)
+        print()
+        print("| worker | Python bytecodes per turn | ore / it |")
+        print("|---|---|---|")
+        for side, count in others.items():
+            print(f"| {side} | {count:,.0f} | {sum(per_turn.values()) / count:.2f}x |")
         return
     if args.instructions:
         if shutil.which("valgrind") is None:
