@@ -11,7 +11,7 @@ cheap and a conduit process never loads the core it does not run.
 - stores: `Store`, `Thread`, `validate_thread_id`, and the turn JSON codec
   (`turn_to_dict`, `turn_from_dict`);
 - the vocabulary: `Turn`, `Role`, `TraversalControl`, the events and the artifacts;
-- conduits: `Conduit`, `ConduitConfig`, `ConduitClient`, `EventFeed`, `Delivery`
+- conduits: `Conduit`, `ConduitConfig`, `Capabilities`, `ConduitClient`, `EventFeed`, `Delivery`
   (also importable from `ore_core.conduit`, the light conduit SDK);
 - background work: `TaskScope` (structured tasks; a crash is logged and reported as
   `TaskCrashed`, its `Crash` kept for health checks);
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         Usage,
     )
     from ore_core.conduit.base import Conduit, ConduitConfig, ConduitConfigError
+    from ore_core.conduit.capabilities import Capabilities
     from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
     from ore_core.conduit.connection import NatsCredentials, TlsFiles
     from ore_core.conduit.feed import Delivery, EventFeed
@@ -172,6 +173,7 @@ _EXPORTS: dict[str, str] = {
     "Truncation": "ore_core.artifacts",
     "UnknownArtifact": "ore_core.artifacts",
     "Usage": "ore_core.artifacts",
+    "Capabilities": "ore_core.conduit.capabilities",
     "Conduit": "ore_core.conduit.base",
     "ConduitConfig": "ore_core.conduit.base",
     "ConduitConfigError": "ore_core.conduit.base",
@@ -270,6 +272,7 @@ __all__ = [
     "Truncation",
     "UnknownArtifact",
     "Usage",
+    "Capabilities",
     "Conduit",
     "ConduitConfig",
     "ConduitConfigError",

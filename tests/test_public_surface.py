@@ -10,7 +10,7 @@ import pytest
 
 import ore_core
 
-MAX_SDK_MODULES = 17  # 15 + ore_core.conduit.publisher (acked sends) + .parser (issue 11)
+MAX_SDK_MODULES = 18  # 15 + .publisher (acked sends) + .parser (issue 11) + .capabilities
 
 
 def _modules_after(statement: str) -> list[str]:

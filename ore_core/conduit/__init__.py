@@ -7,6 +7,7 @@ ledger or the core service, so a conduit process stays small.
 """
 
 from ore_core.conduit.base import Conduit, ConduitConfig, ConduitConfigError
+from ore_core.conduit.capabilities import Capabilities, Markup
 from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
 from ore_core.conduit.connection import NatsCredentials, TlsFiles, subscriptions_registered
 from ore_core.conduit.feed import DURABLE_NAME, Delivery, EventFeed, Hold
@@ -16,6 +17,7 @@ __all__ = [
     "DURABLE_NAME",
     "ApiError",
     "BusError",
+    "Capabilities",
     "Conduit",
     "ConduitClient",
     "ConduitConfig",
@@ -23,6 +25,7 @@ __all__ = [
     "Delivery",
     "EventFeed",
     "Hold",
+    "Markup",
     "NatsCredentials",
     "PermissionDenied",
     "ThreadInfo",

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ore_core.conduit.capabilities import Capabilities
 from ore_core.errors import OreError, describe_validation_error
 
 if TYPE_CHECKING:
@@ -40,13 +41,15 @@ class Conduit(ABC):
     """Base class of conduits.
 
     Subclasses set `name` (also the provenance of the events they send and the prefix
-    of their metadata keys), `description`, and `config_model` (a ConduitConfig
-    subclass), and implement `run`. Instances are created with no arguments.
+    of their metadata keys), `description`, `config_model` (a ConduitConfig
+    subclass) and `capabilities` (what their platform can show), and implement `run`.
+    Instances are created with no arguments.
     """
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
     config_model: ClassVar[type[ConduitConfig]] = ConduitConfig
+    capabilities: ClassVar[Capabilities] = Capabilities()
 
     @classmethod
     def load_config(cls, section: Mapping[str, Any]) -> ConduitConfig:

@@ -1,0 +1,46 @@
+"""What a conduit's platform can do, so the SDK and the core can degrade by it.
+
+A conduit declares one `Capabilities` as a class attribute. The relay (bridging) and
+the SDK's rendering helpers read it: a platform that cannot edit gets a repost marked
+edited, one without threads gets a quote, one without streaming gets only the final
+text, and text longer than `max_message_length` is split without breaking code fences.
+The defaults describe the most limited platform, so a conduit that declares nothing
+is never sent what it cannot show.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["Capabilities", "Markup"]
+
+Markup = Literal[
+    "plain", "markdown", "slack_mrkdwn", "telegram_html", "telegram_markdown_v2", "html"
+]
+"""The markup dialect a platform renders; relayed text is converted to it."""
+
+
+class Capabilities(BaseModel):
+    """A platform's abilities: edit, delete, threads, streaming, length and markup.
+
+    `edit` and `delete`: the conduit can change or remove a message it posted.
+    `threads`: the platform threads replies (else replies are quoted).
+    `streaming`: live deltas are worth sending (else only final text).
+    `max_message_length`: the longest message in characters (longer text is split).
+    `markup`: the dialect text is rendered in.
+    `edits_arrive` / `deletes_arrive`: the platform tells the conduit when a user edits
+    or deletes a message (Telegram reports edits but never deletes to a bot).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    edit: bool = False
+    delete: bool = False
+    threads: bool = False
+    streaming: bool = False
+    max_message_length: int = Field(default=4000, ge=64)
+    markup: Markup = "plain"
+    edits_arrive: bool = False
+    deletes_arrive: bool = False
