@@ -9,6 +9,7 @@ its siblings) fails the test, naming it.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
@@ -135,3 +136,26 @@ def test_a_package_face_loads_its_modules_only_when_a_name_is_used(
 def test_the_plugin_manager_module_loads_nothing_of_the_bus() -> None:
     loaded = modules_after("import ore_core.plugins.manager, ore_core.plugins.builtin.stores")
     assert [module for module in loaded if floor_of(module) == "bus"] == []
+
+
+FACES = [
+    "ore_core.conduit",
+    "ore_core.ledger",
+    "ore_core.plugins",
+    "ore_core.session",
+    "ore_core.session.stores",
+]
+
+
+@pytest.mark.parametrize(
+    ("package", "name"),
+    [(package, name) for package in FACES for name in importlib.import_module(package).__all__],
+)
+def test_every_name_a_face_exports_resolves(package: str, name: str) -> None:
+    assert getattr(importlib.import_module(package), name) is not None
+
+
+@pytest.mark.parametrize("package", FACES)
+def test_an_unknown_name_of_a_face_is_an_attribute_error(package: str) -> None:
+    with pytest.raises(AttributeError, match="no_such_name"):
+        _ = importlib.import_module(package).no_such_name
