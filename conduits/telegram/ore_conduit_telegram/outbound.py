@@ -28,6 +28,7 @@ accepting a message and the record of it sends that part again after a restart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -67,6 +68,7 @@ _TYPING_EVERY = 4.5  # seconds: Telegram shows a chat action for about 5
 _IDLE = 30.0  # seconds a renderer with nothing to do waits before it ends
 _FINISHED = 4096  # answers remembered as finished, so repeats of their events are skipped
 _RETRY_MAX = 5.0
+_STOP_GRACE = 3.0  # seconds a polite stop waits for a message being sent to be recorded
 _R = TypeVar("_R")
 
 
@@ -366,8 +368,7 @@ class ThreadRenderer:
             if not self.api.limits.has_room(self.place.chat):
                 return  # intermediate text waits: the final text must not
             if not answer.messages:
-                answer.messages.append(await self._post(answer, preview, html=False))
-                await self._save(answer)
+                await _uninterrupted(self._post_part(answer, 0, preview, html=False))
             elif preview != answer.shown:
                 await self._edit(answer.messages[0], preview, html=False)
             answer.shown = preview if len(parts) > 1 else answer.raw
@@ -379,6 +380,12 @@ class ThreadRenderer:
                 log.info(
                     "intermediate text not shown", thread_id=self.thread_id, error=exc.description
                 )
+
+    async def _post_part(self, answer: _Answer, index: int, text: str, *, html: bool) -> None:
+        """Send part `index` of the answer and record it before anything else happens."""
+        posted = await self._post(answer, text, html=html, first=index == 0)
+        answer.messages[index : index + 1] = [posted]
+        await self._save(answer)
 
     async def _post(self, answer: _Answer, text: str, *, html: bool, first: bool = True) -> int:
         """Send one message (the answer's first replies to the user's); its id. HTML
@@ -460,9 +467,7 @@ class ThreadRenderer:
                     answer.messages[index], part, html=True
                 ):
                     continue
-                posted = await self._post(answer, part, html=True, first=index == 0)
-                answer.messages[index : index + 1] = [posted]
-                await self._save(answer)
+                await _uninterrupted(self._post_part(answer, index, part, html=True))
             for extra in answer.messages[len(parts) :]:
                 await self._delete(extra)
             answer.messages = answer.messages[: len(parts)]
@@ -477,6 +482,19 @@ class ThreadRenderer:
             await self.api.call("deleteMessage", chat_id=self.place.chat, message_id=message)
         except TelegramError as exc:
             log.info("surplus message not deleted", message=message, error=exc.description)
+
+
+async def _uninterrupted(step: Awaitable[None]) -> None:
+    """Run `step` to its end even if the renderer is cancelled meanwhile (a polite stop):
+    a message Telegram accepted must be recorded, or a restart would send it again. The
+    stop waits `_STOP_GRACE` seconds at most (Telegram unreachable, say)."""
+    task = asyncio.ensure_future(step)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(task, _STOP_GRACE)
+        raise
 
 
 class Notes:

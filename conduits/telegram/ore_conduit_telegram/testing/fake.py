@@ -206,6 +206,7 @@ class FakeTelegram:
         self._runner: web.AppRunner | None = None
         self._pusher: asyncio.Task[None] | None = None
         self.port = 0
+        self._closing = False
 
     # -- lifetime -------------------------------------------------------------------
 
@@ -221,7 +222,9 @@ class FakeTelegram:
         return self
 
     async def close(self) -> None:
-        """Stop serving (and pushing to a webhook)."""
+        """Stop serving (and pushing to a webhook); a waiting getUpdates returns."""
+        self._closing = True
+        await self._notify()
         if self._pusher is not None:
             self._pusher.cancel()
             await asyncio.gather(self._pusher, return_exceptions=True)
@@ -550,6 +553,7 @@ class FakeTelegram:
                 "use deleteWebhook to delete the webhook first"
             )  # fmt: skip
         self.polls += 1
+        await self._notify()
         offset = _int(params.get("offset"))
         if offset:
             self.confirmed = max(self.confirmed, offset - 1)
@@ -563,7 +567,7 @@ class FakeTelegram:
             async with asyncio.timeout(timeout):
                 async with self._changed:
                     await self._changed.wait_for(
-                        lambda: bool(self.pending_updates()) or mine.done()
+                        lambda: bool(self.pending_updates()) or mine.done() or self._closing
                     )
         except TimeoutError:
             pass

@@ -1,9 +1,7 @@
 """TelegramPlatform: the fake Bot API as a `FakePlatform` of ore's conduit conformance kit.
 
-A kit conversation is a private chat of its own (a user of its own). A reply is an
-answer the conduit finished: a bot message replying to the user's, no longer edited
-(the final text is sent or edited last, so the kit waits for the chat to settle:
-a reply counts once the next user message, or the fake's record, shows it final).
+A kit conversation is a private chat of its own (a user of its own). In a private chat
+the conduit streams into a draft, so every message of the bot is a finished answer.
 Interrupting is `/stop`.
 """
 
@@ -46,9 +44,9 @@ class TelegramPlatform:
         return self._chats[conversation]
 
     async def wait_until_ready(self) -> None:
-        """Until the conduit polls (again) since the last call."""
-        self._polls = self.fake.polls
+        """Until the conduit has polled (again) since the last call returned."""
         await self.fake.wait_until(lambda: self.fake.polls > self._polls)
+        self._polls = self.fake.polls
 
     async def post_user_message(self, conversation: str, text: str, message_id: str) -> None:
         """A user writes; a repeated id hands the same update over again."""
@@ -66,7 +64,7 @@ class TelegramPlatform:
         seen = self._read.get(conversation, 0)
 
         def answers() -> list[str]:
-            return [m.text for m in self.fake.bot_messages(chat) if m.reply_to is not None]
+            return self.fake.bot_texts(chat)
 
         await self.fake.wait_until(lambda: len(answers()) > seen)
         self._read[conversation] = seen + 1
