@@ -104,12 +104,12 @@ class TelegramConduit(Conduit):
                 config=config,
                 identity=identity,
                 state=state,
-                notify=notes.wake.set,
+                notes=notes,
             )
             tasks.create_task(outbound.serve(ready), name="telegram-outbound")
-            tasks.create_task(notes.serve(), name="telegram-notes")
             await _set_commands(api)
             await ready.wait()  # the feed exists: no answer can be missed
+            await notes.flush()  # what an earlier run queued and did not send
             if config.mode == "polling":
                 await api.call("deleteWebhook")
                 await poll(api, inbound, config)

@@ -39,6 +39,7 @@ from ore_conduit_telegram.ids import (
     event_id,
     traceparent_of,
 )
+from ore_conduit_telegram.outbound import Notes
 from ore_conduit_telegram.state import State
 from ore_core import (
     ApiError,
@@ -128,7 +129,7 @@ class _Message:
 class Inbound:
     """Turns Telegram updates into ore events; see the module docstring.
 
-    `notify()` wakes the sender of local replies (`Notes`) after one was queued.
+    `notes` sends the conduit's own replies once they are queued in the state.
     """
 
     def __init__(
@@ -140,7 +141,7 @@ class Inbound:
         config: TelegramConfig,
         identity: Identity,
         state: State,
-        notify: Callable[[], None],
+        notes: Notes,
     ) -> None:
         self.name = name
         self.client = client
@@ -148,7 +149,7 @@ class Inbound:
         self.config = config
         self.identity = identity
         self.state = state
-        self.notify = notify
+        self.notes = notes
         self._lanes: dict[str, asyncio.Lock] = {}
 
     async def take_all(self, updates: list[Mapping[str, Any]]) -> None:
@@ -285,7 +286,7 @@ class Inbound:
     async def _note(self, message: _Message, what: str, text: str) -> None:
         note_id = f"{what}:{message.chat}:{message.message_id}"
         await self.state.add_note((note_id, message.chat, message.topic, message.message_id, text))
-        self.notify()
+        await self.notes.flush()
 
     # -- edits ----------------------------------------------------------------------
 

@@ -383,9 +383,11 @@ class ThreadRenderer:
 
     async def _post_part(self, answer: _Answer, index: int, text: str, *, html: bool) -> None:
         """Send part `index` of the answer and record it before anything else happens."""
+        assert self.place is not None
         posted = await self._post(answer, text, html=html, first=index == 0)
         answer.messages[index : index + 1] = [posted]
         await self._save(answer)
+        await self.out.state.add_to_chain(self.place.chat, posted, self.place.root)
 
     async def _post(self, answer: _Answer, text: str, *, html: bool, first: bool = True) -> int:
         """Send one message (the answer's first replies to the user's); its id. HTML
@@ -499,29 +501,32 @@ async def _uninterrupted(step: Awaitable[None]) -> None:
 
 class Notes:
     """Sends the conduit's own replies (the greeting, "new conversation") from the state,
-    each once: queued by the update that asked for it, marked sent once Telegram has it."""
+    each once: queued by the update that asked for it, and marked sent once Telegram has
+    it. `flush` sends what is queued, in order; the inbound side awaits it, so a local
+    reply comes before the answers to later messages of its chat."""
 
     def __init__(self, api: BotApi, state: State) -> None:
         self.api = api
         self.state = state
-        self.wake = asyncio.Event()
+        self._lock = asyncio.Lock()
 
-    async def serve(self) -> None:
-        """Send queued replies until cancelled."""
-        while True:
+    async def flush(self) -> None:
+        """Send every queued reply."""
+        async with self._lock:
             for note_id, chat, topic, reply_to, text in await self.state.notes():
-                where: dict[str, Any] = {"chat_id": chat, "text": text}
+                message: dict[str, Any] = {"chat_id": chat, "text": text}
                 if topic:
-                    where["message_thread_id"] = topic
+                    message["message_thread_id"] = topic
                 if reply_to:
-                    where["reply_parameters"] = {
+                    message["reply_parameters"] = {
                         "message_id": reply_to,
                         "allow_sending_without_reply": True,
                     }
-                try:
-                    await self.api.call("sendMessage", **where)
-                except TelegramError as exc:
-                    log.warning("local reply refused", chat=chat, error=exc.description)
-                await self.state.note_sent(note_id)
-            await self.wake.wait()
-            self.wake.clear()
+                await _uninterrupted(self._send(note_id, message))
+
+    async def _send(self, note_id: str, message: dict[str, Any]) -> None:
+        try:
+            await self.api.call("sendMessage", **message)
+        except TelegramError as exc:
+            log.warning("local reply refused", chat=message["chat_id"], error=exc.description)
+        await self.state.note_sent(note_id)

@@ -192,6 +192,7 @@ class FakeTelegram:
         self.webhook_secret = ""
         self.confirmed = 0  # the highest update_id confirmed by an offset
         self.polls = 0
+        self.handed = 0  # the highest update_id getUpdates returned
         self.files: dict[str, bytes] = {}
         self._updates: list[dict[str, Any]] = []
         self._update_ids = itertools.count(100_001)
@@ -573,7 +574,10 @@ class FakeTelegram:
             pass
         if mine.done() and self._poller is not mine:
             raise _Refusal(409, "Conflict: terminated by other getUpdates request")
-        return self.pending_updates()[:limit]
+        updates = self.pending_updates()[:limit]
+        if updates:
+            self.handed = max(self.handed, int(updates[-1]["update_id"]))
+        return updates
 
     def _get_me(self, params: Mapping[str, Any]) -> dict[str, Any]:
         return {
