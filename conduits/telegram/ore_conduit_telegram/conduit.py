@@ -67,8 +67,6 @@ class TelegramConduit(Conduit):
             raise TypeError(f"the telegram conduit needs a TelegramConfig, got {config!r}")
         token = config.bot_token()
         secret = config.secret() if config.mode == "webhook" else ""
-        if config.mode == "webhook" and not config.webhook_url:
-            raise MissingToken("webhook mode needs webhook_url in [plugins.telegram]")
         async with aiohttp.ClientSession() as session:
             limits = Limits(
                 config.chat_per_second, config.group_per_minute, config.overall_per_second

@@ -55,7 +55,8 @@ class TelegramConfig(ConduitConfig):
     poll_timeout: int = Field(default=25, ge=0, le=50)
     """Seconds one getUpdates waits for updates."""
     webhook_url: str = ""
-    """Webhook mode: the public HTTPS URL Telegram posts to (it reaches `listen_*`)."""
+    """Webhook mode: the public HTTPS URL Telegram posts to (it reaches `listen_*`);
+    empty: the local listen URL (for a Bot API server on the same host)."""
     webhook_secret: SecretStr | None = None
     """Webhook mode: the secret Telegram sends in a header; default: TELEGRAM_WEBHOOK_SECRET."""
     listen_host: str = "127.0.0.1"
