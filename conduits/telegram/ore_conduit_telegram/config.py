@@ -93,8 +93,6 @@ class TelegramConfig(ConduitConfig):
     """Messages and edits per minute in one group (Telegram: about 20)."""
     overall_per_second: float = Field(default=30.0, gt=0)
     """Messages and edits per second for the whole bot (Telegram: about 30)."""
-    max_file_bytes: int = Field(default=5_000_000, ge=0)
-    """Files larger than this are not fetched; the user is told."""
 
     @field_validator("durable")
     @classmethod

@@ -59,6 +59,8 @@ log = structlog.get_logger("ore.conduit.telegram")
 _RETRY_MAX = 5.0
 _FORK_PATIENCE = 10.0  # seconds an edit waits for the interrupted answer to end
 NEW_CONVERSATION = "New conversation started."
+NO_FILES = "I cannot read files yet; I got the text that came with it."
+_FILES = ("photo", "document", "video", "audio", "voice", "animation", "sticker")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +92,7 @@ class _Message:
     text: str
     reply_to: int
     reply_to_sender: int
+    has_file: bool = False
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> _Message | None:
@@ -113,6 +116,7 @@ class _Message:
                 text=str(data.get("text") or data.get("caption") or ""),
                 reply_to=int(reply.get("message_id") or 0),
                 reply_to_sender=int(replier.get("id") or 0),
+                has_file=any(key in data for key in _FILES),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -203,7 +207,7 @@ class Inbound:
         else:
             return None  # channel posts, callbacks, ...: not subscribed, nothing to do
         message = _Message.of(data)
-        if message is None or not message.text.strip():
+        if message is None or not (message.text.strip() or message.has_file):
             return None
         if message.from_bot and -message.sender not in self.config.allow_bots:
             return None  # the bot itself, or another bot: never a loop
@@ -274,6 +278,10 @@ class Inbound:
             await self.state.add_to_chain(message.chat, message.message_id, root)
             await self._note(message, "new", NEW_CONVERSATION)
             return
+        if message.has_file:
+            await self._note(message, "file", NO_FILES)
+            if not text:
+                return
         conversation = await self._conversation(message)
         thread_id = await self._thread_id(conversation)
         event = event_id(message.chat, message.message_id)

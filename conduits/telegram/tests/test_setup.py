@@ -125,3 +125,14 @@ async def test_ore_conduit_telegram_with_a_wrong_token_exits_1_with_one_line(
         "Error: TELEGRAM_BOT_TOKEN was refused by Telegram (getMe: 401 Unauthorized); "
         "use the token @BotFather gave you"
     ]
+
+
+def test_the_readme_settings_table_shows_the_defaults() -> None:
+    import tomllib
+
+    from ore_conduit_telegram import TelegramConfig
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    block = readme.split("```toml\n", 1)[1].split("```", 1)[0]
+    section = tomllib.loads(block)["plugins"]["telegram"]
+    assert TelegramConduit.load_config(section) == TelegramConfig()
