@@ -344,6 +344,11 @@ class FakeTelegram:
         await self._notify()
         return message
 
+    async def hand_over_again(self, message: FakeMessage) -> None:
+        """Queue a new update carrying `message` again (as after a lost confirmation)."""
+        self._queue("message", message)
+        await self._notify()
+
     def pending_updates(self) -> list[dict[str, Any]]:
         """Updates not confirmed yet, oldest first."""
         return [u for u in self._updates if u["update_id"] > self.confirmed]

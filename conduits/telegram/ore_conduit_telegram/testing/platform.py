@@ -53,8 +53,7 @@ class TelegramPlatform:
         chat = self.chat(conversation)
         known = self._asked.get(message_id)
         if known is not None:
-            self.fake._queue("message", known)
-            await self.fake._notify()
+            await self.fake.hand_over_again(known)
             return
         self._asked[message_id] = await self.fake.user_says(chat, text, user=chat)
 
