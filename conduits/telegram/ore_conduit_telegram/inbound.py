@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -80,6 +80,15 @@ def _passing(error: BaseException) -> bool:
     return False
 
 
+@dataclass
+class _Lane:
+    """The updates of one chat (and topic) run one at a time, in arrival order (the
+    lock is fair); forgotten once none is waiting."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class _Message:
     """The parts of a Telegram message the conduit reads."""
@@ -89,6 +98,7 @@ class _Message:
     topic: int
     message_id: int
     sender: int
+    sender_is_bot: bool
     text: str
     reply_to: int
     reply_to_sender: int
@@ -112,7 +122,8 @@ class _Message:
                 if data.get("is_topic_message")
                 else 0,
                 message_id=int(data["message_id"]),
-                sender=int(sender["id"]) if not sender.get("is_bot") else -abs(int(sender["id"])),
+                sender=int(sender["id"]),
+                sender_is_bot=bool(sender.get("is_bot")),
                 text=str(data.get("text") or data.get("caption") or ""),
                 reply_to=int(reply.get("message_id") or 0),
                 reply_to_sender=int(replier.get("id") or 0),
@@ -120,10 +131,6 @@ class _Message:
             )
         except (KeyError, TypeError, ValueError):
             return None
-
-    @property
-    def from_bot(self) -> bool:
-        return self.sender < 0
 
     @property
     def private(self) -> bool:
@@ -154,7 +161,7 @@ class Inbound:
         self.identity = identity
         self.state = state
         self.notes = notes
-        self._lanes: dict[str, asyncio.Lock] = {}
+        self._lanes: dict[str, _Lane] = {}
 
     async def take_all(self, updates: list[Mapping[str, Any]]) -> None:
         """Handle a batch of updates (in order per chat); return once all are done."""
@@ -169,17 +176,20 @@ class Inbound:
         work = self._decide(update)
         if work is None:
             return
-        lane, job = work
-        lock = self._lanes.setdefault(lane, asyncio.Lock())
-        async with lock:
-            try:
+        key, job = work
+        lane = self._lanes.setdefault(key, _Lane())
+        lane.users += 1
+        try:
+            async with lane.lock:
                 await self._until_done(job)
-            except OreError as exc:
-                log.error(
-                    "telegram update not handled", update=update.get("update_id"), error=str(exc)
-                )
-            except Exception:
-                log.exception("telegram update not handled", update=update.get("update_id"))
+        except OreError as exc:
+            log.error("telegram update not handled", update=update.get("update_id"), error=str(exc))
+        except Exception:
+            log.exception("telegram update not handled", update=update.get("update_id"))
+        finally:
+            lane.users -= 1
+            if not lane.users:
+                del self._lanes[key]
 
     async def _until_done(self, job: Callable[[], Awaitable[None]]) -> None:
         pause = 0.1
@@ -209,7 +219,7 @@ class Inbound:
         message = _Message.of(data)
         if message is None or not (message.text.strip() or message.has_file):
             return None
-        if message.from_bot and -message.sender not in self.config.allow_bots:
+        if message.sender_is_bot and message.sender not in self.config.allow_bots:
             return None  # the bot itself, or another bot: never a loop
         text = self._addressed(message)
         if text is None:
@@ -247,7 +257,6 @@ class Inbound:
         """The conversation a message belongs to (remembered for replies and edits)."""
         known = await self.state.chain(message.chat, message.message_id)
         if known is None:
-            known = None
             if message.reply_to and not message.private:
                 known = await self.state.chain(message.chat, message.reply_to)
             if known is None:
