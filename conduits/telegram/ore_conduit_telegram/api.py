@@ -1,7 +1,7 @@
 """BotApi: every Bot API call of the conduit, with Telegram's limits honoured.
 
 - A refusal (`ok: false`) raises `TelegramError` with Telegram's code and description.
-- Flood control (429 with `parameters.retry_after`) pauses every send to that chat (or
+- Flood control (429 with `parameters.retry_after`) pauses every call for that chat (or
   every call, for a call without a chat) for `retry_after` seconds, then the call is
   tried again, as often as it takes: Telegram did not carry a throttled call out, and a
   message is never dropped.
@@ -133,12 +133,12 @@ class Limits:
         needs = [1.0, 1.0] + ([1.0 + reserve] if chat < 0 else [])
         return all(b.available() >= need for b, need in zip(buckets, needs, strict=False))
 
-    async def unpaused(self) -> None:
-        """Wait while every call is paused (a 429 of a call without a chat)."""
-        wait = self.paused_for(0)
+    async def unpaused(self, chat: int) -> None:
+        """Wait while calls for `chat` (0: calls without a chat) are paused."""
+        wait = self.paused_for(chat)
         while wait > 0:
             await asyncio.sleep(wait)
-            wait = self.paused_for(0)
+            wait = self.paused_for(chat)
 
     async def acquire(self, chat: int) -> None:
         """Wait until a send to `chat` is within every limit, and count it."""
@@ -186,14 +186,14 @@ class BotApi:
             if method in SENDS:
                 await self.limits.acquire(chat)
             else:
-                await self.limits.unpaused()
+                await self.limits.unpaused(chat)
             try:
                 return await self._send(method, params)
             except TelegramError as exc:
                 if exc.code != 429:
                     raise
                 log.info("telegram flood control", method=method, retry_after=exc.retry_after)
-                self.limits.pause(chat if method in SENDS else 0, exc.retry_after or 1.0)
+                self.limits.pause(chat, exc.retry_after or 1.0)
                 continue
             except (aiohttp.ClientError, TimeoutError, _ServerError) as exc:
                 failure = self.redact(str(exc) or type(exc).__name__)

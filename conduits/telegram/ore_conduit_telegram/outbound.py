@@ -70,6 +70,7 @@ _FINISHED = 4096  # answers remembered as finished, so repeats of their events a
 _RETRY_MAX = 5.0
 _STOP_GRACE = 3.0  # seconds a polite stop waits for a message being sent to be recorded
 _R = TypeVar("_R")
+_UNKNOWN = "\x00"  # what a message of an earlier run shows: never equal to a text
 
 
 def _draft_id(trace: str) -> int:
@@ -246,6 +247,8 @@ class ThreadRenderer:
             answer.sequence = max(answer.sequence, sequence)
         if isinstance(event, LifecycleEvent):
             if event.phase == "submitted":
+                if not answer.texts:
+                    answer.raw = ""  # a turn begun again (its core died): its text restarts
                 answer.running = True
                 await self._typing(answer)
             elif event.phase == "cancelled":
@@ -290,7 +293,7 @@ class ThreadRenderer:
             return False
         answer.after = upto
         answer.messages = [int(m) for m in record.get("messages") or []]
-        answer.shown = "\x00"  # unknown: rewritten when the answer is done
+        answer.shown = _UNKNOWN  # unknown: rewritten when the answer is done
         answer.drafts = answer.drafts and not answer.messages
         return True
 
@@ -313,7 +316,7 @@ class ThreadRenderer:
             times = []
             if answer.running:
                 times.append(answer.typing_at + _TYPING_EVERY - now)
-            if answer.raw != answer.shown and answer.shown != "\x00":
+            if answer.raw != answer.shown and answer.shown != _UNKNOWN:
                 times.append(answer.flushed_at + self.config.flush_interval - now)
             for wait in times:
                 due = wait if due is None else min(due, wait)
@@ -326,7 +329,7 @@ class ThreadRenderer:
                 await self._typing(answer)
             if (
                 answer.raw != answer.shown
-                and answer.shown != "\x00"
+                and answer.shown != _UNKNOWN
                 and now - answer.flushed_at >= self.config.flush_interval
             ):
                 await self._progress(answer)
