@@ -201,6 +201,7 @@ class FakeTelegram:
         self._calls: list[RecordedCall] = []
         self._faults: dict[str, deque[_Fault]] = {}
         self._windows: dict[str, tuple[int, float]] = {}
+        self._retry_after = 1
         self._stamps: dict[tuple[str, int], _Window] = {}
         self._poller: asyncio.Future[None] | None = None
         self._changed = asyncio.Condition()
