@@ -1,8 +1,8 @@
 """BotApi: every Bot API call of the conduit, with Telegram's limits honoured.
 
 - A refusal (`ok: false`) raises `TelegramError` with Telegram's code and description.
-- Flood control (429 with `parameters.retry_after`) pauses every call for that chat (or
-  every call, for a call without a chat) for `retry_after` seconds, then the call is
+- Flood control (429 with `parameters.retry_after`) pauses the sends and edits of that
+  chat (or, for another method, that method) for `retry_after` seconds, then the call is
   tried again, as often as it takes: Telegram did not carry a throttled call out, and a
   message is never dropped.
 - A call whose outcome is unknown (the connection dropped, a 5xx, a timeout) is tried
@@ -96,7 +96,7 @@ class Limits:
         self.overall = Bucket(overall_per_second, overall_per_second, self.now)
         self._chats: dict[int, Bucket] = {}
         self._groups: dict[int, Bucket] = {}
-        self._paused: dict[int, float] = {}  # chat (0: every call) -> loop time
+        self._paused: dict[tuple[int, str], float] = {}  # (chat or 0, scope) -> loop time
 
     def now(self) -> float:
         """The clock of the limits (the event loop's)."""
@@ -114,14 +114,15 @@ class Limits:
             buckets.append(self._groups[chat])
         return buckets
 
-    def pause(self, chat: int, seconds: float) -> None:
-        """Telegram asked for a pause (429): no send to `chat` (0: none at all) before it."""
+    def pause(self, chat: int, seconds: float, scope: str = "send") -> None:
+        """Telegram asked for a pause (429): no call of `scope` (sends and edits, or one
+        other method) for `chat` (0: for any chat) before it."""
         until = self.now() + max(seconds, 0.0)
-        self._paused[chat] = max(self._paused.get(chat, 0.0), until)
+        self._paused[(chat, scope)] = max(self._paused.get((chat, scope), 0.0), until)
 
-    def paused_for(self, chat: int) -> float:
-        """Seconds sends to `chat` stay paused."""
-        until = max(self._paused.get(chat, 0.0), self._paused.get(0, 0.0))
+    def paused_for(self, chat: int, scope: str = "send") -> float:
+        """Seconds calls of `scope` for `chat` stay paused."""
+        until = max(self._paused.get((chat, scope), 0.0), self._paused.get((0, scope), 0.0))
         return max(0.0, until - self.now())
 
     def has_room(self, chat: int, reserve: float = 1.0) -> bool:
@@ -133,12 +134,12 @@ class Limits:
         needs = [1.0, 1.0] + ([1.0 + reserve] if chat < 0 else [])
         return all(b.available() >= need for b, need in zip(buckets, needs, strict=False))
 
-    async def unpaused(self, chat: int) -> None:
-        """Wait while calls for `chat` (0: calls without a chat) are paused."""
-        wait = self.paused_for(chat)
+    async def unpaused(self, chat: int, scope: str) -> None:
+        """Wait while calls of `scope` for `chat` are paused."""
+        wait = self.paused_for(chat, scope)
         while wait > 0:
             await asyncio.sleep(wait)
-            wait = self.paused_for(chat)
+            wait = self.paused_for(chat, scope)
 
     async def acquire(self, chat: int) -> None:
         """Wait until a send to `chat` is within every limit, and count it."""
@@ -177,8 +178,12 @@ class BotApi:
             raise OreError(self.redact(str(exc) or type(exc).__name__)) from None
         return dict(me)
 
-    async def call(self, method: str, **params: Any) -> Any:
-        """Call `method`; its `result`. See the module docstring for what is retried."""
+    async def call(self, method: str, *, patient: bool = True, **params: Any) -> Any:
+        """Call `method`; its `result`. See the module docstring for what is retried.
+
+        `patient=False` is for calls that may be skipped (a chat action, intermediate
+        text): flood control then raises TelegramError 429 at once, the pause noted.
+        """
         params = {k: v for k, v in params.items() if v is not None}
         chat = _chat_of(params)
         pause = 0.1
@@ -186,14 +191,16 @@ class BotApi:
             if method in SENDS:
                 await self.limits.acquire(chat)
             else:
-                await self.limits.unpaused(chat)
+                await self.limits.unpaused(chat, method)
             try:
                 return await self._send(method, params)
             except TelegramError as exc:
                 if exc.code != 429:
                     raise
                 log.info("telegram flood control", method=method, retry_after=exc.retry_after)
-                self.limits.pause(chat, exc.retry_after or 1.0)
+                self.limits.pause(chat, exc.retry_after or 1.0, _scope(method))
+                if not patient:
+                    raise
                 continue
             except (aiohttp.ClientError, TimeoutError, _ServerError) as exc:
                 failure = self.redact(str(exc) or type(exc).__name__)
@@ -229,6 +236,12 @@ class BotApi:
 
 class _ServerError(Exception):
     """Telegram answered with a 5xx or garbage: the outcome is unknown."""
+
+
+def _scope(method: str) -> str:
+    """What a 429 of `method` pauses: every send and edit (Telegram counts them
+    together), or only that method (a chat action, a draft, getUpdates)."""
+    return "send" if method in SENDS else method
 
 
 def _chat_of(params: dict[str, Any]) -> int:

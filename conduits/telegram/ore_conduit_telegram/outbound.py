@@ -344,9 +344,13 @@ class ThreadRenderer:
         return where
 
     async def _typing(self, answer: _Answer) -> None:
+        """Show "typing" (skipped while the chat is paused: it must never delay text)."""
+        assert self.place is not None
         answer.typing_at = self.api.limits.now()
+        if self.api.limits.paused_for(self.place.chat, "sendChatAction") > 0:
+            return
         try:
-            await self.api.call("sendChatAction", action="typing", **self._where())
+            await self.api.call("sendChatAction", patient=False, action="typing", **self._where())
         except TelegramError as exc:
             log.info("chat action refused", thread_id=self.thread_id, error=exc.description)
 
@@ -361,6 +365,7 @@ class ThreadRenderer:
             if answer.drafts:
                 await self.api.call(
                     "sendMessageDraft",
+                    patient=False,
                     draft_id=_draft_id(answer.trace),
                     text=parts[-1],
                     **self._where(),
@@ -373,9 +378,11 @@ class ThreadRenderer:
             if not answer.messages:
                 await _uninterrupted(self._post_part(answer, 0, preview, html=False))
             elif preview != answer.shown:
-                await self._edit(answer.messages[0], preview, html=False)
+                await self._edit(answer.messages[0], preview, html=False, patient=False)
             answer.shown = preview if len(parts) > 1 else answer.raw
         except TelegramError as exc:
+            if exc.code == 429:
+                return  # the chat is paused: the text waits for the next flush
             if answer.drafts:
                 log.info("drafts refused: editing instead", error=exc.description)
                 answer.drafts = False
@@ -423,23 +430,22 @@ class ThreadRenderer:
                 else:
                     raise
 
-    async def _edit(self, message: int, text: str, *, html: bool) -> bool:
+    async def _edit(self, message: int, text: str, *, html: bool, patient: bool = True) -> bool:
         """Make `message` show `text`; False if it is gone (deleted by someone)."""
         assert self.place is not None
         while True:
+            where = {"chat_id": self.place.chat, "message_id": message}
             try:
                 if html:
                     await self.api.call(
                         "editMessageText",
-                        chat_id=self.place.chat,
-                        message_id=message,
+                        patient=patient,
                         text=to_html(text),
                         parse_mode="HTML",
+                        **where,
                     )
                 else:
-                    await self.api.call(
-                        "editMessageText", chat_id=self.place.chat, message_id=message, text=text
-                    )
+                    await self.api.call("editMessageText", patient=patient, text=text, **where)
                 return True
             except TelegramError as exc:
                 if exc.says("message is not modified"):

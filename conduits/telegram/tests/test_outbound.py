@@ -160,3 +160,10 @@ async def test_a_burst_of_100_messages_into_one_group_is_answered_in_order_under
         f"\nburst of 100: {len(tg.fake.calls('sendMessage'))} sends, "
         f"{len(tg.fake.calls('editMessageText'))} edits, {len(tg.fake.throttled)} throttled"
     )
+
+
+async def test_a_throttled_chat_action_never_holds_up_the_answer(tg: Harness) -> None:
+    tg.fake.fail_next("sendChatAction", status=429, description="Too Many Requests", retry_after=60)
+    await tg.start()
+    await tg.fake.user_says(DM, "quick")
+    await tg.shows(DM, ["echo: quick"])  # well before the 60 s pause would end
