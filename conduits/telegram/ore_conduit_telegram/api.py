@@ -40,12 +40,20 @@ _LONG_POLL_MARGIN = 10.0  # seconds beyond a getUpdates timeout before the call 
 class TelegramError(OreError):
     """Telegram refused a call: `code` (400, 401, 403, 404, 409, 429) and `description`."""
 
-    def __init__(self, method: str, code: int, description: str, retry_after: float = 0) -> None:
+    def __init__(
+        self,
+        method: str,
+        code: int,
+        description: str,
+        retry_after: float = 0,
+        migrate_to_chat_id: int = 0,
+    ) -> None:
         super().__init__(f"{method}: {code} {description}")
         self.method = method
         self.code = code
         self.description = description
         self.retry_after = retry_after
+        self.migrate_to_chat_id = migrate_to_chat_id  # a group that became a supergroup
 
     def says(self, words: str) -> bool:
         """Does the description contain `words` (case-insensitive)?"""
@@ -231,6 +239,7 @@ class BotApi:
             int(body.get("error_code") or response.status),
             self.redact(str(body.get("description") or "")),
             float(parameters.get("retry_after") or 0),
+            int(parameters.get("migrate_to_chat_id") or 0),
         )
 
 

@@ -423,6 +423,10 @@ class ThreadRenderer:
                 if html and exc.says("can't parse entities"):
                     log.info("formatting refused, sending plain text", error=exc.description)
                     html = False
+                elif exc.migrate_to_chat_id and where["chat_id"] != exc.migrate_to_chat_id:
+                    log.info("the group became a supergroup", chat=exc.migrate_to_chat_id)
+                    where["chat_id"] = exc.migrate_to_chat_id
+                    where.pop("reply_parameters", None)
                 elif where.pop("message_thread_id", None) is not None and exc.says(
                     "thread not found"
                 ):

@@ -167,3 +167,18 @@ async def test_a_throttled_chat_action_never_holds_up_the_answer(tg: Harness) ->
     await tg.start()
     await tg.fake.user_says(DM, "quick")
     await tg.shows(DM, ["echo: quick"])  # well before the 60 s pause would end
+
+
+async def test_an_answer_to_a_group_that_became_a_supergroup_goes_to_the_supergroup(
+    tg: Harness,
+) -> None:
+    script = tg.script("upgrade", "soon", tg.HOLD, " there")
+    await tg.start(groups="all")
+    tg.fake.chat(-5, "group")
+    await tg.fake.user_says(-5, "upgrade")
+    await asyncio.wait_for(script.holding.wait(), 10)
+    await tg.until(lambda: len(tg.fake.bot_messages(-5)) == 1)
+    tg.fake.bot_messages(-5)[0].deleted = True  # the old group is read-only history
+    tg.fake.migrate(-5, -1005)
+    script.proceed.set()
+    await tg.shows(-1005, ["soon there"])

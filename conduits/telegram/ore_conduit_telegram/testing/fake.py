@@ -73,6 +73,7 @@ class FakeChat:
     title: str = ""
     forum: bool = False
     topics: set[int] = field(default_factory=set)
+    migrated_to: int = 0
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"id": self.id, "type": self.kind}
@@ -167,11 +168,18 @@ class _Window:
 
 
 class _Refusal(Exception):
-    def __init__(self, status: int, description: str, retry_after: int | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        description: str,
+        retry_after: int | None = None,
+        migrate_to_chat_id: int = 0,
+    ) -> None:
         super().__init__(description)
         self.status = status
         self.description = description
         self.retry_after = retry_after
+        self.migrate_to_chat_id = migrate_to_chat_id
 
 
 class FakeTelegram:
@@ -264,6 +272,12 @@ class FakeTelegram:
             self.messages[chat_id] = []
             self._ids[chat_id] = itertools.count(1)
         return chat
+
+    def migrate(self, chat_id: int, to_chat_id: int) -> FakeChat:
+        """The group `chat_id` becomes the supergroup `to_chat_id` (sends to the old id
+        are then refused with `migrate_to_chat_id`)."""
+        self.chat(chat_id, "group").migrated_to = to_chat_id
+        return self.chat(to_chat_id, "supergroup")
 
     def open_topic(self, chat_id: int) -> int:
         """A new forum topic in a forum chat; its `message_thread_id`."""
@@ -495,7 +509,9 @@ class FakeTelegram:
             if refusal.status != 429:
                 self.refused.append((method, refusal.description))
             await self._notify()
-            return _error(refusal.status, refusal.description, refusal.retry_after)
+            return _error(
+                refusal.status, refusal.description, refusal.retry_after, refusal.migrate_to_chat_id
+            )
         await self._notify()
         if fault is not None:
             return self._drop(request)
@@ -533,6 +549,12 @@ class FakeTelegram:
         chat = self.chats.get(_int(params.get("chat_id")))
         if chat is None:
             raise _Refusal(400, "Bad Request: chat not found")
+        if chat.migrated_to:
+            raise _Refusal(
+                400,
+                "Bad Request: group chat was upgraded to a supergroup chat",
+                migrate_to_chat_id=chat.migrated_to,
+            )
         topic = _int(params.get("message_thread_id"))
         if topic and chat.forum and topic not in chat.topics:
             raise _Refusal(400, "Bad Request: message thread not found")
@@ -721,10 +743,14 @@ _METHODS: dict[str, Callable[[FakeTelegram, Mapping[str, Any]], Any]] = {
 }
 
 
-def _error(status: int, description: str, retry_after: int | None = None) -> web.Response:
+def _error(
+    status: int, description: str, retry_after: int | None = None, migrate_to_chat_id: int = 0
+) -> web.Response:
     body: dict[str, Any] = {"ok": False, "error_code": status, "description": description}
     if retry_after is not None:
         body["parameters"] = {"retry_after": retry_after}
+    if migrate_to_chat_id:
+        body["parameters"] = {"migrate_to_chat_id": migrate_to_chat_id}
     return web.json_response(body, status=status)
 
 
