@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "CHAT_KEY",
+    "KIND_KEY",
     "THREAD_KEY",
     "TOPIC_KEY",
     "Conversation",

@@ -65,6 +65,7 @@ OUTPUT_KINDS = frozenset({"text_delta", "text", "turn_complete", "lifecycle", "e
 """The output kinds the conduit renders."""
 
 _TYPING_EVERY = 4.5  # seconds: Telegram shows a chat action for about 5
+_TYPING_AT_MOST = 600.0  # seconds of "typing" for one answer (its end may never come)
 _IDLE = 30.0  # seconds a renderer with nothing to do waits before it ends
 _FINISHED = 4096  # answers remembered as finished, so repeats of their events are skipped
 _RETRY_MAX = 5.0
@@ -97,6 +98,7 @@ class _Answer:
     piece_done: bool = False
     flushed_at: float = float("-inf")
     typing_at: float = float("-inf")
+    typing_since: float = float("-inf")
 
 
 class Outbound:
@@ -250,6 +252,7 @@ class ThreadRenderer:
                 if not answer.texts:
                     answer.raw = ""  # a turn begun again (its core died): its text restarts
                 answer.running = True
+                answer.typing_since = self.api.limits.now()
                 await self._typing(answer)
             elif event.phase == "cancelled":
                 answer.cancelled = True
@@ -314,7 +317,7 @@ class ThreadRenderer:
         due: float | None = None
         for answer in self.answers.values():
             times = []
-            if answer.running:
+            if self._typing_due(answer, now):
                 times.append(answer.typing_at + _TYPING_EVERY - now)
             if answer.raw != answer.shown and answer.shown != _UNKNOWN:
                 times.append(answer.flushed_at + self.config.flush_interval - now)
@@ -322,10 +325,13 @@ class ThreadRenderer:
                 due = wait if due is None else min(due, wait)
         return due
 
+    def _typing_due(self, answer: _Answer, now: float) -> bool:
+        return answer.running and now - answer.typing_since < _TYPING_AT_MOST
+
     async def _tick(self) -> None:
         now = self.api.limits.now()
         for answer in list(self.answers.values()):
-            if answer.running and now - answer.typing_at >= _TYPING_EVERY:
+            if self._typing_due(answer, now) and now - answer.typing_at >= _TYPING_EVERY:
                 await self._typing(answer)
             if (
                 answer.raw != answer.shown
