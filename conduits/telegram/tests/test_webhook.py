@@ -58,3 +58,14 @@ async def test_a_body_that_is_not_an_update_is_refused(tg: Harness) -> None:
         for body in (b"{not json", b"[1, 2]", b'{"message": {}}'):
             async with session.post(tg.webhook, data=body, headers=headers) as response:
                 assert response.status == 400
+
+
+async def test_an_update_is_answered_200_only_once_the_core_has_it(tg: Harness) -> None:
+    await start_webhook(tg)
+    await tg.core.service.stop(grace=0)
+    await tg.fake.user_says(DM, "wait for the core")
+    await tg.until(lambda: tg.fake.pushes >= 1)  # posted to the conduit, which holds it
+    assert len(tg.fake.pending_updates()) == 1  # not confirmed while the core is away
+    await tg.restart_core()
+    await tg.shows(DM, ["echo: wait for the core"])
+    await tg.until(lambda: tg.fake.pending_updates() == [])

@@ -201,6 +201,7 @@ class FakeTelegram:
         self.confirmed = 0  # the highest update_id confirmed by an offset
         self.polls = 0
         self.handed = 0  # the highest update_id getUpdates returned
+        self.pushes = 0  # webhook posts begun
         self.files: dict[str, bytes] = {}
         self._updates: list[dict[str, Any]] = []
         self._update_ids = itertools.count(100_001)
@@ -456,6 +457,8 @@ class FakeTelegram:
                     await self._changed.wait()
                 continue
             update = pending[0]
+            self.pushes += 1
+            await self._notify()
             try:
                 status = await self.post_update(self.webhook_url, update, self.webhook_secret)
             except (aiohttp.ClientError, OSError):
