@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -433,9 +434,10 @@ class ThreadRenderer:
                     log.info("the group became a supergroup", chat=exc.migrate_to_chat_id)
                     where["chat_id"] = exc.migrate_to_chat_id
                     where.pop("reply_parameters", None)
-                elif where.pop("message_thread_id", None) is not None and exc.says(
-                    "thread not found"
-                ):
+                    assert self.place is not None
+                    self.place = dataclasses.replace(self.place, chat=exc.migrate_to_chat_id)
+                elif exc.says("thread not found") and "message_thread_id" in where:
+                    del where["message_thread_id"]
                     log.warning("topic gone, answering in the chat", thread_id=self.thread_id)
                 else:
                     raise
