@@ -6,7 +6,8 @@ delay standing in for a model) and `ore conduit telegram` are real processes kil
 pid at random moments and started again; the fake Bot API and NATS keep running.
 Telegram cannot be asked what a chat shows, so a conduit killed between Telegram
 accepting a message and the conduit recording it sends that message again after the
-restart: at most one per chat being answered at the kill. The counts are printed
+restart: at most one per chat being answered at the kill. Scripted 502s and dropped
+connections are retried, and the conduit's log never shows the token. The counts are printed
 (`-s` shows them); `KILL_SEED=N` picks another run.
 """
 
@@ -150,6 +151,8 @@ async def test_kill_9_of_the_conduit_and_the_core_loses_no_update_and_keeps_orde
     plan = ["conduit", "core"] * (KILLS // 2)
     rng.shuffle(plan)
     tally = Tally()
+    fake.fail_next("sendMessage", status=502, times=3)  # logged, with the token left out
+    fake.drop_next("sendMessage", commit=False, times=2)
     try:
         serve.start()
         conduit.start()
@@ -181,3 +184,6 @@ async def test_kill_9_of_the_conduit_and_the_core_loses_no_update_and_keeps_orde
     assert sent == len(CHATS) * MESSAGES
     assert (answered, lost, disorder) == (sent, 0, 0), details[:3]
     assert doubled <= plan.count("conduit") * len(CHATS), details[:3]
+    log = (tmp_path / "conduit.log").read_text()
+    assert "telegram call failed" in log
+    assert fake.token.split(":")[1] not in log
