@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import re
 import secrets
 import time
 from collections import deque
@@ -52,12 +51,13 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.errors import ConnectionClosedError, MaxPayloadError, OutboundBufferLimitError
 from nats.errors import Error as NatsError
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
-from ore_core import jsonutil
-from ore_core.conduit.connection import LIMIT_ERROR_CODES, subscribe_inline
-from ore_core.conduit.wire import header_block, publish_now, wait_flushed
-from ore_core.subjects import HEADER_EXPECTED_LAST_SUBJECT_SEQUENCE, HEADER_MSG_ID
+from ore_core._nats.codec import fenced_block, open_block, read_publish_ack
+from ore_core._nats.connection import LIMIT_ERROR_CODES, subscribe_inline
+from ore_core._nats.wire import header_block, publish_now, wait_flushed
+from ore_core.errors import BusError
+from ore_core.subjects import HEADER_MSG_ID
 from ore_core.tasks import TaskCrashed, TaskScope
 
 __all__ = ["LimitReached", "Pipeline"]
@@ -75,9 +75,6 @@ _UNAVAILABLE = 503  # no stream answered (yet): worth retrying
 _RECONNECT_POLL = 0.05
 _WRONG_LAST_SEQUENCE = 10071  # err_code: the subject's last sequence is not the expected one
 _SEQUENCES = 65536  # subjects whose last sequence is remembered; cleared when exceeded
-_MSG_ID_LINE = f"{HEADER_MSG_ID}: ".encode()
-_EXPECTED_LINE = f"{HEADER_EXPECTED_LAST_SUBJECT_SEQUENCE}: ".encode()
-_ACK_SEQUENCE = re.compile(rb'"seq":\s*(\d+)')
 _monotonic = time.monotonic  # what asyncio's loop.time() returns, without its frame
 
 
@@ -104,7 +101,7 @@ class _Record:
     def expect(self, sequence: int) -> None:
         """Fence the message at `sequence`: its header block ends with that expectation."""
         self.expected = sequence
-        self.block = b"%s%s%d\r\n\r\n" % (self.head, _EXPECTED_LINE, sequence)
+        self.block = fenced_block(self.head, sequence)
 
 
 class Pipeline:
@@ -301,7 +298,7 @@ class Pipeline:
         if self.tasks.crash is not None:
             raise TaskCrashed(self.tasks.crash)
         msg_id = self._id_prefix + str(next(self._ids))
-        head = b"%s%s%s\r\n" % (header[:-2], _MSG_ID_LINE, msg_id.encode())
+        head = open_block(header, msg_id)
         headers = {HEADER_MSG_ID: msg_id}
         record = _Record(subject, data, headers, b"")
         record.head = head
@@ -358,19 +355,24 @@ class Pipeline:
         if not data:
             status = msg.headers.get("Status") if msg.headers else None
             self._failed(record, f"no stream answered (status {status})", pause=True)
-        elif data.startswith(b'{"error"') or b'"error":' in data:
-            error = jsonutil.loads(data).get("error", {})
-            reason = f"{error.get('description', 'error')} (code {error.get('err_code')})"
-            if error.get("err_code") in LIMIT_ERROR_CODES:
+        try:
+            ack = read_publish_ack(msg)
+        except NoStreamResponseError:
+            self._failed(record, "no stream answered (status 503)", pause=True)
+        except APIError as error:
+            reason = f"{error.description or 'error'} (code {error.err_code})"
+            if error.err_code in LIMIT_ERROR_CODES:
                 self._hold(record, reason)
-            elif error.get("code") == _UNAVAILABLE:
+            elif error.code == _UNAVAILABLE:
                 self._failed(record, reason, pause=True)
-            elif error.get("err_code") == _WRONG_LAST_SEQUENCE and record.head:
-                self._wrong_sequence(record, str(error.get("description", "")))
+            elif error.err_code == _WRONG_LAST_SEQUENCE and record.head:
+                self._wrong_sequence(record, error.description or "")
             else:
                 self._drop(record, reason)
+        except BusError as error:  # not JetStream's answer: as if none came, try again
+            self._failed(record, str(error))
         else:
-            self._stored(record, _ack_sequence(data) if record.head else -1)
+            self._stored(record, ack.sequence if record.head else -1)
 
     def _stored(self, record: _Record, sequence: int) -> None:
         """The server stored `record` (at `sequence`, read for a fenced one)."""
@@ -605,9 +607,3 @@ class Pipeline:
                 queue = self._retries or self._ready or self._backlog
                 if self._send(queue.popleft()):
                     await wait_flushed(self._nc)
-
-
-def _ack_sequence(data: bytes) -> int:
-    """The stream sequence of a pub ack (`{"stream":"S","seq":N,...}`), read without JSON."""
-    found = _ACK_SEQUENCE.search(data)
-    return int(found[1]) if found is not None else int(jsonutil.loads(data)["seq"])

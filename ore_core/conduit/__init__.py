@@ -6,10 +6,10 @@ the base classes a conduit package subclasses. Nothing here imports the session,
 ledger or the core service, so a conduit process stays small.
 """
 
+from ore_core._nats.connection import NatsCredentials, TlsFiles, subscriptions_registered
 from ore_core.conduit.base import Conduit, ConduitConfig, ConduitConfigError
 from ore_core.conduit.capabilities import Capabilities, Markup
 from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
-from ore_core.conduit.connection import NatsCredentials, TlsFiles, subscriptions_registered
 from ore_core.conduit.feed import DURABLE_NAME, Delivery, EventFeed, Hold
 from ore_core.errors import ApiError, BusError, PermissionDenied
 

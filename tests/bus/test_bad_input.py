@@ -157,7 +157,7 @@ async def test_a_long_rejected_payload_is_cut_in_its_dead_letter_record(
 async def test_an_invalid_namespace_is_refused_every_time_a_valid_one_is_served(
     small_core: CoreService, ore_nats_client: Client, outbox: Outbox
 ) -> None:
-    # Valid namespaces are remembered (`Ingress._check_namespace`); invalid ones never.
+    # Valid namespaces are remembered (`IngressDecoder._check_namespace`); invalid ones never.
     js = ore_nats_client.jetstream()
 
     async def dead_lettered(event_id: str) -> bool:

@@ -21,8 +21,8 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.protocol.parser import AWAITING_MSG_PAYLOAD, Parser
 
-from ore_core.conduit.connection import OreNatsClient, connect_nats, subscriptions_registered
-from ore_core.conduit.parser import OreParser
+from ore_core._nats.connection import OreNatsClient, connect_nats, subscriptions_registered
+from ore_core._nats.parser import OreParser
 
 INLINE, FRAGILE, ORDINARY, LIMITED, ORPHAN, UNKNOWN = 1, 2, 3, 4, 5, 9
 """sids: inline; inline that raises (and resets the parser on `reset`); ordinary;

@@ -27,7 +27,7 @@ import nats.aio.client
 from nats.protocol.parser import AWAITING_CONTROL_LINE, CRLF_SIZE, Parser
 
 if TYPE_CHECKING:
-    from ore_core.conduit.connection import OreNatsClient
+    from ore_core._nats.connection import OreNatsClient
 
 __all__ = ["OreParser"]
 
