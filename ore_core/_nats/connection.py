@@ -223,16 +223,36 @@ class OreNatsClient(NatsClient):
             # nats-py's annotation says bytes; its parser passes None for a MSG itself.
             await super()._process_msg(sid, subject, reply, data, headers)  # type: ignore[arg-type]
             return
+        parsed = await self._process_headers(headers) if headers else None
+        failed = self._call_inline(callback, subscription, sid, subject, reply, data, parsed)
+        if failed is not None:
+            await self._error_cb(failed)
+
+    def _call_inline(
+        self,
+        callback: InlineCallback,
+        subscription: Subscription,
+        sid: int,
+        subject: bytes,
+        reply: bytes,
+        data: bytes,
+        headers: dict[str, str] | None,
+    ) -> Exception | None:
+        """Count the message as nats-py does, build it and call `callback` with it; what
+        the callback raised (for the caller to `await self._error_cb(...)`), if anything.
+
+        The one delivery of an inline subscription's message, from `_process_msg` and
+        from `OreParser.parse` (which calls it without a coroutine).
+        """
         stats = self.stats
         stats["in_msgs"] += 1
         stats["in_bytes"] += len(data)
         subscription._received += 1
-        parsed = await self._process_headers(headers) if headers else None
-        msg = self._build_message(sid, subject, reply, data, parsed)
         try:
-            callback(msg)
+            callback(self._build_message(sid, subject, reply, data, headers))
         except Exception as exc:
-            await self._error_cb(exc)
+            return exc
+        return None
 
     def _remove_sub(self, sid: int, max_msgs: int = 0) -> None:
         self._inline.pop(sid, None)

@@ -184,7 +184,7 @@ def _reads(draw: st.DrawFn) -> list[bytes]:
     return [stream[a:b] for a, b in itertools.pairwise(edges)]
 
 
-@settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_reads())
 def test_random_streams_in_random_reads_are_handled_exactly_as_nats_py_does(
     reads: list[bytes],
@@ -192,7 +192,7 @@ def test_random_streams_in_random_reads_are_handled_exactly_as_nats_py_does(
     _same(reads)
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from([_msg(), _hmsg()]).flatmap(lambda s: s), max_size=8))
 def test_a_stream_read_one_byte_at_a_time_is_handled_as_nats_py_does(
     frames: list[bytes],
