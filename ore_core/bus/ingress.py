@@ -48,7 +48,6 @@ import asyncio
 import functools
 import itertools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 import structlog
 from nats.aio.client import Client as NatsClient
@@ -59,6 +58,7 @@ from ore_core._nats.codec import CORRUPT_THREAD, DEAD_LETTER_LIMIT, namespace_of
 from ore_core.bus.acks import AckBatcher, settle
 from ore_core.bus.decoding import IngressDecoder, Rejected, unknown_thread
 from ore_core.bus.egress import Egress, EventsNotRead
+from ore_core.bus.inflight import Delivery, InFlight
 from ore_core.bus.parking import Parked, Parking
 from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.puller import Puller
@@ -97,21 +97,6 @@ _RESET_TIMEOUT = 2.0  # seconds per JetStream request of a consumer reset (then 
 _CLOSED_CHECK = 0.5  # seconds between looks for deliveries whose stream was closed
 
 
-@dataclass(slots=True, eq=False)
-class _Delivery:
-    """A message submitted to a stream and not yet acknowledged."""
-
-    msg: Msg
-    thread_id: str
-    stream: Stream
-    interrupt: bool
-
-    @property
-    def sequence(self) -> int:
-        """The message's stream sequence, read when it is parked (not for every message)."""
-        return stream_sequence(self.msg)
-
-
 class Ingress:
     """Pulls `ORE_IN` partitions into `manager` (create with the service; see `start`)."""
 
@@ -139,8 +124,7 @@ class Ingress:
         self._holds = owns if holds is None else holds
         self._handover_grace = handover_grace
         self._partitions = config.partition_count
-        self._inflight: dict[str, dict[str, _Delivery]] = {}
-        self._handled_one = asyncio.Event()  # set whenever a thread has nothing in flight
+        self._inflight = InFlight(config.partition_count)
         self._pullers: dict[int, Puller] = {}
         # The term of each partition's ownership (one per lease won): a thread primed in
         # an earlier term is primed again (`Egress.prime`): the partition was away, and
@@ -154,7 +138,6 @@ class Ingress:
         it)."""
         self._retries = self.tasks.child("retry")
         self._recycles = self.tasks.child("recycle")
-        self._idle: asyncio.Future[None] | None = None
         self._stopping = False
         self._decoder = IngressDecoder(config.max_payload)
         self._rejections = Rejections(subjects, pipeline, egress)
@@ -188,7 +171,7 @@ class Ingress:
     @property
     def inflight(self) -> int:
         """Messages submitted to streams and not yet acknowledged."""
-        return sum(len(entries) for entries in self._inflight.values())
+        return len(self._inflight)
 
     # -- lifetime ---------------------------------------------------------------
 
@@ -250,9 +233,7 @@ class Ingress:
     async def _wait_handled(self, partition: int) -> None:
         try:
             async with asyncio.timeout(self._handover_grace):
-                while self._deliveries(partition):
-                    await self._handled_one.wait()
-                    self._handled_one.clear()
+                await self._inflight.wait_partition(partition)
         except TimeoutError:
             log.warning("handover grace over; cutting turns", partition=partition)
 
@@ -294,7 +275,7 @@ class Ingress:
         parked = self._parking.stop_retry(thread_id)
         for msg, _, _ in self._acks.take(lambda t, p: t == thread_id and p > position):
             parked.messages[stream_sequence(msg)] = msg
-        for delivery in self._pop_thread(thread_id):
+        for delivery in self._inflight.pop_thread(thread_id):
             parked.messages[delivery.sequence] = delivery.msg
         if self._stopping:
             return  # `stop` hands parked messages back (or the server does, after ack_wait)
@@ -307,7 +288,7 @@ class Ingress:
         stream = self._manager.stream_of(thread_id)
         if stream is not None:
             await stream.abandon()
-        for delivery in self._pop_thread(thread_id):  # submitted while we dropped it
+        for delivery in self._inflight.pop_thread(thread_id):  # submitted while we dropped it
             parked.messages[delivery.sequence] = delivery.msg
         threads = self._parking.threads
         if threads.get(thread_id) is not parked or not parked.messages:
@@ -325,7 +306,7 @@ class Ingress:
         except SessionNotFound:
             pass
         self._egress.release(thread_id)
-        for delivery in self._pop_thread(thread_id):
+        for delivery in self._inflight.pop_thread(thread_id):
             await settle(delivery.msg.nak)
 
     async def _drop_streams(self, partition: int) -> None:
@@ -337,23 +318,14 @@ class Ingress:
         count = self._partitions
         return [s for s in self._manager.list() if partition_of(s.id, count) == partition]
 
-    def _deliveries(self, partition: int) -> list[str]:
-        count = self._partitions
-        return [t for t in self._inflight if partition_of(t, count) == partition]
-
-    def _pop_thread(self, thread_id: str) -> list[_Delivery]:
-        entries = self._inflight.pop(thread_id, None)
-        self._forget_if_empty(thread_id)
-        return list(entries.values()) if entries else []
-
     async def _hand_back(self, partition: int, *, forget: bool = True) -> None:
         count = self._partitions
         for msg in self._parking.take(lambda thread: partition_of(thread, count) == partition):
             await settle(msg.nak)
-        for thread_id in self._deliveries(partition):
+        for thread_id in self._inflight.of_partition(partition):
             if forget:
                 self._egress.release(thread_id)
-            for delivery in self._pop_thread(thread_id):
+            for delivery in self._inflight.pop_thread(thread_id):
                 await settle(delivery.msg.nak)
 
     async def reconnected(self) -> None:
@@ -415,11 +387,7 @@ class Ingress:
 
     async def wait_handled(self) -> None:
         """Return once every message submitted so far is handled (bound it with a timeout)."""
-        if not self._inflight:
-            return
-        if self._idle is None or self._idle.done():
-            self._idle = asyncio.get_running_loop().create_future()
-        await asyncio.shield(self._idle)
+        await self._inflight.wait_idle()
 
     async def stop(self) -> None:
         """After the streams closed: send pending acks, hand the rest back for redelivery.
@@ -427,8 +395,7 @@ class Ingress:
         Raises TaskCrashed if a loop crashed (unless the core's scope reports it).
         """
         await self.stop_pulling()
-        unfinished = [d.msg for entries in self._inflight.values() for d in entries.values()]
-        self._inflight.clear()
+        unfinished = [delivery.msg for delivery in self._inflight.pop_all()]
         for msg in unfinished:
             await settle(msg.nak)
         if unfinished:
@@ -533,11 +500,8 @@ class Ingress:
     def _submit(self, msg: Msg, thread_id: str, event: IngressEvent, stream: Stream) -> None:
         """Hand the decoded `event` to its thread's stream (the caller saw that it is not
         parked behind older messages of its thread)."""
-        delivery = _Delivery(msg, thread_id, stream, isinstance(event, InterruptEvent))
-        entries = self._inflight.get(thread_id)
-        if entries is None:
-            entries = self._inflight[thread_id] = {}
-        entries[msg.reply] = delivery
+        delivery = Delivery(msg, thread_id, stream, isinstance(event, InterruptEvent))
+        entries = self._inflight.add(delivery)
         try:
             stream.submit(
                 event,
@@ -546,23 +510,23 @@ class Ingress:
             )
         except SessionClosed as exc:  # closed while we attached: attach again
             del entries[msg.reply]
-            self._forget_if_empty(thread_id)
+            self._inflight.forget_if_empty(thread_id)
             self._parking.park(msg, thread_id, stream_sequence(msg), exc)
 
-    def _retry(self, delivery: _Delivery, error: OreError) -> None:
+    def _retry(self, delivery: Delivery, error: OreError) -> None:
         """The stream handed this message back (stale copy or store failure): park it."""
-        entries = self._inflight.get(delivery.thread_id)
+        entries = self._inflight.threads.get(delivery.thread_id)
         if entries is None or entries.pop(delivery.msg.reply, None) is None:
             return
         self._parking.park(delivery.msg, delivery.thread_id, delivery.sequence, error)
-        self._forget_if_empty(delivery.thread_id)
+        self._inflight.forget_if_empty(delivery.thread_id)
 
     # -- acknowledgements -------------------------------------------------------
 
-    def _handled(self, delivery: _Delivery) -> None:
+    def _handled(self, delivery: Delivery) -> None:
         """The stream finished with this message: acknowledge it (and, for an interrupt,
         the queued messages it dropped, which are never handled themselves)."""
-        entries = self._inflight.get(delivery.thread_id)
+        entries = self._inflight.threads.get(delivery.thread_id)
         if entries is None:
             return
         reply = delivery.msg.reply
@@ -578,18 +542,8 @@ class Ingress:
         elif entries.pop(reply, None) is not None:
             acks.add(delivery.msg, position, delivery.thread_id)
         self._parking.saved(delivery.thread_id)  # it saved: its backoff starts over
-        self._forget_if_empty(delivery.thread_id)
+        self._inflight.forget_if_empty(delivery.thread_id)
         acks.wake()
-
-    def _forget_if_empty(self, thread_id: str) -> None:
-        """Drop the thread's entry when nothing of it is in flight; wake `wait_handled`."""
-        if self._inflight.get(thread_id):
-            return
-        self._inflight.pop(thread_id, None)
-        self._handled_one.set()
-        idle = self._idle
-        if idle is not None and not self._inflight and not idle.done():
-            idle.set_result(None)
 
     async def _progress_loop(self) -> None:
         """Keep what waits here in progress: in flight, handled (output not stored yet)
@@ -597,10 +551,9 @@ class Ingress:
         interval = self._config.backoff[0] / 3
         while True:
             await asyncio.sleep(interval)
-            for entries in list(self._inflight.values()):
-                for delivery in list(entries.values()):
-                    if not delivery.stream.closed:
-                        await settle(delivery.msg.in_progress)
+            for delivery in self._inflight:
+                if not delivery.stream.closed:
+                    await settle(delivery.msg.in_progress)
             for msg in self._acks.messages() + self._parking.messages():
                 await settle(msg.in_progress)
 
@@ -610,12 +563,12 @@ class Ingress:
             await asyncio.sleep(_CLOSED_CHECK)
             if self._stopping:
                 continue
-            for thread_id, entries in list(self._inflight.items()):
+            for thread_id, entries in list(self._inflight.threads.items()):
                 for reply, delivery in list(entries.items()):
                     if delivery.stream.closed:
                         del entries[reply]
                         await settle(delivery.msg.nak)
-                self._forget_if_empty(thread_id)
+                self._inflight.forget_if_empty(thread_id)
 
 
 async def _attach(manager: Manager, namespace: str, thread_id: str, event: IngressEvent) -> Stream:
