@@ -420,17 +420,12 @@ class Pipeline:
     async def _check_stored(self, record: _Record, description: str) -> None:
         """Whether the subject's last message is `record`, stored by an earlier attempt."""
         try:
-            last = await self._nc.jetstream(timeout=self._ack_timeout).get_last_msg(
-                record.stream, record.subject
-            )
-        except NotFoundError:
-            last = None
+            stored = await _last_of(self._nc, record, self._ack_timeout)
         except (NatsError, TimeoutError) as exc:  # not known yet: send it again, then look
             self._failed(record, f"last message not read after {description} ({exc!r})")
             return
-        msg_id = record.headers[HEADER_MSG_ID]
-        if last is not None and last.seq and (last.headers or {}).get(HEADER_MSG_ID) == msg_id:
-            self._stored(record, last.seq)
+        if stored:
+            self._stored(record, stored)
         else:
             self._refused(record, description)
 
@@ -607,3 +602,15 @@ class Pipeline:
                 queue = self._retries or self._ready or self._backlog
                 if self._send(queue.popleft()):
                     await wait_flushed(self._nc)
+
+
+async def _last_of(nc: NatsClient, record: _Record, within: float) -> int:
+    """The sequence of `record` if it is the last message of its subject, else 0."""
+    try:
+        last = await nc.jetstream(timeout=within).get_last_msg(record.stream, record.subject)
+    except NotFoundError:
+        return 0
+    msg_id = record.headers[HEADER_MSG_ID]
+    if last.seq and (last.headers or {}).get(HEADER_MSG_ID) == msg_id:
+        return last.seq
+    return 0
