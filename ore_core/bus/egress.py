@@ -20,7 +20,7 @@ pipelined (see `Pipeline`), so the sink never waits for the server.
 `emitted` counts the events taken from the manager (a turn's held events count when
 taken, and its `done` is taken only with its batch handed to the pipeline), so the
 ingress acknowledges a message once `emitted` passed its position and the pipeline
-stored everything published up to then (`Ingress._ack_loop`).
+stored everything published up to then (`AckBatcher.run`, bus/acks.py).
 
 Ownership (issue 10b): a worker whose partition lease is overdue (`may_write` false:
 it was paused or cut off) publishes nothing for the partition's threads (a turn's held
