@@ -229,7 +229,8 @@ def read_publish_ack(msg: Msg) -> Ack:
         raise BusError(f"JetStream answered a publish with {data[:200]!r}")
     error = reply.get("error")
     if isinstance(error, dict):
-        APIError.from_error(error)  # raises the APIError subclass of the error's code
+        known = {key: error.get(key) for key in ("code", "description", "err_code")}
+        APIError.from_error(known)  # raises the APIError subclass of the error's code
     sequence = reply.get("seq")
     if not isinstance(sequence, int):
         raise BusError(f"JetStream answered a publish with {data[:200]!r}")

@@ -73,3 +73,10 @@ def test_an_empty_503_answer_is_no_stream_response() -> None:
 def test_an_unreadable_answer_is_a_bus_error(data: bytes) -> None:
     with pytest.raises(BusError):
         read_publish_ack(Msg(_client=None, subject="_INBOX.x.1", data=data))  # type: ignore[arg-type]
+
+
+def test_a_refusal_with_fields_nats_py_does_not_know_is_still_an_api_error() -> None:
+    data = b'{"error":{"err_code":10077,"description":"maximum bytes exceeded","new":1}}'
+    with pytest.raises(APIError) as refused:
+        read_publish_ack(Msg(_client=None, subject="_INBOX.x.1", data=data))  # type: ignore[arg-type]
+    assert refused.value.err_code == 10077
