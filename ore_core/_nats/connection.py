@@ -289,7 +289,9 @@ async def connect_nats(servers: list[str], **options: Any) -> NatsClient:
 
 async def subscriptions_registered(nc: NatsClient, within: int = 5) -> None:
     """Return once the server has processed every subscription made on `nc` so far."""
-    if isinstance(nc, OreNatsClient):
+    from ore_core._nats.internals import private_path_usable
+
+    if private_path_usable():  # on any nats-py client: the hook is nats-py's
         await nc._flush_pending(force_flush=True)
     else:  # without the private hook: one round trip lets its flusher run
         await nc.flush(within)
