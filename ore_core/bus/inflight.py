@@ -16,6 +16,7 @@ from nats.aio.msg import Msg
 from ore_core._nats.codec import stream_sequence
 from ore_core.session.stream import Stream
 from ore_core.subjects import partition_of
+from ore_core.tasks import Idle
 
 __all__ = ["Delivery", "InFlight"]
 
@@ -42,7 +43,7 @@ class InFlight:
         self._partitions = partitions
         self.threads: dict[str, dict[str, Delivery]] = {}
         self._handled_one = asyncio.Event()  # set whenever a thread has nothing in flight
-        self._idle: asyncio.Future[None] | None = None
+        self._idle = Idle()
 
     def __len__(self) -> int:
         return sum(len(entries) for entries in self.threads.values())
@@ -82,9 +83,8 @@ class InFlight:
             return
         self.threads.pop(thread_id, None)
         self._handled_one.set()
-        idle = self._idle
-        if idle is not None and not self.threads and not idle.done():
-            idle.set_result(None)
+        if not self.threads:
+            self._idle.set()
 
     async def wait_partition(self, partition: int) -> None:
         """Return once nothing of `partition` is in flight (bound it with a timeout)."""
@@ -94,8 +94,5 @@ class InFlight:
 
     async def wait_idle(self) -> None:
         """Return once nothing is in flight (bound it with a timeout)."""
-        if not self.threads:
-            return
-        if self._idle is None or self._idle.done():
-            self._idle = asyncio.get_running_loop().create_future()
-        await asyncio.shield(self._idle)
+        if self.threads:
+            await self._idle.wait()

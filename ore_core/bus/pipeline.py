@@ -58,7 +58,7 @@ from ore_core._nats.connection import LIMIT_ERROR_CODES, subscribe_inline
 from ore_core._nats.wire import header_block, publish_now, wait_flushed
 from ore_core.errors import BusError
 from ore_core.subjects import HEADER_MSG_ID
-from ore_core.tasks import TaskCrashed, TaskScope
+from ore_core.tasks import Idle, TaskCrashed, TaskScope
 
 __all__ = ["LimitReached", "Pipeline"]
 
@@ -131,7 +131,7 @@ class Pipeline:
         self._waiting = 0  # messages in lanes
         self._ready: deque[_Record] = deque()  # lane heads whose predecessor was stored
         self._wakeup = asyncio.Event()
-        self._idle: asyncio.Future[None] | None = None
+        self._idle = Idle()
         self.tasks = TaskScope("pipeline")
         """The expire and send loops (a core service adopts it into its own scope)."""
         self._failing = False
@@ -263,11 +263,8 @@ class Pipeline:
 
     async def flush(self) -> None:
         """Return once every publish so far is acknowledged or given up (add a timeout)."""
-        if not self.pending:
-            return
-        if self._idle is None or self._idle.done():
-            self._idle = asyncio.get_running_loop().create_future()
-        await asyncio.shield(self._idle)
+        if self.pending:
+            await self._idle.wait()
 
     async def publish(
         self, subject: str, data: bytes, headers: dict[str, str], *, msg_id: str = ""
@@ -463,9 +460,8 @@ class Pipeline:
         return record
 
     def _check_idle(self) -> None:
-        idle = self._idle
-        if idle is not None and not self.pending and not idle.done():
-            idle.set_result(None)
+        if not self.pending:
+            self._idle.set()
 
     def _failed(self, record: _Record, reason: str, *, pause: bool = False) -> None:
         """A transient failure (no ack in time, no stream answered): retry, never give up.
