@@ -69,6 +69,8 @@ class _Outbox:
                     await send()
                 except NatsError as exc:
                     log.warning("message not sent", error=repr(exc))
+                except Exception:  # the outbox must go on: the next send is another's
+                    log.exception("sending a message failed")
         finally:
             self._task = None
 

@@ -11,13 +11,17 @@ a whole turn through a core. Slower, never different.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import structlog
 from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
 
 from ore_core import ConduitClient
 from ore_core._nats import internals
 from ore_core._nats.connection import OreNatsClient, connect_nats
+from ore_core._nats.wire import header_block, publish_now, wait_flushed
 from tests.bus_client import test_client as ordinary
 
 
@@ -91,3 +95,30 @@ async def test_with_every_private_name_there_the_fast_client_connects(
     nc = await connect_nats([ore_nats_url])
     await nc.close()
     assert isinstance(nc, OreNatsClient)
+
+
+async def test_a_burst_on_the_plain_path_arrives_whole_and_in_order(
+    ore_nats_url: str, ore_nats_client: NatsClient
+) -> None:
+    received: list[bytes] = []
+    got_all = asyncio.Event()
+
+    async def receive(msg: Msg) -> None:
+        received.append(msg.data)
+        if len(received) == 200:
+            got_all.set()
+
+    await ore_nats_client.subscribe("plain.burst", cb=receive)
+    await ore_nats_client.flush()
+    sender = await connect_nats([ore_nats_url])
+    try:
+        assert type(sender) is NatsClient
+        block = header_block({"Ore-Kind": "batch"})
+        for index in range(200):
+            publish_now(sender, "plain.burst", str(index).encode(), header=block)
+        await wait_flushed(sender)
+        await sender.flush()
+        await asyncio.wait_for(got_all.wait(), 30)
+    finally:
+        await sender.close()
+    assert received == [str(index).encode() for index in range(200)]
