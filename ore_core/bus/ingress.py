@@ -54,7 +54,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 
-from ore_core._nats.codec import CORRUPT_THREAD, DEAD_LETTER_LIMIT, namespace_of, stream_sequence
+from ore_core._nats.codec import CORRUPT_THREAD, namespace_of, stream_sequence
 from ore_core.bus.acks import AckBatcher, settle
 from ore_core.bus.decoding import IngressDecoder, Rejected, unknown_thread
 from ore_core.bus.egress import Egress, EventsNotRead
@@ -86,12 +86,9 @@ from ore_core.session.stream import Stream
 from ore_core.subjects import NAMESPACE_KEY, Subjects, partition_of
 from ore_core.tasks import TaskScope
 
-__all__ = ["DLQ_DATA_LIMIT", "Ingress"]
+__all__ = ["Ingress"]
 
 log = structlog.get_logger("ore.bus")
-
-DLQ_DATA_LIMIT = DEAD_LETTER_LIMIT
-"""Bytes of a rejected payload kept in its dead-letter record (the rest is cut)."""
 
 _RESET_TIMEOUT = 2.0  # seconds per JetStream request of a consumer reset (then retried)
 _CLOSED_CHECK = 0.5  # seconds between looks for deliveries whose stream was closed
