@@ -29,13 +29,13 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import structlog
 
 from ore_core.errors import OreError
 
-__all__ = ["Crash", "Idle", "TaskCrashed", "TaskScope"]
+__all__ = ["AsyncClosing", "Crash", "Idle", "TaskCrashed", "TaskScope"]
 
 log = structlog.get_logger("ore.tasks")
 
@@ -261,3 +261,18 @@ class Idle:
         future = self._future
         if future is not None and not future.done():
             future.set_result(None)
+
+
+class AsyncClosing:
+    """`async with` an object of a subclass to `aclose()` it on the way out, however the
+    block ends (the subclass defines `aclose`)."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Release what the object holds."""
+        raise NotImplementedError
