@@ -37,8 +37,8 @@ from nats.micro.service import Service
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ore_core import jsonutil
-from ore_core.bus.egress import namespace_of
-from ore_core.conduit.connection import subscriptions_registered
+from ore_core._nats.codec import namespace_of
+from ore_core._nats.connection import subscriptions_registered
 from ore_core.errors import (
     InvalidThreadId,
     SessionClosed,
