@@ -167,6 +167,8 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
     """The FastAPI application of one conduit process."""
     app = FastAPI(
         title="ore web conduit",
+        docs_url=None,  # Swagger UI and ReDoc load from a CDN: the page works offline
+        redoc_url=None,
         version="1",
         description="Threads, messages and live events of ore, for the chat page and "
         "for programs. Send `Authorization: Bearer <token>` (the token `ore conduit web` "
