@@ -8,21 +8,20 @@ large, 503 the core is unreachable.
 """
 
 import re
-from collections.abc import AsyncIterator
 from importlib import resources
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
-from fastapi.sse import EventSourceResponse, ServerSentEvent
+from fastapi.sse import EventSourceResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ore_conduit_web.config import WebConfig
-from ore_conduit_web.live import LiveHub, Position, catch_up, parse_position
+from ore_conduit_web.live import LiveHub, Position, event_stream, parse_position
 from ore_conduit_web.threads import ThreadSummary, WebError, WebThreads
 from ore_conduit_web.tokens import Tokens
 from ore_conduit_web.tree import ThreadTree
@@ -342,7 +341,13 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
 
     @api.get(
         "/threads/{thread_id}/events",
-        response_class=EventSourceResponse,
+        response_class=Response,
+        responses={
+            200: {
+                "description": "An endless event stream",
+                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            }
+        },
         summary="The thread's events, live (server-sent events)",
         description="Stored events carry the id `SEQUENCE.INDEX`; reconnect with "
         "`Last-Event-ID` (or `after`) to resume exactly there. Frames: `stored` (an ore "
@@ -351,36 +356,10 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
     )
     async def events(
         user: User, thread_id: Owned, position: Annotated[Position | None, Depends(resume_at)]
-    ) -> AsyncIterator[ServerSentEvent]:
-        sub = hub.subscribe(thread_id)
-        try:
-            ended_since_snapshot = False
-            if position is not None:
-                async for frame in catch_up(threads.client, thread_id, position):
-                    if frame.ends_turn and frame.position and frame.position.sequence > sub.base:
-                        ended_since_snapshot = True
-                    yield _sse(frame.event, frame.data, frame.position)
-                    position = frame.position or position
-            if not ended_since_snapshot:
-                yield _sse(sub.snapshot.event, sub.snapshot.data, None)
-            while True:
-                queued = await sub.queue.get()
-                if queued is None:
-                    return
-                if queued.position is not None:
-                    if position is not None and queued.position <= position:
-                        continue
-                    position = queued.position
-                yield _sse(queued.event, queued.data, queued.position)
-        finally:
-            hub.unsubscribe(sub)
+    ) -> EventSourceResponse:
+        frames = event_stream(hub, threads.client, thread_id, position)
+        return EventSourceResponse(frames, headers={"Cache-Control": "no-cache"})
 
     app.include_router(api)
     app.add_middleware(BodyLimit, limit=config.max_body_bytes)
     return app
-
-
-def _sse(event: str, data: str, position: object) -> ServerSentEvent:
-    return ServerSentEvent(
-        raw_data=data, event=event, id=None if position is None else str(position)
-    )

@@ -27,11 +27,21 @@ from ore_core.artifacts import ReasoningDelta, TextDelta
 from ore_core.conduit import ConduitClient, Delivery
 from ore_core.events import BATCH_KIND, encode_event
 
-__all__ = ["Frame", "LiveHub", "Position", "Subscription", "catch_up", "parse_position"]
+__all__ = [
+    "Frame",
+    "LiveHub",
+    "Position",
+    "Subscription",
+    "catch_up",
+    "event_stream",
+    "parse_position",
+]
 
 log = structlog.get_logger("ore.web.live")
 
 _QUEUE = 2000  # frames a page may lag behind before it is cut off
+_KEEPALIVE = 15.0  # seconds of silence before a comment line keeps proxies from closing
+_PING = b": ping\n\n"
 _PAGE = 500  # events per events.read request
 _ENDS = ("done", "cancelled")
 
@@ -62,12 +72,25 @@ def parse_position(text: str | None) -> Position | None:
 
 @dataclass(slots=True)
 class Frame:
-    """One server-sent event: `event` name, JSON `data`, and for stored events the id."""
+    """One server-sent event: `event` name, JSON `data`, and for stored events the id.
+
+    Its bytes are made once (`wire`) however many pages it goes to.
+    """
 
     event: str
-    data: str
+    data: str  # one line: JSON escapes newlines
     position: Position | None = None
     ends_turn: bool = False
+    _wire: bytes | None = field(default=None, repr=False, compare=False)
+
+    def wire(self) -> bytes:
+        """The frame as `text/event-stream` bytes."""
+        if self._wire is None:
+            head = f"event: {self.event}\n"
+            if self.position is not None:
+                head += f"id: {self.position}\n"
+            self._wire = f"{head}data: {self.data}\n\n".encode()
+        return self._wire
 
 
 @dataclass(slots=True)
@@ -219,3 +242,38 @@ async def catch_up(client: ConduitClient, thread_id: str, after: Position) -> As
         if following is None or following <= cursor:
             return
         cursor = int(following)
+
+
+async def event_stream(
+    hub: LiveHub, client: ConduitClient, thread_id: str, after: Position | None
+) -> AsyncIterator[bytes]:
+    """One page's event stream: the stored events after `after` (from the store), the
+    answer so far (unless it ended meanwhile), then everything new, without repeats."""
+    sub = hub.subscribe(thread_id)
+    try:
+        position = after
+        ended_since_snapshot = False
+        if after is not None:
+            async for frame in catch_up(client, thread_id, after):
+                if frame.ends_turn and frame.position and frame.position.sequence > sub.base:
+                    ended_since_snapshot = True
+                position = frame.position or position
+                yield frame.wire()
+        if not ended_since_snapshot:
+            yield sub.snapshot.wire()
+        while True:
+            try:
+                async with asyncio.timeout(_KEEPALIVE):
+                    queued = await sub.queue.get()
+            except TimeoutError:
+                yield _PING
+                continue
+            if queued is None:
+                return
+            if queued.position is not None:
+                if position is not None and queued.position <= position:
+                    continue
+                position = queued.position
+            yield queued.wire()
+    finally:
+        hub.unsubscribe(sub)

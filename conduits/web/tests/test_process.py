@@ -35,7 +35,7 @@ class WebProcess:
     async def start(self) -> str:
         """Start it (again) and wait for the URL it prints; that URL."""
         self.process.start()
-        async with asyncio.timeout(TIMEOUT * 3):
+        async with asyncio.timeout(TIMEOUT * 6):  # a loaded machine starts Python slowly
             while True:
                 found = _URL.findall(self.log.read_text() if self.log.exists() else "")
                 if len(found) > self.printed:
@@ -80,9 +80,7 @@ async def test_a_page_resumes_after_a_kill_with_exactly_the_events_it_missed(
     web: WebProcess, ore_conduit_core: ConduitCore
 ) -> None:
     gate = ore_conduit_core.processor.gate()
-    url = await web.start()
-    base, token = _split(url)
-    port = int(base.rsplit(":", 1)[1])
+    base, token = _split(await web.start())
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(base_url=base, headers=headers, timeout=TIMEOUT) as http:
         thread_id = (await http.post("/api/threads", json={})).json()["id"]
@@ -98,8 +96,7 @@ async def test_a_page_resumes_after_a_kill_with_exactly_the_events_it_missed(
     last_id = seen.stored()[-1][0]
     web.process.kill()
     gate.release()  # the answer is stored while the conduit is down
-    web.process.settings = {"port": port}
-    await web.start()
+    base = _split(await web.start())[0]  # the token stays; the port may change
     async with httpx.AsyncClient(base_url=base, headers=headers, timeout=TIMEOUT) as http:
         async with asyncio.timeout(TIMEOUT):
             resumed = await read_events(http, thread_id, answered(), last_event_id=last_id)
