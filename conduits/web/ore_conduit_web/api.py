@@ -259,6 +259,17 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
+    @app.get("/readyz", include_in_schema=False)
+    async def ready() -> Response:
+        """Ready when the live feed runs and a core answers (503 says which is missing)."""
+        if not hub.ready.is_set():
+            return _error(503, "starting", "the live event feed is not running yet")
+        try:
+            await threads.client.health()
+        except (ApiError, BusError) as exc:
+            return _error(503, "unavailable", f"no ore core answers: {exc}")
+        return JSONResponse({"status": "ready"})
+
     # -- the API ----------------------------------------------------------------
 
     api = APIRouter(prefix="/api", responses=_ERRORS)

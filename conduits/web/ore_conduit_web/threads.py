@@ -120,7 +120,11 @@ class WebThreads:
             infos.extend(i for i in found if i and _visible_to(i, user))
         needle = query.strip().casefold()
         if needle:
-            infos = [i for i in infos if await self._matches(i, needle)]
+            matched: list[bool] = []
+            for start in range(0, len(infos), _LIST_AT_ONCE):
+                batch = infos[start : start + _LIST_AT_ONCE]
+                matched += await asyncio.gather(*(self._matches(i, needle) for i in batch))
+            infos = [info for info, hit in zip(infos, matched, strict=True) if hit]
         summaries = [_summary(i) for i in infos]
         summaries.sort(key=lambda s: s.updated, reverse=True)
         return summaries

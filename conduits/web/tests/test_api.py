@@ -51,6 +51,12 @@ async def test_openapi_is_served_without_a_token_and_declares_the_event_stream(
     assert "text/event-stream" in events["responses"]["200"]["content"]
 
 
+async def test_health_and_readiness_need_no_token(stack: WebStack) -> None:
+    async with httpx.AsyncClient(base_url=stack.base) as anonymous:
+        assert (await anonymous.get("/healthz")).json() == {"status": "ok"}
+        assert (await anonymous.get("/readyz")).json() == {"status": "ready"}
+
+
 async def test_a_request_without_a_token_is_refused_with_a_json_401(stack: WebStack) -> None:
     async with httpx.AsyncClient(base_url=stack.base) as anonymous:
         reply = await anonymous.get("/api/threads")
