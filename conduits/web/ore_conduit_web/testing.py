@@ -9,6 +9,7 @@ end-to-end suite does), so browser and API tests know what each message does:
   (or an interrupt, counted in `cancelled`) before the rest;
 - `E2E_FAIL:x` fails the turn with the message `x`;
 - `E2E_REASON:x` thinks first (reasoning), then answers `x`;
+- `E2E_TOOL:x` calls the tool `search` with `{"q": "x"}` in its answer, then answers `x`;
 - anything else is answered `You said: <text>`.
 
 `WebStack` runs a nats-server, a core (`CoreService`, memory store) with that model,
@@ -29,7 +30,7 @@ import httpx
 from httpx_sse import aconnect_sse
 
 from ore_conduit_web.conduit import WebConduit
-from ore_core import Manager, Reasoning, Text, TurnContext
+from ore_core import Manager, Reasoning, Text, ToolCall, TurnContext
 from ore_core.artifacts import Artifact, TextDelta
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
@@ -78,6 +79,8 @@ class ScriptedModel:
             raise RuntimeError(rest or "scripted failure")
         if marker == "E2E_REASON":
             yield Reasoning("Let me think about it.")
+        if marker == "E2E_TOOL":
+            yield ToolCall(id="call-1", name="search", arguments=json.dumps({"q": rest}))
         if marker == "E2E_SLOW_REPLY":
             half = len(rest) // 2
             for piece in _pieces(rest[:half]):
@@ -90,7 +93,7 @@ class ScriptedModel:
         if marker == "E2E_COUNTED_REPLY":
             self.answered[rest] += 1
             text = f"{rest} #{self.answered[rest]}"
-        elif marker in ("E2E_REPLY", "E2E_REASON"):
+        elif marker in ("E2E_REPLY", "E2E_REASON", "E2E_TOOL"):
             text = rest
         else:
             text = f"You said: {said}"

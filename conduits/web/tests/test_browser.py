@@ -274,6 +274,15 @@ async def test_reasoning_is_a_collapsed_step(page: Page) -> None:
     await expect(step.locator("pre")).to_have_text("Let me think about it.")
 
 
+async def test_a_tool_call_is_a_collapsed_step(page: Page) -> None:
+    await say(page, "E2E_TOOL:nats")
+    step = page.locator("article.assistant details")
+    await expect(step.locator("summary")).to_have_text("Tool call: search")
+    assert await step.get_attribute("open") is None
+    await step.locator("summary").click()
+    await expect(step.locator("pre")).to_have_text('{"q": "nats"}')
+
+
 async def test_a_page_without_a_token_says_how_to_sign_in(
     stack: WebStack, browser: Browser
 ) -> None:
@@ -292,3 +301,18 @@ async def test_the_theme_toggles_between_light_and_dark(page: Page, screenshots:
     await page.screenshot(path=screenshots / f"theme-{theme}.png")
     await page.get_by_label("Toggle dark mode").click()
     assert await page.evaluate("document.documentElement.dataset.theme") != theme
+
+
+async def test_html_in_an_answer_is_shown_as_text_never_run(page: Page) -> None:
+    await say(
+        page,
+        'E2E_REPLY:<img src=x onerror="window.pwned=1"> <script>window.pwned=1</script> '
+        "[click](javascript:window.pwned=1) [ok](https://example.org)",
+    )
+    answer = page.locator("article.assistant .body")
+    await expect(answer).to_contain_text('<img src=x onerror="window.pwned=1">')
+    assert await answer.locator("img, script").count() == 0
+    assert await answer.locator("a").evaluate_all("links => links.map(a => a.href)") == [
+        "https://example.org/"
+    ]
+    assert await page.evaluate("window.pwned") is None
