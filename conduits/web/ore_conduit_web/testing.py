@@ -54,10 +54,17 @@ class ScriptedModel:
         self.started = 0
         self.holding = asyncio.Event()
         self._release = asyncio.Event()
+        self._began = asyncio.Event()
 
     def release(self) -> None:
         """Let the held slow answer (and every later one) finish."""
         self._release.set()
+
+    async def wait_for_turns(self, count: int) -> None:
+        """Until `count` turns have started in all (bound it with a timeout)."""
+        while self.started < count:
+            self._began.clear()
+            await self._began.wait()
 
     def hold_again(self) -> None:
         """Make the next slow answer hold again."""
@@ -67,6 +74,7 @@ class ScriptedModel:
     async def __call__(self, ctx: TurnContext) -> None:
         said = " ".join(a.content for a in ctx.turns()[-1].artifacts if isinstance(a, Text))
         self.started += 1
+        self._began.set()
         try:
             await ctx.step(self._answer(said))
         except asyncio.CancelledError:

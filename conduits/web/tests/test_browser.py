@@ -259,9 +259,9 @@ async def test_a_failed_answer_is_shown_inline_with_retry(
     await page.screenshot(path=screenshots / "error.png")
     started = stack.model.started
     await alert.get_by_label("Retry").click()
-    await expect(alert).to_be_hidden()
+    async with asyncio.timeout(TIMEOUT):
+        await stack.model.wait_for_turns(started + 1)
     await expect(alert).to_contain_text("the model is down")
-    assert stack.model.started == started + 1
     await expect(page.locator("article.user")).to_have_count(1)
 
 
@@ -309,7 +309,8 @@ async def test_html_in_an_answer_is_shown_as_text_never_run(page: Page) -> None:
         'E2E_REPLY:<img src=x onerror="window.pwned=1"> <script>window.pwned=1</script> '
         "[click](javascript:window.pwned=1) [ok](https://example.org)",
     )
-    answer = page.locator("article.assistant .body")
+    answer = page.locator("article.assistant:not(.streaming) .body")
+    await expect(answer.locator("a")).to_have_count(1)
     await expect(answer).to_contain_text('<img src=x onerror="window.pwned=1">')
     assert await answer.locator("img, script").count() == 0
     assert await answer.locator("a").evaluate_all("links => links.map(a => a.href)") == [
