@@ -64,10 +64,17 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[WebSt
 
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def browser() -> AsyncIterator[Browser]:
+async def browser(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Browser]:
     executable = chromium_path()
+    home = tmp_path_factory.mktemp("chromium-home")
+    env = {
+        **os.environ,
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "XDG_CACHE_HOME": str(home / "cache"),
+        "XDG_STATE_HOME": str(home / "state"),
+    }
     async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(executable_path=executable, args=ARGS)
+        launched = await playwright.chromium.launch(executable_path=executable, args=ARGS, env=env)
         try:
             yield launched
         finally:
