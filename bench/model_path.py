@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -394,7 +395,7 @@ async def measure(args: argparse.Namespace, tmp: Path) -> list[Phase]:
                     return await scenarios(args, direct, ore, core.pid)
                 finally:
                     if spy is not None:
-                        spy.terminate()
+                        spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled
                         spy.wait()
                     await ore.close()
                     await direct.close()

@@ -14,18 +14,19 @@ import asyncio
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from contextlib import aclosing
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import openai
 import structlog
 from openai import AsyncStream
-from openai.types.chat import ChatCompletionChunk
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from ore_core import Artifact, Role, Severity, Tool, ToolCall, ToolResult, TurnContext
+from ore_core.jsonutil import dumps
 from ore_openai.chunks import chunk_artifacts
 from ore_openai.config import ENV_API_KEY, ENV_BASE_URL, OpenAIConfig
 from ore_openai.errors import ModelCallFailed, OpenAIConfigError
-from ore_openai.request import request_kwargs
+from ore_openai.request import request_body
 from ore_openai.retry import RetryPolicy, is_retryable, retry_after_seconds
 from ore_openai.tool_runner import run_tool_calls
 
@@ -128,9 +129,9 @@ class OpenAIProcessor:
 
     async def _answer(self, ctx: TurnContext) -> AsyncGenerator[Artifact, None]:
         """One model call: the request is rebuilt from the thread each time."""
-        kwargs = request_kwargs(self.config, ctx.spec, ctx.view(), self.tools.values())
-        where = f"openai model {kwargs['model']!r} at {self.config.base_url}"
-        stream = await self._open(ctx, kwargs, where)
+        body = request_body(self.config, ctx.spec, ctx.view(), self.tools.values())
+        where = f"openai model {body['model']!r} at {self.config.base_url}"
+        stream = await self._open(ctx, dumps(body), where)
         try:
             async for artifact in chunk_artifacts(stream):
                 yield artifact
@@ -142,16 +143,25 @@ class OpenAIProcessor:
         finally:
             await stream.close()
 
+    async def post(self, body: bytes) -> AsyncStream[ChatCompletionChunk]:
+        """One streamed call, no retries: `body` is an encoded `request_body`."""
+        return await self.client.post(
+            "/chat/completions",
+            cast_to=ChatCompletion,
+            content=body,
+            stream=True,
+            stream_cls=AsyncStream[ChatCompletionChunk],
+        )
+
     async def _open(
-        self, ctx: TurnContext, kwargs: dict[str, Any], where: str
+        self, ctx: TurnContext, body: bytes, where: str
     ) -> AsyncStream[ChatCompletionChunk]:
-        """Start the streamed call, retrying failures that may pass."""
+        """Start the streamed call (the body encoded once, see `request`), retrying
+        failures that may pass."""
         retry = 0
         while True:
             try:
-                created = self.client.chat.completions.create(**kwargs)
-                stream: AsyncStream[ChatCompletionChunk] = await created
-                return stream
+                return await self.post(body)
             except openai.APIError as exc:
                 failure = exc
             retry_after = (

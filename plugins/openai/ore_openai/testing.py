@@ -435,6 +435,7 @@ class _HTTPServer(ThreadingHTTPServer):
 
     daemon_threads = False
     block_on_close = True
+    request_queue_size = 1024  # socketserver's 5 resets connections of a busy benchmark
 
     def __init__(self, owner: MockOpenAIServer) -> None:
         self.owner = owner
