@@ -11,19 +11,19 @@ per request and never pile up across round trips.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Mapping
 from contextlib import aclosing
 from types import TracebackType
-from typing import Self
+from typing import Self, cast
 
 import openai
 import structlog
 from openai import AsyncStream
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat import ChatCompletion
 
 from ore_core import Artifact, Role, Severity, Tool, ToolCall, ToolResult, TurnContext
 from ore_core.jsonutil import dumps
-from ore_openai.chunks import chunk_artifacts
+from ore_openai.chunks import Chunk, chunk_artifacts
 from ore_openai.config import ENV_API_KEY, ENV_BASE_URL, OpenAIConfig
 from ore_openai.errors import ModelCallFailed, OpenAIConfigError
 from ore_openai.request import request_body
@@ -133,7 +133,7 @@ class OpenAIProcessor:
         where = f"openai model {body['model']!r} at {self.config.base_url}"
         stream = await self._open(ctx, dumps(body), where)
         try:
-            async for artifact in chunk_artifacts(stream):
+            async for artifact in chunk_artifacts(cast(AsyncIterable[Chunk], stream)):
                 yield artifact
         except (openai.APIError, ModelCallFailed) as exc:
             problem = _cause(exc)
@@ -143,19 +143,18 @@ class OpenAIProcessor:
         finally:
             await stream.close()
 
-    async def post(self, body: bytes) -> AsyncStream[ChatCompletionChunk]:
-        """One streamed call, no retries: `body` is an encoded `request_body`."""
+    async def post(self, body: bytes) -> AsyncStream[object]:
+        """One streamed call, no retries: `body` is an encoded `request_body`. The chunks
+        come as decoded JSON objects (see `ore_openai.chunks`), errors as the SDK's."""
         return await self.client.post(
             "/chat/completions",
             cast_to=ChatCompletion,
             content=body,
             stream=True,
-            stream_cls=AsyncStream[ChatCompletionChunk],
+            stream_cls=AsyncStream[object],
         )
 
-    async def _open(
-        self, ctx: TurnContext, body: bytes, where: str
-    ) -> AsyncStream[ChatCompletionChunk]:
+    async def _open(self, ctx: TurnContext, body: bytes, where: str) -> AsyncStream[object]:
         """Start the streamed call (the body encoded once, see `request`), retrying
         failures that may pass."""
         retry = 0
