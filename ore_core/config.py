@@ -242,6 +242,17 @@ class SessionSettings(_Section):
     """Largest live delta message; text beyond it waits for the next interval, and what is
     left when the answer completes arrives with the complete text instead."""
 
+    @field_validator("delta_intervals")
+    @classmethod
+    def _check_namespaces(cls, intervals: dict[str, float]) -> dict[str, float]:
+        wrong = [name for name in intervals if not _NAMESPACE.fullmatch(name)]
+        if wrong:
+            raise ValueError(
+                f"{', '.join(map(repr, wrong))} is not a namespace: use 1-32 characters "
+                "from a-z, 0-9, _ and - (e.g. web)"
+            )
+        return intervals
+
 
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 LogFormat = Literal["auto", "console", "json"]

@@ -68,3 +68,12 @@ async def test_a_thread_is_paced_by_its_namespace() -> None:
         bare = await manager.create()
     assert web.delta_pacing == (0.03, 4096)
     assert other.delta_pacing == bare.delta_pacing == (0.1, 4096)
+
+
+def test_a_delta_interval_for_a_name_that_is_no_namespace_is_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ore.toml"
+    path.write_text('[session.delta_intervals]\n"Web Page" = 0.03\n')
+    with pytest.raises(ConfigError, match="'Web Page' is not a namespace"):
+        load_settings(path)
