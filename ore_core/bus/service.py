@@ -329,6 +329,8 @@ class CoreService:
             version=self._version,
             on_resolve=egress.bind,
             on_delete=egress.thread_deleted,
+            route=ownership.other_holder,
+            worker_id=ownership.worker_id,
         )
         await self._control.start()
 
