@@ -24,6 +24,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.cli.running import RunningCore, find_running
 from ore_core.session.stores import SQLiteStore
 from ore_core.subjects import partition_of
 from ore_openai.testing import MockOpenAIServer
@@ -329,8 +330,8 @@ async def read_until(served: Served, prefix: str) -> list[str]:
     return lines
 
 
-def recorded(state: Path) -> dict[str, Any] | None:
-    path = state / "ore" / "serve.json"
+def recorded(state: Path, pid: int) -> dict[str, Any] | None:
+    path = state / "ore" / "serve.d" / f"{pid}.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -340,7 +341,9 @@ async def test_serve_prints_and_records_its_nats_url_until_it_stops(
     served = start_serve()
     lines = await read_until(served, "ore core ready: NATS ")
     url = lines[-1].split()[4]
-    record = recorded(ore_isolated_env / "state")
+    record = recorded(ore_isolated_env / "state", served.process.pid)
+    assert record is not None
+    assert record.pop("processor").startswith("echo: ")  # as "answering with ..." says
     assert record == {
         "pid": served.process.pid,
         "nats_url": url,
@@ -348,7 +351,44 @@ async def test_serve_prints_and_records_its_nats_url_until_it_stops(
     }
     await wait_until_serving(await client_of(url), served)  # the recorded URL answers
     assert await served.terminate() == 0
-    assert recorded(ore_isolated_env / "state") is None
+    assert recorded(ore_isolated_env / "state", served.process.pid) is None
+
+
+async def test_a_second_worker_that_stops_leaves_the_first_one_s_record(
+    start_serve: Callable[..., Served], client_of: Any, ore_isolated_env: Path
+) -> None:
+    first = start_serve()
+    url = (await read_until(first, "ore core ready: NATS "))[-1].split()[4]
+    second = start_serve("--nats", url)  # a worker of the same deployment
+    await read_until(second, "ore core ready: NATS ")
+    state = ore_isolated_env / "state"
+    assert recorded(state, first.process.pid) is not None
+    assert recorded(state, second.process.pid) is not None
+    assert await second.terminate() == 0
+    assert recorded(state, second.process.pid) is None
+    assert find_running() == RunningCore(**(recorded(state, first.process.pid) or {}))
+    assert find_running() is not None  # `ore chat` attaches to it, not an echo core of its own
+    assert await first.terminate() == 0
+    assert find_running() is None
+
+
+async def test_a_worker_answering_with_another_processor_than_its_deployment_warns(
+    start_serve: Callable[..., Served],
+) -> None:
+    first = start_serve()  # echo
+    url = (await read_until(first, "ore core ready: NATS "))[-1].split()[4]
+    with MockOpenAIServer(["Hello from the model."]) as model:
+        second = start_serve(
+            "--nats",
+            url,
+            env={"ORE_LOAD_PLUGINS": "ore-openai", "ORE_OPENAI_BASE_URL": model.base_url},
+        )
+        await read_until(second, "ore core ready: NATS ")
+    assert await second.terminate() == 0
+    warning = f"warning: ore serve (pid {first.process.pid}) at {url}"
+    assert warning in second.stderr()
+    assert "answers with echo: " in second.stderr()
+    assert "this worker with openai" in second.stderr()
 
 
 async def test_serve_answers_with_the_model_the_environment_configures(

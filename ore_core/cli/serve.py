@@ -34,9 +34,9 @@ from ore_core.cli.processor import (
 )
 from ore_core.cli.running import (
     RunningCore,
-    find_running,
     record_running,
     remove_record,
+    running_cores,
     state_dir,
     store_key,
 )
@@ -124,20 +124,29 @@ def serve(
         state.settings.model_copy(update=update), turn_processors(state.plugin_manager), os.environ
     )
     settings = choice.settings
-    running = find_running()
     # Workers sharing one NATS may share a store; two private servers on one store may not.
-    if not nats.url and running is not None and running.store == store_key(settings):
+    same_store = [core for core in running_cores() if core.store == store_key(settings)]
+    if not nats.url and same_store:
         raise OreError(
-            f"{running.describe()} already serves this store; stop it first, or use it: "
-            f"ore chat --nats auto"
+            f"{same_store[0].describe()} already serves this store; stop it first, or use "
+            f"it: ore chat --nats auto"
         )
     state_dir().mkdir(parents=True, exist_ok=True)  # fails here, in one line, if read-only
     servers: list[str] = []
     answering: list[str] = []  # said once the core serves: a core that fails to start says why
 
     def started(service: CoreService) -> None:
-        record_running(RunningCore(os.getpid(), servers[0], store_key(settings)))
+        processor = answering[0].removeprefix("answering with ")
+        record_running(RunningCore(os.getpid(), servers[0], store_key(settings), processor))
         click.echo(answering[0])
+        for other in running_cores():
+            if other.nats_url == servers[0] and other.processor not in ("", processor):
+                click.echo(
+                    f"warning: {other.describe()} answers with {other.processor}, this worker "
+                    f"with {processor}: the answer to a message depends on which worker owns "
+                    "its thread; give every worker of a deployment the same [processor]",
+                    err=True,
+                )
         click.echo(f"ore core ready: NATS {servers[0]} (recorded in {state_dir()})")
 
     try:
