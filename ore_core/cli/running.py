@@ -26,6 +26,8 @@ from pathlib import Path
 
 import platformdirs
 
+from ore_core.bus.embedded import pid_alive as _alive
+from ore_core.bus.embedded import runs_in as _runs_in
 from ore_core.config import OreSettings
 
 __all__ = [
@@ -58,18 +60,6 @@ def state_dir() -> Path:
 def store_key(settings: OreSettings) -> str:
     """The store a core would use with `settings`, comparable across processes."""
     return f"{settings.store.name}:{Path(settings.store.path).expanduser().resolve()}"
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,12 +207,3 @@ def _wait_gone(pid: int, directory: str, attempts: int = 500) -> None:
         if not _runs_in(pid, directory):
             return
         time.sleep(0.01)
-
-
-def _runs_in(pid: int, directory: str) -> bool:
-    """True when process `pid` is alive and its command line names `directory`."""
-    try:
-        arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return any(directory.encode() in argument for argument in arguments)
