@@ -22,6 +22,7 @@ next start stops the orphan.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import importlib.metadata
 import json
@@ -119,6 +120,29 @@ def data_dir_holder(store_dir: Path) -> DataDirHolder | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return holder if runs_in(holder.server, str(store_dir)) else None
+
+
+def stop_orphan(store_dir: Path, timeout: float = 10.0) -> DataDirHolder | None:
+    """Stop the orphaned nats-server on `store_dir` (SIGTERM, SIGKILL after `timeout`)
+    and return it once it is gone; None when there is none (a live starter's server is
+    never touched)."""
+    orphan = data_dir_holder(store_dir)
+    if orphan is None or not orphan.orphaned:
+        return None
+    log.warning(
+        "stopping an orphaned nats-server on this data directory",
+        pid=orphan.server,
+        store_dir=str(store_dir),
+    )
+    deadline = time.monotonic() + timeout
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(orphan.server, signal.SIGTERM)
+        while runs_in(orphan.server, str(store_dir)):
+            if time.monotonic() > deadline:
+                os.kill(orphan.server, signal.SIGKILL)
+                deadline = float("inf")
+            time.sleep(_POLL_INTERVAL)
+    return orphan
 
 
 def _die_with(parent: int) -> Callable[[], None] | None:
@@ -421,39 +445,24 @@ class EmbeddedNatsServer(_Lifecycle):
         return lock
 
     def _take_lock(self, lock: int) -> None:
-        orphan: DataDirHolder | None = None
-        deadline = 0.0
         while True:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return
             except BlockingIOError:
                 pass
-            if orphan is None:
+            if stop_orphan(self._store_dir, self._stop_timeout) is None:
                 holder = data_dir_holder(self._store_dir)
-                if holder is None or not holder.orphaned:
-                    raise NatsDataDirInUse(
-                        f"the NATS data directory {self._store_dir} is in use by "
-                        + (
-                            "another nats-server"
-                            if holder is None
-                            else f"nats-server {holder.server} of process {holder.owner}"
-                        )
-                        + ": stop that process, or connect to its server "
-                        "(ore serve --nats URL) instead of starting another"
+                raise NatsDataDirInUse(
+                    f"the NATS data directory {self._store_dir} is in use by "
+                    + (
+                        "another nats-server"
+                        if holder is None
+                        else f"nats-server {holder.server} of process {holder.owner}"
                     )
-                orphan = holder
-                deadline = time.monotonic() + self._stop_timeout
-                log.warning(
-                    "stopping an orphaned nats-server on this data directory",
-                    pid=orphan.server,
-                    store_dir=str(self._store_dir),
+                    + ": stop that process, or connect to its server "
+                    "(ore serve --nats URL) instead of starting another"
                 )
-                os.kill(orphan.server, signal.SIGTERM)
-            elif time.monotonic() > deadline and runs_in(orphan.server, str(self._store_dir)):
-                os.kill(orphan.server, signal.SIGKILL)
-                deadline = float("inf")
-            time.sleep(_POLL_INTERVAL)
 
     def _wait_ready(self, deadline: float) -> None:
         """Poll until `/healthz` answers; on failure stop the process and explain why."""

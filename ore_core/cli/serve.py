@@ -15,6 +15,7 @@ the core stops at once the same way and the status is 1.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 from collections.abc import AsyncIterator
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import click
 
+from ore_core.bus.embedded import default_store_dir, stop_orphan
 from ore_core.bus.service import CoreService, run
 from ore_core.cli.app import build_runtime, start_embedded_nats
 from ore_core.cli.options import bus_config, cli_state, nats_option, nats_settings
@@ -195,6 +197,8 @@ async def _core(
     async with AsyncExitStack() as stack:
         servers[:] = list(nats.url or [])
         if not servers:
+            # An orphan of an earlier serve would hold 4222: stopped before the port is chosen.
+            await asyncio.to_thread(stop_orphan, default_store_dir())
             fixed = _embedded_port(port)
             if port is None and fixed is None:
                 click.echo(f"Port {DEFAULT_PORT} is in use: the embedded NATS server takes another")
