@@ -1,7 +1,7 @@
 """kill -9 of a worker between saving an answer and storing its batch, and of one of
 two workers under load: every stored answer is in a whole batch.
 
-The first test catches the moment for sure: the worker talks to NATS through a proxy
+One test catches the moment for sure: the worker talks to NATS through a proxy
 that the test freezes once the worker has the message, so its answer is saved (the
 SQLite file shows it) but its batch never leaves; then it is killed.
 
