@@ -97,7 +97,7 @@ def test_echo_chosen_explicitly_says_so() -> None:
 def test_a_record_of_a_dead_process_is_ignored_and_removed() -> None:
     record_running(RunningCore(pid=2**22 + 12345, nats_url="nats://127.0.0.1:1", store="x"))
     assert find_running() is None
-    assert not (state_dir() / "serve.json").exists()
+    assert not (state_dir() / "serve.d" / f"{2**22 + 12345}.json").exists()
 
 
 def test_a_record_is_removed_only_by_its_own_process() -> None:

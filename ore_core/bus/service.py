@@ -9,7 +9,7 @@ control API (`ControlAPI`) and, if asked, a health endpoint. `stop()` drains: it
 stops pulling, lets running turns finish for a grace period, acknowledges what
 finished, closes the streams (unfinished messages are handed back), releases its
 leases so other workers take over at once, and closes the connection.
-`run()` does all that under SIGTERM and SIGINT handlers, as a process entry point.
+`run()` does all that under SIGTERM, SIGINT and SIGHUP handlers, as a process entry point.
 
 Every background task belongs to one `TaskScope` tree rooted here (the ownership
 loop that renews and balances leases, the Manager's streams and sinks, the pipeline's,
@@ -329,6 +329,8 @@ class CoreService:
             version=self._version,
             on_resolve=egress.bind,
             on_delete=egress.thread_deleted,
+            route=ownership.other_holder,
+            worker_id=ownership.worker_id,
         )
         await self._control.start()
 
@@ -465,7 +467,7 @@ async def _close(nc: NatsClient) -> None:
 async def serve(
     service: CoreService, on_started: Callable[[CoreService], None] | None = None
 ) -> None:
-    """Start `service`, serve until SIGTERM or SIGINT, then drain and stop.
+    """Start `service`, serve until SIGTERM, SIGINT or SIGHUP, then drain and stop.
 
     A second signal while draining stops at once (unfinished turns are redelivered).
     `on_started` runs once the service answers (e.g. to tell other processes where).
@@ -478,7 +480,9 @@ async def serve(
         log.info("stopping" if not hurry else "stopping now", signal=signum.name)
         service.request_stop(now=hurry)
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    # SIGHUP: the terminal closed or the SSH session dropped; stop as for SIGTERM.
+    hangup = getattr(signal, "SIGHUP", None)
+    for signum in (signal.SIGTERM, signal.SIGINT, *([hangup] if hangup else [])):
         try:
             loop.add_signal_handler(signum, on_signal, signum)
             handled.append(signum)

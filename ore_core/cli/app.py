@@ -139,10 +139,11 @@ async def start_embedded_nats(
 
     Its `max_payload` follows `nats.max_payload`; `port` fixes the client port (None:
     any free port); `auth` is an `authorization` block (`ore auth`'s nats-auth.conf).
-    The caller owns it: `await astop()`.
+    The caller owns it: `await astop()`; it also ends when this process dies, and an
+    orphan of an earlier process on the same data directory is stopped first.
     """
     config = f"max_payload: {int(settings.max_payload)}\n" + (auth or "")
-    server = EmbeddedNatsServer(config=config, port=port)
+    server = EmbeddedNatsServer(config=config, port=port, die_with_parent=True)
     await server.astart()
     return server
 

@@ -51,6 +51,7 @@ from ore_core.cli.running import (
     forget_chat_server,
     reap_chat_servers,
     record_chat_server,
+    running_cores,
     state_dir,
     store_key,
 )
@@ -175,8 +176,7 @@ def _running_core(settings: OreSettings, nats_urls: tuple[str, ...]) -> RunningC
         return running
     if nats_urls or settings.nats.url:
         return None
-    running = find_running()
-    return running if running is not None and running.store == store_key(settings) else None
+    return next((core for core in running_cores() if core.store == store_key(settings)), None)
 
 
 @contextmanager

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 import click
 
+from ore_core.bus.embedded import data_dir_holder, default_store_dir
 from ore_core.cli.app import open_store, store_section
 from ore_core.cli.failures import one_line
 from ore_core.cli.options import CliState, cli_state
@@ -73,6 +74,7 @@ def _checks(state: CliState) -> list[Check]:
     checks += _plugins(state)
     checks.append(_running(store_key(settings)))
     checks.append(_leftovers())
+    checks.append(_orphan())
     return checks
 
 
@@ -202,6 +204,20 @@ def _answers(url: str) -> bool:
             return True
     except OSError:
         return False
+
+
+def _orphan() -> Check:
+    directory = default_store_dir()
+    holder = data_dir_holder(directory)
+    if holder is None or not holder.orphaned:
+        return Check("embedded NATS", "ok", "no orphaned nats-server")
+    return Check(
+        "embedded NATS",
+        "warn",
+        f"nats-server (pid {holder.server}) still runs on {directory}, but the `ore serve` "
+        f"that started it (pid {holder.owner}) is gone",
+        f"the next `ore serve` stops it; or stop it now: kill {holder.server}",
+    )
 
 
 def _leftovers() -> Check:
