@@ -56,6 +56,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import AccountInfo
 from nats.js.errors import APIError
 
+from ore_core.conduit.first_connect import CREDENTIAL_OPTIONS, FirstConnect, NatsRefused
 from ore_core.conduit.parser import OreParser
 from ore_core.errors import BusError, PermissionDenied
 
@@ -253,9 +254,20 @@ async def subscribe_inline(nc: NatsClient, subject: str, callback: InlineCallbac
 
 
 async def connect_nats(servers: list[str], **options: Any) -> NatsClient:
-    """Connect an `OreNatsClient` (`nats.connect` with the same options)."""
+    """Connect an `OreNatsClient` (`nats.connect` with the same options).
+
+    Refused credentials and a server that is not NATS raise `NatsRefused` at once
+    (`ore_core.conduit.first_connect`) instead of being retried until a timeout.
+    """
     nc = OreNatsClient()
-    await nc.connect(servers, **options)
+    anonymous = not any(options.get(key) for key in CREDENTIAL_OPTIONS)
+    first = FirstConnect(servers, options.pop("error_cb", None), anonymous=anonymous)
+    try:
+        await nc.connect(servers, error_cb=first.on_error, **options)
+    except NatsRefused:
+        await nc.close()
+        raise
+    first.connected()
     return nc
 
 
