@@ -28,7 +28,14 @@ from ore_core.session.manager import Manager
 from ore_core.session.protocols import Store, TurnProcessor
 from ore_core.session.store_health import store_probe
 
-__all__ = ["Runtime", "build_runtime", "open_store", "start_embedded_nats", "store_section"]
+__all__ = [
+    "Runtime",
+    "build_processor",
+    "build_runtime",
+    "open_store",
+    "start_embedded_nats",
+    "store_section",
+]
 
 log = structlog.get_logger("ore.app")
 
@@ -110,7 +117,7 @@ async def build_runtime(settings: OreSettings, pm: pluggy.PluginManager) -> Runt
     try:
         if not callable(getattr(store, "attach_nats", None)):  # else checked once attached
             await store_probe(store)()  # a damaged store stops the start, in one line
-        name, processor = _build_processor(registrations, settings, notices)
+        name, processor = build_processor(registrations, settings, notices)
         manager = Manager(
             store,
             processor,
@@ -151,7 +158,7 @@ async def start_embedded_nats(
     return server
 
 
-def _build_processor(
+def build_processor(
     registrations: Registrations, settings: OreSettings, notices: list[str]
 ) -> tuple[str, TurnProcessor]:
     """The configured turn processor and its name, or echo (with a notice) when missing."""
