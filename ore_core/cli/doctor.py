@@ -22,11 +22,13 @@ from urllib.parse import urlsplit
 
 import click
 
-from ore_core.cli.app import build_processor, open_store, store_section
+from ore_core.cli.app import build_processor
+from ore_core.cli.control_store import open_threads
 from ore_core.cli.failures import one_line
 from ore_core.cli.options import CliState, cli_state
 from ore_core.cli.processor import choose_processor, turn_processors
 from ore_core.cli.running import find_running, leftover_chat_servers, state_dir, store_key
+from ore_core.cli.threads import served_store_section
 from ore_core.conduit.connection import NatsCredentials, connect_nats
 from ore_core.config import (
     CONFIG_ENV,
@@ -133,11 +135,10 @@ def _state_dir() -> Check:
 
 
 def _store(state: CliState) -> Check:
-    section = store_section(state.settings.store)
+    section = served_store_section()
 
     async def count() -> tuple[str, int]:
-        registrations = collect_registrations(state.plugin_manager, state.settings)
-        store = open_store(registrations, section)
+        store = await open_threads(state.settings, state.plugin_manager, section)
         try:
             ids = await store.list_ids()
             return str(getattr(store, "location", store.name)), len(ids)

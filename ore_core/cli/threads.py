@@ -10,30 +10,53 @@ journal) is one `Error: ...` line and exit status 1.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import click
 
 from ore_core.artifacts import Artifact, Image, Reasoning, Text, ToolCall, ToolResult
-from ore_core.cli.app import open_store, store_section
+from ore_core.cli.app import store_section
+from ore_core.cli.control_store import open_threads
 from ore_core.cli.options import cli_state, table_columns
 from ore_core.cli.running import find_running
 from ore_core.errors import ThreadCorrupt, ThreadNotFound
 from ore_core.id_prefix import resolve_thread_id, short_id
 from ore_core.ids import validate_thread_id
 from ore_core.ledger.thread import Thread
-from ore_core.plugins.registry import collect_registrations
-from ore_core.session.protocols import Store
 from ore_core.turn import Turn, format_timestamp, turn_to_dict
 
-__all__ = ["threads"]
+__all__ = ["served_store_section", "threads"]
 
 _T = TypeVar("_T")
+
+
+class _Threads(Protocol):
+    """What the commands use of a store: a Store, or `ControlStore` for one in NATS."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def get(self, thread_id: str) -> Thread: ...
+
+    async def list(self) -> list[Thread]: ...
+
+    async def list_ids(
+        self, *, after: str = "", limit: int | None = None
+    ) -> builtins.list[str]: ...
+
+    async def save(self, thread: Thread) -> Any: ...
+
+    async def delete(self, thread_id: str) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
 _PREVIEW_WIDTH = 60
 _TITLE_WIDTH = 40
 
@@ -69,8 +92,14 @@ class _StoreChoice:
         return section
 
 
+def served_store_section() -> dict[str, Any]:
+    """The `[store]` table `ore threads` opens without options: the configured store, or
+    the running `ore serve`'s when the config names none (what `ore doctor` checks)."""
+    return _StoreChoice(None, None).section()
+
+
 def _with_store(
-    choice: _StoreChoice, action: Callable[[Store], Awaitable[_T]], *, read_only: bool = False
+    choice: _StoreChoice, action: Callable[[_Threads], Awaitable[_T]], *, read_only: bool = False
 ) -> _T:
     """Open the chosen store, run `action` on it and close the store, on a fresh loop.
 
@@ -85,8 +114,7 @@ def _with_store(
             section = {**section, "read_only": True}
 
     async def run() -> _T:
-        registrations = collect_registrations(state.plugin_manager, state.settings)
-        store = open_store(registrations, section)
+        store: _Threads = await open_threads(state.settings, state.plugin_manager, section)
         try:
             return await action(store)
         finally:
@@ -95,7 +123,7 @@ def _with_store(
     return asyncio.run(run())
 
 
-async def _resolve(store: Store, typed: str) -> str:
+async def _resolve(store: _Threads, typed: str) -> str:
     """The full id of the thread `typed` names (an exact id or a unique prefix)."""
 
     validate_thread_id(typed)  # a path-like "id" is refused before any lookup
@@ -124,7 +152,7 @@ def _title(thread: Thread) -> str:
     return _shorten(_preview(first), _TITLE_WIDTH) if first is not None else ""
 
 
-def _location(store: Store) -> str:
+def _location(store: _Threads) -> str:
     """Where the store keeps threads, as its error messages name it (`sqlite:/path`)."""
     return str(getattr(store, "location", store.name))
 
@@ -284,7 +312,7 @@ def list_command(choice: _StoreChoice, include_empty: bool, as_json: bool) -> No
     Any unique prefix of an id works wherever a thread id is typed.
     """
 
-    async def read(store: Store) -> tuple[list[Thread], str]:
+    async def read(store: _Threads) -> tuple[list[Thread], str]:
         return await store.list(), _location(store)
 
     found, location = _with_store(choice, read, read_only=True)
@@ -340,7 +368,7 @@ def _summary(thread: Thread, updated: datetime | None) -> dict[str, Any]:
 def show_command(choice: _StoreChoice, thread_id: str, all_branches: bool, as_json: bool) -> None:
     """The conversation of THREAD_ID along its active path (or every branch)."""
 
-    async def read(store: Store) -> tuple[Thread, str]:
+    async def read(store: _Threads) -> tuple[Thread, str]:
         return await store.get(await _resolve(store, thread_id)), _location(store)
 
     thread, location = _with_store(choice, read, read_only=True)
@@ -358,7 +386,7 @@ def show_command(choice: _StoreChoice, thread_id: str, all_branches: bool, as_js
 def fork_command(choice: _StoreChoice, thread_id: str, turn_id: str) -> None:
     """Move the tip of THREAD_ID to TURN_ID: the next message starts a branch there."""
 
-    async def fork(store: Store) -> str:
+    async def fork(store: _Threads) -> str:
         thread = await store.get(await _resolve(store, thread_id))
         thread.fork(turn_id)
         await store.save(thread)
@@ -375,7 +403,7 @@ def fork_command(choice: _StoreChoice, thread_id: str, turn_id: str) -> None:
 def delete_command(choice: _StoreChoice, thread_id: str, yes: bool) -> None:
     """Delete THREAD_ID and every turn of it from the store."""
 
-    async def delete(store: Store) -> str:
+    async def delete(store: _Threads) -> str:
         full = await _resolve(store, thread_id)
         try:
             size = f"{len(await store.get(full))} turns"
@@ -406,7 +434,7 @@ def delete_command(choice: _StoreChoice, thread_id: str, yes: bool) -> None:
 def export_command(choice: _StoreChoice, thread_id: str, fmt: str) -> None:
     """Print THREAD_ID as Markdown (the active path) or JSON (the whole tree)."""
 
-    async def read(store: Store) -> tuple[Thread, str]:
+    async def read(store: _Threads) -> tuple[Thread, str]:
         return await store.get(await _resolve(store, thread_id)), _location(store)
 
     thread, location = _with_store(choice, read, read_only=True)

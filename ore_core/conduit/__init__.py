@@ -6,7 +6,7 @@ the base classes a conduit package subclasses. Nothing here imports the session,
 ledger or the core service, so a conduit process stays small.
 """
 
-from ore_core.conduit.base import Conduit, ConduitConfig, ConduitConfigError
+from ore_core.conduit.base import Conduit, ConduitConfig, ConduitConfigError, OwnSubjects
 from ore_core.conduit.capabilities import Capabilities, Markup
 from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
 from ore_core.conduit.connection import NatsCredentials, TlsFiles, subscriptions_registered
@@ -27,6 +27,7 @@ __all__ = [
     "Hold",
     "Markup",
     "NatsCredentials",
+    "OwnSubjects",
     "PermissionDenied",
     "ThreadInfo",
     "ThreadPage",

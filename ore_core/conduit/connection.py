@@ -56,7 +56,6 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import AccountInfo
 from nats.js.errors import APIError
 
-from ore_core.conduit.first_connect import CREDENTIAL_OPTIONS, FirstConnect, NatsRefused
 from ore_core.conduit.parser import OreParser
 from ore_core.errors import BusError, PermissionDenied
 
@@ -259,6 +258,9 @@ async def connect_nats(servers: list[str], **options: Any) -> NatsClient:
     Refused credentials and a server that is not NATS raise `NatsRefused` at once
     (`ore_core.conduit.first_connect`) instead of being retried until a timeout.
     """
+    # Imported here: only connecting needs it, and the SDK's import stays small.
+    from ore_core.conduit.first_connect import CREDENTIAL_OPTIONS, FirstConnect, NatsRefused
+
     nc = OreNatsClient()
     anonymous = not any(options.get(key) for key in CREDENTIAL_OPTIONS)
     first = FirstConnect(servers, options.pop("error_cb", None), anonymous=anonymous)
