@@ -20,12 +20,22 @@ from typing import Any, Protocol, TypeVar
 
 import click
 
-from ore_core.artifacts import Artifact, Image, Reasoning, Text, ToolCall, ToolResult
+from ore_core.artifacts import (
+    Artifact,
+    Image,
+    Reasoning,
+    ReasoningSignature,
+    StopReason,
+    Text,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
 from ore_core.cli.app import store_section
 from ore_core.cli.control_store import open_threads
 from ore_core.cli.options import cli_state, table_columns
 from ore_core.cli.running import find_running
-from ore_core.errors import ThreadCorrupt, ThreadNotFound
+from ore_core.errors import ThreadCorrupt, ThreadNotFound, TurnNotFound
 from ore_core.id_prefix import resolve_thread_id, short_id
 from ore_core.ids import validate_thread_id
 from ore_core.ledger.thread import Thread
@@ -160,6 +170,15 @@ def _location(store: _Threads) -> str:
 # -- rendering -------------------------------------------------------------------------
 
 
+_BOOKKEEPING = (Usage, StopReason, ReasoningSignature)
+"""Artifacts about a model call, not of the conversation: only `--json` shows them."""
+
+
+def _shown(turn: Turn) -> list[Artifact]:
+    """The artifacts of `turn` a reader of the conversation sees."""
+    return [artifact for artifact in turn.artifacts if not isinstance(artifact, _BOOKKEEPING)]
+
+
 def _artifact_text(artifact: Artifact) -> str:
     """How an artifact reads in a terminal (plugin kinds show as `[kind]`)."""
     if isinstance(artifact, Text):
@@ -183,7 +202,7 @@ def _shorten(text: str, width: int = _PREVIEW_WIDTH) -> str:
 
 
 def _preview(turn: Turn) -> str:
-    return _shorten(" ".join(_artifact_text(artifact) for artifact in turn.artifacts))
+    return _shorten(" ".join(_artifact_text(artifact) for artifact in _shown(turn)))
 
 
 def _age(turn: Turn) -> tuple[float, str]:
@@ -258,7 +277,7 @@ def _path_lines(thread: Thread) -> Iterator[str]:
     for turn in thread.turns():
         yield ""
         yield f"{turn.role}  {turn.id}  {_local_time(turn.timestamp)}"
-        for artifact in turn.artifacts:
+        for artifact in _shown(turn):
             for line in _artifact_text(artifact).splitlines() or [""]:
                 yield f"  {line}"
 
@@ -363,10 +382,21 @@ def _summary(thread: Thread, updated: datetime | None) -> dict[str, Any]:
 @threads.command("show")
 @click.argument("thread_id")
 @click.option("--all-branches", is_flag=True, help="Show every branch as a tree.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (same as --format json).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Text to read, or JSON.",
+)
 @click.pass_obj
-def show_command(choice: _StoreChoice, thread_id: str, all_branches: bool, as_json: bool) -> None:
+def show_command(
+    choice: _StoreChoice, thread_id: str, all_branches: bool, as_json: bool, fmt: str
+) -> None:
     """The conversation of THREAD_ID along its active path (or every branch)."""
+    as_json = as_json or fmt == "json"
 
     async def read(store: _Threads) -> tuple[Thread, str]:
         return await store.get(await _resolve(store, thread_id)), _location(store)
@@ -386,14 +416,32 @@ def show_command(choice: _StoreChoice, thread_id: str, all_branches: bool, as_js
 def fork_command(choice: _StoreChoice, thread_id: str, turn_id: str) -> None:
     """Move the tip of THREAD_ID to TURN_ID: the next message starts a branch there."""
 
-    async def fork(store: _Threads) -> str:
+    async def fork(store: _Threads) -> tuple[str, str]:
         thread = await store.get(await _resolve(store, thread_id))
-        thread.fork(turn_id)
+        turn = _resolve_turn(thread, turn_id)
+        thread.fork(turn)
         await store.save(thread)
-        return thread.id
+        return thread.id, turn
 
-    full = _with_store(choice, fork)
-    click.echo(f"Forked thread {full} at turn {turn_id}: the next message branches there.")
+    full, turn = _with_store(choice, fork)
+    click.echo(f"Forked thread {full} at turn {turn}: the next message branches there.")
+
+
+def _resolve_turn(thread: Thread, typed: str) -> str:
+    """The full id of the turn `typed` names: an exact id or a unique prefix of one.
+
+    Anything else is returned as typed, for `Thread.fork` to report as unknown.
+    """
+    ids = [turn.id for turn in thread.all_turns()]
+    if not typed or typed in ids:
+        return typed
+    matches = sorted(turn_id for turn_id in ids if turn_id.startswith(typed))
+    if len(matches) > 1:
+        shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
+        raise TurnNotFound(
+            f"turn id {typed} is ambiguous in thread {thread.id} ({shown}): type more of it"
+        )
+    return matches[0] if matches else typed
 
 
 @threads.command("delete")
@@ -430,9 +478,11 @@ def delete_command(choice: _StoreChoice, thread_id: str, yes: bool) -> None:
     show_default=True,
     help="Markdown to read or share; JSON (every turn, every branch) to process.",
 )
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.pass_obj
-def export_command(choice: _StoreChoice, thread_id: str, fmt: str) -> None:
+def export_command(choice: _StoreChoice, thread_id: str, fmt: str, as_json: bool) -> None:
     """Print THREAD_ID as Markdown (the active path) or JSON (the whole tree)."""
+    fmt = "json" if as_json else fmt
 
     async def read(store: _Threads) -> tuple[Thread, str]:
         return await store.get(await _resolve(store, thread_id)), _location(store)
@@ -453,5 +503,5 @@ def _markdown_lines(thread: Thread) -> Iterator[str]:
         yield ""
         yield f"## {str(turn.role).capitalize()} ({_local_time(turn.timestamp)})"
         yield ""
-        for artifact in turn.artifacts:
+        for artifact in _shown(turn):
             yield _artifact_text(artifact)
