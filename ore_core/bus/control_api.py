@@ -484,13 +484,24 @@ class ControlAPI:
         if self._on_resolve is not None:
             self._on_resolve(thread_id, namespace)
 
-    async def _own_thread(self, thread_id: str, namespace: str) -> Thread:
-        """The thread if it belongs to `namespace`; else the same 404 as an unknown one."""
+    async def _own_thread(
+        self, thread_id: str, namespace: str, *, unusable: bool = False
+    ) -> Thread:
+        """The thread if it belongs to `namespace`; else the same 404 as an unknown one.
+
+        `unusable`: the id was asked for a new thread; another namespace's is answered
+        as an id `namespace` may not use (409), saying nothing of the thread.
+        """
         try:
             thread = await self._manager.get_thread(thread_id)
         except ThreadNotFound:
             thread = None
         if thread is None or namespace_of(thread) != namespace:
+            if unusable:
+                raise _Failure(
+                    409,
+                    f"thread id {thread_id} cannot be used in namespace {namespace}: pick another",
+                )
             raise _Failure(404, f"thread {thread_id} not found in namespace {namespace}")
         return thread
 
@@ -510,7 +521,11 @@ class ControlAPI:
         if body.id is None:
             stream = await self._manager.create(metadata)
         else:
-            stream = await self._manager.create_with_id(body.id, metadata)
+            try:
+                stream = await self._manager.create_with_id(body.id, metadata)
+            except ThreadExists:
+                await self._own_thread(body.id, namespace, unusable=True)
+                raise
         self._resolved(stream.id, namespace)
         return {"id": stream.id, "created": True}
 
