@@ -45,7 +45,7 @@ from ore_core.bus.ingress import Ingress
 from ore_core.bus.layout import build_layout
 from ore_core.bus.ownership import Ownership
 from ore_core.bus.pipeline import Pipeline
-from ore_core.bus.streams import BusConfig, adopt_partitions, ensure_layout
+from ore_core.bus.streams import BusConfig, adopt_partitions, ensure_layout, setup_summary
 from ore_core.conduit.connection import (
     MIN_SERVER_VERSION,
     NatsCredentials,
@@ -278,10 +278,7 @@ class CoreService:
         self.config = await adopt_partitions(nc.jetstream(), self.subjects, self.config)
         applied = await ensure_layout(nc.jetstream(), build_layout(self.subjects, self.config))
         if applied:
-            log.info(
-                "NATS streams and consumers set up",
-                changes=[difference.describe() for difference in applied][:10],
-            )
+            log.info("NATS streams and consumers set up", **setup_summary(applied))
         # A store that lives in NATS (jetstream) shares this connection.
         attach_nats = getattr(self.manager.store, "attach_nats", None)
         if callable(attach_nats):
