@@ -33,9 +33,12 @@ class ConduitConfigError(OreError):
 
 
 class ConduitConfig(BaseModel):
-    """Base of every conduit's settings: its `[plugins.<name>]` table in ore.toml."""
+    """Base of every conduit's settings: its `[plugins.<name>]` table in ore.toml.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    A docstring under a field describes it (`ore conduit NAME --help` shows it).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 @dataclass(frozen=True, slots=True)
