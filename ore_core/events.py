@@ -159,8 +159,15 @@ class _Event(_Frozen):
 # --- ingress --------------------------------------------------------------------------
 
 
+_STRICT_INGRESS = ConfigDict(frozen=True, strict=True, extra="forbid")
+"""Events only conduits send: an unknown field is a sender's mistake (a misspelt `content`
+or `context`), refused like the control API refuses one, never dropped unseen."""
+
+
 class UserMessageEvent(_Event):
     """A user wrote something. `id` de-duplicates redelivery (set it from the platform id)."""
+
+    model_config = _STRICT_INGRESS
 
     kind: Literal["user_message"] = "user_message"
     id: str = _event_id_field()
@@ -170,6 +177,8 @@ class UserMessageEvent(_Event):
 
 class InterruptEvent(_Event):
     """Stop the turn in flight and drop queued messages of this thread."""
+
+    model_config = _STRICT_INGRESS
 
     kind: Literal["interrupt"] = "interrupt"
     id: str = _event_id_field()

@@ -28,6 +28,7 @@ from ore_core.cli.running import (
     state_dir,
 )
 from ore_core.config import OreSettings
+from ore_openai.testing import MockOpenAIServer
 
 
 @pytest.fixture(autouse=True)
@@ -148,9 +149,10 @@ def test_doctor_reports_every_part_and_passes_on_a_fresh_setup() -> None:
 def test_doctor_names_the_model_the_environment_configures(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("ORE_OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
     monkeypatch.setenv("ORE_PROCESSOR__MODEL", "llama3.2")
-    _, checks = doctor_checks()
+    with MockOpenAIServer(models=["llama3.2"]) as model:  # doctor asks it for its models
+        monkeypatch.setenv("ORE_OPENAI_BASE_URL", model.base_url)
+        _, checks = doctor_checks()
     assert checks["processor"] == {
         "part": "processor",
         "status": "ok",

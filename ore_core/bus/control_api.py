@@ -549,13 +549,24 @@ class ControlAPI:
         if self._on_resolve is not None:
             self._on_resolve(thread_id, namespace)
 
-    async def _own_thread(self, thread_id: str, namespace: str) -> Thread:
-        """The thread if it belongs to `namespace`; else the same 404 as an unknown one."""
+    async def _own_thread(
+        self, thread_id: str, namespace: str, *, unusable: bool = False
+    ) -> Thread:
+        """The thread if it belongs to `namespace`; else the same 404 as an unknown one.
+
+        `unusable`: the id was asked for a new thread; another namespace's is answered
+        as an id `namespace` may not use (409), saying nothing of the thread.
+        """
         try:
             thread = await self._manager.get_thread(thread_id)
         except ThreadNotFound:
             thread = None
         if thread is None or namespace_of(thread) != namespace:
+            if unusable:
+                raise _Failure(
+                    409,
+                    f"thread id {thread_id} cannot be used in namespace {namespace}: pick another",
+                )
             raise _Failure(404, f"thread {thread_id} not found in namespace {namespace}")
         return thread
 
@@ -572,7 +583,12 @@ class ControlAPI:
 
     async def _create(self, body: _Create, namespace: str) -> _Reply:
         metadata = self._with_namespace(body.metadata, namespace)
-        thread = await self._manager.create_thread(metadata, body.id)
+        try:
+            thread = await self._manager.create_thread(metadata, body.id)
+        except ThreadExists:
+            if body.id is not None:
+                await self._own_thread(body.id, namespace, unusable=True)
+            raise
         self._resolved(thread.id, namespace)
         return {"id": thread.id, "created": True}
 

@@ -506,7 +506,7 @@ class EmbeddedNatsServer(_Lifecycle):
         return (NatsPortInUse if in_use else NatsServerError)(
             f"nats-server (store {self._store_dir}) {reason}"
             + ("; another process holds one of its ports" if in_use else "")
-            + f". Last lines of {self.log_path}:\n{tail}"
+            + f". From {self.log_path}:\n{tail}"
         )
 
     def _log_tail(self) -> str:
@@ -516,4 +516,7 @@ class EmbeddedNatsServer(_Lifecycle):
                 text = log.read().decode("utf-8", errors="replace")
         except OSError as exc:
             return f"(log unreadable: {exc})"
-        return "\n".join(text.splitlines()[-_LOG_TAIL_LINES:])
+        # Its errors, when it logged any: the banner before them says nothing of the cause.
+        lines = text.splitlines()
+        errors = [line for line in lines if "[ERR]" in line or "[FTL]" in line]
+        return "\n".join((errors or lines)[-_LOG_TAIL_LINES:])

@@ -25,7 +25,6 @@ again, and the publisher retries what the outage swallowed. An outage is logged 
 from __future__ import annotations
 
 import asyncio
-import functools
 import gc
 import signal
 from collections.abc import Callable, Sequence
@@ -52,9 +51,10 @@ from ore_core.bus.ingress import Ingress
 from ore_core.bus.layout import build_layout
 from ore_core.bus.ownership import Ownership
 from ore_core.bus.pipeline import Pipeline
-from ore_core.bus.streams import BusConfig, adopt_partitions, ensure_layout
+from ore_core.bus.streams import BusConfig, adopt_partitions, ensure_layout, setup_summary
 from ore_core.errors import BusError
 from ore_core.session.manager import Manager
+from ore_core.session.store_health import store_probe
 from ore_core.subjects import Subjects
 from ore_core.tasks import Crash, TaskCrashed, TaskScope
 from ore_core.version import __version__
@@ -234,12 +234,13 @@ class CoreService:
         """Connect, set up streams and start serving; on failure undo what was started."""
         if self._health is not None:
             await self._health.start()
-        self.tasks.spawn(self._probe_store(), name="ore-store-probe")
         try:
             await self._start()
         except BaseException:
             await self.stop(grace=0.0)
             raise
+        # After `_start`: a store that lives in NATS is attached to the connection there.
+        self.tasks.spawn(self._probe_store(), name="ore-store-probe")
         log.info(
             "ore core serving",
             servers=self._servers,
@@ -277,10 +278,7 @@ class CoreService:
         self.config = await adopt_partitions(nc.jetstream(), self.subjects, self.config)
         applied = await ensure_layout(nc.jetstream(), build_layout(self.subjects, self.config))
         if applied:
-            log.info(
-                "NATS streams and consumers set up",
-                changes=[difference.describe() for difference in applied][:10],
-            )
+            log.info("NATS streams and consumers set up", **setup_summary(applied))
         # A store that lives in NATS (jetstream) shares this connection.
         attach_nats = getattr(self.manager.store, "attach_nats", None)
         if callable(attach_nats):
@@ -418,14 +416,8 @@ class CoreService:
         return handled.done() and not handled.cancelled()
 
     async def _probe_store(self) -> None:
-        """Check the store now and every `store_probe_interval` s: `/readyz` follows it.
-
-        A store may offer `check()` (a write probe: can it take a save now?); any
-        other store is probed with a read (`list_ids(limit=1)`).
-        """
-        store = self.manager.store
-        check = getattr(store, "check", None)
-        probe = check if callable(check) else functools.partial(store.list_ids, limit=1)
+        """Check the store now and every `store_probe_interval` s: `/readyz` follows it."""
+        probe = store_probe(self.manager.store)
         while True:
             await self.manager.store_health.probe(probe)
             await asyncio.sleep(self._store_probe_interval)

@@ -148,10 +148,21 @@ def chat(
             )
         nats_urls = (attach.nats_url,)
     elif model is not None:
+        if nats_urls or settings.nats.url:
+            raise click.UsageError(
+                "-m chooses the model of the core `ore chat` starts; the core at --nats / "
+                "nats.url answers with its own: type /model NAME in the chat instead"
+            )
         processor = ProcessorSettings.model_validate(
             {**settings.processor.model_dump(), "model": model}
         )
         settings = settings.model_copy(update={"processor": processor})
+        echo = choose_processor(settings, turn_processors(state.plugin_manager), os.environ)
+        if echo.echo_reason is not None:
+            raise click.UsageError(
+                f"-m {model} chooses the model a model processor asks, but echo answers: "
+                f"{echo.echo_reason}"
+            )
     with _logs_to_file(state):
         nats = nats_settings(settings.nats, [url for url in nats_urls if url != AUTO])
         settings = settings.model_copy(update={"nats": nats})

@@ -118,6 +118,12 @@ def serve(
                 "--auth needs the core's own credentials: run with --config core.toml "
                 "(written by `ore auth` next to the auth file)"
             )
+    elif not nats.url and (nats.user or nats.nkey_seed_file or nats.creds_file or nats.token):
+        raise click.UsageError(
+            "the [nats] settings name a user (`ore auth`'s core.toml?), but the embedded "
+            "server would run without users and let anyone in: add --auth with the "
+            "nats-auth.conf `ore auth` wrote next to it, or use --nats for a server of your own"
+        )
     auth = None if auth_file is None else auth_file.read_text(encoding="utf-8")
     update: dict[str, object] = {"nats": nats}
     if store_name:
