@@ -314,6 +314,11 @@ class Subjects:
         """KV bucket of the JetStream store's thread metadata and lookups: `ORE_THREADS`."""
         return self._stream("THREADS")
 
+    @property
+    def links_bucket(self) -> str:
+        """KV bucket of links between endpoints and threads (core only): `ORE_LINKS`."""
+        return self._stream("LINKS")
+
     def thread_of(self, subject: str) -> tuple[str | None, str]:
         """(namespace, thread id) of a per-thread subject of this prefix.
 

@@ -37,6 +37,10 @@ from nats.micro.service import Service
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ore_core import jsonutil
+from ore_core.bridge.admin import LinkAdd, LinkAdmin, LinkList, LinkRef
+from ore_core.bridge.cache import LinkCache
+from ore_core.bridge.endpoint import Endpoint, EndpointError
+from ore_core.bridge.links import LinkConflict, LinkError, LinkNotFound, LinkStore
 from ore_core.bus.egress import namespace_of
 from ore_core.conduit.connection import subscriptions_registered
 from ore_core.errors import (
@@ -109,6 +113,10 @@ ADMIN_METHODS = (
     "threads.meta.delete",
     "threads.turns",
     "health",
+    "links.add",
+    "links.list",
+    "links.lookup",
+    "links.remove",
 )
 """Methods under `P.admin.`: every namespace, and the changes only operators make."""
 
@@ -251,8 +259,12 @@ def _classify(exc: Exception) -> _Failure:
         return exc
     if isinstance(exc, ValidationError):
         return _Failure(400, _validation_message(exc))
-    if isinstance(exc, InvalidThreadId):
+    if isinstance(exc, InvalidThreadId | EndpointError):
         return _Failure(400, str(exc))
+    if isinstance(exc, LinkNotFound):
+        return _Failure(404, str(exc))
+    if isinstance(exc, LinkConflict | LinkError):
+        return _Failure(409, str(exc))
     if isinstance(exc, ThreadNotFound | TurnNotFound):
         return _Failure(404, str(exc))
     if isinstance(exc, ThreadExists):
@@ -300,6 +312,8 @@ class ControlAPI:
     shows up in `$SRV.PING/INFO.ore` replies so operators can tell workers apart.
     Requests bigger than `max_request_bytes` are answered with 413. `on_resolve(T, NS)`
     hears of every thread a conduit call resolves (the egress binds its subjects).
+    `links` (the core's link cache) makes the conduit methods reach linked threads;
+    without it the admin link methods open `ORE_LINKS` themselves.
     """
 
     def __init__(
@@ -313,8 +327,11 @@ class ControlAPI:
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         on_resolve: Callable[[str, str], object] | None = None,
         on_delete: Callable[[str], object] | None = None,
+        links: LinkCache | None = None,
     ) -> None:
         self._nc = nc
+        self._links = links
+        self._link_admin: LinkAdmin | None = None
         self._js = nc.jetstream()
         self._manager = manager
         self._subjects = subjects
@@ -438,6 +455,10 @@ class ControlAPI:
             ),
             _Endpoint("admin_threads_turns", adm("threads.turns"), admin(_ThreadRef, self._turns)),
             _Endpoint("admin_health", adm("health"), admin(_Empty, self._health)),
+            *(
+                _Endpoint(f"admin_{method.replace('.', '_')}", adm(method), admin(model, call))
+                for method, model, call in self._link_methods()
+            ),
         ]
 
     async def _serve(
@@ -490,7 +511,9 @@ class ControlAPI:
             thread = await self._manager.get_thread(thread_id)
         except ThreadNotFound:
             thread = None
-        if thread is None or namespace_of(thread) != namespace:
+        if thread is None or (
+            namespace_of(thread) != namespace and not await self._linked(namespace, thread_id)
+        ):
             raise _Failure(404, f"thread {thread_id} not found in namespace {namespace}")
         return thread
 
@@ -527,6 +550,9 @@ class ControlAPI:
                 f"key: lookup keys of namespace {namespace} start with '{namespace}.' "
                 f"(e.g. '{namespace}.channel'), got {body.key!r}",
             )
+        linked = await self._linked_endpoint(namespace, body.key, body.value)
+        if linked is not None:
+            return {"id": linked, "created": False}
         metadata = self._with_namespace(body.metadata, namespace)
         stream, created = await self._manager.lookup_or_create(body.key, body.value, metadata)
         if namespace_of(stream.state()) != namespace:  # an operator made it for another
@@ -562,7 +588,7 @@ class ControlAPI:
         subject = (
             subjects.events_wildcard_of(namespace)
             if body.thread is None
-            else subjects.events(namespace, body.thread)
+            else subjects.events(await self._home_shown(namespace, body.thread), body.thread)
         )
         stream = subjects.events_stream
         try:
@@ -571,6 +597,81 @@ class ControlAPI:
             raise _Failure(
                 500, f"stream {stream} does not exist: start `ore serve` to create it"
             ) from None
+
+    # -- links (ore_core/bridge) ----------------------------------------------------
+
+    async def _linked(self, namespace: str, thread_id: str) -> bool:
+        """Whether a link lets `namespace` reach `thread_id` (another's thread)."""
+        return self._links is not None and await self._links.reaches(namespace, thread_id)
+
+    async def _linked_endpoint(self, namespace: str, key: str, value: str) -> str | None:
+        """The thread a conduit's lookup key is linked to, if any (asked first)."""
+        if self._links is None:
+            return None
+        try:
+            endpoint = Endpoint(namespace, key, value)
+        except EndpointError:  # not a linkable key (an empty value, say): never linked
+            return None
+        return await self._links.lookup(endpoint)
+
+    async def _home_shown(self, namespace: str, thread_id: str) -> str:
+        """The namespace whose events subject `namespace` reads for `thread_id`: the
+        thread's home when a link shows it to `namespace`, else `namespace` itself."""
+        if self._links is None:
+            return namespace
+        return await self._links.shows(namespace, thread_id) or namespace
+
+    def _link_methods(self) -> list[tuple[str, type[Any], Callable[[Any], Awaitable[_Reply]]]]:
+        async def call(name: str, body: Any) -> _Reply:
+            handler: Callable[[Any], Awaitable[_Reply]] = getattr(await self._link_api(), name)
+            return await handler(body)
+
+        def method(name: str) -> Callable[[Any], Awaitable[_Reply]]:
+            return lambda body: call(name, body)
+
+        return [
+            ("links.add", LinkAdd, method("add")),
+            ("links.list", LinkList, method("list")),
+            ("links.lookup", LinkRef, method("lookup")),
+            ("links.remove", LinkRef, method("remove")),
+        ]
+
+    async def link_admin(self) -> LinkAdmin:
+        """The handlers of the admin link methods (`ore serve` applies gateways with them)."""
+        return await self._link_api()
+
+    async def _link_api(self) -> LinkAdmin:
+        if self._link_admin is None:
+            if self._links is not None:
+                store = self._links.store
+            else:
+                try:
+                    store = LinkStore(await self._js.key_value(self._subjects.links_bucket))
+                except (NotFoundError, BucketNotFoundError):
+                    raise _Failure(
+                        500, f"KV bucket {self._subjects.links_bucket} missing: restart the core"
+                    ) from None
+
+            async def home_of(thread_id: str) -> str:
+                return namespace_of(await self._manager.get_thread(thread_id))
+
+            async def metadata(thread_id: str) -> dict[str, str]:
+                return (await self._manager.get_thread(thread_id)).meta().all()
+
+            async def set_metadata(thread_id: str, key: str, value: str) -> object:
+                return await self._meta_set(_MetaSet(id=thread_id, key=key, value=value))
+
+            async def delete_metadata(thread_id: str, key: str) -> object:
+                return await self._meta_delete(_MetaDelete(id=thread_id, key=key))
+
+            self._link_admin = LinkAdmin(
+                store,
+                home_of=home_of,
+                metadata=metadata,
+                set_metadata=set_metadata,
+                delete_metadata=delete_metadata,
+            )
+        return self._link_admin
 
     async def _read_stored(self, stream: str, subject: str, body: _Read) -> _Reply:
         subjects = self._subjects

@@ -65,6 +65,7 @@ from nats.js.errors import NotFoundError
 
 from ore_core import jsonutil
 from ore_core.artifacts import Delta
+from ore_core.bridge.cache import LinkCache
 from ore_core.bus.codec import output_headers
 from ore_core.bus.pipeline import Pipeline
 from ore_core.conduit.wire import header_block, publish_now, wait_flushed
@@ -85,6 +86,7 @@ from ore_core.session.manager import Manager
 from ore_core.subjects import (
     DEFAULT_NAMESPACE,
     HEADER_KIND,
+    HEADER_LAST_SEQUENCE,
     HEADER_LAST_TURN,
     HEADER_SCHEMA,
     HEADER_TRACEPARENT,
@@ -109,6 +111,9 @@ class EventsNotRead(BusError):
 _HEADER_VALUE = re.compile(r"[!-~]{1,128}")  # what a header value may be: printable, no spaces
 _SUBJECT_CACHE = 65536  # threads whose subjects are remembered; cleared when exceeded
 _LIVE_PHASES = frozenset({"submitted", "streaming"})
+HEADER_SEQUENCE = "Nats-Sequence"
+_SEQUENCE_LINE = f"{HEADER_SEQUENCE}: ".encode()
+_LAST_SEQUENCE_LINE = f"{HEADER_LAST_SEQUENCE}: ".encode()
 
 
 def is_live_only(event: OutputEvent) -> bool:
@@ -178,8 +183,10 @@ class Egress:
         manager: Manager | None = None,
         *,
         may_write: Callable[[str], bool] = lambda thread_id: True,
+        links: LinkCache | None = None,
     ) -> None:
         self._nc = nc
+        self._links = links
         self._may_write = may_write
         self._gone: set[str] = set()  # threads that left this worker, until attached again
         # Threads primed since attached here, with the ownership term they were primed in.
@@ -202,11 +209,15 @@ class Egress:
         self.emitted = 0
         """Events taken from the manager so far (compare `Manager.sink_queued`)."""
         self.dropped_deltas = 0
+        self.lost_copies = 0
+        """Copies for linked namespaces not sent (disconnected): their feeds catch up."""
         self.abandoned = 0
         """Held events dropped because their turn was given up (its save failed)."""
         self._batch_block = header_block({HEADER_KIND: BATCH_KIND, HEADER_SCHEMA: self._schema})
         pipeline.watch_limits(reached=self._limit_reached, cleared=self._told.clear)
         pipeline.watch_fenced(self._fenced)
+        if links is not None:
+            pipeline.watch_stored(self._copy_stored)
 
     def watch_overdue(self, callback: Callable[[str, int], None]) -> None:
         """Call `callback(thread_id, position)` when output of `thread_id` is dropped
@@ -340,6 +351,7 @@ class Egress:
             self._pipeline.forget(subject)
         else:
             self._pipeline.know(subject, sequence)
+        self._copy_last(thread_id, last)
         stored = self._note_last_stored(thread_id, last)
         tip = thread.get_turn(thread.current_tip)
         if tip is None or tip.role == Role.USER:
@@ -600,8 +612,56 @@ class Egress:
         )
 
     def _publish_live(self, thread_id: str, run: _Run) -> bool:
-        """Publish a live run now; True when the caller should `wait_flushed`."""
-        return self._publish_run(self._subjects_of(thread_id)[1], run)
+        """Publish a live run now (and its copies); True when the caller should `wait_flushed`."""
+        over = self._publish_run(self._subjects_of(thread_id)[1], run)
+        if self._links is not None:
+            for namespace in self._links.copies(thread_id):
+                over |= self._publish_run(self._subjects.output(namespace, thread_id), run)
+        return over
+
+    # -- copies for linked namespaces (ore_core/bridge) ------------------------------
+
+    def _copy_stored(
+        self, subject: str, data: bytes, head: bytes, sequence: int, previous: int
+    ) -> None:
+        """A batch of a thread is stored: send the same bytes, with the sequences the
+        server's republish would carry, to `P.out.NSx.T` of every linked namespace."""
+        assert self._links is not None
+        thread_id = subject[subject.rfind(".") + 1 :]
+        copies = self._links.copies(thread_id)
+        if copies:
+            block = b"%s%s%d\r\n%s%d\r\n\r\n" % (
+                head,
+                _SEQUENCE_LINE,
+                sequence,
+                _LAST_SEQUENCE_LINE,
+                previous,
+            )
+            self._copy(thread_id, copies, data, block)
+
+    def _copy_last(self, thread_id: str, last: RawStreamMsg | None) -> None:
+        """`prime`: send the thread's last stored batch to its linked namespaces again, in
+        case the copies of the worker that stored it were lost (feeds drop a sequence
+        they had). Its previous sequence is not read: one less than its own makes a feed
+        that may have missed something ask (`events.read`), never skip."""
+        copies = () if self._links is None or last is None else self._links.copies(thread_id)
+        if not copies or last is None or not last.seq:
+            return
+        headers = {
+            name: value
+            for name, value in (last.headers or {}).items()
+            if not name.startswith("Nats-")
+        }
+        headers[HEADER_SEQUENCE] = str(last.seq)
+        headers[HEADER_LAST_SEQUENCE] = str(last.seq - 1)
+        self._copy(thread_id, copies, last.data or b"", header_block(headers))
+
+    def _copy(self, thread_id: str, copies: tuple[str, ...], data: bytes, block: bytes) -> None:
+        for namespace in copies:
+            try:
+                publish_now(self._nc, self._subjects.output(namespace, thread_id), data, "", block)
+            except (OutboundBufferLimitError, ConnectionClosedError):
+                self.lost_copies += 1  # the endpoint's feed finds the gap and reads it
 
     def _publish_run(self, subject: str, run: _Run) -> bool:
         """Send a run on core NATS, best effort (`publish_now`'s answer)."""

@@ -64,6 +64,7 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 
 from ore_core import jsonutil
+from ore_core.bridge.cache import LinkCache
 from ore_core.bus.codec import (
     BAD_NAMESPACE,
     BAD_SCHEMA,
@@ -193,8 +194,10 @@ class Ingress:
         holds: Callable[[int], bool] | None = None,
         batch: int = 256,
         handover_grace: float = 30.0,
+        links: LinkCache | None = None,
     ) -> None:
         self._nc = nc
+        self._links = links
         self._manager = manager
         self._subjects = subjects
         self._config = config
@@ -608,9 +611,8 @@ class Ingress:
             event = self._decode(msg, namespace, thread_id)
         except _Rejected as rejected:
             return self._reject(msg, namespace, thread_id, rejected)
-        if namespace_of(stream.state()) != namespace:  # another's thread: unknown here
-            unknown = self._unknown(namespace, thread_id, event)
-            return self._reject(msg, namespace, thread_id, unknown)
+        if namespace_of(stream.state()) != namespace:  # another's: linked or unknown here
+            return self._receive(partition, msg)  # `_stream_for` asks the links
         self._egress.bind(thread_id, namespace)
         self._submit(msg, thread_id, event, stream)
         return None
@@ -838,9 +840,12 @@ class Ingress:
                 stream = await self._manager.create_with_id(thread_id, {NAMESPACE_KEY: namespace})
             except ThreadExists:  # created meanwhile by another worker or the control API
                 stream = await self._manager.attach(thread_id)
-        if namespace_of(stream.state()) != namespace:
+        home = namespace_of(stream.state())
+        if home != namespace and not (
+            self._links is not None and await self._links.admits(namespace, thread_id)
+        ):
             raise self._unknown(namespace, thread_id, event)
-        self._egress.bind(thread_id, namespace)
+        self._egress.bind(thread_id, home)
         term = self._terms.get(partition_of(thread_id, self._partitions), 0)
         await self._egress.prime(thread_id, stream.state(), term)
         return stream

@@ -38,6 +38,9 @@ from nats.errors import Error as NatsError
 from nats.errors import StaleConnectionError
 
 from ore_core import __version__
+from ore_core.bridge.cache import LinkCache
+from ore_core.bridge.gateways import apply_gateways
+from ore_core.bridge.links import LinkStore
 from ore_core.bus.control_api import ControlAPI
 from ore_core.bus.egress import Egress
 from ore_core.bus.fencing import FencedStore
@@ -54,6 +57,7 @@ from ore_core.conduit.connection import (
     check_server,
     connect_nats,
 )
+from ore_core.config import GatewaySettings
 from ore_core.errors import BusError
 from ore_core.session.manager import Manager
 from ore_core.subjects import Subjects
@@ -114,6 +118,8 @@ class CoreService:
         reconnect_wait: float = 1.0,
         store_probe_interval: float = 5.0,
         version: str = __version__,
+        gateways: Sequence[GatewaySettings] = (),
+        conversation_keys: Callable[[str], str | None] = lambda namespace: None,
     ) -> None:
         if not servers:
             raise BusError("CoreService needs at least one NATS server URL")
@@ -135,6 +141,9 @@ class CoreService:
         self._publish_window = publish_window
         self._version = version
         self._nc: NatsClient | None = None
+        self._links: LinkCache | None = None
+        self._gateways = list(gateways)
+        self._keys = conversation_keys
         self._pipeline: Pipeline | None = None
         self._egress: Egress | None = None
         self._ingress: Ingress | None = None
@@ -286,6 +295,11 @@ class CoreService:
         if callable(attach_nats):
             await attach_nats(nc, self.subjects)
         config = self.config
+        self._links = LinkCache(
+            LinkStore(await nc.jetstream().key_value(self.subjects.links_bucket))
+        )
+        self.tasks.adopt(self._links.tasks)
+        await self._links.start()
         self._pipeline = Pipeline(nc, window=self._publish_window)
         self.tasks.adopt(self._pipeline.tasks)
         await self._pipeline.start()
@@ -301,7 +315,9 @@ class CoreService:
         may_write = ownership.may_write_thread
         # Saves of a worker whose lease is overdue are refused (the stream drops itself).
         self.manager.store = FencedStore(self.manager.store, may_write)
-        egress = Egress(nc, self.subjects, self._pipeline, self.manager, may_write=may_write)
+        egress = Egress(
+            nc, self.subjects, self._pipeline, self.manager, may_write=may_write, links=self._links
+        )
         egress.attach(self.manager)
         self._egress = egress
         self._ingress = Ingress(
@@ -315,6 +331,7 @@ class CoreService:
             holds=ownership.holds,
             batch=self._pull_batch,
             handover_grace=self._handover_grace,
+            links=self._links,
         )
         # Output dropped for an overdue lease (a pause): its messages are handled again.
         egress.watch_overdue(self._ingress.output_refused)
@@ -329,8 +346,13 @@ class CoreService:
             version=self._version,
             on_resolve=egress.bind,
             on_delete=egress.thread_deleted,
+            links=self._links,
         )
         await self._control.start()
+        if self._gateways:
+            await apply_gateways(
+                self._gateways, await self._control.link_admin(), self.manager, self._keys
+            )
 
     async def _acquire(self, partition: int) -> None:
         if self._ingress is not None:
