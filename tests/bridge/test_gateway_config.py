@@ -76,7 +76,7 @@ def test_an_unknown_answer_policy_is_refused(tmp_path: Path) -> None:
 
 
 def test_an_invalid_gateway_name_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="gateway.0.name"):
+    with pytest.raises(ConfigError, match=r"gateway\.0\.name"):
         load(tmp_path, gateway("Team A", ("slack", "C1"), ("stdin", "id=t")))
 
 

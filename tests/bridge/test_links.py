@@ -12,6 +12,7 @@ from ore_core.bridge.cache import LinkCache
 from ore_core.bridge.endpoint import Endpoint
 from ore_core.bridge.links import LinkConflict, LinkNotFound, LinkSettings, LinkStore
 from ore_core.bridge.records import EndpointRecord, endpoint_key
+from tests.bus.conftest import wait_for
 
 SLACK = Endpoint("slack", "slack.thread", "C1/1")
 WEB = Endpoint("web", "web.thread", "w1")
@@ -118,17 +119,13 @@ async def test_the_cache_hears_of_links_added_and_removed(store: LinkStore) -> N
     try:
         await store.add("t1", "stdin", SLACK, "out")
         await store.add("t1", "stdin", WEB, "in")
-        async with asyncio.timeout(10):
-            while cache.copies("t1") != ("slack",):
-                await asyncio.sleep(0.01)
+        await wait_for(lambda: cache.copies("t1") == ("slack",))
         assert await cache.admits("web", "t1")
         assert not await cache.admits("slack", "t1")
         assert await cache.shows("slack", "t1") == "stdin"
         await store.remove(SLACK)
         await store.remove(WEB)
-        async with asyncio.timeout(10):
-            while cache.cached("t1") is not None:
-                await asyncio.sleep(0.01)
+        await wait_for(lambda: cache.cached("t1") is None)
     finally:
         await cache.stop()
 
