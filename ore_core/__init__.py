@@ -24,6 +24,8 @@ itself and may change between releases.
 from __future__ import annotations
 
 import importlib
+import sys
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -116,10 +118,10 @@ if TYPE_CHECKING:
     from ore_core.subjects import SubjectError
     from ore_core.tasks import Crash, TaskCrashed, TaskScope
     from ore_core.turn import Role, TraversalControl, Turn, turn_from_dict, turn_to_dict
-
-__version__ = "0.1.0"
+    from ore_core.version import __version__
 
 _EXPORTS: dict[str, str] = {
+    "__version__": "ore_core.version",
     "hookimpl": "ore_core.plugins.hookspecs",
     "InterceptResult": "ore_core.session.protocols",
     "Interceptor": "ore_core.session.protocols",
@@ -318,14 +320,29 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'ore_core' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+def _lazy_exports(
+    package: str, exports: Mapping[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The PEP 562 `__getattr__` and `__dir__` of a face: `package` re-exports each name
+    of `exports` (name -> defining module), importing the module on first use only.
+
+    Every package `__init__` of ore_core is such a face (or empty), so importing one
+    module loads what it needs and not its siblings.
+    """
+    namespace = sys.modules[package].__dict__
+
+    def __getattr__(name: str) -> Any:
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        namespace[name] = value  # later lookups skip this function
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*namespace, *exports})
+
+    return __getattr__, __dir__
 
 
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS)

@@ -42,7 +42,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from ore_core.bridge.endpoint import Answer, Direction, Endpoint, EndpointError
+from ore_core.endpoint import Answer, Direction, Endpoint, EndpointError
 from ore_core.errors import SECRET_MASK, OreError, describe_validation_error
 from ore_core.session.policy import DoubleTexting
 

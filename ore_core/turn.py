@@ -88,7 +88,7 @@ def generate_turn_id() -> str:
     return ids.pop()
 
 
-@dataclass(frozen=True, slots=True, init=False)
+@dataclass(frozen=True, slots=True)
 class Turn:
     """One node of the conversation tree: an immutable value.
 
@@ -113,38 +113,10 @@ class Turn:
     # a replaced turn starts without it.
     _json: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
-    def __init__(
-        self,
-        id: str,
-        role: Role | str,
-        artifacts: tuple[Artifact, ...] = (),
-        parent_id: str = "",
-        timestamp: datetime | None = None,
-        control: TraversalControl | str = TraversalControl.DEFAULT,
-        event_id: str = "",
-    ) -> None:
-        # What the generated `__init__` of a frozen dataclass does (any iterable of
-        # artifacts becomes a tuple), setting each slot through its descriptor instead
-        # of `object.__setattr__`: two turns per message are made this way.
-        _set_id(self, id)
-        _set_role(self, role)
-        _set_artifacts(self, artifacts if type(artifacts) is tuple else tuple(artifacts))
-        _set_parent_id(self, parent_id)
-        _set_timestamp(self, timestamp)
-        _set_control(self, control)
-        _set_event_id(self, event_id)
-        _set_json(self, None)
-
-
-_slots = vars(Turn)
-_set_id = _slots["id"].__set__
-_set_role = _slots["role"].__set__
-_set_artifacts = _slots["artifacts"].__set__
-_set_parent_id = _slots["parent_id"].__set__
-_set_timestamp = _slots["timestamp"].__set__
-_set_control = _slots["control"].__set__
-_set_event_id = _slots["event_id"].__set__
-_set_json = _slots["_json"].__set__
+    def __post_init__(self) -> None:
+        # Any iterable of artifacts becomes a tuple: the value is immutable.
+        if type(self.artifacts) is not tuple:
+            object.__setattr__(self, "artifacts", tuple(self.artifacts))
 
 
 _RFC3339 = orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
@@ -219,7 +191,7 @@ def turn_json(turn: Turn) -> bytes:
     cached = turn._json
     if cached is None:
         cached = orjson.dumps(turn_to_dict(turn))
-        _set_json(turn, cached)
+        object.__setattr__(turn, "_json", cached)
     return cached
 
 

@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
 import ore_core
+from tests.import_support import modules_after as _modules_after
 
 MAX_SDK_MODULES = 18  # 15 + .publisher (acked sends) + .parser (issue 11) + .capabilities
-
-
-def _modules_after(statement: str) -> list[str]:
-    """The `ore_core` modules a fresh interpreter has loaded after running `statement`."""
-    script = (
-        f"import sys, json\n{statement}\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'ore_core')))"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
-    )
-    return list(json.loads(done.stdout))
 
 
 @pytest.mark.parametrize("name", ore_core.__all__)

@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ore_core.bridge.endpoint import Answer, Direction, Endpoint
 from ore_core.bridge.links import LinkNotFound, LinkSettings, LinkStore
 from ore_core.bridge.records import MAX_LABEL_LENGTH, LinkSet
+from ore_core.endpoint import Answer, Direction, Endpoint
 from ore_core.ids import validate_thread_id
 
 __all__ = [

@@ -20,9 +20,9 @@ import structlog
 from nats.errors import Error as NatsError
 from nats.js.kv import KeyValue
 
-from ore_core.bridge.endpoint import Endpoint
 from ore_core.bridge.links import LinkStore
 from ore_core.bridge.records import LinkSet
+from ore_core.endpoint import Endpoint
 from ore_core.tasks import TaskScope
 
 __all__ = ["LinkCache"]

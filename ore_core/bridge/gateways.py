@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from ore_core.bridge.admin import EndpointBody, LinkAdd, LinkAdmin
-from ore_core.bridge.endpoint import Endpoint, parse_endpoint
 from ore_core.config import GatewaySettings
+from ore_core.endpoint import Endpoint, parse_endpoint
 from ore_core.errors import OreError, ThreadExists
 from ore_core.ids import NAMESPACE_KEY
 from ore_core.session.manager import Manager

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from ore_core.bridge.endpoint import Answer, Direction, Endpoint
 from ore_core.bridge.records import (
     EndpointRecord,
     LinkedEndpoint,
@@ -27,6 +26,7 @@ from ore_core.bridge.records import (
     endpoint_key,
     thread_key,
 )
+from ore_core.endpoint import Answer, Direction, Endpoint
 from ore_core.errors import OreError
 
 __all__ = ["LinkConflict", "LinkError", "LinkNotFound", "LinkStore", "LinkSettings"]

@@ -13,7 +13,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from ore_core.bridge.endpoint import Answer, Direction, Endpoint
+from ore_core.endpoint import Answer, Direction, Endpoint
 from ore_core.ids import validate_thread_id
 
 __all__ = [

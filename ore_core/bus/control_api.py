@@ -39,10 +39,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from ore_core import jsonutil
 from ore_core.bridge.admin import LinkAdd, LinkAdmin, LinkList, LinkRef
 from ore_core.bridge.cache import LinkCache
-from ore_core.bridge.endpoint import Endpoint, EndpointError
 from ore_core.bridge.links import LinkConflict, LinkError, LinkNotFound, LinkStore
 from ore_core.bus.egress import namespace_of
 from ore_core.conduit.connection import subscriptions_registered
+from ore_core.endpoint import Endpoint, EndpointError
 from ore_core.errors import (
     InvalidThreadId,
     SessionClosed,

@@ -37,7 +37,6 @@ from nats.aio.client import Client as NatsClient
 from nats.errors import Error as NatsError
 from nats.errors import StaleConnectionError
 
-from ore_core import __version__
 from ore_core.bridge.cache import LinkCache
 from ore_core.bridge.gateways import apply_gateways
 from ore_core.bridge.links import LinkStore
@@ -62,6 +61,7 @@ from ore_core.errors import BusError
 from ore_core.session.manager import Manager
 from ore_core.subjects import Subjects
 from ore_core.tasks import Crash, TaskCrashed, TaskScope
+from ore_core.version import __version__
 
 __all__ = ["SERVING_GC_THRESHOLD", "CoreService", "run", "serve"]
 

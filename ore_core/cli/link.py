@@ -17,11 +17,11 @@ import click
 import nats
 from nats.errors import Error as NatsError
 
-from ore_core.bridge.endpoint import ANSWERS, DIRECTIONS, ID_KEY, Endpoint, parse_endpoint
 from ore_core.cli.options import cli_state, nats_settings, table_columns
 from ore_core.cli.running import find_running
 from ore_core.conduit.connection import NatsCredentials
 from ore_core.config import OreSettings
+from ore_core.endpoint import ANSWERS, DIRECTIONS, ID_KEY, Endpoint, parse_endpoint
 from ore_core.errors import OreError
 from ore_core.plugins.manager import OrePluginManager
 from ore_core.plugins.registry import collect_registrations

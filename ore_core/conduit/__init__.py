@@ -6,12 +6,41 @@ the base classes a conduit package subclasses. Nothing here imports the session,
 ledger or the core service, so a conduit process stays small.
 """
 
-from ore_core.conduit.base import Conduit, ConduitConfig, ConduitConfigError
-from ore_core.conduit.capabilities import Capabilities, Markup
-from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
-from ore_core.conduit.connection import NatsCredentials, TlsFiles, subscriptions_registered
-from ore_core.conduit.feed import DURABLE_NAME, Delivery, EventFeed, Hold
-from ore_core.errors import ApiError, BusError, PermissionDenied
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ore_core import _lazy_exports
+
+if TYPE_CHECKING:
+    from ore_core.conduit.base import Conduit, ConduitConfig, ConduitConfigError
+    from ore_core.conduit.capabilities import Capabilities, Markup
+    from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
+    from ore_core.conduit.connection import NatsCredentials, TlsFiles, subscriptions_registered
+    from ore_core.conduit.feed import DURABLE_NAME, Delivery, EventFeed, Hold
+    from ore_core.errors import ApiError, BusError, PermissionDenied
+
+_EXPORTS: dict[str, str] = {
+    "Conduit": "ore_core.conduit.base",
+    "ConduitConfig": "ore_core.conduit.base",
+    "ConduitConfigError": "ore_core.conduit.base",
+    "Capabilities": "ore_core.conduit.capabilities",
+    "Markup": "ore_core.conduit.capabilities",
+    "ConduitClient": "ore_core.conduit.client",
+    "ThreadInfo": "ore_core.conduit.client",
+    "ThreadPage": "ore_core.conduit.client",
+    "NatsCredentials": "ore_core.conduit.connection",
+    "TlsFiles": "ore_core.conduit.connection",
+    "subscriptions_registered": "ore_core.conduit.connection",
+    "DURABLE_NAME": "ore_core.conduit.feed",
+    "Delivery": "ore_core.conduit.feed",
+    "EventFeed": "ore_core.conduit.feed",
+    "Hold": "ore_core.conduit.feed",
+    "ApiError": "ore_core.errors",
+    "BusError": "ore_core.errors",
+    "PermissionDenied": "ore_core.errors",
+}
+"""Public name -> the module that defines it, imported on first access."""
 
 __all__ = [
     "DURABLE_NAME",
@@ -33,3 +62,5 @@ __all__ = [
     "TlsFiles",
     "subscriptions_registered",
 ]
+
+__getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS)

@@ -123,9 +123,6 @@ class Delivery:
         )
 
 
-_new_delivery = object.__new__
-
-
 def durable_consumer_name(durable: str, thread_id: str | None) -> str:
     """The cursor name behind `events(thread_id, durable=durable)`.
 
@@ -488,7 +485,6 @@ class EventFeed:
         else:
             items = [value]
         append = self._ready.append
-        new = _new_delivery
         kept = False
         for item in items:
             item_kind = item.get("kind") if isinstance(item, dict) else None
@@ -496,13 +492,7 @@ class EventFeed:
                 log.warning("output event without a kind skipped", thread_id=thread_id)
                 continue
             if not kinds or item_kind in kinds:
-                delivery = new(Delivery)  # `of_value` without its call: ~7 per turn
-                delivery.thread_id = thread_id
-                delivery.sequence = sequence
-                delivery.kind = item_kind
-                delivery._event = None
-                delivery._value = item
-                append(delivery)
+                append(Delivery.of_value(thread_id, item_kind, item, sequence))
                 kept = True
         return kept
 

@@ -53,6 +53,7 @@ __all__ = [
 
 BUILTIN_PLUGINS: list[str] = [
     "ore_core.plugins.builtin.stores",
+    "ore_core.bus.store_plugin",
     "ore_core.plugins.builtin.processors",
     "ore_core.plugins.builtin.commands",
     "ore_core.plugins.builtin.log_sink",
@@ -61,6 +62,8 @@ BUILTIN_PLUGINS: list[str] = [
 
 Built-in features use the same hooks as third-party plugins (llm's `DEFAULT_PLUGINS`
 idea); add a module path here to ship one (e.g. `"ore_core.plugins.builtin.echo"`).
+Named, not imported: a lower floor offers its own (the bus its JetStream store) without
+this module importing it.
 """
 
 LOAD_PLUGINS_ENV = "ORE_LOAD_PLUGINS"

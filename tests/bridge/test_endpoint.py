@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ore_core.bridge.endpoint import (
+from ore_core.endpoint import (
     MAX_KEY_LENGTH,
     MAX_VALUE_LENGTH,
     Endpoint,

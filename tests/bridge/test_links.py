@@ -9,9 +9,9 @@ import pytest
 from nats.aio.client import Client
 
 from ore_core.bridge.cache import LinkCache
-from ore_core.bridge.endpoint import Endpoint
 from ore_core.bridge.links import LinkConflict, LinkNotFound, LinkSettings, LinkStore
 from ore_core.bridge.records import EndpointRecord, endpoint_key
+from ore_core.endpoint import Endpoint
 from tests.bus.conftest import wait_for
 
 SLACK = Endpoint("slack", "slack.thread", "C1/1")

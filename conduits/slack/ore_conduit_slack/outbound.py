@@ -20,28 +20,27 @@ its traceparent) becomes one or more Slack messages in the thread:
 - every message is tagged with Slack message metadata (`ore_reply`: answer, part, last),
   and the answer's messages are kept in the ore thread's metadata (`slack.reply`), so a
   post whose response was lost is found again instead of posted twice, and a restarted
-  conduit finishes the messages it had started instead of posting new ones: those the
-  record names, and those it made and died before recording (found in the Slack thread:
-  by their metadata, or, for a native stream, which has none until it is stopped, as the
-  bot's message after the user's showing the start of the answer's text).
+  conduit finishes the messages it had started instead of posting new ones
+  (`ore_conduit_slack.recovery`).
+
+The answer and its messages are `ore_conduit_slack.answer`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import structlog
 
+from ore_conduit_slack.answer import Answer, Message, reply_metadata
 from ore_conduit_slack.api import Ambiguous, Budget, SlackApi, SlackError
 from ore_conduit_slack.config import SlackConfig
-from ore_conduit_slack.ids import REPLY_KEY, SlackThread, edit_event_id, traceparent_of
-from ore_conduit_slack.ids import event_id as message_event_id
+from ore_conduit_slack.ids import SlackThread, traceparent_of
 from ore_conduit_slack.inbound import Identity
+from ore_conduit_slack.recovery import RETRY_LIMIT, Recovery
 from ore_conduit_slack.text import fence_at, neutralise, split_parts
 from ore_core import (
     ApiError,
@@ -76,76 +75,14 @@ _NO_STREAMS = frozenset(
     }
 )  # startStream refusals meaning: this app or workspace cannot stream natively
 _EXPIRED = "message_not_in_streaming_state"
-_METADATA_EVENT = "ore_reply"
 _IDLE = 30.0  # seconds a renderer with nothing to do waits before it ends
 _FINISHED = 4096  # answers remembered as finished, so repeats of their events are skipped
-_RETRY_LIMIT = 5.0
-_R = TypeVar("_R")
-_UNKNOWN = "\x00"  # what a message of an earlier run shows: never equal to a text
 
 
 class Clock(Protocol):
     """Where the stream age is read from (`now()` in seconds)."""
 
     def now(self) -> float: ...
-
-
-@dataclass
-class _Message:
-    """One Slack message of an answer: where it starts in the answer's text, what it shows."""
-
-    ts: str
-    start: int
-    fence: str | None  # the code fence open where the message starts (re-opened at its top)
-    shown: str = ""
-    streaming: bool = False
-    started_at: float = 0.0
-    edited_at: float = float("-inf")
-    tagged_last: bool = False  # its Slack metadata says it is the answer's last part
-
-    def to_json(self) -> list[Any]:
-        return [self.ts, self.start, self.fence, self.streaming]
-
-    @classmethod
-    def from_json(cls, data: list[Any]) -> _Message:
-        return cls(str(data[0]), int(data[1]), data[2], streaming=bool(data[3]))
-
-
-@dataclass(frozen=True)
-class _Posted:
-    """One of the bot's messages in a Slack thread, as `conversations.replies` lists it."""
-
-    ts: str
-    text: str
-    payload: dict[str, Any]  # its `ore_reply` metadata payload ({}: none, e.g. a live stream)
-
-
-@dataclass
-class _Listing:
-    """A Slack thread as `conversations.replies` lists it, oldest first."""
-
-    posts: list[_Posted] = field(default_factory=list)  # the bot's messages
-    others: list[tuple[str, str]] = field(default_factory=list)  # (ts, ts of its last edit)
-
-    def asked(self, trace: str, thread: SlackThread) -> str:
-        """The ts of the message (of a person, or of an allowed bot) whose answer has
-        `trace` ("" if it is not listed: deleted, say)."""
-        for ts, edited in self.others:
-            message_id = message_event_id(thread.enterprise, thread.team, thread.channel, ts)
-            if traceparent_of(message_id) == trace or (
-                edited and traceparent_of(edit_event_id(message_id, edited)) == trace
-            ):
-                return ts
-        return ""
-
-
-def _ts_key(ts: str) -> tuple[int, int]:
-    """A Slack ts as a sortable pair (seconds, micro-part): later messages sort after."""
-    seconds, _, fraction = ts.partition(".")
-    try:
-        return int(seconds), int(fraction or 0)
-    except ValueError:
-        return 0, 0
 
 
 def _starts_an_answer(event: OutputEvent, sequence: int | None) -> bool:
@@ -157,50 +94,6 @@ def _starts_an_answer(event: OutputEvent, sequence: int | None) -> bool:
     if isinstance(event, LifecycleEvent):
         return event.phase == "submitted"
     return isinstance(event, NoticeEvent)
-
-
-def _payload(message: dict[str, Any]) -> dict[str, Any]:
-    """The `ore_reply` metadata payload of a listed message ({} if it has none)."""
-    metadata = message.get("metadata") or {}
-    if metadata.get("event_type") != _METADATA_EVENT:
-        return {}
-    payload = metadata.get("event_payload")
-    return dict(payload) if isinstance(payload, dict) else {}
-
-
-def _part(payload: dict[str, Any]) -> int:
-    """The part number an `ore_reply` payload names (-1: none)."""
-    try:
-        return int(payload.get("part", -1))
-    except (TypeError, ValueError):
-        return -1
-
-
-@dataclass
-class _Answer:
-    """The answer to one user message, as far as it is known."""
-
-    trace: str
-    user: str = ""
-    raw: str = ""  # the streamed text (deltas; text artifacts joined once complete)
-    texts: list[str] = field(default_factory=list)
-    notices: list[str] = field(default_factory=list)
-    error: str | None = None
-    cancelled: bool = False
-    messages: list[_Message] = field(default_factory=list)
-    native: bool | None = None  # None: not decided yet
-    resumed: bool = False  # started by an earlier run of the conduit (rendered once done)
-    unrecorded: list[_Posted] = field(default_factory=list)  # an earlier run's, to adopt
-    after: int = 0  # the thread's last stored batch handled before this answer began
-    sequence: int = 0  # the last stored batch of this answer handled
-    status_set: bool = False
-    piece_done: bool = False
-    flushed_at: float = float("-inf")
-
-    @property
-    def key(self) -> str:
-        """The answer's id in Slack message metadata (the trace id)."""
-        return self.trace.split("-")[1] if self.trace.count("-") >= 3 else self.trace
 
 
 class _Team:
@@ -292,8 +185,15 @@ class ThreadRenderer:
         self.queue: asyncio.Queue[tuple[Delivery, Hold]] = asyncio.Queue()
         self.ended = False
         self.slack: SlackThread | None = None
-        self.answers: dict[str, _Answer] = {}
+        self.answers: dict[str, Answer] = {}
         self.last_sequence = 0  # the last stored batch of the thread handled
+        self._recovery: Recovery | None = None
+
+    @property
+    def recovery(self) -> Recovery:
+        """The reply record and the Slack thread's messages (once the Slack thread is known)."""
+        assert self._recovery is not None
+        return self._recovery
 
     # -- the loop ------------------------------------------------------------------
 
@@ -301,6 +201,8 @@ class ThreadRenderer:
         """Handle events until idle for a while; failures are logged, never raised."""
         try:
             self.slack = await self._slack_thread()
+            if self.slack is not None:
+                self._recovery = Recovery(self.out, self.thread_id, self.slack, self.answers)
             while True:
                 item = await self._next()
                 if item is None:
@@ -353,7 +255,7 @@ class ThreadRenderer:
                 failure = exc
             log.warning("cannot read thread metadata", thread_id=self.thread_id, error=str(failure))
             await asyncio.sleep(pause)
-            pause = min(pause * 2, _RETRY_LIMIT)
+            pause = min(pause * 2, RETRY_LIMIT)
 
     # -- events ------------------------------------------------------------------------
 
@@ -372,9 +274,9 @@ class ThreadRenderer:
             return
         answer = self.answers.get(trace)
         if answer is None:
-            answer = _Answer(trace, user=event.context.user, after=self.last_sequence)
+            answer = Answer(trace, user=event.context.user, after=self.last_sequence)
             self.answers[trace] = answer
-            await self._recover(answer, sequence, fresh=_starts_an_answer(event, sequence))
+            await self.recovery.recover(answer, sequence, fresh=_starts_an_answer(event, sequence))
             if trace in self.out.finished:
                 del self.answers[trace]
                 return
@@ -395,7 +297,7 @@ class ThreadRenderer:
         elif isinstance(event, NoticeEvent):
             answer.notices.append(event.content)
 
-    def _add_text(self, answer: _Answer, event: ArtifactEvent) -> None:
+    def _add_text(self, answer: Answer, event: ArtifactEvent) -> None:
         artifact = event.artifact
         if isinstance(artifact, TextDelta):
             if answer.piece_done:
@@ -407,160 +309,7 @@ class ThreadRenderer:
             answer.raw = "\n\n".join(answer.texts)
             answer.piece_done = True
 
-    async def _recover(self, answer: _Answer, sequence: int | None, *, fresh: bool) -> None:
-        """Recover the messages an earlier run of the conduit made for this answer, or
-        skip an answer it finished: from the reply record first, then from Slack.
-
-        Live events (submitted, deltas) come before the turn's stored batch, which starts
-        with the user's turn: no first event tells a new answer from one a previous run
-        started, so the reply record is always read. Slack is asked only when an earlier
-        run may have made messages it did not record (killed between the Slack call and
-        the record): when the record names the answer unfinished, or when this run missed
-        the answer's start (`fresh` is false: its first event is a delta or a stored
-        one). A live answer that starts here costs no Slack call.
-        """
-        await self._read_record(answer, sequence)
-        if answer.trace in self.out.finished:
-            return
-        if answer.messages or not fresh:
-            await self._find_unrecorded(answer)
-
-    async def _read_record(self, answer: _Answer, sequence: int | None) -> None:
-        """Adopt the messages the reply record names for this answer, or skip an answer
-        the record says was finished.
-
-        The record names the thread's latest answer and `upto`: every other answer of
-        the thread whose stored batch is at or before `upto` was finished (answers are
-        rendered in order). A restarted conduit gets again what it had not confirmed to
-        the core (its durable cursor lags behind what it rendered), so older answers are
-        delivered again too: they are skipped, never posted twice.
-        """
-        try:
-            info = await self._while_away(
-                lambda: self.out.client.get_thread(self.thread_id), "read the reply record"
-            )
-            record = json.loads(info.metadata.get(REPLY_KEY) or "{}")
-            upto = int(record.get("upto") or 0)
-        except (OreError, ValueError, TypeError) as exc:
-            log.warning("cannot read the reply record", thread_id=self.thread_id, error=str(exc))
-            return
-        if record.get("trace") != answer.trace:
-            if sequence is not None and sequence <= upto:
-                self.out.mark_finished(answer.trace)  # an older answer, shown before
-            else:
-                answer.after = max(answer.after, upto)
-            return
-        answer.after = upto
-        if record.get("final"):
-            self.out.mark_finished(answer.trace)
-            return
-        answer.messages = [_Message.from_json(m) for m in record.get("messages") or []]
-        now = self.out.clock.now()
-        for message in answer.messages:
-            message.shown = _UNKNOWN  # a stream is closed, then every message is rewritten
-            # Its age is unknown: counted from now, not from 0 (which made it look too old
-            # and closed it half-shown, the answer continued in a new message).
-            message.started_at = now
-        answer.resumed = bool(answer.messages)
-        answer.native = bool(record.get("native"))
-        answer.status_set = True
-        log.info("resuming an answer", thread_id=self.thread_id, messages=len(answer.messages))
-
-    async def _find_unrecorded(self, answer: _Answer) -> None:
-        """Find the messages an earlier run made for this answer and died before
-        recording; they are adopted where the answer needs its next message (`_open`).
-
-        A posted message says whose it is from the start (its metadata names the answer
-        and part). A native stream carries no metadata until it is stopped
-        (`chat.startStream` takes none), so one without metadata is a candidate only if it
-        is the bot's, not known to any answer of this run, and after the user's message
-        (or after the answer's last recorded message): it is adopted only if what it shows
-        begins the text its part must show, so a person's message, another bot's, or
-        another answer's are never touched. The answer is then held (rendered once done):
-        only the complete text tells which stream is its.
-        """
-        assert self.slack is not None
-        listing = await self._thread_messages("check the thread for an answer's messages")
-        if listing is None:
-            return
-        known = {m.ts for other in self.answers.values() for m in other.messages}
-        asked = listing.asked(answer.trace, self.slack)
-        since = answer.messages[-1].ts if answer.messages else asked
-        found = [
-            posted
-            for posted in listing.posts
-            if posted.ts not in known
-            and (
-                posted.payload.get("answer") == answer.key
-                if posted.payload
-                else bool(since and posted.text) and _ts_key(posted.ts) > _ts_key(since)
-            )
-        ]
-        if not found:
-            return
-        answer.unrecorded = found
-        answer.resumed = True
-        answer.status_set = True
-        log.info(
-            "found unrecorded messages of an answer", thread_id=self.thread_id, found=len(found)
-        )
-
-    def _adopt(self, answer: _Answer, content: str) -> _Posted | None:
-        """The unrecorded message (`_find_unrecorded`) that is the answer's next part,
-        which is to show `content`: the one whose metadata names that part, or a stream
-        without metadata, after the answer's last message, showing the start of it."""
-        part = len(answer.messages)
-        after = _ts_key(answer.messages[-1].ts) if answer.messages else (0, 0)
-        taken = {m.ts for other in self.answers.values() for m in other.messages}
-        for posted in answer.unrecorded:
-            if posted.ts in taken or _ts_key(posted.ts) <= after:
-                continue
-            if _part(posted.payload) == part if posted.payload else content.startswith(posted.text):
-                answer.unrecorded.remove(posted)
-                return posted
-        return None
-
-    async def _save(self, answer: _Answer, *, final: bool = False) -> None:
-        """Keep the answer's messages in the ore thread's metadata (for a restart)."""
-        record = {
-            "trace": answer.trace,
-            "native": bool(answer.native),
-            "messages": [m.to_json() for m in answer.messages],
-            "final": final,
-            "upto": (answer.sequence or answer.after) if final else answer.after,
-        }
-        text = json.dumps(record)
-        try:
-            await self._while_away(
-                lambda: self.out.client.set_metadata(self.thread_id, REPLY_KEY, text),
-                "save the reply record",
-            )
-        except OreError as exc:
-            log.warning("cannot save the reply record", thread_id=self.thread_id, error=str(exc))
-
-    async def _while_away(self, call: Callable[[], Awaitable[_R]], purpose: str) -> _R:
-        """`call()`, tried again while the core is away (BusError): the reply record is
-        what tells a restarted conduit an answer it showed from a new one, so rendering
-        without it (or without saving it) would post an answer twice after a crash."""
-        pause = 0.1
-        told = False
-        while True:
-            try:
-                return await call()
-            except PermissionDenied:
-                raise
-            except BusError as exc:
-                if not told:
-                    log.warning(
-                        f"core unreachable, waiting to {purpose}",
-                        thread_id=self.thread_id,
-                        error=str(exc),
-                    )
-                    told = True
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, _RETRY_LIMIT)
-
-    async def _status(self, answer: _Answer, status: str) -> None:
+    async def _status(self, answer: Answer, status: str) -> None:
         if not self.config.status or self.slack is None:
             return
         if not status and not answer.status_set:
@@ -590,7 +339,7 @@ class ThreadRenderer:
             due = wait if due is None else min(due, wait)
         return due
 
-    def _pending(self, answer: _Answer) -> int:
+    def _pending(self, answer: Answer) -> int:
         shown = answer.messages[-1].start + len(answer.messages[-1].shown) if answer.messages else 0
         fence = answer.messages[-1].fence if answer.messages else None
         prefix = 0 if fence is None else len(f"```{fence}\n")
@@ -610,7 +359,7 @@ class ThreadRenderer:
                 answer.flushed_at = now
                 await self._show(answer, neutralise(answer.raw), final=False)
 
-    async def _show(self, answer: _Answer, text: str, *, final: bool) -> None:
+    async def _show(self, answer: Answer, text: str, *, final: bool) -> None:
         """Make the answer's messages show `text` (so far, or `final`)."""
         assert self.slack is not None
         if not text:
@@ -644,13 +393,13 @@ class ThreadRenderer:
         shown = prefix + body
         return shown.rstrip("\n") + "\n```" if fence_at(shown) is not None else shown
 
-    def _too_old(self, message: _Message) -> bool:
+    def _too_old(self, message: Message) -> bool:
         return message.streaming and (
             self.out.clock.now() - message.started_at >= self.config.stream_max_age
         )
 
     async def _open(
-        self, answer: _Answer, start: int, fence: str | None, text: str, *, final: bool = False
+        self, answer: Answer, start: int, fence: str | None, text: str, *, final: bool = False
     ) -> None:
         """Start the answer's next message at `start` of `text`, showing what fits."""
         assert self.slack is not None
@@ -659,8 +408,7 @@ class ThreadRenderer:
         content = parts[0].text if final else prefix + parts[0].body
         last = final and len(parts) == 1
         part = len(answer.messages)
-        if answer.unrecorded and (found := self._adopt(answer, content)) is not None:
-            await self._adopt_message(answer, found, start, fence)
+        if answer.unrecorded and await self.recovery.adopt(answer, content, start, fence):
             return
         native = self._native(answer)
         started_at = self.out.clock.now()  # Slack counts a stream's age from its start call
@@ -669,28 +417,14 @@ class ThreadRenderer:
             native = answer.native = False
             ts = await self._create(answer, part, content, native, last)
         assert ts is not None
-        message = _Message(ts, start, fence, content, streaming=native)
+        message = Message(ts, start, fence, content, streaming=native)
         message.tagged_last = last and not native
         message.started_at = started_at
         message.edited_at = self.api.now()
         answer.messages.append(message)
-        await self._save(answer)
+        await self.recovery.save(answer)
 
-    async def _adopt_message(
-        self, answer: _Answer, found: _Posted, start: int, fence: str | None
-    ) -> None:
-        """Make an unrecorded message of an earlier run the answer's next part: it shows
-        something unknown (it is rewritten when closed), and a stream is stopped first."""
-        stream = not found.payload  # a stream that is live or that Slack ended
-        message = _Message(found.ts, start, fence, _UNKNOWN, streaming=stream)
-        message.started_at = self.out.clock.now()  # its age is unknown: counted from now
-        if answer.native is None and not stream:
-            answer.native = False
-        answer.messages.append(message)
-        log.info("adopting an unrecorded message", thread_id=self.thread_id, ts=found.ts)
-        await self._save(answer)
-
-    def _native(self, answer: _Answer) -> bool:
+    def _native(self, answer: Answer) -> bool:
         """Stream this answer natively? Decided once per answer."""
         assert self.slack is not None
         if answer.native is None:
@@ -701,7 +435,7 @@ class ThreadRenderer:
         return answer.native
 
     async def _create(
-        self, answer: _Answer, part: int, content: str, native: bool, last: bool
+        self, answer: Answer, part: int, content: str, native: bool, last: bool
     ) -> str | None:
         """Post (or start streaming) one message; its ts. None: the stream was refused."""
         assert self.slack is not None
@@ -721,7 +455,7 @@ class ThreadRenderer:
                 "channel": thread.channel,
                 "thread_ts": thread.thread_ts,
                 "markdown_text": content,
-                "metadata": self._metadata(answer, part, last),
+                "metadata": reply_metadata(answer, part, last),
             }
         args = {k: v for k, v in args.items() if v is not None}
         for _attempt in range(2):
@@ -736,65 +470,13 @@ class ThreadRenderer:
                     self.out.team(thread.team).can_stream = False
                 return None
             except Ambiguous:
-                found = await self._find(answer, part, content)
+                found = await self.recovery.find_post(answer, part, content)
                 if found is not None:
                     log.info("a post whose answer was lost was found", ts=found)
                     return found
         raise Ambiguous(method, "gave up after a lost response")
 
-    async def _find(self, answer: _Answer, part: int, content: str) -> str | None:
-        """The message the answer's part already is in the thread, if Slack has it."""
-        listing = await self._thread_messages("check the thread for a lost post")
-        known = {m.ts for m in answer.messages}
-        for message in reversed(listing.posts if listing is not None else []):
-            if message.ts in known:
-                continue
-            if message.payload.get("answer") == answer.key and _part(message.payload) == part:
-                return message.ts
-            if not message.payload and message.text == content:
-                return message.ts  # a stream: its metadata comes when it stops
-        return None
-
-    async def _thread_messages(self, purpose: str) -> _Listing | None:
-        """The bot's messages in the Slack thread, oldest first, with their `ore_reply`
-        metadata payloads (and when the others were written); None when Slack could not
-        be asked (logged with `purpose`)."""
-        assert self.slack is not None
-        try:
-            replies = await self.api.call(
-                "conversations.replies",
-                self.slack.team,
-                channel=self.slack.channel,
-                ts=self.slack.thread_ts,
-                include_all_metadata=True,
-                limit=1000,
-            )
-        except (SlackError, Ambiguous) as exc:
-            log.warning(
-                "cannot list the slack thread",
-                purpose=purpose,
-                thread_id=self.thread_id,
-                error=str(exc),
-            )
-            return None
-        listing = _Listing()
-        for message in replies.get("messages") or []:
-            ts = str(message["ts"])
-            if message.get("bot_id") == self.out.identity.bot_id:
-                text = str(message.get("text") or "")
-                listing.posts.append(_Posted(ts, text, _payload(message)))
-            else:
-                edited = message.get("edited") or {}
-                listing.others.append((ts, str(edited.get("ts") or "")))
-        return listing
-
-    def _metadata(self, answer: _Answer, part: int, last: bool = False) -> dict[str, Any]:
-        payload: dict[str, Any] = {"answer": answer.key, "part": part}
-        if last:
-            payload["last"] = True
-        return {"event_type": _METADATA_EVENT, "event_payload": payload}
-
-    async def _progress(self, answer: _Answer, message: _Message, target: str) -> None:
+    async def _progress(self, answer: Answer, message: Message, target: str) -> None:
         """Show more of a message that is still being written."""
         assert self.slack is not None
         if target == message.shown:
@@ -815,7 +497,7 @@ class ThreadRenderer:
                     raise
                 log.info("stream ended by Slack: editing instead", ts=message.ts)
                 message.streaming = False
-                await self._save(answer)
+                await self.recovery.save(answer)
         if message.streaming:
             return  # a text that changed behind the stream is fixed when the answer ends
         team = self.out.team(self.slack.team)
@@ -827,7 +509,7 @@ class ThreadRenderer:
             return  # over the workspace's edit budget (one edit is kept for final texts)
         await self._update(message, target)
 
-    async def _update(self, message: _Message, text: str, metadata: Any = None) -> None:
+    async def _update(self, message: Message, text: str, metadata: Any = None) -> None:
         assert self.slack is not None
         args: dict[str, Any] = {
             "channel": self.slack.channel,
@@ -842,12 +524,10 @@ class ThreadRenderer:
         if metadata is not None:
             message.tagged_last = bool(metadata["event_payload"].get("last"))
 
-    async def _close(
-        self, answer: _Answer, message: _Message, text: str, last: bool = False
-    ) -> None:
+    async def _close(self, answer: Answer, message: Message, text: str, last: bool = False) -> None:
         """Finish a message: it shows `text` for good."""
         assert self.slack is not None
-        metadata = self._metadata(answer, answer.messages.index(message), last)
+        metadata = reply_metadata(answer, answer.messages.index(message), last)
         if message.streaming:
             completes = text.startswith(message.shown)
             tail = text[len(message.shown) :] if completes else ""
@@ -870,7 +550,7 @@ class ThreadRenderer:
         await self.out.team(self.slack.team).updates.take()
         await self._update(message, text, metadata)
 
-    async def _finish(self, answer: _Answer) -> None:
+    async def _finish(self, answer: Answer) -> None:
         """The answer is complete: show exactly it, clear the status, forget it."""
         try:
             body = "\n\n".join(answer.texts) if answer.texts else answer.raw
@@ -892,25 +572,25 @@ class ThreadRenderer:
                 self.out.active.pop(answer.trace, None)
                 self.out.mark_finished(answer.trace)
                 await self._drop_extra(answer, text)
-                await self._save(answer, final=True)
+                await self.recovery.save(answer, final=True)
             await self._status(answer, "")
         finally:
             self.answers.pop(answer.trace, None)
             self.out.active.pop(answer.trace, None)
             self.out.mark_finished(answer.trace)
 
-    def _consistent(self, answer: _Answer, text: str) -> bool:
+    def _consistent(self, answer: Answer, text: str) -> bool:
         """Do the closed messages still fit the final text (it continues where they end)?"""
         last = answer.messages[-1]
         return last.start <= len(text)
 
-    def _rewrite(self, answer: _Answer) -> None:
+    def _rewrite(self, answer: Answer) -> None:
         """The final text does not fit the closed messages: restart from the first one."""
         answer.messages[1:] = []
         first = answer.messages[0]
         first.start, first.fence = 0, None
 
-    async def _drop_extra(self, answer: _Answer, text: str) -> None:
+    async def _drop_extra(self, answer: Answer, text: str) -> None:
         """Messages past the end of the final text (left by a rewrite) are deleted."""
         assert self.slack is not None
         while (

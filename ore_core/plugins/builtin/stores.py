@@ -1,8 +1,9 @@
 """Built-in stores `memory`, `json`, `journal` and `sqlite`, built from the `[store]` table.
 
-Each factory validates the keys its store understands (a misspelt or foreign key is
-a `ConfigError` naming it, not silently ignored) and defaults `path` to a place under
-the user's state directory, so `ore` keeps its threads without any configuration:
+Each factory validates the keys its store understands (`ore_core.store_options`: a
+misspelt or foreign key is a `ConfigError` naming it, not silently ignored) and defaults
+`path` to a place under the user's state directory, so `ore` keeps its threads without
+any configuration:
 
 | store | `path` default (under `platformdirs.user_state_dir("ore")`) | other keys |
 |---|---|---|
@@ -12,8 +13,8 @@ the user's state directory, so `ore` keeps its threads without any configuration
 | `sqlite` | `threads.db` | `fsync`, `busy_timeout` |
 | `jetstream` | none (threads live in NATS JetStream) | `replicas` |
 
-`jetstream` is the store for several `ore serve` workers: it uses the core's own NATS
-connection (bound by `ore serve` at start), so it needs no address of its own.
+`jetstream`, the store for several `ore serve` workers, is the bus's: its factory is
+registered by the built-in plugin `ore_core.bus.store_plugin`.
 
 `name` (the `store.name` that chose the factory) is accepted and ignored.
 """
@@ -22,21 +23,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError
+from pydantic import PositiveFloat, PositiveInt
 
-from ore_core.bus.jetstream_store import JetStreamStore
-from ore_core.config import ConfigError
-from ore_core.errors import describe_validation_error
 from ore_core.ledger.file_repository import FsyncPolicy
 from ore_core.plugins.hookspecs import hookimpl
 from ore_core.session.protocols import StoreFactory
-from ore_core.session.stores import JournalStore, JSONStore, MemoryStore, SQLiteStore
+from ore_core.session.stores.journal_store import JournalStore
+from ore_core.session.stores.json_store import JSONStore
+from ore_core.session.stores.memory import MemoryStore
+from ore_core.session.stores.sqlite_store import SQLiteStore
+from ore_core.store_options import StoreOptions, store_options
 
 __all__ = [
-    "jetstream_store",
     "journal_store",
     "json_store",
     "memory_store",
@@ -44,18 +45,8 @@ __all__ = [
     "sqlite_store",
 ]
 
-_Options = TypeVar("_Options", bound="_StoreOptions")
 
-
-class _StoreOptions(BaseModel):
-    """The keys every store takes; unknown keys are errors (they are almost always typos)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = ""
-
-
-class _FileOptions(_StoreOptions):
+class _FileOptions(StoreOptions):
     path: Path | None = None
 
     def resolved_path(self, default_name: str) -> Path:
@@ -71,47 +62,27 @@ class _JournalOptions(_FileOptions):
     max_open: PositiveInt | None = None
 
 
-class _JetStreamOptions(_StoreOptions):
-    path: Path | None = None  # accepted (a shared environment may set it) and ignored
-    replicas: PositiveInt = 1
-
-
 class _SQLiteOptions(_FileOptions):
     fsync: FsyncPolicy = FsyncPolicy.BATCH
     busy_timeout: PositiveFloat = 10.0
     read_only: bool = False
 
 
-def _options(model: type[_Options], store: str, section: Mapping[str, Any]) -> _Options:
-    """`section` validated by `model`; a `ConfigError` naming each bad `store.*` key."""
-    try:
-        return model.model_validate(dict(section))
-    except ValidationError as exc:
-        problems = describe_validation_error(
-            exc,
-            key_prefix="store.",
-            show_input=True,
-            origin=lambda _: f"store {store!r}",
-            known_keys=[name for name in model.model_fields if name != "name"],
-        )
-        raise ConfigError(f"invalid [store] configuration: {problems}") from None
-
-
 def memory_store(section: Mapping[str, Any]) -> MemoryStore:
     """Threads in this process's memory: for tests and throw-away sessions."""
-    _options(_StoreOptions, "memory", section)
+    store_options(StoreOptions, "memory", section)
     return MemoryStore()
 
 
 def json_store(section: Mapping[str, Any]) -> JSONStore:
     """One JSON file per thread in the directory `path`."""
-    options = _options(_FileOptions, "json", section)
+    options = store_options(_FileOptions, "json", section)
     return JSONStore(options.resolved_path("threads"))
 
 
 def journal_store(section: Mapping[str, Any]) -> JournalStore:
     """One append-only journal per thread in the directory `path`."""
-    options = _options(_JournalOptions, "journal", section)
+    options = store_options(_JournalOptions, "journal", section)
     return JournalStore(
         options.resolved_path("journal"),
         fsync=options.fsync,
@@ -122,7 +93,7 @@ def journal_store(section: Mapping[str, Any]) -> JournalStore:
 
 def sqlite_store(section: Mapping[str, Any]) -> SQLiteStore:
     """Every thread in the SQLite database file `path` (shareable by several processes)."""
-    options = _options(_SQLiteOptions, "sqlite", section)
+    options = store_options(_SQLiteOptions, "sqlite", section)
     return SQLiteStore(
         options.resolved_path("threads.db"),
         fsync=options.fsync,
@@ -131,17 +102,10 @@ def sqlite_store(section: Mapping[str, Any]) -> SQLiteStore:
     )
 
 
-def jetstream_store(section: Mapping[str, Any]) -> JetStreamStore:
-    """Threads in NATS JetStream (journal stream + KV), shared by every worker."""
-    options = _options(_JetStreamOptions, "jetstream", section)
-    return JetStreamStore(replicas=options.replicas)
-
-
 @hookimpl
 def ore_register_stores(register: Callable[[str, StoreFactory], None]) -> None:
-    """Offer `store.name` = `memory`, `json`, `journal`, `sqlite` and `jetstream`."""
+    """Offer `store.name` = `memory`, `json`, `journal` and `sqlite`."""
     register("memory", memory_store)
     register("json", json_store)
     register("journal", journal_store)
     register("sqlite", sqlite_store)
-    register("jetstream", jetstream_store)

@@ -5,8 +5,9 @@ names the key (resolved by the caller, who knows the installed conduits). The ke
 one of the namespace's lookup keys (`NS.` prefix, as `threads.lookup` requires) or
 `id`, which names the thread id itself (the terminal has no platform key).
 
-A leaf module (it imports only the vocabulary): the settings model of gateways
-(`ore_core.config`) validates endpoints with it.
+Vocabulary (it imports only the vocabulary), like subjects: the settings model of
+gateways (`ore_core.config`) validates endpoints with it, and the bridge
+(`ore_core.bridge`) builds on it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,162 @@
+"""The floors of ore_core (DESIGN.md section 1): importing a floor loads nothing above it.
+
+Dependencies flow one way: vocabulary <- ledger <- session <- config <- conduit SDK <-
+bus <- plugins <- cli, and the SDK stands on the vocabulary alone. Each test imports
+every module of one floor in a fresh interpreter and lists what got loaded: a module
+of a higher floor among them (through an import or a package `__init__` that loads
+its siblings) fails the test, naming it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+import ore_core
+from tests.import_support import modules_after
+
+MAX_CONFIG_MODULES = 12
+
+FLOORS: dict[str, tuple[str, ...]] = {
+    # The hook contract (`hookimpl`, the hookspecs) imports nothing of ore: any floor may
+    # implement a hook, as the bus does for its JetStream store.
+    "vocabulary": (
+        "ore_core",
+        "ore_core.version",
+        "ore_core.errors",
+        "ore_core.jsonutil",
+        "ore_core.ids",
+        "ore_core.id_prefix",
+        "ore_core.tasks",
+        "ore_core.artifacts.*",
+        "ore_core.turn",
+        "ore_core.subjects",
+        "ore_core.endpoint",
+        "ore_core.events",
+        "ore_core.plugins",
+        "ore_core.plugins.hookspecs",
+    ),
+    "ledger": ("ore_core.ledger.*",),
+    "session": ("ore_core.session.*",),
+    "config": (
+        "ore_core.config",
+        "ore_core.config_reference",
+        "ore_core.logging",
+        "ore_core.store_options",
+    ),
+    "sdk": ("ore_core.conduit.*", "ore_core._nats.*"),
+    "bus": ("ore_core.bus.*", "ore_core.bridge.*"),
+    "plugins": ("ore_core.plugins.*",),
+    "cli": ("ore_core.cli.*",),
+    "testing": ("ore_core.testing.*",),
+}
+"""Floor -> its modules: a module's name, or `package.*` for a package and all below it
+(a module named exactly belongs to that floor whatever package holds it)."""
+
+MAY_LOAD: dict[str, tuple[str, ...]] = {
+    "vocabulary": ("vocabulary",),
+    "ledger": ("vocabulary", "ledger"),
+    "session": ("vocabulary", "ledger", "session"),
+    "config": ("vocabulary", "ledger", "session", "config"),
+    "sdk": ("vocabulary", "sdk"),
+    "bus": ("vocabulary", "ledger", "session", "config", "sdk", "bus"),
+    "plugins": ("vocabulary", "ledger", "session", "config", "sdk", "bus", "plugins"),
+}
+"""Floor -> the floors its modules may load (the cli and the testing kit: any)."""
+
+
+def floor_of(module: str) -> str | None:
+    """The floor naming `module` exactly, else the one naming its innermost package."""
+    best: tuple[int, str] | None = None
+    for floor, names in FLOORS.items():
+        for name in names:
+            if name == module:
+                return floor
+            package = name.removesuffix(".*")
+            inside = name.endswith(".*") and (module + ".").startswith(package + ".")
+            if inside and (best is None or len(package) > best[0]):
+                best = (len(package), floor)
+    return None if best is None else best[1]
+
+
+def every_module() -> list[str]:
+    """Every module of the ore_core source tree, by its file."""
+    root = Path(ore_core.__file__).parent
+    modules = []
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules.append(".".join(parts))
+    return modules
+
+
+def modules_of(floor: str) -> list[str]:
+    return [module for module in every_module() if floor_of(module) == floor]
+
+
+def test_every_module_is_on_a_floor() -> None:
+    assert [module for module in every_module() if floor_of(module) is None] == []
+
+
+@pytest.mark.parametrize("floor", list(MAY_LOAD))
+def test_a_floor_loads_nothing_above_it(floor: str) -> None:
+    modules = modules_of(floor)
+    assert modules
+    loaded = modules_after("\n".join(f"import {module}" for module in modules))
+    allowed = MAY_LOAD[floor]
+    above = {module: floor_of(module) for module in loaded if floor_of(module) not in allowed}
+    assert above == {}
+
+
+def test_import_config_loads_at_most_twelve_modules_and_no_stream() -> None:
+    loaded = modules_after("import ore_core.config")
+    assert len(loaded) <= MAX_CONFIG_MODULES, loaded
+    assert [module for module in loaded if floor_of(module) not in MAY_LOAD["config"]] == []
+    assert "ore_core.session.stream" not in loaded
+
+
+@pytest.mark.parametrize(
+    ("package", "module"),
+    [
+        ("ore_core.ledger", "ore_core.ledger.thread"),
+        ("ore_core.session", "ore_core.session.stream"),
+        ("ore_core.session.stores", "ore_core.session.stores.memory"),
+        ("ore_core.conduit", "ore_core.conduit.client"),
+        ("ore_core.plugins", "ore_core.plugins.manager"),
+    ],
+)
+def test_a_package_face_loads_its_modules_only_when_a_name_is_used(
+    package: str, module: str
+) -> None:
+    assert module not in modules_after(f"import {package}")
+
+
+def test_the_plugin_manager_module_loads_nothing_of_the_bus() -> None:
+    loaded = modules_after("import ore_core.plugins.manager, ore_core.plugins.builtin.stores")
+    assert [module for module in loaded if floor_of(module) == "bus"] == []
+
+
+FACES = [
+    "ore_core.conduit",
+    "ore_core.ledger",
+    "ore_core.plugins",
+    "ore_core.session",
+    "ore_core.session.stores",
+]
+
+
+@pytest.mark.parametrize(
+    ("package", "name"),
+    [(package, name) for package in FACES for name in importlib.import_module(package).__all__],
+)
+def test_every_name_a_face_exports_resolves(package: str, name: str) -> None:
+    assert getattr(importlib.import_module(package), name) is not None
+
+
+@pytest.mark.parametrize("package", FACES)
+def test_an_unknown_name_of_a_face_is_an_attribute_error(package: str) -> None:
+    with pytest.raises(AttributeError, match="no_such_name"):
+        _ = importlib.import_module(package).no_such_name
