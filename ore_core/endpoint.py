@@ -24,6 +24,7 @@ from ore_core.subjects import is_valid_namespace
 __all__ = [
     "ANSWERS",
     "DIRECTIONS",
+    "GATEWAY_ANSWER_KEY",
     "ID_KEY",
     "MAX_KEY_LENGTH",
     "MAX_VALUE_LENGTH",
@@ -43,6 +44,10 @@ Answer = Literal["origin", "all", "none"]
 where the message came from), the same shown everywhere (`all`), or nobody (`none`: a
 pure human relay, no model call)."""
 ANSWERS: tuple[Answer, ...] = ("origin", "all", "none")
+
+GATEWAY_ANSWER_KEY = "ore.gateway.answer"
+"""Thread metadata: who answers in a linked thread (`origin`, `all`, `none`), written by
+the core from the thread's links; the stream makes no model call under `none`."""
 
 ID_KEY = "id"
 """The key whose value is the thread id itself (an endpoint without platform keys)."""

@@ -87,6 +87,12 @@ __all__ = [
 ]
 
 MAX_EVENT_ID_LENGTH = 256  # ids come from platforms (Slack ts, Telegram ids); bound them
+MAX_USER_NAME_LENGTH = 200
+"""Longest `context.user_name` (a display name)."""
+MAX_TURN_REF_LENGTH = 64
+"""Longest turn id a user message's `metadata` may name."""
+USER_TURN_METADATA = ("edit_of", "reply_to")
+"""The keys a user message's `metadata` may carry onto its user turn."""
 
 
 class EventDecodeError(OreError):
@@ -125,6 +131,8 @@ class EventContext(_Frozen):
 
     provenance: str = ""
     user: str = Field(default="", exclude_if=_is_empty)
+    user_name: str = Field(default="", max_length=MAX_USER_NAME_LENGTH, exclude_if=_is_empty)
+    """The sender's display name (a relayed message is labelled with it; issue 29)."""
     traceparent: str = Field(default="", exclude_if=_is_empty)
 
 
@@ -159,12 +167,36 @@ class _Event(_Frozen):
 # --- ingress --------------------------------------------------------------------------
 
 
+def _check_message_metadata(value: dict[str, str]) -> dict[str, str]:
+    unknown = sorted(set(value) - set(USER_TURN_METADATA))
+    if unknown:
+        raise ValueError(
+            f"unknown key(s) {unknown}: a user message's metadata may name "
+            f"{' and '.join(USER_TURN_METADATA)} (a turn id)"
+        )
+    for key, turn_id in value.items():
+        if not 1 <= len(turn_id) <= MAX_TURN_REF_LENGTH:
+            raise ValueError(f"{key}: a turn id of 1-{MAX_TURN_REF_LENGTH} characters")
+    return value
+
+
+def _lacks_metadata(value: dict[str, str]) -> bool:
+    return not value
+
+
 class UserMessageEvent(_Event):
-    """A user wrote something. `id` de-duplicates redelivery (set it from the platform id)."""
+    """A user wrote something. `id` de-duplicates redelivery (set it from the platform id).
+
+    `metadata` may name the turn this message edits (`edit_of`) or replies to
+    (`reply_to`); both are recorded on the user turn (issue 29).
+    """
 
     kind: Literal["user_message"] = "user_message"
     id: str = _event_id_field()
     content: str
+    metadata: Annotated[
+        dict[str, str], AfterValidator(_check_message_metadata), Field(exclude_if=_lacks_metadata)
+    ] = Field(default_factory=dict)
     context: _Context = _NO_CONTEXT
 
 
@@ -541,6 +573,7 @@ _LIFECYCLE_HEADS = {
 _TURN_COMPLETE_HEAD = b'{"kind":"turn_complete","turn":'
 _USER_MESSAGE_HEAD = b'{"kind":"user_message","id":'
 _CONTENT_KEY = b',"content":'
+_METADATA_KEY = b',"metadata":'
 # Artifacts whose JSON is `{"kind": KIND, "content": <str>}`: their events skip pydantic
 # and `to_dict` (exact classes only: a subclass may write more).
 _CONTENT_HEADS: dict[type[Artifact], bytes] = {
@@ -556,6 +589,8 @@ def _context_value(context: EventContext) -> dict[str, str]:
     value = {"provenance": context.provenance}
     if context.user:
         value["user"] = context.user
+    if context.user_name:
+        value["user_name"] = context.user_name
     if context.traceparent:
         value["traceparent"] = context.traceparent
     return value
@@ -620,6 +655,7 @@ def encode_event(event: IngressEvent | OutputEvent) -> bytes:
             + _dumps(event.id)  # type: ignore[union-attr]
             + _CONTENT_KEY
             + _dumps(event.content)  # type: ignore[union-attr]
+            + (_METADATA_KEY + _dumps(event.metadata) if event.metadata else b"")  # type: ignore[union-attr]
             + _context_tail(event.context)
         )
     return event.__pydantic_serializer__.to_json(event)

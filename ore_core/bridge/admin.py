@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ore_core.bridge.links import LinkNotFound, LinkSettings, LinkStore
 from ore_core.bridge.records import MAX_LABEL_LENGTH, LinkSet
-from ore_core.endpoint import Answer, Direction, Endpoint
+from ore_core.endpoint import GATEWAY_ANSWER_KEY, Answer, Direction, Endpoint
 from ore_core.ids import validate_thread_id
 
 __all__ = [
@@ -33,7 +33,7 @@ __all__ = [
 
 GATEWAY_KEY = "ore.gateway"
 """Thread metadata: the gateway the thread belongs to (set by the core)."""
-ANSWER_KEY = "ore.gateway.answer"
+ANSWER_KEY = GATEWAY_ANSWER_KEY
 """Thread metadata: who answers (`origin`, `all`, `none`), as the thread's links say."""
 LABEL_KEY = "ore.gateway.label"
 """Thread metadata: the label format of relayed messages."""

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import structlog
 
 from ore_core.artifacts import Artifact, Text
+from ore_core.endpoint import GATEWAY_ANSWER_KEY
 from ore_core.errors import (
     Interrupted,
     MessageRejected,
@@ -507,7 +508,9 @@ class Stream:
         While the store is failing it is saved first instead: a store still down gives
         the message up here, before the processor spends a model call on it.
         """
-        user_turn = self._thread.append(Role.USER, Text(event.content), event_id=event.id)
+        user_turn = self._thread.append(
+            Role.USER, Text(event.content), event_id=event.id, extra=_turn_extra(event)
+        )
         if not self._health.usable:
             await self._save_thread()
         self.publish(TurnCompleteEvent.of(user_turn, event.context))
@@ -523,7 +526,8 @@ class Stream:
         """
         turns = self._thread.all_turns()
         mine = {t.id for t in turns if t.event_id == event.id}
-        if any(t.parent_id in mine and t.role != Role.USER for t in turns):
+        if any(t.parent_id in mine and t.role != Role.USER for t in turns) or self._relay_only:
+            # A relay without answers (`answer = "none"`): recorded is handled.
             log.debug("redelivered message already answered", thread_id=self.id)
             return
         if self._thread.current_tip not in mine:
@@ -565,10 +569,17 @@ class Stream:
                 )
         return result.event
 
+    @property
+    def _relay_only(self) -> bool:
+        """The thread's links say nobody answers (`ore.gateway.answer` = `none`)."""
+        return self._thread.meta().get(GATEWAY_ANSWER_KEY) == "none"
+
     async def _run_processor(self, event: UserMessageEvent) -> None:
         tip = self._thread.get_turn(self._thread.current_tip)
         if tip is None or tip.role != Role.USER:
             return
+        if self._relay_only:
+            return  # a pure human relay (a gateway with `answer = "none"`): no model call
         ctx = TurnContext(
             self.publish,
             self._thread,
@@ -747,3 +758,13 @@ def _has_loop() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def _turn_extra(event: UserMessageEvent) -> tuple[tuple[str, str], ...]:
+    """What a user turn records beside its event id: the sender's display name
+    (`sender`) and the message's `edit_of` / `reply_to` (issue 29)."""
+    name = event.context.user_name
+    if not name and not event.metadata:
+        return ()
+    extra = (("sender", name),) if name else ()
+    return extra + tuple(event.metadata.items())

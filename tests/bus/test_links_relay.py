@@ -375,3 +375,79 @@ async def test_two_linked_namespaces_each_see_every_message_once_in_the_ledger_s
             }, (name, origin)
     assert alpha.stored() == stored
     assert beta.stored() == stored[1:]  # every batch since the link, the link's own first
+
+
+# -- what a relayed user turn records ---------------------------------------------
+
+
+def relayed(text: str, msg_id: str, **fields: Any) -> dict[str, Any]:
+    message = user_message(text, msg_id, "beta")
+    context = fields.pop("context", {})
+    message["context"] = {**message["context"], **context}
+    return {**message, **fields}
+
+
+async def last_user_turn(nc: Client) -> dict[str, Any]:
+    turns = (await call(nc, "ore.admin.threads.turns", {"id": THREAD}))["turns"]
+    user: dict[str, Any] = [t for t in turns if t["role"] == "user"][-1]
+    return user
+
+
+async def test_the_sender_s_display_name_is_recorded_on_the_user_turn(
+    start_core: CoreFactory, ore_nats_client: Client
+) -> None:
+    nc = ore_nats_client
+    _, alpha = await start_shared(start_core, nc)
+    await link(nc)
+    message = relayed("hi all", "b-1", context={"user_name": "Ana María"})
+    await publish(nc, THREAD, message, namespace="beta")
+    await wait_for(lambda: alpha.done() == 2)
+    turn = await last_user_turn(nc)
+    assert turn["metadata"] == {"event_id": "b-1", "sender": "Ana María"}
+    shown = [e for e in alpha.events() if e.get("turn", {}).get("id") == turn["id"]]
+    assert shown[0]["context"]["user_name"] == "Ana María"
+
+
+async def test_edit_of_and_reply_to_are_recorded_on_the_user_turn(
+    start_core: CoreFactory, ore_nats_client: Client
+) -> None:
+    nc = ore_nats_client
+    _, alpha = await start_shared(start_core, nc)
+    await link(nc)
+    first = await last_user_turn(nc)
+    message = relayed("fixed", "b-2", metadata={"edit_of": first["id"], "reply_to": first["id"]})
+    await publish(nc, THREAD, message, namespace="beta")
+    await wait_for(lambda: alpha.done() == 2)
+    metadata = (await last_user_turn(nc))["metadata"]
+    assert (metadata["edit_of"], metadata["reply_to"]) == (first["id"], first["id"])
+
+
+async def test_an_unknown_message_metadata_key_is_refused_with_the_keys_it_may_name(
+    start_core: CoreFactory, ore_nats_client: Client
+) -> None:
+    nc = ore_nats_client
+    _, alpha = await start_shared(start_core, nc)
+    await publish(
+        nc,
+        THREAD,
+        {**user_message("x", "a-2", "alpha"), "metadata": {"pin": "1"}},
+        namespace="alpha",
+    )
+    await wait_for(lambda: alpha.done() == 2)
+    (error,) = [e for e in alpha.events() if e["kind"] == "error"]
+    assert "edit_of and reply_to" in error["message"]
+
+
+async def test_a_relay_without_answers_records_the_message_and_calls_no_model(
+    start_core: CoreFactory, ore_nats_client: Client
+) -> None:
+    nc = ore_nats_client
+    _, alpha = await start_shared(start_core, nc)
+    beta = await watch(nc, "beta")
+    await link(nc, answer="none")
+    await publish(nc, THREAD, relayed("just people", "b-1"), namespace="beta")
+    await wait_for(lambda: alpha.done() == 2 and beta.done() == 1)
+    turns = (await call(nc, "ore.admin.threads.turns", {"id": THREAD}))["turns"]
+    assert [t["role"] for t in turns] == ["user", "assistant", "user"]
+    batch = unpack(beta.messages[-1].data)
+    assert [e["kind"] for e in batch] == ["turn_complete", "lifecycle"]
