@@ -58,6 +58,9 @@ from ore_core.turn import Turn, turn_from_dict, turn_json, turn_to_dict
 __all__ = [
     "ActivityEvent",
     "ArtifactEvent",
+    "DeleteEvent",
+    "DeliveryEvent",
+    "DeliveryStatus",
     "ErrorEvent",
     "EventContext",
     "EventDecodeError",
@@ -74,6 +77,7 @@ __all__ = [
     "SessionSwitchEvent",
     "Severity",
     "TurnCompleteEvent",
+    "TurnDeletedEvent",
     "BATCH_KIND",
     "UserMessageEvent",
     "decode_batch",
@@ -217,8 +221,20 @@ class SessionSwitchEvent(_Event):
     context: _Context = _NO_CONTEXT
 
 
+class DeleteEvent(_Event):
+    """A user deleted a message (issue 29): its turn becomes a tombstone (`skip`: the
+    model no longer sees it, the ledger keeps it) and a `turn_deleted` event tells the
+    other endpoints."""
+
+    kind: Literal["delete"] = "delete"
+    id: str = _event_id_field()
+    turn_id: Annotated[str, Field(min_length=1, max_length=MAX_TURN_REF_LENGTH)]
+    context: _Context = _NO_CONTEXT
+
+
 IngressEvent = Annotated[
-    UserMessageEvent | InterruptEvent | SessionSwitchEvent, Field(discriminator="kind")
+    UserMessageEvent | InterruptEvent | SessionSwitchEvent | DeleteEvent,
+    Field(discriminator="kind"),
 ]
 """What a conduit may send to the core, told apart by `kind`."""
 
@@ -518,6 +534,29 @@ class ActivityEvent(_Event):
     context: _Context = _NO_CONTEXT
 
 
+DeliveryStatus = Literal["delivered", "retrying", "failed"]
+
+
+class DeliveryEvent(_Event):
+    """How the copy of `turn` fared on `endpoint` (a linked namespace), as its conduit
+    reported it (`retrying`, `failed`; issue 29): the origin endpoint shows it."""
+
+    kind: Literal["delivery"] = "delivery"
+    turn: str
+    endpoint: str
+    status: DeliveryStatus
+    detail: str = Field(default="", exclude_if=_is_empty)
+    context: _Context = _NO_CONTEXT
+
+
+class TurnDeletedEvent(_Event):
+    """`turn` was deleted (a `delete` ingress event): endpoints delete their copy."""
+
+    kind: Literal["turn_deleted"] = "turn_deleted"
+    turn: str
+    context: _Context = _NO_CONTEXT
+
+
 _FIXED_OUTPUT_EVENTS: dict[str, type[_Event]] = {
     "turn_complete": TurnCompleteEvent,
     "lifecycle": LifecycleEvent,
@@ -526,6 +565,8 @@ _FIXED_OUTPUT_EVENTS: dict[str, type[_Event]] = {
     "error": ErrorEvent,
     "activity": ActivityEvent,
     "session_switch": SessionSwitchEvent,
+    "delivery": DeliveryEvent,
+    "turn_deleted": TurnDeletedEvent,
 }
 _OUTPUT_EVENT_KINDS = frozenset(_FIXED_OUTPUT_EVENTS)
 _ARTIFACT_TAG = "artifact"
@@ -546,6 +587,8 @@ OutputEvent = Annotated[
     | Annotated[ErrorEvent, Tag("error")]
     | Annotated[ActivityEvent, Tag("activity")]
     | Annotated[SessionSwitchEvent, Tag("session_switch")]
+    | Annotated[DeliveryEvent, Tag("delivery")]
+    | Annotated[TurnDeletedEvent, Tag("turn_deleted")]
     | Annotated[ArtifactEvent, Tag(_ARTIFACT_TAG)],
     Discriminator(
         _output_tag,
@@ -645,7 +688,7 @@ def encode_event(event: IngressEvent | OutputEvent) -> bytes:
         return _LIFECYCLE_HEADS[event.phase] + _context_tail(event.context)  # type: ignore[union-attr]
     if cls is TurnCompleteEvent:
         try:
-            turn = turn_json(event.turn)  # type: ignore[union-attr]
+            turn = turn_json(event.turn)  # type: ignore[union-attr,arg-type]
         except TypeError:  # a plugin artifact's value orjson cannot write
             return event.__pydantic_serializer__.to_json(event)
         return _TURN_COMPLETE_HEAD + turn + _context_tail(event.context)

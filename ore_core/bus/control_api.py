@@ -39,6 +39,13 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from ore_core import jsonutil
 from ore_core.bridge.admin import LinkAdd, LinkAdmin, LinkList, LinkRef
 from ore_core.bridge.cache import LinkCache
+from ore_core.bridge.deliveries import (
+    DeliveryGet,
+    DeliveryLookup,
+    DeliveryMap,
+    DeliveryReport,
+    MappingNotFound,
+)
 from ore_core.bridge.links import LinkConflict, LinkError, LinkNotFound, LinkStore
 from ore_core.bus.egress import namespace_of
 from ore_core.conduit.connection import subscriptions_registered
@@ -52,6 +59,7 @@ from ore_core.errors import (
     ThreadNotFound,
     TurnNotFound,
 )
+from ore_core.events import DeliveryEvent, EventContext
 from ore_core.ids import validate_thread_id
 from ore_core.ledger.thread import Thread
 from ore_core.session.manager import Manager
@@ -100,6 +108,9 @@ CONDUIT_METHODS = (
     "cursors.get",
     "cursors.set",
     "health",
+    "deliveries.report",
+    "deliveries.lookup",
+    "deliveries.get",
 )
 """Methods under `P.api.NS.`: a conduit's own threads (never deleting one)."""
 ADMIN_METHODS = (
@@ -123,7 +134,7 @@ ADMIN_METHODS = (
 _LIST_SCAN = 1000  # ids one namespace-filtered list request looks at, at most
 _READ_HEADROOM = 1024  # bytes kept free in an events.read reply for its envelope
 
-_M = TypeVar("_M", bound="_Body")
+_M = TypeVar("_M", bound=BaseModel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +272,7 @@ def _classify(exc: Exception) -> _Failure:
         return _Failure(400, _validation_message(exc))
     if isinstance(exc, InvalidThreadId | EndpointError):
         return _Failure(400, str(exc))
-    if isinstance(exc, LinkNotFound):
+    if isinstance(exc, LinkNotFound | MappingNotFound):
         return _Failure(404, str(exc))
     if isinstance(exc, LinkConflict | LinkError):
         return _Failure(409, str(exc))
@@ -427,6 +438,21 @@ class ControlAPI:
                 "cursors_set", api("*", "cursors.set"), conduit(_CursorSet, self._cursor_set)
             ),
             _Endpoint("health", api("*", "health"), conduit(_Empty, self._ns_health)),
+            _Endpoint(
+                "deliveries_report",
+                api("*", "deliveries.report"),
+                conduit(DeliveryReport, self._delivery_report),
+            ),
+            _Endpoint(
+                "deliveries_lookup",
+                api("*", "deliveries.lookup"),
+                conduit(DeliveryLookup, self._delivery_lookup),
+            ),
+            _Endpoint(
+                "deliveries_get",
+                api("*", "deliveries.get"),
+                conduit(DeliveryGet, self._delivery_get),
+            ),
             _Endpoint(
                 "admin_threads_create",
                 adm("threads.create"),
@@ -636,21 +662,55 @@ class ControlAPI:
             ("links.remove", LinkRef, method("remove")),
         ]
 
+    async def _delivery_report(self, body: DeliveryReport, namespace: str) -> _Reply:
+        """Record a delivered copy's platform ids, or store a `delivery` event on the
+        thread for a copy that is retrying or failed (bridging.md "Delivery status")."""
+        thread = await self._own_thread(body.thread, namespace)
+        if body.status == "delivered":
+            if body.platform_ids:
+                deliveries = DeliveryMap((await self._link_store()).kv)
+                await deliveries.record(namespace, thread.id, body.turn, body.platform_ids)
+            return {"recorded": True}
+        self._resolved(thread.id, namespace_of(thread))
+        stream = await self._manager.attach(thread.id)
+        await stream.emit(
+            DeliveryEvent(
+                turn=body.turn,
+                endpoint=namespace,
+                status=body.status,
+                detail=body.detail,
+                context=EventContext(provenance=namespace),
+            )
+        )
+        return {"recorded": True}
+
+    async def _delivery_lookup(self, body: DeliveryLookup, namespace: str) -> _Reply:
+        deliveries = DeliveryMap((await self._link_store()).kv)
+        return await deliveries.turn_of(namespace, body.platform_id)
+
+    async def _delivery_get(self, body: DeliveryGet, namespace: str) -> _Reply:
+        await self._own_thread(body.thread, namespace)
+        deliveries = DeliveryMap((await self._link_store()).kv)
+        return {"platform_ids": await deliveries.platform_ids(namespace, body.thread, body.turn)}
+
+    async def _link_store(self) -> LinkStore:
+        """The link records: the core's cache's store, else `ORE_LINKS` opened here."""
+        if self._links is not None:
+            return self._links.store
+        try:
+            return LinkStore(await self._js.key_value(self._subjects.links_bucket))
+        except (NotFoundError, BucketNotFoundError):
+            raise _Failure(
+                500, f"KV bucket {self._subjects.links_bucket} missing: restart the core"
+            ) from None
+
     async def link_admin(self) -> LinkAdmin:
         """The handlers of the admin link methods (`ore serve` applies gateways with them)."""
         return await self._link_api()
 
     async def _link_api(self) -> LinkAdmin:
         if self._link_admin is None:
-            if self._links is not None:
-                store = self._links.store
-            else:
-                try:
-                    store = LinkStore(await self._js.key_value(self._subjects.links_bucket))
-                except (NotFoundError, BucketNotFoundError):
-                    raise _Failure(
-                        500, f"KV bucket {self._subjects.links_bucket} missing: restart the core"
-                    ) from None
+            store = await self._link_store()
 
             async def home_of(thread_id: str) -> str:
                 return namespace_of(await self._manager.get_thread(thread_id))

@@ -51,6 +51,7 @@ from ore_core.errors import (
     TurnFailed,
 )
 from ore_core.events import (
+    DeleteEvent,
     ErrorEvent,
     EventContext,
     IngressEvent,
@@ -63,6 +64,7 @@ from ore_core.events import (
     SessionSwitchEvent,
     Severity,
     TurnCompleteEvent,
+    TurnDeletedEvent,
     UserMessageEvent,
 )
 from ore_core.ledger.thread import Thread
@@ -500,7 +502,27 @@ class Stream:
         if isinstance(event, SessionSwitchEvent):
             self.publish(event)
             return
+        if isinstance(event, DeleteEvent):
+            self._delete_turn(event)
+            return
         raise TurnFailed(f"unsupported event kind: {event.kind}")
+
+    def _delete_turn(self, event: DeleteEvent) -> None:
+        """A tombstone: the turn is skipped from now on (the ledger keeps it) and a
+        `turn_deleted` event tells every endpoint (again, for a redelivered delete)."""
+        turn = self._thread.get_turn(event.turn_id)
+        if turn is None:
+            self.publish(
+                ErrorEvent(
+                    message=f"turn {event.turn_id} not found in thread {self.id}: nothing deleted",
+                    code="unknown_turn",
+                    context=event.context,
+                )
+            )
+            return
+        if turn.control != TraversalControl.SKIP:
+            self._thread.set_control(turn.id, TraversalControl.SKIP)
+        self.publish(TurnDeletedEvent(turn=turn.id, context=event.context))
 
     async def _record_user_turn(self, event: UserMessageEvent) -> None:
         """Append the user turn and announce it; it is saved with the answer.
