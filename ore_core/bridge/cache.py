@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 
 import structlog
+from nats.errors import ConnectionClosedError
 from nats.errors import Error as NatsError
 from nats.js.kv import KeyValue
 
@@ -130,6 +131,8 @@ class LinkCache:
         while True:
             try:
                 await self._watch()
+            except ConnectionClosedError:
+                return  # the core closed its connection: it is stopping
             except (NatsError, TimeoutError) as exc:
                 log.warning("link watch ended; starting it again", error=repr(exc))
             await asyncio.sleep(_REWATCH)
