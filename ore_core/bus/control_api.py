@@ -38,7 +38,7 @@ from nats.micro.service import Service
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ore_core import jsonutil
-from ore_core.bridge.admin import LinkAdd, LinkAdmin, LinkList, LinkRef
+from ore_core.bridge.admin import GATEWAY_KEY, LinkAdd, LinkAdmin, LinkList, LinkRef
 from ore_core.bridge.cache import LinkCache
 from ore_core.bridge.deliveries import (
     DeliveryGet,
@@ -305,6 +305,16 @@ def _private(message: str, location: str) -> str:
 def _one_line(text: str) -> str:
     # A NATS header value cannot hold a line break.
     return " ".join(text.split())
+
+
+def _check_conduit_key(key: str) -> None:
+    """A conduit may not change the settings the core mirrors from a thread's links."""
+    if key == GATEWAY_KEY or key.startswith(GATEWAY_KEY + "."):
+        raise _Failure(
+            400,
+            f"key: {key} is set by the core from the thread's links (an operator's "
+            "decision: `ore link`, [[gateway]] in ore.toml)",
+        )
 
 
 # --- the service -------------------------------------------------------------------
@@ -596,10 +606,12 @@ class ControlAPI:
         return await self._fork(body)
 
     async def _own_meta_set(self, body: _MetaSet, namespace: str) -> _Reply:
+        _check_conduit_key(body.key)
         await self._own_thread(body.id, namespace)
         return await self._meta_set(body)
 
     async def _own_meta_delete(self, body: _MetaDelete, namespace: str) -> _Reply:
+        _check_conduit_key(body.key)
         await self._own_thread(body.id, namespace)
         return await self._meta_delete(body)
 

@@ -487,3 +487,18 @@ async def test_a_namespace_wide_read_of_an_unlinked_namespace_has_no_other_threa
     await link(nc)
     read = await call(nc, "ore.api.gamma.events.read", {})
     assert read["events"] == []
+
+
+async def test_a_conduit_cannot_change_the_settings_mirrored_from_the_links(
+    start_core: CoreFactory, ore_nats_client: Client
+) -> None:
+    nc = ore_nats_client
+    await start_shared(start_core, nc)
+    await link(nc, answer="all")
+    for namespace in ("alpha", "beta"):  # the home and the linked endpoint alike
+        body = {"id": THREAD, "key": "ore.gateway.answer", "value": "none"}
+        answer = await call(nc, f"ore.api.{namespace}.threads.meta.set", body)
+        assert answer["error"]["code"] == "bad_request"
+        assert "set by the core from the thread's links" in answer["error"]["message"]
+    metadata = (await call(nc, "ore.admin.threads.get", {"id": THREAD}))["metadata"]
+    assert metadata["ore.gateway.answer"] == "all"
