@@ -13,7 +13,6 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 import pluggy
@@ -26,6 +25,7 @@ from ore_core.plugins.manager import shutdown_plugins, startup_plugins
 from ore_core.plugins.registry import Registrations, collect_registrations
 from ore_core.session.manager import Manager
 from ore_core.session.protocols import Store, TurnProcessor
+from ore_core.tasks import AsyncClosing
 
 __all__ = ["Runtime", "build_runtime", "open_store", "start_embedded_nats", "store_section"]
 
@@ -33,7 +33,7 @@ log = structlog.get_logger("ore.app")
 
 
 @dataclass
-class Runtime:
+class Runtime(AsyncClosing):
     """A started core: settings, plugins, their registrations, the store and the Manager.
 
     `notices` are start-up messages meant for the person running ore (already logged
@@ -52,17 +52,6 @@ class Runtime:
     processor_description: str = ""
     """What answers, e.g. `openai model gpt-4o-mini at https://...` (its `describe()`)."""
     _closed: bool = field(default=False, init=False, repr=False)
-
-    async def __aenter__(self) -> Runtime:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Run `ore_shutdown`, close the manager (streams drain), then the store. Idempotent."""

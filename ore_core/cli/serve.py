@@ -23,6 +23,7 @@ from pathlib import Path
 
 import click
 
+from ore_core._nats.connection import NatsCredentials
 from ore_core.bus.service import CoreService, run
 from ore_core.cli.app import build_runtime, start_embedded_nats
 from ore_core.cli.link import conversation_keys
@@ -41,7 +42,6 @@ from ore_core.cli.running import (
     state_dir,
     store_key,
 )
-from ore_core.conduit.connection import NatsCredentials
 from ore_core.config import OreSettings
 from ore_core.errors import OreError
 from ore_core.plugins.manager import OrePluginManager

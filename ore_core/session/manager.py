@@ -28,7 +28,6 @@ import asyncio
 import builtins
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
-from types import TracebackType
 
 import structlog
 
@@ -42,7 +41,7 @@ from ore_core.session.protocols import Interceptor, Sink, SinkFunc, Store, TurnP
 from ore_core.session.store_health import StoreHealth
 from ore_core.session.stream import Stream
 from ore_core.session.turn_context import Transform
-from ore_core.tasks import TaskScope
+from ore_core.tasks import AsyncClosing, TaskScope
 
 __all__ = ["DefaultMetadata", "Manager"]
 
@@ -184,7 +183,7 @@ class _Routes(dict[str, _Push]):
         return route
 
 
-class Manager:
+class Manager(AsyncClosing):
     """Creates, attaches and closes streams over one store and one turn processor.
 
     Use as `async with Manager(...) as manager:` or call `aclose()`; the store is
@@ -229,17 +228,6 @@ class Manager:
         self._closed = False
         for sink in sinks:
             self.register_sink(sink.kinds, sink.emit, name=getattr(sink, "name", None))
-
-    async def __aenter__(self) -> Manager:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     # -- streams --------------------------------------------------------------
 
