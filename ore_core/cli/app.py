@@ -82,6 +82,18 @@ def open_store(registrations: Registrations, section: Mapping[str, Any]) -> Stor
     return registrations.store_factory(str(section["name"]))(section)
 
 
+def delta_intervals(registrations: Registrations, settings: OreSettings) -> dict[str, float]:
+    """Delta pacing per namespace: what installed conduit classes declare in their
+    capabilities (for their name), then `session.delta_intervals` over it."""
+    declared: dict[str, float] = {}
+    for name, conduit in registrations.conduits.items():
+        capabilities = getattr(conduit, "capabilities", None)
+        interval = getattr(capabilities, "delta_interval", None)
+        if interval is not None:
+            declared[name] = float(interval)
+    return {**declared, **settings.session.delta_intervals}
+
+
 async def build_runtime(settings: OreSettings, pm: pluggy.PluginManager) -> Runtime:
     """Collect the plugins' registrations once, build store, processor and Manager, start up.
 
@@ -103,6 +115,7 @@ async def build_runtime(settings: OreSettings, pm: pluggy.PluginManager) -> Runt
             idle_timeout=settings.session.idle_timeout or None,
             delta_interval=settings.session.delta_interval,
             delta_max_bytes=settings.session.delta_max_bytes,
+            delta_intervals=delta_intervals(registrations, settings),
         )
     except BaseException:
         await store.close()

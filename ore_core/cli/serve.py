@@ -200,7 +200,10 @@ async def _core(
         stack.push_async_callback(runtime.aclose)
         for notice in runtime.notices:
             click.echo(notice, err=True)
-        answering[:] = [answering_line(runtime.processor, runtime.processor_description, choice)]
+        described = runtime.registrations.interceptor_descriptions()
+        answering[:] = [
+            answering_line(runtime.processor, runtime.processor_description, choice, described)
+        ]
         yield CoreService(
             runtime.manager,
             servers=servers,
