@@ -237,6 +237,13 @@ class CoreService:
             raise BusError("CoreService is not started: await start() first")
         return self._ingress
 
+    @property
+    def links(self) -> LinkCache:
+        """The links every part of this worker asks (after `start`)."""
+        if self._links is None:
+            raise BusError("CoreService is not started: await start() first")
+        return self._links
+
     # -- lifetime -----------------------------------------------------------------
 
     async def start(self) -> None:

@@ -18,6 +18,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
 
+from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
 from tests.bus.conftest import TIMEOUT, CoreFactory, publish, unpack, user_message, wait_for
 
@@ -502,3 +503,21 @@ async def test_a_conduit_cannot_change_the_settings_mirrored_from_the_links(
         assert "set by the core from the thread's links" in answer["error"]["message"]
     metadata = (await call(nc, "ore.admin.threads.get", {"id": THREAD}))["metadata"]
     assert metadata["ore.gateway.answer"] == "all"
+
+
+async def test_links_are_followed_across_a_nats_restart(
+    start_core: CoreFactory, ore_nats_client: Client, ore_nats_server: EmbeddedNatsServer
+) -> None:
+    nc = ore_nats_client
+    core, alpha = await start_shared(start_core, nc)
+    beta = await watch(nc, "beta")
+    gamma = await watch(nc, "gamma")
+    await link(nc)
+    await ore_nats_server.arestart()
+    await wait_for(lambda: core.ready and nc.is_connected)
+    gamma_room = {"namespace": "gamma", "key": "gamma.room", "value": "g"}
+    await link(nc, endpoint=gamma_room, direction="out")
+    await wait_for(lambda: "gamma" in core.links.copies(THREAD))  # the watch goes on
+    await publish(nc, THREAD, user_message("after", "b-1", "beta"), namespace="beta")
+    await wait_for(lambda: alpha.done() == 2 and beta.done() == 1 and gamma.done() == 1)
+    assert beta.user_turns()[-1] == gamma.user_turns()[-1] == "after"
