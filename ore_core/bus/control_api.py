@@ -898,6 +898,8 @@ class ControlAPI:
 
     async def _delete(self, body: _ThreadRef) -> _Reply:
         deleted = await self._manager.delete_thread(body.id)
+        if self._links is not None:  # its id may come back: its links must not reach it
+            await self._links.store.unlink_thread(body.id)
         if self._on_delete is not None:
             self._on_delete(body.id)
         return {"id": body.id, "deleted": deleted}
