@@ -217,6 +217,17 @@ async def test_health_port_answers_readyz_while_serving(
     assert await served.terminate() == 0
 
 
+async def test_health_port_prints_the_health_urls(
+    ore_nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served]
+) -> None:
+    port = free_port()
+    served = start_serve("--nats", ore_nats_server.url, "--health-port", str(port))
+    lines = await read_until(served, "health: ")
+    url = f"http://127.0.0.1:{port}"
+    assert lines[-1] == f"health: {url}/healthz and {url}/readyz"
+    assert await served.terminate() == 0
+
+
 async def test_partitions_option_sets_the_ingress_partitions(
     ore_nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
 ) -> None:
@@ -433,7 +444,9 @@ async def test_chat_uses_the_running_core_on_the_same_store(
     start_serve: Callable[..., Served], ore_isolated_env: Path
 ) -> None:
     served = start_serve()
-    url = (await read_until(served, "ore core ready: NATS "))[-1].split()[4]
+    lines = await read_until(served, "ore core ready: NATS ")
+    url = lines[-1].split()[4]
+    [answering] = [line for line in lines if line.startswith("answering with ")]
     env = {
         **os.environ,
         "ORE_LOAD_PLUGINS": "ore-conduit-stdin",
@@ -452,7 +465,8 @@ async def test_chat_uses_the_running_core_on_the_same_store(
     assert chat.stdout == "hello running core\n"
     assert chat.stderr.splitlines() == [
         f"Using ore serve (pid {served.process.pid}) at {url}, store sqlite:{served.store_path}"
-    ]  # and no "answering with": no core of its own, no private nats-server
+        f"; {answering}"
+    ]  # who answers is the serve's processor: no core of its own, no private nats-server
     assert await served.terminate() == 0
     store = SQLiteStore(served.store_path)
     try:

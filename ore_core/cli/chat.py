@@ -167,7 +167,8 @@ def chat(
         nats = nats_settings(settings.nats, [url for url in nats_urls if url != AUTO])
         settings = settings.model_copy(update={"nats": nats})
         if attach is not None:
-            click.echo(f"Using {attach.describe()}", err=True)
+            answers = f"; answering with {attach.processor}" if attach.processor else ""
+            click.echo(f"Using {attach.describe()}{answers}", err=True)
         run = _conduit_only if nats.url else _everything
         asyncio.run(_guarded(run(settings, state.plugin_manager, overrides)))
 
