@@ -37,29 +37,22 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
-from nats.errors import NoRespondersError
-from nats.js.api import RawStreamMsg
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
-from nats.js.kv import KeyValue
 from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
 from ore_core import jsonutil
 from ore_core._nats.codec import namespace_of
 from ore_core._nats.connection import subscriptions_registered
-from ore_core.bridge.admin import GATEWAY_KEY, LinkAdd, LinkAdmin, LinkList, LinkRef
+from ore_core.bridge.admin import GATEWAY_KEY, LinkAdd, LinkAdmin
 from ore_core.bridge.cache import LinkCache
-from ore_core.bridge.deliveries import (
-    DeliveryGet,
-    DeliveryLookup,
-    DeliveryMap,
-    DeliveryReport,
-    MappingNotFound,
-)
-from ore_core.bridge.links import LinkConflict, LinkError, LinkNotFound, LinkStore
-from ore_core.endpoint import Endpoint, EndpointError
+from ore_core.bridge.deliveries import DeliveryGet, DeliveryLookup, DeliveryReport, MappingNotFound
+from ore_core.bridge.links import LinkConflict, LinkError, LinkNotFound
+from ore_core.bus.api_base import ApiFailure, RawReply, Reply, RequestBody, ThreadId
+from ore_core.bus.link_api import LinkApi
+from ore_core.bus.stored_reads import CursorRef, CursorSet, Read, StoredReads
+from ore_core.endpoint import EndpointError
 from ore_core.errors import (
     InvalidThreadId,
     SessionClosed,
@@ -69,14 +62,11 @@ from ore_core.errors import (
     ThreadNotFound,
     TurnNotFound,
 )
-from ore_core.events import DeliveryEvent, EventContext
-from ore_core.ids import validate_thread_id
 from ore_core.ledger.thread import Thread
 from ore_core.session.manager import Manager
 from ore_core.session.stream import Stream
 from ore_core.subjects import (
     DEFAULT_NAMESPACE,
-    HEADER_KIND,
     NAMESPACE_KEY,
     Subjects,
     validate_namespace,
@@ -143,24 +133,8 @@ ADMIN_METHODS = (
 
 _FORWARD_TIMEOUT = 5.0  # seconds an owner has to answer a forwarded request
 _LIST_SCAN = 1000  # ids one namespace-filtered list request looks at, at most
-_READ_HEADROOM = 1024  # bytes kept free in an events.read reply for its envelope
 
 _M = TypeVar("_M", bound=BaseModel)
-
-
-@dataclass(frozen=True, slots=True)
-class _Raw:
-    """An events.read reply: stored payloads spliced in as they are, never re-encoded."""
-
-    entries: list[bytes]
-    next: int | None
-
-    def encode(self) -> bytes:
-        following = b"null" if self.next is None else str(self.next).encode()
-        return b'{"events":[' + b",".join(self.entries) + b'],"next":' + following + b"}"
-
-
-_Reply = dict[str, Any] | _Raw
 
 
 def _describe(thread: Thread) -> dict[str, Any]:
@@ -176,21 +150,14 @@ def _describe(thread: Thread) -> dict[str, Any]:
 # --- requests ----------------------------------------------------------------------
 
 
-class _Body(BaseModel):
-    """Requests are strict: unknown fields are typos and answered with 400."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-_ThreadId = Annotated[str, AfterValidator(validate_thread_id)]
 _Key = Annotated[str, Field(min_length=1)]
 
 
 _Namespace = Annotated[str, AfterValidator(validate_namespace)]
 
 
-class _Create(_Body):
-    id: _ThreadId | None = None
+class _Create(RequestBody):
+    id: ThreadId | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
 
 
@@ -198,12 +165,12 @@ class _AdminCreate(_Create):
     namespace: _Namespace = DEFAULT_NAMESPACE
 
 
-class _ThreadRef(_Body):
-    id: _ThreadId
+class _ThreadRef(RequestBody):
+    id: ThreadId
 
 
-class _List(_Body):
-    after: _ThreadId | None = None
+class _List(RequestBody):
+    after: ThreadId | None = None
     limit: int = Field(default=100, ge=1, le=1000)
 
 
@@ -211,7 +178,7 @@ class _AdminList(_List):
     namespace: _Namespace | None = None
 
 
-class _Lookup(_Body):
+class _Lookup(RequestBody):
     key: _Key
     value: str
     metadata: dict[str, str] = Field(default_factory=dict)
@@ -219,23 +186,6 @@ class _Lookup(_Body):
 
 class _AdminLookup(_Lookup):
     namespace: _Namespace = DEFAULT_NAMESPACE
-
-
-_Cursor = Annotated[str, Field(pattern=r"^[A-Za-z0-9-]{1,64}(_[A-Za-z0-9_-]{1,128})?$")]
-
-
-class _CursorRef(_Body):
-    name: _Cursor
-
-
-class _CursorSet(_CursorRef):
-    sequence: int = Field(ge=0)
-
-
-class _Read(_Body):
-    thread: _ThreadId | None = None
-    after: int = Field(default=0, ge=0)
-    limit: int = Field(default=100, ge=0, le=1000)
 
 
 class _Fork(_ThreadRef):
@@ -251,20 +201,11 @@ class _MetaDelete(_ThreadRef):
     key: _Key
 
 
-class _Empty(_Body):
+class _Empty(RequestBody):
     pass
 
 
 # --- failures ----------------------------------------------------------------------
-
-
-class _Failure(Exception):
-    """An error reply: the numeric code and a one-line message."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 def _validation_message(exc: ValidationError) -> str:
@@ -276,26 +217,26 @@ def _validation_message(exc: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def _classify(exc: Exception) -> _Failure:
-    if isinstance(exc, _Failure):
+def _classify(exc: Exception) -> ApiFailure:
+    if isinstance(exc, ApiFailure):
         return exc
     if isinstance(exc, ValidationError):
-        return _Failure(400, _validation_message(exc))
+        return ApiFailure(400, _validation_message(exc))
     if isinstance(exc, InvalidThreadId | EndpointError):
-        return _Failure(400, str(exc))
+        return ApiFailure(400, str(exc))
     if isinstance(exc, LinkNotFound | MappingNotFound):
-        return _Failure(404, str(exc))
+        return ApiFailure(404, str(exc))
     if isinstance(exc, LinkConflict | LinkError):
-        return _Failure(409, str(exc))
+        return ApiFailure(409, str(exc))
     if isinstance(exc, ThreadNotFound | TurnNotFound):
-        return _Failure(404, str(exc))
+        return ApiFailure(404, str(exc))
     if isinstance(exc, ThreadExists):
-        return _Failure(409, str(exc))
+        return ApiFailure(409, str(exc))
     if isinstance(exc, SessionClosed | StaleThread):
         # Another writer (worker, `ore chat`) changed the thread meanwhile; the copy is
         # reloaded, so the same request succeeds when sent again.
-        return _Failure(409, f"{exc}; retry the request")
-    return _Failure(500, f"internal error: {type(exc).__name__}: {exc}")
+        return ApiFailure(409, f"{exc}; retry the request")
+    return ApiFailure(500, f"internal error: {type(exc).__name__}: {exc}")
 
 
 _PATH = re.compile(r"(?<![\w/:.])/(?:[\w.@+-]+/)*[\w.@+-]+")
@@ -329,7 +270,7 @@ def _routed_thread(body: BaseModel) -> str | None:
 def _check_conduit_key(key: str) -> None:
     """A conduit may not change the settings the core mirrors from a thread's links."""
     if key == GATEWAY_KEY or key.startswith(GATEWAY_KEY + "."):
-        raise _Failure(
+        raise ApiFailure(
             400,
             f"key: {key} is set by the core from the thread's links (an operator's "
             "decision: `ore link`, [[gateway]] in ore.toml)",
@@ -376,8 +317,6 @@ class ControlAPI:
     ) -> None:
         self._nc = nc
         self._links = links
-        self._link_admin: LinkAdmin | None = None
-        self._js = nc.jetstream()
         self._manager = manager
         self._subjects = subjects
         self._version = version
@@ -387,7 +326,21 @@ class ControlAPI:
         self._on_delete = on_delete
         self._namespace_at = subjects.prefix.count(".") + 2  # token index of NS in P.api.NS.m
         self._service: Service | None = None
-        self._kv: KeyValue | None = None
+        self._reads = StoredReads(nc, subjects)
+        self._link_api = LinkApi(
+            nc,
+            manager,
+            subjects,
+            links,
+            own_thread=self._own_thread,
+            resolved=self._resolved,
+            meta_set=lambda thread_id, key, value: self._meta_set(
+                _MetaSet(id=thread_id, key=key, value=value)
+            ),
+            meta_delete=lambda thread_id, key: self._meta_delete(
+                _MetaDelete(id=thread_id, key=key)
+            ),
+        )
         self._route = route
         self._worker = None if worker_id is None else subjects.worker(worker_id)
         self._forwarded: Subscription | None = None
@@ -438,18 +391,18 @@ class ControlAPI:
         await self.stop()
 
     def _endpoints(self) -> list[_Endpoint]:
-        def conduit(model: type[_M], handler: Callable[[_M, str], Awaitable[_Reply]]) -> Any:
+        def conduit(model: type[_M], handler: Callable[[_M, str], Awaitable[Reply]]) -> Any:
             async def endpoint(request: Request, forwarded: bool = False) -> None:
                 namespace = request.subject.split(".")[self._namespace_at]
 
-                async def call(body: _M) -> _Reply:
+                async def call(body: _M) -> Reply:
                     return await handler(body, namespace)
 
                 await self._serve(request, model, call, forwarded)
 
             return endpoint
 
-        def admin(model: type[_M], handler: Callable[[_M], Awaitable[_Reply]]) -> Any:
+        def admin(model: type[_M], handler: Callable[[_M], Awaitable[Reply]]) -> Any:
             async def endpoint(request: Request, forwarded: bool = False) -> None:
                 await self._serve(request, model, handler, forwarded)
 
@@ -475,28 +428,28 @@ class ControlAPI:
                 api("*", "threads.meta.delete"),
                 conduit(_MetaDelete, self._own_meta_delete),
             ),
-            _Endpoint("events_read", api("*", "events.read"), conduit(_Read, self._read)),
+            _Endpoint("events_read", api("*", "events.read"), conduit(Read, self._read)),
             _Endpoint(
-                "cursors_get", api("*", "cursors.get"), conduit(_CursorRef, self._cursor_get)
+                "cursors_get", api("*", "cursors.get"), conduit(CursorRef, self._reads.cursor_get)
             ),
             _Endpoint(
-                "cursors_set", api("*", "cursors.set"), conduit(_CursorSet, self._cursor_set)
+                "cursors_set", api("*", "cursors.set"), conduit(CursorSet, self._reads.cursor_set)
             ),
             _Endpoint("health", api("*", "health"), conduit(_Empty, self._ns_health)),
             _Endpoint(
                 "deliveries_report",
                 api("*", "deliveries.report"),
-                conduit(DeliveryReport, self._delivery_report),
+                conduit(DeliveryReport, self._link_api.delivery_report),
             ),
             _Endpoint(
                 "deliveries_lookup",
                 api("*", "deliveries.lookup"),
-                conduit(DeliveryLookup, self._delivery_lookup),
+                conduit(DeliveryLookup, self._link_api.delivery_lookup),
             ),
             _Endpoint(
                 "deliveries_get",
                 api("*", "deliveries.get"),
-                conduit(DeliveryGet, self._delivery_get),
+                conduit(DeliveryGet, self._link_api.delivery_get),
             ),
             _Endpoint(
                 "admin_threads_create",
@@ -528,7 +481,7 @@ class ControlAPI:
             _Endpoint("admin_health", adm("health"), admin(_Empty, self._health)),
             *(
                 _Endpoint(f"admin_{method.replace('.', '_')}", adm(method), admin(model, call))
-                for method, model, call in self._link_methods()
+                for method, model, call in self._link_api.admin_methods()
             ),
         ]
 
@@ -536,12 +489,12 @@ class ControlAPI:
         self,
         request: Request,
         model: type[_M],
-        handler: Callable[[_M], Awaitable[_Reply]],
+        handler: Callable[[_M], Awaitable[Reply]],
         forwarded: bool = False,
     ) -> None:
         try:
             if len(request.data) > self._max_request_bytes:
-                raise _Failure(
+                raise ApiFailure(
                     413,
                     f"request of {len(request.data)} bytes exceeds the limit of "
                     f"{self._max_request_bytes} bytes",
@@ -553,9 +506,9 @@ class ControlAPI:
                 if owner is not None and await self._forward(request, owner):
                     return
             answer = await handler(body)
-            reply = answer.encode() if isinstance(answer, _Raw) else jsonutil.dumps(answer)
+            reply = answer.encode() if isinstance(answer, RawReply) else jsonutil.dumps(answer)
             if len(reply) > self._nc.max_payload:
-                raise _Failure(
+                raise ApiFailure(
                     413,
                     f"reply of {len(reply)} bytes exceeds the NATS max_payload of "
                     f"{self._nc.max_payload} bytes",
@@ -597,7 +550,7 @@ class ControlAPI:
                 await endpoint.handler(Request(original), True)
                 return
 
-    async def _fail(self, request: Request, failure: _Failure, cause: Exception) -> None:
+    async def _fail(self, request: Request, failure: ApiFailure, cause: Exception) -> None:
         message = _one_line(failure.message)
         if failure.status >= 500:
             log.error(
@@ -633,30 +586,30 @@ class ControlAPI:
             thread is not None
             and namespace_of(thread) != namespace
             and not unusable
-            and await self._linked(namespace, thread_id)
+            and await self._link_api.linked(namespace, thread_id)
         ):
             return thread  # another's thread, reached through a link
         if thread is None or namespace_of(thread) != namespace:
             if unusable:
-                raise _Failure(
+                raise ApiFailure(
                     409,
                     f"thread id {thread_id} cannot be used in namespace {namespace}: pick another",
                 )
-            raise _Failure(404, f"thread {thread_id} not found in namespace {namespace}")
+            raise ApiFailure(404, f"thread {thread_id} not found in namespace {namespace}")
         return thread
 
     @staticmethod
     def _with_namespace(metadata: Mapping[str, str], namespace: str) -> dict[str, str]:
         claimed = metadata.get(NAMESPACE_KEY, namespace)
         if claimed != namespace:
-            raise _Failure(
+            raise ApiFailure(
                 400,
                 f"metadata.{NAMESPACE_KEY}: the namespace is {namespace!r} (the caller's) "
                 "and cannot be set to another",
             )
         return {**metadata, NAMESPACE_KEY: namespace}
 
-    async def _create(self, body: _Create, namespace: str) -> _Reply:
+    async def _create(self, body: _Create, namespace: str) -> Reply:
         metadata = self._with_namespace(body.metadata, namespace)
         try:
             thread = await self._manager.create_thread(metadata, body.id)
@@ -667,281 +620,69 @@ class ControlAPI:
         self._resolved(thread.id, namespace)
         return {"id": thread.id, "created": True}
 
-    async def _get(self, body: _ThreadRef, namespace: str) -> _Reply:
+    async def _get(self, body: _ThreadRef, namespace: str) -> Reply:
         return _describe(await self._own_thread(body.id, namespace))
 
-    async def _list(self, body: _List, namespace: str) -> _Reply:
+    async def _list(self, body: _List, namespace: str) -> Reply:
         return await self._list_in(body.after, body.limit, namespace)
 
-    async def _lookup(self, body: _Lookup, namespace: str) -> _Reply:
+    async def _lookup(self, body: _Lookup, namespace: str) -> Reply:
         if not body.key.startswith(namespace + "."):
-            raise _Failure(
+            raise ApiFailure(
                 400,
                 f"key: lookup keys of namespace {namespace} start with '{namespace}.' "
                 f"(e.g. '{namespace}.channel'), got {body.key!r}",
             )
-        linked = await self._linked_endpoint(namespace, body.key, body.value)
+        linked = await self._link_api.linked_endpoint(namespace, body.key, body.value)
         if linked is not None:
             return {"id": linked, "created": False}
         metadata = self._with_namespace(body.metadata, namespace)
         thread, created = await self._manager.lookup_thread(body.key, body.value, metadata)
         if namespace_of(thread) != namespace:  # an operator made it for another
-            raise _Failure(404, f"no thread with {body.key}={body.value!r} in {namespace}")
+            raise ApiFailure(404, f"no thread with {body.key}={body.value!r} in {namespace}")
         self._resolved(thread.id, namespace)
         return {"id": thread.id, "created": created}
 
-    async def _own_turns(self, body: _ThreadRef, namespace: str) -> _Reply:
+    async def _own_turns(self, body: _ThreadRef, namespace: str) -> Reply:
         thread = await self._own_thread(body.id, namespace)
         return {"id": thread.id, "turns": [turn_to_dict(turn) for turn in thread.turns()]}
 
-    async def _own_fork(self, body: _Fork, namespace: str) -> _Reply:
+    async def _own_fork(self, body: _Fork, namespace: str) -> Reply:
         await self._own_thread(body.id, namespace)
         return await self._fork(body)
 
-    async def _own_meta_set(self, body: _MetaSet, namespace: str) -> _Reply:
+    async def _own_meta_set(self, body: _MetaSet, namespace: str) -> Reply:
         _check_conduit_key(body.key)
         await self._own_thread(body.id, namespace)
         return await self._meta_set(body)
 
-    async def _own_meta_delete(self, body: _MetaDelete, namespace: str) -> _Reply:
+    async def _own_meta_delete(self, body: _MetaDelete, namespace: str) -> Reply:
         _check_conduit_key(body.key)
         await self._own_thread(body.id, namespace)
         return await self._meta_delete(body)
 
-    async def _read(self, body: _Read, namespace: str) -> _Reply:
-        """Stored events of one thread (or of every thread) of `namespace` after a sequence.
-
-        The subject `P.ev.NS.T` holds only what was written while T was in NS, so the
-        filter alone keeps other namespaces out: a foreign thread reads as empty, as an
-        unknown one does. The reply splices each stored payload in as it is (no
-        re-serialisation) and stops before the reply would exceed `max_payload`.
-        """
-        subjects = self._subjects
-        read = (
-            [subjects.events_wildcard_of(namespace), *self._linked_subjects(namespace)]
-            if body.thread is None
-            else [subjects.events(await self._home_shown(namespace, body.thread), body.thread)]
+    async def _read(self, body: Read, namespace: str) -> Reply:
+        """`events.read`: the namespace's own subjects and those links show it."""
+        return await self._reads.read(
+            body, await self._link_api.read_subjects(namespace, body.thread)
         )
-        stream = subjects.events_stream
-        try:
-            return await self._read_stored(stream, read, body)
-        except NoRespondersError:
-            raise _Failure(
-                500, f"stream {stream} does not exist: start `ore serve` to create it"
-            ) from None
-
-    # -- links (ore_core/bridge) ----------------------------------------------------
-
-    async def _linked(self, namespace: str, thread_id: str) -> bool:
-        """Whether a link lets `namespace` reach `thread_id` (another's thread)."""
-        return self._links is not None and await self._links.reaches(namespace, thread_id)
-
-    async def _linked_endpoint(self, namespace: str, key: str, value: str) -> str | None:
-        """The thread a conduit's lookup key is linked to, if any (asked first)."""
-        if self._links is None:
-            return None
-        try:
-            endpoint = Endpoint(namespace, key, value)
-        except EndpointError:  # not a linkable key (an empty value, say): never linked
-            return None
-        return await self._links.lookup(endpoint)
-
-    async def _home_shown(self, namespace: str, thread_id: str) -> str:
-        """The namespace whose events subject `namespace` reads for `thread_id`: the
-        thread's home when a link shows it to `namespace`, else `namespace` itself."""
-        if self._links is None:
-            return namespace
-        return await self._links.shows(namespace, thread_id) or namespace
-
-    def _linked_subjects(self, namespace: str) -> list[str]:
-        """The events subjects of the other namespaces' threads shown to `namespace`."""
-        if self._links is None:
-            return []
-        events = self._subjects.events
-        return [events(home, thread) for thread, home in self._links.linked_threads(namespace)]
-
-    def _link_methods(self) -> list[tuple[str, type[Any], Callable[[Any], Awaitable[_Reply]]]]:
-        async def call(name: str, body: Any) -> _Reply:
-            handler: Callable[[Any], Awaitable[_Reply]] = getattr(await self._link_api(), name)
-            return await handler(body)
-
-        def method(name: str) -> Callable[[Any], Awaitable[_Reply]]:
-            return lambda body: call(name, body)
-
-        return [
-            ("links.add", LinkAdd, method("add")),
-            ("links.list", LinkList, method("list")),
-            ("links.lookup", LinkRef, method("lookup")),
-            ("links.remove", LinkRef, method("remove")),
-        ]
-
-    async def _delivery_report(self, body: DeliveryReport, namespace: str) -> _Reply:
-        """Record a delivered copy's platform ids, or store a `delivery` event on the
-        thread for a copy that is retrying or failed (bridging.md "Delivery status")."""
-        thread = await self._own_thread(body.thread, namespace)
-        if body.status == "delivered":
-            if body.platform_ids:
-                deliveries = DeliveryMap((await self._link_store()).kv)
-                await deliveries.record(namespace, thread.id, body.turn, body.platform_ids)
-            return {"recorded": True}
-        self._resolved(thread.id, namespace_of(thread))
-        stream = await self._manager.attach(thread.id)
-        await stream.emit(
-            DeliveryEvent(
-                turn=body.turn,
-                endpoint=namespace,
-                status=body.status,
-                detail=body.detail,
-                context=EventContext(provenance=namespace),
-            )
-        )
-        return {"recorded": True}
-
-    async def _delivery_lookup(self, body: DeliveryLookup, namespace: str) -> _Reply:
-        deliveries = DeliveryMap((await self._link_store()).kv)
-        return await deliveries.turn_of(namespace, body.platform_id)
-
-    async def _delivery_get(self, body: DeliveryGet, namespace: str) -> _Reply:
-        await self._own_thread(body.thread, namespace)
-        deliveries = DeliveryMap((await self._link_store()).kv)
-        return {"platform_ids": await deliveries.platform_ids(namespace, body.thread, body.turn)}
-
-    async def _link_store(self) -> LinkStore:
-        """The link records: the core's cache's store, else `ORE_LINKS` opened here."""
-        if self._links is not None:
-            return self._links.store
-        try:
-            return LinkStore(await self._js.key_value(self._subjects.links_bucket))
-        except (NotFoundError, BucketNotFoundError):
-            raise _Failure(
-                500, f"KV bucket {self._subjects.links_bucket} missing: restart the core"
-            ) from None
 
     async def link_admin(self) -> LinkAdmin:
         """The handlers of the admin link methods (`ore serve` applies gateways with them)."""
-        return await self._link_api()
+        return await self._link_api.admin()
 
-    async def _link_api(self) -> LinkAdmin:
-        if self._link_admin is None:
-            store = await self._link_store()
-
-            async def home_of(thread_id: str) -> str:
-                return namespace_of(await self._manager.get_thread(thread_id))
-
-            async def metadata(thread_id: str) -> dict[str, str]:
-                return (await self._manager.get_thread(thread_id)).meta().all()
-
-            async def set_metadata(thread_id: str, key: str, value: str) -> object:
-                return await self._meta_set(_MetaSet(id=thread_id, key=key, value=value))
-
-            async def delete_metadata(thread_id: str, key: str) -> object:
-                return await self._meta_delete(_MetaDelete(id=thread_id, key=key))
-
-            self._link_admin = LinkAdmin(
-                store,
-                home_of=home_of,
-                metadata=metadata,
-                set_metadata=set_metadata,
-                delete_metadata=delete_metadata,
-            )
-        return self._link_admin
-
-    async def _read_stored(self, stream: str, read: list[str], body: _Read) -> _Reply:
-        """The stored messages on the subjects `read` after `body.after`, merged in
-        sequence order (one subject but for a namespace with linked threads)."""
-        subjects = self._subjects
-        if body.limit == 0:
-            last = max([await self._last(stream, subject) for subject in read])
-            return {"events": [], "next": None, "last": last}
-        entries: list[bytes] = []
-        size = _READ_HEADROOM
-        sequence = body.after
-        more = False
-        heads = {subject: await self._next_stored(stream, subject, sequence) for subject in read}
-        while len(entries) < body.limit:
-            waiting = [(subject, raw) for subject, raw in heads.items() if raw is not None]
-            if not waiting:
-                break
-            subject, raw = min(waiting, key=lambda head: int(head[1].seq or 0))
-            found = int(raw.seq or 0)
-            _, thread_id = subjects.thread_of(str(raw.subject))
-            kind = (raw.headers or {}).get(HEADER_KIND, "")
-            entry = (
-                b'{"thread":'
-                + jsonutil.dumps(thread_id)
-                + b',"sequence":'
-                + str(found).encode()
-                + b',"kind":'
-                + jsonutil.dumps(kind)
-                + b',"event":'
-                + (raw.data or b"null")
-                + b"}"
-            )
-            if entries and size + len(entry) + 1 > self._nc.max_payload:
-                more = True
-                break
-            entries.append(entry)
-            size += len(entry) + 1
-            sequence = found
-            if len(entries) < body.limit:
-                heads[subject] = await self._next_stored(stream, subject, found)
-        if len(entries) == body.limit:
-            more = True
-        return _Raw(entries, sequence if more else None)
-
-    async def _next_stored(self, stream: str, subject: str, after: int) -> RawStreamMsg | None:
-        """The first message stored on `subject` after sequence `after`, if any."""
-        try:
-            raw = await self._js.get_msg(
-                stream, seq=after + 1, subject=subject, next=True, direct=True
-            )
-        except NotFoundError:
-            return None
-        return raw if int(raw.seq or 0) > after else None
-
-    async def _last(self, stream: str, subject: str) -> int:
-        try:
-            raw = await self._js.get_last_msg(stream, subject, direct=True)
-        except NotFoundError:
-            return 0
-        return int(raw.seq or 0)
-
-    async def _cursors(self) -> KeyValue:
-        if self._kv is None:
-            try:
-                self._kv = await self._js.key_value(self._subjects.cursors_bucket)
-            except (NotFoundError, BucketNotFoundError):
-                raise _Failure(
-                    500, f"KV bucket {self._subjects.cursors_bucket} missing: restart the core"
-                ) from None
-        return self._kv
-
-    async def _cursor_get(self, body: _CursorRef, namespace: str) -> _Reply:
-        """The position of durable feed `name` of `namespace` (None: never saved)."""
-        kv = await self._cursors()
-        try:
-            entry = await kv.get(f"{namespace}.{body.name}")
-        except KeyNotFoundError:
-            return {"name": body.name, "sequence": None}
-        return {"name": body.name, "sequence": int(entry.value or b"0")}
-
-    async def _cursor_set(self, body: _CursorSet, namespace: str) -> _Reply:
-        kv = await self._cursors()
-        await kv.put(f"{namespace}.{body.name}", str(body.sequence).encode())
-        return {"name": body.name, "sequence": body.sequence}
-
-    async def _ns_health(self, body: _Empty, namespace: str) -> _Reply:
+    async def _ns_health(self, body: _Empty, namespace: str) -> Reply:
         return await self._health(body)
 
     # -- admin handlers (every namespace) -----------------------------------------
 
-    async def _admin_create(self, body: _AdminCreate) -> _Reply:
+    async def _admin_create(self, body: _AdminCreate) -> Reply:
         return await self._create(_Create(id=body.id, metadata=body.metadata), body.namespace)
 
-    async def _admin_get(self, body: _ThreadRef) -> _Reply:
+    async def _admin_get(self, body: _ThreadRef) -> Reply:
         return _describe(await self._manager.get_thread(body.id))
 
-    async def _admin_list(self, body: _AdminList) -> _Reply:
+    async def _admin_list(self, body: _AdminList) -> Reply:
         if body.namespace is not None:
             return await self._list_in(body.after, body.limit, body.namespace)
         # One id more than asked tells whether another page follows.
@@ -949,13 +690,13 @@ class ControlAPI:
         page = ids[: body.limit]
         return {"threads": page, "next": page[-1] if len(ids) > body.limit else None}
 
-    async def _admin_lookup(self, body: _AdminLookup) -> _Reply:
+    async def _admin_lookup(self, body: _AdminLookup) -> Reply:
         metadata = {NAMESPACE_KEY: body.namespace, **body.metadata}
         thread, created = await self._manager.lookup_thread(body.key, body.value, metadata)
         self._resolved(thread.id, namespace_of(thread))
         return {"id": thread.id, "created": created}
 
-    async def _list_in(self, after: str | None, limit: int, namespace: str) -> _Reply:
+    async def _list_in(self, after: str | None, limit: int, namespace: str) -> Reply:
         """Thread ids of `namespace` after `after`, looking at `_LIST_SCAN` ids at most.
 
         A page may hold fewer than `limit` ids (even none) while `next` is not null:
@@ -975,10 +716,10 @@ class ControlAPI:
                 page.append(thread_id)
         return {"threads": page, "next": scan[-1] if len(ids) > _LIST_SCAN else None}
 
-    async def _fork(self, body: _Fork) -> _Reply:
+    async def _fork(self, body: _Fork) -> Reply:
         async def live(stream: Stream) -> None:
             if stream.busy:
-                raise _Failure(
+                raise ApiFailure(
                     409,
                     f"thread {stream.id} is answering a message; "
                     "interrupt it or wait for lifecycle done, then fork",
@@ -989,7 +730,7 @@ class ControlAPI:
         thread = await self._change(body.id, live, lambda thread: thread.fork(body.turn_id))
         return {"id": thread.id, "current_tip": thread.current_tip}
 
-    async def _delete(self, body: _ThreadRef) -> _Reply:
+    async def _delete(self, body: _ThreadRef) -> Reply:
         deleted = await self._manager.delete_thread(body.id)
         if self._links is not None:  # its id may come back: its links must not reach it
             await self._links.store.unlink_thread(body.id)
@@ -1000,11 +741,11 @@ class ControlAPI:
     @staticmethod
     def _check_key(key: str) -> None:
         if key == NAMESPACE_KEY:
-            raise _Failure(
+            raise ApiFailure(
                 400, f"key: {NAMESPACE_KEY} is set when a thread is created and never changes"
             )
 
-    async def _meta_set(self, body: _MetaSet) -> _Reply:
+    async def _meta_set(self, body: _MetaSet) -> Reply:
         self._check_key(body.key)
         thread = await self._change(
             body.id,
@@ -1013,7 +754,7 @@ class ControlAPI:
         )
         return {"id": thread.id, "metadata": thread.meta().all()}
 
-    async def _meta_delete(self, body: _MetaDelete) -> _Reply:
+    async def _meta_delete(self, body: _MetaDelete) -> Reply:
         self._check_key(body.key)
         thread = await self._change(
             body.id,
@@ -1022,11 +763,11 @@ class ControlAPI:
         )
         return {"id": thread.id, "metadata": thread.meta().all()}
 
-    async def _turns(self, body: _ThreadRef) -> _Reply:
+    async def _turns(self, body: _ThreadRef) -> Reply:
         thread = await self._manager.get_thread(body.id)
         return {"id": thread.id, "turns": [turn_to_dict(turn) for turn in thread.turns()]}
 
-    async def _health(self, body: _Empty) -> _Reply:
+    async def _health(self, body: _Empty) -> Reply:
         return {"status": "ok", "version": self._version, "streams": len(self._manager.list())}
 
     async def _change(

@@ -29,7 +29,7 @@ import gc
 import signal
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from nats.aio.client import Client as NatsClient
@@ -83,6 +83,7 @@ before, a closed stream's thread included (no reference cycle holds it: see
 tests/test_manager.py); cyclic garbage would wait longer for a collection.
 """
 
+_T = TypeVar("_T")
 log = structlog.get_logger("ore.bus")
 
 # How a lost or refused connection shows up in error_cb: logged once as "connection lost".
@@ -168,9 +169,7 @@ class CoreService:
     @property
     def nc(self) -> NatsClient:
         """The NATS connection (after `start`)."""
-        if self._nc is None:
-            raise BusError("CoreService is not started: await start() first")
-        return self._nc
+        return _started(self._nc)
 
     @property
     def health_port(self) -> int | None:
@@ -226,16 +225,12 @@ class CoreService:
     @property
     def ownership(self) -> Ownership:
         """This worker's partition leases (after `start`)."""
-        if self._ownership is None:
-            raise BusError("CoreService is not started: await start() first")
-        return self._ownership
+        return _started(self._ownership)
 
     @property
     def ingress(self) -> Ingress:
         """The partition pullers (after `start`)."""
-        if self._ingress is None:
-            raise BusError("CoreService is not started: await start() first")
-        return self._ingress
+        return _started(self._ingress)
 
     @property
     def links(self) -> LinkCache:
@@ -578,3 +573,10 @@ def _settle_heap() -> None:
     """
     gc.collect()
     gc.set_threshold(SERVING_GC_THRESHOLD, *gc.get_threshold()[1:])
+
+
+def _started(part: _T | None) -> _T:
+    """`part` of a started service; before `start`, a BusError that says so."""
+    if part is None:
+        raise BusError("CoreService is not started: await start() first")
+    return part

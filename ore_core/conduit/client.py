@@ -20,7 +20,6 @@ import hashlib
 import hmac
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, TypeVar
 
 import structlog
@@ -310,12 +309,7 @@ class ConduitClient:
     async def __aenter__(self) -> ConduitClient:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
     # -- control API ----------------------------------------------------------

@@ -102,14 +102,12 @@ class _SinkRunner:
             self.task = tasks.spawn(self._run(), name=f"ore-sink-{self.name}")
 
     async def _run(self) -> None:
-        if self.batch_fn is not None:
-            await self._run_batches(self.batch_fn)
-            return
-        assert self.fn is not None
+        """Hand the buffered events to the sink: one at a time to `fn`, everything
+        waiting at once to `batch_fn`, until the buffer ends or overflows."""
+        buffer, fn, batch_fn = self.buffer, self.fn, self.batch_fn
         while True:
             try:
-                thread_id, event = await self.buffer.get()
-                assert event is not None  # abandoned-turn marks go to batch sinks only
+                first = await buffer.get()
             except StopAsyncIteration:
                 return
             except SubscriberOverflow as exc:
@@ -117,8 +115,18 @@ class _SinkRunner:
                     "sink disconnected: it fell too far behind", sink=self.name, error=str(exc)
                 )
                 return
+            if batch_fn is not None:
+                items = [first, *buffer.take_all()]
+                try:
+                    await batch_fn(items)
+                except Exception as exc:
+                    log.error("sink failed", sink=self.name, events=len(items), error=str(exc))
+                continue
+            assert fn is not None
+            thread_id, event = first
+            assert event is not None  # abandoned-turn marks go to batch sinks only
             try:
-                await self.fn(thread_id, event)
+                await fn(thread_id, event)
             except Exception as exc:
                 log.error(
                     "sink failed",
@@ -127,24 +135,6 @@ class _SinkRunner:
                     kind=event.kind,
                     error=str(exc),
                 )
-
-    async def _run_batches(self, batch_fn: BatchSinkFunc) -> None:
-        buffer = self.buffer
-        while True:
-            try:
-                items = [await buffer.get()]
-            except StopAsyncIteration:
-                return
-            except SubscriberOverflow as exc:
-                log.error(
-                    "sink disconnected: it fell too far behind", sink=self.name, error=str(exc)
-                )
-                return
-            items += buffer.take_all()
-            try:
-                await batch_fn(items)
-            except Exception as exc:
-                log.error("sink failed", sink=self.name, events=len(items), error=str(exc))
 
     async def stop(self) -> None:
         self.buffer.close()

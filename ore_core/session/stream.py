@@ -35,11 +35,10 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
 
 import structlog
 
-from ore_core.artifacts import Artifact, Text
+from ore_core.artifacts import Text
 from ore_core.endpoint import GATEWAY_ANSWER_KEY
 from ore_core.errors import (
     Interrupted,
@@ -53,14 +52,11 @@ from ore_core.errors import (
 from ore_core.events import (
     DeleteEvent,
     ErrorEvent,
-    EventContext,
     IngressEvent,
     InterruptEvent,
     LifecycleEvent,
     NoticeEvent,
     OutputEvent,
-    PropertiesEvent,
-    PropertyOperation,
     SessionSwitchEvent,
     Severity,
     TurnCompleteEvent,
@@ -69,19 +65,19 @@ from ore_core.events import (
 )
 from ore_core.ledger.thread import Thread
 from ore_core.session.fanout import Subscription
+from ore_core.session.interception import intercept
+from ore_core.session.pending import HandledCallback, Pending, RetryCallback, collect
 from ore_core.session.policy import DoubleTexting
 from ore_core.session.protocols import Interceptor, Store, TurnProcessor
-from ore_core.session.spec import KEY_MODEL_NAME, ModelSpec
+from ore_core.session.redelivery import Redeliveries
 from ore_core.session.store_health import DELAYED_NOTICE, StoreHealth, is_store_failure
-from ore_core.session.turn_context import Transform, TurnContext, recorded_events
+from ore_core.session.thread_ops import BOUNDARY_INFO_KEY, ThreadOps
+from ore_core.session.turn_context import Transform, TurnContext
 from ore_core.tasks import TaskCrashed, TaskScope
-from ore_core.turn import Role, TraversalControl, Turn
+from ore_core.turn import Role, TraversalControl
 
 __all__ = ["BOUNDARY_INFO_KEY", "NewThread", "Stream"]
 
-BOUNDARY_INFO_KEY = "ore.compaction.boundary.info"
-APP_CONTEXT = EventContext(provenance="app")
-_NO_SPEC = ModelSpec()
 
 log = structlog.get_logger("ore.session")
 
@@ -89,54 +85,8 @@ log = structlog.get_logger("ore.session")
 NewThread = Callable[[], Awaitable[str]]
 """Starts a new thread beside this one and returns its id (what `/new` needs)."""
 
-HandledCallback = Callable[[], object]
-"""Called once the event is completely handled and saved (after `lifecycle: done`), or
-was dropped on purpose (duplicate, rejected): the moment to acknowledge it upstream.
-Not called for events failed by close() or an interrupt, so a bus redelivers them."""
 
-RetryCallback = Callable[[OreError], object]
-"""Called instead of `HandledCallback` when the event must be handled again later: the
-store refused a stale copy (`StaleThread`: redeliver now, the thread is reloaded) or is
-unavailable (a `StoreError`: redeliver after a delay). The stream is closed by then."""
-
-
-@dataclass(slots=True)
-class _Pending:
-    event: IngressEvent
-    waiter: asyncio.Future[None] | None = None
-    on_handled: HandledCallback | None = None
-    on_retry: RetryCallback | None = None
-    merged: tuple[_Pending, ...] = ()  # later messages collected into this one
-
-    def handled(self) -> None:
-        for item in (self, *self.merged) if self.merged else (self,):
-            item.on_retry = None
-            if item.on_handled is not None:
-                callback, item.on_handled = item.on_handled, None
-                callback()
-
-    def retry(self, error: OreError) -> None:
-        for item in (self, *self.merged):
-            item.on_handled = None
-            if item.on_retry is not None:
-                callback, item.on_retry = item.on_retry, None
-                callback(error)
-
-    def resolve(self, error: BaseException | None) -> None:
-        if self.waiter is None and not self.merged:
-            return  # submitted without a waiter: nobody to tell
-        for item in (self, *self.merged):
-            waiter = item.waiter
-            if waiter is None or waiter.done():
-                continue
-            if error is None:
-                waiter.set_result(None)
-            else:
-                waiter.set_exception(error)
-                waiter.exception()  # a submit() caller may never look: not an error
-
-
-class Stream:
+class Stream(ThreadOps):
     """The live session of one thread. Create through `Manager`, not directly."""
 
     def __init__(
@@ -170,7 +120,7 @@ class Stream:
         self.new_thread = new_thread
         self._tasks = tasks
         self._subscriptions: list[Subscription] = []
-        self._queue: deque[_Pending] = deque()
+        self._queue: deque[Pending] = deque()
         self._wakeup: asyncio.Future[None] | None = None
         self._worker: asyncio.Task[None] | None = None
         self._turn: asyncio.Task[None] | None = None  # the worker, while it runs a turn
@@ -184,15 +134,10 @@ class Stream:
         """(interval in seconds, max bytes) of live text deltas; interval 0: every delta."""
         self.last_active = asyncio.get_running_loop().time() if _has_loop() else 0.0
         self._abandoned = False  # another worker owns the thread: publish nothing
-        self._announce_again: set[str] = set()  # event ids: see `announce_again`
+        self._redeliveries = Redeliveries()
         self._direct = on_publish  # see `publish`; `_rewire` keeps it current
 
     # -- identity and state -------------------------------------------------
-
-    @property
-    def id(self) -> str:
-        """The thread id (streams and threads share ids)."""
-        return self._thread.id
 
     @property
     def closed(self) -> bool:
@@ -218,18 +163,10 @@ class Stream:
         """The double-texting policy of this stream."""
         return self._policy
 
-    def state(self) -> Thread:
-        """The live thread (owned by the stream's worker: read, do not mutate concurrently)."""
-        return self._thread
-
     @property
     def processor(self) -> TurnProcessor:
         """The turn processor that answers (what `/model` asks which models it has)."""
         return self._processor
-
-    def turns(self) -> list[Turn]:
-        """The active path, oldest first (a copy)."""
-        return self._thread.turns()
 
     # -- events in ------------------------------------------------------------
 
@@ -255,7 +192,7 @@ class Stream:
         Exactly one of `on_handled` (acknowledge) and `on_retry` (redeliver) is called
         for an event that is not dropped by close() or an interrupt.
         """
-        self._enqueue(_Pending(event, None, on_handled, on_retry))
+        self._enqueue(Pending(event, None, on_handled, on_retry))
 
     async def process(self, event: IngressEvent) -> None:
         """Queue `event` and wait until it is fully handled.
@@ -267,10 +204,10 @@ class Stream:
         handled.
         """
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._enqueue(_Pending(event, waiter))
+        self._enqueue(Pending(event, waiter))
         await asyncio.shield(waiter)
 
-    def _enqueue(self, item: _Pending) -> None:
+    def _enqueue(self, item: Pending) -> None:
         self._check_open()
         self.last_active = asyncio.get_running_loop().time()
         event = item.event
@@ -287,7 +224,7 @@ class Stream:
                 self.cancel()
         self._push(item)
 
-    def _push(self, item: _Pending) -> None:
+    def _push(self, item: Pending) -> None:
         self._queue.append(item)
         if self._worker is None:
             self._worker = self._tasks.spawn(self._work(), name=f"ore-stream-{self.id}")
@@ -295,7 +232,7 @@ class Stream:
         if wakeup is not None and not wakeup.done():
             wakeup.set_result(None)
 
-    def _reject(self, item: _Pending) -> None:
+    def _reject(self, item: Pending) -> None:
         context = item.event.context
         self.publish(
             NoticeEvent(
@@ -347,7 +284,7 @@ class Stream:
                 return
             item = self._queue.popleft()
             if self._policy is DoubleTexting.COLLECT:
-                item = self._collect(item)
+                item = collect(item, self._queue)
             self._turn = task
             try:
                 await self._handle(item)
@@ -365,22 +302,7 @@ class Stream:
             if task.cancelling():
                 raise asyncio.CancelledError  # cancelled from outside during the turn
 
-    def _collect(self, item: _Pending) -> _Pending:
-        if not isinstance(item.event, UserMessageEvent):
-            return item
-        parts = [item.event.content]
-        merged: list[_Pending] = []
-        while self._queue and isinstance(self._queue[0].event, UserMessageEvent):
-            later = self._queue.popleft()
-            assert isinstance(later.event, UserMessageEvent)
-            parts.append(later.event.content)
-            merged.append(later)
-        if merged:
-            item.merged = tuple(merged)
-            item.event = item.event.model_copy(update={"content": "\n\n".join(parts)})
-        return item
-
-    async def _handle(self, item: _Pending) -> None:
+    async def _handle(self, item: Pending) -> None:
         event = item.event
         context = event.context
         error: BaseException | None = None
@@ -448,12 +370,7 @@ class Stream:
         else:
             item.resolve(None)
 
-    async def _save_thread(self) -> None:
-        """Save the thread; a success after store failures tells `StoreHealth`."""
-        await self._store.save(self._thread)
-        self._health.saved(self._thread.id)
-
-    def _give_up(self, item: _Pending, error: OreError) -> None:
+    def _give_up(self, item: Pending, error: OreError) -> None:
         """Drop this copy of the thread: the event and everything queued after it are
         handed back for redelivery (in order), and the stream closes without saving."""
         stale = isinstance(error, StaleThread)
@@ -471,21 +388,14 @@ class Stream:
         self._closed = True
         items = [item, *self._queue]
         self._queue.clear()
-        if self._on_closed is not None:  # forget the stream now: the next message reloads
-            on_closed, self._on_closed = self._on_closed, None
-            on_closed(self)
+        self._forget()  # now: the next message reloads the thread
         for pending in items:
             pending.retry(error)
             pending.resolve(error)
-        wakeup = self._wakeup
-        if wakeup is not None and not wakeup.done():
-            wakeup.set_result(None)
-        for subscription in self._subscriptions:
-            subscription.end()
-        self._subscriptions.clear()
-        self._rewire()
+        self._wake()
+        self._end_subscriptions()
 
-    async def _dispatch(self, item: _Pending) -> None:
+    async def _dispatch(self, item: Pending) -> None:
         event: IngressEvent | None = item.event
         if isinstance(event, UserMessageEvent) and self._thread.has_event(event.id):
             await self._redelivered(event)
@@ -493,7 +403,7 @@ class Stream:
         for interceptor in self._interceptors:
             if event is None:
                 return
-            event = await self._intercept(interceptor, event)
+            event = await intercept(interceptor, event, self)
         if isinstance(event, UserMessageEvent):  # the common case first
             await self._record_user_turn(event)
             await self._run_processor(event)
@@ -547,18 +457,14 @@ class Stream:
         follow it the message is recorded again at the tip and answered there, late
         rather than never.
         """
-        turns = self._thread.all_turns()
-        mine = {t.id for t in turns if t.event_id == event.id}
-        if any(t.parent_id in mine and t.role != Role.USER for t in turns) or self._relay_only:
-            # (A relay without answers, `answer = "none"`: recorded is handled.)
-            if event.id in self._announce_again:
-                self._announce_again.discard(event.id)
-                for announced in recorded_events(self._message_turns(event.id), event.context):
-                    self.publish(announced)
-            else:
-                log.debug("redelivered message already answered", thread_id=self.id)
+        # A relay without answers (`answer = "none"`): recorded is handled.
+        replay = self._redeliveries.replay(self._thread, event, handled=self._relay_only)
+        if replay is not None:
+            for announced in replay:
+                self.publish(announced)
             return
-        if self._thread.current_tip not in mine:
+        tip = self._thread.get_turn(self._thread.current_tip)
+        if tip is None or tip.event_id != event.id:
             log.warning(
                 "unanswered message redelivered after newer ones; answering it now",
                 thread_id=self.id,
@@ -568,9 +474,7 @@ class Stream:
         else:
             # The worker that stored it may have died before announcing it: announce
             # it again (same turn id, so a receiver that saw it can tell).
-            user_turn = self._thread.get_turn(self._thread.current_tip)
-            if user_turn is not None:
-                self.publish(TurnCompleteEvent.of(user_turn, event.context))
+            self.publish(TurnCompleteEvent.of(tip, event.context))
         await self._run_processor(event)
 
     def announce_again(self, event_ids: Iterable[str]) -> None:
@@ -581,45 +485,7 @@ class Stream:
         the next owner calls this on attaching the thread, so the message's one batch
         holds every durable event it would have held.
         """
-        self._announce_again.update(event_ids)
-
-    def _message_turns(self, event_id: str) -> list[Turn]:
-        """The user turn of message `event_id` on the active path and the turns after
-        it up to the next user turn (its answer)."""
-        path = self._thread.turns()
-        starts = [i for i, t in enumerate(path) if t.role == Role.USER and t.event_id == event_id]
-        if not starts:
-            return []
-        turns = [path[starts[-1]]]
-        for turn in path[starts[-1] + 1 :]:
-            if turn.role == Role.USER:
-                break
-            turns.append(turn)
-        return turns
-
-    async def _intercept(
-        self, interceptor: Interceptor, event: IngressEvent
-    ) -> IngressEvent | None:
-        try:
-            result = await interceptor.intercept(event, self)
-        except Exception as exc:
-            log.warning("interceptor failed", interceptor=interceptor.name, error=str(exc))
-            self.publish(
-                NoticeEvent(
-                    content=f"{interceptor.name}: {exc}",
-                    severity=Severity.ERROR,
-                    context=event.context,
-                )
-            )
-            return None
-        for notice in result.notices:
-            if notice.content:
-                self.publish(
-                    NoticeEvent(
-                        content=notice.content, severity=notice.severity, context=event.context
-                    )
-                )
-        return result.event
+        self._redeliveries.announce_again(event_ids)
 
     @property
     def _relay_only(self) -> bool:
@@ -687,67 +553,6 @@ class Stream:
             self._subscriptions.remove(subscription)
             self._rewire()
 
-    async def append_turn(
-        self, role: Role | str, *artifacts: Artifact, context: EventContext | None = None
-    ) -> Turn:
-        """Append a finished turn to the active path and announce it (not saved: call save())."""
-        self._check_open()
-        turn = self._thread.append(role, *artifacts)
-        self.publish(TurnCompleteEvent.of(turn, context or EventContext()))
-        return turn
-
-    # -- metadata -------------------------------------------------------------
-
-    def get_metadata(self, key: str) -> str | None:
-        """The metadata value for `key`, or None."""
-        return self._thread.meta().get(key)
-
-    def all_metadata(self) -> dict[str, str]:
-        """A copy of the thread metadata."""
-        return self._thread.meta().all()
-
-    async def set_metadata(self, key: str, value: str) -> None:
-        """Set a metadata key, announce it as a `properties` event and save."""
-        self._check_open()
-        self._thread.meta().set(key, value)
-        self.publish(
-            PropertiesEvent(
-                operations=[PropertyOperation(op="set", key=key, value=value)],
-                context=APP_CONTEXT,
-            )
-        )
-        await self._save_thread()
-
-    async def delete_metadata(self, key: str) -> None:
-        """Delete a metadata key (missing is fine), announce it and save."""
-        self._check_open()
-        self._thread.meta().delete(key)
-        self.publish(
-            PropertiesEvent(
-                operations=[PropertyOperation(op="delete", key=key)], context=APP_CONTEXT
-            )
-        )
-        await self._save_thread()
-
-    def spec(self) -> ModelSpec:
-        """Model and sampling settings from the `ore.model.*` metadata keys."""
-        meta = self._thread.meta()
-        if not meta.get(KEY_MODEL_NAME):  # every turn asks: no copy of the metadata then
-            return _NO_SPEC
-        return ModelSpec.from_metadata(meta.all())
-
-    async def mark_boundary(self, summary_turn_id: str, info: str = "") -> None:
-        """Make `summary_turn_id` the start of the active path (compaction) and save."""
-        self._check_open()
-        self._thread.set_control(summary_turn_id, TraversalControl.STOP)
-        if info:
-            self._thread.meta().set(BOUNDARY_INFO_KEY, info)
-        await self._save_thread()
-
-    async def save(self) -> None:
-        """Persist the thread now."""
-        await self._save_thread()
-
     # -- lifetime -------------------------------------------------------------
 
     def _check_open(self) -> None:
@@ -780,17 +585,28 @@ class Stream:
         if not self._closed:
             self._closed = True
             self._cancel_turn()
-            wakeup = self._wakeup
-            if wakeup is not None and not wakeup.done():
-                wakeup.set_result(None)
+            self._wake()
         worker = self._worker
         if worker is not None and worker is not asyncio.current_task():
             await asyncio.wait([worker])
         self._drop_queued(SessionClosed(f"session {self.id} is closed"))
+        self._end_subscriptions()
+        self._forget()
+
+    def _wake(self) -> None:
+        """Wake the worker waiting for an event (to see the stream closed)."""
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
+
+    def _end_subscriptions(self) -> None:
         for subscription in self._subscriptions:
             subscription.end()
         self._subscriptions.clear()
         self._rewire()
+
+    def _forget(self) -> None:
+        """Tell the owner (the Manager) once that this stream is gone."""
         if self._on_closed is not None:
             on_closed, self._on_closed = self._on_closed, None
             on_closed(self)

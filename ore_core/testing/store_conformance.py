@@ -60,6 +60,20 @@ def _texts(thread: Thread) -> list[str]:
     return [a.content for turn in thread.turns() for a in turn.artifacts if isinstance(a, Text)]
 
 
+async def _saved_with(store: Store, text: str) -> Thread:
+    """A new thread of `store` holding one user turn `text`, saved."""
+    thread = await store.create()
+    thread.append(Role.USER, Text(text))
+    await store.save(thread)
+    return thread
+
+
+async def _two_copies(store: Store) -> tuple[Thread, Thread]:
+    """Two loaded copies of one new thread of `store`: saving one makes the other stale."""
+    created = await store.create()
+    return await store.get(created.id), await store.get(created.id)
+
+
 def _grow_tree(thread: Thread) -> None:
     """Two branches, a stop turn, an event id, reasoning and metadata: all a store must keep."""
     question = thread.append(Role.USER, Text("hello"), event_id="event-1")
@@ -329,9 +343,7 @@ class StoreConformance:
     async def test_saving_a_delta_raises_artifact_error_and_keeps_the_stored_thread(
         self, store: Store
     ) -> None:
-        thread = await store.create()
-        thread.append(Role.USER, Text("kept"))
-        await store.save(thread)
+        thread = await _saved_with(store, "kept")
         thread.append(Role.ASSISTANT, TextDelta("streaming fragment"))
         with pytest.raises(ArtifactError, match="text_delta"):
             await store.save(thread)
@@ -346,9 +358,7 @@ class StoreConformance:
     async def test_saving_a_thread_again_after_delete_restores_all_of_it(
         self, store: Store
     ) -> None:
-        thread = await store.create()
-        thread.append(Role.USER, Text("one"))
-        await store.save(thread)
+        thread = await _saved_with(store, "one")
         await store.delete(thread.id)
         thread.append(Role.USER, Text("two"))
         await store.save(thread)
@@ -357,9 +367,7 @@ class StoreConformance:
     # -- copies and concurrency -------------------------------------------------------------------
 
     async def test_get_returns_independent_copies(self, store: Store) -> None:
-        thread = await store.create()
-        first = await store.get(thread.id)
-        second = await store.get(thread.id)
+        first, second = await _two_copies(store)
         first.append(Role.USER, Text("only in first"))
         first.meta().set("k", "v")
         assert (len(second), second.meta().all()) == (0, {})
@@ -375,16 +383,14 @@ class StoreConformance:
     async def test_saving_a_stale_copy_raises_stale_thread_and_writes_nothing(
         self, store: Store
     ) -> None:
-        created = await store.create()
-        first = await store.get(created.id)
-        second = await store.get(created.id)
+        first, second = await _two_copies(store)
         first.append(Role.USER, Text("from first"))
         await store.save(first)
         second.append(Role.USER, Text("from second"))
         second.meta().set("winner", "second")
-        with pytest.raises(StaleThread, match=created.id):
+        with pytest.raises(StaleThread, match=first.id):
             await store.save(second)
-        loaded = await store.get(created.id)
+        loaded = await store.get(first.id)
         assert _texts(loaded) == ["from first"]
         assert len(loaded.all_turns()) == 1  # no branch either
         assert loaded.meta().get("winner") is None
@@ -399,25 +405,21 @@ class StoreConformance:
         assert _texts(await store.get(thread.id)) == [f"message {n}" for n in range(3)]
 
     async def test_a_reloaded_copy_saves_after_a_stale_one_was_refused(self, store: Store) -> None:
-        created = await store.create()
-        stale = await store.get(created.id)
-        fresh = await store.get(created.id)
+        stale, fresh = await _two_copies(store)
         fresh.append(Role.USER, Text("first"))
         await store.save(fresh)
         stale.append(Role.USER, Text("lost"))
         with pytest.raises(StaleThread):
             await store.save(stale)
-        reloaded = await store.get(created.id)
+        reloaded = await store.get(fresh.id)
         reloaded.append(Role.ASSISTANT, Text("second"))
         await store.save(reloaded)
-        assert _texts(await store.get(created.id)) == ["first", "second"]
+        assert _texts(await store.get(fresh.id)) == ["first", "second"]
 
     async def test_a_second_store_on_the_same_data_cannot_save_a_stale_copy(
         self, store: Store, store_path: Path
     ) -> None:
-        thread = await store.create()
-        thread.append(Role.USER, Text("hello"))
-        await store.save(thread)
+        thread = await _saved_with(store, "hello")
         if self.exclusive_writer:
             store = await self.reopen(store, store_path)  # releases the thread's lock
         other = await self.open_second(store, store_path)

@@ -1,0 +1,78 @@
+"""A queued event of a `Stream` and the callbacks that settle it (acknowledge, redeliver,
+wake a `process()` caller), and the COLLECT policy's merge of queued messages."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ore_core.errors import OreError
+from ore_core.events import IngressEvent, UserMessageEvent
+
+__all__ = ["HandledCallback", "Pending", "RetryCallback", "collect"]
+
+HandledCallback = Callable[[], object]
+"""Called once the event is completely handled and saved (after `lifecycle: done`), or
+was dropped on purpose (duplicate, rejected): the moment to acknowledge it upstream.
+Not called for events failed by close() or an interrupt, so a bus redelivers them."""
+
+RetryCallback = Callable[[OreError], object]
+"""Called instead of `HandledCallback` when the event must be handled again later: the
+store refused a stale copy (`StaleThread`: redeliver now, the thread is reloaded) or is
+unavailable (a `StoreError`: redeliver after a delay). The stream is closed by then."""
+
+
+@dataclass(slots=True)
+class Pending:
+    event: IngressEvent
+    waiter: asyncio.Future[None] | None = None
+    on_handled: HandledCallback | None = None
+    on_retry: RetryCallback | None = None
+    merged: tuple[Pending, ...] = ()  # later messages collected into this one
+
+    def handled(self) -> None:
+        for item in (self, *self.merged) if self.merged else (self,):
+            item.on_retry = None
+            if item.on_handled is not None:
+                callback, item.on_handled = item.on_handled, None
+                callback()
+
+    def retry(self, error: OreError) -> None:
+        for item in (self, *self.merged):
+            item.on_handled = None
+            if item.on_retry is not None:
+                callback, item.on_retry = item.on_retry, None
+                callback(error)
+
+    def resolve(self, error: BaseException | None) -> None:
+        if self.waiter is None and not self.merged:
+            return  # submitted without a waiter: nobody to tell
+        for item in (self, *self.merged):
+            waiter = item.waiter
+            if waiter is None or waiter.done():
+                continue
+            if error is None:
+                waiter.set_result(None)
+            else:
+                waiter.set_exception(error)
+                waiter.exception()  # a submit() caller may never look: not an error
+
+
+def collect(item: Pending, queue: deque[Pending]) -> Pending:
+    """`item` with the user messages queued right behind it merged into it (taken off
+    `queue`), their texts joined by blank lines: they are answered as one."""
+    if not isinstance(item.event, UserMessageEvent):
+        return item
+    parts = [item.event.content]
+    merged: list[Pending] = []
+    while queue and isinstance(queue[0].event, UserMessageEvent):
+        later = queue.popleft()
+        assert isinstance(later.event, UserMessageEvent)
+        parts.append(later.event.content)
+        merged.append(later)
+    if merged:
+        item.merged = tuple(merged)
+        item.event = item.event.model_copy(update={"content": "\n\n".join(parts)})
+    return item
