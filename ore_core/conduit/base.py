@@ -42,7 +42,8 @@ class Conduit(ABC):
 
     Subclasses set `name` (also the provenance of the events they send and the prefix
     of their metadata keys), `description`, `config_model` (a ConduitConfig
-    subclass) and `capabilities` (what their platform can show), and implement `run`.
+    subclass), `capabilities` (what their platform can show) and `conversation_key`
+    (how a link names one of its conversations), and implement `run`.
     Instances are created with no arguments.
     """
 
@@ -50,6 +51,10 @@ class Conduit(ABC):
     description: ClassVar[str] = ""
     config_model: ClassVar[type[ConduitConfig]] = ConduitConfig
     capabilities: ClassVar[Capabilities] = Capabilities()
+    conversation_key: ClassVar[str] = "id"
+    """The metadata key naming a platform conversation (`slack.thread`): an endpoint of a
+    link is this key's value (`ore link add T slack:C0123/1712.0001`); `id` (the
+    default) for a conduit whose conversation is the thread id itself (bridging)."""
 
     @classmethod
     def load_config(cls, section: Mapping[str, Any]) -> ConduitConfig:

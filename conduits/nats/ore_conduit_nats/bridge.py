@@ -91,6 +91,7 @@ class NatsBridge(Conduit):
     name = "nats"
     description = "Plain NATS subjects (text or JSON, pub/sub or request-reply) <-> ore threads"
     config_model = NatsBridgeConfig
+    conversation_key = CHANNEL_KEY
 
     async def run(self, client: ConduitClient, config: ConduitConfig) -> None:
         """Bridge until cancelled."""

@@ -117,6 +117,7 @@ class StdinConduit(Conduit):
     name: ClassVar[str] = "stdin"
     description: ClassVar[str] = "Terminal chat: streamed Markdown replies; piped input works too"
     config_model: ClassVar[type[ConduitConfig]] = StdinConfig
+    conversation_key: ClassVar[str] = "id"
 
     def __init__(
         self,
