@@ -1,0 +1,260 @@
+"""BotApi: every Bot API call of the conduit, with Telegram's limits honoured.
+
+- A refusal (`ok: false`) raises `TelegramError` with Telegram's code and description.
+- Flood control (429 with `parameters.retry_after`) pauses the sends and edits of that
+  chat (or, for another method, that method) for `retry_after` seconds, then the call is
+  tried again, as often as it takes: Telegram did not carry a throttled call out, and a
+  message is never dropped.
+- A call whose outcome is unknown (the connection dropped, a 5xx, a timeout) is tried
+  again after a pause. For `sendMessage` that may show a message twice, if Telegram had
+  carried it out: a bot cannot read a chat back to check, and losing the message is
+  worse. Every other method the conduit uses is safe to repeat.
+- `Limits` spaces sends and edits below Telegram's limits (per chat, per group, overall)
+  so that flood control is the exception.
+- The token is part of every URL: it never appears in an error, a log line, or anything
+  handed to the core (`redact`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import structlog
+
+from ore_core import OreError
+
+__all__ = ["BotApi", "Bucket", "Limits", "TelegramError"]
+
+log = structlog.get_logger("ore.conduit.telegram")
+
+SENDS = frozenset({"sendMessage", "editMessageText", "sendPhoto", "sendDocument"})
+"""The methods that count against Telegram's message limits."""
+_RETRY_MAX = 5.0
+_LONG_POLL_MARGIN = 10.0  # seconds beyond a getUpdates timeout before the call is given up
+
+
+class TelegramError(OreError):
+    """Telegram refused a call: `code` (400, 401, 403, 404, 409, 429) and `description`."""
+
+    def __init__(
+        self,
+        method: str,
+        code: int,
+        description: str,
+        retry_after: float = 0,
+        migrate_to_chat_id: int = 0,
+    ) -> None:
+        super().__init__(f"{method}: {code} {description}")
+        self.method = method
+        self.code = code
+        self.description = description
+        self.retry_after = retry_after
+        self.migrate_to_chat_id = migrate_to_chat_id  # a group that became a supergroup
+
+    def says(self, words: str) -> bool:
+        """Does the description contain `words` (case-insensitive)?"""
+        return words.lower() in self.description.lower()
+
+
+class Bucket:
+    """A token bucket: `rate` per second, bursts of `burst`; time from `now`."""
+
+    def __init__(self, rate: float, burst: float, now: Callable[[], float]) -> None:
+        self.rate = rate
+        self.burst = max(burst, 1.0)
+        self._now = now
+        self._tokens = self.burst
+        self._stamp = now()
+
+    def _refill(self) -> None:
+        now = self._now()
+        self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
+        self._stamp = now
+
+    def available(self) -> float:
+        """Tokens there now."""
+        self._refill()
+        return self._tokens
+
+    def wait_time(self) -> float:
+        """Seconds until a token is there."""
+        self._refill()
+        return 0.0 if self._tokens >= 1 else (1 - self._tokens) / self.rate
+
+    def take(self) -> None:
+        """Take a token (the caller waited for `wait_time`)."""
+        self._refill()
+        self._tokens -= 1
+
+
+class Limits:
+    """Telegram's limits as buckets: per chat, per group, overall; and pauses from 429s."""
+
+    def __init__(
+        self, chat_per_second: float, group_per_minute: float, overall_per_second: float
+    ) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.chat_rate = chat_per_second
+        self.group_rate = group_per_minute / 60
+        self.group_burst = min(group_per_minute, 20.0)
+        self.overall = Bucket(overall_per_second, overall_per_second, self.now)
+        self._chats: dict[int, Bucket] = {}
+        self._groups: dict[int, Bucket] = {}
+        self._paused: dict[tuple[int, str], float] = {}  # (chat or 0, scope) -> loop time
+
+    def now(self) -> float:
+        """The clock of the limits (the event loop's)."""
+        return self._loop.time()
+
+    def _buckets(self, chat: int) -> list[Bucket]:
+        buckets = [self.overall]
+        if chat:
+            if chat not in self._chats:
+                self._chats[chat] = Bucket(self.chat_rate, 1, self.now)
+            buckets.append(self._chats[chat])
+        if chat < 0:  # groups and supergroups have negative ids
+            if chat not in self._groups:
+                self._groups[chat] = Bucket(self.group_rate, self.group_burst, self.now)
+            buckets.append(self._groups[chat])
+        return buckets
+
+    def pause(self, chat: int, seconds: float, scope: str = "send") -> None:
+        """Telegram asked for a pause (429): no call of `scope` (sends and edits, or one
+        other method) for `chat` (0: for any chat) before it."""
+        until = self.now() + max(seconds, 0.0)
+        self._paused[(chat, scope)] = max(self._paused.get((chat, scope), 0.0), until)
+
+    def paused_for(self, chat: int, scope: str = "send") -> float:
+        """Seconds calls of `scope` for `chat` stay paused."""
+        until = max(self._paused.get((chat, scope), 0.0), self._paused.get((0, scope), 0.0))
+        return max(0.0, until - self.now())
+
+    def has_room(self, chat: int, reserve: float = 1.0) -> bool:
+        """Could an optional call (an intermediate edit) go now, keeping `reserve` tokens
+        of the chat's group for the calls that must go?"""
+        if self.paused_for(chat) > 0:
+            return False
+        buckets = self._buckets(chat)
+        needs = [1.0, 1.0] + ([1.0 + reserve] if chat < 0 else [])
+        return all(b.available() >= need for b, need in zip(buckets, needs, strict=False))
+
+    async def unpaused(self, chat: int, scope: str) -> None:
+        """Wait while calls of `scope` for `chat` are paused."""
+        wait = self.paused_for(chat, scope)
+        while wait > 0:
+            await asyncio.sleep(wait)
+            wait = self.paused_for(chat, scope)
+
+    async def acquire(self, chat: int) -> None:
+        """Wait until a send to `chat` is within every limit, and count it."""
+        while True:
+            wait = max([self.paused_for(chat)] + [b.wait_time() for b in self._buckets(chat)])
+            if wait <= 0:
+                break
+            await asyncio.sleep(wait)
+        for bucket in self._buckets(chat):
+            bucket.take()
+
+
+class BotApi:
+    """The Bot API for one token, shared by every task of the conduit."""
+
+    def __init__(self, session: aiohttp.ClientSession, base_url: str, token: str, limits: Limits):
+        self.session = session
+        self.base_url = base_url.rstrip("/")
+        self._token = token
+        self.limits = limits
+
+    def redact(self, text: str) -> str:
+        """`text` with the token replaced (URLs of files and methods contain it)."""
+        return text.replace(self._token, "<token>")
+
+    def file_url(self, file_path: str) -> str:
+        """The download URL of a file (it contains the token: never log it)."""
+        return f"{self.base_url}/file/bot{self._token}/{file_path}"
+
+    async def check(self) -> dict[str, Any]:
+        """`getMe`, tried once: who the bot is. TelegramError for a refused token;
+        aiohttp's errors (redacted) when Telegram cannot be reached."""
+        try:
+            me = await self._send("getMe", {})
+        except (aiohttp.ClientError, TimeoutError, _ServerError) as exc:
+            raise OreError(self.redact(str(exc) or type(exc).__name__)) from None
+        return dict(me)
+
+    async def call(self, method: str, *, patient: bool = True, **params: Any) -> Any:
+        """Call `method`; its `result`. See the module docstring for what is retried.
+
+        `patient=False` is for calls that may be skipped (a chat action, intermediate
+        text): flood control then raises TelegramError 429 at once, the pause noted.
+        """
+        params = {k: v for k, v in params.items() if v is not None}
+        chat = _chat_of(params)
+        pause = 0.1
+        while True:
+            if method in SENDS:
+                await self.limits.acquire(chat)
+            else:
+                await self.limits.unpaused(chat, method)
+            try:
+                return await self._send(method, params)
+            except TelegramError as exc:
+                if exc.code != 429:
+                    raise
+                log.info("telegram flood control", method=method, retry_after=exc.retry_after)
+                self.limits.pause(chat, exc.retry_after or 1.0, _scope(method))
+                if not patient:
+                    raise
+                continue
+            except (aiohttp.ClientError, TimeoutError, _ServerError) as exc:
+                failure = self.redact(str(exc) or type(exc).__name__)
+            log.info("telegram call failed, trying again", method=method, error=failure)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _RETRY_MAX)
+
+    async def _send(self, method: str, params: dict[str, Any]) -> Any:
+        url = f"{self.base_url}/bot{self._token}/{method}"
+        timeout = float(params.get("timeout", 0)) + _LONG_POLL_MARGIN
+        async with self.session.post(
+            url, json=params, timeout=aiohttp.ClientTimeout(total=timeout)
+        ) as response:
+            raw = await response.read()
+            if response.status >= 500:
+                raise _ServerError(f"HTTP {response.status}")
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            raise _ServerError(f"HTTP {response.status}: not JSON") from None
+        if not isinstance(body, dict):
+            raise _ServerError(f"HTTP {response.status}: not a JSON object")
+        if body.get("ok") is True:
+            return body.get("result")
+        parameters = body.get("parameters") or {}
+        raise TelegramError(
+            method,
+            int(body.get("error_code") or response.status),
+            self.redact(str(body.get("description") or "")),
+            float(parameters.get("retry_after") or 0),
+            int(parameters.get("migrate_to_chat_id") or 0),
+        )
+
+
+class _ServerError(Exception):
+    """Telegram answered with a 5xx or garbage: the outcome is unknown."""
+
+
+def _scope(method: str) -> str:
+    """What a 429 of `method` pauses: every send and edit (Telegram counts them
+    together), or only that method (a chat action, a draft, getUpdates)."""
+    return "send" if method in SENDS else method
+
+
+def _chat_of(params: dict[str, Any]) -> int:
+    try:
+        return int(params.get("chat_id") or 0)
+    except (TypeError, ValueError):
+        return 0

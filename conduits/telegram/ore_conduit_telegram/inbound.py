@@ -1,0 +1,372 @@
+"""Inbound: Telegram updates -> ore user messages, branches and local replies.
+
+`Inbound.take(update)` handles one update and returns once its work is done: the
+message is sent to the core and acknowledged (JetStream), or found to need nothing.
+Only then is the update confirmed to Telegram (the poller's next `offset`, or the
+webhook's 200), so a conduit killed at any moment gets the update again and sends it
+again with the same event id: the core stores it once. Work waits and tries again while
+the core or NATS is away, for as long as it takes. Updates of one chat (and topic) are
+handled in order; chats are handled concurrently.
+
+- Answered: every message of a private chat; in groups, messages addressed to the bot
+  (a mention, a command, a reply to the bot) or all (`groups = "all"`).
+- Ignored: the bot's own messages, other bots (unless `allow_bots`), service messages.
+- Conversations: a private chat (or forum topic) is one conversation until `/new`
+  starts another. In groups a reply continues the conversation of the message it
+  replies to (a reply chain is a thread); another message continues the chat's
+  current conversation, and `/new` starts a new one.
+- Commands: `/start` is answered with the greeting and `/new` with a confirmation, by
+  the conduit; `/stop` interrupts the answer being written; every other command
+  (`/help`, ...) goes to the core as text, without the `@botname` Telegram adds in groups.
+- Edits of the latest message of a conversation branch the ore thread (`on_edit`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from ore_conduit_telegram.api import BotApi, TelegramError
+from ore_conduit_telegram.config import TelegramConfig
+from ore_conduit_telegram.ids import (
+    THREAD_KEY,
+    Conversation,
+    edit_event_id,
+    event_id,
+    traceparent_of,
+)
+from ore_conduit_telegram.outbound import Notes
+from ore_conduit_telegram.state import State
+from ore_core import (
+    ApiError,
+    BusError,
+    EventContext,
+    OreError,
+    PermissionDenied,
+    Role,
+    UserMessageEvent,
+)
+from ore_core.conduit import ConduitClient
+
+__all__ = ["Identity", "Inbound"]
+
+log = structlog.get_logger("ore.conduit.telegram")
+
+_RETRY_MAX = 5.0
+_FORK_PATIENCE = 10.0  # seconds an edit waits for the interrupted answer to end
+NEW_CONVERSATION = "New conversation started."
+NO_FILES = "I cannot read files yet; I got the text that came with it."
+_FILES = ("photo", "document", "video", "audio", "voice", "animation", "sticker")
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who the bot is, from `getMe` at start."""
+
+    id: int
+    username: str
+
+
+def _passing(error: BaseException) -> bool:
+    """Does `error` pass with time (the core or NATS away, the core failing)?"""
+    if isinstance(error, BusError):
+        return not isinstance(error, PermissionDenied)
+    if isinstance(error, ApiError):
+        return error.status >= 500
+    return False
+
+
+@dataclass
+class _Lane:
+    """The updates of one chat (and topic) run one at a time, in arrival order (the
+    lock is fair); forgotten once none is waiting."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Message:
+    """The parts of a Telegram message the conduit reads."""
+
+    chat: int
+    kind: str
+    topic: int
+    message_id: int
+    sender: int
+    sender_is_bot: bool
+    text: str
+    reply_to: int
+    reply_to_sender: int
+    has_file: bool = False
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> _Message | None:
+        chat = data.get("chat")
+        sender = data.get("from")
+        if not isinstance(chat, Mapping) or not isinstance(sender, Mapping):
+            return None
+        reply = data.get("reply_to_message")
+        reply = reply if isinstance(reply, Mapping) else {}
+        replier = reply.get("from")
+        replier = replier if isinstance(replier, Mapping) else {}
+        try:
+            return cls(
+                chat=int(chat["id"]),
+                kind=str(chat.get("type") or "private"),
+                topic=int(data.get("message_thread_id") or 0)
+                if data.get("is_topic_message")
+                else 0,
+                message_id=int(data["message_id"]),
+                sender=int(sender["id"]),
+                sender_is_bot=bool(sender.get("is_bot")),
+                text=str(data.get("text") or data.get("caption") or ""),
+                reply_to=int(reply.get("message_id") or 0),
+                reply_to_sender=int(replier.get("id") or 0),
+                has_file=any(key in data for key in _FILES),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    @property
+    def private(self) -> bool:
+        return self.kind == "private"
+
+
+class Inbound:
+    """Turns Telegram updates into ore events; see the module docstring.
+
+    `notes` sends the conduit's own replies once they are queued in the state.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        client: ConduitClient,
+        api: BotApi,
+        config: TelegramConfig,
+        identity: Identity,
+        state: State,
+        notes: Notes,
+    ) -> None:
+        self.name = name
+        self.client = client
+        self.api = api
+        self.config = config
+        self.identity = identity
+        self.state = state
+        self.notes = notes
+        self._lanes: dict[str, _Lane] = {}
+
+    async def take_all(self, updates: list[Mapping[str, Any]]) -> None:
+        """Handle a batch of updates (in order per chat); return once all are done."""
+        async with asyncio.TaskGroup() as tasks:
+            for update in updates:
+                tasks.create_task(self.take(update))
+
+    async def take(self, update: Mapping[str, Any]) -> None:
+        """Handle one update; return once its work is done (see the module docstring).
+        A bug or a refusal of the core is logged: the update is then confirmed anyway,
+        or it would come back forever."""
+        work = self._decide(update)
+        if work is None:
+            return
+        key, job = work
+        lane = self._lanes.setdefault(key, _Lane())
+        lane.users += 1
+        try:
+            async with lane.lock:
+                await self._until_done(job)
+        except OreError as exc:
+            log.error("telegram update not handled", update=update.get("update_id"), error=str(exc))
+        except Exception:
+            log.exception("telegram update not handled", update=update.get("update_id"))
+        finally:
+            lane.users -= 1
+            if not lane.users:
+                del self._lanes[key]
+
+    async def _until_done(self, job: Callable[[], Awaitable[None]]) -> None:
+        pause = 0.1
+        told = False
+        while True:
+            try:
+                await job()
+                return
+            except Exception as exc:
+                if not _passing(exc):
+                    raise
+                if not told:
+                    log.warning("a telegram update waits for the core", error=str(exc))
+                    told = True
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _RETRY_MAX)
+
+    def _decide(
+        self, update: Mapping[str, Any]
+    ) -> tuple[str, Callable[[], Awaitable[None]]] | None:
+        for kind in ("message", "edited_message"):
+            data = update.get(kind)
+            if isinstance(data, Mapping):
+                break
+        else:
+            return None  # channel posts, callbacks, ...: not subscribed, nothing to do
+        message = _Message.of(data)
+        if message is None or not (message.text.strip() or message.has_file):
+            return None
+        if message.sender_is_bot and message.sender not in self.config.allow_bots:
+            return None  # the bot itself, or another bot: never a loop
+        text = self._addressed(message)
+        if text is None:
+            return None
+        lane = f"{message.chat}:{message.topic}"
+        if kind == "edited_message":
+            if self.config.on_edit == "ignore":
+                return None
+            update_id = int(update.get("update_id") or 0)
+            return lane, lambda: self._edited(message, text, update_id)
+        return lane, lambda: self._message(message, text)
+
+    def _addressed(self, message: _Message) -> str | None:
+        """The text to send if the message is for the bot (mention and @suffix removed)."""
+        text = message.text.strip()
+        mention = f"@{self.identity.username}"
+        command = text.startswith("/")
+        if command:
+            name, _, rest = text.partition(" ")
+            name, _, target = name.partition("@")
+            if target and target.lower() != self.identity.username.lower():
+                return None  # a command for another bot
+            text = f"{name} {rest}".strip()
+        found = text.lower().find(mention.lower())
+        mentioned = found >= 0
+        if mentioned:
+            text = (text[:found] + text[found + len(mention) :]).strip()
+        if message.private or self.config.groups == "all":
+            return text
+        if command or mentioned or message.reply_to_sender == self.identity.id:
+            return text
+        return None
+
+    async def _conversation(self, message: _Message) -> Conversation:
+        """The conversation a message belongs to (remembered for replies and edits)."""
+        known = await self.state.chain(message.chat, message.message_id)
+        if known is None:
+            if message.reply_to and not message.private:
+                known = await self.state.chain(message.chat, message.reply_to)
+            if known is None:
+                known = await self.state.root(message.chat, message.topic)
+            await self.state.add_to_chain(message.chat, message.message_id, known)
+        return Conversation(message.chat, message.topic, known, message.kind)
+
+    async def _thread_id(self, conversation: Conversation) -> str:
+        thread_id, _ = await self.client.lookup_or_create(
+            THREAD_KEY, conversation.key, conversation.metadata()
+        )
+        return thread_id
+
+    def _event(self, message: _Message, event: str, text: str) -> UserMessageEvent:
+        context = EventContext(
+            provenance=self.name, user=str(message.sender), traceparent=traceparent_of(event)
+        )
+        return UserMessageEvent(id=event, content=text, context=context)
+
+    async def _message(self, message: _Message, text: str) -> None:
+        command = text.split(" ", 1)[0]
+        if command == "/start":
+            await self._note(message, "start", self.config.greeting)
+            return
+        if command == "/new":
+            root = str(message.message_id)
+            await self.state.set_root(message.chat, message.topic, root)
+            await self.state.add_to_chain(message.chat, message.message_id, root)
+            await self._note(message, "new", NEW_CONVERSATION)
+            return
+        if message.has_file:
+            await self._note(message, "file", NO_FILES)
+            if not text:
+                return
+        conversation = await self._conversation(message)
+        thread_id = await self._thread_id(conversation)
+        event = event_id(message.chat, message.message_id)
+        if command == "/stop":
+            await self.client.interrupt(thread_id, id=event)
+            return
+        await self.state.set_asked(traceparent_of(event), message.message_id)
+        await self.client.send(thread_id, self._event(message, event, text))
+
+    async def _note(self, message: _Message, what: str, text: str) -> None:
+        note_id = f"{what}:{message.chat}:{message.message_id}"
+        await self.state.add_note((note_id, message.chat, message.topic, message.message_id, text))
+        await self.notes.flush()
+
+    # -- edits ----------------------------------------------------------------------
+
+    async def _edited(self, message: _Message, text: str, update_id: int) -> None:
+        if text.split(" ", 1)[0] in ("/start", "/new", "/stop"):
+            return
+        root = await self.state.chain(message.chat, message.message_id)
+        if root is None:
+            return  # never answered: an edit of a message the bot did not take
+        conversation = Conversation(message.chat, message.topic, root, message.kind)
+        thread_id = await self._thread_id(conversation)
+        original = event_id(message.chat, message.message_id)
+        branch = edit_event_id(message.chat, message.message_id, update_id)
+        turns = await self.client.turns(thread_id)
+        latest = next((t for t in reversed(turns) if t.role == Role.USER), None)
+        if latest is not None and latest.event_id == branch:
+            return  # done before a crash (the update came again)
+        if latest is None or not (
+            latest.event_id == original or latest.event_id.startswith(f"{original}:edit:")
+        ):
+            log.info("edit of an older message ignored", thread_id=thread_id, event_id=original)
+            return
+        await self.client.interrupt(thread_id)
+        await self._fork(thread_id, latest.parent_id)
+        await self.state.set_asked(traceparent_of(branch), message.message_id)
+        await self.client.send(thread_id, self._event(message, branch, text))
+
+    async def _fork(self, thread_id: str, turn_id: str) -> None:
+        """Move the tip before the edited message, once the interrupted turn has ended."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _FORK_PATIENCE
+        pause = 0.02
+        while True:
+            try:
+                await self.client.fork(thread_id, turn_id)
+                return
+            except ApiError as exc:
+                if exc.status != 409 or loop.time() > deadline:
+                    raise
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.5)
+
+
+async def poll(api: BotApi, inbound: Inbound, config: TelegramConfig) -> None:
+    """Long polling until cancelled: each batch is handled before the next call confirms
+    it (the `offset`). The first call gets what an earlier run left unconfirmed."""
+    offset: int | None = None
+    while True:
+        try:
+            updates = await api.call(
+                "getUpdates",
+                offset=offset,
+                timeout=config.poll_timeout,
+                allowed_updates=["message", "edited_message"],
+            )
+        except TelegramError as exc:
+            if exc.code != 409:
+                raise
+            log.warning("another getUpdates or a webhook is active; waiting", error=exc.description)
+            await asyncio.sleep(1.0)
+            continue
+        if not isinstance(updates, list) or not updates:
+            continue
+        updates = [u for u in updates if isinstance(u, Mapping) and "update_id" in u]
+        await inbound.take_all(updates)
+        offset = max(int(u["update_id"]) for u in updates) + 1

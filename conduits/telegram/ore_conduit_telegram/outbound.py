@@ -1,0 +1,553 @@
+"""Outbound: ore output events -> what a Telegram chat shows.
+
+One `ThreadRenderer` per ore thread handles its events in order; threads render
+concurrently. An answer (the output events of one user message: they carry its
+traceparent) becomes one or more Telegram messages, the first replying to the user's:
+
+- while the turn runs, the chat shows "typing" (`sendChatAction`, renewed every few
+  seconds);
+- text deltas are shown as plain text (half-written Markdown would be refused as
+  entities) at most every `flush_interval` seconds: in a private chat as a draft
+  (`sendMessageDraft`), elsewhere as one message (`sendMessage`, then `editMessageText`),
+  an intermediate edit being skipped when the chat's budget is short;
+- at `lifecycle: done` the answer is shown for good: split into parts of at most
+  `message_chars` characters (code fences balanced), each as Telegram HTML, or as plain
+  text when Telegram refuses the entities; a cancelled or failed answer ends with a
+  marker. Final sends and edits wait for the limits (and for `retry_after`): they are
+  never dropped.
+- every message sent is recorded in the conduit's state before the next step, and the
+  record names the answer, whether it is finished, and the stored sequence up to which
+  every answer of the thread was shown: a restarted conduit (its durable feed gives it
+  again what it had not confirmed) finishes the messages it started, and skips answers
+  it showed.
+
+Telegram cannot be asked what a chat shows, so a conduit killed between Telegram
+accepting a message and the record of it sends that part again after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hashlib
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import structlog
+
+from ore_conduit_telegram.api import BotApi, TelegramError
+from ore_conduit_telegram.config import TelegramConfig
+from ore_conduit_telegram.ids import Conversation
+from ore_conduit_telegram.state import State
+from ore_conduit_telegram.text import split_text, to_html
+from ore_core import (
+    ApiError,
+    ArtifactEvent,
+    BusError,
+    ErrorEvent,
+    LifecycleEvent,
+    NoticeEvent,
+    OreError,
+    OutputEvent,
+    PermissionDenied,
+    Text,
+    TextDelta,
+)
+from ore_core.conduit import ConduitClient, Delivery, Hold
+
+__all__ = ["OUTPUT_KINDS", "Notes", "Outbound", "ThreadRenderer"]
+
+log = structlog.get_logger("ore.conduit.telegram")
+
+OUTPUT_KINDS = frozenset({"text_delta", "text", "turn_complete", "lifecycle", "error", "notice"})
+"""The output kinds the conduit renders."""
+
+_TYPING_EVERY = 4.5  # seconds: Telegram shows a chat action for about 5
+_TYPING_AT_MOST = 600.0  # seconds of "typing" for one answer (its end may never come)
+_IDLE = 30.0  # seconds a renderer with nothing to do waits before it ends
+_FINISHED = 4096  # answers remembered as finished, so repeats of their events are skipped
+_RETRY_MAX = 5.0
+_STOP_GRACE = 3.0  # seconds a polite stop waits for a message being sent to be recorded
+_R = TypeVar("_R")
+_UNKNOWN = "\x00"  # what a message of an earlier run shows: never equal to a text
+
+
+def _draft_id(trace: str) -> int:
+    """A non-zero draft id that is a function of the answer."""
+    return int(hashlib.sha256(trace.encode()).hexdigest()[:7], 16) + 1
+
+
+@dataclass
+class _Answer:
+    """The answer to one user message, as far as it is known."""
+
+    trace: str
+    raw: str = ""  # the streamed text (deltas; text artifacts joined once complete)
+    texts: list[str] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    error: str | None = None
+    cancelled: bool = False
+    messages: list[int] = field(default_factory=list)  # Telegram message ids of its parts
+    shown: str = ""  # what the streamed message or draft shows
+    running: bool = False
+    drafts: bool = True
+    after: int = 0  # the thread's stored sequence up to which every answer was shown
+    sequence: int = 0  # the last stored batch of this answer handled
+    piece_done: bool = False
+    flushed_at: float = float("-inf")
+    typing_at: float = float("-inf")
+    typing_since: float = float("-inf")
+
+
+class Outbound:
+    """Routes the durable feed's events to one renderer per thread (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        client: ConduitClient,
+        api: BotApi,
+        config: TelegramConfig,
+        state: State,
+        tasks: asyncio.TaskGroup,
+    ) -> None:
+        self.name = name
+        self.client = client
+        self.api = api
+        self.config = config
+        self.state = state
+        self.tasks = tasks
+        self.renderers: dict[str, ThreadRenderer] = {}
+        self.finished: OrderedDict[str, None] = OrderedDict()  # traces
+
+    def mark_finished(self, trace: str) -> None:
+        self.finished[trace] = None
+        while len(self.finished) > _FINISHED:
+            self.finished.popitem(last=False)
+
+    async def serve(self, ready: asyncio.Event) -> None:
+        """Open the durable feed (waiting for the core if it is away), set `ready`, and
+        hand every delivery to its thread's renderer, held until rendered."""
+        async with self.client.events(kinds=OUTPUT_KINDS, durable=self.config.durable) as feed:
+            ready.set()
+            async for delivery in feed:
+                renderer = self.renderers.get(delivery.thread_id)
+                if renderer is None or renderer.ended:
+                    renderer = ThreadRenderer(self, delivery.thread_id)
+                    self.renderers[delivery.thread_id] = renderer
+                    self.tasks.create_task(
+                        renderer.run(), name=f"telegram-render-{delivery.thread_id}"
+                    )
+                renderer.queue.put_nowait((delivery, feed.hold(delivery)))
+
+
+class ThreadRenderer:
+    """Renders one ore thread's events into its Telegram chat, in order."""
+
+    def __init__(self, outbound: Outbound, thread_id: str) -> None:
+        self.out = outbound
+        self.api = outbound.api
+        self.config = outbound.config
+        self.thread_id = thread_id
+        self.queue: asyncio.Queue[tuple[Delivery, Hold]] = asyncio.Queue()
+        self.ended = False
+        self.place: Conversation | None = None
+        self.answers: dict[str, _Answer] = {}
+        self.last_sequence = 0
+
+    # -- the loop ---------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Handle events until idle for a while; failures are logged, never raised."""
+        try:
+            self.place = await self._place()
+            while True:
+                item = await self._next()
+                if item is None:
+                    if self.queue.empty() and not self.answers:
+                        return
+                    continue
+                delivery, hold = item
+                await self._safely(self._handle, delivery)
+                hold.release()
+                if self.queue.empty():
+                    await self._safely(self._tick)
+        finally:
+            self.ended = True
+
+    async def _next(self) -> tuple[Delivery, Hold] | None:
+        """The next delivery; None when a flush or a chat action is due (done here)."""
+        if not self.queue.empty():
+            return self.queue.get_nowait()
+        due = self._due()
+        try:
+            return await asyncio.wait_for(self.queue.get(), _IDLE if due is None else max(due, 0))
+        except TimeoutError:
+            if due is not None:
+                await self._safely(self._tick)
+            return None
+
+    async def _safely(self, step: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        try:
+            await step(*args)
+        except OreError as exc:
+            log.error("telegram rendering failed", thread_id=self.thread_id, error=str(exc))
+        except Exception:  # a bug rendering one event must not stop the other threads
+            log.exception("telegram rendering failed", thread_id=self.thread_id)
+
+    async def _place(self) -> Conversation | None:
+        """The Telegram conversation of the ore thread (None: not Telegram's)."""
+        try:
+            info = await self._while_away(lambda: self.out.client.get_thread(self.thread_id))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return Conversation.from_metadata(info.metadata)
+
+    async def _while_away(self, call: Callable[[], Awaitable[_R]]) -> _R:
+        """`call()`, tried again while the core is away."""
+        pause = 0.1
+        while True:
+            try:
+                return await call()
+            except PermissionDenied:
+                raise
+            except BusError as exc:
+                log.info("core unreachable, waiting", thread_id=self.thread_id, error=str(exc))
+            except ApiError as exc:
+                if exc.status < 500:
+                    raise
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _RETRY_MAX)
+
+    # -- events -----------------------------------------------------------------------
+
+    async def _handle(self, delivery: Delivery) -> None:
+        try:
+            await self._handle_event(delivery.event, delivery.sequence)
+        finally:
+            if delivery.sequence is not None:
+                self.last_sequence = max(self.last_sequence, delivery.sequence)
+
+    async def _handle_event(self, event: OutputEvent, sequence: int | None) -> None:
+        if self.place is None or event.context.provenance != self.out.name:
+            return  # not a Telegram thread, or another conduit's message
+        trace = event.context.traceparent
+        if not trace or trace in self.out.finished:
+            return
+        answer = self.answers.get(trace)
+        if answer is None:
+            answer = _Answer(trace, after=self.last_sequence, drafts=self._drafts())
+            if not await self._recover(answer, sequence):
+                return
+            self.answers[trace] = answer
+        if sequence is not None:
+            answer.sequence = max(answer.sequence, sequence)
+        if isinstance(event, LifecycleEvent):
+            if event.phase == "submitted":
+                if not answer.texts:
+                    answer.raw = ""  # a turn begun again (its core died): its text restarts
+                answer.running = True
+                answer.typing_since = self.api.limits.now()
+                await self._typing(answer)
+            elif event.phase == "cancelled":
+                answer.cancelled = True
+            elif event.phase == "done":
+                await self._finish(answer)
+        elif isinstance(event, ArtifactEvent):
+            self._add_text(answer, event)
+        elif isinstance(event, ErrorEvent):
+            answer.error = event.message
+        elif isinstance(event, NoticeEvent):
+            answer.notices.append(event.content)
+
+    def _drafts(self) -> bool:
+        assert self.place is not None
+        return self.config.drafts and self.place.kind == "private"
+
+    def _add_text(self, answer: _Answer, event: ArtifactEvent) -> None:
+        artifact = event.artifact
+        if isinstance(artifact, TextDelta):
+            if answer.piece_done:
+                answer.raw += "\n\n"
+                answer.piece_done = False
+            answer.raw += artifact.content
+        elif isinstance(artifact, Text):
+            answer.texts.append(artifact.content)
+            answer.raw = "\n\n".join(answer.texts)
+            answer.piece_done = True
+
+    async def _recover(self, answer: _Answer, sequence: int | None) -> bool:
+        """Adopt what an earlier run recorded for this answer; False: it was shown."""
+        record = await self.out.state.record(self.thread_id)
+        upto = int(record.get("upto") or 0)
+        if record.get("trace") != answer.trace:
+            if sequence is not None and sequence <= upto:
+                self.out.mark_finished(answer.trace)  # an older answer, shown before
+                return False
+            answer.after = max(answer.after, upto)
+            return True
+        if record.get("final"):
+            self.out.mark_finished(answer.trace)
+            return False
+        answer.after = upto
+        answer.messages = [int(m) for m in record.get("messages") or []]
+        answer.shown = _UNKNOWN  # unknown: rewritten when the answer is done
+        answer.drafts = answer.drafts and not answer.messages
+        return True
+
+    async def _save(self, answer: _Answer, *, final: bool = False) -> None:
+        record = {
+            "trace": answer.trace,
+            "messages": answer.messages,
+            "final": final,
+            "upto": (answer.sequence or answer.after) if final else answer.after,
+        }
+        await self.out.state.save_record(self.thread_id, record)
+
+    # -- timing -----------------------------------------------------------------------
+
+    def _due(self) -> float | None:
+        """Seconds until a flush or a chat action is due (None: nothing to do)."""
+        now = self.api.limits.now()
+        due: float | None = None
+        for answer in self.answers.values():
+            times = []
+            if self._typing_due(answer, now):
+                times.append(answer.typing_at + _TYPING_EVERY - now)
+            if answer.raw != answer.shown and answer.shown != _UNKNOWN:
+                times.append(answer.flushed_at + self.config.flush_interval - now)
+            for wait in times:
+                due = wait if due is None else min(due, wait)
+        return due
+
+    def _typing_due(self, answer: _Answer, now: float) -> bool:
+        return answer.running and now - answer.typing_since < _TYPING_AT_MOST
+
+    async def _tick(self) -> None:
+        now = self.api.limits.now()
+        for answer in list(self.answers.values()):
+            if self._typing_due(answer, now) and now - answer.typing_at >= _TYPING_EVERY:
+                await self._typing(answer)
+            if (
+                answer.raw != answer.shown
+                and answer.shown != _UNKNOWN
+                and now - answer.flushed_at >= self.config.flush_interval
+            ):
+                await self._progress(answer)
+
+    # -- Telegram ---------------------------------------------------------------------
+
+    def _where(self) -> dict[str, Any]:
+        assert self.place is not None
+        where: dict[str, Any] = {"chat_id": self.place.chat}
+        if self.place.topic:  # the General topic and plain chats: no thread id
+            where["message_thread_id"] = self.place.topic
+        return where
+
+    async def _typing(self, answer: _Answer) -> None:
+        """Show "typing" (skipped while the chat is paused: it must never delay text)."""
+        assert self.place is not None
+        answer.typing_at = self.api.limits.now()
+        if self.api.limits.paused_for(self.place.chat, "sendChatAction") > 0:
+            return
+        try:
+            await self.api.call("sendChatAction", patient=False, action="typing", **self._where())
+        except TelegramError as exc:
+            log.info("chat action refused", thread_id=self.thread_id, error=exc.description)
+
+    async def _progress(self, answer: _Answer) -> None:
+        """Show more of an answer that is still being written (plain text)."""
+        assert self.place is not None
+        parts = split_text(answer.raw, self.config.message_chars)
+        if not parts:
+            return
+        answer.flushed_at = self.api.limits.now()
+        try:
+            if answer.drafts:
+                await self.api.call(
+                    "sendMessageDraft",
+                    patient=False,
+                    draft_id=_draft_id(answer.trace),
+                    text=parts[-1],
+                    **self._where(),
+                )
+                answer.shown = answer.raw
+                return
+            preview = parts[0]
+            if not self.api.limits.has_room(self.place.chat):
+                return  # intermediate text waits: the final text must not
+            if not answer.messages:
+                await _uninterrupted(self._post_part(answer, 0, preview, html=False))
+            elif preview != answer.shown:
+                await self._edit(answer.messages[0], preview, html=False, patient=False)
+            answer.shown = preview if len(parts) > 1 else answer.raw
+        except TelegramError as exc:
+            if exc.code == 429:
+                return  # the chat is paused: the text waits for the next flush
+            if answer.drafts:
+                log.info("drafts refused: editing instead", error=exc.description)
+                answer.drafts = False
+            else:
+                log.info(
+                    "intermediate text not shown", thread_id=self.thread_id, error=exc.description
+                )
+
+    async def _post_part(self, answer: _Answer, index: int, text: str, *, html: bool) -> None:
+        """Send part `index` of the answer and record it before anything else happens."""
+        assert self.place is not None
+        posted = await self._post(answer, text, html=html, first=index == 0)
+        answer.messages[index : index + 1] = [posted]
+        await self._save(answer)
+        await self.out.state.add_to_chain(self.place.chat, posted, self.place.root)
+
+    async def _post(self, answer: _Answer, text: str, *, html: bool, first: bool = True) -> int:
+        """Send one message (the answer's first replies to the user's); its id. HTML
+        that Telegram refuses goes again as plain text; a topic that is gone, to the chat."""
+        where = self._where()
+        if first:
+            asked = await self.out.state.asked(answer.trace)
+            if asked:
+                where["reply_parameters"] = {
+                    "message_id": asked,
+                    "allow_sending_without_reply": True,
+                }
+        while True:
+            try:
+                if html:
+                    sent = await self.api.call(
+                        "sendMessage", text=to_html(text), parse_mode="HTML", **where
+                    )
+                else:
+                    sent = await self.api.call("sendMessage", text=text, **where)
+                return int(sent["message_id"])
+            except TelegramError as exc:
+                if html and exc.says("can't parse entities"):
+                    log.info("formatting refused, sending plain text", error=exc.description)
+                    html = False
+                elif exc.migrate_to_chat_id and where["chat_id"] != exc.migrate_to_chat_id:
+                    log.info("the group became a supergroup", chat=exc.migrate_to_chat_id)
+                    where["chat_id"] = exc.migrate_to_chat_id
+                    where.pop("reply_parameters", None)
+                    assert self.place is not None
+                    self.place = dataclasses.replace(self.place, chat=exc.migrate_to_chat_id)
+                elif exc.says("thread not found") and "message_thread_id" in where:
+                    del where["message_thread_id"]
+                    log.warning("topic gone, answering in the chat", thread_id=self.thread_id)
+                else:
+                    raise
+
+    async def _edit(self, message: int, text: str, *, html: bool, patient: bool = True) -> bool:
+        """Make `message` show `text`; False if it is gone (deleted by someone)."""
+        assert self.place is not None
+        while True:
+            where = {"chat_id": self.place.chat, "message_id": message}
+            try:
+                if html:
+                    await self.api.call(
+                        "editMessageText",
+                        patient=patient,
+                        text=to_html(text),
+                        parse_mode="HTML",
+                        **where,
+                    )
+                else:
+                    await self.api.call("editMessageText", patient=patient, text=text, **where)
+                return True
+            except TelegramError as exc:
+                if exc.says("message is not modified"):
+                    return True
+                if html and exc.says("can't parse entities"):
+                    html = False
+                    continue
+                if exc.says("message to edit not found") or exc.says("can't be edited"):
+                    return False
+                raise
+
+    async def _finish(self, answer: _Answer) -> None:
+        """The answer is complete: show exactly it, in as many messages as it needs."""
+        try:
+            body = "\n\n".join(answer.texts) if answer.texts else answer.raw
+            if not body.strip() and answer.notices:
+                body = "\n".join(answer.notices)
+            marker = ""
+            if answer.cancelled:
+                marker = "(interrupted)"
+            elif answer.error is not None:
+                marker = f"(error: {answer.error[:200]})"
+            text = body.rstrip()
+            if marker:
+                text = f"{text}\n\n{marker}" if text else marker
+            parts = split_text(text, self.config.message_chars)
+            answer.running = False
+            for index, part in enumerate(parts):
+                if index < len(answer.messages) and await self._edit(
+                    answer.messages[index], part, html=True
+                ):
+                    continue
+                await _uninterrupted(self._post_part(answer, index, part, html=True))
+            for extra in answer.messages[len(parts) :]:
+                await self._delete(extra)
+            answer.messages = answer.messages[: len(parts)]
+            await self._save(answer, final=True)
+            self.out.mark_finished(answer.trace)
+        finally:
+            self.answers.pop(answer.trace, None)
+
+    async def _delete(self, message: int) -> None:
+        assert self.place is not None
+        try:
+            await self.api.call("deleteMessage", chat_id=self.place.chat, message_id=message)
+        except TelegramError as exc:
+            log.info("surplus message not deleted", message=message, error=exc.description)
+
+
+async def _uninterrupted(step: Awaitable[None]) -> None:
+    """Run `step` to its end even if the renderer is cancelled meanwhile (a polite stop):
+    a message Telegram accepted must be recorded, or a restart would send it again. The
+    stop waits `_STOP_GRACE` seconds at most (Telegram unreachable, say)."""
+    task = asyncio.ensure_future(step)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(task, _STOP_GRACE)
+        raise
+
+
+class Notes:
+    """Sends the conduit's own replies (the greeting, "new conversation") from the state,
+    each once: queued by the update that asked for it, and marked sent once Telegram has
+    it. `flush` sends what is queued, in order; the inbound side awaits it, so a local
+    reply comes before the answers to later messages of its chat."""
+
+    def __init__(self, api: BotApi, state: State) -> None:
+        self.api = api
+        self.state = state
+        self._lock = asyncio.Lock()
+
+    async def flush(self) -> None:
+        """Send every queued reply."""
+        async with self._lock:
+            for note_id, chat, topic, reply_to, text in await self.state.notes():
+                message: dict[str, Any] = {"chat_id": chat, "text": text}
+                if topic:
+                    message["message_thread_id"] = topic
+                if reply_to:
+                    message["reply_parameters"] = {
+                        "message_id": reply_to,
+                        "allow_sending_without_reply": True,
+                    }
+                await _uninterrupted(self._send(note_id, message))
+
+    async def _send(self, note_id: str, message: dict[str, Any]) -> None:
+        try:
+            await self.api.call("sendMessage", **message)
+        except TelegramError as exc:
+            log.warning("local reply refused", chat=message["chat_id"], error=exc.description)
+        await self.state.note_sent(note_id)

@@ -1,0 +1,67 @@
+"""Edits branch the ore thread and answer again (or are ignored)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from ore_core import Role, Text
+
+if TYPE_CHECKING:
+    from tests.conftest import Harness
+
+pytestmark = pytest.mark.asyncio
+
+DM = 1001
+
+
+def user_texts(turns: list[Any]) -> list[str]:
+    return [
+        a.content for t in turns if t.role == Role.USER for a in t.artifacts if isinstance(a, Text)
+    ]
+
+
+async def test_an_edit_of_the_latest_message_branches_the_thread_and_answers_again(
+    tg: Harness,
+) -> None:
+    await tg.start()
+    asked = await tg.fake.user_says(DM, "wrong question")
+    await tg.shows(DM, ["echo: wrong question"])
+    await tg.fake.user_edits(asked, "right question")
+    await tg.shows(DM, ["echo: wrong question", "echo: right question"])
+    (thread,) = await tg.threads()
+    assert user_texts(thread.turns()) == ["right question"]
+    assert sorted(user_texts(thread.all_turns())) == ["right question", "wrong question"]
+
+
+async def test_an_edit_while_the_answer_runs_interrupts_it_and_answers_the_new_text(
+    tg: Harness,
+) -> None:
+    script = tg.script("slow question", "thinking", tg.HOLD, " never")
+    await tg.start()
+    asked = await tg.fake.user_says(DM, "slow question")
+    await asyncio.wait_for(script.holding.wait(), 10)
+    await tg.fake.user_edits(asked, "quick one")
+    await tg.shows(DM, ["thinking\n\n(interrupted)", "echo: quick one"])
+
+
+async def test_an_edit_of_an_older_message_is_not_answered(tg: Harness) -> None:
+    await tg.start()
+    first = await tg.fake.user_says(DM, "one")
+    await tg.shows(DM, ["echo: one"])
+    await tg.fake.user_says(DM, "two")
+    await tg.shows(DM, ["echo: one", "echo: two"])
+    await tg.fake.user_edits(first, "one, edited")
+    await tg.fake.user_says(DM, "three")
+    await tg.shows(DM, ["echo: one", "echo: two", "echo: three"])
+
+
+async def test_edits_are_ignored_when_configured(tg: Harness) -> None:
+    await tg.start(on_edit="ignore")
+    asked = await tg.fake.user_says(DM, "as written")
+    await tg.shows(DM, ["echo: as written"])
+    await tg.fake.user_edits(asked, "changed")
+    await tg.fake.user_says(DM, "next")
+    await tg.shows(DM, ["echo: as written", "echo: next"])
