@@ -115,9 +115,10 @@ def parse_endpoint(text: str, conversation_key: Callable[[str], str | None]) -> 
     """`NS:KEY=VALUE` or `NS:VALUE` as an Endpoint.
 
     `conversation_key(NS)` names the key of the short form (the installed conduit's
-    `conversation_key`); None means no such conduit is known, which only the full form
-    can do without. A `=` in the short form's value is fine when the conduit's key is
-    known and the text before `=` is not a key of the namespace.
+    `conversation_key`); None means no installed conduit of that name declares one,
+    which only the full form can do without. A `=` in the short form's value is fine
+    when the conduit's key is known and the text before `=` is not a key of the
+    namespace.
     """
     namespace, colon, rest = text.partition(":")
     if not colon or not namespace or not rest:
@@ -133,8 +134,8 @@ def parse_endpoint(text: str, conversation_key: Callable[[str], str | None]) -> 
     named = conversation_key(namespace)
     if named is None:
         raise EndpointError(
-            f"endpoint {text[:80]!r}: no installed conduit is named {namespace!r}, so its "
-            "key is unknown: install the conduit, or name the key in full "
-            f"({namespace}:{namespace}.KEY=VALUE)"
+            f"endpoint {text[:80]!r}: no installed conduit named {namespace!r} declares a "
+            "conversation_key, so the key is unknown: install the conduit, or name the key "
+            f"in full ({namespace}:{namespace}.KEY=VALUE, or {namespace}:{ID_KEY}=THREAD)"
         )
     return Endpoint(namespace, named, rest)

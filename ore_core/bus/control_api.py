@@ -29,6 +29,7 @@ from typing import Annotated, Any, TypeVar
 import structlog
 from nats.aio.client import Client as NatsClient
 from nats.errors import NoRespondersError
+from nats.js.api import RawStreamMsg
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 from nats.micro import add_service
@@ -37,7 +38,7 @@ from nats.micro.service import Service
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ore_core import jsonutil
-from ore_core.bridge.admin import LinkAdd, LinkAdmin, LinkList, LinkRef
+from ore_core.bridge.admin import GATEWAY_KEY, LinkAdd, LinkAdmin, LinkList, LinkRef
 from ore_core.bridge.cache import LinkCache
 from ore_core.bridge.deliveries import (
     DeliveryGet,
@@ -304,6 +305,16 @@ def _private(message: str, location: str) -> str:
 def _one_line(text: str) -> str:
     # A NATS header value cannot hold a line break.
     return " ".join(text.split())
+
+
+def _check_conduit_key(key: str) -> None:
+    """A conduit may not change the settings the core mirrors from a thread's links."""
+    if key == GATEWAY_KEY or key.startswith(GATEWAY_KEY + "."):
+        raise _Failure(
+            400,
+            f"key: {key} is set by the core from the thread's links (an operator's "
+            "decision: `ore link`, [[gateway]] in ore.toml)",
+        )
 
 
 # --- the service -------------------------------------------------------------------
@@ -595,10 +606,12 @@ class ControlAPI:
         return await self._fork(body)
 
     async def _own_meta_set(self, body: _MetaSet, namespace: str) -> _Reply:
+        _check_conduit_key(body.key)
         await self._own_thread(body.id, namespace)
         return await self._meta_set(body)
 
     async def _own_meta_delete(self, body: _MetaDelete, namespace: str) -> _Reply:
+        _check_conduit_key(body.key)
         await self._own_thread(body.id, namespace)
         return await self._meta_delete(body)
 
@@ -611,14 +624,14 @@ class ControlAPI:
         re-serialisation) and stops before the reply would exceed `max_payload`.
         """
         subjects = self._subjects
-        subject = (
-            subjects.events_wildcard_of(namespace)
+        read = (
+            [subjects.events_wildcard_of(namespace), *self._linked_subjects(namespace)]
             if body.thread is None
-            else subjects.events(await self._home_shown(namespace, body.thread), body.thread)
+            else [subjects.events(await self._home_shown(namespace, body.thread), body.thread)]
         )
         stream = subjects.events_stream
         try:
-            return await self._read_stored(stream, subject, body)
+            return await self._read_stored(stream, read, body)
         except NoRespondersError:
             raise _Failure(
                 500, f"stream {stream} does not exist: start `ore serve` to create it"
@@ -646,6 +659,13 @@ class ControlAPI:
         if self._links is None:
             return namespace
         return await self._links.shows(namespace, thread_id) or namespace
+
+    def _linked_subjects(self, namespace: str) -> list[str]:
+        """The events subjects of the other namespaces' threads shown to `namespace`."""
+        if self._links is None:
+            return []
+        events = self._subjects.events
+        return [events(home, thread) for thread, home in self._links.linked_threads(namespace)]
 
     def _link_methods(self) -> list[tuple[str, type[Any], Callable[[Any], Awaitable[_Reply]]]]:
         async def call(name: str, body: Any) -> _Reply:
@@ -733,24 +753,24 @@ class ControlAPI:
             )
         return self._link_admin
 
-    async def _read_stored(self, stream: str, subject: str, body: _Read) -> _Reply:
+    async def _read_stored(self, stream: str, read: list[str], body: _Read) -> _Reply:
+        """The stored messages on the subjects `read` after `body.after`, merged in
+        sequence order (one subject but for a namespace with linked threads)."""
         subjects = self._subjects
         if body.limit == 0:
-            return {"events": [], "next": None, "last": await self._last(stream, subject)}
+            last = max([await self._last(stream, subject) for subject in read])
+            return {"events": [], "next": None, "last": last}
         entries: list[bytes] = []
         size = _READ_HEADROOM
         sequence = body.after
         more = False
+        heads = {subject: await self._next_stored(stream, subject, sequence) for subject in read}
         while len(entries) < body.limit:
-            try:
-                raw = await self._js.get_msg(
-                    stream, seq=sequence + 1, subject=subject, next=True, direct=True
-                )
-            except NotFoundError:
+            waiting = [(subject, raw) for subject, raw in heads.items() if raw is not None]
+            if not waiting:
                 break
+            subject, raw = min(waiting, key=lambda head: int(head[1].seq or 0))
             found = int(raw.seq or 0)
-            if found <= sequence:
-                break
             _, thread_id = subjects.thread_of(str(raw.subject))
             kind = (raw.headers or {}).get(HEADER_KIND, "")
             entry = (
@@ -770,9 +790,21 @@ class ControlAPI:
             entries.append(entry)
             size += len(entry) + 1
             sequence = found
+            if len(entries) < body.limit:
+                heads[subject] = await self._next_stored(stream, subject, found)
         if len(entries) == body.limit:
             more = True
         return _Raw(entries, sequence if more else None)
+
+    async def _next_stored(self, stream: str, subject: str, after: int) -> RawStreamMsg | None:
+        """The first message stored on `subject` after sequence `after`, if any."""
+        try:
+            raw = await self._js.get_msg(
+                stream, seq=after + 1, subject=subject, next=True, direct=True
+            )
+        except NotFoundError:
+            return None
+        return raw if int(raw.seq or 0) > after else None
 
     async def _last(self, stream: str, subject: str) -> int:
         try:

@@ -21,7 +21,7 @@ from ore_core.cli.options import cli_state, nats_settings, table_columns
 from ore_core.cli.running import find_running
 from ore_core.conduit.connection import NatsCredentials
 from ore_core.config import OreSettings
-from ore_core.endpoint import ANSWERS, DIRECTIONS, ID_KEY, Endpoint, parse_endpoint
+from ore_core.endpoint import ANSWERS, DIRECTIONS, Endpoint, parse_endpoint
 from ore_core.errors import OreError
 from ore_core.plugins.manager import OrePluginManager
 from ore_core.plugins.registry import collect_registrations
@@ -35,16 +35,14 @@ _TIMEOUT = 10.0
 def conversation_keys(
     plugins: OrePluginManager, settings: OreSettings
 ) -> Callable[[str], str | None]:
-    """`conversation_key` of each installed conduit, by name (`id` for one that names
-    the thread id itself); None for a name no installed conduit has."""
+    """`conversation_key` of each installed conduit, by name (`id` for one whose
+    conversations are thread ids); None when no installed conduit of that name
+    declares one."""
     classes = collect_registrations(plugins, settings).conduits
 
     def key_of(namespace: str) -> str | None:
-        cls = classes.get(namespace)
-        if cls is None:
-            return None
-        key = getattr(cls, "conversation_key", None)
-        return key if isinstance(key, str) and key else ID_KEY
+        key = getattr(classes.get(namespace), "conversation_key", None)
+        return key if isinstance(key, str) and key else None
 
     return key_of
 

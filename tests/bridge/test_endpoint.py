@@ -40,7 +40,9 @@ def test_a_short_value_with_an_equals_sign_stays_a_value() -> None:
 
 
 def test_an_unknown_conduit_in_the_short_form_is_refused_with_the_full_form_named() -> None:
-    with pytest.raises(EndpointError, match=r"no installed conduit is named 'telegram'.*full"):
+    with pytest.raises(
+        EndpointError, match=r"no installed conduit named 'telegram' declares.*full"
+    ):
         parse("telegram:12345")
 
 

@@ -93,5 +93,5 @@ async def test_a_gateway_whose_endpoint_another_thread_holds_stops_the_start(
 async def test_a_gateway_naming_a_conduit_that_is_not_installed_stops_the_start(
     start_core: CoreFactory,
 ) -> None:
-    with pytest.raises(GatewayError, match="no installed conduit is named 'slack'"):
+    with pytest.raises(GatewayError, match="no installed conduit named 'slack' declares"):
         await start_core(gateways=[team()], conversation_keys=lambda namespace: None)

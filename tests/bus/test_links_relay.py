@@ -451,3 +451,54 @@ async def test_a_relay_without_answers_records_the_message_and_calls_no_model(
     assert [t["role"] for t in turns] == ["user", "assistant", "user"]
     batch = unpack(beta.messages[-1].data)
     assert [e["kind"] for e in batch] == ["turn_complete", "lifecycle"]
+
+
+async def test_a_namespace_wide_read_merges_its_own_and_its_linked_threads_in_order(
+    start_core: CoreFactory, ore_nats_client: Client
+) -> None:
+    nc = ore_nats_client
+    _, alpha = await start_shared(start_core, nc)
+    own = await watch(nc, "beta", "beta-own")
+    await publish(nc, "beta-own", user_message("mine", "b-0", "beta"), namespace="beta")
+    await wait_for(lambda: own.done() == 1)
+    await link(nc)
+    await publish(nc, THREAD, user_message("shared", "b-1", "beta"), namespace="beta")
+    await wait_for(lambda: alpha.done() == 2)
+    read = await call(nc, "ore.api.beta.events.read", {})
+    entries = [(entry["thread"], entry["sequence"]) for entry in read["events"]]
+    expected = sorted(
+        [(THREAD, sequence) for sequence in alpha.stored()]
+        + [("beta-own", sequence) for sequence in own.stored()],
+        key=lambda entry: entry[1],
+    )
+    assert entries == expected
+    paged = await call(nc, "ore.api.beta.events.read", {"limit": 2})
+    rest = await call(nc, "ore.api.beta.events.read", {"after": paged["next"]})
+    assert [(e["thread"], e["sequence"]) for e in paged["events"] + rest["events"]] == expected
+    last = await call(nc, "ore.api.beta.events.read", {"limit": 0})
+    assert last["last"] == expected[-1][1]
+
+
+async def test_a_namespace_wide_read_of_an_unlinked_namespace_has_no_other_thread(
+    start_core: CoreFactory, ore_nats_client: Client
+) -> None:
+    nc = ore_nats_client
+    await start_shared(start_core, nc)
+    await link(nc)
+    read = await call(nc, "ore.api.gamma.events.read", {})
+    assert read["events"] == []
+
+
+async def test_a_conduit_cannot_change_the_settings_mirrored_from_the_links(
+    start_core: CoreFactory, ore_nats_client: Client
+) -> None:
+    nc = ore_nats_client
+    await start_shared(start_core, nc)
+    await link(nc, answer="all")
+    for namespace in ("alpha", "beta"):  # the home and the linked endpoint alike
+        body = {"id": THREAD, "key": "ore.gateway.answer", "value": "none"}
+        answer = await call(nc, f"ore.api.{namespace}.threads.meta.set", body)
+        assert answer["error"]["code"] == "bad_request"
+        assert "set by the core from the thread's links" in answer["error"]["message"]
+    metadata = (await call(nc, "ore.admin.threads.get", {"id": THREAD}))["metadata"]
+    assert metadata["ore.gateway.answer"] == "all"
