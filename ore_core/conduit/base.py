@@ -51,10 +51,11 @@ class Conduit(ABC):
     description: ClassVar[str] = ""
     config_model: ClassVar[type[ConduitConfig]] = ConduitConfig
     capabilities: ClassVar[Capabilities] = Capabilities()
-    conversation_key: ClassVar[str] = "id"
-    """The metadata key naming a platform conversation (`slack.thread`): an endpoint of a
-    link is this key's value (`ore link add T slack:C0123/1712.0001`); `id` (the
-    default) for a conduit whose conversation is the thread id itself (bridging)."""
+    conversation_key: ClassVar[str] = ""
+    """The metadata key naming a platform conversation (`slack.thread`): a link's
+    endpoint is this key's value (`ore link add T slack:C0123/1712.0001`); `id` for a
+    conduit whose conversation is the thread id itself; empty (the default): none, a
+    link names the key in full (`NS:KEY=VALUE`)."""
 
     @classmethod
     def load_config(cls, section: Mapping[str, Any]) -> ConduitConfig:
