@@ -155,7 +155,9 @@ class ChatSession:
         message = UserMessageEvent(
             id=f"{name}-{secrets.token_hex(16)}",
             content=text,
-            context=EventContext(provenance=name, user=self._user, traceparent=trace),
+            context=EventContext(
+                provenance=name, user=self._user, user_name=self._user, traceparent=trace
+            ),
         )
         result = TurnResult()
         self._running = True
