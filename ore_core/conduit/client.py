@@ -49,6 +49,7 @@ from ore_core.conduit.feed import Delivery, EventFeed
 from ore_core.conduit.publisher import AckedPublisher
 from ore_core.errors import ApiError, BusError
 from ore_core.events import (
+    DeleteEvent,
     DeliveryStatus,
     EventContext,
     InterruptEvent,
@@ -83,8 +84,8 @@ __all__ = [
 
 log = structlog.get_logger("ore.bus.client")
 
-_I = TypeVar("_I", UserMessageEvent, InterruptEvent)
-_SENT_KINDS = ("user_message", "interrupt")  # what send() and interrupt() publish
+_I = TypeVar("_I", UserMessageEvent, InterruptEvent, DeleteEvent)
+_SENT_KINDS = ("user_message", "interrupt", "delete")  # what send/interrupt/delete publish
 _RETRYABLE = (
     NatsTimeoutError,
     NoStreamResponseError,
@@ -130,7 +131,7 @@ class Sent:
     """What `send` and `interrupt` published: the event, and whether JetStream already had
     it (`duplicate`: a retry or a second send with one id; the core answers it once)."""
 
-    event: UserMessageEvent | InterruptEvent
+    event: UserMessageEvent | InterruptEvent | DeleteEvent
     duplicate: bool
     sequence: int
 
@@ -535,6 +536,13 @@ class ConduitClient:
     async def interrupt(self, thread_id: str, *, id: str | None = None) -> Sent:
         """Cancel the turn in flight on the thread and drop its queued messages."""
         event = InterruptEvent(id=id or new_event_id(), context=self._context)
+        return await self._publish(thread_id, event)
+
+    async def delete(self, thread_id: str, turn_id: str, *, id: str | None = None) -> Sent:
+        """The user deleted the message recorded as `turn_id` (bridging): the core keeps
+        it as a tombstone the model no longer sees, and linked endpoints delete their
+        copies. Pass the platform's id of the deletion as `id` (stored once)."""
+        event = DeleteEvent(id=id or new_event_id(), turn_id=turn_id, context=self._context)
         return await self._publish(thread_id, event)
 
     async def _publish(self, thread_id: str, event: _I) -> Sent:
