@@ -18,8 +18,8 @@ import time
 import nats
 
 from ore_core import ConduitClient, Manager
+from ore_core._nats.codec import output_headers
 from ore_core.artifacts import Text
-from ore_core.bus.codec import output_headers
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig

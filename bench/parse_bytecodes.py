@@ -19,8 +19,8 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.protocol.parser import Parser
 
-from ore_core.conduit.connection import OreNatsClient
-from ore_core.conduit.parser import OreParser
+from ore_core._nats.connection import OreNatsClient
+from ore_core._nats.parser import OreParser
 
 _BATCH_HEADERS = (
     b"NATS/1.0\r\nNats-Stream: ORE_EVENTS\r\nNats-Subject: ore.out.slack.t-1\r\n"

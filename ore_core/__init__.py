@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ore_core._nats.connection import NatsCredentials, TlsFiles
     from ore_core.artifacts import (
         Artifact,
         Delta,
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
     from ore_core.conduit.base import Conduit, ConduitConfig, ConduitConfigError
     from ore_core.conduit.capabilities import Capabilities
     from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
-    from ore_core.conduit.connection import NatsCredentials, TlsFiles
     from ore_core.conduit.feed import Delivery, EventFeed
     from ore_core.config import ConfigError, OreSettings
     from ore_core.errors import (
@@ -183,8 +183,8 @@ _EXPORTS: dict[str, str] = {
     "ThreadInfo": "ore_core.conduit.client",
     "ThreadPage": "ore_core.conduit.client",
     "Delivery": "ore_core.conduit.feed",
-    "NatsCredentials": "ore_core.conduit.connection",
-    "TlsFiles": "ore_core.conduit.connection",
+    "NatsCredentials": "ore_core._nats.connection",
+    "TlsFiles": "ore_core._nats.connection",
     "EventFeed": "ore_core.conduit.feed",
     "OreError": "ore_core.errors",
     "ApiError": "ore_core.errors",

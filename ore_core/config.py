@@ -238,9 +238,23 @@ class SessionSettings(_Section):
     delta_interval: NonNegativeFloat = 0.1
     """Live text deltas of a thread are sent at most once per this many seconds (the first
     at once); 0 sends every delta as the model produces it."""
+    delta_intervals: dict[str, NonNegativeFloat] = Field(default_factory=dict)
+    """`delta_interval` per namespace (e.g. `{web = 0.03}`), for the threads of that
+    namespace: wins over the pacing a conduit class declares in its capabilities."""
     delta_max_bytes: PositiveInt = 4096
     """Largest live delta message; text beyond it waits for the next interval, and what is
     left when the answer completes arrives with the complete text instead."""
+
+    @field_validator("delta_intervals")
+    @classmethod
+    def _check_namespaces(cls, intervals: dict[str, float]) -> dict[str, float]:
+        wrong = [name for name in intervals if not _NAMESPACE.fullmatch(name)]
+        if wrong:
+            raise ValueError(
+                f"{', '.join(map(repr, wrong))} is not a namespace: use 1-32 characters "
+                "from a-z, 0-9, _ and - (e.g. web)"
+            )
+        return intervals
 
 
 _GATEWAY_NAME = re.compile(r"[a-z0-9_-]{1,64}")

@@ -29,13 +29,13 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import structlog
 
 from ore_core.errors import OreError
 
-__all__ = ["Crash", "TaskCrashed", "TaskScope"]
+__all__ = ["AsyncClosing", "Crash", "Idle", "TaskCrashed", "TaskScope"]
 
 log = structlog.get_logger("ore.tasks")
 
@@ -238,3 +238,41 @@ class TaskScope:
         if exc is not None and isinstance(exc, TaskCrashed) and exc.crash is self._crash:
             self._reported = True  # the body already raised it
         await self.aclose()
+
+
+class Idle:
+    """Wakes every task waiting for work to run out (`wait`) when its owner says it
+    did (`set`); one future, shared by the waiters, made afresh after each `set`.
+
+    Used from one event loop; a waiter cancelled by its timeout leaves the others be.
+    """
+
+    def __init__(self) -> None:
+        self._future: asyncio.Future[None] | None = None
+
+    async def wait(self) -> None:
+        """Return at the next `set` (the caller checked that there is work left)."""
+        if self._future is None or self._future.done():
+            self._future = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._future)
+
+    def set(self) -> None:
+        """The work ran out: wake the waiters."""
+        future = self._future
+        if future is not None and not future.done():
+            future.set_result(None)
+
+
+class AsyncClosing:
+    """`async with` an object of a subclass to `aclose()` it on the way out, however the
+    block ends (the subclass defines `aclose`)."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Release what the object holds."""
+        raise NotImplementedError

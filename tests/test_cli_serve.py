@@ -367,6 +367,16 @@ async def test_serve_answers_with_the_model_the_environment_configures(
     assert await served.terminate() == 0
 
 
+async def test_serve_says_the_guards_limits_on_its_start_up_line(
+    start_serve: Callable[..., Served],
+) -> None:
+    served = start_serve(env={"ORE_LOAD_PLUGINS": "ore-guard"})
+    lines = await read_until(served, "ore core ready: NATS ")
+    [answering] = [line for line in lines if line.startswith("answering with ")]
+    assert "; guard: per sender 20 at once, then 60 per 60 s; " in answering
+    assert await served.terminate() == 0
+
+
 async def test_serve_without_a_model_says_echo_answers_and_what_to_set(
     start_serve: Callable[..., Served],
 ) -> None:

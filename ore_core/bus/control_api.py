@@ -38,6 +38,8 @@ from nats.micro.service import Service
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ore_core import jsonutil
+from ore_core._nats.codec import namespace_of
+from ore_core._nats.connection import subscriptions_registered
 from ore_core.bridge.admin import GATEWAY_KEY, LinkAdd, LinkAdmin, LinkList, LinkRef
 from ore_core.bridge.cache import LinkCache
 from ore_core.bridge.deliveries import (
@@ -48,8 +50,6 @@ from ore_core.bridge.deliveries import (
     MappingNotFound,
 )
 from ore_core.bridge.links import LinkConflict, LinkError, LinkNotFound, LinkStore
-from ore_core.bus.egress import namespace_of
-from ore_core.conduit.connection import subscriptions_registered
 from ore_core.endpoint import Endpoint, EndpointError
 from ore_core.errors import (
     InvalidThreadId,

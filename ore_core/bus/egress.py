@@ -20,7 +20,7 @@ pipelined (see `Pipeline`), so the sink never waits for the server.
 `emitted` counts the events taken from the manager (a turn's held events count when
 taken, and its `done` is taken only with its batch handed to the pipeline), so the
 ingress acknowledges a message once `emitted` passed its position and the pipeline
-stored everything published up to then (`Ingress._ack_loop`).
+stored everything published up to then (`AckBatcher.run`, bus/acks.py).
 
 Ownership (issue 10b): a worker whose partition lease is overdue (`may_write` false:
 it was paused or cut off) publishes nothing for the partition's threads (a turn's held
@@ -51,7 +51,6 @@ threads they resolve, and a thread nobody bound is looked up in its active strea
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -64,11 +63,17 @@ from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from ore_core import jsonutil
+from ore_core._nats.codec import (
+    batch_block,
+    namespace_of,
+    output_block,
+    republished_block,
+    stored_copy_block,
+)
+from ore_core._nats.wire import publish_now, wait_flushed
 from ore_core.artifacts import Delta
 from ore_core.bridge.cache import LinkCache
-from ore_core.bus.codec import output_headers
 from ore_core.bus.pipeline import Pipeline
-from ore_core.conduit.wire import header_block, publish_now, wait_flushed
 from ore_core.errors import BusError, SessionNotFound
 from ore_core.events import (
     BATCH_KIND,
@@ -85,17 +90,12 @@ from ore_core.ledger.thread import Thread
 from ore_core.session.manager import Manager
 from ore_core.subjects import (
     DEFAULT_NAMESPACE,
-    HEADER_KIND,
-    HEADER_LAST_SEQUENCE,
     HEADER_LAST_TURN,
-    HEADER_SCHEMA,
-    HEADER_TRACEPARENT,
-    NAMESPACE_KEY,
     Subjects,
 )
 from ore_core.turn import Role, Turn
 
-__all__ = ["STORAGE_FULL", "Egress", "EventsNotRead", "is_live_only", "namespace_of"]
+__all__ = ["STORAGE_FULL", "Egress", "EventsNotRead", "is_live_only"]
 
 STORAGE_FULL = "storage_full"
 """`code` of the error event a user gets while a JetStream limit holds their answer."""
@@ -108,12 +108,8 @@ class EventsNotRead(BusError):
     unavailable): its message is handled again later."""
 
 
-_HEADER_VALUE = re.compile(r"[!-~]{1,128}")  # what a header value may be: printable, no spaces
 _SUBJECT_CACHE = 65536  # threads whose subjects are remembered; cleared when exceeded
 _LIVE_PHASES = frozenset({"submitted", "streaming"})
-HEADER_SEQUENCE = "Nats-Sequence"
-_SEQUENCE_LINE = f"{HEADER_SEQUENCE}: ".encode()
-_LAST_SEQUENCE_LINE = f"{HEADER_LAST_SEQUENCE}: ".encode()
 
 
 def is_live_only(event: OutputEvent) -> bool:
@@ -164,11 +160,6 @@ _Subjects = tuple[str, str, str]
 """A thread's `P.ev.NS.T` and `P.out.NS.T`, and its `NS`."""
 
 
-def namespace_of(thread: Thread) -> str:
-    """The namespace a thread was created in (`DEFAULT_NAMESPACE` if it records none)."""
-    return thread.meta().get(NAMESPACE_KEY) or DEFAULT_NAMESPACE
-
-
 class Egress:
     """Publishes output events: live-only ones on `P.out.NS.T`, each turn's others as one
     stored batch on `P.ev.NS.T`."""
@@ -198,10 +189,8 @@ class Egress:
         self._subjects = subjects
         self._pipeline = pipeline
         self._manager = manager
-        self._schema = output_headers(LifecycleEvent(phase="done"))[HEADER_SCHEMA]
         self._events_prefix = f"{subjects.prefix}.ev."
         self._cache: dict[str, _Subjects] = {}
-        self._blocks: dict[str, bytes] = {}  # encoded live headers per kind, without a trace
         self._turns: dict[str, _Run] = {}  # durable events of turns not ended yet
         self._told: set[str] = set()  # threads told that their answer waits for space
         self._waiter: tuple[int, asyncio.Future[None]] | None = None
@@ -213,7 +202,6 @@ class Egress:
         """Copies for linked namespaces not sent (disconnected): their feeds catch up."""
         self.abandoned = 0
         """Held events dropped because their turn was given up (its save failed)."""
-        self._batch_block = header_block({HEADER_KIND: BATCH_KIND, HEADER_SCHEMA: self._schema})
         pipeline.watch_limits(reached=self._limit_reached, cleared=self._told.clear)
         pipeline.watch_fenced(self._fenced)
         if links is not None:
@@ -493,25 +481,12 @@ class Egress:
             thread_id, turn = self._turns.popitem()
             await self._append(thread_id, turn, self.emitted)
 
-    def _header_block(self, run: _Run) -> bytes:
-        """The encoded headers of a live message: built once per kind without a trace."""
+    @staticmethod
+    def _header_block(run: _Run) -> bytes:
+        """The encoded headers of a live message (one event's kind, or a batch)."""
         first = run.first
         kind = first.kind if len(run.data) == 1 else BATCH_KIND
-        if not first.context.traceparent:
-            block = self._blocks.get(kind)
-            if block is None:
-                block = self._blocks[kind] = header_block(self._headers(run))
-            return block
-        return header_block(self._headers(run))
-
-    def _headers(self, run: _Run) -> dict[str, str]:
-        if len(run.data) == 1:
-            return output_headers(run.first)
-        headers = {HEADER_KIND: BATCH_KIND, HEADER_SCHEMA: self._schema}
-        traceparent = run.first.context.traceparent
-        if traceparent:
-            headers[HEADER_TRACEPARENT] = traceparent
-        return headers
+        return output_block(kind, first.context.traceparent)
 
     async def _append(
         self, thread_id: str, turn: _Run, position: int, *, asked: bool = False
@@ -597,16 +572,7 @@ class Egress:
         """The one place that appends to `P.ev.T` (always a batch, even of one event),
         fenced by the thread's last sequence (`position`: see `_lost`), naming
         `last_turn` when it is a safe header value."""
-        block = self._batch_block
-        if last_turn is not None and not _HEADER_VALUE.fullmatch(last_turn):
-            last_turn = None
-        if traceparent or last_turn:
-            headers = {HEADER_KIND: BATCH_KIND, HEADER_SCHEMA: self._schema}
-            if traceparent:
-                headers[HEADER_TRACEPARENT] = traceparent
-            if last_turn:
-                headers[HEADER_LAST_TURN] = last_turn
-            block = header_block(headers)
+        block = batch_block(traceparent, last_turn)
         await self._pipeline.publish_fenced(
             self._subjects.events_stream, subject, data, block, position
         )
@@ -630,14 +596,7 @@ class Egress:
         thread_id = subject[subject.rfind(".") + 1 :]
         copies = self._links.copies(thread_id)
         if copies:
-            block = b"%s%s%d\r\n%s%d\r\n\r\n" % (
-                head,
-                _SEQUENCE_LINE,
-                sequence,
-                _LAST_SEQUENCE_LINE,
-                previous,
-            )
-            self._copy(thread_id, copies, data, block)
+            self._copy(thread_id, copies, data, republished_block(head, sequence, previous))
 
     def _copy_last(self, thread_id: str, last: RawStreamMsg | None) -> None:
         """`prime`: send the thread's last stored batch to its linked namespaces again, in
@@ -647,14 +606,8 @@ class Egress:
         copies = () if self._links is None or last is None else self._links.copies(thread_id)
         if not copies or last is None or not last.seq:
             return
-        headers = {
-            name: value
-            for name, value in (last.headers or {}).items()
-            if not name.startswith("Nats-")
-        }
-        headers[HEADER_SEQUENCE] = str(last.seq)
-        headers[HEADER_LAST_SEQUENCE] = str(last.seq - 1)
-        self._copy(thread_id, copies, last.data or b"", header_block(headers))
+        block = stored_copy_block(dict(last.headers or {}), last.seq, last.seq - 1)
+        self._copy(thread_id, copies, last.data or b"", block)
 
     def _copy(self, thread_id: str, copies: tuple[str, ...], data: bytes, block: bytes) -> None:
         for namespace in copies:

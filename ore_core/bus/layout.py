@@ -32,7 +32,7 @@ from nats.js.api import (
     StreamConfig,
 )
 
-from ore_core.conduit.connection import (
+from ore_core._nats.connection import (
     CORE_FEATURES,
     DIRECT_GET,
     JETSTREAM,

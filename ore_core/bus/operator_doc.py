@@ -13,13 +13,13 @@ import json
 import sys
 from pathlib import Path
 
-from ore_core.bus.layout import Layout, StreamEntry, build_layout
-from ore_core.bus.streams import BusConfig
-from ore_core.conduit.connection import (
+from ore_core._nats.connection import (
     MIN_SERVER_VERSION,
     TESTED_SERVER_VERSIONS,
     format_version,
 )
+from ore_core.bus.layout import Layout, StreamEntry, build_layout
+from ore_core.bus.streams import BusConfig
 from ore_core.subjects import Subjects
 
 __all__ = ["BEGIN", "END", "render", "rewrite"]

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import re
 import secrets
 import time
 from collections import deque
@@ -52,13 +51,14 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.errors import ConnectionClosedError, MaxPayloadError, OutboundBufferLimitError
 from nats.errors import Error as NatsError
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 
-from ore_core import jsonutil
-from ore_core.conduit.connection import LIMIT_ERROR_CODES, subscribe_inline
-from ore_core.conduit.wire import header_block, publish_now, wait_flushed
-from ore_core.subjects import HEADER_EXPECTED_LAST_SUBJECT_SEQUENCE, HEADER_MSG_ID
-from ore_core.tasks import TaskCrashed, TaskScope
+from ore_core._nats.codec import fenced_block, open_block, read_publish_ack
+from ore_core._nats.connection import LIMIT_ERROR_CODES, subscribe_inline
+from ore_core._nats.wire import header_block, publish_now, wait_flushed
+from ore_core.errors import BusError
+from ore_core.subjects import HEADER_MSG_ID
+from ore_core.tasks import Idle, TaskCrashed, TaskScope
 
 __all__ = ["LimitReached", "Pipeline"]
 
@@ -80,9 +80,6 @@ _UNAVAILABLE = 503  # no stream answered (yet): worth retrying
 _RECONNECT_POLL = 0.05
 _WRONG_LAST_SEQUENCE = 10071  # err_code: the subject's last sequence is not the expected one
 _SEQUENCES = 65536  # subjects whose last sequence is remembered; cleared when exceeded
-_MSG_ID_LINE = f"{HEADER_MSG_ID}: ".encode()
-_EXPECTED_LINE = f"{HEADER_EXPECTED_LAST_SUBJECT_SEQUENCE}: ".encode()
-_ACK_SEQUENCE = re.compile(rb'"seq":\s*(\d+)')
 _monotonic = time.monotonic  # what asyncio's loop.time() returns, without its frame
 
 
@@ -109,7 +106,7 @@ class _Record:
     def expect(self, sequence: int) -> None:
         """Fence the message at `sequence`: its header block ends with that expectation."""
         self.expected = sequence
-        self.block = b"%s%s%d\r\n\r\n" % (self.head, _EXPECTED_LINE, sequence)
+        self.block = fenced_block(self.head, sequence)
 
 
 class Pipeline:
@@ -139,7 +136,7 @@ class Pipeline:
         self._waiting = 0  # messages in lanes
         self._ready: deque[_Record] = deque()  # lane heads whose predecessor was stored
         self._wakeup = asyncio.Event()
-        self._idle: asyncio.Future[None] | None = None
+        self._idle = Idle()
         self.tasks = TaskScope("pipeline")
         """The expire and send loops (a core service adopts it into its own scope)."""
         self._failing = False
@@ -277,11 +274,8 @@ class Pipeline:
 
     async def flush(self) -> None:
         """Return once every publish so far is acknowledged or given up (add a timeout)."""
-        if not self.pending:
-            return
-        if self._idle is None or self._idle.done():
-            self._idle = asyncio.get_running_loop().create_future()
-        await asyncio.shield(self._idle)
+        if self.pending:
+            await self._idle.wait()
 
     async def publish(
         self, subject: str, data: bytes, headers: dict[str, str], *, msg_id: str = ""
@@ -312,7 +306,7 @@ class Pipeline:
         if self.tasks.crash is not None:
             raise TaskCrashed(self.tasks.crash)
         msg_id = self._id_prefix + str(next(self._ids))
-        head = b"%s%s%s\r\n" % (header[:-2], _MSG_ID_LINE, msg_id.encode())
+        head = open_block(header, msg_id)
         headers = {HEADER_MSG_ID: msg_id}
         record = _Record(subject, data, headers, b"")
         record.head = head
@@ -369,19 +363,24 @@ class Pipeline:
         if not data:
             status = msg.headers.get("Status") if msg.headers else None
             self._failed(record, f"no stream answered (status {status})", pause=True)
-        elif data.startswith(b'{"error"') or b'"error":' in data:
-            error = jsonutil.loads(data).get("error", {})
-            reason = f"{error.get('description', 'error')} (code {error.get('err_code')})"
-            if error.get("err_code") in LIMIT_ERROR_CODES:
+        try:
+            ack = read_publish_ack(msg)
+        except NoStreamResponseError:
+            self._failed(record, "no stream answered (status 503)", pause=True)
+        except APIError as error:
+            reason = f"{error.description or 'error'} (code {error.err_code})"
+            if error.err_code in LIMIT_ERROR_CODES:
                 self._hold(record, reason)
-            elif error.get("code") == _UNAVAILABLE:
+            elif error.code == _UNAVAILABLE:
                 self._failed(record, reason, pause=True)
-            elif error.get("err_code") == _WRONG_LAST_SEQUENCE and record.head:
-                self._wrong_sequence(record, str(error.get("description", "")))
+            elif error.err_code == _WRONG_LAST_SEQUENCE and record.head:
+                self._wrong_sequence(record, error.description or "")
             else:
                 self._drop(record, reason)
+        except BusError as error:  # not JetStream's answer: as if none came, try again
+            self._failed(record, str(error))
         else:
-            self._stored(record, _ack_sequence(data) if record.head else -1)
+            self._stored(record, ack.sequence if record.head else -1)
 
     def _stored(self, record: _Record, sequence: int) -> None:
         """The server stored `record` (at `sequence`, read for a fenced one)."""
@@ -434,17 +433,12 @@ class Pipeline:
     async def _check_stored(self, record: _Record, description: str) -> None:
         """Whether the subject's last message is `record`, stored by an earlier attempt."""
         try:
-            last = await self._nc.jetstream(timeout=self._ack_timeout).get_last_msg(
-                record.stream, record.subject
-            )
-        except NotFoundError:
-            last = None
+            stored = await _last_of(self._nc, record, self._ack_timeout)
         except (NatsError, TimeoutError) as exc:  # not known yet: send it again, then look
             self._failed(record, f"last message not read after {description} ({exc!r})")
             return
-        msg_id = record.headers[HEADER_MSG_ID]
-        if last is not None and last.seq and (last.headers or {}).get(HEADER_MSG_ID) == msg_id:
-            self._stored(record, last.seq)
+        if stored:
+            self._stored(record, stored)
         else:
             self._refused(record, description)
 
@@ -482,9 +476,8 @@ class Pipeline:
         return record
 
     def _check_idle(self) -> None:
-        idle = self._idle
-        if idle is not None and not self.pending and not idle.done():
-            idle.set_result(None)
+        if not self.pending:
+            self._idle.set()
 
     def _failed(self, record: _Record, reason: str, *, pause: bool = False) -> None:
         """A transient failure (no ack in time, no stream answered): retry, never give up.
@@ -623,7 +616,13 @@ class Pipeline:
                     await wait_flushed(self._nc)
 
 
-def _ack_sequence(data: bytes) -> int:
-    """The stream sequence of a pub ack (`{"stream":"S","seq":N,...}`), read without JSON."""
-    found = _ACK_SEQUENCE.search(data)
-    return int(found[1]) if found is not None else int(jsonutil.loads(data)["seq"])
+async def _last_of(nc: NatsClient, record: _Record, within: float) -> int:
+    """The sequence of `record` if it is the last message of its subject, else 0."""
+    try:
+        last = await nc.jetstream(timeout=within).get_last_msg(record.stream, record.subject)
+    except NotFoundError:
+        return 0
+    msg_id = record.headers[HEADER_MSG_ID]
+    if last.seq and (last.headers or {}).get(HEADER_MSG_ID) == msg_id:
+        return last.seq
+    return 0

@@ -37,8 +37,8 @@ from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 
 from ore_core import jsonutil
-from ore_core.conduit.connection import subscribe_inline
-from ore_core.conduit.wire import publish_now
+from ore_core._nats.connection import subscribe_inline
+from ore_core._nats.wire import publish_now
 from ore_core.tasks import TaskCrashed, TaskScope
 
 __all__ = ["Puller"]

@@ -37,6 +37,13 @@ from nats.aio.client import Client as NatsClient
 from nats.errors import Error as NatsError
 from nats.errors import StaleConnectionError
 
+from ore_core._nats.connection import (
+    MIN_SERVER_VERSION,
+    NatsCredentials,
+    check_jetstream,
+    check_server,
+    connect_nats,
+)
 from ore_core.bridge.cache import LinkCache
 from ore_core.bridge.gateways import apply_gateways
 from ore_core.bridge.links import LinkStore
@@ -49,13 +56,6 @@ from ore_core.bus.layout import build_layout
 from ore_core.bus.ownership import Ownership
 from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.streams import BusConfig, adopt_partitions, ensure_layout
-from ore_core.conduit.connection import (
-    MIN_SERVER_VERSION,
-    NatsCredentials,
-    check_jetstream,
-    check_server,
-    connect_nats,
-)
 from ore_core.config import GatewaySettings
 from ore_core.errors import BusError
 from ore_core.session.manager import Manager

@@ -13,7 +13,6 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 import pluggy
@@ -26,6 +25,7 @@ from ore_core.plugins.manager import shutdown_plugins, startup_plugins
 from ore_core.plugins.registry import Registrations, collect_registrations
 from ore_core.session.manager import Manager
 from ore_core.session.protocols import Store, TurnProcessor
+from ore_core.tasks import AsyncClosing
 
 __all__ = ["Runtime", "build_runtime", "open_store", "start_embedded_nats", "store_section"]
 
@@ -33,7 +33,7 @@ log = structlog.get_logger("ore.app")
 
 
 @dataclass
-class Runtime:
+class Runtime(AsyncClosing):
     """A started core: settings, plugins, their registrations, the store and the Manager.
 
     `notices` are start-up messages meant for the person running ore (already logged
@@ -52,17 +52,6 @@ class Runtime:
     processor_description: str = ""
     """What answers, e.g. `openai model gpt-4o-mini at https://...` (its `describe()`)."""
     _closed: bool = field(default=False, init=False, repr=False)
-
-    async def __aenter__(self) -> Runtime:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Run `ore_shutdown`, close the manager (streams drain), then the store. Idempotent."""
@@ -93,6 +82,18 @@ def open_store(registrations: Registrations, section: Mapping[str, Any]) -> Stor
     return registrations.store_factory(str(section["name"]))(section)
 
 
+def delta_intervals(registrations: Registrations, settings: OreSettings) -> dict[str, float]:
+    """Delta pacing per namespace: what installed conduit classes declare in their
+    capabilities (for their name), then `session.delta_intervals` over it."""
+    declared: dict[str, float] = {}
+    for name, conduit in registrations.conduits.items():
+        capabilities = getattr(conduit, "capabilities", None)
+        interval = getattr(capabilities, "delta_interval", None)
+        if interval is not None:
+            declared[name] = float(interval)
+    return {**declared, **settings.session.delta_intervals}
+
+
 async def build_runtime(settings: OreSettings, pm: pluggy.PluginManager) -> Runtime:
     """Collect the plugins' registrations once, build store, processor and Manager, start up.
 
@@ -114,6 +115,7 @@ async def build_runtime(settings: OreSettings, pm: pluggy.PluginManager) -> Runt
             idle_timeout=settings.session.idle_timeout or None,
             delta_interval=settings.session.delta_interval,
             delta_max_bytes=settings.session.delta_max_bytes,
+            delta_intervals=delta_intervals(registrations, settings),
         )
     except BaseException:
         await store.close()

@@ -291,8 +291,10 @@ async def _everything(
         config = _conduit_config(conduit, settings, overrides)
         for line in runtime.notices:
             click.echo(line, err=True)
+        described = runtime.registrations.interceptor_descriptions()
         click.echo(
-            answering_line(runtime.processor, runtime.processor_description, choice), err=True
+            answering_line(runtime.processor, runtime.processor_description, choice, described),
+            err=True,
         )
         nats = settings.nats
         store_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix=CHAT_NATS_PREFIX))

@@ -17,9 +17,9 @@ import click
 import nats
 from nats.errors import Error as NatsError
 
+from ore_core._nats.connection import NatsCredentials
 from ore_core.cli.options import cli_state, nats_settings, table_columns
 from ore_core.cli.running import find_running
-from ore_core.conduit.connection import NatsCredentials
 from ore_core.config import OreSettings
 from ore_core.endpoint import ANSWERS, DIRECTIONS, Endpoint, parse_endpoint
 from ore_core.errors import OreError

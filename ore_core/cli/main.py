@@ -29,6 +29,8 @@ from ore_core.cli.failures import DEBUG_ENV, debug_requested, one_line
 from ore_core.cli.options import cli_state, table_columns
 from ore_core.cli.processor import choose_processor, turn_processors
 from ore_core.config import ConfigValue
+from ore_core.errors import OreError
+from ore_core.plugins.registry import Registrations, collect_registrations
 
 __all__ = ["LAZY_COMMANDS", "OreGroup", "main"]
 
@@ -191,6 +193,16 @@ def config_command(as_json: bool) -> None:
         if value.key == "processor.name" and choice.source.startswith("auto")
         else value
         for value in values
+    ]
+    # What plugins' interceptors enforce, defaults included (the guard's limits); a
+    # plugin that fails to register is `ore plugins`' to report, not a reason to fail here.
+    try:
+        described = collect_registrations(state.plugin_manager, state.settings)
+    except OreError:
+        described = Registrations()
+    values += [
+        ConfigValue(f"plugins.{name}", text, "effective")
+        for name, text in described.interceptor_descriptions().items()
     ]
     if as_json:
         click.echo(json.dumps([asdict(value) for value in values], indent=2))

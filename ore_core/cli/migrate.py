@@ -15,18 +15,18 @@ import click
 import nats as nats_py
 from nats.errors import Error as NatsError
 
+from ore_core._nats.connection import (
+    MIN_SERVER_VERSION,
+    NatsCredentials,
+    check_jetstream,
+    check_server,
+)
 from ore_core.bus.layout import build_layout
 from ore_core.bus.migrate import migrate as run_migration
 from ore_core.bus.migrate import plan_migration
 from ore_core.bus.streams import BusConfig, adopt_partitions
 from ore_core.cli.app import start_embedded_nats
 from ore_core.cli.options import cli_state, nats_option, nats_settings
-from ore_core.conduit.connection import (
-    MIN_SERVER_VERSION,
-    NatsCredentials,
-    check_jetstream,
-    check_server,
-)
 from ore_core.config import NatsSettings
 from ore_core.errors import BusError
 from ore_core.subjects import Subjects

@@ -85,9 +85,17 @@ def choose_processor(
     return ProcessorChoice(settings, "default", f"no model configured, {install}{_SET_ENDPOINT}")
 
 
-def answering_line(processor: str, description: str, choice: ProcessorChoice) -> str:
-    """The line printed at start: `answering with openai model X at URL`, or echo and why."""
+def answering_line(
+    processor: str,
+    description: str,
+    choice: ProcessorChoice,
+    interceptors: Mapping[str, str] | None = None,
+) -> str:
+    """The line printed at start: `answering with openai model X at URL`, or echo and why,
+    then what each described interceptor does (`guard: 20 messages at once, ...`)."""
     if processor == ECHO:
         reason = choice.echo_reason or f"processor {choice.settings.processor.name!r} is missing"
-        return f"answering with echo: {reason}"
-    return f"answering with {description}"
+        line = f"answering with echo: {reason}"
+    else:
+        line = f"answering with {description}"
+    return "".join([line, *(f"; {name}: {text}" for name, text in (interceptors or {}).items())])

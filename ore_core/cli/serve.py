@@ -23,6 +23,7 @@ from pathlib import Path
 
 import click
 
+from ore_core._nats.connection import NatsCredentials
 from ore_core.bus.service import CoreService, run
 from ore_core.cli.app import build_runtime, start_embedded_nats
 from ore_core.cli.link import conversation_keys
@@ -41,7 +42,6 @@ from ore_core.cli.running import (
     state_dir,
     store_key,
 )
-from ore_core.conduit.connection import NatsCredentials
 from ore_core.config import OreSettings
 from ore_core.errors import OreError
 from ore_core.plugins.manager import OrePluginManager
@@ -200,7 +200,10 @@ async def _core(
         stack.push_async_callback(runtime.aclose)
         for notice in runtime.notices:
             click.echo(notice, err=True)
-        answering[:] = [answering_line(runtime.processor, runtime.processor_description, choice)]
+        described = runtime.registrations.interceptor_descriptions()
+        answering[:] = [
+            answering_line(runtime.processor, runtime.processor_description, choice, described)
+        ]
         yield CoreService(
             runtime.manager,
             servers=servers,

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 from ore_core import _lazy_exports
 
 if TYPE_CHECKING:
+    from ore_core._nats.connection import NatsCredentials, TlsFiles, subscriptions_registered
     from ore_core.conduit.base import Conduit, ConduitConfig, ConduitConfigError
     from ore_core.conduit.capabilities import Capabilities, Markup
     from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
-    from ore_core.conduit.connection import NatsCredentials, TlsFiles, subscriptions_registered
     from ore_core.conduit.feed import DURABLE_NAME, Delivery, EventFeed, Hold
     from ore_core.conduit.relay import (
         Relayed,
@@ -37,9 +37,9 @@ _EXPORTS: dict[str, str] = {
     "ConduitClient": "ore_core.conduit.client",
     "ThreadInfo": "ore_core.conduit.client",
     "ThreadPage": "ore_core.conduit.client",
-    "NatsCredentials": "ore_core.conduit.connection",
-    "TlsFiles": "ore_core.conduit.connection",
-    "subscriptions_registered": "ore_core.conduit.connection",
+    "NatsCredentials": "ore_core._nats.connection",
+    "TlsFiles": "ore_core._nats.connection",
+    "subscriptions_registered": "ore_core._nats.connection",
     "DURABLE_NAME": "ore_core.conduit.feed",
     "Delivery": "ore_core.conduit.feed",
     "EventFeed": "ore_core.conduit.feed",

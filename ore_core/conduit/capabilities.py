@@ -32,6 +32,11 @@ class Capabilities(BaseModel):
     `markup`: the dialect text is rendered in.
     `edits_arrive` / `deletes_arrive`: the platform tells the conduit when a user edits
     or deletes a message (Telegram reports edits but never deletes to a bot).
+    `delta_interval`: the pacing of live deltas the platform wants, in seconds (a
+    terminal or a web page shows text as it comes: ~0.03); None keeps the core's
+    `session.delta_interval` (0.1 s, right for chat APIs with rate limits). `ore serve`
+    records it for the conduit's namespace (its name) when the conduit is installed
+    beside it; `session.delta_intervals` overrides it per namespace.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -44,3 +49,4 @@ class Capabilities(BaseModel):
     markup: Markup = "plain"
     edits_arrive: bool = False
     deletes_arrive: bool = False
+    delta_interval: float | None = Field(default=None, ge=0)

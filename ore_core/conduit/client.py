@@ -37,7 +37,7 @@ from nats.js.errors import APIError, NoStreamResponseError
 from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
 
 from ore_core import jsonutil
-from ore_core.conduit.connection import (
+from ore_core._nats.connection import (
     CONDUIT_FEATURES,
     LIMIT_ERROR_CODES,
     NatsCredentials,
@@ -45,8 +45,8 @@ from ore_core.conduit.connection import (
     check_server,
     connect_nats,
 )
+from ore_core._nats.publisher import AckedPublisher
 from ore_core.conduit.feed import Delivery, EventFeed
-from ore_core.conduit.publisher import AckedPublisher
 from ore_core.errors import ApiError, BusError
 from ore_core.events import (
     DeleteEvent,
@@ -60,11 +60,6 @@ from ore_core.events import (
 from ore_core.ids import validate_thread_id
 from ore_core.subjects import (
     DEFAULT_PREFIX,
-    HEADER_KIND,
-    HEADER_MSG_ID,
-    HEADER_SCHEMA,
-    HEADER_TRACEPARENT,
-    SCHEMA_VERSION,
     Subjects,
     validate_namespace,
 )
@@ -85,7 +80,6 @@ __all__ = [
 log = structlog.get_logger("ore.bus.client")
 
 _I = TypeVar("_I", UserMessageEvent, InterruptEvent, DeleteEvent)
-_SENT_KINDS = ("user_message", "interrupt", "delete")  # what send/interrupt/delete publish
 _RETRYABLE = (
     NatsTimeoutError,
     NoStreamResponseError,
@@ -202,23 +196,12 @@ class ConduitClient:
         self._owns_connection = owns_connection
         self._feeds: set[EventFeed] = set()
         # A send's subject is this head + the (checked) thread id, and its header block
-        # is the message id's line + the kind's pre-encoded lines (see `_publish`). `wire`
-        # is imported here, not with the SDK (tests/test_public_surface.py).
-        from ore_core.conduit import wire
+        # is the codec's `ingress_block`. The codec is imported here, not with the SDK
+        # (tests/test_public_surface.py).
+        from ore_core._nats import codec
 
         self._inbound_head = self.subjects.inbound(self.namespace, "_")[:-1]
-        self._header_block = wire.header_block
-        self._header_value = wire.header_value
-        self._header_start = wire.HEADER_START
-        self._msg_id_head = wire.HEADER_START + HEADER_MSG_ID.encode() + b": "
-        self._kind_lines = {
-            kind: self._header_lines({HEADER_KIND: kind, HEADER_SCHEMA: str(SCHEMA_VERSION)})
-            for kind in _SENT_KINDS
-        }
-
-    def _header_lines(self, headers: dict[str, str]) -> bytes:
-        """The `Name: value` lines of `header_block(headers)` (no first or last line)."""
-        return self._header_block(headers)[len(self._header_start) : -2]
+        self._ingress_block = codec.ingress_block
 
     @classmethod
     async def connect(
@@ -559,16 +542,7 @@ class ConduitClient:
         subject = self._inbound_head + validate_thread_id(thread_id)
         payload = encode_event(event)
         msg_id = _message_id(self._keyed, self.namespace, thread_id, event.id)
-        header = (
-            self._msg_id_head
-            + self._header_value(msg_id).encode()
-            + b"\r\n"
-            + self._kind_lines[event.kind]
-        )
-        traceparent = event.context.traceparent
-        if traceparent:
-            header += self._header_lines({HEADER_TRACEPARENT: traceparent})
-        header += b"\r\n"
+        header = self._ingress_block(event.kind, msg_id, event.context.traceparent)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._send_deadline
         pause = 0.05

@@ -35,7 +35,7 @@ from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 
 from ore_core import jsonutil
-from ore_core.conduit.connection import (
+from ore_core._nats.connection import (
     PermissionWatch,
     subscribe_inline,
     subscriptions_registered,

@@ -58,6 +58,17 @@ class Registrations:
     _plugin: str = field(default="", init=False, repr=False)
     _owners: dict[tuple[str, str], str] = field(default_factory=dict, init=False, repr=False)
 
+    def interceptor_descriptions(self) -> dict[str, str]:
+        """What interceptors with a `describe()` say about themselves (e.g. the guard's
+        limits), by name: `ore serve` and `ore chat` print it at start, `ore config` too."""
+        described: dict[str, str] = {}
+        for interceptor in self.interceptors:
+            describe = getattr(interceptor, "describe", None)
+            if callable(describe):
+                name = getattr(interceptor, "name", type(interceptor).__name__)
+                described[str(name)] = str(describe())
+        return described
+
     @contextmanager
     def _registering_for(self, plugin: str) -> Iterator[None]:
         """Attribute registrations made inside the block to `plugin` (for error messages)."""

@@ -15,12 +15,12 @@ import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
-from types import TracebackType
 from typing import Generic, TypeVar
 
 from ore_core.artifacts import Artifact, Delta, ReasoningDelta, TextDelta, ToolCallDelta
 from ore_core.errors import OreError
 from ore_core.events import ArtifactEvent, OutputEvent
+from ore_core.tasks import AsyncClosing
 
 __all__ = ["EventBuffer", "Subscription", "SubscriberOverflow", "coalesce_deltas"]
 
@@ -210,7 +210,7 @@ def _replace_event(_old: OutputEvent, new: OutputEvent) -> OutputEvent:
     return new
 
 
-class Subscription:
+class Subscription(AsyncClosing):
     """A live, kind-filtered view of one stream's output events (an async iterator).
 
     Created by `Stream.subscribe(*kinds)`; no kinds means every kind. Ends when the
@@ -262,13 +262,6 @@ class Subscription:
         """The next queued event without waiting, or None."""
         return self._buffer.get_nowait()
 
-    async def __aenter__(self) -> Subscription:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def aclose(self) -> None:
+        """`close`, for `async with` (`AsyncClosing`)."""
         self.close()

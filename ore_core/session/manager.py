@@ -16,6 +16,9 @@ reports it).
 
 Live text deltas are paced with `delta_interval` > 0: at most one message per
 interval per thread, each up to `delta_max_bytes` (see `ore_core.session.deltas`).
+`delta_intervals` sets another interval for the threads of a namespace (a web page
+wants text sooner than a chat API with rate limits): looked up once when a stream is
+loaded, so pacing costs nothing more per delta.
 
 Memory is bounded by active threads: with `idle_timeout`, a stream with nothing
 queued or running and no subscriber for that long is closed (its thread is in the
@@ -28,7 +31,6 @@ import asyncio
 import builtins
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
-from types import TracebackType
 
 import structlog
 
@@ -42,7 +44,7 @@ from ore_core.session.protocols import Interceptor, Sink, SinkFunc, Store, TurnP
 from ore_core.session.store_health import StoreHealth
 from ore_core.session.stream import Stream
 from ore_core.session.turn_context import Transform
-from ore_core.tasks import TaskScope
+from ore_core.tasks import AsyncClosing, TaskScope
 
 __all__ = ["DefaultMetadata", "Manager"]
 
@@ -184,7 +186,7 @@ class _Routes(dict[str, _Push]):
         return route
 
 
-class Manager:
+class Manager(AsyncClosing):
     """Creates, attaches and closes streams over one store and one turn processor.
 
     Use as `async with Manager(...) as manager:` or call `aclose()`; the store is
@@ -205,11 +207,16 @@ class Manager:
         idle_timeout: float | None = None,
         delta_interval: float = 0.0,
         delta_max_bytes: int = 4096,
+        delta_intervals: Mapping[str, float] | None = None,
     ) -> None:
         self.store = store
         self.store_health = StoreHealth()
         self.idle_timeout = idle_timeout
         self._delta_pacing = (delta_interval, delta_max_bytes)
+        self._namespace_pacing = {
+            namespace: (interval, delta_max_bytes)
+            for namespace, interval in (delta_intervals or {}).items()
+        }
         self._sweeper: asyncio.Task[None] | None = None
         self.processor = processor
         ordered = sorted(enumerate(interceptors), key=lambda p: (getattr(p[1], "order", 0), p[0]))
@@ -229,17 +236,6 @@ class Manager:
         self._closed = False
         for sink in sinks:
             self.register_sink(sink.kinds, sink.emit, name=getattr(sink, "name", None))
-
-    async def __aenter__(self) -> Manager:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     # -- streams --------------------------------------------------------------
 
@@ -263,7 +259,7 @@ class Manager:
             on_abandoned=self._abandoned,
             new_thread=lambda: self._new_thread(thread),
             store_health=self.store_health,
-            delta_pacing=self._delta_pacing,
+            delta_pacing=self._pacing_of(thread),
             tasks=self.tasks,
         )
         self._streams[thread.id] = stream
@@ -272,6 +268,13 @@ class Manager:
                 self._sweep(self.idle_timeout), name="ore-idle-streams"
             )
         return stream
+
+    def _pacing_of(self, thread: Thread) -> tuple[float, int]:
+        """The delta pacing of `thread`'s namespace (the default when it has none)."""
+        if not self._namespace_pacing:
+            return self._delta_pacing
+        namespace = thread.meta().get(NAMESPACE_KEY)
+        return self._namespace_pacing.get(namespace or "", self._delta_pacing)
 
     async def _new_thread(self, origin: Thread) -> str:
         """`/new` from `origin`: the new thread stays in origin's namespace (bus v2)."""

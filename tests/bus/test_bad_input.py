@@ -11,7 +11,7 @@ import structlog
 from nats.aio.client import Client
 from nats.js.errors import APIError, NotFoundError
 
-from ore_core.bus.ingress import DLQ_DATA_LIMIT
+from ore_core._nats.codec import DEAD_LETTER_LIMIT
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import HEADER_ALLOWANCE, BusConfig
 from tests.bus.conftest import (
@@ -146,18 +146,18 @@ async def test_a_publish_far_over_the_limit_is_refused_to_the_publisher(
 async def test_a_long_rejected_payload_is_cut_in_its_dead_letter_record(
     core: CoreService, ore_nats_client: Client
 ) -> None:
-    await publish(ore_nats_client, "t1", b"x" * (DLQ_DATA_LIMIT + 1000), msg_id="bad-1")
+    await publish(ore_nats_client, "t1", b"x" * (DEAD_LETTER_LIMIT + 1000), msg_id="bad-1")
 
     record = await dead_letter(ore_nats_client, "bad_json")
 
-    assert record["data"] == "x" * DLQ_DATA_LIMIT
+    assert record["data"] == "x" * DEAD_LETTER_LIMIT
     assert record["truncated"] is True
 
 
 async def test_an_invalid_namespace_is_refused_every_time_a_valid_one_is_served(
     small_core: CoreService, ore_nats_client: Client, outbox: Outbox
 ) -> None:
-    # Valid namespaces are remembered (`Ingress._check_namespace`); invalid ones never.
+    # Valid namespaces are remembered (`IngressDecoder._check_namespace`); invalid ones never.
     js = ore_nats_client.jetstream()
 
     async def dead_lettered(event_id: str) -> bool:

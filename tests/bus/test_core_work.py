@@ -32,6 +32,9 @@ from ore_core import (
     TextDelta,
     TurnCompleteEvent,
 )
+from ore_core._nats.connection import OreNatsClient, connect_nats
+from ore_core.bus import acks as acks_module
+from ore_core.bus import decoding as decoding_module
 from ore_core.bus import ingress as ingress_module
 from ore_core.bus import ownership as ownership_module
 from ore_core.bus.egress import Egress
@@ -39,7 +42,6 @@ from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.puller import Puller
 from ore_core.bus.service import SERVING_GC_THRESHOLD, CoreService, run
 from ore_core.bus.streams import BusConfig, consumer_name, ensure_streams
-from ore_core.conduit.connection import OreNatsClient, connect_nats
 from ore_core.ledger.thread import Thread
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
@@ -115,7 +117,7 @@ async def test_a_warm_thread_s_turns_read_no_stream_sequence_and_check_no_namesp
     read: list[str | None] = []
     checked: list[str] = []
     stream_sequence = ingress_module.stream_sequence
-    is_valid_namespace = ingress_module.is_valid_namespace
+    is_valid_namespace = decoding_module.is_valid_namespace
 
     def counted(msg: Msg) -> int:
         read.append(msg.reply)
@@ -126,7 +128,7 @@ async def test_a_warm_thread_s_turns_read_no_stream_sequence_and_check_no_namesp
         return is_valid_namespace(namespace)
 
     monkeypatch.setattr(ingress_module, "stream_sequence", counted)
-    monkeypatch.setattr(ingress_module, "is_valid_namespace", counted_check)
+    monkeypatch.setattr(decoding_module, "is_valid_namespace", counted_check)
     for index in range(1, TURNS + 1):
         await publish(ore_nats_client, "t-seq", user_message(f"hi {index}", f"m-{index}"))
         await outbox.done("t-seq", count=index + 1)
@@ -186,7 +188,7 @@ async def test_an_ack_rides_with_the_next_turn_s_output_not_in_a_write_of_its_ow
 ) -> None:
     # Only the next write (or the stop) sends an ack: the count does not depend on how
     # quickly the next message comes.
-    monkeypatch.setattr(ingress_module, "ACK_LINGER", 3600.0)
+    monkeypatch.setattr(acks_module, "ACK_LINGER", 3600.0)
     core = await start_core()
     await publish(ore_nats_client, "t-writes", user_message("first", "m-0"))
     await outbox.done("t-writes")

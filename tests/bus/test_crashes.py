@@ -17,6 +17,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from ore_core import Manager
+from ore_core.bus.acks import AckBatcher
 from ore_core.bus.ingress import Ingress
 from ore_core.bus.ownership import Ownership
 from ore_core.bus.pipeline import Pipeline
@@ -32,7 +33,7 @@ from tests.bus.conftest import PARTITIONS, TIMEOUT, publish, user_message, wait_
 
 # The loop, the class whose method runs it, and the start of its task's name.
 LOOPS: dict[str, tuple[type[Any], str, str]] = {
-    "ingress ack loop": (Ingress, "_ack_loop", "ore-ingress-ack"),
+    "ingress ack loop": (AckBatcher, "run", "ore-ingress-ack"),
     "ingress progress loop": (Ingress, "_progress_loop", "ore-ingress-progress"),
     "ingress closed-stream loop": (Ingress, "_closed_loop", "ore-ingress-closed"),
     "lease renewal loop": (Ownership, "_renew_loop", "ore-ownership-renew"),

@@ -10,7 +10,6 @@ kit's nats-server, Pipelines and Egresses on their own connections, the CoreServ
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 from collections.abc import Awaitable, Callable
@@ -19,17 +18,15 @@ from pathlib import Path
 
 import nats
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 from nats.aio.client import Client
 from nats.js.api import DiscardPolicy, StreamConfig
 
 from ore_core import ConduitClient, Role, Text
+from ore_core._nats.wire import header_block
 from ore_core.bus.egress import Egress, EventsNotRead
 from ore_core.bus.embedded import EmbeddedNatsServer
-from ore_core.bus.pipeline import Pipeline, _ack_sequence
+from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.streams import BusConfig, ensure_streams
-from ore_core.conduit.wire import header_block
 from ore_core.events import LifecycleEvent, TurnCompleteEvent
 from ore_core.ledger.thread import Thread
 from ore_core.session.protocols import Store
@@ -455,22 +452,3 @@ async def test_a_thread_whose_events_cannot_be_read_is_not_primed(ore_nats_url: 
     with pytest.raises(EventsNotRead, match="t-unread"):
         await egress.prime(thread.id, thread)
     assert not egress.primed(thread.id)
-
-
-@given(
-    st.integers(min_value=0, max_value=2**63),
-    st.booleans(),
-    st.booleans(),
-    st.sampled_from([(",", ":"), (", ", ": "), (",", " : ")]),
-)
-def test_a_pub_ack_s_sequence_is_what_its_json_says(
-    sequence: int, domain: bool, duplicate: bool, separators: tuple[str, str]
-) -> None:
-    ack: dict[str, object] = {"stream": "ORE_EV"}
-    if domain:
-        ack["domain"] = "hub"
-    ack["seq"] = sequence
-    if duplicate:
-        ack["duplicate"] = True
-    data = json.dumps(ack, separators=separators).encode()
-    assert _ack_sequence(data) == json.loads(data)["seq"]

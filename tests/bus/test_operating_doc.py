@@ -8,14 +8,14 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from ore_core.bus.layout import build_layout
-from ore_core.bus.operator_doc import BEGIN, END, default_section
-from ore_core.bus.streams import BusConfig, diff_layout
-from ore_core.conduit.connection import (
+from ore_core._nats.connection import (
     MIN_SERVER_VERSION,
     TESTED_SERVER_VERSIONS,
     format_version,
 )
+from ore_core.bus.layout import build_layout
+from ore_core.bus.operator_doc import BEGIN, END, default_section
+from ore_core.bus.streams import BusConfig, diff_layout
 from ore_core.subjects import Subjects
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operating-nats.md"

@@ -14,14 +14,7 @@ import nats
 import pytest
 from nats.js.api import KeyValueConfig
 
-from ore_core.bus.embedded import EmbeddedNatsServer
-from ore_core.bus.jetstream_store import JetStreamStore
-from ore_core.bus.kv_keys import live_keys
-from ore_core.bus.layout import build_layout
-from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig, ensure_streams
-from ore_core.conduit.client import ConduitClient
-from ore_core.conduit.connection import (
+from ore_core._nats.connection import (
     MIN_SERVER_VERSION,
     TESTED_SERVER_VERSIONS,
     NatsCredentials,
@@ -29,6 +22,13 @@ from ore_core.conduit.connection import (
     format_version,
     parse_version,
 )
+from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.jetstream_store import JetStreamStore
+from ore_core.bus.kv_keys import live_keys
+from ore_core.bus.layout import build_layout
+from ore_core.bus.service import CoreService
+from ore_core.bus.streams import BusConfig, ensure_streams
+from ore_core.conduit.client import ConduitClient
 from ore_core.errors import BusError
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.manager import Manager

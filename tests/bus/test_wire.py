@@ -1,6 +1,6 @@
 """`publish_now` and `header_block` send what nats-py's `publish` sends (issue 11).
 
-The core publishes through `ore_core.conduit.wire` instead of nats-py's coroutine
+The core publishes through `ore_core._nats.wire` instead of nats-py's coroutine
 chain; these tests hold the two to the same bytes and the same refusals, byte for byte
 against nats-py's own code, and count the flusher wake-ups. They also fail when a
 nats-py release changes the private parts `wire` relies on.
@@ -27,8 +27,9 @@ from nats.errors import (
     OutboundBufferLimitError,
 )
 
-from ore_core.conduit import wire
-from ore_core.conduit.wire import header_block, publish_now, settle_now
+from ore_core._nats import wire
+from ore_core._nats.connection import OreNatsClient
+from ore_core._nats.wire import header_block, publish_now, settle_now
 
 _NAME = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=12)
 _VALUE = st.text(st.characters(min_codepoint=1, max_codepoint=0x2FF), max_size=30)
@@ -39,7 +40,7 @@ _ANY_SUBJECT = st.text(st.sampled_from("ab.$_-* \t\r\n\u00e9\u4e2d"), max_size=1
 
 def offline(status: int = Client.CONNECTED, **attributes: Any) -> Client:
     """A nats-py client in `status` that connects nowhere: what it sends stays pending."""
-    nc = Client()
+    nc = OreNatsClient()
     nc._status = status
     nc._max_payload = 1024 * 1024
     for name, value in attributes.items():
@@ -235,7 +236,7 @@ async def test_a_burst_of_publishes_wakes_the_flusher_once_and_arrives_in_order(
 
     await ore_nats_client.subscribe("wire.burst", cb=receive)
     await ore_nats_client.flush()
-    sender = Client()
+    sender = OreNatsClient()
     await sender.connect(ore_nats_url)
     try:
         queue = sender._flush_queue

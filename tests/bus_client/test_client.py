@@ -37,7 +37,7 @@ from ore_core import (
     TurnCompleteEvent,
     UserMessageEvent,
 )
-from ore_core.bus.codec import output_headers
+from ore_core._nats.codec import output_headers
 from ore_core.bus.control_api import ControlAPI
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.permissions import conduit_permissions

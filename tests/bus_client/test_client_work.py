@@ -22,14 +22,14 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from ore_core import BusError, ConduitClient
-from ore_core.conduit import feed as feed_module
-from ore_core.conduit.client import Sent, message_id
-from ore_core.conduit.connection import (
+from ore_core._nats.connection import (
     OreNatsClient,
     connect_nats,
     subscribe_inline,
     subscriptions_registered,
 )
+from ore_core.conduit import feed as feed_module
+from ore_core.conduit.client import Sent, message_id
 from ore_core.events import EventDecodeError, encode_batch, encode_event
 from ore_core.subjects import HEADER_KIND, HEADER_SCHEMA, Subjects
 from tests.bus_client.test_client import NS, delta, phase, store_batch, take, text

@@ -21,8 +21,8 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.protocol.parser import AWAITING_MSG_PAYLOAD, Parser
 
-from ore_core.conduit.connection import OreNatsClient, connect_nats, subscriptions_registered
-from ore_core.conduit.parser import OreParser
+from ore_core._nats.connection import OreNatsClient, connect_nats, subscriptions_registered
+from ore_core._nats.parser import OreParser
 
 INLINE, FRAGILE, ORDINARY, LIMITED, ORPHAN, UNKNOWN = 1, 2, 3, 4, 5, 9
 """sids: inline; inline that raises (and resets the parser on `reset`); ordinary;
@@ -184,7 +184,7 @@ def _reads(draw: st.DrawFn) -> list[bytes]:
     return [stream[a:b] for a, b in itertools.pairwise(edges)]
 
 
-@settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_reads())
 def test_random_streams_in_random_reads_are_handled_exactly_as_nats_py_does(
     reads: list[bytes],
@@ -192,7 +192,7 @@ def test_random_streams_in_random_reads_are_handled_exactly_as_nats_py_does(
     _same(reads)
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.sampled_from([_msg(), _hmsg()]).flatmap(lambda s: s), max_size=8))
 def test_a_stream_read_one_byte_at_a_time_is_handled_as_nats_py_does(
     frames: list[bytes],

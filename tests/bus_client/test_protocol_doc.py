@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ore_core import Manager
-from ore_core.bus.codec import (
+from ore_core._nats.codec import (
     BAD_JSON,
     BAD_NAMESPACE,
     BAD_SCHEMA,

@@ -16,9 +16,9 @@ import pytest
 from nats.aio.client import Client
 
 from ore_core import ConduitClient
-from ore_core.conduit import wire
+from ore_core._nats import wire
+from ore_core._nats.wire import header_block, publish_now
 from ore_core.conduit.client import message_id
-from ore_core.conduit.wire import header_block, publish_now
 from ore_core.events import EventContext, UserMessageEvent
 from ore_core.subjects import (
     HEADER_KIND,

@@ -33,7 +33,14 @@ from ore_conduit_stdin.pipe import (
 from ore_conduit_stdin.session import ChatSession
 from ore_conduit_stdin.state import LastThread, history_file
 from ore_conduit_stdin.terminal import TerminalView
-from ore_core.conduit import ApiError, Conduit, ConduitClient, ConduitConfig, ThreadInfo
+from ore_core.conduit import (
+    ApiError,
+    Capabilities,
+    Conduit,
+    ConduitClient,
+    ConduitConfig,
+    ThreadInfo,
+)
 from ore_core.errors import ThreadNotFound
 from ore_core.id_prefix import AmbiguousThreadId, resolve_thread_id
 
@@ -118,6 +125,10 @@ class StdinConduit(Conduit):
     description: ClassVar[str] = "Terminal chat: streamed Markdown replies; piped input works too"
     config_model: ClassVar[type[ConduitConfig]] = StdinConfig
     conversation_key: ClassVar[str] = "id"
+    # A terminal shows text as it comes: deltas every 30 ms, not the core's 100 ms.
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        streaming=True, markup="markdown", delta_interval=0.03
+    )
 
     def __init__(
         self,

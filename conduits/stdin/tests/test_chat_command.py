@@ -303,3 +303,14 @@ def test_a_chat_killed_with_sigkill_leaves_nothing_behind_after_the_next_chat(
         or b"nats-server" not in Path(f"/proc/{server['server']}/cmdline").read_bytes()
     )
     assert list(Path(chat_env["TMPDIR"]).glob("ore-chat-nats-*")) == []
+
+
+def test_the_start_up_line_says_the_guards_limits(run_chat: RunChat) -> None:
+    chat = run_chat(input="hello\n", env={"ORE_LOAD_PLUGINS": "ore-conduit-stdin,ore-guard"})
+    assert chat.returncode == 0, chat.stderr
+    (line,) = chat.stderr.splitlines()
+    assert line.startswith("answering with echo: ")
+    assert line.endswith(
+        "; guard: per sender 20 at once, then 60 per 60 s; "
+        "per thread without a user 40, then 120; redacting secrets"
+    )

@@ -3,9 +3,11 @@
 ```toml
 [plugins.guard]
 rate_limit = true   # per-sender token bucket
-rate = 10           # messages ...
+rate = 60           # messages ...
 per = 60            # ... per this many seconds, sustained
-burst = 5           # messages a sender may send at once
+burst = 20          # messages a sender may send at once
+thread_rate = 120   # the same, for a thread whose conduit names no user ...
+thread_burst = 40   # ... (everyone writing there shares one bucket)
 redact = true       # replace secrets before the model or the store sees them
 
 [plugins.guard.patterns]        # added to DEFAULT_PATTERNS; same name replaces one
@@ -43,17 +45,24 @@ class GuardConfigError(OreError):
 class GuardConfig(BaseModel):
     """Validated settings of one `GuardInterceptor`.
 
-    A sender may send `burst` messages at once and `rate` per `per` seconds after that.
-    `max_senders` bounds the memory the rate limiter uses: past it, the sender seen
-    least recently is forgotten (and starts again with a full bucket).
+    A sender may send `burst` messages at once and `rate` per `per` seconds after that:
+    20 at once and one a second by default, so a person typing fast, pasting several
+    lines or answering in quick bursts is never stopped, while a runaway script is.
+    A thread whose conduit names no user (the NATS bridge, raw clients) has one bucket
+    for everyone writing in it, so it gets `thread_burst` and `thread_rate`: twice a
+    person's by default, for a busy group thread. `max_senders` bounds the memory the
+    rate limiter uses: past it, the sender seen least recently is forgotten (and
+    starts again with a full bucket).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     rate_limit: bool = True
-    rate: int = Field(default=10, ge=1)
+    rate: int = Field(default=60, ge=1)
     per: float = Field(default=60.0, gt=0)
-    burst: int = Field(default=5, ge=1)
+    burst: int = Field(default=20, ge=1)
+    thread_rate: int = Field(default=120, ge=1)
+    thread_burst: int = Field(default=40, ge=1)
     max_senders: int = Field(default=10_000, ge=1)
     redact: bool = True
     patterns: dict[str, str] = Field(default_factory=dict)
@@ -82,6 +91,16 @@ class GuardConfig(BaseModel):
             raise GuardConfigError(
                 f"invalid [plugins.{PLUGIN_NAME}] settings: {problems}"
             ) from None
+
+    def describe(self) -> str:
+        """The limits in one line, for start-up lines and `ore config`."""
+        secrets = "redacting secrets" if self.redact else "not redacting secrets"
+        if not self.rate_limit:
+            return f"no rate limit; {secrets}"
+        return (
+            f"per sender {self.burst} at once, then {self.rate} per {self.per:g} s; "
+            f"per thread without a user {self.thread_burst}, then {self.thread_rate}; {secrets}"
+        )
 
     def redaction_patterns(self) -> dict[str, re.Pattern[str]]:
         """The defaults, then the configured patterns (an empty one removes its name)."""

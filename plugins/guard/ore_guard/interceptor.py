@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 import structlog
@@ -27,11 +26,12 @@ __all__ = ["GuardInterceptor", "sender_key"]
 log = structlog.get_logger("ore.guard")
 
 
-def sender_key(event: UserMessageEvent, thread_id: str) -> Hashable:
+def sender_key(event: UserMessageEvent, thread_id: str) -> tuple[str, str, str]:
     """Who a rate limit applies to: the platform user of a conduit, else the thread.
 
     Conduits that cannot name a user (a raw bus bridge, a script) share one bucket
-    per thread, so an anonymous sender still cannot flood a conversation.
+    per thread (the thread limits), so an anonymous sender still cannot flood a
+    conversation.
     """
     context = event.context
     if context.user:
@@ -54,16 +54,21 @@ class GuardInterceptor:
     order: int = -100
 
     def __init__(self, config: GuardConfig | None = None, *, clock: Clock = time.monotonic) -> None:
-        self.config = config if config is not None else GuardConfig()
-        self._limiter = (
-            RateLimiter(
-                self.config.rate,
-                self.config.per,
-                self.config.burst,
-                max_keys=self.config.max_senders,
-                clock=clock,
-            )
-            if self.config.rate_limit
+        self.config = config = config if config is not None else GuardConfig()
+        self._limiters = (
+            {
+                "user": RateLimiter(
+                    config.rate, config.per, config.burst, max_keys=config.max_senders, clock=clock
+                ),
+                "thread": RateLimiter(
+                    config.thread_rate,
+                    config.per,
+                    config.thread_burst,
+                    max_keys=config.max_senders,
+                    clock=clock,
+                ),
+            }
+            if config.rate_limit
             else None
         )
         self._redactor = Redactor(self.config.redaction_patterns()) if self.config.redact else None
@@ -72,11 +77,13 @@ class GuardInterceptor:
         """Consume a message over the limit; pass others on, redacted where needed."""
         if not isinstance(event, UserMessageEvent):
             return InterceptResult(event)
-        if self._limiter is not None:
-            wait = self._limiter.acquire(sender_key(event, stream.id))
+        if self._limiters is not None:
+            key = sender_key(event, stream.id)
+            limiter = self._limiters[key[1]]
+            wait = limiter.acquire(key)
             if wait > 0:
                 log.info("guard.rate_limited", thread_id=stream.id, event_id=event.id)
-                return InterceptResult(None, [self._too_fast(wait)])
+                return InterceptResult(None, [_too_fast(limiter, wait)])
         if self._redactor is None:
             return InterceptResult(event)
         redaction = self._redactor.redact(event.content)
@@ -88,14 +95,18 @@ class GuardInterceptor:
         redacted = event.model_copy(update={"content": redaction.text})
         return InterceptResult(redacted, [_redacted_notice(redaction)])
 
-    def _too_fast(self, wait: float) -> Notice:
-        config = self.config
-        return Notice(
-            f"You are sending messages too fast (limit: {config.rate} per {config.per:g} s, "
-            f"{config.burst} at once); this one was not delivered. "
-            f"Try again in {math.ceil(wait)} s.",
-            Severity.WARN,
-        )
+    def describe(self) -> str:
+        """The limits in one line: `ore serve`, `ore chat` and `ore config` show it."""
+        return self.config.describe()
+
+
+def _too_fast(limiter: RateLimiter, wait: float) -> Notice:
+    return Notice(
+        f"You are sending messages too fast (limit: {limiter.rate} per {limiter.per:g} s, "
+        f"{limiter.burst} at once); this one was not delivered. "
+        f"Try again in {math.ceil(wait)} s.",
+        Severity.WARN,
+    )
 
 
 def _redacted_notice(redaction: Redaction) -> Notice:

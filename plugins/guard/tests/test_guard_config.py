@@ -78,3 +78,22 @@ def test_settings_come_from_ore_toml_and_the_environment(
     config = GuardConfig.load(settings.plugin_config(PLUGIN_NAME))
     assert (config.rate, config.burst, config.redact) == (4, 2, False)
     assert config.patterns == {"ticket": "TCK-[0-9]{6}"}
+
+
+def test_the_defaults_fit_a_person_typing_and_a_busy_group_thread() -> None:
+    config = GuardConfig()
+    assert (config.burst, config.rate, config.per) == (20, 60, 60.0)
+    assert (config.thread_burst, config.thread_rate) == (40, 120)
+
+
+def test_describe_says_the_limits_in_one_line() -> None:
+    assert GuardConfig().describe() == (
+        "per sender 20 at once, then 60 per 60 s; "
+        "per thread without a user 40, then 120; redacting secrets"
+    )
+
+
+def test_describe_says_when_there_is_no_rate_limit() -> None:
+    assert GuardConfig(rate_limit=False, redact=False).describe() == (
+        "no rate limit; not redacting secrets"
+    )

@@ -63,10 +63,11 @@ def processor() -> RecordingProcessor:
 @pytest.fixture
 def start(clock: FakeClock, processor: RecordingProcessor) -> Callable[..., Manager]:
     """`start(**settings)`: a Manager whose only interceptor is a guard with `settings`
-    (burst 3 unless given); use it as `async with start(...) as manager`."""
+    (burst 3 and 10 per minute unless given); use it as `async with start(...) as manager`."""
 
     def build(**settings: object) -> Manager:
-        guard = GuardInterceptor(GuardConfig.load({"burst": 3, **settings}), clock=clock)
+        defaults = {"burst": 3, "rate": 10}
+        guard = GuardInterceptor(GuardConfig.load({**defaults, **settings}), clock=clock)
         return Manager(MemoryStore(), processor, interceptors=[guard])
 
     return build
@@ -216,7 +217,7 @@ async def test_one_user_name_on_two_conduits_is_two_senders(
 async def test_anonymous_senders_are_limited_per_thread(
     start: Callable[..., Manager], processor: RecordingProcessor
 ) -> None:
-    async with start(burst=1) as manager:
+    async with start(thread_burst=1) as manager:
         first, second = await manager.create(), await manager.create()
         await send(first, "first 1", user="")
         await send(second, "second 1", user="")
@@ -242,3 +243,42 @@ async def test_rate_limit_false_lets_every_message_through(
         for n in range(5):
             await send(stream, f"message {n}")
     assert len(processor.messages) == 5
+
+
+# -- the defaults ----------------------------------------------------------------------
+
+
+async def send_quickly(stream: Stream, count: int, user: str) -> list[list[NoticeEvent]]:
+    """`count` messages at the same instant (the fake clock never moves)."""
+    return [await send(stream, f"message {n}", user=user) for n in range(count)]
+
+
+async def test_by_default_a_person_may_send_twenty_quick_messages(
+    clock: FakeClock, processor: RecordingProcessor
+) -> None:
+    guard = GuardInterceptor(clock=clock)
+    async with Manager(MemoryStore(), processor, interceptors=[guard]) as manager:
+        notices = await send_quickly(await manager.create(), 21, user="alice")
+    assert notices[:20] == [[]] * 20
+    assert "60 per 60 s, 20 at once" in notices[20][0].content
+
+
+async def test_by_default_a_thread_without_users_may_take_forty_quick_messages(
+    clock: FakeClock, processor: RecordingProcessor
+) -> None:
+    guard = GuardInterceptor(clock=clock)
+    async with Manager(MemoryStore(), processor, interceptors=[guard]) as manager:
+        notices = await send_quickly(await manager.create(), 41, user="")
+    assert notices[:40] == [[]] * 40
+    assert "120 per 60 s, 40 at once" in notices[40][0].content
+
+
+async def test_by_default_a_person_gets_a_message_a_second_after_the_burst(
+    clock: FakeClock, processor: RecordingProcessor
+) -> None:
+    guard = GuardInterceptor(clock=clock)
+    async with Manager(MemoryStore(), processor, interceptors=[guard]) as manager:
+        stream = await manager.create()
+        await send_quickly(stream, 21, user="alice")
+        clock.advance(1)
+        assert await send(stream, "one second later", user="alice") == []

@@ -1,27 +1,29 @@
-"""Streamed chat completion chunks -> ore artifacts.
+"""Streamed chat completion chunks (their JSON, as decoded) -> ore artifacts.
 
 Deltas come out as they arrive (`TextDelta`, `ReasoningDelta`, `ToolCallDelta`);
 the `StopReason` and then the `Usage` come after the last chunk, so they follow every
 delta whatever order the server sent them in. A stream that ends without a finish
 reason was cut off: that raises instead of passing for a complete answer.
+
+Chunks are read as the plain JSON objects the SDK decoded (`AsyncStream[object]`),
+not built into `ChatCompletionChunk` models: building one per chunk was the largest
+part of the core's CPU per streamed answer (bench/model_path.py --profile).
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterable, AsyncIterator, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterable, AsyncIterator, Iterator, Mapping
+from typing import Any
 
 from ore_core import Artifact, ReasoningDelta, StopReason, TextDelta, ToolCallDelta, Usage
 from ore_core.artifacts import StopReasonValue
 from ore_openai.errors import ModelCallFailed
 
-if TYPE_CHECKING:
-    from openai.types import CompletionUsage
-    from openai.types.chat import ChatCompletionChunk
-    from openai.types.chat.chat_completion_chunk import ChoiceDelta
+__all__ = ["REASONING_FIELDS", "Chunk", "chunk_artifacts", "stop_reason", "usage_artifact"]
 
-__all__ = ["REASONING_FIELDS", "chunk_artifacts", "stop_reason", "usage_artifact"]
+Chunk = Mapping[str, Any]
+"""One `chat.completion.chunk` object as decoded from the stream's JSON."""
 
 _STOP_REASONS: dict[str, StopReasonValue] = {
     "stop": "stop",
@@ -40,45 +42,44 @@ def stop_reason(finish_reason: str) -> StopReason:
     return StopReason(_STOP_REASONS.get(finish_reason, "other"))
 
 
-def usage_artifact(usage: CompletionUsage) -> Usage:
-    """ore's `Usage` from the API's; cached and reasoning tokens when reported."""
-    prompt_details = usage.prompt_tokens_details
-    completion_details = usage.completion_tokens_details
-    cached = prompt_details.cached_tokens if prompt_details is not None else None
-    thinking = completion_details.reasoning_tokens if completion_details is not None else None
+def usage_artifact(usage: Mapping[str, Any]) -> Usage:
+    """ore's `Usage` from the API's `usage` object; cached and reasoning tokens when reported."""
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
     return Usage(
-        prompt_tokens=usage.prompt_tokens,
-        completion_tokens=usage.completion_tokens,
-        total_tokens=usage.total_tokens,
-        cache_read_tokens=cached or 0,
-        thinking_tokens=thinking,
+        prompt_tokens=usage.get("prompt_tokens") or 0,
+        completion_tokens=usage.get("completion_tokens") or 0,
+        total_tokens=usage.get("total_tokens") or 0,
+        cache_read_tokens=prompt_details.get("cached_tokens") or 0,
+        thinking_tokens=completion_details.get("reasoning_tokens"),
     )
 
 
-def _reasoning_of(delta: ChoiceDelta) -> str:
-    extra = delta.model_extra or {}
+def _reasoning_of(delta: Mapping[str, Any]) -> str:
     for name in REASONING_FIELDS:
-        value = extra.get(name)
+        value = delta.get(name)
         if isinstance(value, str) and value:
             return value
     return ""
 
 
-async def chunk_artifacts(chunks: AsyncIterable[ChatCompletionChunk]) -> AsyncIterator[Artifact]:
+async def chunk_artifacts(chunks: AsyncIterable[Chunk]) -> AsyncIterator[Artifact]:
     """Every artifact of one streamed answer (only the first choice is used)."""
     finish: str | None = None
     usage: Usage | None = None
     seen_calls: set[int] = set()
     async for chunk in chunks:
-        if chunk.usage is not None:
-            usage = usage_artifact(chunk.usage)
-        for choice in chunk.choices:
-            if choice.index != 0:
+        if chunk.get("usage"):
+            usage = usage_artifact(chunk["usage"])
+        for choice in chunk.get("choices") or ():
+            if choice.get("index", 0) != 0:
                 continue
-            for artifact in _delta_artifacts(choice.delta, seen_calls):
-                yield artifact
-            if choice.finish_reason:
-                finish = choice.finish_reason
+            delta = choice.get("delta")
+            if delta:
+                for artifact in _delta_artifacts(delta, seen_calls):
+                    yield artifact
+            if choice.get("finish_reason"):
+                finish = choice["finish_reason"]
     if finish is None:
         raise ModelCallFailed("the stream ended without a finish reason")
     yield stop_reason(finish)
@@ -86,24 +87,27 @@ async def chunk_artifacts(chunks: AsyncIterable[ChatCompletionChunk]) -> AsyncIt
         yield usage
 
 
-def _delta_artifacts(delta: ChoiceDelta, seen_calls: set[int]) -> Iterator[Artifact]:
+def _delta_artifacts(delta: Mapping[str, Any], seen_calls: set[int]) -> Iterator[Artifact]:
     reasoning = _reasoning_of(delta)
     if reasoning:
         yield ReasoningDelta(reasoning)
-    if delta.content:
-        yield TextDelta(delta.content)
-    if delta.refusal:
-        yield TextDelta(delta.refusal)
-    for call in delta.tool_calls or ():
-        call_id = call.id or ""
-        if call.index not in seen_calls:
-            seen_calls.add(call.index)
+    content = delta.get("content")
+    if content:
+        yield TextDelta(content)
+    refusal = delta.get("refusal")
+    if refusal:
+        yield TextDelta(refusal)
+    for call in delta.get("tool_calls") or ():
+        index = call.get("index", 0)
+        call_id = call.get("id") or ""
+        if index not in seen_calls:
+            seen_calls.add(index)
             # Some servers omit ids; results are paired with calls by id, so make one.
             call_id = call_id or f"call_{secrets.token_hex(6)}"
-        function = call.function
+        function = call.get("function") or {}
         yield ToolCallDelta(
-            index=call.index,
+            index=index,
             id=call_id,
-            name=(function.name or "") if function else "",
-            arguments=(function.arguments or "") if function else "",
+            name=function.get("name") or "",
+            arguments=function.get("arguments") or "",
         )

@@ -10,7 +10,7 @@ call goes unanswered.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ore_core import Image, Role, Text, Tool, ToolCall, ToolResult, Turn
@@ -30,35 +30,40 @@ UNANSWERED_TOOL_CALL = "error: this tool call was interrupted before it returned
 
 
 def to_messages(turns: Iterable[Turn], system_prompt: str = "") -> list[ChatCompletionMessageParam]:
-    """The request messages for `turns` (oldest first), `system_prompt` first if set."""
+    """The request messages for `turns` (oldest first), `system_prompt` first if set.
+
+    One pass, one message dict per turn (a long thread's request is rebuilt for every
+    model call: bench/request_build.py keeps it within 2x of serialising the turns).
+    """
     messages: list[ChatCompletionMessageParam] = []
     if system_prompt:
         messages.append({"role": "system", "content": system_prompt})
     unanswered: list[str] = []
     for turn in turns:
-        if turn.role != Role.TOOL:
-            messages += _answer(unanswered)
-            unanswered = []
-        role = str(turn.role)
-        if role == Role.ASSISTANT:
-            message = _assistant(turn)
-            if message is not None:
-                messages.append(message)
-                unanswered = [a.id for a in turn.artifacts if isinstance(a, ToolCall)]
-        elif role == Role.TOOL:
+        role = turn.role
+        if role == Role.TOOL:
             for result in turn.artifacts:
                 if isinstance(result, ToolResult):
                     messages.append(_tool_message(result.tool_call_id, result.llm_string()))
                     if result.tool_call_id in unanswered:
                         unanswered.remove(result.tool_call_id)
+            continue
+        if unanswered:
+            messages += _answer(unanswered)
+            unanswered = []
+        if role == Role.ASSISTANT:
+            message = _assistant(turn)
+            if message is not None:
+                messages.append(message)
+                unanswered = [c["id"] for c in message.get("tool_calls", ())]
         elif role == Role.SYSTEM:
             text = _text_of(turn)
             if text:
                 messages.append({"role": "system", "content": text})
         else:
-            parts = _user_parts(turn)
-            if parts:
-                messages.append({"role": "user", "content": _plain_or_parts(parts)})
+            content = _user_content(turn)
+            if content:
+                messages.append({"role": "user", "content": content})
     messages += _answer(unanswered)
     return messages
 
@@ -82,24 +87,21 @@ def _text_of(turn: Turn) -> str:
     return "\n\n".join(a.content for a in turn.artifacts if isinstance(a, Text) and a.content)
 
 
-def _user_parts(turn: Turn) -> list[ChatCompletionContentPartParam]:
+def _user_content(turn: Turn) -> str | list[ChatCompletionContentPartParam]:
+    """Plain text when there is no image (the form every compatible server accepts),
+    else the parts in order; empty when the turn has nothing to send."""
+    artifacts = turn.artifacts
+    if all(isinstance(a, Text) for a in artifacts):
+        return _text_of(turn)
     parts: list[ChatCompletionContentPartParam] = []
-    for artifact in turn.artifacts:
+    for artifact in artifacts:
         if isinstance(artifact, Text) and artifact.content:
             parts.append({"type": "text", "text": artifact.content})
         elif isinstance(artifact, Image) and artifact.url:
             parts.append({"type": "image_url", "image_url": {"url": artifact.url}})
+    if all(part["type"] == "text" for part in parts):
+        return "\n\n".join(part["text"] for part in parts)  # type: ignore[typeddict-item]
     return parts
-
-
-def _plain_or_parts(
-    parts: Sequence[ChatCompletionContentPartParam],
-) -> str | list[ChatCompletionContentPartParam]:
-    """Plain text when there is no image: the form every compatible server accepts."""
-    texts = [part["text"] for part in parts if part["type"] == "text"]
-    if len(texts) == len(parts):
-        return "\n\n".join(texts)
-    return list(parts)
 
 
 def _assistant(turn: Turn) -> ChatCompletionAssistantMessageParam | None:

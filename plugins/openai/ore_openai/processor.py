@@ -11,21 +11,22 @@ per request and never pile up across round trips.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Mapping
 from contextlib import aclosing
 from types import TracebackType
-from typing import Any, Self
+from typing import Self, cast
 
 import openai
 import structlog
 from openai import AsyncStream
-from openai.types.chat import ChatCompletionChunk
+from openai.types.chat import ChatCompletion
 
 from ore_core import Artifact, Role, Severity, Tool, ToolCall, ToolResult, TurnContext
-from ore_openai.chunks import chunk_artifacts
+from ore_core.jsonutil import dumps
+from ore_openai.chunks import Chunk, chunk_artifacts
 from ore_openai.config import ENV_API_KEY, ENV_BASE_URL, OpenAIConfig
 from ore_openai.errors import ModelCallFailed, OpenAIConfigError
-from ore_openai.request import request_kwargs
+from ore_openai.request import request_body
 from ore_openai.retry import RetryPolicy, is_retryable, retry_after_seconds
 from ore_openai.tool_runner import run_tool_calls
 
@@ -128,11 +129,11 @@ class OpenAIProcessor:
 
     async def _answer(self, ctx: TurnContext) -> AsyncGenerator[Artifact, None]:
         """One model call: the request is rebuilt from the thread each time."""
-        kwargs = request_kwargs(self.config, ctx.spec, ctx.view(), self.tools.values())
-        where = f"openai model {kwargs['model']!r} at {self.config.base_url}"
-        stream = await self._open(ctx, kwargs, where)
+        body = request_body(self.config, ctx.spec, ctx.view(), self.tools.values())
+        where = f"openai model {body['model']!r} at {self.config.base_url}"
+        stream = await self._open(ctx, dumps(body), where)
         try:
-            async for artifact in chunk_artifacts(stream):
+            async for artifact in chunk_artifacts(cast(AsyncIterable[Chunk], stream)):
                 yield artifact
         except (openai.APIError, ModelCallFailed) as exc:
             problem = _cause(exc)
@@ -142,16 +143,24 @@ class OpenAIProcessor:
         finally:
             await stream.close()
 
-    async def _open(
-        self, ctx: TurnContext, kwargs: dict[str, Any], where: str
-    ) -> AsyncStream[ChatCompletionChunk]:
-        """Start the streamed call, retrying failures that may pass."""
+    async def post(self, body: bytes) -> AsyncStream[object]:
+        """One streamed call, no retries: `body` is an encoded `request_body`. The chunks
+        come as decoded JSON objects (see `ore_openai.chunks`), errors as the SDK's."""
+        return await self.client.post(
+            "/chat/completions",
+            cast_to=ChatCompletion,
+            content=body,
+            stream=True,
+            stream_cls=AsyncStream[object],
+        )
+
+    async def _open(self, ctx: TurnContext, body: bytes, where: str) -> AsyncStream[object]:
+        """Start the streamed call (the body encoded once, see `request`), retrying
+        failures that may pass."""
         retry = 0
         while True:
             try:
-                created = self.client.chat.completions.create(**kwargs)
-                stream: AsyncStream[ChatCompletionChunk] = await created
-                return stream
+                return await self.post(body)
             except openai.APIError as exc:
                 failure = exc
             retry_after = (

@@ -8,7 +8,11 @@ a stream cut mid-way (connection closed without `[DONE]`), or a hang that sends
 nothing until the client gives up, after which the disconnect is recorded.
 
 Responses are served in script order, one per chat completion request; when the
-script is exhausted the server answers 500 with a message that says so.
+script is exhausted the server asks its `responder` (a function of the request body),
+or answers 500 with a message that says so when it has none.
+
+`python -m ore_openai.testing` serves one in its own process for benchmarks (see
+`main`): it prints its `base_url` and answers every request alike until stdin closes.
 
 Concurrency: the server runs in background threads; every public method may be
 called from the test's thread or event loop.
@@ -19,9 +23,11 @@ suite opts in: `pytest_plugins = ["ore_openai.testing"]` in its top-level confte
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import select
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -83,18 +89,20 @@ class MockUsage:
 class MockResponse:
     """One scripted answer to one chat completion request.
 
-    Streams `reasoning` (as `delta.reasoning_content`), then `text`, each split into
-    `chunk_size`-character chunks, then each tool call as a header delta followed by
-    argument fragments, then the finish chunk and, when the client asked for it, the
-    usage chunk. `finish_reason` None means what the real API sends: `tool_calls`
-    when there are tool calls, else `stop`. `usage` None means a rough estimate
-    (characters / 4). `delay` seconds pass before each chunk.
+        Streams `reasoning` (as `delta.reasoning_content`), then `text`, each split into
+        `chunk_size`-character chunks, then each tool call as a header delta followed by
+        argument fragments, then the finish chunk and, when the client asked for it, the
+        usage chunk. `finish_reason` None means what the real API sends: `tool_calls`
+        when there are tool calls, else `stop`. `usage` None means a rough estimate
+        (characters / 4). `delay` seconds pass before each chunk. `stamp` replaces the text
+    of each content chunk by its send time (`time.monotonic()`, shared by every process on
+    the machine, then ";"), so a benchmark can tell how late each piece reaches a reader.
 
-    Failure modes: `status` != 200 answers with an OpenAI-style error body (and
-    `Retry-After` when `retry_after` is set); `cut_after=n` sends n chunks and then
-    closes the connection without ending the body; `hang_after=n` sends n chunks
-    (0: not even the headers) and then waits silently until the client disconnects.
-    A non-streamed answer that is cut sends half its body; one that hangs sends nothing.
+        Failure modes: `status` != 200 answers with an OpenAI-style error body (and
+        `Retry-After` when `retry_after` is set); `cut_after=n` sends n chunks and then
+        closes the connection without ending the body; `hang_after=n` sends n chunks
+        (0: not even the headers) and then waits silently until the client disconnects.
+        A non-streamed answer that is cut sends half its body; one that hangs sends nothing.
     """
 
     text: str = ""
@@ -109,6 +117,7 @@ class MockResponse:
     retry_after: float | None = None
     cut_after: int | None = None
     hang_after: int | None = None
+    stamp: bool = False
 
     def __post_init__(self) -> None:
         if self.chunk_size < 1:
@@ -220,6 +229,15 @@ def _stream_chunks(
     return chunks
 
 
+def _stamped(chunk: dict[str, Any]) -> dict[str, Any]:
+    """`chunk` with its content (if any) replaced by the send time."""
+    choices = chunk["choices"]
+    if not choices or not choices[0]["delta"].get("content"):
+        return chunk
+    delta = {**choices[0]["delta"], "content": f"{time.monotonic():.6f};"}
+    return {**chunk, "choices": [{**choices[0], "delta": delta}]}
+
+
 def _completion(response: MockResponse, request: dict[str, Any], serial: int) -> dict[str, Any]:
     """The non-streaming `chat.completion` object."""
     message: dict[str, Any] = {"role": "assistant", "content": response.text or None}
@@ -294,7 +312,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         owner = self.server.owner
         serial = owner._record(RecordedRequest("POST", self.path, self._headers(), body))
-        response = owner._next_response(serial)
+        response = owner._next_response(serial, body)
         try:
             self._answer(response, body, serial)
         except (_ClientGone, ConnectionError):
@@ -341,7 +359,8 @@ class _Handler(BaseHTTPRequestHandler):
             if position == len(chunks):
                 break
             self._pause(response.delay)
-            self._write_chunk(b"data: " + dumps(chunks[position]) + b"\n\n")
+            chunk = _stamped(chunks[position]) if response.stamp else chunks[position]
+            self._write_chunk(b"data: " + dumps(chunk) + b"\n\n")
         self._write_chunk(b"data: [DONE]\n\n")
         try:
             # The answer is complete at [DONE]; a client that leaves now has not abandoned it.
@@ -416,6 +435,7 @@ class _HTTPServer(ThreadingHTTPServer):
 
     daemon_threads = False
     block_on_close = True
+    request_queue_size = 1024  # socketserver's 5 resets connections of a busy benchmark
 
     def __init__(self, owner: MockOpenAIServer) -> None:
         self.owner = owner
@@ -453,14 +473,24 @@ class MockOpenAIServer:
     Use it as a context manager (sync or async) or call `start()`/`stop()`. Point an
     OpenAI client at `base_url`. `requests` holds every chat completion body received;
     `disconnects` counts responses the client abandoned before they were complete.
+    `responder(body)` answers requests once the script is empty (a benchmark's endless
+    model); `record=False` keeps no requests (a long benchmark's memory).
     """
 
     def __init__(
-        self, responses: Sequence[Scripted] = (), *, models: Sequence[str] = (DEFAULT_MODEL,)
+        self,
+        responses: Sequence[Scripted] = (),
+        *,
+        models: Sequence[str] = (DEFAULT_MODEL,),
+        responder: Callable[[dict[str, Any]], MockResponse] | None = None,
+        record: bool = True,
     ) -> None:
+        self.record = record
         self.models = tuple(models)
+        self.responder = responder
         self._script: deque[MockResponse] = deque()
         self._recorded: list[RecordedRequest] = []
+        self._serial = 0
         self._disconnects = 0
         self._errors: list[str] = []
         self._lock = threading.Lock()
@@ -612,15 +642,19 @@ class MockOpenAIServer:
 
     def _record(self, request: RecordedRequest) -> int:
         with self._lock:
-            self._recorded.append(request)
-            serial = len(self._recorded)
+            self._serial += 1
+            serial = self._serial
+            if self.record:
+                self._recorded.append(request)
         self._notify()
         return serial
 
-    def _next_response(self, serial: int) -> MockResponse:
+    def _next_response(self, serial: int, body: dict[str, Any]) -> MockResponse:
         with self._lock:
             if self._script:
                 return self._script.popleft()
+        if self.responder is not None:
+            return self.responder(body)
         return MockResponse.http_error(
             500, f"MockOpenAIServer: no scripted response left for request #{serial}"
         )
@@ -646,3 +680,47 @@ def ore_mock_openai() -> Iterator[MockOpenAIServer]:
     """A running `MockOpenAIServer` with an empty script, stopped after the test."""
     with MockOpenAIServer() as server:
         yield server
+
+
+def _bench_responder(args: argparse.Namespace) -> Callable[[dict[str, Any]], MockResponse]:
+    """The endless model of `main`: what to answer depends on the last message."""
+    text = "x" * (args.chunks * args.chunk_size)
+    answer = MockResponse(text=text, chunk_size=args.chunk_size, delay=args.delay, stamp=True)
+    call = MockResponse(tool_calls=(MockToolCall("lookup", '{"q": "x"}'),), delay=args.delay)
+    filler = MockResponse(text="ok " * 60, chunk_size=64)
+
+    def respond(body: dict[str, Any]) -> MockResponse:
+        last = (body.get("messages") or [{}])[-1]
+        content = last.get("content")
+        said = content if last.get("role") == "user" and isinstance(content, str) else ""
+        if said.startswith("fill"):
+            return filler
+        if said.startswith("tool"):
+            return call
+        return answer
+
+    return respond
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Serve an endless model in this process: `python -m ore_openai.testing`.
+
+    Every answer is `--chunks` stamped content chunks of `--chunk-size` characters with
+    `--delay` seconds before each, except that a user message starting with `tool` is
+    answered with a call of the tool `lookup` first (the text comes once the request
+    carries its result), and one starting with `fill` with a short text at once (to
+    build a long history fast). Prints the `base_url` on stdout and serves until stdin
+    closes. Requests are not recorded.
+    """
+    parser = argparse.ArgumentParser(prog="python -m ore_openai.testing")
+    parser.add_argument("--chunks", type=int, default=50)
+    parser.add_argument("--chunk-size", type=int, default=4)
+    parser.add_argument("--delay", type=float, default=0.02)
+    args = parser.parse_args(argv)
+    with MockOpenAIServer(responder=_bench_responder(args), record=False) as server:
+        print(server.base_url, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()

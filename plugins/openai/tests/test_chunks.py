@@ -1,38 +1,49 @@
-"""Streamed chunks -> artifacts, from the mock server through the real OpenAI client."""
+"""Streamed chunks -> artifacts, from the mock server through the processor's HTTP call."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from typing import Any
 
-import openai
 import pytest
-from openai.types.chat import ChatCompletionChunk
 
-from ore_core import Artifact, ReasoningDelta, StopReason, TextDelta, ToolCall, ToolCallDelta, Usage
-from ore_openai.chunks import chunk_artifacts, stop_reason
+from ore_core import (
+    Artifact,
+    ModelSpec,
+    ReasoningDelta,
+    Role,
+    StopReason,
+    Text,
+    TextDelta,
+    ToolCall,
+    ToolCallDelta,
+    Turn,
+    Usage,
+)
+from ore_core.jsonutil import dumps
+from ore_openai.chunks import Chunk, chunk_artifacts, stop_reason
+from ore_openai.config import OpenAIConfig
 from ore_openai.errors import ModelCallFailed
+from ore_openai.processor import OpenAIProcessor
+from ore_openai.request import request_body
 from ore_openai.testing import MockOpenAIServer, MockResponse, MockToolCall, MockUsage
 
 
 async def served(server: MockOpenAIServer, response: MockResponse) -> list[Artifact]:
     server.script(response)
-    async with openai.AsyncOpenAI(base_url=server.base_url, api_key="k", max_retries=0) as client:
-        stream = await client.chat.completions.create(
-            model="m",
-            messages=[{"role": "user", "content": "hi"}],
-            stream=True,
-            stream_options={"include_usage": True},
-        )
-        return [artifact async for artifact in chunk_artifacts(stream)]
+    config = OpenAIConfig(base_url=server.base_url, max_retries=0)
+    turns = [Turn(id="u", role=Role.USER, artifacts=(Text("hi"),))]
+    async with OpenAIProcessor(config) as processor:
+        stream = await processor.post(dumps(request_body(config, ModelSpec(), turns)))
+        return [artifact async for artifact in chunk_artifacts(stream)]  # type: ignore[arg-type]
 
 
 async def from_dicts(*chunks: dict[str, Any]) -> list[Artifact]:
-    async def source() -> AsyncIterator[ChatCompletionChunk]:
+    header = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+
+    async def source() -> AsyncIterator[Chunk]:
         for chunk in chunks:
-            yield ChatCompletionChunk.model_validate(
-                {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m", **chunk}
-            )
+            yield {**header, **chunk}
 
     return [artifact async for artifact in chunk_artifacts(source())]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -301,3 +302,42 @@ def test_stop_releases_the_port_and_ends_a_hanging_response() -> None:
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
     assert server.disconnects == 0
+
+
+async def test_the_responder_answers_once_the_script_is_empty() -> None:
+    seen: list[str] = []
+
+    def respond(body: dict[str, Any]) -> MockResponse:
+        seen.append(body["messages"][-1]["content"])
+        return MockResponse(text="from the responder")
+
+    async with (
+        MockOpenAIServer(["scripted"], responder=respond) as server,
+        openai.AsyncOpenAI(base_url=server.base_url, api_key="k", max_retries=0) as client,
+    ):
+        first = await stream_chunks(client)
+        second = await stream_chunks(client)
+    assert "".join(contents(first)) == "scripted"
+    assert "".join(contents(second)) == "from the responder"
+    assert seen == ["hello"]
+
+
+async def test_stamped_chunks_carry_their_send_time(
+    ore_mock_openai: MockOpenAIServer, client: openai.AsyncOpenAI
+) -> None:
+    before = time.monotonic()
+    ore_mock_openai.script(MockResponse(text="abcdef", chunk_size=2, stamp=True))
+    chunks = await stream_chunks(client)
+    stamps = [float(text.rstrip(";")) for text in contents(chunks)]
+    assert len(stamps) == 3
+    assert stamps == sorted(stamps)
+    assert before <= stamps[0] <= time.monotonic()
+
+
+async def test_an_unrecorded_server_keeps_no_requests() -> None:
+    async with (
+        MockOpenAIServer(["a"], record=False) as server,
+        openai.AsyncOpenAI(base_url=server.base_url, api_key="k", max_retries=0) as client,
+    ):
+        await stream_chunks(client)
+        assert server.requests == []

@@ -170,13 +170,13 @@ async def ore_startup(manager: Any) -> None:
 
 
 def _crash_the_ingress_ack_loop() -> None:
-    from ore_core.bus.ingress import Ingress
+    from ore_core.bus.acks import AckBatcher
 
     async def crashing_ack_loop(self: Any) -> None:
-        await self._ack_wakeup.wait()  # the first message handled: an ack to send
+        await self._wakeup.wait()  # the first message handled: an ack to send
         raise RuntimeError("ore-test: injected crash of the ingress ack loop")
 
-    Ingress._ack_loop = crashing_ack_loop  # type: ignore[method-assign]
+    AckBatcher.run = crashing_ack_loop  # type: ignore[method-assign]
 
 
 @hookimpl

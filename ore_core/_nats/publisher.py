@@ -8,7 +8,8 @@ it against a permission refusal in a task of its own. Here one publish is one fu
 (resolved by the ack, the timeout or a refusal, whichever comes first), and one timer
 serves every publish waiting. Acks arrive on one wildcard inbox of the connection
 (`_INBOX_NS.<nuid>.*`, which a conduit's NATS user may read), subscribed by `start`
-(or the first publish), handled inline by the read loop and parsed with orjson.
+(or the first publish), handled inline by the read loop and read by
+`codec.read_publish_ack`.
 Publishes from many tasks are pipelined: nothing waits for an earlier ack.
 
 A publish goes out through `wire.publish_now` (nats-py's checks, bytes and flusher
@@ -23,32 +24,18 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import NamedTuple
+from typing import TYPE_CHECKING
 
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
-from nats.js.errors import APIError, NoStreamResponseError
 
-from ore_core import jsonutil
-from ore_core.conduit.connection import PermissionWatch, subscribe_inline
-from ore_core.errors import BusError
+from ore_core._nats.connection import PermissionWatch, subscribe_inline
 
-__all__ = ["Ack", "AckedPublisher"]
+if TYPE_CHECKING:
+    from ore_core._nats.codec import Ack
 
-_STATUS = "Status"
-_NO_RESPONDERS = "503"
-
-
-class Ack(NamedTuple):
-    """What JetStream answered to a publish: the stored sequence, and whether it was a
-    duplicate (the `Nats-Msg-Id` was already stored inside the duplicate window).
-
-    A named tuple: immutable like a frozen dataclass, made in a third of the time.
-    """
-
-    sequence: int
-    duplicate: bool
+__all__ = ["AckedPublisher"]
 
 
 class AckedPublisher:
@@ -64,7 +51,9 @@ class AckedPublisher:
     def __init__(self, nc: NatsClient, permissions: PermissionWatch, ack_wait: float) -> None:
         # Imported by the first publisher, not with the SDK: `import ore_core.conduit`
         # stays as small as tests/test_public_surface.py holds it.
-        from ore_core.conduit import wire
+        from ore_core._nats import codec, wire
+
+        self._read_ack = codec.read_publish_ack
 
         self._header_block = wire.header_block
         self._publish_now = wire.publish_now
@@ -126,7 +115,7 @@ class AckedPublisher:
             deadlines = self._deadlines
             while deadlines and deadlines[0][1].done():
                 deadlines.popleft()
-        return _ack_of(msg)
+        return self._read_ack(msg)
 
     def _expire(self) -> None:
         """Fail the publishes past their deadline; set the timer for the next one."""
@@ -159,22 +148,3 @@ class AckedPublisher:
         answer = self._pending.get(msg.subject[len(self._inbox) :])
         if answer is not None and not answer.done():
             answer.set_result(msg)
-
-
-def _ack_of(msg: Msg) -> Ack:
-    headers = msg.headers
-    if headers and headers.get(_STATUS) == _NO_RESPONDERS:
-        raise NoStreamResponseError
-    try:
-        reply = jsonutil.loads(msg.data)
-    except ValueError as exc:
-        raise BusError(f"JetStream answered a publish with {msg.data[:200]!r}") from exc
-    if not isinstance(reply, dict):
-        raise BusError(f"JetStream answered a publish with {msg.data[:200]!r}")
-    error = reply.get("error")
-    if isinstance(error, dict):
-        APIError.from_error(error)  # raises the APIError subclass of the error's code
-    sequence = reply.get("seq")
-    if not isinstance(sequence, int):
-        raise BusError(f"JetStream answered a publish with {msg.data[:200]!r}")
-    return Ack(sequence, reply.get("duplicate") is True)

@@ -27,7 +27,7 @@ import nats.aio.client
 from nats.protocol.parser import AWAITING_CONTROL_LINE, CRLF_SIZE, Parser
 
 if TYPE_CHECKING:
-    from ore_core.conduit.connection import OreNatsClient
+    from ore_core._nats.connection import OreNatsClient
 
 __all__ = ["OreParser"]
 
@@ -62,7 +62,6 @@ class OreParser(Parser):
         nc = self.nc
         inline = nc._inline
         subs = nc._subs
-        stats = nc.stats
         match = _FRAME.match
         pos = 0
         end = len(data)
@@ -89,22 +88,18 @@ class OreParser(Parser):
             subscription = subs.get(sid)
             if callback is None or subscription is None:
                 await nc._process_msg(sid, subject, reply or b"", payload, block)
-            else:  # OreNatsClient._process_msg's inline branch without its coroutine (the
-                # property test holds the two together): kept here, a call costs 15 bytecodes
-                stats["in_msgs"] += 1
-                stats["in_bytes"] += len(payload)
-                subscription._received += 1
+            else:  # an inline subscription's message, delivered without a coroutine
                 if block is None:
                     headers = None
                 elif _PLAIN_BLOCK and block[8:10] == b"\r\n":  # `NATS/1.0\r\n`: no status
                     headers = nc._parse_header_lines(block[10:]) or None
                 else:
                     headers = await nc._process_headers(block)
-                msg = nc._build_message(sid, subject, reply or b"", payload, headers)
-                try:
-                    callback(msg)
-                except Exception as exc:
-                    await nc._error_cb(exc)
+                failed = nc._call_inline(
+                    callback, subscription, sid, subject, reply or b"", payload, headers
+                )
+                if failed is not None:
+                    await nc._error_cb(failed)
             if self.buf is not buf:  # reset by what handled the message, as above
                 return
         else:

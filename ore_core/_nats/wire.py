@@ -14,16 +14,20 @@ One difference, by design: nats-py's `publish` waits for the flusher when the pe
 buffer is over `pending_size` (backpressure); a function cannot wait, so `publish_now`
 returns True then and an async caller awaits `wait_flushed` (the core's publishers do).
 
-It uses private parts of nats-py 2.16, like `OreNatsClient`; the tests in
-tests/bus/test_wire.py fail if a nats-py release changes them.
+It uses private parts of nats-py, like `OreNatsClient`, and only on one: on any other
+client (nats-py's own, which `connect_nats` returns when those parts are missing, see
+`ore_core._nats.internals`) every function here takes the public path of
+`ore_core._nats.plain` instead, which sends the same messages in the same order through
+nats-py's `publish` and `Msg` methods. The tests in tests/bus/test_wire.py fail if a
+nats-py release changes the private parts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping
 
-from nats.aio.client import _HEADER_KEY_RE, _HEADER_VALUE_NEWLINES, _SUBJECT_INVALID_RE
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.errors import (
@@ -37,6 +41,9 @@ from nats.errors import (
     OutboundBufferLimitError,
 )
 
+from ore_core._nats import plain
+from ore_core._nats.connection import OreNatsClient
+
 __all__ = [
     "ACK",
     "HEADER_START",
@@ -49,6 +56,11 @@ __all__ = [
 
 ACK = b""
 """The payload of a JetStream ack (what nats-py's `Msg.ack` sends)."""
+
+# What nats-py checks, spelled as nats-py spells it (tests/bus/test_wire.py compares).
+_HEADER_KEY_RE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HEADER_VALUE_NEWLINES = str.maketrans({"\r": " ", "\n": " "})
+_SUBJECT_INVALID_RE = re.compile(r"[ \t\r\n]")
 
 _CONNECTED = NatsClient.CONNECTED
 _CLOSED = NatsClient.CLOSED
@@ -129,6 +141,8 @@ def publish_now(
         encoded = _subject(subject)
     if reply and _SUBJECT_INVALID_RE.search(reply):
         raise BadSubjectError
+    if not isinstance(nc, OreNatsClient):
+        return plain.publish(nc, subject, payload, reply, header)
     size = len(payload)
     if nc._status != _CONNECTED or size > nc._max_payload:
         _refuse(nc, size)
@@ -188,6 +202,8 @@ def _append(nc: NatsClient, command: bytes, size: int, wake: bool) -> bool:
 
 def wake_flusher(nc: NatsClient) -> None:
     """Have the flusher write what is pending (what `publish_now(..., wake=False)` left)."""
+    if not isinstance(nc, OreNatsClient):
+        return  # the plain path sends at once
     queue = nc._flush_queue
     if queue is not None and queue.empty():
         _wake_flusher(nc, queue)
@@ -217,6 +233,9 @@ def _wake_flusher(nc: NatsClient, queue: asyncio.Queue[asyncio.Future[None]]) ->
 
 async def wait_flushed(nc: NatsClient) -> None:
     """Wait until the flusher wrote what is pending (after `publish_now` returned True)."""
+    if not isinstance(nc, OreNatsClient):
+        await plain.flushed(nc)
+        return
     await nc._flush_pending(force_flush=True)
 
 
@@ -231,6 +250,8 @@ def settle_now(nc: NatsClient, msg: Msg, payload: bytes = ACK, wake: bool = True
     reply = msg.reply
     if not reply:
         raise NotJSMessageError
+    if not isinstance(nc, OreNatsClient):
+        return plain.settle(nc, msg, payload)
     progress = payload == _PROGRESS
     if msg._ackd and not progress:
         raise MsgAlreadyAckdError(msg)

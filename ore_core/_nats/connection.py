@@ -20,10 +20,13 @@ about refused subscriptions (which the server may report a little after a flush)
 
 The client of the core and of every conduit: `connect_nats` makes an `OreNatsClient`,
 nats-py's client with less Python work per received message (its protocol parser,
-`ore_core.conduit.parser`; header parsing; callbacks called by the read loop itself;
-sending is `ore_core.conduit.wire`). It overrides private nats-py methods (of nats-py
-2.16); the tests in tests/bus_client/test_client_work.py and test_parser.py fail if a
-nats-py release stops calling them.
+`ore_core._nats.parser`; header parsing; callbacks called by the read loop itself;
+sending is `ore_core._nats.wire`). It overrides private nats-py methods (of the nats-py
+releases pyproject.toml pins); the tests in tests/bus_client/test_client_work.py and
+test_parser.py fail if a nats-py release stops calling them, and at connect
+`ore_core._nats.internals` checks that the private names exist: if one is missing (or
+`ORE_NATS_PLAIN=1`), `connect_nats` returns nats-py's own client and every function
+here and in `wire` takes its public path.
 
 Supported servers: an old server does not refuse what it does not know (nats-server
 2.9 stores a stream config with a `subject_transform` it silently drops, and the
@@ -56,7 +59,6 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import AccountInfo
 from nats.js.errors import APIError
 
-from ore_core.conduit.parser import OreParser
 from ore_core.errors import BusError, PermissionDenied
 
 if TYPE_CHECKING:
@@ -200,6 +202,9 @@ class OreNatsClient(NatsClient):
 
     def __init__(self) -> None:
         super().__init__()
+        # Imported with the first client: `import ore_core.conduit` stays small.
+        from ore_core._nats.parser import OreParser
+
         self._inline: dict[int, InlineCallback] = {}
         self._ps = OreParser(self)
 
@@ -218,16 +223,36 @@ class OreNatsClient(NatsClient):
             # nats-py's annotation says bytes; its parser passes None for a MSG itself.
             await super()._process_msg(sid, subject, reply, data, headers)  # type: ignore[arg-type]
             return
+        parsed = await self._process_headers(headers) if headers else None
+        failed = self._call_inline(callback, subscription, sid, subject, reply, data, parsed)
+        if failed is not None:
+            await self._error_cb(failed)
+
+    def _call_inline(
+        self,
+        callback: InlineCallback,
+        subscription: Subscription,
+        sid: int,
+        subject: bytes,
+        reply: bytes,
+        data: bytes,
+        headers: dict[str, str] | None,
+    ) -> Exception | None:
+        """Count the message as nats-py does, build it and call `callback` with it; what
+        the callback raised (for the caller to `await self._error_cb(...)`), if anything.
+
+        The one delivery of an inline subscription's message, from `_process_msg` and
+        from `OreParser.parse` (which calls it without a coroutine).
+        """
         stats = self.stats
         stats["in_msgs"] += 1
         stats["in_bytes"] += len(data)
         subscription._received += 1
-        parsed = await self._process_headers(headers) if headers else None
-        msg = self._build_message(sid, subject, reply, data, parsed)
         try:
-            callback(msg)
+            callback(self._build_message(sid, subject, reply, data, headers))
         except Exception as exc:
-            await self._error_cb(exc)
+            return exc
+        return None
 
     def _remove_sub(self, sid: int, max_msgs: int = 0) -> None:
         self._inline.pop(sid, None)
@@ -253,18 +278,22 @@ async def subscribe_inline(nc: NatsClient, subject: str, callback: InlineCallbac
 
 
 async def connect_nats(servers: list[str], **options: Any) -> NatsClient:
-    """Connect an `OreNatsClient` (`nats.connect` with the same options)."""
-    nc = OreNatsClient()
+    """Connect an `OreNatsClient` (`nats.connect` with the same options), or nats-py's
+    own client when its private names are missing (`private_path_usable`)."""
+    from ore_core._nats.internals import private_path_usable
+
+    nc = OreNatsClient() if private_path_usable() else NatsClient()
     await nc.connect(servers, **options)
     return nc
 
 
 async def subscriptions_registered(nc: NatsClient, within: int = 5) -> None:
     """Return once the server has processed every subscription made on `nc` so far."""
-    write_pending = getattr(nc, "_flush_pending", None)
-    if write_pending is not None:
-        await write_pending(force_flush=True)
-    else:  # a client without the private hook: one round trip lets its flusher run
+    from ore_core._nats.internals import private_path_usable
+
+    if private_path_usable():  # on any nats-py client: the hook is nats-py's
+        await nc._flush_pending(force_flush=True)
+    else:  # without the private hook: one round trip lets its flusher run
         await nc.flush(within)
     await nc.flush(within)
 
@@ -424,7 +453,25 @@ class ServerUnsupported(BusError):
 
 def server_version(nc: NatsClient) -> Version | None:
     """The connected server's version from its INFO, None if it sent none we can read."""
-    return parse_version(str(nc._server_info.get("version", "")))
+    return parse_version(_server_info(nc).get("version", ""))
+
+
+def _server_info(nc: NatsClient) -> dict[str, str]:
+    """The version and JetStream flag of the server's INFO, as text.
+
+    nats-py keeps the INFO private; its public `connected_server_version` has only the
+    version, so on the plain path the JetStream flag is taken as set (the core asks
+    JetStream itself, `check_jetstream`; a conduit finds out at its first publish).
+    """
+    if isinstance(nc, OreNatsClient):
+        info = nc._server_info
+        return {"version": str(info.get("version", "")), "jetstream": str(info.get("jetstream"))}
+    version = nc.connected_server_version
+    try:
+        text = f"{version.major}.{version.minor}.{version.patch}"
+    except ValueError:
+        text = ""
+    return {"version": text, "jetstream": "True"}
 
 
 def _where(nc: NatsClient) -> str:
@@ -444,8 +491,9 @@ def check_server(
     `who` names the command (`ore serve`, `conduit slack`); `features` are those the
     caller uses, and the newest ones the server lacks are named in the refusal.
     """
-    version = server_version(nc)
-    text = str(nc._server_info.get("version", "unknown"))
+    info = _server_info(nc)
+    version = parse_version(info["version"])
+    text = info["version"] or "unknown"
     if version is None or version < required:
         missing = [f for f in features if version is None or version < f.since]
         because = "; ".join(f"{f.name}, for {f.used_for}" for f in missing)
@@ -455,7 +503,7 @@ def check_server(
             + (f" ({because})" if because else "")
             + ": upgrade the server, or run without --nats to use the embedded server"
         )
-    if not nc._server_info.get("jetstream", False):
+    if info["jetstream"] != "True":
         raise ServerUnsupported(
             f"NATS server at {_where(nc)} ({text}) runs without JetStream; {who} needs it: "
             "start nats-server with -js (or a `jetstream {}` block), or run without --nats "

@@ -1,0 +1,376 @@
+"""The HTTP API and the page: FastAPI routes over `WebThreads`, `LiveHub` and `Tokens`.
+
+Every `/api` route needs a token (`Authorization: Bearer ...`, or the cookie the
+signed-in URL sets); `/openapi.json`, the page and its assets do not. Errors are JSON,
+`{"error": {"code": word, "message": text}}`, with the matching status: 400 bad input,
+401 no or wrong token, 404 unknown thread (another user's too), 409 busy, 413 too
+large, 503 the core is unreachable.
+"""
+
+import re
+from importlib import resources
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
+from fastapi.sse import EventSourceResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ore_conduit_web.config import WebConfig
+from ore_conduit_web.live import LiveHub, Position, event_stream, parse_position
+from ore_conduit_web.threads import ThreadSummary, WebError, WebThreads
+from ore_conduit_web.tokens import Tokens
+from ore_conduit_web.tree import ThreadTree
+from ore_core.conduit import ApiError, BusError
+
+__all__ = ["COOKIE", "create_app"]
+
+COOKIE = "ore_web_token"
+_ID = r"^[A-Za-z0-9_-]{1,128}$"
+_TURN = r"^[A-Za-z0-9_-]{0,128}$"
+_BEARER = re.compile(r"Bearer\s+(\S+)", re.IGNORECASE)
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong: a word for programs, a sentence for people."""
+
+    code: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every error response."""
+
+    error: ErrorDetail
+
+
+class ThreadList(BaseModel):
+    """The signed-in user's threads, last written first."""
+
+    threads: list[ThreadSummary]
+
+
+class NewThread(BaseModel):
+    """A thread to create; the title defaults to the first message."""
+
+    title: str = Field(default="", max_length=200)
+
+
+class Rename(BaseModel):
+    """A new title."""
+
+    title: str = Field(max_length=200)
+
+
+class NewMessage(BaseModel):
+    """A user message. `parent_id` edits: the message goes after that turn (a branch;
+    `""` before the first turn). `client_id` makes a retried request count once."""
+
+    text: str = Field(min_length=1)
+    parent_id: str | None = Field(default=None, pattern=_TURN)
+    client_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]{1,64}$")
+
+
+class TurnRef(BaseModel):
+    """A turn of the thread."""
+
+    turn_id: str = Field(pattern=_TURN)
+
+
+class Sent(BaseModel):
+    """A message the core has accepted; its answer arrives on the thread's events."""
+
+    event_id: str
+
+
+class Tip(BaseModel):
+    """The thread's tip after a fork."""
+
+    current_tip: str
+
+
+class Me(BaseModel):
+    """Who the token signs in."""
+
+    user: str
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": text}
+    for status, text in {
+        400: "Bad input",
+        401: "No token, or a wrong one",
+        404: "Unknown thread or turn",
+        409: "The thread is busy",
+        413: "Too large",
+        503: "The core cannot be reached",
+    }.items()
+}
+
+
+def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
+    body = ErrorBody(error=ErrorDetail(code=code, message=message))
+    return JSONResponse(body.model_dump(), status_code=status, headers=headers)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class BodyLimit:
+    """Refuses request bodies over `limit` bytes with 413, before they are parsed."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = _error(
+            413, "too_large", f"the request body is over {self.limit} bytes; send less"
+        )
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+                await too_large(scope, receive, send)
+                return
+        received = 0
+        started = False
+
+        async def counting() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.limit:
+                raise _TooLarge
+            return message
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counting, sending)
+        except _TooLarge:
+            if not started:
+                await too_large(scope, receive, send)
+
+
+def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebConfig) -> FastAPI:
+    """The FastAPI application of one conduit process."""
+    app = FastAPI(
+        title="ore web conduit",
+        docs_url=None,  # Swagger UI and ReDoc load from a CDN: the page works offline
+        redoc_url=None,
+        version="1",
+        description="Threads, messages and live events of ore, for the chat page and "
+        "for programs. Send `Authorization: Bearer <token>` (the token `ore conduit web` "
+        "prints) on every /api route.",
+    )
+    static = resources.files("ore_conduit_web") / "static"
+
+    async def signed_in(
+        request: Request, authorization: Annotated[str | None, Header()] = None
+    ) -> str:
+        if not config.auth:
+            return config.user
+        token = None
+        if authorization:
+            match = _BEARER.fullmatch(authorization.strip())
+            token = match.group(1) if match else None
+        token = token or request.cookies.get(COOKIE)
+        user = tokens.user_of(token) if token else None
+        if user is None:
+            said = "a wrong token" if token else "no token"
+            raise WebError(
+                401,
+                "unauthorized",
+                f"{said}: open the URL `ore conduit web` printed, or send "
+                "`Authorization: Bearer <token>`",
+            )
+        return user
+
+    User = Annotated[str, Depends(signed_in)]
+    ThreadId = Annotated[str, Path(pattern=_ID, description="a thread id")]
+
+    async def owned_thread(user: User, thread_id: ThreadId) -> str:
+        await threads.owned(user, thread_id)
+        return thread_id
+
+    Owned = Annotated[str, Depends(owned_thread)]
+
+    async def resume_at(
+        after: Annotated[str | None, Query(max_length=40)] = None,
+        last_event_id: Annotated[str | None, Header(max_length=40)] = None,
+    ) -> Position | None:
+        try:
+            return parse_position(last_event_id or after)
+        except ValueError as exc:
+            raise WebError(400, "bad_request", str(exc)) from None
+
+    @app.exception_handler(WebError)
+    async def web_error(request: Request, exc: WebError) -> Response:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return _error(exc.status, exc.code, exc.message, headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_input(request: Request, exc: RequestValidationError) -> Response:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}"
+            for e in exc.errors()
+        )
+        return _error(400, "bad_request", problems or "bad request")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        return _error(exc.status_code, "http_error", str(exc.detail))
+
+    @app.exception_handler(ApiError)
+    async def core_refused(request: Request, exc: ApiError) -> Response:
+        status = exc.status if exc.status in (400, 404, 409, 413) else 502
+        return _error(status, exc.code, exc.message)
+
+    @app.exception_handler(BusError)
+    async def core_away(request: Request, exc: BusError) -> Response:
+        return _error(503, "unavailable", f"the ore core cannot be reached: {exc}")
+
+    # -- the page ---------------------------------------------------------------
+
+    @app.get("/", include_in_schema=False)
+    async def page(token: str | None = None) -> Response:
+        if token is not None:
+            response: Response = RedirectResponse("/", status_code=303)
+            if tokens.user_of(token) is not None:
+                response.set_cookie(
+                    COOKIE, token, httponly=True, samesite="strict", max_age=400 * 86400
+                )
+            return response
+        return FileResponse(str(static / "index.html"), media_type="text/html")
+
+    app.mount("/static", StaticFiles(directory=str(static)), name="static")
+
+    @app.get("/healthz", include_in_schema=False)
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    async def ready() -> Response:
+        """Ready when the live feed runs and a core answers (503 says which is missing)."""
+        if not hub.ready.is_set():
+            return _error(503, "starting", "the live event feed is not running yet")
+        try:
+            await threads.client.health()
+        except (ApiError, BusError) as exc:
+            return _error(503, "unavailable", f"no ore core answers: {exc}")
+        return JSONResponse({"status": "ready"})
+
+    # -- the API ----------------------------------------------------------------
+
+    api = APIRouter(prefix="/api", responses=_ERRORS)
+
+    @api.get("/me", summary="Who the token signs in")
+    async def me(user: User) -> Me:
+        return Me(user=user)
+
+    @api.get("/threads", summary="List threads (search by title and text with q)")
+    async def list_threads(user: User, q: Annotated[str, Query(max_length=200)] = "") -> ThreadList:
+        return ThreadList(threads=await threads.find(user, q))
+
+    @api.post("/threads", status_code=201, summary="Create a thread")
+    async def create_thread(user: User, body: NewThread) -> ThreadSummary:
+        return await threads.create(user, body.title)
+
+    @api.get("/threads/{thread_id}", summary="A thread's turns, active path and siblings")
+    async def get_thread(user: User, thread_id: Owned) -> ThreadTree:
+        return await threads.tree(user, thread_id)
+
+    @api.patch("/threads/{thread_id}", summary="Rename a thread")
+    async def rename_thread(user: User, thread_id: Owned, body: Rename) -> ThreadSummary:
+        return await threads.rename(user, thread_id, body.title)
+
+    @api.delete("/threads/{thread_id}", status_code=204, summary="Delete a thread")
+    async def delete_thread(user: User, thread_id: Owned) -> Response:
+        await threads.delete(user, thread_id)
+        return Response(status_code=204)
+
+    @api.post("/threads/{thread_id}/messages", status_code=202, summary="Send (or edit)")
+    async def send(user: User, thread_id: Owned, body: NewMessage) -> Sent:
+        if len(body.text) > config.max_message_length:
+            raise WebError(
+                413,
+                "too_large",
+                f"the message has {len(body.text)} characters; at most "
+                f"{config.max_message_length} are accepted",
+            )
+        event_id = await threads.send(
+            user, thread_id, body.text, parent_id=body.parent_id, client_id=body.client_id
+        )
+        return Sent(event_id=event_id)
+
+    @api.post("/threads/{thread_id}/regenerate", status_code=202, summary="Answer again")
+    async def regenerate(user: User, thread_id: Owned, body: TurnRef) -> Sent:
+        return Sent(event_id=await threads.regenerate(user, thread_id, body.turn_id))
+
+    @api.post("/threads/{thread_id}/select", summary="Show the branch through a turn")
+    async def select(user: User, thread_id: Owned, body: TurnRef) -> ThreadTree:
+        return await threads.select(user, thread_id, body.turn_id)
+
+    @api.post("/threads/{thread_id}/fork", summary="Branch from a turn")
+    async def fork(user: User, thread_id: Owned, body: TurnRef) -> Tip:
+        return Tip(current_tip=await threads.fork(user, thread_id, body.turn_id))
+
+    @api.post("/threads/{thread_id}/interrupt", status_code=202, summary="Stop the answer")
+    async def interrupt(user: User, thread_id: Owned) -> Response:
+        await threads.interrupt(user, thread_id)
+        return Response(status_code=202)
+
+    @api.get(
+        "/threads/{thread_id}/export",
+        summary="Export as Markdown or JSON",
+        response_class=Response,
+        responses={
+            200: {
+                "content": {"text/markdown": {"schema": {"type": "string"}}, "application/json": {}}
+            }
+        },
+    )
+    async def export(
+        user: User,
+        thread_id: Owned,
+        format: Annotated[str, Query(pattern="^(markdown|json)$")] = "markdown",
+    ) -> Response:
+        media, text = await threads.export(user, thread_id, format)
+        name = f"thread-{thread_id}.{'md' if format == 'markdown' else 'json'}"
+        disposition = f'attachment; filename="{name}"'
+        return Response(text, media_type=media, headers={"Content-Disposition": disposition})
+
+    @api.get(
+        "/threads/{thread_id}/events",
+        response_class=Response,
+        responses={
+            200: {
+                "description": "An endless event stream",
+                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            }
+        },
+        summary="The thread's events, live (server-sent events)",
+        description="Stored events carry the id `SEQUENCE.INDEX`; reconnect with "
+        "`Last-Event-ID` (or `after`) to resume exactly there. Frames: `stored` (an ore "
+        "output event), `live` (a delta), `partial` (the answer so far, first), "
+        "`pending` (a message sent), `changed` (title or branch).",
+    )
+    async def events(
+        user: User, thread_id: Owned, position: Annotated[Position | None, Depends(resume_at)]
+    ) -> EventSourceResponse:
+        frames = event_stream(hub, threads.client, thread_id, position)
+        return EventSourceResponse(frames, headers={"Cache-Control": "no-cache"})
+
+    app.include_router(api)
+    app.add_middleware(BodyLimit, limit=config.max_body_bytes)
+    return app

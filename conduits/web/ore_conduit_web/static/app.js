@@ -1,0 +1,462 @@
+// The chat page: threads on the left, the active path of one thread in the middle,
+// live answers from the thread's event stream (resumed by the browser with
+// Last-Event-ID after a drop; a reload is shown the answer so far, then the rest).
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const state = {
+  threadId: null,
+  tree: null,
+  source: null,
+  live: { running: false, text: "", reasoning: "", pending: [] },
+  error: null, // {message, turnId}
+  stopped: false,
+  editing: null,
+  renderQueued: false,
+};
+
+// -- talking to the server ----------------------------------------------------
+
+class ApiProblem extends Error {
+  constructor(status, message) { super(message); this.status = status; }
+}
+
+async function api(method, path, body) {
+  const options = { method, headers: {} };
+  if (body !== undefined) {
+    options.headers["Content-Type"] = "application/json";
+    options.body = JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(path, options);
+  } catch (error) {
+    throw new ApiProblem(0, "The server cannot be reached. Is `ore conduit web` running?");
+  }
+  if (response.status === 204 || response.status === 202 && !response.headers.get("content-type")) return null;
+  let payload = null;
+  try { payload = await response.json(); } catch (error) { payload = null; }
+  if (!response.ok) {
+    const message = payload && payload.error ? payload.error.message : `HTTP ${response.status}`;
+    throw new ApiProblem(response.status, message);
+  }
+  return payload;
+}
+
+function showProblem(error) {
+  const box = $("problem");
+  if (!error) { box.hidden = true; box.textContent = ""; return; }
+  box.hidden = false;
+  box.textContent = error.status === 401
+    ? "You are not signed in: open the URL that `ore conduit web` printed (it carries your token)."
+    : error.message;
+}
+
+async function attempt(action) {
+  try {
+    const result = await action();
+    showProblem(null);
+    return result;
+  } catch (error) {
+    showProblem(error);
+    return undefined;
+  }
+}
+
+// -- the thread list ----------------------------------------------------------
+
+let searchTimer = null;
+let listings = 0;
+
+async function loadThreads() {
+  const query = $("search").value.trim();
+  const serial = ++listings;
+  const found = await attempt(() => api("GET", "/api/threads" + (query ? `?q=${encodeURIComponent(query)}` : "")));
+  if (!found || serial !== listings) return; // a later listing (another search) wins
+  const list = $("threads");
+  list.replaceChildren();
+  for (const thread of found.threads) {
+    const item = document.createElement("li");
+    const button = document.createElement("button");
+    button.type = "button";
+    button.textContent = thread.title;
+    button.title = thread.updated ? `last active ${new Date(thread.updated).toLocaleString()}` : "";
+    button.setAttribute("aria-label", `Open thread ${thread.title}`);
+    if (thread.id === state.threadId) button.setAttribute("aria-current", "true");
+    button.addEventListener("click", () => openThread(thread.id));
+    item.append(button);
+    list.append(item);
+  }
+}
+
+// -- one thread -----------------------------------------------------------------
+
+async function openThread(threadId) {
+  if (state.source) { state.source.close(); state.source = null; }
+  state.threadId = threadId;
+  state.tree = null;
+  state.live = { running: false, text: "", reasoning: "", pending: [] };
+  state.error = null;
+  state.stopped = false;
+  state.editing = null;
+  if (location.hash !== `#${threadId}`) history.replaceState(null, "", `#${threadId}`);
+  const tree = await attempt(() => api("GET", `/api/threads/${threadId}`));
+  if (!tree) { state.threadId = null; render(); return; }
+  state.tree = tree;
+  render();
+  listen(threadId, tree.cursor || "0");
+  loadThreads();
+}
+
+function closeThread() {
+  if (state.source) state.source.close();
+  state.source = null;
+  state.threadId = null;
+  state.tree = null;
+  state.live = { running: false, text: "", reasoning: "", pending: [] };
+  history.replaceState(null, "", "#");
+  render();
+}
+
+// Reloads overlap (a title change and the end of an answer): the last one asked wins.
+let reloads = 0;
+
+async function reloadTree() {
+  if (!state.threadId) return;
+  const threadId = state.threadId;
+  const serial = ++reloads;
+  const tree = await attempt(() => api("GET", `/api/threads/${threadId}`));
+  if (tree && threadId === state.threadId && serial === reloads) { state.tree = tree; render(); }
+}
+
+function listen(threadId, cursor) {
+  const source = new EventSource(`/api/threads/${threadId}/events?after=${encodeURIComponent(cursor)}`);
+  state.source = source;
+  const mine = () => state.source === source;
+  source.addEventListener("partial", (message) => {
+    if (!mine()) return;
+    const partial = JSON.parse(message.data);
+    state.live = partial;
+    queueRender();
+  });
+  source.addEventListener("pending", (message) => {
+    if (!mine()) return;
+    const pending = JSON.parse(message.data);
+    if (!state.live.pending.some((p) => p.event_id === pending.event_id)) state.live.pending.push(pending);
+    state.live.running = true;
+    state.error = null;
+    state.stopped = false;
+    queueRender();
+  });
+  source.addEventListener("live", (message) => {
+    if (!mine()) return;
+    const event = JSON.parse(message.data);
+    state.live.running = true;
+    if (event.kind === "text_delta") state.live.text += event.content;
+    else if (event.kind === "reasoning_delta") state.live.reasoning += event.content;
+    queueRender();
+  });
+  source.addEventListener("stored", (message) => {
+    if (!mine()) return;
+    const event = JSON.parse(message.data);
+    if (event.kind === "error") {
+      state.error = { message: event.message };
+    } else if (event.kind === "turn_complete" && event.turn.role === "user") {
+      state.live.pending = state.live.pending.filter((p) => p.event_id !== (event.turn.metadata || {}).event_id);
+    } else if (event.kind === "lifecycle" && (event.phase === "done" || event.phase === "cancelled")) {
+      if (event.phase === "cancelled") state.stopped = true;
+      state.live.running = false;
+      state.live.text = "";
+      state.live.reasoning = "";
+      reloadTree();
+      loadThreads();
+    }
+    queueRender();
+  });
+  source.addEventListener("changed", (message) => {
+    if (!mine()) return;
+    const what = JSON.parse(message.data).what;
+    if (what === "deleted") { closeThread(); loadThreads(); return; }
+    reloadTree();
+    if (what === "title") loadThreads();
+  });
+}
+
+// Deltas arrive faster than a page needs to paint: one render per frame.
+function queueRender() {
+  if (state.renderQueued) return;
+  state.renderQueued = true;
+  requestAnimationFrame(() => { state.renderQueued = false; render(); });
+}
+
+// -- rendering ---------------------------------------------------------------------
+
+function button(label, text, onClick) {
+  const element = document.createElement("button");
+  element.type = "button";
+  element.textContent = text;
+  element.setAttribute("aria-label", label);
+  element.addEventListener("click", onClick);
+  return element;
+}
+
+function siblingNav(view) {
+  const nav = document.createElement("nav");
+  nav.className = "siblings";
+  nav.setAttribute("aria-label", "Sibling message navigation");
+  const index = view.siblings.indexOf(view.id);
+  const previous = button("Previous sibling message", "‹", () => select(view.siblings[index - 1]));
+  previous.disabled = index <= 0;
+  const position = document.createElement("span");
+  position.setAttribute("role", "status");
+  position.textContent = `${index + 1} / ${view.siblings.length}`;
+  const next = button("Next sibling message", "›", () => select(view.siblings[index + 1]));
+  next.disabled = index >= view.siblings.length - 1;
+  nav.append(previous, position, next);
+  return nav;
+}
+
+function details(summary, text) {
+  const element = document.createElement("details");
+  const title = document.createElement("summary");
+  title.textContent = summary;
+  const body = document.createElement("pre");
+  body.textContent = text;
+  element.append(title, body);
+  return element;
+}
+
+function messageElement(role, label) {
+  const article = document.createElement("article");
+  article.className = `message ${role}`;
+  article.setAttribute("aria-label", label);
+  return article;
+}
+
+function renderTurn(view) {
+  const article = messageElement(view.role, `${view.role} message`);
+  article.dataset.turn = view.id;
+  if (view.reasoning) article.append(details("Reasoning", view.reasoning));
+  for (const step of view.steps) {
+    article.append(details(step.kind === "tool_call" ? `Tool call: ${step.name}` : "Tool result", step.content));
+  }
+  const body = document.createElement("div");
+  body.className = "body";
+  if (state.editing === view.id) {
+    body.className = "edit";
+    const area = document.createElement("textarea");
+    area.value = view.text;
+    area.setAttribute("aria-label", "Edit message");
+    area.addEventListener("keydown", (event) => {
+      if (event.key === "Escape") { state.editing = null; render(); }
+    });
+    const save = button("Save and answer", "Save and answer", () => edit(view, area.value));
+    const cancel = button("Cancel edit", "Cancel", () => { state.editing = null; render(); });
+    body.append(area, save, cancel);
+    setTimeout(() => area.focus(), 0);
+  } else if (view.role === "assistant") {
+    body.innerHTML = OreMarkdown.render(view.text);
+  } else {
+    body.textContent = view.text;
+  }
+  article.append(body);
+  const tools = document.createElement("div");
+  tools.className = "tools";
+  if (view.siblings.length > 1) tools.append(siblingNav(view));
+  if (view.role === "user" && state.editing !== view.id) {
+    tools.append(button("Edit message", "Edit", () => { state.editing = view.id; render(); }));
+  }
+  if (view.role === "assistant") {
+    tools.append(button("Copy message", "Copy", (event) => copy(view.text, event.target)));
+    tools.append(button("Regenerate answer", "Regenerate", () => regenerate(view.id)));
+  }
+  article.append(tools);
+  return article;
+}
+
+function render() {
+  const tree = state.tree;
+  $("title").textContent = tree ? tree.title : "ore";
+  for (const id of ["rename", "delete", "export-md", "export-json"]) $(id).hidden = !tree;
+  const messages = $("messages");
+  const streaming = messages.querySelector(".message.streaming .body");
+  const keepStreaming = streaming && state.live.running;
+  const atBottom = messages.scrollHeight - messages.scrollTop - messages.clientHeight < 40;
+  const fresh = [];
+  if (tree) {
+    const views = new Map(tree.turns.map((view) => [view.id, view]));
+    for (const id of tree.path) fresh.push(renderTurn(views.get(id)));
+  }
+  for (const pending of state.live.pending) {
+    const article = messageElement("user", "user message");
+    article.classList.add("pending");
+    const body = document.createElement("div");
+    body.className = "body";
+    body.textContent = pending.text;
+    article.append(body);
+    fresh.push(article);
+  }
+  if (state.live.running) {
+    const article = messageElement("assistant", "assistant message");
+    article.classList.add("streaming");
+    if (state.live.reasoning) article.append(details("Reasoning", state.live.reasoning));
+    const body = keepStreaming ? streaming : document.createElement("div");
+    body.className = "body";
+    OreMarkdown.updateStreaming(body, state.live.text);
+    article.append(body);
+    fresh.push(article);
+  }
+  if (state.error && !state.live.running) {
+    const alert = document.createElement("div");
+    alert.className = "error message";
+    alert.setAttribute("role", "alert");
+    alert.textContent = `The answer failed: ${state.error.message} `;
+    const lastUser = tree ? [...tree.path].reverse().find((id) => {
+      const view = tree.turns.find((v) => v.id === id);
+      return view && view.role === "user";
+    }) : null;
+    if (lastUser) alert.append(button("Retry", "Retry", () => regenerate(lastUser)));
+    fresh.push(alert);
+  } else if (state.stopped && !state.live.running) {
+    const note = document.createElement("div");
+    note.className = "stopped message";
+    note.textContent = "Stopped.";
+    fresh.push(note);
+  }
+  messages.replaceChildren(...fresh);
+  $("stop").hidden = !state.live.running;
+  if (atBottom) messages.scrollTop = messages.scrollHeight;
+}
+
+// -- actions -------------------------------------------------------------------------
+
+function clientId() {
+  const bytes = new Uint8Array(12);
+  crypto.getRandomValues(bytes);
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+async function send() {
+  const input = $("input");
+  const text = input.value;
+  if (!text.trim()) return;
+  if (!state.threadId) {
+    const created = await attempt(() => api("POST", "/api/threads", {}));
+    if (!created) return;
+    await openThread(created.id);
+  }
+  // Cleared before sending: the answer (or its failure) may arrive before the reply.
+  state.error = null;
+  state.stopped = false;
+  const sent = await attempt(() => api("POST", `/api/threads/${state.threadId}/messages`, { text, client_id: clientId() }));
+  if (sent) input.value = ""; // kept when sending failed: nothing typed is lost
+}
+
+async function stop() {
+  if (state.threadId) await attempt(() => api("POST", `/api/threads/${state.threadId}/interrupt`));
+}
+
+async function regenerate(turnId) {
+  state.error = null;
+  state.stopped = false;
+  render();
+  await attempt(() => api("POST", `/api/threads/${state.threadId}/regenerate`, { turn_id: turnId }));
+}
+
+async function edit(view, text) {
+  if (!text.trim()) return;
+  state.error = null;
+  state.stopped = false;
+  const sent = await attempt(() => api("POST", `/api/threads/${state.threadId}/messages`, {
+    text, parent_id: view.parent_id, client_id: clientId(),
+  }));
+  if (sent) { state.editing = null; reloadTree(); }
+}
+
+async function select(turnId) {
+  const serial = ++reloads;
+  const tree = await attempt(() => api("POST", `/api/threads/${state.threadId}/select`, { turn_id: turnId }));
+  if (tree && serial === reloads) { state.tree = tree; render(); }
+}
+
+async function copy(text, target) {
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch (error) {
+    const area = document.createElement("textarea");
+    area.value = text;
+    document.body.append(area);
+    area.select();
+    document.execCommand("copy");
+    area.remove();
+  }
+  target.textContent = "Copied";
+  setTimeout(() => { target.textContent = "Copy"; }, 1500);
+}
+
+// -- wiring ---------------------------------------------------------------------------
+
+$("composer").addEventListener("submit", (event) => { event.preventDefault(); send(); });
+$("input").addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) { event.preventDefault(); send(); }
+});
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && state.live.running && !state.editing) stop();
+});
+$("stop").addEventListener("click", stop);
+$("new-thread").addEventListener("click", async () => {
+  const created = await attempt(() => api("POST", "/api/threads", {}));
+  if (created) { await openThread(created.id); $("input").focus(); }
+});
+$("search").addEventListener("input", () => {
+  clearTimeout(searchTimer);
+  searchTimer = setTimeout(loadThreads, 200);
+});
+$("rename").addEventListener("click", async () => {
+  const title = prompt("New title", state.tree ? state.tree.title : "");
+  if (title) {
+    await attempt(() => api("PATCH", `/api/threads/${state.threadId}`, { title }));
+    reloadTree();
+    loadThreads();
+  }
+});
+$("delete").addEventListener("click", async () => {
+  if (!confirm("Delete this thread?")) return;
+  const id = state.threadId;
+  const done = await attempt(async () => { await api("DELETE", `/api/threads/${id}`); return true; });
+  if (done) { closeThread(); loadThreads(); }
+});
+for (const [id, format] of [["export-md", "markdown"], ["export-json", "json"]]) {
+  $(id).addEventListener("click", () => {
+    const link = document.createElement("a");
+    link.href = `/api/threads/${state.threadId}/export?format=${format}`;
+    link.download = "";
+    document.body.append(link);
+    link.click();
+    link.remove();
+  });
+}
+$("theme").addEventListener("click", () => {
+  const dark = document.documentElement.dataset.theme
+    ? document.documentElement.dataset.theme === "dark"
+    : matchMedia("(prefers-color-scheme: dark)").matches;
+  const theme = dark ? "light" : "dark";
+  document.documentElement.dataset.theme = theme;
+  localStorage.setItem("ore-theme", theme);
+});
+$("messages").addEventListener("click", (event) => {
+  const target = event.target;
+  if (target instanceof HTMLButtonElement && target.classList.contains("copy")) {
+    copy(target.parentElement.querySelector("code").textContent, target);
+  }
+});
+
+(async () => {
+  const me = await attempt(() => api("GET", "/api/me"));
+  if (!me) return;
+  await loadThreads();
+  const wanted = location.hash.slice(1);
+  if (wanted) await openThread(wanted);
+  else render();
+  $("input").focus();
+})();

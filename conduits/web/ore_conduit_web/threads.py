@@ -1,0 +1,314 @@
+"""The web API's operations on threads, for one signed-in user, over the conduit SDK.
+
+Threads live in the conduit's namespace; the user who made one is its owner
+(`web.owner` in its metadata) and the only one who sees it: another user's thread
+answers exactly like an unknown one. A conduit may not delete threads (an operator's
+decision in ore), so deleting hides the thread (`web.deleted`) from its owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+
+from pydantic import BaseModel
+
+from ore_conduit_web.live import LiveHub, Position
+from ore_conduit_web.tree import (
+    ThreadTree,
+    build_tree,
+    leaf_under,
+    regenerate_event_id,
+    regenerated_from,
+    text_of,
+)
+from ore_core import Role, Turn, turn_from_dict
+from ore_core.conduit import ApiError, ConduitClient, ThreadInfo
+from ore_core.events import BATCH_KIND, new_event_id
+
+__all__ = ["ThreadSummary", "WebError", "WebThreads"]
+
+OWNER = "web.owner"
+TITLE = "web.title"
+CREATED = "web.created"
+UPDATED = "web.updated"
+DELETED = "web.deleted"
+DEFAULT_TITLE = "New chat"
+_TITLE_LENGTH = 80
+_FORK_TRIES = 50  # a fork right after an answer may meet the thread still busy (409)
+_LIST_AT_ONCE = 32
+
+
+class WebError(Exception):
+    """A request the API refuses: HTTP `status`, a `code` word and a message for people."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+def _not_found(thread_id: str) -> WebError:
+    return WebError(404, "not_found", f"thread {thread_id} not found")
+
+
+class ThreadSummary(BaseModel):
+    """A thread in the list: its title and when it was made and last written to."""
+
+    id: str
+    title: str
+    created: str
+    updated: str
+
+
+def _visible_to(info: ThreadInfo, user: str) -> bool:
+    return info.metadata.get(OWNER) == user and not info.metadata.get(DELETED)
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _summary(info: ThreadInfo) -> ThreadSummary:
+    meta = info.metadata
+    return ThreadSummary(
+        id=info.id,
+        title=meta.get(TITLE) or DEFAULT_TITLE,
+        created=meta.get(CREATED, ""),
+        updated=meta.get(UPDATED) or meta.get(CREATED, ""),
+    )
+
+
+class WebThreads:
+    """Thread operations on behalf of users; every method checks the owner first."""
+
+    def __init__(self, client: ConduitClient, hub: LiveHub) -> None:
+        self.client = client
+        self.hub = hub
+
+    # -- finding threads --------------------------------------------------------
+
+    async def owned(self, user: str, thread_id: str) -> ThreadInfo:
+        """The thread if `user` owns it and it is not deleted; else WebError 404."""
+        try:
+            info = await self.client.get_thread(thread_id)
+        except ApiError as exc:
+            if exc.status in (400, 404):
+                raise _not_found(thread_id) from None
+            raise
+        if not _visible_to(info, user):
+            raise _not_found(thread_id)
+        return info
+
+    async def find(self, user: str, query: str = "") -> list[ThreadSummary]:
+        """The user's threads, last written first; `query` keeps those whose title or
+        text (on the active path) contains it, ignoring case."""
+        ids: list[str] = []
+        after: str | None = None
+        while True:
+            page = await self.client.list_threads(after=after, limit=1000)
+            ids.extend(page.threads)
+            if page.next is None:
+                break
+            after = page.next
+        infos: list[ThreadInfo] = []
+        for start in range(0, len(ids), _LIST_AT_ONCE):
+            chunk = ids[start : start + _LIST_AT_ONCE]
+            found = await asyncio.gather(*(self._info(t) for t in chunk))
+            infos.extend(i for i in found if i and _visible_to(i, user))
+        needle = query.strip().casefold()
+        if needle:
+            matched: list[bool] = []
+            for start in range(0, len(infos), _LIST_AT_ONCE):
+                batch = infos[start : start + _LIST_AT_ONCE]
+                matched += await asyncio.gather(*(self._matches(i, needle) for i in batch))
+            infos = [info for info, hit in zip(infos, matched, strict=True) if hit]
+        summaries = [_summary(i) for i in infos]
+        summaries.sort(key=lambda s: s.updated, reverse=True)
+        return summaries
+
+    async def _info(self, thread_id: str) -> ThreadInfo | None:
+        try:
+            return await self.client.get_thread(thread_id)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None  # deleted by an operator meanwhile
+            raise
+
+    async def _matches(self, info: ThreadInfo, needle: str) -> bool:
+        if needle in (info.metadata.get(TITLE) or DEFAULT_TITLE).casefold():
+            return True
+        turns = await self.client.turns(info.id)
+        return any(needle in text_of(turn).casefold() for turn in turns)
+
+    # -- changing threads -------------------------------------------------------
+
+    async def create(self, user: str, title: str = "") -> ThreadSummary:
+        """A new empty thread owned by `user`."""
+        now = _now()
+        metadata = {OWNER: user, CREATED: now, UPDATED: now}
+        if title.strip():
+            metadata[TITLE] = title.strip()[:_TITLE_LENGTH]
+        thread_id = await self.client.create_thread(metadata=metadata)
+        return _summary(ThreadInfo(thread_id, "", metadata, 0))
+
+    async def rename(self, user: str, thread_id: str, title: str) -> ThreadSummary:
+        """Give the thread a title (the pages showing it are told)."""
+        await self.owned(user, thread_id)
+        cleaned = " ".join(title.split())[:_TITLE_LENGTH]
+        if not cleaned:
+            raise WebError(400, "bad_request", "a title needs at least one visible character")
+        await self.client.set_metadata(thread_id, TITLE, cleaned)
+        self.hub.notify(thread_id, "title")
+        return _summary(await self.client.get_thread(thread_id))
+
+    async def delete(self, user: str, thread_id: str) -> None:
+        """Hide the thread from its owner for good (ore keeps its history)."""
+        await self.owned(user, thread_id)
+        await self.client.set_metadata(thread_id, DELETED, _now())
+        self.hub.notify(thread_id, "deleted")
+
+    async def send(
+        self,
+        user: str,
+        thread_id: str,
+        text: str,
+        *,
+        parent_id: str | None = None,
+        client_id: str | None = None,
+    ) -> str:
+        """Send a user message (after `parent_id`: an edit, which branches); its event id.
+
+        `client_id` makes a retried request count once.
+        """
+        info = await self.owned(user, thread_id)
+        if parent_id is not None:
+            await self._fork(thread_id, parent_id)
+        event_id = f"web-m-{client_id}" if client_id else new_event_id()
+        await self._send(user, info, text, event_id)
+        return event_id
+
+    async def regenerate(self, user: str, thread_id: str, turn_id: str) -> str:
+        """Answer the question of `turn_id` (an answer or the question itself) again,
+        as a sibling answer; the new message's event id."""
+        info = await self.owned(user, thread_id)
+        turns = {turn.id: turn for turn in await self._all_turns(thread_id)}
+        turn = turns.get(turn_id)
+        if turn is not None and turn.role != Role.USER:
+            turn = turns.get(turn.parent_id)
+        if turn is None or turn.role != Role.USER:
+            raise WebError(404, "not_found", f"turn {turn_id} has no question on {thread_id}")
+        original = _original(turn, turns)
+        await self._fork(thread_id, turn.parent_id)
+        event_id = regenerate_event_id(original.id)
+        await self._send(user, info, text_of(turn), event_id)
+        return event_id
+
+    async def select(self, user: str, thread_id: str, turn_id: str) -> ThreadTree:
+        """Show the branch through `turn_id` (a sibling picked with the arrows): its newest leaf
+        becomes the thread's tip, so the next message continues it."""
+        tree = await self.tree(user, thread_id)
+        if not any(view.id == turn_id for view in tree.turns):
+            raise WebError(404, "not_found", f"turn {turn_id} not found on thread {thread_id}")
+        await self._fork(thread_id, leaf_under(tree, turn_id))
+        self.hub.notify(thread_id, "branch")
+        return await self.tree(user, thread_id)
+
+    async def fork(self, user: str, thread_id: str, turn_id: str) -> str:
+        """Make `turn_id` the tip: the next message branches from it. The new tip."""
+        await self.owned(user, thread_id)
+        tip = await self._fork(thread_id, turn_id)
+        self.hub.notify(thread_id, "branch")
+        return tip
+
+    async def interrupt(self, user: str, thread_id: str) -> None:
+        """Stop the answer being written (in the core, not only on the page)."""
+        await self.owned(user, thread_id)
+        await self.client.interrupt(thread_id)
+
+    async def _send(self, user: str, info: ThreadInfo, text: str, event_id: str) -> None:
+        self.hub.note_sent(info.id, event_id, text)
+        await self.client.send(info.id, text, id=event_id, user=user)
+        if not info.metadata.get(TITLE):
+            await self.client.set_metadata(info.id, TITLE, " ".join(text.split())[:_TITLE_LENGTH])
+            self.hub.notify(info.id, "title")
+        await self.client.set_metadata(info.id, UPDATED, _now())
+
+    async def _fork(self, thread_id: str, turn_id: str) -> str:
+        for attempt in range(_FORK_TRIES):
+            try:
+                return await self.client.fork(thread_id, turn_id)
+            except ApiError as exc:
+                if exc.status == 404:
+                    raise WebError(
+                        404, "not_found", f"turn {turn_id} not found on thread {thread_id}"
+                    ) from None
+                if exc.status != 409 or attempt == _FORK_TRIES - 1:
+                    raise WebError(
+                        409, "busy", "an answer is being written: stop it first, then try again"
+                    ) from None
+            await asyncio.sleep(0.02 * (attempt + 1))  # the answer is being saved
+        raise AssertionError("unreachable")
+
+    # -- reading threads --------------------------------------------------------
+
+    async def tree(self, user: str, thread_id: str) -> ThreadTree:
+        """Every known turn of the thread, its active path and the stream position."""
+        info = await self.owned(user, thread_id)
+        turns, cursor = await self._stored_turns(thread_id)
+        path = await self.client.turns(thread_id)
+        title = info.metadata.get(TITLE) or DEFAULT_TITLE
+        return build_tree(thread_id, title, turns, path, str(cursor) if cursor else "")
+
+    async def _all_turns(self, thread_id: str) -> list[Turn]:
+        turns, _ = await self._stored_turns(thread_id)
+        return [*turns, *await self.client.turns(thread_id)]
+
+    async def _stored_turns(self, thread_id: str) -> tuple[list[Turn], Position | None]:
+        """Every turn in the thread's stored events (the core keeps them for days), and
+        the position of the last stored event."""
+        turns: list[Turn] = []
+        last: Position | None = None
+        after = 0
+        while True:
+            page = await self.client.read_events(thread_id, after=after, limit=1000)
+            for entry in page["events"]:
+                value = entry["event"]
+                events = value.get("events", []) if value.get("kind") == BATCH_KIND else [value]
+                for index, event in enumerate(events):
+                    if event.get("kind") == "turn_complete":
+                        turns.append(turn_from_dict(event["turn"]))
+                    last = Position(int(entry["sequence"]), index)
+            following = page.get("next")
+            if following is None or following <= after:
+                return turns, last
+            after = int(following)
+
+    async def export(self, user: str, thread_id: str, form: str) -> tuple[str, str]:
+        """The thread as (`media type`, text): `markdown` (the active path) or `json`."""
+        tree = await self.tree(user, thread_id)
+        if form == "json":
+            return "application/json", json.dumps(tree.model_dump(), indent=2)
+        views = {view.id: view for view in tree.turns}
+        lines = [f"# {tree.title}", ""]
+        for turn_id in tree.path:
+            view = views[turn_id]
+            lines += [f"## {view.role.capitalize()}", ""]
+            if view.reasoning:
+                lines += ["> " + line for line in view.reasoning.splitlines()] + [""]
+            lines += [view.text, ""]
+        return "text/markdown; charset=utf-8", "\n".join(lines)
+
+
+def _original(turn: Turn, turns: dict[str, Turn]) -> Turn:
+    """The user turn a regenerated copy stands for (itself when it is no copy)."""
+    seen = 0
+    while (original_id := regenerated_from(turn)) and seen < len(turns):
+        original = turns.get(original_id)
+        if original is None or original.parent_id != turn.parent_id:
+            break
+        turn = original
+        seen += 1
+    return turn

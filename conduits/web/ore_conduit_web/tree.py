@@ -1,0 +1,159 @@
+"""A thread as the page shows it: every turn with its parent, the active path, siblings.
+
+The core keeps a tree of turns. Regenerating an answer sends the user's message again
+beside the original (the core answers only user messages); such a copy carries the
+event id `web-rg-<original turn>-<nonce>` and is folded into its original here, so its
+answer shows as a sibling of the original's answers (`2/2` on the answer, not on
+the question). Everything else is the core's tree as it is.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Sequence
+
+from pydantic import BaseModel
+
+from ore_core import Reasoning, Role, Text, ToolCall, ToolResult, Turn
+from ore_core.turn import format_timestamp
+
+__all__ = [
+    "ThreadTree",
+    "ToolStep",
+    "TurnView",
+    "build_tree",
+    "leaf_under",
+    "regenerate_event_id",
+    "regenerated_from",
+    "text_of",
+]
+
+_REGEN = "web-rg-"
+
+
+def regenerate_event_id(original_turn_id: str) -> str:
+    """The event id of a resend of the user turn `original_turn_id` (a regeneration)."""
+    return f"{_REGEN}{original_turn_id}-{secrets.token_hex(6)}"
+
+
+def regenerated_from(turn: Turn) -> str | None:
+    """The id of the user turn `turn` is a resend of (a regeneration), or None."""
+    if turn.role != Role.USER or not turn.event_id.startswith(_REGEN):
+        return None
+    original, _, _ = turn.event_id[len(_REGEN) :].rpartition("-")
+    return original or None
+
+
+def text_of(turn: Turn) -> str:
+    """The turn's text artifacts, joined by blank lines."""
+    return "\n\n".join(a.content for a in turn.artifacts if isinstance(a, Text))
+
+
+class ToolStep(BaseModel):
+    """A tool call or its result, shown as a collapsible step."""
+
+    kind: str
+    name: str = ""
+    content: str = ""
+    is_error: bool = False
+
+
+class TurnView(BaseModel):
+    """One turn as shown: `parent_id` after folding, `siblings` in the order they came."""
+
+    id: str
+    parent_id: str
+    role: str
+    text: str
+    reasoning: str = ""
+    steps: list[ToolStep] = []
+    timestamp: str = ""
+    siblings: list[str] = []
+
+
+class ThreadTree(BaseModel):
+    """A thread's turns (all known), its active path (oldest first) and metadata."""
+
+    id: str
+    title: str
+    turns: list[TurnView]
+    path: list[str]
+    cursor: str = ""
+
+
+def _view(turn: Turn, parent_id: str) -> TurnView:
+    steps: list[ToolStep] = []
+    for artifact in turn.artifacts:
+        if isinstance(artifact, ToolCall):
+            steps.append(ToolStep(kind="tool_call", name=artifact.name, content=artifact.arguments))
+        elif isinstance(artifact, ToolResult):
+            steps.append(
+                ToolStep(kind="tool_result", content=artifact.content, is_error=artifact.is_error)
+            )
+    return TurnView(
+        id=turn.id,
+        parent_id=parent_id,
+        role=str(turn.role),
+        text=text_of(turn),
+        reasoning="\n\n".join(a.content for a in turn.artifacts if isinstance(a, Reasoning)),
+        steps=steps,
+        timestamp=format_timestamp(turn.timestamp) if turn.timestamp else "",
+    )
+
+
+class _Folded:
+    """The tree with regenerated copies folded into their originals."""
+
+    def __init__(self, turns: Iterable[Turn]) -> None:
+        self.turns: dict[str, Turn] = {}
+        for turn in turns:
+            self.turns.setdefault(turn.id, turn)
+        self.into: dict[str, str] = {}
+        for turn in self.turns.values():
+            original = regenerated_from(turn)
+            found = self.turns.get(original or "")
+            if found is not None and found.parent_id == turn.parent_id:
+                self.into[turn.id] = original or ""
+        self.children: dict[str, list[str]] = {}
+        for turn in self.turns.values():
+            if turn.id not in self.into:
+                self.children.setdefault(self.shown(turn.parent_id), []).append(turn.id)
+
+    def shown(self, turn_id: str) -> str:
+        """The turn that stands for `turn_id` on the page."""
+        seen = 0
+        while turn_id in self.into and seen < len(self.into):
+            turn_id = self.into[turn_id]
+            seen += 1
+        return turn_id
+
+
+def build_tree(
+    thread_id: str, title: str, turns: Sequence[Turn], path: Sequence[Turn], cursor: str
+) -> ThreadTree:
+    """The page's view of a thread from its known turns and its active path."""
+    folded = _Folded([*turns, *path])
+    views = []
+    for turn in folded.turns.values():
+        if turn.id in folded.into:
+            continue
+        view = _view(turn, folded.shown(turn.parent_id))
+        view.siblings = folded.children.get(view.parent_id, [])
+        views.append(view)
+    shown_path: list[str] = []
+    for turn in path:
+        shown = folded.shown(turn.id)
+        if not shown_path or shown_path[-1] != shown:
+            shown_path.append(shown)
+    return ThreadTree(id=thread_id, title=title, turns=views, path=shown_path, cursor=cursor)
+
+
+def leaf_under(tree: ThreadTree, turn_id: str) -> str:
+    """The newest leaf below `turn_id` (itself if it has no children): where a branch ends."""
+    children: dict[str, list[str]] = {}
+    for view in tree.turns:
+        children.setdefault(view.parent_id, []).append(view.id)
+    current = turn_id
+    while children.get(current):
+        current = children[current][-1]
+    return current
