@@ -92,9 +92,12 @@ async def core(ore_nats_server: EmbeddedNatsServer) -> AsyncIterator[CoreService
     await service.stop(grace=0)
 
 
+@pytest.mark.parametrize("fault", ["none", "kill_slack"])
 async def test_three_endpoints_each_show_the_others_once_in_order_and_never_their_own(
-    core: CoreService, ore_nats_server: EmbeddedNatsServer, tmp_path: Path
+    core: CoreService, ore_nats_server: EmbeddedNatsServer, tmp_path: Path, fault: str
 ) -> None:
+    """With `kill_slack`, the Slack conduit is killed (kill -9) while it posts copies,
+    the terminal and NATS go on sending, and it catches up when started again."""
     url = ore_nats_server.url
     changed = asyncio.Condition()  # notified whenever the NATS side or the terminal shows
 
@@ -177,11 +180,17 @@ async def test_three_endpoints_each_show_the_others_once_in_order_and_never_thei
             for n in range(1, N):
                 await send_nats(n)
 
-        async def from_terminal() -> None:
-            for n in range(N):
+        async def from_terminal(numbers: range) -> None:
+            for n in numbers:
                 await terminal.send(thread, f"stdin {n}", id=f"s{n}", user_name="cy")
 
-        await asyncio.gather(from_slack(), from_nats(), from_terminal())
+        await asyncio.gather(from_slack(), from_nats(), from_terminal(range(N // 2)))
+        if fault == "kill_slack":
+            slack.kill()  # copies of the messages above are being posted now
+        await from_terminal(range(N // 2, N))
+        if fault == "kill_slack":
+            slack.start()
+            await fake.wait_connected(2, PATIENCE)
 
         def slack_lines() -> list[str]:
             return fake.rendered_thread(CHANNEL, root.ts)

@@ -76,6 +76,9 @@ OUTPUT_KINDS = frozenset(
 )
 """The output kinds the conduit renders."""
 
+RELAY_EVENT = "ore_relay"
+"""Slack message metadata event type of a relayed copy (payload: `{"turn": id}`)."""
+
 _NO_STREAMS = frozenset(
     {
         "unknown_method",
@@ -201,6 +204,7 @@ class ThreadRenderer:
         self.last_sequence = 0  # the last stored batch of the thread handled
         self._recovery: Recovery | None = None
         self.settings = SettingsCache()  # a linked thread's label and answer settings
+        self._copies: dict[str, str] | None = None  # turn -> ts of copies Slack shows
 
     @property
     def recovery(self) -> Recovery:
@@ -355,7 +359,11 @@ class ThreadRenderer:
     async def _post_copy(self, relayed: Relayed, sequence: int) -> None:
         assert self.slack is not None
         if await self.out.client.delivery_get(self.thread_id, relayed.turn_id):
-            return  # posted before a restart: its feed position was not saved yet
+            return  # posted and reported before a restart (the feed position was not saved)
+        posted = (await self._copies_in_slack()).get(relayed.turn_id)
+        if posted is not None:  # posted, then killed before the report
+            await self._report(relayed, sequence, [posted])
+            return
         try:
             reply = await self.api.call(
                 "chat.postMessage",
@@ -363,6 +371,7 @@ class ThreadRenderer:
                 channel=self.slack.channel,
                 thread_ts=self.slack.thread_ts,
                 markdown_text=neutralise(relayed.shown),
+                metadata={"event_type": RELAY_EVENT, "event_payload": {"turn": relayed.turn_id}},
             )
         except (SlackError, Ambiguous) as exc:
             await self.out.client.report_delivery(
@@ -374,6 +383,34 @@ class ThreadRenderer:
             )
             return
         await self._report(relayed, sequence, [str(reply["ts"])])
+
+    async def _copies_in_slack(self) -> dict[str, str]:
+        """turn -> ts of the copies the Slack thread shows (its bot messages with
+        `ore_relay` metadata), listed once per renderer: a copy posted by a conduit
+        killed before it reported it is found here, not posted twice."""
+        if self._copies is not None:
+            return self._copies
+        assert self.slack is not None
+        copies: dict[str, str] = {}
+        try:
+            replies = await self.api.call(
+                "conversations.replies",
+                self.slack.team,
+                channel=self.slack.channel,
+                ts=self.slack.thread_ts,
+                include_all_metadata=True,
+                limit=1000,
+            )
+        except (SlackError, Ambiguous) as exc:
+            log.warning("cannot list the slack thread", thread_id=self.thread_id, error=str(exc))
+            return copies  # not kept: asked again for the next copy
+        for message in replies.get("messages") or []:
+            metadata = message.get("metadata") or {}
+            payload = metadata.get("event_payload") or {}
+            if metadata.get("event_type") == RELAY_EVENT and isinstance(payload, dict):
+                copies[str(payload.get("turn"))] = str(message["ts"])
+        self._copies = copies
+        return copies
 
     async def _report(self, relayed: Relayed, sequence: int, ids: list[str]) -> None:
         await self.out.client.report_delivery(
