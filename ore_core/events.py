@@ -171,6 +171,11 @@ class _Event(_Frozen):
 # --- ingress --------------------------------------------------------------------------
 
 
+_STRICT_INGRESS = ConfigDict(frozen=True, strict=True, extra="forbid")
+"""Events only conduits send: an unknown field is a sender's mistake (a misspelt `content`
+or `context`), refused like the control API refuses one, never dropped unseen."""
+
+
 def _check_message_metadata(value: dict[str, str]) -> dict[str, str]:
     unknown = sorted(set(value) - set(USER_TURN_METADATA))
     if unknown:
@@ -195,6 +200,8 @@ class UserMessageEvent(_Event):
     (`reply_to`); both are recorded on the user turn (issue 29).
     """
 
+    model_config = _STRICT_INGRESS
+
     kind: Literal["user_message"] = "user_message"
     id: str = _event_id_field()
     content: str
@@ -206,6 +213,8 @@ class UserMessageEvent(_Event):
 
 class InterruptEvent(_Event):
     """Stop the turn in flight and drop queued messages of this thread."""
+
+    model_config = _STRICT_INGRESS
 
     kind: Literal["interrupt"] = "interrupt"
     id: str = _event_id_field()
@@ -225,6 +234,8 @@ class DeleteEvent(_Event):
     """A user deleted a message (issue 29): its turn becomes a tombstone (`skip`: the
     model no longer sees it, the ledger keeps it) and a `turn_deleted` event tells the
     other endpoints."""
+
+    model_config = _STRICT_INGRESS
 
     kind: Literal["delete"] = "delete"
     id: str = _event_id_field()

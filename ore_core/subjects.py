@@ -269,6 +269,11 @@ class Subjects:
         """The whole operator API: `ore.admin.>` (for permissions)."""
         return f"{self.prefix}.admin.>"
 
+    def worker(self, worker_id: str) -> str:
+        """One core worker's own subjects: `ore.worker.<id>` (control API requests that
+        another worker forwards to the owner of a thread; only cores may use them)."""
+        return f"{self.prefix}.worker.{_check_tokens(worker_id, 'worker id')}"
+
     def inbox(self, namespace: str) -> str:
         """The inbox prefix of namespace NS's connections: `_INBOX_NS`.
 

@@ -217,7 +217,7 @@ async def test_without_a_url_the_conduit_finds_the_running_serve(
 ) -> None:
     serve = start_ore("serve", "--nats", ore_nats_server.url)
     await until_answered(raw, "ore.admin.health", serve)
-    record = ore_isolated_env / "state" / "ore" / "serve.json"
+    record = ore_isolated_env / "state" / "ore" / "serve.d" / f"{serve.popen.pid}.json"
     async with asyncio.timeout(READY_TIMEOUT):  # written right after the core answers
         while True:
             if record.exists():

@@ -23,7 +23,8 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.embedded import EmbeddedNatsServer, data_dir_holder, runs_in
+from ore_core.cli.running import RunningCore, find_running
 from ore_core.session.stores import SQLiteStore
 from ore_core.subjects import partition_of
 from ore_openai.testing import MockOpenAIServer
@@ -216,6 +217,17 @@ async def test_health_port_answers_readyz_while_serving(
     assert await served.terminate() == 0
 
 
+async def test_health_port_prints_the_health_urls(
+    ore_nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served]
+) -> None:
+    port = free_port()
+    served = start_serve("--nats", ore_nats_server.url, "--health-port", str(port))
+    lines = await read_until(served, "health: ")
+    url = f"http://127.0.0.1:{port}"
+    assert lines[-1] == f"health: {url}/healthz and {url}/readyz"
+    assert await served.terminate() == 0
+
+
 async def test_partitions_option_sets_the_ingress_partitions(
     ore_nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
 ) -> None:
@@ -329,8 +341,8 @@ async def read_until(served: Served, prefix: str) -> list[str]:
     return lines
 
 
-def recorded(state: Path) -> dict[str, Any] | None:
-    path = state / "ore" / "serve.json"
+def recorded(state: Path, pid: int) -> dict[str, Any] | None:
+    path = state / "ore" / "serve.d" / f"{pid}.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -340,7 +352,9 @@ async def test_serve_prints_and_records_its_nats_url_until_it_stops(
     served = start_serve()
     lines = await read_until(served, "ore core ready: NATS ")
     url = lines[-1].split()[4]
-    record = recorded(ore_isolated_env / "state")
+    record = recorded(ore_isolated_env / "state", served.process.pid)
+    assert record is not None
+    assert record.pop("processor").startswith("echo: ")  # as "answering with ..." says
     assert record == {
         "pid": served.process.pid,
         "nats_url": url,
@@ -348,7 +362,44 @@ async def test_serve_prints_and_records_its_nats_url_until_it_stops(
     }
     await wait_until_serving(await client_of(url), served)  # the recorded URL answers
     assert await served.terminate() == 0
-    assert recorded(ore_isolated_env / "state") is None
+    assert recorded(ore_isolated_env / "state", served.process.pid) is None
+
+
+async def test_a_second_worker_that_stops_leaves_the_first_one_s_record(
+    start_serve: Callable[..., Served], client_of: Any, ore_isolated_env: Path
+) -> None:
+    first = start_serve()
+    url = (await read_until(first, "ore core ready: NATS "))[-1].split()[4]
+    second = start_serve("--nats", url)  # a worker of the same deployment
+    await read_until(second, "ore core ready: NATS ")
+    state = ore_isolated_env / "state"
+    assert recorded(state, first.process.pid) is not None
+    assert recorded(state, second.process.pid) is not None
+    assert await second.terminate() == 0
+    assert recorded(state, second.process.pid) is None
+    assert find_running() == RunningCore(**(recorded(state, first.process.pid) or {}))
+    assert find_running() is not None  # `ore chat` attaches to it, not an echo core of its own
+    assert await first.terminate() == 0
+    assert find_running() is None
+
+
+async def test_a_worker_answering_with_another_processor_than_its_deployment_warns(
+    start_serve: Callable[..., Served],
+) -> None:
+    first = start_serve()  # echo
+    url = (await read_until(first, "ore core ready: NATS "))[-1].split()[4]
+    with MockOpenAIServer(["Hello from the model."]) as model:
+        second = start_serve(
+            "--nats",
+            url,
+            env={"ORE_LOAD_PLUGINS": "ore-openai", "ORE_OPENAI_BASE_URL": model.base_url},
+        )
+        await read_until(second, "ore core ready: NATS ")
+    assert await second.terminate() == 0
+    warning = f"warning: ore serve (pid {first.process.pid}) at {url}"
+    assert warning in second.stderr()
+    assert "answers with echo: " in second.stderr()
+    assert "this worker with openai" in second.stderr()
 
 
 async def test_serve_answers_with_the_model_the_environment_configures(
@@ -393,7 +444,9 @@ async def test_chat_uses_the_running_core_on_the_same_store(
     start_serve: Callable[..., Served], ore_isolated_env: Path
 ) -> None:
     served = start_serve()
-    url = (await read_until(served, "ore core ready: NATS "))[-1].split()[4]
+    lines = await read_until(served, "ore core ready: NATS ")
+    url = lines[-1].split()[4]
+    [answering] = [line for line in lines if line.startswith("answering with ")]
     env = {
         **os.environ,
         "ORE_LOAD_PLUGINS": "ore-conduit-stdin",
@@ -412,7 +465,8 @@ async def test_chat_uses_the_running_core_on_the_same_store(
     assert chat.stdout == "hello running core\n"
     assert chat.stderr.splitlines() == [
         f"Using ore serve (pid {served.process.pid}) at {url}, store sqlite:{served.store_path}"
-    ]  # and no "answering with": no core of its own, no private nats-server
+        f"; {answering}"
+    ]  # who answers is the serve's processor: no core of its own, no private nats-server
     assert await served.terminate() == 0
     store = SQLiteStore(served.store_path)
     try:
@@ -500,3 +554,109 @@ async def test_a_crashed_loop_stops_serve_with_status_1_and_names_the_task(
         ("user", "the answer comes, its acknowledgement crashes"),
         ("assistant", "the answer comes, its acknowledgement crashes"),
     ]
+
+
+# --- SIGHUP, kill -9 and the embedded server's data directory (issue 28) ----------------
+
+
+def nats_dir_of(home: Path) -> Path:
+    return home / "state" / "ore" / "nats"
+
+
+async def until_gone(pid: int, directory: Path) -> None:
+    """Until process `pid` no longer runs on `directory` (bounded: a hang fails)."""
+    async with asyncio.timeout(EXIT_TIMEOUT):
+        while runs_in(pid, str(directory)):  # noqa: ASYNC110 (another process: nothing to await)
+            await asyncio.sleep(0.05)
+
+
+async def test_sighup_stops_serve_like_sigterm_and_its_nats_server_with_it(
+    start_serve: Callable[..., Served], ore_isolated_env: Path
+) -> None:
+    served = start_serve()
+    await read_until(served, "ore core ready: NATS ")
+    holder = data_dir_holder(nats_dir_of(ore_isolated_env))
+    assert holder is not None
+    assert holder.owner == served.process.pid
+    served.process.send_signal(signal.SIGHUP)  # the terminal closed
+    assert await asyncio.to_thread(served.process.wait, EXIT_TIMEOUT) == 0
+    assert not runs_in(holder.server, str(nats_dir_of(ore_isolated_env)))
+
+
+async def test_kill_9_of_serve_takes_its_nats_server_along_and_the_next_serve_starts_cleanly(
+    start_serve: Callable[..., Served], ore_isolated_env: Path
+) -> None:
+    directory = nats_dir_of(ore_isolated_env)
+    first = start_serve()
+    await read_until(first, "ore core ready: NATS ")
+    holder = data_dir_holder(directory)
+    assert holder is not None
+    first.process.kill()
+    await asyncio.to_thread(first.process.wait, EXIT_TIMEOUT)
+    await until_gone(holder.server, directory)  # it died with its parent
+
+    second = start_serve()
+    await read_until(second, "ore core ready: NATS ")
+    again = data_dir_holder(directory)
+    assert again is not None
+    assert again.owner == second.process.pid
+    assert "orphaned" not in second.stderr()  # nothing was left to stop
+    assert await second.terminate() == 0
+
+
+async def test_serve_stops_an_orphaned_nats_server_of_its_data_dir_that_doctor_reports(
+    start_serve: Callable[..., Served], ore_isolated_env: Path
+) -> None:
+    directory = nats_dir_of(ore_isolated_env)
+    # A server whose starter died by SIGKILL without taking it along (an older ore, or
+    # a system without PR_SET_PDEATHSIG): it keeps the data directory.
+    starter = subprocess.Popen(  # noqa: ASYNC220 (returns at once)
+        [sys.executable, "-c", ORPHAN_STARTER, str(directory)], stdout=subprocess.PIPE, text=True
+    )
+    assert starter.stdout is not None
+    orphan = int(await asyncio.to_thread(starter.stdout.readline))
+    starter.kill()
+    await asyncio.to_thread(starter.wait, EXIT_TIMEOUT)
+    starter.stdout.close()
+    assert runs_in(orphan, str(directory))
+    doctor = await asyncio.to_thread(
+        subprocess.run,
+        [str(ORE), "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ORE_LOAD_PLUGINS": ""},
+    )
+    found = {check["part"]: check for check in json.loads(doctor.stdout)}["embedded NATS"]
+    assert found["status"] == "warn"
+    assert f"nats-server (pid {orphan}) still runs on {directory}" in found["found"]
+
+    served = start_serve()
+    await read_until(served, "ore core ready: NATS ")
+    assert not runs_in(orphan, str(directory))
+    assert "stopping an orphaned nats-server" in served.stderr()
+    assert await served.terminate() == 0
+
+
+async def test_a_second_embedded_serve_never_opens_the_data_dir_of_a_running_one(
+    start_serve: Callable[..., Served], ore_isolated_env: Path
+) -> None:
+    first = start_serve()
+    await read_until(first, "ore core ready: NATS ")
+    second = start_serve()  # another store, the same state directory: the same NATS data
+    assert await asyncio.to_thread(second.process.wait, EXIT_TIMEOUT) != 0
+    directory = nats_dir_of(ore_isolated_env)
+    assert f"the NATS data directory {directory} is in use by nats-server" in second.stderr()
+    holder = data_dir_holder(directory)
+    assert holder is not None
+    assert holder.owner == first.process.pid
+    assert await first.terminate() == 0
+
+
+ORPHAN_STARTER = """
+import sys, time
+from ore_core.bus.embedded import EmbeddedNatsServer, data_dir_holder, runs_in
+server = EmbeddedNatsServer(sys.argv[1])
+server.start()
+print(server.pid, flush=True)
+time.sleep(600)
+"""

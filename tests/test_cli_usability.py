@@ -28,6 +28,7 @@ from ore_core.cli.running import (
     state_dir,
 )
 from ore_core.config import OreSettings
+from ore_openai.testing import MockOpenAIServer
 
 
 @pytest.fixture(autouse=True)
@@ -97,7 +98,7 @@ def test_echo_chosen_explicitly_says_so() -> None:
 def test_a_record_of_a_dead_process_is_ignored_and_removed() -> None:
     record_running(RunningCore(pid=2**22 + 12345, nats_url="nats://127.0.0.1:1", store="x"))
     assert find_running() is None
-    assert not (state_dir() / "serve.json").exists()
+    assert not (state_dir() / "serve.d" / f"{2**22 + 12345}.json").exists()
 
 
 def test_a_record_is_removed_only_by_its_own_process() -> None:
@@ -148,9 +149,10 @@ def test_doctor_reports_every_part_and_passes_on_a_fresh_setup() -> None:
 def test_doctor_names_the_model_the_environment_configures(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("ORE_OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
     monkeypatch.setenv("ORE_PROCESSOR__MODEL", "llama3.2")
-    _, checks = doctor_checks()
+    with MockOpenAIServer(models=["llama3.2"]) as model:  # doctor asks it for its models
+        monkeypatch.setenv("ORE_OPENAI_BASE_URL", model.base_url)
+        _, checks = doctor_checks()
     assert checks["processor"] == {
         "part": "processor",
         "status": "ok",

@@ -398,9 +398,22 @@ def test_decode_errors_are_ore_errors() -> None:
         decode_ingress(b"[]")
 
 
-def test_unknown_fields_are_ignored_for_forward_compatibility() -> None:
-    event = decode_ingress(b'{"kind":"user_message","id":"a","content":"x","thread_hint":"t"}')
-    assert encode_event(event) == b'{"kind":"user_message","id":"a","content":"x"}'
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"kind":"user_message","id":"a","content":"x","thread_hint":"t"}',
+        b'{"kind":"interrupt","id":"a","thread_hint":"t"}',
+    ],
+)
+def test_an_unknown_field_of_an_ingress_event_is_refused_naming_it(data: bytes) -> None:
+    """Issue 28: a misspelt field was dropped unseen; the control API refuses them too."""
+    with pytest.raises(EventDecodeError, match="thread_hint"):
+        decode_ingress(data)
+
+
+def test_unknown_fields_of_output_events_are_ignored_for_forward_compatibility() -> None:
+    event = decode_output(b'{"kind":"lifecycle","phase":"done","added_later":1}')
+    assert encode_event(event) == b'{"kind":"lifecycle","phase":"done"}'
 
 
 # --- output union --------------------------------------------------------------------

@@ -91,8 +91,16 @@ def test_group_key_follows_the_payload_so_go_fields_come_first() -> None:
             lambda w: w.update_parent("t2", ""),
             entry(TX_UPDATE_PARENT, turn_id="t2", parent_id=""),
         ),
-        (lambda w: w.update_meta("k", "v"), entry(TX_UPDATE_META, key="k", value="v")),
-        (lambda w: w.update_meta("k", None), entry(TX_UPDATE_META, key="k", deleted=True)),
+        (
+            lambda w: w.update_meta("k", "v"),
+            entry(TX_UPDATE_CONTROL, turn_id="", control="", ore_meta={"key": "k", "value": "v"}),
+        ),
+        (
+            lambda w: w.update_meta("k", None),
+            entry(
+                TX_UPDATE_CONTROL, turn_id="", control="", ore_meta={"key": "k", "deleted": True}
+            ),
+        ),
     ],
     ids=["update_tip", "update_control", "update_parent", "meta_set", "meta_delete"],
 )

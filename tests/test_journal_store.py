@@ -66,13 +66,13 @@ async def test_saving_after_one_more_turn_appends_exactly_its_lines(store: Journ
     assert _tx_types(after[len(before) :]) == ["add_turn", "update_tip"]
 
 
-async def test_a_metadata_change_appends_one_update_meta_line(store: JournalStore) -> None:
+async def test_a_metadata_change_appends_one_line_go_readers_skip(store: JournalStore) -> None:
     thread = await _thread_with_turns(store, "one")
     before = _journal(store, thread.id).read_bytes()
     thread.meta().set("slack.channel", "C1")
     await store.save(thread)
     added = _journal(store, thread.id).read_bytes()[len(before) :]
-    assert _tx_types(added) == ["update_meta"]
+    assert _tx_types(added) == ["update_control"]  # of the turn "": see test_journal_go.py
 
 
 async def test_a_control_change_appends_one_update_control_line(store: JournalStore) -> None:

@@ -49,7 +49,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
     "sdk": ("ore_core.conduit.*", "ore_core._nats.*"),
     "bus": ("ore_core.bus.*", "ore_core.bridge.*"),
     "plugins": ("ore_core.plugins.*",),
-    "cli": ("ore_core.cli.*",),
+    "cli": ("ore_core.cli.*", "ore_core.cli_entry"),
     "testing": ("ore_core.testing.*",),
 }
 """Floor -> its modules: a module's name, or `package.*` for a package and all below it

@@ -128,9 +128,20 @@ async def test_help_lists_every_command_sorted_with_descriptions() -> None:
     notices, _ = await _run(default_commands(), "/help")
     lines = notices[0].content.splitlines()
     assert lines[0] == "Available commands:"
-    names = [line.split("`")[1] for line in lines[1:]]
+    names = [line.split()[0] for line in lines[1:]]
     assert names == sorted(names)
-    assert "* `/model` — Choose the model for the next turns: /model NAME" in lines
+    model = next(line for line in lines if line.split()[0] == "/model")
+    assert model.endswith("  Choose the model for the next turns: /model NAME")
+
+
+async def test_help_is_plain_text_in_columns_not_markdown() -> None:
+    """Issue 28: conduits print notices as written, so `*` and backticks showed raw."""
+    notices, _ = await _run(default_commands(), "/help")
+    lines = notices[0].content.splitlines()
+    assert "`" not in notices[0].content
+    assert not any(line.lstrip().startswith("*") for line in lines)
+    columns = {line.index(line.split()[1]) for line in lines[1:]}
+    assert len(columns) == 1  # every description starts in the same column
 
 
 async def test_help_alone_has_exactly_one_newline() -> None:

@@ -279,11 +279,24 @@ async def subscribe_inline(nc: NatsClient, subject: str, callback: InlineCallbac
 
 async def connect_nats(servers: list[str], **options: Any) -> NatsClient:
     """Connect an `OreNatsClient` (`nats.connect` with the same options), or nats-py's
-    own client when its private names are missing (`private_path_usable`)."""
+    own client when its private names are missing (`private_path_usable`).
+
+    Refused credentials and a server that is not NATS raise `NatsRefused` at once
+    (`ore_core._nats.first_connect`) instead of being retried until a timeout.
+    """
+    # Imported here: only connecting needs them, and the SDK's import stays small.
+    from ore_core._nats.first_connect import CREDENTIAL_OPTIONS, FirstConnect, NatsRefused
     from ore_core._nats.internals import private_path_usable
 
     nc = OreNatsClient() if private_path_usable() else NatsClient()
-    await nc.connect(servers, **options)
+    anonymous = not any(options.get(key) for key in CREDENTIAL_OPTIONS)
+    first = FirstConnect(servers, options.pop("error_cb", None), anonymous=anonymous)
+    try:
+        await nc.connect(servers, error_cb=first.on_error, **options)
+    except NatsRefused:
+        await nc.close()
+        raise
+    first.connected()
     return nc
 
 

@@ -266,6 +266,19 @@ class LinkStore:
             raise LinkNotFound(f"endpoint {endpoint} is not linked to any thread")
         return record.thread
 
+    async def unlink_thread(self, thread_id: str) -> list[Endpoint]:
+        """Remove every link of `thread_id` (it was deleted); returns the endpoints."""
+        found = await self.link_set(thread_id)
+        if found is None:
+            return []
+        endpoints = [linked.endpoint for linked in found[0].endpoints]
+        for endpoint in endpoints:
+            try:
+                await self.remove(endpoint)
+            except LinkNotFound:
+                pass  # removed meanwhile
+        return endpoints
+
     async def _unlist(self, thread_id: str, endpoint: Endpoint) -> bool:
         """Take `endpoint` out of the thread's link set (deleted when empty), by CAS;
         False when it was not listed."""

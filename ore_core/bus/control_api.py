@@ -13,7 +13,12 @@ with JSON. Failures are never a timeout: the reply carries micro's error headers
 (`Nats-Service-Error-Code`, `Nats-Service-Error`) and the body
 `{"error": {"code": ..., "message": ...}}`. Several workers may run a ControlAPI on
 the same subjects: micro's queue group hands each request to one of them, and
-lookups stay atomic because the store's `get_or_create_by` is.
+lookups stay atomic because the store's `get_or_create_by` is. Every worker answers
+alike: a request about one thread (get, turns, fork, meta, delete) that reaches a worker
+not owning the thread is forwarded to its owner (`P.worker.<id>.…`), which answers from
+its live stream or the store and announces changes; with no owner known, or none
+answering, the worker answers from the store. No worker keeps a stream for a thread it
+only created or looked up: the owner attaches it when its first message arrives.
 
 Concurrency: nats-py runs the handlers of one endpoint one after another on the
 event loop that owns the connection and the Manager.
@@ -21,6 +26,7 @@ event loop that owns the connection and the Manager.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -28,6 +34,9 @@ from typing import Annotated, Any, TypeVar
 
 import structlog
 from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 from nats.js.api import RawStreamMsg
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
@@ -132,6 +141,7 @@ ADMIN_METHODS = (
 )
 """Methods under `P.admin.`: every namespace, and the changes only operators make."""
 
+_FORWARD_TIMEOUT = 5.0  # seconds an owner has to answer a forwarded request
 _LIST_SCAN = 1000  # ids one namespace-filtered list request looks at, at most
 _READ_HEADROOM = 1024  # bytes kept free in an events.read reply for its envelope
 
@@ -307,6 +317,15 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _routed_thread(body: BaseModel) -> str | None:
+    """The thread a request is about, answered by its owner worker (None: any worker)."""
+    if isinstance(body, _ThreadRef):
+        return body.id
+    if isinstance(body, LinkAdd | DeliveryReport):  # they write the thread (metadata, events)
+        return body.thread
+    return None
+
+
 def _check_conduit_key(key: str) -> None:
     """A conduit may not change the settings the core mirrors from a thread's links."""
     if key == GATEWAY_KEY or key.startswith(GATEWAY_KEY + "."):
@@ -324,7 +343,7 @@ def _check_conduit_key(key: str) -> None:
 class _Endpoint:
     name: str  # micro endpoint name (letters, digits, _ and -)
     subject: str
-    handler: Callable[[Request], Awaitable[None]]
+    handler: Callable[..., Awaitable[None]]  # (request, forwarded: bool = False)
 
 
 class ControlAPI:
@@ -334,6 +353,8 @@ class ControlAPI:
     shows up in `$SRV.PING/INFO.ore` replies so operators can tell workers apart.
     Requests bigger than `max_request_bytes` are answered with 413. `on_resolve(T, NS)`
     hears of every thread a conduit call resolves (the egress binds its subjects).
+    `route(T)` names the worker that owns thread T when it is another one (None: answer
+    here); requests forwarded to this worker arrive on `P.worker.<worker_id>.…`.
     `links` (the core's link cache) makes the conduit methods reach linked threads;
     without it the admin link methods open `ORE_LINKS` themselves.
     """
@@ -349,6 +370,8 @@ class ControlAPI:
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         on_resolve: Callable[[str, str], object] | None = None,
         on_delete: Callable[[str], object] | None = None,
+        route: Callable[[str], str | None] | None = None,
+        worker_id: str | None = None,
         links: LinkCache | None = None,
     ) -> None:
         self._nc = nc
@@ -365,6 +388,9 @@ class ControlAPI:
         self._namespace_at = subjects.prefix.count(".") + 2  # token index of NS in P.api.NS.m
         self._service: Service | None = None
         self._kv: KeyValue | None = None
+        self._route = route
+        self._worker = None if worker_id is None else subjects.worker(worker_id)
+        self._forwarded: Subscription | None = None
 
     @property
     def endpoints(self) -> dict[str, str]:
@@ -382,9 +408,14 @@ class ControlAPI:
             description="ore control API: threads, events and health",
             metadata=self._metadata,
         )
-        for endpoint in self._endpoints():
+        endpoints = self._endpoints()
+        for endpoint in endpoints:
             await service.add_endpoint(
                 name=endpoint.name, subject=endpoint.subject, handler=endpoint.handler
+            )
+        if self._worker is not None:
+            self._forwarded = await self._nc.subscribe(
+                self._worker + ".>", cb=functools.partial(self._on_forwarded, endpoints)
             )
         # flush() alone does not prove the endpoints are live (see bus.barrier).
         await subscriptions_registered(self._nc)
@@ -393,6 +424,9 @@ class ControlAPI:
     async def stop(self) -> None:
         """Unsubscribe; requests in flight elsewhere go to the other workers. Idempotent."""
         service, self._service = self._service, None
+        forwarded, self._forwarded = self._forwarded, None
+        if forwarded is not None:
+            await forwarded.unsubscribe()
         if service is not None:
             await service.stop()
 
@@ -405,19 +439,19 @@ class ControlAPI:
 
     def _endpoints(self) -> list[_Endpoint]:
         def conduit(model: type[_M], handler: Callable[[_M, str], Awaitable[_Reply]]) -> Any:
-            async def endpoint(request: Request) -> None:
+            async def endpoint(request: Request, forwarded: bool = False) -> None:
                 namespace = request.subject.split(".")[self._namespace_at]
 
                 async def call(body: _M) -> _Reply:
                     return await handler(body, namespace)
 
-                await self._serve(request, model, call)
+                await self._serve(request, model, call, forwarded)
 
             return endpoint
 
         def admin(model: type[_M], handler: Callable[[_M], Awaitable[_Reply]]) -> Any:
-            async def endpoint(request: Request) -> None:
-                await self._serve(request, model, handler)
+            async def endpoint(request: Request, forwarded: bool = False) -> None:
+                await self._serve(request, model, handler, forwarded)
 
             return endpoint
 
@@ -499,7 +533,11 @@ class ControlAPI:
         ]
 
     async def _serve(
-        self, request: Request, model: type[_M], handler: Callable[[_M], Awaitable[_Reply]]
+        self,
+        request: Request,
+        model: type[_M],
+        handler: Callable[[_M], Awaitable[_Reply]],
+        forwarded: bool = False,
     ) -> None:
         try:
             if len(request.data) > self._max_request_bytes:
@@ -509,6 +547,11 @@ class ControlAPI:
                     f"{self._max_request_bytes} bytes",
                 )
             body = model.model_validate_json(request.data or b"{}")
+            routed = _routed_thread(body)
+            if not forwarded and routed is not None and self._route is not None:
+                owner = self._route(routed)
+                if owner is not None and await self._forward(request, owner):
+                    return
             answer = await handler(body)
             reply = answer.encode() if isinstance(answer, _Raw) else jsonutil.dumps(answer)
             if len(reply) > self._nc.max_payload:
@@ -521,6 +564,38 @@ class ControlAPI:
             await self._fail(request, _classify(exc), exc)
             return
         await request.respond(reply)
+
+    async def _forward(self, request: Request, owner: str) -> bool:
+        """Relay `request` to worker `owner` and its reply back; False when it did not
+        answer (gone, or too slow): the caller then answers from the store."""
+        prefix = self._subjects.prefix
+        subject = self._subjects.worker(owner) + request.subject[len(prefix) :]
+        try:
+            reply = await self._nc.request(
+                subject, request.data, timeout=_FORWARD_TIMEOUT, headers=request.headers
+            )
+        except (NatsError, TimeoutError) as exc:
+            log.debug("owner did not answer; answering here", owner=owner, error=repr(exc))
+            return False
+        await request.respond(reply.data, headers=reply.headers)
+        return True
+
+    async def _on_forwarded(self, endpoints: list[_Endpoint], msg: Msg) -> None:
+        """A request another worker forwarded here (this worker owns its thread): served
+        by the endpoint of its original subject, never forwarded again."""
+        assert self._worker is not None
+        subject = self._subjects.prefix + msg.subject[len(self._worker) :]
+        tokens = subject.split(".")
+        for endpoint in endpoints:
+            pattern = endpoint.subject.split(".")
+            if len(pattern) == len(tokens) and all(
+                p in ("*", t) for p, t in zip(pattern, tokens, strict=True)
+            ):
+                original = Msg(
+                    self._nc, subject=subject, reply=msg.reply, data=msg.data, headers=msg.headers
+                )
+                await endpoint.handler(Request(original), True)
+                return
 
     async def _fail(self, request: Request, failure: _Failure, cause: Exception) -> None:
         message = _one_line(failure.message)
@@ -542,15 +617,31 @@ class ControlAPI:
         if self._on_resolve is not None:
             self._on_resolve(thread_id, namespace)
 
-    async def _own_thread(self, thread_id: str, namespace: str) -> Thread:
-        """The thread if it belongs to `namespace`; else the same 404 as an unknown one."""
+    async def _own_thread(
+        self, thread_id: str, namespace: str, *, unusable: bool = False
+    ) -> Thread:
+        """The thread if it belongs to `namespace`; else the same 404 as an unknown one.
+
+        `unusable`: the id was asked for a new thread; another namespace's is answered
+        as an id `namespace` may not use (409), saying nothing of the thread.
+        """
         try:
             thread = await self._manager.get_thread(thread_id)
         except ThreadNotFound:
             thread = None
-        if thread is None or (
-            namespace_of(thread) != namespace and not await self._linked(namespace, thread_id)
+        if (
+            thread is not None
+            and namespace_of(thread) != namespace
+            and not unusable
+            and await self._linked(namespace, thread_id)
         ):
+            return thread  # another's thread, reached through a link
+        if thread is None or namespace_of(thread) != namespace:
+            if unusable:
+                raise _Failure(
+                    409,
+                    f"thread id {thread_id} cannot be used in namespace {namespace}: pick another",
+                )
             raise _Failure(404, f"thread {thread_id} not found in namespace {namespace}")
         return thread
 
@@ -567,12 +658,14 @@ class ControlAPI:
 
     async def _create(self, body: _Create, namespace: str) -> _Reply:
         metadata = self._with_namespace(body.metadata, namespace)
-        if body.id is None:
-            stream = await self._manager.create(metadata)
-        else:
-            stream = await self._manager.create_with_id(body.id, metadata)
-        self._resolved(stream.id, namespace)
-        return {"id": stream.id, "created": True}
+        try:
+            thread = await self._manager.create_thread(metadata, body.id)
+        except ThreadExists:
+            if body.id is not None:
+                await self._own_thread(body.id, namespace, unusable=True)
+            raise
+        self._resolved(thread.id, namespace)
+        return {"id": thread.id, "created": True}
 
     async def _get(self, body: _ThreadRef, namespace: str) -> _Reply:
         return _describe(await self._own_thread(body.id, namespace))
@@ -591,11 +684,11 @@ class ControlAPI:
         if linked is not None:
             return {"id": linked, "created": False}
         metadata = self._with_namespace(body.metadata, namespace)
-        stream, created = await self._manager.lookup_or_create(body.key, body.value, metadata)
-        if namespace_of(stream.state()) != namespace:  # an operator made it for another
+        thread, created = await self._manager.lookup_thread(body.key, body.value, metadata)
+        if namespace_of(thread) != namespace:  # an operator made it for another
             raise _Failure(404, f"no thread with {body.key}={body.value!r} in {namespace}")
-        self._resolved(stream.id, namespace)
-        return {"id": stream.id, "created": created}
+        self._resolved(thread.id, namespace)
+        return {"id": thread.id, "created": created}
 
     async def _own_turns(self, body: _ThreadRef, namespace: str) -> _Reply:
         thread = await self._own_thread(body.id, namespace)
@@ -858,9 +951,9 @@ class ControlAPI:
 
     async def _admin_lookup(self, body: _AdminLookup) -> _Reply:
         metadata = {NAMESPACE_KEY: body.namespace, **body.metadata}
-        stream, created = await self._manager.lookup_or_create(body.key, body.value, metadata)
-        self._resolved(stream.id, namespace_of(stream.state()))
-        return {"id": stream.id, "created": created}
+        thread, created = await self._manager.lookup_thread(body.key, body.value, metadata)
+        self._resolved(thread.id, namespace_of(thread))
+        return {"id": thread.id, "created": created}
 
     async def _list_in(self, after: str | None, limit: int, namespace: str) -> _Reply:
         """Thread ids of `namespace` after `after`, looking at `_LIST_SCAN` ids at most.
@@ -898,6 +991,8 @@ class ControlAPI:
 
     async def _delete(self, body: _ThreadRef) -> _Reply:
         deleted = await self._manager.delete_thread(body.id)
+        if self._links is not None:  # its id may come back: its links must not reach it
+            await self._links.store.unlink_thread(body.id)
         if self._on_delete is not None:
             self._on_delete(body.id)
         return {"id": body.id, "deleted": deleted}

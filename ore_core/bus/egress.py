@@ -26,9 +26,12 @@ Ownership (issue 10b): a worker whose partition lease is overdue (`may_write` fa
 it was paused or cut off) publishes nothing for the partition's threads (a turn's held
 events are dropped with it, never stored in part), and once a thread left this worker
 (`release`) whatever its old stream still emits is dropped until the thread is attached
-here again (`prime`). `prime` also publishes a saved answer that never reached `P.ev.T`
+here again (`prime`). `prime` also finds a saved answer that never reached `P.ev.T`
 (its owner died between the save and the append): it looks inside the thread's last
-stored batch for that answer (see `_answer_missing`).
+stored batch for that answer (see `_answer_missing`) and has the thread's stream
+announce that message's turns again when the message comes back (it was never
+acknowledged), with its context: its one batch is the batch the dead owner would have
+stored (`Stream.announce_again`).
 
 A thread whose output was dropped for an overdue lease is treated as if it had left,
 even if the lease is renewed a moment later (a blip: a VM stall, a long GC), and the
@@ -79,6 +82,7 @@ from ore_core.events import (
     BATCH_KIND,
     ArtifactEvent,
     ErrorEvent,
+    EventContext,
     LifecycleEvent,
     NoticeEvent,
     OutputEvent,
@@ -88,6 +92,7 @@ from ore_core.events import (
 )
 from ore_core.ledger.thread import Thread
 from ore_core.session.manager import Manager
+from ore_core.session.turn_context import recorded_events
 from ore_core.subjects import (
     DEFAULT_NAMESPACE,
     HEADER_LAST_TURN,
@@ -185,6 +190,9 @@ class Egress:
         # The last turn stored on each thread's events as far as this worker knows (read
         # by `prime`, then its own appends): named by its batches without turns.
         self._last_turns: dict[str, str] = {}
+        # Messages whose saved turns are missing from the events, per thread: event id ->
+        # the message's last turn, until a batch holding that turn is appended.
+        self._announcing: dict[str, dict[str, str]] = {}
         self.refused = 0  # events not published: overdue lease or a thread that left
         self._subjects = subjects
         self._pipeline = pipeline
@@ -292,6 +300,7 @@ class Egress:
         self._primed.pop(thread_id, None)
         self._last_turns.pop(thread_id, None)
         self._forget_sequence(thread_id)
+        self._announcing.pop(thread_id, None)
         held = self._turns.pop(thread_id, None)
         if held is not None:
             self.refused += len(held.data)
@@ -300,18 +309,27 @@ class Egress:
         """The thread is (again) attached here: publish for it; once per attach, read the
         last sequence of its `P.ev.T` (every append is fenced from there on: a worker
         that took the thread over meanwhile makes the server refuse this one's), and if
-        its latest answer is saved but not in `P.ev.T`, store that answer and a `done`.
+        its latest answer is saved but not in `P.ev.T`, have the thread's stream announce
+        that message again when it comes back (a stream attached again in the same term,
+        after a stale copy was dropped, is told again until the message's batch left).
 
         `term` names the stretch of ownership of the thread's partition (the ingress
         counts one per lease won): a thread primed in an earlier term is primed again,
         since another worker may have appended while the partition was away.
 
-        The restored events are appended directly as one batch of their own: they are
-        not the manager's events, so they do not count in `emitted` (the ingress ack
+        Without a stream (an egress used alone) the restored events are appended at once
+        as batches of their own, with the thread's namespace as their provenance: they
+        are not the manager's events, so they do not count in `emitted` (the ingress ack
         loop compares `emitted` with the manager's queue).
         """
         self._gone.discard(thread_id)
-        if thread is None or self._primed.get(thread_id) == term:
+        if thread is None:
+            return
+        if self._primed.get(thread_id) == term:
+            announcing = self._announcing.get(thread_id)
+            stream = None if self._manager is None else self._manager.stream_of(thread_id)
+            if announcing and stream is not None:
+                stream.announce_again(announcing)
             return
         if thread_id not in self._cache:
             self._remember(thread_id, namespace_of(thread))
@@ -344,11 +362,24 @@ class Egress:
         tip = thread.get_turn(thread.current_tip)
         if tip is None or tip.role == Role.USER:
             return
-        for answer_turn in _answers_missing(stored, thread, tip):
-            log.warning("stored answer missing from the events; publishing it", thread_id=thread_id)
-            answer = TurnCompleteEvent(turn=answer_turn)
-            run = _Run(encode_event(answer), answer, answer_turn.id)
-            run.data.append(encode_event(LifecycleEvent(phase="done")))
+        messages = _messages_missing(stored, thread, tip)
+        if not messages:
+            return
+        log.warning("stored answer missing from the events; publishing it", thread_id=thread_id)
+        stream = None if self._manager is None else self._manager.stream_of(thread_id)
+        if stream is not None and all(turns[0].event_id for turns in messages):
+            # With its message, which comes again (it was never acknowledged).
+            announcing = {turns[0].event_id: turns[-1].id for turns in messages}
+            self._announcing[thread_id] = announcing
+            stream.announce_again(announcing)
+            return
+        context = EventContext(provenance=namespace_of(thread))  # no stream: at once
+        if stored is None and len(messages) > 1:
+            return  # nothing stored (expired?) and no message to tell by: never twice
+        for turns in messages:
+            events = [*recorded_events(turns, context), LifecycleEvent.of("done", context)]
+            run = _Run(encode_event(events[0]), events[0], turns[-1].id)
+            run.data += [encode_event(event) for event in events[1:]]
             await self._append(thread_id, run, self.emitted)
             if thread_id in self._gone:  # refused (the lease is overdue): tried again later
                 return
@@ -508,6 +539,12 @@ class Egress:
         traceparent = turn.first.context.traceparent
         parts = _parts(turn.data, self._nc.max_payload - _BATCH_OVERHEAD)
         if turn.turn is not None:
+            announcing = self._announcing.get(thread_id) if self._announcing else None
+            if announcing:
+                for event_id in [e for e, last in announcing.items() if last == turn.turn]:
+                    del announcing[event_id]
+                if not announcing:
+                    del self._announcing[thread_id]
             self._learn_last_turn(thread_id, turn.turn)
         # A batch without turns names the last one stored before it (a turn split into
         # several batches names its own in each: only those without turns need it).
@@ -696,35 +733,44 @@ class _LastStored:
         return cls(events, batch, turn_ids)
 
 
-def _answers_missing(last: _LastStored | None, thread: Thread, tip: Turn) -> list[Turn]:
-    """The saved answers missing from the events, oldest first (usually none or `tip`).
+def _messages_missing(last: _LastStored | None, thread: Thread, tip: Turn) -> list[list[Turn]]:
+    """The saved messages whose turns are missing from the events, oldest first: each
+    its user turn and its answer (usually none, or the latest message).
 
     `_answer_missing` decides for the latest answer; when it is missing and the last
-    stored batch holds turns of the thread's active path, every answer after those is
+    stored batch holds turns of the thread's active path, every message after those is
     missing too: output dropped while a lease was overdue can span several turns of a
     thread saved meanwhile (each is stored with its own `done`). A stored turn not on
-    the path (a compacted or rewound thread) leaves just the latest answer.
+    the path (a compacted or rewound thread) leaves just the latest message. With
+    nothing stored every message on the path may be missing (a stream announces only
+    those that come again: a message is acknowledged once its batch is stored).
     """
-    first_turn = len(thread.all_turns()) == 2  # one message and its answer
-    if not _answer_missing(last, tip.id, first_turn=first_turn):
+    if last is not None and not _answer_missing(last, tip.id):
         return []
-    if last is None or not last.batch or not last.turn_ids:
-        return [tip]
-    stored = set(last.turn_ids)
-    missing: list[Turn] = []
+    stored = set(last.turn_ids) if last is not None and last.batch else set()
+    messages: list[list[Turn]] = []
     turn: Turn | None = tip
     while turn is not None and turn.id not in stored:
-        if turn.role != Role.USER:
-            missing.append(turn)
+        if not messages or messages[-1][-1].role == Role.USER:
+            messages.append([])
+        messages[-1].append(turn)
+        if last is not None and not stored and turn.role == Role.USER:
+            break  # nothing stored names a turn: the latest message alone
         parent = turn.parent_id
         turn = thread.get_turn(parent) if parent and parent != turn.id else None
-    return missing[::-1] if turn is not None else [tip]
+    if turn is None and stored:
+        messages = messages[:1]  # the stored turns are not on the path: the latest alone
+    while turn is not None and messages[-1][-1].role != Role.USER:
+        messages[-1].append(turn)  # an answer whose user turn was stored (a split batch)
+        parent = turn.parent_id
+        turn = thread.get_turn(parent) if parent and parent != turn.id else None
+    return [turns[::-1] for turns in messages[::-1] if turns[-1].role == Role.USER]
 
 
-def _answer_missing(last: _LastStored | None, answer_id: str, *, first_turn: bool) -> bool:
+def _answer_missing(last: _LastStored, answer_id: str) -> bool:
     """Whether the thread's last stored message shows its latest answer was never stored.
 
-    `last` is the last message on the thread's `P.ev.T` (None: nothing stored). With
+    `last` is the last message on the thread's `P.ev.T`. With
     batches a turn's events are stored together at its end, so an owner that died
     between saving the answer and appending the batch leaves the PREVIOUS turn's batch
     last (or nothing, on a thread's first turn): a batch that holds turns but not this
@@ -732,12 +778,8 @@ def _answer_missing(last: _LastStored | None, answer_id: str, *, first_turn: boo
     redelivered message answered before, a `properties` event) names the last turn
     stored before it (its `Ore-Last-Turn` header, in `turn_ids`), which counts as if it held
     that turn; one without the header (stored by an older core) tells nothing, and
-    nothing is restored: never an answer twice. A thread's first answer with nothing
-    stored is restored (the same holds for a one-turn thread whose events expired after
-    `events_max_age`: its answer is sent once more).
+    nothing is restored: never an answer twice.
     """
-    if last is None:
-        return first_turn
     if answer_id in last.turn_ids:
         return False
     if last.batch:

@@ -8,30 +8,55 @@ reuse those ports, so a client reconnects to the same URL after `restart()`.
 
 Readiness is the server's `/healthz` on its monitoring port: it answers 200 only once
 JetStream is up. The 3-node cluster of the tests is `ore_core.testing.cluster`.
+
+Two servers never open one data directory: the server holds a lock on `ore-nats.lock`
+there (taken before it starts and inherited by it, so it lasts as long as the server
+does, whatever happens to the process that started it), and `ore-nats.json` names the
+server and that process. A start that finds the lock held by an orphan (a server whose
+starter is gone) stops it first; one held by a live starter's server is refused
+(`NatsDataDirInUse`). With `die_with_parent` (`ore serve`), on Linux the server gets
+SIGTERM when its starter dies, even by SIGKILL (`PR_SET_PDEATHSIG`); elsewhere the
+next start stops the orphan.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import importlib.metadata
 import json
+import os
 import shutil
+import signal
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
 import platformdirs
+import structlog
 
 from ore_core.errors import OreError
 
+if sys.platform != "win32":  # Windows has no flock: the holder file still names the server
+    import fcntl
+
+log = structlog.get_logger("ore.bus")
+
 LOOPBACK = "127.0.0.1"
+LOCK_FILE = "ore-nats.lock"
+"""Held (flock) by the nats-server running on a data directory, and only by it."""
+HOLDER_FILE = "ore-nats.json"
+"""Names that server and the process that started it: `{"server": pid, "owner": pid}`."""
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _BINARY_NAMES = ("nats-server", "nats-server.exe")
 _POLL_INTERVAL = 0.005
 _LOG_TAIL_LINES = 20
@@ -45,6 +70,103 @@ class NatsServerError(OreError):
 
 class NatsPortInUse(NatsServerError):
     """Another process holds a port the embedded nats-server had to reuse."""
+
+
+class NatsDataDirInUse(NatsServerError):
+    """A nats-server of another live process runs on the data directory."""
+
+
+def pid_alive(pid: int) -> bool:
+    """True when process `pid` exists (someone else's counts)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def runs_in(pid: int, directory: str) -> bool:
+    """True when process `pid` is alive and its command line names `directory` (so a
+    recycled pid of an unrelated process is never taken for it)."""
+    try:
+        arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(directory.encode() in argument for argument in arguments)
+
+
+@dataclass(frozen=True, slots=True)
+class DataDirHolder:
+    """The nats-server running on a data directory and the process that started it."""
+
+    server: int
+    owner: int
+
+    @property
+    def orphaned(self) -> bool:
+        """Its starter is gone: nobody will stop it."""
+        return not pid_alive(self.owner)
+
+
+def data_dir_holder(store_dir: Path) -> DataDirHolder | None:
+    """The recorded nats-server still running on `store_dir`, if there is one."""
+    try:
+        data = json.loads((store_dir / HOLDER_FILE).read_text(encoding="utf-8"))
+        holder = DataDirHolder(int(data["server"]), int(data["owner"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return holder if runs_in(holder.server, str(store_dir)) else None
+
+
+def stop_orphan(store_dir: Path, timeout: float = 10.0) -> DataDirHolder | None:
+    """Stop the orphaned nats-server on `store_dir` (SIGTERM, SIGKILL after `timeout`)
+    and return it once it is gone; None when there is none (a live starter's server is
+    never touched)."""
+    orphan = data_dir_holder(store_dir)
+    if orphan is None or not orphan.orphaned:
+        return None
+    log.warning(
+        "stopping an orphaned nats-server on this data directory",
+        pid=orphan.server,
+        store_dir=str(store_dir),
+    )
+    deadline = time.monotonic() + timeout
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(orphan.server, signal.SIGTERM)
+        while runs_in(orphan.server, str(store_dir)):
+            if time.monotonic() > deadline:
+                os.kill(orphan.server, signal.SIGKILL)
+                deadline = float("inf")
+            time.sleep(_POLL_INTERVAL)
+    return orphan
+
+
+def _die_with(parent: int) -> Callable[[], None] | None:
+    """A `preexec_fn` that makes the child get SIGTERM when `parent` dies (Linux only).
+
+    The kernel signals when the *thread* that forked the child ends: start the server
+    from a thread that lives as long as the process (the main thread, or asyncio's
+    default executor, whose threads last until the loop closes).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes  # only here: most processes never start a server
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # it died before the line above
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
 
 
 @functools.cache
@@ -154,6 +276,7 @@ class EmbeddedNatsServer(_Lifecycle):
     only this process (SIGTERM, SIGKILL after `stop_timeout`). Not thread-safe: one
     owner starts and stops it. The process gets its own session, so a Ctrl-C in the
     terminal reaches only the Python program, which then stops the server in order.
+    `die_with_parent`: the server also ends when this process dies (see the module doc).
     """
 
     def __init__(
@@ -165,8 +288,10 @@ class EmbeddedNatsServer(_Lifecycle):
         start_timeout: float = 10.0,
         stop_timeout: float = 10.0,
         port: int | None = None,
+        die_with_parent: bool = False,
     ) -> None:
         self._store_dir = Path(store_dir) if store_dir is not None else default_store_dir()
+        self._die_with_parent = die_with_parent
         self._config = config
         self._binary = Path(binary) if binary is not None else None
         self._start_timeout = start_timeout
@@ -241,6 +366,8 @@ class EmbeddedNatsServer(_Lifecycle):
         # A killed server leaves its ports file behind.
         for ports_file in self._store_dir.glob(f"*_{process.pid}.ports"):
             ports_file.unlink(missing_ok=True)
+        if data_dir_holder(self._store_dir) is None:
+            (self._store_dir / HOLDER_FILE).unlink(missing_ok=True)
 
     def restart(self) -> None:
         """Stop and start again on the same ports and store dir (data is kept)."""
@@ -282,15 +409,60 @@ class EmbeddedNatsServer(_Lifecycle):
             *("-js", "-sd", str(self._store_dir)),
             *("--ports_file_dir", str(self._store_dir)),
         ]
-        with self.log_path.open("ab") as log:
-            self._log_offset = log.tell()
-            self._process = subprocess.Popen(
-                args,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        lock = self._lock_data_dir()
+        try:
+            with self.log_path.open("ab") as output:
+                self._log_offset = output.tell()
+                self._process = subprocess.Popen(
+                    args,
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    pass_fds=() if lock is None else (lock,),  # the server holds the lock
+                    preexec_fn=_die_with(os.getpid()) if self._die_with_parent else None,
+                )
+        finally:
+            if lock is not None:
+                os.close(lock)
+        holder = {"server": self._process.pid, "owner": os.getpid()}
+        (self._store_dir / HOLDER_FILE).write_text(json.dumps(holder), encoding="utf-8")
+
+    def _lock_data_dir(self) -> int | None:
+        """Lock the data directory for the server about to start (its file descriptor).
+
+        An orphaned server holding it is stopped first (SIGTERM, SIGKILL after
+        `stop_timeout`); a server whose starter lives is left alone: NatsDataDirInUse.
+        """
+        if sys.platform == "win32":
+            return None
+        lock = os.open(self._store_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            self._take_lock(lock)
+        except BaseException:
+            os.close(lock)
+            raise
+        return lock
+
+    def _take_lock(self, lock: int) -> None:
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                pass
+            if stop_orphan(self._store_dir, self._stop_timeout) is None:
+                holder = data_dir_holder(self._store_dir)
+                raise NatsDataDirInUse(
+                    f"the NATS data directory {self._store_dir} is in use by "
+                    + (
+                        "another nats-server"
+                        if holder is None
+                        else f"nats-server {holder.server} of process {holder.owner}"
+                    )
+                    + ": stop that process, or connect to its server "
+                    "(ore serve --nats URL) instead of starting another"
+                )
 
     def _wait_ready(self, deadline: float) -> None:
         """Poll until `/healthz` answers; on failure stop the process and explain why."""
@@ -334,7 +506,7 @@ class EmbeddedNatsServer(_Lifecycle):
         return (NatsPortInUse if in_use else NatsServerError)(
             f"nats-server (store {self._store_dir}) {reason}"
             + ("; another process holds one of its ports" if in_use else "")
-            + f". Last lines of {self.log_path}:\n{tail}"
+            + f". From {self.log_path}:\n{tail}"
         )
 
     def _log_tail(self) -> str:
@@ -344,4 +516,7 @@ class EmbeddedNatsServer(_Lifecycle):
                 text = log.read().decode("utf-8", errors="replace")
         except OSError as exc:
             return f"(log unreadable: {exc})"
-        return "\n".join(text.splitlines()[-_LOG_TAIL_LINES:])
+        # Its errors, when it logged any: the banner before them says nothing of the cause.
+        lines = text.splitlines()
+        errors = [line for line in lines if "[ERR]" in line or "[FTL]" in line]
+        return "\n".join((errors or lines)[-_LOG_TAIL_LINES:])

@@ -194,6 +194,21 @@ class Ownership:
             partition = partitions[thread_id] = partition_of(thread_id, self._partitions)
         return self.may_write(partition)
 
+    def other_holder(self, thread_id: str) -> str | None:
+        """The id of another worker holding the lease of the thread's partition, as the
+        watcher last saw it (None: this worker holds it, or nobody is known to: free,
+        expired, or seen only by the exact listing). The control API forwards requests
+        about the thread there."""
+        partition = partition_of(thread_id, self._partitions)
+        if partition in self._leases:
+            return None
+        holder, seen = self._holders.get(partition, ("", 0.0))
+        if not holder or holder == self.worker_id:
+            return None
+        if (self._clock or self._bind_clock())() - seen >= self._ttl:
+            return None
+        return holder
+
     def _bind_clock(self) -> Callable[[], float]:
         """The running loop's clock, kept: `may_write` calls it without a frame of its own."""
         self._clock = asyncio.get_running_loop().time

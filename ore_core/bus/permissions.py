@@ -23,6 +23,7 @@ publish on: that is why the namespace is in every subject.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ore_core.subjects import Subjects, validate_namespace
@@ -30,13 +31,22 @@ from ore_core.subjects import Subjects, validate_namespace
 __all__ = ["NatsUser", "admin_permissions", "authorization_block", "conduit_permissions"]
 
 
-def conduit_permissions(subjects: Subjects, namespace: str) -> dict[str, dict[str, list[str]]]:
-    """The nats-server `permissions` of a conduit of `namespace`."""
+def conduit_permissions(
+    subjects: Subjects,
+    namespace: str,
+    *,
+    publish: Sequence[str] = (),
+    subscribe: Sequence[str] = (),
+) -> dict[str, dict[str, list[str]]]:
+    """The nats-server `permissions` of a conduit of `namespace`, plus the subjects of
+    its own it names (a bridge's public subjects, `Conduit.own_subjects`)."""
     ns = validate_namespace(namespace)
     prefix = subjects.prefix
     return {
-        "publish": {"allow": [f"{prefix}.in.{ns}.>", subjects.api_namespace_wildcard(ns)]},
-        "subscribe": {"allow": [f"{prefix}.out.{ns}.>", f"{subjects.inbox(ns)}.>"]},
+        "publish": {
+            "allow": [f"{prefix}.in.{ns}.>", subjects.api_namespace_wildcard(ns), *publish]
+        },
+        "subscribe": {"allow": [f"{prefix}.out.{ns}.>", f"{subjects.inbox(ns)}.>", *subscribe]},
     }
 
 
@@ -62,7 +72,8 @@ def admin_permissions(subjects: Subjects) -> dict[str, dict[str, list[str]]]:
 class NatsUser:
     """One entry of the `users` list: a user/password or an nkey, with permissions.
 
-    `permissions` None means everything (the core). `comment` is written above it.
+    `permissions` None means everything (the core). `allow_responses` lets it reply to
+    the requests it receives. `comment` is written above it.
     """
 
     user: str | None = None
@@ -71,6 +82,7 @@ class NatsUser:
     permissions: dict[str, dict[str, list[str]]] | None = None
     comment: str = ""
     extra: dict[str, str] = field(default_factory=dict)
+    allow_responses: bool = False
 
     def render(self) -> str:
         parts: list[str] = []
@@ -89,6 +101,8 @@ class NatsUser:
                 continue
             allow = ", ".join(json.dumps(subject) for subject in rule["allow"])
             lines.append(f"      {action}: {{allow: [{allow}]}}")
+        if self.allow_responses:
+            lines.append("      allow_responses: true")
         lines.append("    }}")
         return "\n".join(lines)
 

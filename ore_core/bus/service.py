@@ -9,7 +9,7 @@ control API (`ControlAPI`) and, if asked, a health endpoint. `stop()` drains: it
 stops pulling, lets running turns finish for a grace period, acknowledges what
 finished, closes the streams (unfinished messages are handed back), releases its
 leases so other workers take over at once, and closes the connection.
-`run()` does all that under SIGTERM and SIGINT handlers, as a process entry point.
+`run()` does all that under SIGTERM, SIGINT and SIGHUP handlers, as a process entry point.
 
 Every background task belongs to one `TaskScope` tree rooted here (the ownership
 loop that renews and balances leases, the Manager's streams and sinks, the pipeline's,
@@ -25,7 +25,6 @@ again, and the publisher retries what the outage swallowed. An outage is logged 
 from __future__ import annotations
 
 import asyncio
-import functools
 import gc
 import signal
 from collections.abc import Callable, Sequence
@@ -55,10 +54,11 @@ from ore_core.bus.ingress import Ingress
 from ore_core.bus.layout import build_layout
 from ore_core.bus.ownership import Ownership
 from ore_core.bus.pipeline import Pipeline
-from ore_core.bus.streams import BusConfig, adopt_partitions, ensure_layout
+from ore_core.bus.streams import BusConfig, adopt_partitions, ensure_layout, setup_summary
 from ore_core.config import GatewaySettings
 from ore_core.errors import BusError
 from ore_core.session.manager import Manager
+from ore_core.session.store_health import store_probe
 from ore_core.subjects import Subjects
 from ore_core.tasks import Crash, TaskCrashed, TaskScope
 from ore_core.version import __version__
@@ -237,18 +237,26 @@ class CoreService:
             raise BusError("CoreService is not started: await start() first")
         return self._ingress
 
+    @property
+    def links(self) -> LinkCache:
+        """The links every part of this worker asks (after `start`)."""
+        if self._links is None:
+            raise BusError("CoreService is not started: await start() first")
+        return self._links
+
     # -- lifetime -----------------------------------------------------------------
 
     async def start(self) -> None:
         """Connect, set up streams and start serving; on failure undo what was started."""
         if self._health is not None:
             await self._health.start()
-        self.tasks.spawn(self._probe_store(), name="ore-store-probe")
         try:
             await self._start()
         except BaseException:
             await self.stop(grace=0.0)
             raise
+        # After `_start`: a store that lives in NATS is attached to the connection there.
+        self.tasks.spawn(self._probe_store(), name="ore-store-probe")
         log.info(
             "ore core serving",
             servers=self._servers,
@@ -286,10 +294,7 @@ class CoreService:
         self.config = await adopt_partitions(nc.jetstream(), self.subjects, self.config)
         applied = await ensure_layout(nc.jetstream(), build_layout(self.subjects, self.config))
         if applied:
-            log.info(
-                "NATS streams and consumers set up",
-                changes=[difference.describe() for difference in applied][:10],
-            )
+            log.info("NATS streams and consumers set up", **setup_summary(applied))
         # A store that lives in NATS (jetstream) shares this connection.
         attach_nats = getattr(self.manager.store, "attach_nats", None)
         if callable(attach_nats):
@@ -346,6 +351,8 @@ class CoreService:
             version=self._version,
             on_resolve=egress.bind,
             on_delete=egress.thread_deleted,
+            route=ownership.other_holder,
+            worker_id=ownership.worker_id,
             links=self._links,
         )
         await self._control.start()
@@ -438,14 +445,8 @@ class CoreService:
         return handled.done() and not handled.cancelled()
 
     async def _probe_store(self) -> None:
-        """Check the store now and every `store_probe_interval` s: `/readyz` follows it.
-
-        A store may offer `check()` (a write probe: can it take a save now?); any
-        other store is probed with a read (`list_ids(limit=1)`).
-        """
-        store = self.manager.store
-        check = getattr(store, "check", None)
-        probe = check if callable(check) else functools.partial(store.list_ids, limit=1)
+        """Check the store now and every `store_probe_interval` s: `/readyz` follows it."""
+        probe = store_probe(self.manager.store)
         while True:
             await self.manager.store_health.probe(probe)
             await asyncio.sleep(self._store_probe_interval)
@@ -487,7 +488,7 @@ async def _close(nc: NatsClient) -> None:
 async def serve(
     service: CoreService, on_started: Callable[[CoreService], None] | None = None
 ) -> None:
-    """Start `service`, serve until SIGTERM or SIGINT, then drain and stop.
+    """Start `service`, serve until SIGTERM, SIGINT or SIGHUP, then drain and stop.
 
     A second signal while draining stops at once (unfinished turns are redelivered).
     `on_started` runs once the service answers (e.g. to tell other processes where).
@@ -500,7 +501,9 @@ async def serve(
         log.info("stopping" if not hurry else "stopping now", signal=signum.name)
         service.request_stop(now=hurry)
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    # SIGHUP: the terminal closed or the SSH session dropped; stop as for SIGTERM.
+    hangup = getattr(signal, "SIGHUP", None)
+    for signum in (signal.SIGTERM, signal.SIGINT, *([hangup] if hangup else [])):
         try:
             loop.add_signal_handler(signum, on_signal, signum)
             handled.append(signum)

@@ -16,7 +16,7 @@ import asyncio
 import dataclasses
 import functools
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -55,6 +55,7 @@ __all__ = [
     "ensure_streams",
     "jetstream_call",
     "reset_consumer",
+    "setup_summary",
 ]
 
 _DAY = 24 * 3600.0
@@ -170,6 +171,19 @@ class Difference:
         elif self.field == "subjects":
             detail += " (a layout of another ore version, or another prefix's stream)"
         return f"{what}: {detail}"
+
+
+def setup_summary(applied: Sequence[Difference]) -> dict[str, list[str]]:
+    """What setting up the layout did, for the log: what it `created` (a first start
+    creates every stream and consumer: not an error) and what it `changed`."""
+    summary: dict[str, list[str]] = {}
+    created = [f"{d.kind} {d.name}" for d in applied if d.field == "missing"]
+    changed = [d.describe() for d in applied if d.field != "missing"]
+    if created:
+        summary["created"] = created
+    if changed:
+        summary["changed"] = changed
+    return summary
 
 
 def _describe(value: Any) -> str:

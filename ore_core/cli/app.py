@@ -25,9 +25,17 @@ from ore_core.plugins.manager import shutdown_plugins, startup_plugins
 from ore_core.plugins.registry import Registrations, collect_registrations
 from ore_core.session.manager import Manager
 from ore_core.session.protocols import Store, TurnProcessor
+from ore_core.session.store_health import store_probe
 from ore_core.tasks import AsyncClosing
 
-__all__ = ["Runtime", "build_runtime", "open_store", "start_embedded_nats", "store_section"]
+__all__ = [
+    "Runtime",
+    "build_processor",
+    "build_runtime",
+    "open_store",
+    "start_embedded_nats",
+    "store_section",
+]
 
 log = structlog.get_logger("ore.app")
 
@@ -97,6 +105,9 @@ def delta_intervals(registrations: Registrations, settings: OreSettings) -> dict
 async def build_runtime(settings: OreSettings, pm: pluggy.PluginManager) -> Runtime:
     """Collect the plugins' registrations once, build store, processor and Manager, start up.
 
+    A store that cannot be used (a damaged file, a read-only directory) raises its
+    StoreError here, before anything says it is ready.
+
     A configured processor that no plugin provides falls back to `echo`, with one
     warning logged and returned in `Runtime.notices`. A failing `ore_startup` hook
     closes everything built so far and raises `PluginError` naming the plugin.
@@ -105,7 +116,9 @@ async def build_runtime(settings: OreSettings, pm: pluggy.PluginManager) -> Runt
     notices: list[str] = []
     store = open_store(registrations, store_section(settings.store))
     try:
-        name, processor = _build_processor(registrations, settings, notices)
+        if not callable(getattr(store, "attach_nats", None)):  # else checked once attached
+            await store_probe(store)()  # a damaged store stops the start, in one line
+        name, processor = build_processor(registrations, settings, notices)
         manager = Manager(
             store,
             processor,
@@ -139,15 +152,16 @@ async def start_embedded_nats(
 
     Its `max_payload` follows `nats.max_payload`; `port` fixes the client port (None:
     any free port); `auth` is an `authorization` block (`ore auth`'s nats-auth.conf).
-    The caller owns it: `await astop()`.
+    The caller owns it: `await astop()`; it also ends when this process dies, and an
+    orphan of an earlier process on the same data directory is stopped first.
     """
     config = f"max_payload: {int(settings.max_payload)}\n" + (auth or "")
-    server = EmbeddedNatsServer(config=config, port=port)
+    server = EmbeddedNatsServer(config=config, port=port, die_with_parent=True)
     await server.astart()
     return server
 
 
-def _build_processor(
+def build_processor(
     registrations: Registrations, settings: OreSettings, notices: list[str]
 ) -> tuple[str, TurnProcessor]:
     """The configured turn processor and its name, or echo (with a notice) when missing."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +33,9 @@ from ore_core.bus.permissions import (
     authorization_block,
     conduit_permissions,
 )
-from ore_core.cli.options import cli_state
+from ore_core.cli.options import CliState, cli_state
+from ore_core.conduit.base import OwnSubjects
+from ore_core.plugins.registry import collect_registrations
 from ore_core.subjects import Subjects, is_valid_namespace
 
 __all__ = ["AuthFiles", "auth", "write_auth"]
@@ -111,8 +114,12 @@ def write_auth(
     subjects: Subjects,
     urls: list[str],
     nkey: bool = False,
+    own_subjects: Mapping[str, OwnSubjects] | None = None,
 ) -> AuthFiles:
-    """Generate the users of a deployment into `directory` (see the module docstring)."""
+    """Generate the users of a deployment into `directory` (see the module docstring).
+
+    `own_subjects` (by conduit name) are granted to those conduits' users too.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     common: dict[str, str | list[str]] = {"subject_prefix": subjects.prefix}
     if urls:
@@ -131,16 +138,37 @@ def write_auth(
     conduit_files: dict[str, Path] = {}
     for name, namespace in conduits:
         settings: dict[str, str | list[str]] = {**common, "namespace": namespace}
-        permissions = conduit_permissions(subjects, namespace)
+        own = (own_subjects or {}).get(name, OwnSubjects())
+        permissions = conduit_permissions(
+            subjects, namespace, publish=own.publish, subscribe=own.subscribe
+        )
         comment = f"conduit {name}: namespace {namespace} only"
+        if own.publish or own.subscribe:
+            comment += f", and its own {', '.join(dict.fromkeys(own.subscribe + own.publish))}"
+        responses = own.responses
         if nkey:
             seed, public = _new_nkey()
             seed_file = _write_private(directory / f"conduit-{name}.nk", seed + "\n")
-            users.append(NatsUser(nkey=public, permissions=permissions, comment=comment))
+            users.append(
+                NatsUser(
+                    nkey=public,
+                    permissions=permissions,
+                    comment=comment,
+                    allow_responses=responses,
+                )
+            )
             settings["nkey_seed_file"] = str(seed_file.resolve())
         else:
             password = secrets.token_urlsafe(24)
-            users.append(NatsUser(name, password, permissions=permissions, comment=comment))
+            users.append(
+                NatsUser(
+                    name,
+                    password,
+                    permissions=permissions,
+                    comment=comment,
+                    allow_responses=responses,
+                )
+            )
             settings["user"] = name
             settings["password"] = password
         settings["secret"] = secrets.token_hex(32)
@@ -186,21 +214,42 @@ def auth(
     conduit_specs: tuple[str, ...], directory: Path, urls: tuple[str, ...], nkey: bool
 ) -> None:
     """Generate NATS users and permissions: the core, an admin and each conduit."""
-    nats = cli_state().settings.nats
+    state = cli_state()
+    nats = state.settings.nats
     conduits = [_parse_conduit(spec) for spec in conduit_specs]
     names = [name for name, _ in conduits]
     if len(set(names)) != len(names):
         raise click.BadParameter("each conduit name once", param_hint="--conduit")
+    urls = tuple(urls) or tuple(nats.url or [])
     files = write_auth(
         directory,
         conduits,
         subjects=Subjects(nats.subject_prefix),
-        urls=list(urls) or list(nats.url or []),
+        urls=list(urls),
         nkey=nkey,
+        own_subjects=_own_subjects(state, names),
     )
     click.echo(f"nats-server authorization: {files.server_config}")
-    click.echo(f"  (ore serve --auth {files.server_config}, or include it in your server config)")
-    click.echo(f"ore serve:  ore --config {files.core} serve")
+    if urls:  # the server at those URLs has its own configuration
+        click.echo("  (include it in your server's configuration and restart the server)")
+        click.echo(f"ore serve:  ore --config {files.core} serve")
+    else:  # `ore serve` runs the server: it must be given the users
+        click.echo(f"ore serve:  ore --config {files.core} serve --auth {files.server_config}")
     click.echo(f"operators:  the admin user in {files.admin} (ore.admin.* control API)")
     for name, path in files.conduits.items():
         click.echo(f"conduit {name}: ore --config {path} conduit {name}")
+
+
+def _own_subjects(state: CliState, names: list[str]) -> dict[str, OwnSubjects]:
+    """The subjects of their own that the installed conduits among `names` use, with the
+    settings of this invocation (`[plugins.NAME]`, e.g. the nats bridge's prefix)."""
+    if not names:
+        return {}
+    classes = collect_registrations(state.plugin_manager, state.settings).conduits
+    return {
+        name: classes[name].own_subjects(
+            classes[name].load_config(state.settings.plugin_config(name))
+        )
+        for name in names
+        if name in classes
+    }

@@ -52,6 +52,7 @@ from ore_core.cli.running import (
     forget_chat_server,
     reap_chat_servers,
     record_chat_server,
+    running_cores,
     state_dir,
     store_key,
 )
@@ -173,15 +174,27 @@ def chat(
             )
         nats_urls = (attach.nats_url,)
     elif model is not None:
+        if nats_urls or settings.nats.url:
+            raise click.UsageError(
+                "-m chooses the model of the core `ore chat` starts; the core at --nats / "
+                "nats.url answers with its own: type /model NAME in the chat instead"
+            )
         processor = ProcessorSettings.model_validate(
             {**settings.processor.model_dump(), "model": model}
         )
         settings = settings.model_copy(update={"processor": processor})
+        echo = choose_processor(settings, turn_processors(state.plugin_manager), os.environ)
+        if echo.echo_reason is not None:
+            raise click.UsageError(
+                f"-m {model} chooses the model a model processor asks, but echo answers: "
+                f"{echo.echo_reason}"
+            )
     with _logs_to_file(state):
         nats = nats_settings(settings.nats, [url for url in nats_urls if url != AUTO])
         settings = settings.model_copy(update={"nats": nats})
         if attach is not None:
-            click.echo(f"Using {attach.describe()}", err=True)
+            answers = f"; answering with {attach.processor}" if attach.processor else ""
+            click.echo(f"Using {attach.describe()}{answers}", err=True)
         if endpoint is not None:
             run_attached = _conduit_only(settings, state.plugin_manager, overrides, endpoint)
             asyncio.run(_guarded(run_attached))
@@ -205,8 +218,7 @@ def _running_core(settings: OreSettings, nats_urls: tuple[str, ...]) -> RunningC
         return running
     if nats_urls or settings.nats.url:
         return None
-    running = find_running()
-    return running if running is not None and running.store == store_key(settings) else None
+    return next((core for core in running_cores() if core.store == store_key(settings)), None)
 
 
 @contextmanager

@@ -39,7 +39,55 @@ __all__ = ["conduit", "parse_overrides"]
 log = structlog.get_logger("ore.conduit")
 
 
-@click.command()
+class _ConduitCommand(click.Command):
+    """`ore conduit NAME --help` shows NAME's own settings after the command's help.
+
+    The help option is not eager, so that NAME (typed before it) is known when it runs.
+    """
+
+    def get_help_option(self, ctx: click.Context) -> click.Option | None:
+        names = self.get_help_option_names(ctx)
+        if not names or not self.add_help_option:
+            return None
+        return click.Option(
+            names,
+            is_flag=True,
+            expose_value=False,
+            is_eager=False,
+            callback=_help,
+            help="Show this message (with NAME: that conduit's settings too) and exit.",
+        )
+
+
+def _help(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    click.echo(ctx.get_help())
+    name = ctx.params.get("name")
+    if name:
+        click.echo("\n" + _settings_help(str(name)))
+    ctx.exit()
+
+
+def _settings_help(name: str) -> str:
+    """The keys of `[plugins.NAME]`: default and what each is for (the model's docs)."""
+    state = cli_state()
+    conduit_class = collect_registrations(state.plugin_manager, state.settings).conduit(name)
+    model = getattr(conduit_class, "config_model", None)
+    fields = getattr(model, "model_fields", {})
+    if not fields:
+        return f"Conduit {name} has no settings."
+    lines = [f"Settings of conduit {name} ([plugins.{name}] in ore.toml, or --set KEY=VALUE):"]
+    for key, field in fields.items():
+        value = None if field.is_required() else field.get_default(call_default_factory=True)
+        default = "" if value is None else f" (default: {value!s})"
+        lines.append(f"  {key}{default}")
+        for line in (field.description or "").splitlines():
+            lines.append(f"      {line.strip()}")
+    return "\n".join(lines)
+
+
+@click.command(cls=_ConduitCommand)
 @click.argument("name", required=False)
 @click.option("--list", "list_only", is_flag=True, help="List the installed conduits.")
 @click.option(
@@ -143,7 +191,7 @@ async def _serve(
     try:
         client = await connect_conduit(conduit_class.name, nats, connect_timeout)
         async with client:
-            log.info("conduit running", conduit=conduit_class.name, servers=nats.url)
+            log.info("conduit connected to NATS", conduit=conduit_class.name, servers=nats.url)
             await conduit_class().run(client, config)
     except asyncio.CancelledError:
         if not signals:

@@ -2,9 +2,11 @@
 
 One check per part a new user trips over, each a line `ok` / `warn` / `FAIL` with
 what was found and, for a problem, what to do: the config and its files, the state
-directory, the store and its health, the processor that would answer, the plugins
-(loaded and failed), the running core and whether its NATS answers, and what killed
-chats left behind. It changes nothing; the exit status is 1 when a check failed.
+directory, the store and its health, the processor that would answer (its settings
+validated as `ore serve` would, and its model server asked, `GET /models`), the
+plugins (loaded, failed, and configured but not installed), the configured NATS
+server (does it let ore's user in), the running core and whether its NATS answers,
+and what killed chats left behind. It changes nothing; the exit status is 1 when a check failed.
 """
 
 from __future__ import annotations
@@ -20,17 +22,33 @@ from urllib.parse import urlsplit
 
 import click
 
-from ore_core.cli.app import open_store, store_section
+from ore_core._nats.connection import NatsCredentials, connect_nats
+from ore_core.bus.embedded import data_dir_holder, default_store_dir
+from ore_core.cli.app import build_processor
+from ore_core.cli.control_store import open_threads
 from ore_core.cli.failures import one_line
 from ore_core.cli.options import CliState, cli_state
 from ore_core.cli.processor import choose_processor, turn_processors
 from ore_core.cli.running import find_running, leftover_chat_servers, state_dir, store_key
-from ore_core.config import CONFIG_ENV, ConfigError, default_config_path, resolve_config_path
+from ore_core.cli.threads import served_store_section
+from ore_core.config import (
+    CONFIG_ENV,
+    ConfigError,
+    NatsSettings,
+    OreSettings,
+    default_config_path,
+    resolve_config_path,
+)
 from ore_core.plugins.registry import collect_registrations
 
 __all__ = ["Check", "doctor"]
 
 Status = Literal["ok", "warn", "FAIL"]
+
+PROCESSOR_CHECK_TIMEOUT = 8.0
+"""Seconds the processor may take to say whether it can answer (a model server's /models)."""
+NATS_CHECK_TIMEOUT = 3.0
+"""Seconds the configured NATS server may take to let ore's user in."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +89,11 @@ def _checks(state: CliState) -> list[Check]:
     checks.append(_store(state))
     checks.append(_processor(state))
     checks += _plugins(state)
+    if settings.nats.url:
+        checks.append(_nats(settings.nats))
     checks.append(_running(store_key(settings)))
     checks.append(_leftovers())
+    checks.append(_orphan())
     return checks
 
 
@@ -116,11 +137,10 @@ def _state_dir() -> Check:
 
 
 def _store(state: CliState) -> Check:
-    section = store_section(state.settings.store)
+    section = served_store_section()
 
     async def count() -> tuple[str, int]:
-        registrations = collect_registrations(state.plugin_manager, state.settings)
-        store = open_store(registrations, section)
+        store = await open_threads(state.settings, state.plugin_manager, section)
         try:
             ids = await store.list_ids()
             return str(getattr(store, "location", store.name)), len(ids)
@@ -154,7 +174,32 @@ def _processor(state: CliState) -> Check:
         return Check("processor", "warn", f"echo answers: {choice.echo_reason}")
     model = choice.settings.processor.model_dump().get("model")
     detail = f" model {model}" if model else ""
+    try:
+        asyncio.run(_try_processor(state, choice.settings))
+    except Exception as exc:
+        return Check(
+            "processor",
+            "FAIL",
+            f"{name}{detail} ({choice.source}): {one_line(exc)}",
+            "fix the [processor] section (`ore config`) or the model server it names",
+        )
     return Check("processor", "ok", f"{name}{detail} ({choice.source})")
+
+
+async def _try_processor(state: CliState, settings: OreSettings) -> None:
+    """Build the processor as `ore serve` would (its settings are validated then) and let
+    it check that it can answer (`check()`: the openai one asks the model server)."""
+    registrations = collect_registrations(state.plugin_manager, settings)
+    _, processor = build_processor(registrations, settings, [])
+    try:
+        check = getattr(processor, "check", None)
+        if callable(check):
+            async with asyncio.timeout(PROCESSOR_CHECK_TIMEOUT):
+                await check()
+    finally:
+        close = getattr(processor, "aclose", None)
+        if callable(close):
+            await close()
 
 
 def _plugins(state: CliState) -> list[Check]:
@@ -163,6 +208,19 @@ def _plugins(state: CliState) -> list[Check]:
     checks = [
         Check("plugins", "ok", f"loaded: {', '.join(loaded)}" if loaded else "none installed")
     ]
+    known = {name for name, _ in manager.list_name_plugin()}
+    known |= set(collect_registrations(manager, state.settings).conduits)
+    for name in sorted(set(state.settings.plugins) - known):
+        checks.append(
+            Check(
+                f"plugin {name}",
+                "FAIL",
+                f"[plugins.{name}] is configured, but no installed plugin or conduit is named "
+                f"{name!r}",
+                f"install it (`ore install ...`; `ore plugins` lists what is installed), or "
+                f"remove the [plugins.{name}] table",
+            )
+        )
     for failure in manager.load_errors:
         dist = failure.distribution
         checks.append(
@@ -195,6 +253,35 @@ def _running(our_store: str) -> Check:
     return Check("running core", "ok", f"{running.describe()}{same}; NATS answers")
 
 
+def _nats(nats: NatsSettings) -> Check:
+    """The configured NATS server: does it let ore's user in (with the [nats] credentials)?"""
+    servers = list(nats.url or [])
+    where = ", ".join(servers)
+
+    async def connect() -> None:
+        async with asyncio.timeout(NATS_CHECK_TIMEOUT):
+            nc = await connect_nats(
+                servers,
+                **NatsCredentials.from_settings(nats).connect_options(),
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.2,
+            )
+        await nc.close()
+
+    try:
+        asyncio.run(connect())
+    except TimeoutError:
+        return Check(
+            "nats",
+            "FAIL",
+            f"nothing answers at {where} (nats.url) within {NATS_CHECK_TIMEOUT:g}s",
+            "start the server, or fix nats.url / ORE_NATS__URL (`ore config`)",
+        )
+    except Exception as exc:
+        return Check("nats", "FAIL", one_line(exc), "fix the [nats] settings (`ore config`)")
+    return Check("nats", "ok", f"{where} (nats.url) lets ore's user in")
+
+
 def _answers(url: str) -> bool:
     parts = urlsplit(url)
     try:
@@ -202,6 +289,20 @@ def _answers(url: str) -> bool:
             return True
     except OSError:
         return False
+
+
+def _orphan() -> Check:
+    directory = default_store_dir()
+    holder = data_dir_holder(directory)
+    if holder is None or not holder.orphaned:
+        return Check("embedded NATS", "ok", "no orphaned nats-server")
+    return Check(
+        "embedded NATS",
+        "warn",
+        f"nats-server (pid {holder.server}) still runs on {directory}, but the `ore serve` "
+        f"that started it (pid {holder.owner}) is gone",
+        f"the next `ore serve` stops it; or stop it now: kill {holder.server}",
+    )
 
 
 def _leftovers() -> Check:

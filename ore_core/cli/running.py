@@ -1,9 +1,11 @@
 """Where the parts find each other: the record of the running `ore serve`, and leftovers.
 
-`ore serve` writes `serve.json` in the user state directory (its pid, NATS URL and
-store) and removes it when it stops; `ore chat --nats auto`, `ore chat` on the same
-store, `ore conduit NAME`, `ore threads` and `ore doctor` read it, so nobody has to
-copy a URL. A record whose process is gone is stale and ignored (and removed).
+Every `ore serve` writes its own record `serve.d/<pid>.json` in the user state directory
+(its pid, NATS URL, store and who answers) and removes only that one when it stops, so
+several workers on one machine (the scale-out pattern) never take each other's record
+away; `ore chat --nats auto`, `ore chat` on the same store, `ore conduit NAME`, `ore
+threads` and `ore doctor` read them, so nobody has to copy a URL. A record whose
+process is gone is stale and ignored (and removed).
 
 `ore chat` runs a private nats-server in a temporary directory. A chat killed with
 SIGKILL cannot stop it, so each chat records its server in `chats/<pid>.json`; the
@@ -24,6 +26,8 @@ from pathlib import Path
 
 import platformdirs
 
+from ore_core.bus.embedded import pid_alive as _alive
+from ore_core.bus.embedded import runs_in as _runs_in
 from ore_core.config import OreSettings
 
 __all__ = [
@@ -31,6 +35,7 @@ __all__ = [
     "ChatServer",
     "RunningCore",
     "find_running",
+    "running_cores",
     "forget_chat_server",
     "leftover_chat_servers",
     "reap_chat_servers",
@@ -43,7 +48,7 @@ __all__ = [
 
 CHAT_NATS_PREFIX = "ore-chat-nats-"
 """Prefix of the temporary directory of `ore chat`'s private nats-server."""
-_RECORD = "serve.json"
+_RECORDS = "serve.d"
 _CHATS = "chats"
 
 
@@ -57,33 +62,27 @@ def store_key(settings: OreSettings) -> str:
     return f"{settings.store.name}:{Path(settings.store.path).expanduser().resolve()}"
 
 
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
-
-
 @dataclass(frozen=True, slots=True)
 class RunningCore:
-    """A running `ore serve`: who, where its NATS listens, which store it serves."""
+    """A running `ore serve`: who, where its NATS listens, which store it serves, and
+    which processor answers (`ore serve`'s "answering with ..." line, without the verb)."""
 
     pid: int
     nats_url: str
     store: str
+    processor: str = ""
 
     def describe(self) -> str:
         return f"ore serve (pid {self.pid}) at {self.nats_url}, store {self.store}"
 
 
+def _record(pid: int) -> Path:
+    return state_dir() / _RECORDS / f"{pid}.json"
+
+
 def record_running(core: RunningCore) -> Path:
     """Write the record of this `ore serve` (atomically: readers never see half of it)."""
-    path = state_dir() / _RECORD
+    path = _record(core.pid)
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(
         "w", dir=path.parent, prefix=".serve-", suffix=".json", delete=False, encoding="utf-8"
@@ -94,31 +93,44 @@ def record_running(core: RunningCore) -> Path:
 
 
 def remove_record(pid: int) -> None:
-    """Remove the record if it is the one of process `pid` (another serve may own it now)."""
-    path = state_dir() / _RECORD
-    found = _read_record(path)
-    if found is not None and found.pid == pid:
-        path.unlink(missing_ok=True)
+    """Remove the record of process `pid` (each serve removes only its own)."""
+    _record(pid).unlink(missing_ok=True)
+
+
+def running_cores() -> list[RunningCore]:
+    """Every `ore serve` recorded in the state directory whose process is alive, the
+    longest running first; the records of dead ones are removed."""
+    folder = state_dir() / _RECORDS
+    found: list[tuple[float, RunningCore]] = []
+    for path in folder.glob("*.json") if folder.is_dir() else []:
+        core = _read_record(path)
+        if core is None or path.stem != str(core.pid):
+            continue
+        if not _alive(core.pid):
+            with contextlib.suppress(OSError):  # a read-only state dir keeps the stale record
+                path.unlink(missing_ok=True)
+            continue
+        with contextlib.suppress(OSError):
+            found.append((path.stat().st_mtime, core))
+    return [core for _, core in sorted(found, key=lambda pair: (pair[0], pair[1].pid))]
 
 
 def find_running() -> RunningCore | None:
-    """The `ore serve` recorded in the state directory, if its process is alive."""
-    path = state_dir() / _RECORD
-    found = _read_record(path)
-    if found is None:
-        return None
-    if not _alive(found.pid):
-        with contextlib.suppress(OSError):  # a read-only state dir keeps the stale record
-            path.unlink(missing_ok=True)
-        return None
-    return found
+    """The longest running `ore serve` recorded in the state directory, if any is alive."""
+    cores = running_cores()
+    return cores[0] if cores else None
 
 
 def _read_record(path: Path) -> RunningCore | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return RunningCore(int(data["pid"]), str(data["nats_url"]), str(data["store"]))
-    except (OSError, ValueError, KeyError, TypeError):
+        return RunningCore(
+            int(data["pid"]),
+            str(data["nats_url"]),
+            str(data["store"]),
+            str(data.get("processor", "")),
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -195,12 +207,3 @@ def _wait_gone(pid: int, directory: str, attempts: int = 500) -> None:
         if not _runs_in(pid, directory):
             return
         time.sleep(0.01)
-
-
-def _runs_in(pid: int, directory: str) -> bool:
-    """True when process `pid` is alive and its command line names `directory`."""
-    try:
-        arguments = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return any(directory.encode() in argument for argument in arguments)

@@ -15,6 +15,7 @@ the core stops at once the same way and the status is 1.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 from collections.abc import AsyncIterator
@@ -24,6 +25,7 @@ from pathlib import Path
 import click
 
 from ore_core._nats.connection import NatsCredentials
+from ore_core.bus.embedded import default_store_dir, stop_orphan
 from ore_core.bus.service import CoreService, run
 from ore_core.cli.app import build_runtime, start_embedded_nats
 from ore_core.cli.link import conversation_keys
@@ -36,9 +38,9 @@ from ore_core.cli.processor import (
 )
 from ore_core.cli.running import (
     RunningCore,
-    find_running,
     record_running,
     remove_record,
+    running_cores,
     state_dir,
     store_key,
 )
@@ -117,6 +119,12 @@ def serve(
                 "--auth needs the core's own credentials: run with --config core.toml "
                 "(written by `ore auth` next to the auth file)"
             )
+    elif not nats.url and (nats.user or nats.nkey_seed_file or nats.creds_file or nats.token):
+        raise click.UsageError(
+            "the [nats] settings name a user (`ore auth`'s core.toml?), but the embedded "
+            "server would run without users and let anyone in: add --auth with the "
+            "nats-auth.conf `ore auth` wrote next to it, or use --nats for a server of your own"
+        )
     auth = None if auth_file is None else auth_file.read_text(encoding="utf-8")
     update: dict[str, object] = {"nats": nats}
     if store_name:
@@ -125,21 +133,33 @@ def serve(
         state.settings.model_copy(update=update), turn_processors(state.plugin_manager), os.environ
     )
     settings = choice.settings
-    running = find_running()
     # Workers sharing one NATS may share a store; two private servers on one store may not.
-    if not nats.url and running is not None and running.store == store_key(settings):
+    same_store = [core for core in running_cores() if core.store == store_key(settings)]
+    if not nats.url and same_store:
         raise OreError(
-            f"{running.describe()} already serves this store; stop it first, or use it: "
-            f"ore chat --nats auto"
+            f"{same_store[0].describe()} already serves this store; stop it first, or use "
+            f"it: ore chat --nats auto"
         )
     state_dir().mkdir(parents=True, exist_ok=True)  # fails here, in one line, if read-only
     servers: list[str] = []
     answering: list[str] = []  # said once the core serves: a core that fails to start says why
 
     def started(service: CoreService) -> None:
-        record_running(RunningCore(os.getpid(), servers[0], store_key(settings)))
+        processor = answering[0].removeprefix("answering with ")
+        record_running(RunningCore(os.getpid(), servers[0], store_key(settings), processor))
         click.echo(answering[0])
+        for other in running_cores():
+            if other.nats_url == servers[0] and other.processor not in ("", processor):
+                click.echo(
+                    f"warning: {other.describe()} answers with {other.processor}, this worker "
+                    f"with {processor}: the answer to a message depends on which worker owns "
+                    "its thread; give every worker of a deployment the same [processor]",
+                    err=True,
+                )
         click.echo(f"ore core ready: NATS {servers[0]} (recorded in {state_dir()})")
+        if service.health_port is not None:
+            url = f"http://127.0.0.1:{service.health_port}"
+            click.echo(f"health: {url}/healthz and {url}/readyz")
 
     try:
         status = run(
@@ -187,6 +207,8 @@ async def _core(
     async with AsyncExitStack() as stack:
         servers[:] = list(nats.url or [])
         if not servers:
+            # An orphan of an earlier serve would hold 4222: stopped before the port is chosen.
+            await asyncio.to_thread(stop_orphan, default_store_dir())
             fixed = _embedded_port(port)
             if port is None and fixed is None:
                 click.echo(f"Port {DEFAULT_PORT} is in use: the embedded NATS server takes another")

@@ -10,30 +10,63 @@ journal) is one `Error: ...` line and exit status 1.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import click
 
-from ore_core.artifacts import Artifact, Image, Reasoning, Text, ToolCall, ToolResult
-from ore_core.cli.app import open_store, store_section
+from ore_core.artifacts import (
+    Artifact,
+    Image,
+    Reasoning,
+    ReasoningSignature,
+    StopReason,
+    Text,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+from ore_core.cli.app import store_section
+from ore_core.cli.control_store import open_threads
 from ore_core.cli.options import cli_state, table_columns
 from ore_core.cli.running import find_running
-from ore_core.errors import ThreadCorrupt, ThreadNotFound
+from ore_core.errors import ThreadCorrupt, ThreadNotFound, TurnNotFound
 from ore_core.id_prefix import resolve_thread_id, short_id
 from ore_core.ids import validate_thread_id
 from ore_core.ledger.thread import Thread
-from ore_core.plugins.registry import collect_registrations
-from ore_core.session.protocols import Store
 from ore_core.turn import Turn, format_timestamp, turn_to_dict
 
-__all__ = ["threads"]
+__all__ = ["served_store_section", "threads"]
 
 _T = TypeVar("_T")
+
+
+class _Threads(Protocol):
+    """What the commands use of a store: a Store, or `ControlStore` for one in NATS."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def get(self, thread_id: str) -> Thread: ...
+
+    async def list(self) -> list[Thread]: ...
+
+    async def list_ids(
+        self, *, after: str = "", limit: int | None = None
+    ) -> builtins.list[str]: ...
+
+    async def save(self, thread: Thread) -> Any: ...
+
+    async def delete(self, thread_id: str) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
 _PREVIEW_WIDTH = 60
 _TITLE_WIDTH = 40
 
@@ -69,8 +102,14 @@ class _StoreChoice:
         return section
 
 
+def served_store_section() -> dict[str, Any]:
+    """The `[store]` table `ore threads` opens without options: the configured store, or
+    the running `ore serve`'s when the config names none (what `ore doctor` checks)."""
+    return _StoreChoice(None, None).section()
+
+
 def _with_store(
-    choice: _StoreChoice, action: Callable[[Store], Awaitable[_T]], *, read_only: bool = False
+    choice: _StoreChoice, action: Callable[[_Threads], Awaitable[_T]], *, read_only: bool = False
 ) -> _T:
     """Open the chosen store, run `action` on it and close the store, on a fresh loop.
 
@@ -85,8 +124,7 @@ def _with_store(
             section = {**section, "read_only": True}
 
     async def run() -> _T:
-        registrations = collect_registrations(state.plugin_manager, state.settings)
-        store = open_store(registrations, section)
+        store: _Threads = await open_threads(state.settings, state.plugin_manager, section)
         try:
             return await action(store)
         finally:
@@ -95,7 +133,7 @@ def _with_store(
     return asyncio.run(run())
 
 
-async def _resolve(store: Store, typed: str) -> str:
+async def _resolve(store: _Threads, typed: str) -> str:
     """The full id of the thread `typed` names (an exact id or a unique prefix)."""
 
     validate_thread_id(typed)  # a path-like "id" is refused before any lookup
@@ -124,12 +162,21 @@ def _title(thread: Thread) -> str:
     return _shorten(_preview(first), _TITLE_WIDTH) if first is not None else ""
 
 
-def _location(store: Store) -> str:
+def _location(store: _Threads) -> str:
     """Where the store keeps threads, as its error messages name it (`sqlite:/path`)."""
     return str(getattr(store, "location", store.name))
 
 
 # -- rendering -------------------------------------------------------------------------
+
+
+_BOOKKEEPING = (Usage, StopReason, ReasoningSignature)
+"""Artifacts about a model call, not of the conversation: only `--json` shows them."""
+
+
+def _shown(turn: Turn) -> list[Artifact]:
+    """The artifacts of `turn` a reader of the conversation sees."""
+    return [artifact for artifact in turn.artifacts if not isinstance(artifact, _BOOKKEEPING)]
 
 
 def _artifact_text(artifact: Artifact) -> str:
@@ -155,7 +202,7 @@ def _shorten(text: str, width: int = _PREVIEW_WIDTH) -> str:
 
 
 def _preview(turn: Turn) -> str:
-    return _shorten(" ".join(_artifact_text(artifact) for artifact in turn.artifacts))
+    return _shorten(" ".join(_artifact_text(artifact) for artifact in _shown(turn)))
 
 
 def _age(turn: Turn) -> tuple[float, str]:
@@ -230,7 +277,7 @@ def _path_lines(thread: Thread) -> Iterator[str]:
     for turn in thread.turns():
         yield ""
         yield f"{turn.role}  {turn.id}  {_local_time(turn.timestamp)}"
-        for artifact in turn.artifacts:
+        for artifact in _shown(turn):
             for line in _artifact_text(artifact).splitlines() or [""]:
                 yield f"  {line}"
 
@@ -284,7 +331,7 @@ def list_command(choice: _StoreChoice, include_empty: bool, as_json: bool) -> No
     Any unique prefix of an id works wherever a thread id is typed.
     """
 
-    async def read(store: Store) -> tuple[list[Thread], str]:
+    async def read(store: _Threads) -> tuple[list[Thread], str]:
         return await store.list(), _location(store)
 
     found, location = _with_store(choice, read, read_only=True)
@@ -335,12 +382,23 @@ def _summary(thread: Thread, updated: datetime | None) -> dict[str, Any]:
 @threads.command("show")
 @click.argument("thread_id")
 @click.option("--all-branches", is_flag=True, help="Show every branch as a tree.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (same as --format json).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Text to read, or JSON.",
+)
 @click.pass_obj
-def show_command(choice: _StoreChoice, thread_id: str, all_branches: bool, as_json: bool) -> None:
+def show_command(
+    choice: _StoreChoice, thread_id: str, all_branches: bool, as_json: bool, fmt: str
+) -> None:
     """The conversation of THREAD_ID along its active path (or every branch)."""
+    as_json = as_json or fmt == "json"
 
-    async def read(store: Store) -> tuple[Thread, str]:
+    async def read(store: _Threads) -> tuple[Thread, str]:
         return await store.get(await _resolve(store, thread_id)), _location(store)
 
     thread, location = _with_store(choice, read, read_only=True)
@@ -358,14 +416,32 @@ def show_command(choice: _StoreChoice, thread_id: str, all_branches: bool, as_js
 def fork_command(choice: _StoreChoice, thread_id: str, turn_id: str) -> None:
     """Move the tip of THREAD_ID to TURN_ID: the next message starts a branch there."""
 
-    async def fork(store: Store) -> str:
+    async def fork(store: _Threads) -> tuple[str, str]:
         thread = await store.get(await _resolve(store, thread_id))
-        thread.fork(turn_id)
+        turn = _resolve_turn(thread, turn_id)
+        thread.fork(turn)
         await store.save(thread)
-        return thread.id
+        return thread.id, turn
 
-    full = _with_store(choice, fork)
-    click.echo(f"Forked thread {full} at turn {turn_id}: the next message branches there.")
+    full, turn = _with_store(choice, fork)
+    click.echo(f"Forked thread {full} at turn {turn}: the next message branches there.")
+
+
+def _resolve_turn(thread: Thread, typed: str) -> str:
+    """The full id of the turn `typed` names: an exact id or a unique prefix of one.
+
+    Anything else is returned as typed, for `Thread.fork` to report as unknown.
+    """
+    ids = [turn.id for turn in thread.all_turns()]
+    if not typed or typed in ids:
+        return typed
+    matches = sorted(turn_id for turn_id in ids if turn_id.startswith(typed))
+    if len(matches) > 1:
+        shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
+        raise TurnNotFound(
+            f"turn id {typed} is ambiguous in thread {thread.id} ({shown}): type more of it"
+        )
+    return matches[0] if matches else typed
 
 
 @threads.command("delete")
@@ -375,7 +451,7 @@ def fork_command(choice: _StoreChoice, thread_id: str, turn_id: str) -> None:
 def delete_command(choice: _StoreChoice, thread_id: str, yes: bool) -> None:
     """Delete THREAD_ID and every turn of it from the store."""
 
-    async def delete(store: Store) -> str:
+    async def delete(store: _Threads) -> str:
         full = await _resolve(store, thread_id)
         try:
             size = f"{len(await store.get(full))} turns"
@@ -402,11 +478,13 @@ def delete_command(choice: _StoreChoice, thread_id: str, yes: bool) -> None:
     show_default=True,
     help="Markdown to read or share; JSON (every turn, every branch) to process.",
 )
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.pass_obj
-def export_command(choice: _StoreChoice, thread_id: str, fmt: str) -> None:
+def export_command(choice: _StoreChoice, thread_id: str, fmt: str, as_json: bool) -> None:
     """Print THREAD_ID as Markdown (the active path) or JSON (the whole tree)."""
+    fmt = "json" if as_json else fmt
 
-    async def read(store: Store) -> tuple[Thread, str]:
+    async def read(store: _Threads) -> tuple[Thread, str]:
         return await store.get(await _resolve(store, thread_id)), _location(store)
 
     thread, location = _with_store(choice, read, read_only=True)
@@ -425,5 +503,5 @@ def _markdown_lines(thread: Thread) -> Iterator[str]:
         yield ""
         yield f"## {str(turn.role).capitalize()} ({_local_time(turn.timestamp)})"
         yield ""
-        for artifact in turn.artifacts:
+        for artifact in _shown(turn):
             yield _artifact_text(artifact)

@@ -14,7 +14,7 @@ from ore_core import _lazy_exports
 
 if TYPE_CHECKING:
     from ore_core._nats.connection import NatsCredentials, TlsFiles, subscriptions_registered
-    from ore_core.conduit.base import Conduit, ConduitConfig, ConduitConfigError
+    from ore_core.conduit.base import Conduit, ConduitConfig, ConduitConfigError, OwnSubjects
     from ore_core.conduit.capabilities import Capabilities, Markup
     from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
     from ore_core.conduit.feed import DURABLE_NAME, Delivery, EventFeed, Hold
@@ -32,6 +32,7 @@ _EXPORTS: dict[str, str] = {
     "Conduit": "ore_core.conduit.base",
     "ConduitConfig": "ore_core.conduit.base",
     "ConduitConfigError": "ore_core.conduit.base",
+    "OwnSubjects": "ore_core.conduit.base",
     "Capabilities": "ore_core.conduit.capabilities",
     "Markup": "ore_core.conduit.capabilities",
     "ConduitClient": "ore_core.conduit.client",
@@ -70,6 +71,7 @@ __all__ = [
     "Hold",
     "Markup",
     "NatsCredentials",
+    "OwnSubjects",
     "PermissionDenied",
     "Relayed",
     "SettingsCache",

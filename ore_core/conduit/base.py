@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -24,7 +25,7 @@ from ore_core.errors import OreError, describe_validation_error
 if TYPE_CHECKING:
     from ore_core.conduit.client import ConduitClient
 
-__all__ = ["Conduit", "ConduitConfig", "ConduitConfigError"]
+__all__ = ["Conduit", "ConduitConfig", "ConduitConfigError", "OwnSubjects"]
 
 
 class ConduitConfigError(OreError):
@@ -32,9 +33,26 @@ class ConduitConfigError(OreError):
 
 
 class ConduitConfig(BaseModel):
-    """Base of every conduit's settings: its `[plugins.<name>]` table in ore.toml."""
+    """Base of every conduit's settings: its `[plugins.<name>]` table in ore.toml.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    A docstring under a field describes it (`ore conduit NAME --help` shows it).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+@dataclass(frozen=True, slots=True)
+class OwnSubjects:
+    """NATS subjects a conduit uses besides ore's: `ore auth` grants them to its user.
+
+    A bridge of plain NATS subjects (the `nats` conduit) subscribes to its public
+    subjects and publishes replies; `responses` lets it answer requests (nats-server's
+    `allow_responses`: a reply to the inbox of a request it received, nothing else).
+    """
+
+    publish: tuple[str, ...] = ()
+    subscribe: tuple[str, ...] = ()
+    responses: bool = False
 
 
 class Conduit(ABC):
@@ -43,7 +61,8 @@ class Conduit(ABC):
     Subclasses set `name` (also the provenance of the events they send and the prefix
     of their metadata keys), `description`, `config_model` (a ConduitConfig
     subclass), `capabilities` (what their platform can show) and `conversation_key`
-    (how a link names one of its conversations), and implement `run`.
+    (how a link names one of its conversations), and implement `run`. A conduit that
+    uses NATS subjects of its own overrides `own_subjects`.
     Instances are created with no arguments.
     """
 
@@ -65,6 +84,11 @@ class Conduit(ABC):
         except ValidationError as exc:
             problems = describe_validation_error(exc)
             raise ConduitConfigError(f"invalid [plugins.{cls.name}] settings: {problems}") from exc
+
+    @classmethod
+    def own_subjects(cls, config: ConduitConfig) -> OwnSubjects:
+        """The NATS subjects it uses besides ore's, with these settings (default: none)."""
+        return OwnSubjects()
 
     @abstractmethod
     async def run(self, client: ConduitClient, config: ConduitConfig) -> None:

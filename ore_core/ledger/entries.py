@@ -28,6 +28,7 @@ import orjson
 from ore_core.errors import LedgerError
 from ore_core.ledger.clock import Clock
 from ore_core.ledger.journal import (
+    META_KEY,
     TX_ADD_TURN,
     TX_UPDATE_CONTROL,
     TX_UPDATE_META,
@@ -166,13 +167,14 @@ class EntryWriter:
         self._write(TX_UPDATE_PARENT, {"turn_id": turn_id, "parent_id": parent_id})
 
     def update_meta(self, key: str, value: str | None) -> None:
-        """Append `update_meta`; `value=None` records a delete."""
+        """Append a metadata change (`value=None`: a delete) as Go readers skip it: an
+        `update_control` of the turn `""` carrying `ore_meta` (see ore_core.ledger.journal)."""
         change: dict[str, Any] = {"key": key}
         if value is None:
             change["deleted"] = True
         else:
             change["value"] = value
-        self._write(TX_UPDATE_META, change)
+        self._write(TX_UPDATE_CONTROL, {"turn_id": "", "control": "", META_KEY: change})
 
     def _write(self, tx_type: str, fields: dict[str, Any]) -> None:
         stamp = self._stamps.format(self._clock.now())
@@ -336,6 +338,11 @@ def _decode_update_tip(payload: dict[str, Any]) -> _Op:
 
 
 def _decode_update_control(payload: dict[str, Any]) -> _Op:
+    change = payload.get(META_KEY)
+    if change is not None:  # a metadata change, written where Go readers skip it
+        if type(change) is not dict:
+            raise LedgerError(f"update_control: {META_KEY} must be an object")
+        return _decode_update_meta(change)
     turn_id = _text(payload, TX_UPDATE_CONTROL, "turn_id")
     return _set_control, turn_id, parse_control(_text(payload, TX_UPDATE_CONTROL, "control"))
 

@@ -8,9 +8,13 @@ Entry shapes (one JSON object per line in files):
 `{"tx_type": T, "timestamp": RFC3339, "payload": {...}}` with T one of
 `add_turn` `{"timestamp","turn"}`, `update_tip` `{"timestamp","current_tip"}`,
 `update_control` `{"timestamp","turn_id","control"}`,
-`update_parent` `{"timestamp","turn_id","parent_id"}` (the Go framework's four), and
-our extension `update_meta` `{"timestamp","key","value"}` / `{"timestamp","key","deleted":true}`
-(thread metadata; a Go reader stops replay there, which its own rules allow).
+`update_parent` `{"timestamp","turn_id","parent_id"}` (the Go framework's four).
+
+Thread metadata is written in a form a Go reader skips: an `update_control` of the turn
+`""` (which no thread has: Go applies it to nothing and reads on), carrying
+`"ore_meta": {"key","value"}` or `{"key","deleted":true}` (a field Go does not know and
+ignores). Journals of older ores hold `update_meta` entries of the same shape; they are
+still read (a Go reader stops at them: its replay ends at an unknown `tx_type`).
 
 A write of several entries (an append: `add_turn` + `update_tip`) marks its first
 entry with `"group": N` after the payload; replay applies all N entries or none, so a
@@ -31,6 +35,7 @@ __all__ = [
     "TX_UPDATE_META",
     "TX_UPDATE_PARENT",
     "TX_UPDATE_TIP",
+    "META_KEY",
     "JournalState",
     "JournalWriter",
     "Repository",
@@ -41,6 +46,9 @@ TX_UPDATE_TIP = "update_tip"
 TX_UPDATE_CONTROL = "update_control"
 TX_UPDATE_PARENT = "update_parent"
 TX_UPDATE_META = "update_meta"
+"""The metadata entries of older ores (read, no longer written)."""
+META_KEY = "ore_meta"
+"""The payload field of a metadata change, in an `update_control` of the turn `""`."""
 
 
 class JournalWriter(Protocol):

@@ -279,7 +279,7 @@ class Manager(AsyncClosing):
     async def _new_thread(self, origin: Thread) -> str:
         """`/new` from `origin`: the new thread stays in origin's namespace (bus v2)."""
         namespace = origin.meta().get(NAMESPACE_KEY)
-        return (await self.create({NAMESPACE_KEY: namespace} if namespace else None)).id
+        return (await self.create_thread({NAMESPACE_KEY: namespace} if namespace else None)).id
 
     async def _sweep(self, idle: float) -> None:
         """Close streams idle for `idle` seconds, checking a few times per period."""
@@ -293,15 +293,21 @@ class Manager(AsyncClosing):
 
     async def create(self, metadata: Mapping[str, str] | None = None) -> Stream:
         """A new thread (default metadata + `metadata`) and its active stream."""
-        thread = await self.store.create(metadata={**self._default(), **(metadata or {})})
-        return self._activate(thread)
+        return self._activate(await self.create_thread(metadata))
 
     async def create_with_id(
         self, thread_id: str, metadata: Mapping[str, str] | None = None
     ) -> Stream:
         """A new thread with a chosen id; raises ThreadExists instead of overwriting one."""
-        thread = await self.store.create(thread_id, {**self._default(), **(metadata or {})})
-        return self._activate(thread)
+        return self._activate(await self.create_thread(metadata, thread_id))
+
+    async def create_thread(
+        self, metadata: Mapping[str, str] | None = None, thread_id: str | None = None
+    ) -> Thread:
+        """A new stored thread (default metadata + `metadata`) without a stream: for a
+        caller that only names it (the control API, `/new`), so that only the process
+        that handles its messages keeps it in memory. ThreadExists for a taken id."""
+        return await self.store.create(thread_id, {**self._default(), **(metadata or {})})
 
     async def attach(self, thread_id: str) -> Stream:
         """The active stream of a stored thread, loading it once even under concurrent calls.
@@ -332,15 +338,23 @@ class Manager(AsyncClosing):
         self, key: str, value: str, metadata: Mapping[str, str] | None = None
     ) -> tuple[Stream, bool]:
         """The stream of the thread whose metadata `key` is `value`, creating it atomically."""
-        thread, created = await self.store.get_or_create_by(
-            key, value, {**self._default(), **(metadata or {}), key: value}
-        )
+        thread, created = await self.lookup_thread(key, value, metadata)
         active = self._streams.get(thread.id)
         if active is not None:
             return active, created
         if created:
             return self._activate(thread), True
         return await self.attach(thread.id), False
+
+    async def lookup_thread(
+        self, key: str, value: str, metadata: Mapping[str, str] | None = None
+    ) -> tuple[Thread, bool]:
+        """The stored thread whose metadata `key` is `value`, created atomically (default
+        metadata + `metadata` + the pair) if there is none, without a stream (see
+        `create_thread`); and whether it was created."""
+        return await self.store.get_or_create_by(
+            key, value, {**self._default(), **(metadata or {}), key: value}
+        )
 
     def get(self, thread_id: str) -> Stream:
         """The active stream of `thread_id`; SessionNotFound when it is not attached."""

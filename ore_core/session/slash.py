@@ -126,9 +126,12 @@ class SlashCommands:
         return InterceptResult(result.replace, notices)
 
     async def _help(self, command: Command) -> CommandResult:
+        # Plain text in columns: conduits show notices as written (a terminal shows no
+        # Markdown), so backticks and bullets would be printed as they are.
+        width = max(len(name) for name in self._commands) + 1
         lines = ["Available commands:"]
         for name in sorted(self._commands):
-            lines.append(f"* `/{name}` — {self._commands[name].description}")
+            lines.append(f"  {'/' + name:<{width}}  {self._commands[name].description}")
         return CommandResult(notice=Notice("\n".join(lines), Severity.INFO))
 
 

@@ -10,18 +10,32 @@ whether the store is usable; a successful save or probe clears it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import structlog
 
 from ore_core.errors import StoreError, ThreadCorrupt, ThreadExists, ThreadNotFound
 
-__all__ = ["DELAYED_NOTICE", "StoreHealth", "is_store_failure"]
+__all__ = ["DELAYED_NOTICE", "StoreHealth", "is_store_failure", "store_probe"]
 
 log = structlog.get_logger("ore.session")
 
 DELAYED_NOTICE = "answer delayed: the store is unavailable, retrying"
 """The one notice a sender gets while its thread cannot be saved."""
+
+
+def store_probe(store: Any) -> Callable[[], Awaitable[object]]:
+    """The cheap call that tells whether `store` can be used now.
+
+    A store may offer `check()` (a write probe: can it take a save now?); any other
+    store is probed with a read (`list_ids(limit=1)`).
+    """
+    check = getattr(store, "check", None)
+    if callable(check):
+        return check  # type: ignore[no-any-return]
+    return functools.partial(store.list_ids, limit=1)
 
 
 def is_store_failure(error: BaseException) -> bool:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import structlog
@@ -73,7 +73,7 @@ from ore_core.session.policy import DoubleTexting
 from ore_core.session.protocols import Interceptor, Store, TurnProcessor
 from ore_core.session.spec import KEY_MODEL_NAME, ModelSpec
 from ore_core.session.store_health import DELAYED_NOTICE, StoreHealth, is_store_failure
-from ore_core.session.turn_context import Transform, TurnContext
+from ore_core.session.turn_context import Transform, TurnContext, recorded_events
 from ore_core.tasks import TaskCrashed, TaskScope
 from ore_core.turn import Role, TraversalControl, Turn
 
@@ -184,6 +184,7 @@ class Stream:
         """(interval in seconds, max bytes) of live text deltas; interval 0: every delta."""
         self.last_active = asyncio.get_running_loop().time() if _has_loop() else 0.0
         self._abandoned = False  # another worker owns the thread: publish nothing
+        self._announce_again: set[str] = set()  # event ids: see `announce_again`
         self._direct = on_publish  # see `publish`; `_rewire` keeps it current
 
     # -- identity and state -------------------------------------------------
@@ -549,8 +550,13 @@ class Stream:
         turns = self._thread.all_turns()
         mine = {t.id for t in turns if t.event_id == event.id}
         if any(t.parent_id in mine and t.role != Role.USER for t in turns) or self._relay_only:
-            # A relay without answers (`answer = "none"`): recorded is handled.
-            log.debug("redelivered message already answered", thread_id=self.id)
+            # (A relay without answers, `answer = "none"`: recorded is handled.)
+            if event.id in self._announce_again:
+                self._announce_again.discard(event.id)
+                for announced in recorded_events(self._message_turns(event.id), event.context):
+                    self.publish(announced)
+            else:
+                log.debug("redelivered message already answered", thread_id=self.id)
             return
         if self._thread.current_tip not in mine:
             log.warning(
@@ -566,6 +572,30 @@ class Stream:
             if user_turn is not None:
                 self.publish(TurnCompleteEvent.of(user_turn, event.context))
         await self._run_processor(event)
+
+    def announce_again(self, event_ids: Iterable[str]) -> None:
+        """When the messages `event_ids` come again (answered: redelivered), announce
+        their recorded turns again, with the context they come with, before their `done`.
+
+        For a bus whose worker died between saving an answer and publishing its events:
+        the next owner calls this on attaching the thread, so the message's one batch
+        holds every durable event it would have held.
+        """
+        self._announce_again.update(event_ids)
+
+    def _message_turns(self, event_id: str) -> list[Turn]:
+        """The user turn of message `event_id` on the active path and the turns after
+        it up to the next user turn (its answer)."""
+        path = self._thread.turns()
+        starts = [i for i, t in enumerate(path) if t.role == Role.USER and t.event_id == event_id]
+        if not starts:
+            return []
+        turns = [path[starts[-1]]]
+        for turn in path[starts[-1] + 1 :]:
+            if turn.role == Role.USER:
+                break
+            turns.append(turn)
+        return turns
 
     async def _intercept(
         self, interceptor: Interceptor, event: IngressEvent

@@ -29,7 +29,7 @@ from ore_core.session.deltas import DeltaAccumulator, DeltaPacer
 from ore_core.session.spec import ModelSpec
 from ore_core.turn import Role, Turn
 
-__all__ = ["ArtifactHandler", "HandlerFailed", "Transform", "TurnContext"]
+__all__ = ["ArtifactHandler", "HandlerFailed", "Transform", "TurnContext", "recorded_events"]
 
 _YIELD_EVERY = 256  # artifacts between two turns of the event loop for other threads
 
@@ -38,6 +38,22 @@ Transform = Callable[[list[Turn], "TurnContext"], list[Turn]]
 
 ArtifactHandler = Callable[[Artifact, "TurnContext"], Awaitable[None]]
 """Runs after turn_complete for every artifact of the step (e.g. executes tool calls)."""
+
+
+def recorded_events(turns: Sequence[Turn], context: EventContext) -> list[OutputEvent]:
+    """The durable events that announced `turns` (one message's, oldest first), in order.
+
+    As a stream publishes them: a user turn and a turn a processor `append`ed as its
+    `turn_complete` alone; an assistant turn (`step`) as each complete artifact, then its
+    `turn_complete`. Announcing a recorded message again (its events never left a worker
+    that died) produces the batch that worker would have stored.
+    """
+    events: list[OutputEvent] = []
+    for turn in turns:
+        if turn.role == Role.ASSISTANT:
+            events += [ArtifactEvent.of(artifact, context) for artifact in turn.artifacts]
+        events.append(TurnCompleteEvent.of(turn, context))
+    return events
 
 
 class HandlerFailed(OreError):

@@ -5,7 +5,7 @@ Enable it in the suite's top-level `conftest.py`:
     pytest_plugins = ["ore_core.testing"]
 
 or for one run with `pytest -p ore_core.testing`. It needs pytest-asyncio
-(`pip install 'ore-core[testing]'`). Every fixture is prefixed `ore_`:
+(`pip install '.[testing]'` in a checkout of ore). Every fixture is prefixed `ore_`:
 
 - plugins: `ore_plugin_manager`, `ore_register_plugin`, `ore_isolated_env`;
 - NATS: `ore_nats_server`, `ore_nats_url`, `ore_nats_client`, `ore_nats_cluster`
@@ -26,7 +26,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
         "the ore pytest kit (ore_core.testing) needs pytest-asyncio: "
-        "pip install 'ore-core[testing]'"
+        "pip install '.[testing]' in a checkout of ore, or pip install pytest-asyncio"
     ) from exc
 
 # The fixture modules are loaded as plugins of their own, so their names never shadow

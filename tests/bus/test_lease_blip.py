@@ -5,8 +5,8 @@ renewal then succeeds keeps its partitions, but while the lease was overdue its 
 dropped what it had to store. If that moment falls between a turn's save and the
 egress run, the answer is saved but not in `P.ev.T`: its message must not be
 acknowledged, and the thread's next attach stores the saved answer, as after a kill -9
-between the save and the append (a conduit then sees the answer and `done`, and an
-extra `done` for the redelivered message).
+between the save and the append (a conduit then sees the message's whole batch once, when
+the message is handled again).
 
 Real parts: a nats-server of the kit, the real CoreService, Manager, Egress and
 Ownership. The blip is the real lease state made overdue right after the inner save of

@@ -16,10 +16,20 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
 
+from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
-from tests.bus.conftest import TIMEOUT, CoreFactory, publish, unpack, user_message, wait_for
+from tests.bus.conftest import (
+    TIMEOUT,
+    CoreFactory,
+    eventually,
+    publish,
+    unpack,
+    user_message,
+    wait_for,
+)
 
 THREAD = "shared-1"
 BETA = {"namespace": "beta", "key": "beta.channel", "value": "C-42"}
@@ -502,3 +512,47 @@ async def test_a_conduit_cannot_change_the_settings_mirrored_from_the_links(
         assert "set by the core from the thread's links" in answer["error"]["message"]
     metadata = (await call(nc, "ore.admin.threads.get", {"id": THREAD}))["metadata"]
     assert metadata["ore.gateway.answer"] == "all"
+
+
+async def test_links_are_followed_across_a_nats_restart(
+    start_core: CoreFactory, ore_nats_client: Client, ore_nats_server: EmbeddedNatsServer
+) -> None:
+    nc = ore_nats_client
+    core, alpha = await start_shared(start_core, nc)
+    beta = await watch(nc, "beta")
+    gamma = await watch(nc, "gamma")
+    await link(nc)
+    await ore_nats_server.arestart()
+    await wait_for(lambda: core.ready and nc.is_connected)
+
+    async def answering() -> bool:  # the control API is subscribed again
+        try:
+            await nc.request("ore.admin.health", b"{}", timeout=1)
+        except (NatsError, TimeoutError):
+            return False
+        return True
+
+    await eventually(answering)
+    gamma_room = {"namespace": "gamma", "key": "gamma.room", "value": "g"}
+    await link(nc, endpoint=gamma_room, direction="out")
+    await wait_for(lambda: "gamma" in core.links.copies(THREAD))  # the watch goes on
+    await publish(nc, THREAD, user_message("after", "b-1", "beta"), namespace="beta")
+    await wait_for(lambda: alpha.done() == 2 and beta.done() == 1 and gamma.done() == 1)
+    assert beta.user_turns()[-1] == gamma.user_turns()[-1] == "after"
+
+
+async def test_deleting_a_thread_removes_its_links_so_its_id_reused_is_unreachable(
+    start_core: CoreFactory, ore_nats_client: Client
+) -> None:
+    nc = ore_nats_client
+    await start_shared(start_core, nc)
+    await link(nc)
+    assert (await call(nc, "ore.admin.threads.delete", {"id": THREAD}))["deleted"] is True
+    assert (await call(nc, "ore.admin.links.list", {}))["links"] == []
+    gamma = await watch(nc, "gamma")
+    await publish(nc, THREAD, user_message("mine now", "g-1", "gamma"), namespace="gamma")
+    await wait_for(lambda: gamma.done() == 1)  # the id, reused by another namespace
+    answer = await call(nc, "ore.api.beta.threads.get", {"id": THREAD})
+    assert answer["error"]["code"] == "not_found"
+    lookup = {"key": BETA["key"], "value": BETA["value"]}
+    assert (await call(nc, "ore.api.beta.threads.lookup", lookup))["id"] != THREAD

@@ -147,7 +147,7 @@ async def test_the_next_owner_stores_an_answer_saved_but_never_stored_as_a_batch
     done = LifecycleEvent(phase="done")
     await dead.emit_batch([("t1", TurnCompleteEvent(turn=t)) for t in first] + [("t1", done)])
     await pipeline.flush()
-    thread.append(Role.USER, Text("q2"), event_id="m-2")
+    question = thread.append(Role.USER, Text("q2"), event_id="m-2")
     answer = thread.append(Role.ASSISTANT, Text("a2"))  # saved; its batch never appended
 
     for _ in range(2):  # attached twice (a second takeover): stored once
@@ -164,10 +164,11 @@ async def test_the_next_owner_stores_an_answer_saved_but_never_stored_as_a_batch
     kinds = [[e["kind"] for e in batch] for batch in batches]
     assert kinds == [
         ["turn_complete", "turn_complete", "lifecycle"],
-        ["turn_complete", "lifecycle"],
+        ["turn_complete", "text", "turn_complete", "lifecycle"],  # the whole message
         ["lifecycle"],
     ]
-    assert batches[1][0]["turn"]["id"] == answer.id
+    assert [batches[1][0]["turn"]["id"], batches[1][2]["turn"]["id"]] == [question.id, answer.id]
+    assert {e["context"]["provenance"] for e in batches[1]} == {"raw"}  # no stream: its NS
     await pipeline.stop()
 
 
@@ -176,13 +177,15 @@ async def test_a_first_answer_with_nothing_stored_is_stored_once(ore_nats_client
     pipeline = Pipeline(ore_nats_client)
     await pipeline.start()
     thread = Thread("t2", metadata={NAMESPACE_KEY: "raw"})
-    thread.append(Role.USER, Text("q1"), event_id="m-1")
+    question = thread.append(Role.USER, Text("q1"), event_id="m-1")
     answer = thread.append(Role.ASSISTANT, Text("a1"))
     for _ in range(2):
         await Egress(ore_nats_client, SUBJECTS, pipeline).prime("t2", thread)
         await pipeline.flush()
     events = await stored_events(ore_nats_client, "t2")
     assert [(e["kind"], (e.get("turn") or {}).get("id")) for e in events] == [
+        ("turn_complete", question.id),
+        ("text", None),
         ("turn_complete", answer.id),
         ("lifecycle", None),
     ]

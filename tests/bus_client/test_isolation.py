@@ -410,6 +410,10 @@ async def test_alpha_cannot_create_a_thread_with_beta_s_thread_id(deployment: De
     with pytest.raises(ApiError) as refused:
         await deployment.alpha.create_thread(deployment.beta_thread)
     assert refused.value.status == 409  # the id is taken; nothing of beta's is shown
+    assert refused.value.message == (
+        f"thread id {deployment.beta_thread} cannot be used in namespace alpha: pick another"
+    )
+    assert "exists" not in str(refused.value)
 
 
 async def test_alpha_reads_its_own_cursor_never_beta_s(deployment: Deployment) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 from nats.aio.msg import Msg
@@ -61,6 +62,7 @@ from ore_core.conduit import (
     ConduitConfig,
     Delivery,
     EventFeed,
+    OwnSubjects,
     PermissionDenied,
     SettingsCache,
     classify,
@@ -107,6 +109,16 @@ class NatsBridge(Conduit):
     config_model = NatsBridgeConfig
     conversation_key = CHANNEL_KEY
 
+    @classmethod
+    def own_subjects(cls, config: ConduitConfig) -> OwnSubjects:
+        """`P.*.in` and `P.*.interrupt` in, `P.*.out` and the replies to requests out."""
+        prefix = config.prefix if isinstance(config, NatsBridgeConfig) else "bridge"
+        return OwnSubjects(
+            publish=(f"{prefix}.*.out",),
+            subscribe=(f"{prefix}.*.in", f"{prefix}.*.interrupt"),
+            responses=True,
+        )
+
     async def run(self, client: ConduitClient, config: ConduitConfig) -> None:
         """Bridge until cancelled."""
         if not isinstance(config, NatsBridgeConfig):
@@ -139,18 +151,49 @@ class _Bridge:
         kinds = REPLY_KINDS | _RELAYED_KINDS
         async with self.client.events(kinds=kinds, durable=self.config.durable) as feed:
             subscriptions: list[Subscription] = []
+            refused: asyncio.Future[PermissionDenied] = asyncio.get_running_loop().create_future()
+            unwatch: list[Callable[[], None]] = []
             try:
                 for kind, handler in (("in", self._forward), ("interrupt", self._interrupt)):
+                    unwatch.append(
+                        self.client.permissions.watch_subscription(
+                            self.subject("*", kind), lambda error: _settle(refused, error)
+                        )
+                    )
                     subscriptions.append(await self._listen(kind, handler))
                 await subscriptions_registered(self.client.nc)
                 log.info("nats bridge listening", subjects=self.subject("*", "in"))
-                await self._render(feed)
+                await self._render_until_refused(feed, refused)
             finally:
+                for stop_watching in unwatch:
+                    stop_watching()
                 for subscription in subscriptions:
                     await _unsubscribe(subscription)
                 await self.tasks.aclose()
                 for answer_feed in list(self._answer_feeds):  # of tasks cancelled unstarted
                     await answer_feed.close()
+
+    async def _render_until_refused(
+        self, feed: EventFeed, refused: asyncio.Future[PermissionDenied]
+    ) -> None:
+        """Render replies; a refused subscription ends the run with one line, not idling."""
+        render = asyncio.ensure_future(self._render(feed))
+        either: set[asyncio.Future[Any]] = {render, refused}
+        try:
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not render.done():
+                render.cancel()
+                await asyncio.gather(render, return_exceptions=True)
+        if refused.done():
+            error = refused.result()
+            raise BusError(
+                f"conduit {self.name}: NATS refused to let it subscribe to {error.subject!r}, "
+                "so it cannot hear any message: grant its subjects "
+                f"({self.subject('*', 'in')}, {self.subject('*', 'interrupt')}; "
+                f"`ore auth --conduit {self.name}` does) and restart the server"
+            ) from error
+        render.result()  # its own failure
 
     async def _listen(self, kind: str, handler: _Handler) -> Subscription:
         async def on_message(msg: Msg) -> None:
@@ -395,6 +438,11 @@ def _reply_of(event: OutputEvent, thread_id: str, in_reply_to: str | None) -> Re
     if isinstance(event, NoticeEvent):
         return Reply("notice", event.content, thread_id, in_reply_to, event.severity.label)
     return None
+
+
+def _settle(future: asyncio.Future[PermissionDenied], error: PermissionDenied) -> None:
+    if not future.done():
+        future.set_result(error)
 
 
 async def _unsubscribe(subscription: Subscription) -> None:

@@ -52,7 +52,9 @@ class Ambiguous(OreError):
     """The outcome of a call is unknown: Slack may or may not have acted on it."""
 
     def __init__(self, method: str, cause: str) -> None:
-        super().__init__(f"{method}: no answer ({cause}); it may have been carried out")
+        # A read changes nothing: whether Slack "carried it out" does not matter.
+        effect = "is the network up?" if method in _READS else "it may have been carried out"
+        super().__init__(f"{method}: no answer ({cause}); {effect}")
         self.method = method
 
 

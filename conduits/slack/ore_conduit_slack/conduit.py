@@ -21,6 +21,7 @@ import structlog
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
 from slack_sdk.web.async_client import AsyncWebClient
 
 from ore_conduit_slack.api import Ambiguous, SlackApi, SlackError
@@ -144,6 +145,17 @@ async def _check_tokens(api: SlackApi, app_token: str) -> Identity:
     return Identity(str(me["user_id"]), str(me.get("bot_id") or ""), str(me["team_id"]))
 
 
+class _SameTokenNotice(logging.Filter):
+    """Drops Bolt's "As you gave `client` as well, `token` will be unused." at every start.
+
+    Bolt reads SLACK_BOT_TOKEN by itself even when handed a client; the client holds
+    that same token, so the notice says nothing to act on.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.getMessage() != warning_client_prioritized_and_token_skipped()
+
+
 def _bolt_app(
     web_client: AsyncWebClient, inbound: Inbound, signing_secret: str, mode: str
 ) -> AsyncApp:
@@ -151,12 +163,15 @@ def _bolt_app(
     acknowledges each once its listener returned (`process_before_response`): an event
     is acknowledged only once the inbox keeps it. The listener takes one local SQLite
     commit, far inside Slack's 3 seconds; if it fails, Slack sends the event again."""
+    bolt_log = logging.getLogger("ore.conduit.slack.bolt")
+    if not any(isinstance(f, _SameTokenNotice) for f in bolt_log.filters):
+        bolt_log.addFilter(_SameTokenNotice())
     app = AsyncApp(
         client=web_client,
         signing_secret=signing_secret or "socket-mode-has-no-signing-secret",
         request_verification_enabled=mode == "http",
         process_before_response=True,
-        logger=logging.getLogger("ore.conduit.slack.bolt"),
+        logger=bolt_log,
     )
 
     async def listener(body: dict[str, Any]) -> None:

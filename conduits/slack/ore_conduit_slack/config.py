@@ -39,6 +39,10 @@ def default_state_dir() -> Path:
     return Path(platformdirs.user_state_dir("ore")) / "slack"
 
 
+_TOKEN_PREFIXES = {"bot_token": "xoxb-", "app_token": "xapp-"}
+"""How Slack's tokens of each kind begin (a user token `xoxp-` is not a bot token)."""
+
+
 class MissingSecret(OreError):
     """A token or the signing secret is missing or refused; the message names the variable."""
 
@@ -129,5 +133,13 @@ class SlackConfig(ConduitConfig):
         if not text.strip():
             raise MissingSecret(
                 f"{variable} is not set: export it (or set {name} in [plugins.slack])"
+            )
+        prefix = _TOKEN_PREFIXES.get(name, "")
+        if not text.strip().startswith(prefix):
+            # Never sent to Slack: a token of the wrong kind is refused here, naming it.
+            raise MissingSecret(
+                f"{variable} does not start with {prefix}: use the app's "
+                + ("Bot User OAuth Token" if name == "bot_token" else "app-level token")
+                + f" ({prefix}...), from the app's settings at https://api.slack.com/apps"
             )
         return text.strip()

@@ -13,15 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import ClassVar, TextIO
 
-from prompt_toolkit import PromptSession
-from prompt_toolkit.history import FileHistory
-from prompt_toolkit.input import create_input
-from prompt_toolkit.output import create_output
-from rich.console import Console
-from rich.text import Text
-
 from ore_conduit_stdin.config import StdinConfig
-from ore_conduit_stdin.interactive import chat
 from ore_conduit_stdin.pipe import (
     PlainView,
     StdinError,
@@ -32,7 +24,6 @@ from ore_conduit_stdin.pipe import (
 )
 from ore_conduit_stdin.session import ChatSession
 from ore_conduit_stdin.state import LastThread, history_file
-from ore_conduit_stdin.terminal import TerminalView
 from ore_core.conduit import (
     ApiError,
     Capabilities,
@@ -186,6 +177,18 @@ class StdinConduit(Conduit):
         stdout: TextIO,
         stderr: TextIO,
     ) -> None:
+        # The terminal's libraries load here: every `ore` command (`ore --help` too)
+        # imports this module to register the conduit, and pipes never need them.
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import FileHistory
+        from prompt_toolkit.input import create_input
+        from prompt_toolkit.output import create_output
+        from rich.console import Console
+        from rich.text import Text
+
+        from ore_conduit_stdin.interactive import chat
+        from ore_conduit_stdin.terminal import TerminalView
+
         err = Console(file=stderr, highlight=False)
         last_thread = LastThread(settings.state_dir)
         thread_id, existing = await open_thread(client, settings, "interactive", last_thread.load())

@@ -38,6 +38,7 @@ class WebConduit(Conduit):
         max_message_length=32_000,
         edits_arrive=True,
         deletes_arrive=False,
+        delta_interval=0.03,
     )
     on_ready: ClassVar[Callable[[str], None] | None] = None
     """Called with the signed-in URL once the server listens (tests use it)."""

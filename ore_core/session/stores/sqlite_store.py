@@ -301,6 +301,16 @@ class SQLiteStore(BaseStore):
         finally:
             await self._worker.close(self._disconnect)
 
+    def _failed(self, cause: Exception) -> StoreError:
+        """The error for a database failure; a damaged file says which and what to do."""
+        if getattr(cause, "sqlite_errorname", "") in _DAMAGED:
+            return StoreError(
+                f"{self.location}: {cause}: the file is damaged or is not an ore SQLite "
+                f"store; stop ore and move {self.path} aside (ore then starts an empty "
+                "store there) or restore it from a backup, or set store.path to another file"
+            )
+        return super()._failed(cause)
+
     async def check(self) -> None:
         """StoreError unless the database takes a write now (a rolled-back insert)."""
         self._check_open()
@@ -555,6 +565,10 @@ class SQLiteStore(BaseStore):
             "SELECT id FROM threads WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
         )
         return [thread_id for (thread_id,) in rows]
+
+
+_DAMAGED = frozenset({"SQLITE_CORRUPT", "SQLITE_NOTADB"})
+"""SQLite's names for a file that is not (or no longer) a readable database."""
 
 
 def _enable_wal(conn: sqlite3.Connection, deadline: float) -> None:

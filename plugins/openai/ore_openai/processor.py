@@ -15,6 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Mapping
 from contextlib import aclosing
 from types import TracebackType
 from typing import Self, cast
+from urllib.parse import urlsplit
 
 import openai
 import structlog
@@ -30,12 +31,18 @@ from ore_openai.request import request_body
 from ore_openai.retry import RetryPolicy, is_retryable, retry_after_seconds
 from ore_openai.tool_runner import run_tool_calls
 
-__all__ = ["ITERATION_CAP_RESULT", "OpenAIProcessor"]
+__all__ = ["CHECK_TIMEOUT", "ITERATION_CAP_RESULT", "OpenAIProcessor"]
 
 log = structlog.get_logger("ore.openai")
 
 ITERATION_CAP_RESULT = "error: not run, this turn reached its limit of model calls (max_iterations)"
 """The result recorded for tool calls made by the last allowed model call."""
+
+CHECK_TIMEOUT = 5.0
+"""Seconds `check()` waits for the model server's list of models."""
+
+_KEYED_HOSTS = frozenset({"api.openai.com"})
+"""Servers that refuse every request without an API key (local servers need none)."""
 
 _HINTS = {
     401: f"check api_key in the [processor] section or {ENV_API_KEY}",
@@ -103,6 +110,34 @@ class OpenAIProcessor:
                 timeout=self.config.timeout,
             )
         return self._client
+
+    async def check(self) -> None:
+        """Raise `ModelCallFailed` unless a chat could work now: `GET /models` answers.
+
+        `ore doctor` calls it, so that a missing or wrong API key, an unreachable
+        base_url and a model the server does not have are found before a chat fails on
+        them. One short request, no retries. A server without a model list (404)
+        passes: it answered, and the chat will say what else is wrong.
+        """
+        where = f"openai at {self.config.base_url}"
+        if not self.config.api_key and urlsplit(self.config.base_url).hostname in _KEYED_HOSTS:
+            raise ModelCallFailed(
+                f"{where}: no API key; set {ENV_API_KEY} or api_key in the [processor] section"
+            )
+        try:
+            page = await self.client.with_options(timeout=CHECK_TIMEOUT).models.list()
+        except openai.NotFoundError:
+            return
+        except openai.APIError as exc:
+            raise _call_failed(where, exc, attempts=1) from exc
+        served = sorted(model.id for model in page.data)
+        if served and self.config.model not in served:
+            shown = ", ".join(served[:10]) + (", ..." if len(served) > 10 else "")
+            raise ModelCallFailed(
+                f"{where}: model {self.config.model!r} is not served there (it serves: "
+                f"{shown}); set model in the [processor] section or ORE_PROCESSOR__MODEL "
+                "(with Ollama: `ollama pull MODEL` first)"
+            )
 
     async def __call__(self, ctx: TurnContext) -> None:
         """Answer `ctx.event`, running tools until the model is done or the cap is hit."""

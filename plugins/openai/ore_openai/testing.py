@@ -285,7 +285,17 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         """Silence the default per-request stderr logging."""
 
+    def _refused_key(self) -> bool:
+        """401 for a request without the server's API key (when it has one)."""
+        key = self.server.owner.api_key
+        if key is None or self.headers.get("Authorization") == f"Bearer {key}":
+            return False
+        self._send_json(401, {"error": {"message": "Incorrect API key provided"}})
+        return True
+
     def do_GET(self) -> None:
+        if self._refused_key():
+            return
         path = self.path.rstrip("/")
         if path in _CHAT_PATHS:
             self._not_allowed()
@@ -301,6 +311,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(200, {"object": "list", "data": models})
 
     def do_POST(self) -> None:
+        if self._refused_key():
+            return
         if self.path.rstrip("/") not in _CHAT_PATHS:
             self._send_json(404, {"error": {"message": f"no route {self.path}"}})
             return
@@ -475,6 +487,8 @@ class MockOpenAIServer:
     `disconnects` counts responses the client abandoned before they were complete.
     `responder(body)` answers requests once the script is empty (a benchmark's endless
     model); `record=False` keeps no requests (a long benchmark's memory).
+    With `api_key` set, a request without `Authorization: Bearer <api_key>` gets 401,
+    as from OpenAI.
     """
 
     def __init__(
@@ -484,10 +498,12 @@ class MockOpenAIServer:
         models: Sequence[str] = (DEFAULT_MODEL,),
         responder: Callable[[dict[str, Any]], MockResponse] | None = None,
         record: bool = True,
+        api_key: str | None = None,
     ) -> None:
         self.record = record
         self.models = tuple(models)
         self.responder = responder
+        self.api_key = api_key
         self._script: deque[MockResponse] = deque()
         self._recorded: list[RecordedRequest] = []
         self._serial = 0

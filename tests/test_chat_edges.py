@@ -1,0 +1,44 @@
+"""`ore chat -m` is never silently ignored (issue 28, item 13)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import structlog
+from click.testing import CliRunner, Result
+
+from ore_core.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("ORE_LOAD_PLUGINS", "ore-conduit-stdin,ore-openai")
+    yield
+    structlog.reset_defaults()  # the CLI configures logging process-wide
+
+
+def chat(*args: str) -> Result:
+    return CliRunner().invoke(main, ["chat", *args], input="")
+
+
+def test_dash_m_under_echo_says_echo_answers_and_what_to_set() -> None:
+    result = chat("-m", "llama3.2", "hi")
+    assert result.exit_code == 2
+    assert "-m llama3.2 chooses the model a model processor asks, but echo answers: " in (
+        " ".join(result.output.split())
+    )
+    assert "OPENAI_API_KEY" in result.output
+
+
+def test_dash_m_with_echo_chosen_explicitly_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ORE_PROCESSOR__NAME", "echo")
+    result = chat("-m", "llama3.2", "hi")
+    assert result.exit_code == 2
+    assert "echo answers: processor.name is echo" in " ".join(result.output.split())
+
+
+def test_dash_m_with_a_core_elsewhere_says_to_use_slash_model() -> None:
+    result = chat("-m", "llama3.2", "--nats", "nats://127.0.0.1:1", "hi")
+    assert result.exit_code == 2
+    assert "type /model NAME in the chat instead" in " ".join(result.output.split())
