@@ -169,6 +169,26 @@ async def test_set_overrides_the_conduit_settings(
     assert reply.data == b"via acme"
 
 
+async def test_a_setting_is_also_an_option_of_the_conduit(
+    ore_nats_server: EmbeddedNatsServer, raw: Client, start_ore: Callable[..., Process]
+) -> None:
+    serve = start_ore("serve", "--nats", ore_nats_server.url)
+    await until_answered(raw, "ore.admin.health", serve)
+    bridge = start_ore("conduit", "nats", "--nats", ore_nats_server.url, "--prefix", "acme.dev")
+    await until_answered(raw, "acme.dev.ready-probe.in", bridge)
+    reply = await raw.request("acme.dev.support.in", b"via a flag", timeout=10)
+    assert reply.data == b"via a flag"
+
+
+async def test_an_option_that_is_no_setting_of_the_conduit_is_a_usage_error(
+    start_ore: Callable[..., Process],
+) -> None:
+    process = start_ore("conduit", "nats", "--nats", "nats://127.0.0.1:1", "--colour", "red")
+    assert await process.exit_status() == 2
+    assert "unknown option '--colour' for conduit nats (its settings: " in process.stderr()
+    assert "--prefix" in process.stderr()
+
+
 async def test_without_a_nats_url_the_conduit_exits_1_with_one_line(
     start_ore: Callable[..., Process],
 ) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import click
 import structlog
+from pydantic import BaseModel
 
 from ore_core.cli.options import (
     cli_state,
@@ -34,7 +35,7 @@ from ore_core.errors import OreError
 from ore_core.plugins.manager import BUILTIN_PLUGINS, OrePluginManager, plugin_callers
 from ore_core.plugins.registry import collect_registrations
 
-__all__ = ["conduit", "parse_overrides"]
+__all__ = ["conduit", "parse_overrides", "setting_flags"]
 
 log = structlog.get_logger("ore.conduit")
 
@@ -87,7 +88,10 @@ def _settings_help(name: str) -> str:
     return "\n".join(lines)
 
 
-@click.command(cls=_ConduitCommand)
+@click.command(
+    cls=_ConduitCommand,
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+)
 @click.argument("name", required=False)
 @click.option("--list", "list_only", is_flag=True, help="List the installed conduits.")
 @click.option(
@@ -106,14 +110,20 @@ def _settings_help(name: str) -> str:
     show_default=True,
     help="Seconds to keep trying to reach NATS before giving up.",
 )
+@click.pass_context
 def conduit(
+    ctx: click.Context,
     name: str | None,
     list_only: bool,
     overrides: tuple[str, ...],
     nats_urls: tuple[str, ...],
     connect_timeout: float,
 ) -> None:
-    """Run the installed conduit NAME against the NATS of `ore serve`, until SIGTERM."""
+    """Run the installed conduit NAME against the NATS of `ore serve`, until SIGTERM.
+
+    Each top-level setting of NAME is also an option: `ore conduit web --port 9000` is
+    `--set port=9000`.
+    """
     state = cli_state()
     if list_only:
         _list_conduits(state.plugin_manager, state.settings)
@@ -123,7 +133,8 @@ def conduit(
     settings = state.settings
     conduit_class = collect_registrations(state.plugin_manager, settings).conduit(name)
     section = settings.plugin_config(name)
-    for key, value in parse_overrides(overrides):
+    flags = setting_flags(ctx.args, getattr(conduit_class, "config_model", None), name)
+    for key, value in [*parse_overrides(overrides), *flags]:
         _assign(section, key, value)
     load = getattr(conduit_class, "load_config", None)
     config = load(section) if callable(load) else section
@@ -139,6 +150,32 @@ def conduit(
         click.echo(f"conduit {name}: using {running.describe()}", err=True)
         nats = nats_settings(nats, [running.nats_url])
     asyncio.run(_serve(conduit_class, config, nats, connect_timeout))
+
+
+def setting_flags(
+    args: Sequence[str], model: type[BaseModel] | None, name: str
+) -> list[tuple[list[str], Any]]:
+    """`--key VALUE` / `--key=VALUE` for top-level settings of the conduit's model, as
+    (key path, value); anything else is a usage error that names the settings."""
+    fields = set(model.model_fields) if model is not None else set()
+    parsed: list[tuple[list[str], Any]] = []
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        flag, sep, value = arg.partition("=")
+        key = flag.removeprefix("--").replace("-", "_")
+        if not flag.startswith("--") or key not in fields:
+            known = ", ".join(f"--{field.replace('_', '-')}" for field in sorted(fields))
+            raise click.UsageError(
+                f"unknown option {flag!r} for conduit {name}"
+                + (f" (its settings: {known})" if known else " (it has no settings)")
+            )
+        if not sep:
+            if not rest:
+                raise click.UsageError(f"option {flag!r} of conduit {name} needs a value")
+            value = rest.pop(0)
+        parsed.append(([key], _value(arg, value)))
+    return parsed
 
 
 def parse_overrides(overrides: Sequence[str]) -> list[tuple[list[str], Any]]:
