@@ -34,6 +34,7 @@ import pluggy
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
 from ore_core.cli.app import build_runtime
+from ore_core.cli.link import conversation_keys
 from ore_core.cli.options import (
     CliState,
     bus_config,
@@ -56,8 +57,10 @@ from ore_core.cli.running import (
     store_key,
 )
 from ore_core.conduit.base import Conduit, ConduitConfig
+from ore_core.conduit.client import ConduitClient
 from ore_core.config import NatsSettings, OreSettings, ProcessorSettings
-from ore_core.errors import InvalidThreadId, OreError
+from ore_core.endpoint import ID_KEY, Endpoint, parse_endpoint
+from ore_core.errors import ApiError, InvalidThreadId, OreError
 from ore_core.ids import validate_thread_id
 from ore_core.logging import configure_logging
 from ore_core.plugins.registry import Registrations, collect_registrations
@@ -106,6 +109,14 @@ class ChatError(OreError):
     metavar="MODEL",
     help="The model to answer with (processor.model), e.g. -m llama3.2.",
 )
+@click.option(
+    "--attach",
+    "attach_to",
+    metavar="CONDUIT:KEY",
+    help="Join the thread an endpoint is linked to (`slack:C0123/1712.0001`): the terminal "
+    "is linked to it (stdin:id=THREAD) and what is typed shows there with its label. "
+    "Needs a running `ore serve`.",
+)
 @nats_option(
     help="NATS of a running `ore serve`; `auto` finds the one `ore serve` recorded; repeat "
     "for a cluster (default: nats.url, else the recorded `ore serve` on the same store, "
@@ -116,6 +127,7 @@ def chat(
     thread_id: str | None,
     new_thread: bool,
     model: str | None,
+    attach_to: str | None,
     nats_urls: tuple[str, ...],
 ) -> None:
     """Chat with ore in the terminal; on a pipe, answer each input line.
@@ -140,6 +152,20 @@ def chat(
         overrides["prompt"] = " ".join(prompt)
     settings = state.settings
     attach = _running_core(settings, nats_urls)
+    endpoint: Endpoint | None = None
+    if attach_to is not None:
+        if thread_id is not None or new_thread:
+            raise click.UsageError("--attach chooses the thread: leave out --thread and --new")
+        try:
+            endpoint = parse_endpoint(
+                attach_to, conversation_keys(state.plugin_manager, state.settings)
+            )
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--attach") from None
+        if attach is None and not nats_urls and not settings.nats.url:
+            raise ChatError(
+                "--attach joins a thread of a running `ore serve`: start one (or pass --nats)"
+            )
     if attach is not None:
         if model is not None:
             raise click.UsageError(
@@ -169,6 +195,10 @@ def chat(
         if attach is not None:
             answers = f"; answering with {attach.processor}" if attach.processor else ""
             click.echo(f"Using {attach.describe()}{answers}", err=True)
+        if endpoint is not None:
+            run_attached = _conduit_only(settings, state.plugin_manager, overrides, endpoint)
+            asyncio.run(_guarded(run_attached))
+            return
         run = _conduit_only if nats.url else _everything
         asyncio.run(_guarded(run(settings, state.plugin_manager, overrides)))
 
@@ -302,11 +332,41 @@ async def _everything(
 
 
 async def _conduit_only(
-    settings: OreSettings, plugins: pluggy.PluginManager, overrides: dict[str, Any]
+    settings: OreSettings,
+    plugins: pluggy.PluginManager,
+    overrides: dict[str, Any],
+    attach: Endpoint | None = None,
 ) -> None:
     """The conduit alone, against the `ore serve` at the configured NATS."""
     conduit = _conduit_class(collect_registrations(plugins, settings))
-    config = _conduit_config(conduit, settings, overrides)
     nats = settings.nats
     async with await connect_conduit(conduit.name, nats, CONNECT_TIMEOUT) as client:
+        if attach is not None:
+            overrides = {**overrides, "thread": await _attach(client, attach)}
+        config = _conduit_config(conduit, settings, overrides)
         await conduit().run(client, config)
+
+
+async def _attach(client: ConduitClient, endpoint: Endpoint) -> str:
+    """The thread of `endpoint` (the one it is linked to, else the conversation's own, as
+    its conduit's lookup finds or makes it), now linked to this terminal too: an
+    operator's act, through the admin API with the chat's credentials."""
+    body = {"namespace": endpoint.namespace, "key": endpoint.key, "value": endpoint.value}
+    try:
+        try:
+            thread = str((await client.admin_call("links.lookup", {"endpoint": body}))["thread"])
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            thread = str((await client.admin_call("threads.lookup", body))["id"])
+    except ApiError as exc:
+        raise ChatError(f"--attach: {exc}") from None
+    terminal = {"namespace": client.namespace, "key": ID_KEY, "value": thread}
+    try:
+        await client.admin_call(
+            "links.add", {"thread": thread, "endpoint": terminal, "exist_ok": True}
+        )
+    except ApiError as exc:
+        raise ChatError(f"--attach: cannot link the terminal to thread {thread}: {exc}") from None
+    click.echo(f"Attached to thread {thread} ({endpoint.namespace})", err=True)
+    return thread

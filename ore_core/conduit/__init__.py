@@ -18,6 +18,14 @@ if TYPE_CHECKING:
     from ore_core.conduit.capabilities import Capabilities, Markup
     from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
     from ore_core.conduit.feed import DURABLE_NAME, Delivery, EventFeed, Hold
+    from ore_core.conduit.relay import (
+        Relayed,
+        SettingsCache,
+        ThreadSettings,
+        classify,
+        degrade,
+        split_message,
+    )
     from ore_core.errors import ApiError, BusError, PermissionDenied
 
 _EXPORTS: dict[str, str] = {
@@ -37,6 +45,12 @@ _EXPORTS: dict[str, str] = {
     "Delivery": "ore_core.conduit.feed",
     "EventFeed": "ore_core.conduit.feed",
     "Hold": "ore_core.conduit.feed",
+    "Relayed": "ore_core.conduit.relay",
+    "SettingsCache": "ore_core.conduit.relay",
+    "ThreadSettings": "ore_core.conduit.relay",
+    "classify": "ore_core.conduit.relay",
+    "degrade": "ore_core.conduit.relay",
+    "split_message": "ore_core.conduit.relay",
     "ApiError": "ore_core.errors",
     "BusError": "ore_core.errors",
     "PermissionDenied": "ore_core.errors",
@@ -59,9 +73,15 @@ __all__ = [
     "NatsCredentials",
     "OwnSubjects",
     "PermissionDenied",
+    "Relayed",
+    "SettingsCache",
     "ThreadInfo",
+    "ThreadSettings",
     "ThreadPage",
     "TlsFiles",
+    "classify",
+    "degrade",
+    "split_message",
     "subscriptions_registered",
 ]
 

@@ -60,8 +60,9 @@ class Conduit(ABC):
 
     Subclasses set `name` (also the provenance of the events they send and the prefix
     of their metadata keys), `description`, `config_model` (a ConduitConfig
-    subclass) and `capabilities` (what their platform can show), and implement `run`.
-    A conduit that uses NATS subjects of its own overrides `own_subjects`.
+    subclass), `capabilities` (what their platform can show) and `conversation_key`
+    (how a link names one of its conversations), and implement `run`. A conduit that
+    uses NATS subjects of its own overrides `own_subjects`.
     Instances are created with no arguments.
     """
 
@@ -69,6 +70,11 @@ class Conduit(ABC):
     description: ClassVar[str] = ""
     config_model: ClassVar[type[ConduitConfig]] = ConduitConfig
     capabilities: ClassVar[Capabilities] = Capabilities()
+    conversation_key: ClassVar[str] = ""
+    """The metadata key naming a platform conversation (`slack.thread`): a link's
+    endpoint is this key's value (`ore link add T slack:C0123/1712.0001`); `id` for a
+    conduit whose conversation is the thread id itself; empty (the default): none, a
+    link names the key in full (`NS:KEY=VALUE`)."""
 
     @classmethod
     def load_config(cls, section: Mapping[str, Any]) -> ConduitConfig:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -48,6 +48,8 @@ from ore_core._nats.publisher import AckedPublisher
 from ore_core.conduit.feed import Delivery, EventFeed
 from ore_core.errors import ApiError, BusError
 from ore_core.events import (
+    DeleteEvent,
+    DeliveryStatus,
     EventContext,
     InterruptEvent,
     UserMessageEvent,
@@ -76,7 +78,7 @@ __all__ = [
 
 log = structlog.get_logger("ore.bus.client")
 
-_I = TypeVar("_I", UserMessageEvent, InterruptEvent)
+_I = TypeVar("_I", UserMessageEvent, InterruptEvent, DeleteEvent)
 _RETRYABLE = (
     NatsTimeoutError,
     NoStreamResponseError,
@@ -122,7 +124,7 @@ class Sent:
     """What `send` and `interrupt` published: the event, and whether JetStream already had
     it (`duplicate`: a retry or a second send with one id; the core answers it once)."""
 
-    event: UserMessageEvent | InterruptEvent
+    event: UserMessageEvent | InterruptEvent | DeleteEvent
     duplicate: bool
     sequence: int
 
@@ -378,6 +380,55 @@ class ConduitClient:
         reply = await self._call("threads.fork", {"id": thread_id, "turn_id": turn_id})
         return str(reply["current_tip"])
 
+    # Bridging (issue 29): delivery reports and the platform id map.
+
+    async def report_delivery(
+        self,
+        thread_id: str,
+        *,
+        sequence: int,
+        turn: str,
+        status: DeliveryStatus,
+        platform_ids: Sequence[str] = (),
+        detail: str | None = None,
+    ) -> dict[str, Any]:
+        """Report what the conduit did with a relayed copy of `turn` (batch `sequence`).
+
+        `delivered` with the platform's message ids records the map both ways, so
+        edits, deletes and replies resolve after any restart; `retrying` and `failed`
+        store a `delivery` event that the origin endpoint shows.
+        """
+        body: dict[str, Any] = {
+            "thread": thread_id,
+            "sequence": sequence,
+            "turn": turn,
+            "status": status,
+            "platform_ids": list(platform_ids),
+        }
+        if detail:
+            body["detail"] = detail
+        return await self._call("deliveries.report", body)
+
+    async def delivery_lookup(self, platform_id: str) -> tuple[str, str] | None:
+        """(thread, turn) of a platform message id this namespace reported, or None."""
+        try:
+            reply = await self._call("deliveries.lookup", {"platform_id": platform_id})
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return str(reply["thread"]), str(reply["turn"])
+
+    async def delivery_get(self, thread_id: str, turn: str) -> list[str]:
+        """The platform message ids this namespace reported for `turn` (none: [])."""
+        try:
+            reply = await self._call("deliveries.get", {"thread": thread_id, "turn": turn})
+        except ApiError as exc:
+            if exc.status == 404:
+                return []
+            raise
+        return [str(pid) for pid in reply["platform_ids"]]
+
     # Operator methods: `P.admin.*`, refused (PermissionDenied) for a conduit's user.
 
     async def delete_thread(self, thread_id: str) -> bool:
@@ -436,26 +487,39 @@ class ConduitClient:
         *,
         id: str | None = None,
         user: str | None = None,
+        user_name: str | None = None,
     ) -> Sent:
         """Send a user message to the thread (created on first message if unknown).
 
         Pass the platform's message id as `id`: a message sent twice with one id is
         stored once (`Sent.duplicate` says so). Retries (timeouts, reconnects, core
         not started yet) reuse the id, for up to `send_deadline` seconds. The event's
-        provenance is the namespace (the core refuses any other).
+        provenance is the namespace (the core refuses any other). `user_name` is the
+        sender's display name: linked endpoints label the relayed message with it.
         """
         if isinstance(message, UserMessageEvent):
-            if id is not None or user is not None:
-                raise ValueError("set id and user on the UserMessageEvent itself")
+            if id is not None or user is not None or user_name is not None:
+                raise ValueError("set id, user and user_name on the UserMessageEvent itself")
             event = message
         else:
-            context = EventContext(provenance=self.namespace, user=user) if user else self._context
+            context = (
+                EventContext(provenance=self.namespace, user=user or "", user_name=user_name or "")
+                if user or user_name
+                else self._context
+            )
             event = UserMessageEvent(id=id or new_event_id(), content=message, context=context)
         return await self._publish(thread_id, event)
 
     async def interrupt(self, thread_id: str, *, id: str | None = None) -> Sent:
         """Cancel the turn in flight on the thread and drop its queued messages."""
         event = InterruptEvent(id=id or new_event_id(), context=self._context)
+        return await self._publish(thread_id, event)
+
+    async def delete(self, thread_id: str, turn_id: str, *, id: str | None = None) -> Sent:
+        """The user deleted the message recorded as `turn_id` (bridging): the core keeps
+        it as a tombstone the model no longer sees, and linked endpoints delete their
+        copies. Pass the platform's id of the deletion as `id` (stored once)."""
+        event = DeleteEvent(id=id or new_event_id(), turn_id=turn_id, context=self._context)
         return await self._publish(thread_id, event)
 
     async def _publish(self, thread_id: str, event: _I) -> Sent:

@@ -11,7 +11,9 @@ Channel `C` is the thread whose metadata `nats.channel` is `C` (created on first
 The event id is `nats-C-<id>` with the sender's id (JSON `id`, else `Nats-Msg-Id`), so
 a retried message is recorded and answered once; without one it is fresh. Replies
 come from a durable feed: what the core wrote while the bridge was down is published
-when it is back. Only events of this conduit's own messages are published.
+when it is back. Only events of this conduit's own messages are published, and, on a
+thread an operator linked to other endpoints (bridging), their messages as `relayed`
+replies with the sender's label (and their answers when the gateway answers `all`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from ore_core import (
     NoticeEvent,
     OreError,
     OutputEvent,
+    PropertiesEvent,
     Role,
     TaskScope,
     Text,
@@ -57,9 +60,13 @@ from ore_core.conduit import (
     Conduit,
     ConduitClient,
     ConduitConfig,
+    Delivery,
     EventFeed,
     OwnSubjects,
     PermissionDenied,
+    SettingsCache,
+    classify,
+    degrade,
     subscriptions_registered,
 )
 from ore_core.events import MAX_EVENT_ID_LENGTH, new_event_id
@@ -68,11 +75,18 @@ __all__ = ["CHANNEL_KEY", "NatsBridge"]
 
 CHANNEL_KEY = "nats.channel"
 """The thread metadata key holding the channel a thread belongs to."""
+LINKED_CHANNEL_KEY = "nats.linked_channel"
+"""The channel of a linked thread (another namespace's home), written by the bridge when
+it first reaches the thread by the channel, so it can show what comes while it was down
+(lookups never read this key: an unlinked channel gets a thread of its own again)."""
 
 log = structlog.get_logger("ore.conduit.nats")
 
 _CACHED_THREADS = 10_000  # thread -> channel entries kept; the oldest is dropped first
 _RETRY_LIMIT = 5.0  # longest pause (seconds) between attempts to reach the core
+
+_RELAYED_KINDS = frozenset({"turn_complete", "text", "turn_deleted", "delivery", "properties"})
+"""Kinds shown of another endpoint's conversation on a linked thread."""
 
 _Handler = Callable[[Msg, str], Awaitable[None]]  # what to do with a message of a channel
 
@@ -93,6 +107,7 @@ class NatsBridge(Conduit):
     name = "nats"
     description = "Plain NATS subjects (text or JSON, pub/sub or request-reply) <-> ore threads"
     config_model = NatsBridgeConfig
+    conversation_key = CHANNEL_KEY
 
     @classmethod
     def own_subjects(cls, config: ConduitConfig) -> OwnSubjects:
@@ -125,6 +140,7 @@ class _Bridge:
         self._answer_feeds: set[EventFeed] = set()  # closed by their task, or at the end
         self._channel_of: dict[str, str | None] = {}  # thread id -> channel (None: not ours)
         self._in_reply_to: dict[str, str] = {}  # traceparent -> sender's id, until done
+        self._settings = SettingsCache()  # linked threads' label and answer settings
 
     def subject(self, channel: str, kind: str) -> str:
         """`<prefix>.<channel>.<kind>`."""
@@ -132,7 +148,8 @@ class _Bridge:
 
     async def serve(self) -> None:
         """Open the durable feed, then listen; publish replies until cancelled."""
-        async with self.client.events(kinds=REPLY_KINDS, durable=self.config.durable) as feed:
+        kinds = REPLY_KINDS | _RELAYED_KINDS
+        async with self.client.events(kinds=kinds, durable=self.config.durable) as feed:
             subscriptions: list[Subscription] = []
             refused: asyncio.Future[PermissionDenied] = asyncio.get_running_loop().create_future()
             unwatch: list[Callable[[], None]] = []
@@ -209,10 +226,13 @@ class _Bridge:
             id=f"{self.name}-{channel}-{external}",
             content=inbound.text,
             context=EventContext(
-                provenance=self.name, user=inbound.user, traceparent=child_traceparent(msg.headers)
+                provenance=self.name,
+                user=inbound.user,
+                user_name=inbound.name,
+                traceparent=child_traceparent(msg.headers),
             ),
         )
-        thread_id, _ = await self.client.lookup_or_create(CHANNEL_KEY, channel)
+        thread_id = await self._thread_of(channel)
         log.debug("forwarding", channel=channel, thread_id=thread_id, event_id=event.id)
         if not msg.reply:
             await self.client.send(thread_id, event)
@@ -288,8 +308,19 @@ class _Bridge:
             reply = Reply("error", f"no answer: {exc}")
         await self._publish(inbox, reply)
 
+    async def _thread_of(self, channel: str) -> str:
+        """The channel's thread (a linked one has another home: remember the channel)."""
+        thread_id, created = await self.client.lookup_or_create(CHANNEL_KEY, channel)
+        if not created and self._channel_of.get(thread_id) != channel:
+            metadata = (await self.client.get_thread(thread_id)).metadata
+            self._settings.load(thread_id, metadata)
+            if channel not in (metadata.get(CHANNEL_KEY), metadata.get(LINKED_CHANNEL_KEY)):
+                await self.client.set_metadata(thread_id, LINKED_CHANNEL_KEY, channel)
+        self._remember(thread_id, channel)
+        return thread_id
+
     async def _interrupt(self, msg: Msg, channel: str) -> None:
-        thread_id, _ = await self.client.lookup_or_create(CHANNEL_KEY, channel)
+        thread_id = await self._thread_of(channel)
         await self.client.interrupt(thread_id)
         if msg.reply:
             await self._publish(msg.reply, Reply("text", "interrupted", thread_id))
@@ -303,8 +334,12 @@ class _Bridge:
     async def _render(self, feed: EventFeed) -> None:
         async for delivery in feed:
             event = delivery.event
+            if isinstance(event, PropertiesEvent):
+                self._settings.update(delivery.thread_id, event)
+                continue
             if event.context.provenance != self.name:
-                continue  # another conduit's conversation: it shows its own replies
+                await self._relay(delivery)  # another endpoint's (linked threads only)
+                continue
             trace = event.context.traceparent
             if isinstance(event, LifecycleEvent):
                 if event.phase == "done":
@@ -322,14 +357,49 @@ class _Bridge:
             if reply is not None:
                 await self._publish(self.subject(channel, "out"), reply)
 
+    async def _relay(self, delivery: Delivery) -> None:
+        """Show another endpoint's message (labelled), delete, report or answer."""
+        if delivery.kind not in _RELAYED_KINDS:
+            return
+        channel = await self._channel(delivery.thread_id)
+        if channel is None:
+            return
+        relayed = classify(delivery, self.name, self._settings.get(delivery.thread_id))
+        reply: Reply | None = None
+        if relayed.action in ("relayed", "edited"):
+            _, text = degrade(relayed, NatsBridge.capabilities)
+            reply = Reply("relayed", text, delivery.thread_id)
+        elif relayed.action == "deleted":
+            text = f"a message from {relayed.origin} was deleted"
+            reply = Reply("notice", text, delivery.thread_id, severity="info")
+        elif relayed.action == "delivery":
+            reply = Reply("notice", relayed.text, delivery.thread_id, severity="warn")
+        elif relayed.action == "answer":
+            reply = _reply_of(delivery.event, delivery.thread_id, None)
+        if reply is not None:
+            await self._publish(self.subject(channel, "out"), reply)
+
+    def _remember(self, thread_id: str, channel: str) -> None:
+        if self._channel_of.get(thread_id) == channel:
+            return
+        if len(self._channel_of) >= _CACHED_THREADS:
+            del self._channel_of[next(iter(self._channel_of))]
+        self._channel_of[thread_id] = channel
+
     async def _channel(self, thread_id: str) -> str | None:
-        """The channel of a thread, from its metadata; retried while the core is away."""
+        """The channel of a thread, from its metadata; retried while the core is away.
+
+        A linked thread's metadata is its home's: the bridge keeps the channel there
+        under `nats.linked_channel` when it first reaches the thread by the channel.
+        """
         if thread_id in self._channel_of:
             return self._channel_of[thread_id]
         pause = 0.1
         while True:
             try:
-                channel = (await self.client.get_thread(thread_id)).metadata.get(CHANNEL_KEY)
+                metadata = (await self.client.get_thread(thread_id)).metadata
+                channel = metadata.get(CHANNEL_KEY) or metadata.get(LINKED_CHANNEL_KEY)
+                self._settings.load(thread_id, metadata)
                 break
             except ApiError as exc:
                 if exc.status == 404:
@@ -345,9 +415,10 @@ class _Bridge:
             )
             await asyncio.sleep(pause)
             pause = min(pause * 2, _RETRY_LIMIT)
-        if len(self._channel_of) >= _CACHED_THREADS:
-            del self._channel_of[next(iter(self._channel_of))]
-        self._channel_of[thread_id] = channel
+        if channel is None:
+            self._channel_of[thread_id] = None
+        else:
+            self._remember(thread_id, channel)
         return channel
 
     async def _publish(self, subject: str, reply: Reply) -> None:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ore_conduit_nats.config import OutputFormat
 from ore_core import OreError, describe_validation_error, jsonutil
+from ore_core.events import MAX_USER_NAME_LENGTH
 from ore_core.subjects import HEADER_KIND, HEADER_MSG_ID, HEADER_TRACEPARENT
 
 __all__ = [
@@ -43,7 +44,8 @@ HEADER_IN_REPLY_TO = "Ore-In-Reply-To"
 MAX_ID_LENGTH = 128
 """Longest message id accepted; the event id adds the bridge and channel names to it."""
 
-ReplyKind = Literal["text", "error", "notice"]
+ReplyKind = Literal["text", "error", "notice", "relayed"]
+"""`relayed`: a message of another endpoint of a linked thread, with its label."""
 
 _TRACEPARENT = re.compile(r"00-(?P<trace>[0-9a-f]{32})-[0-9a-f]{16}-(?P<flags>[0-9a-f]{2})")
 
@@ -59,6 +61,8 @@ class Inbound:
     text: str
     user: str = ""
     id: str | None = None
+    name: str = ""
+    """The sender's display name (linked endpoints label the message with it)."""
 
 
 class _JsonBody(BaseModel):
@@ -68,6 +72,7 @@ class _JsonBody(BaseModel):
 
     text: str = Field(min_length=1)
     user: str = ""
+    name: str = Field(default="", max_length=MAX_USER_NAME_LENGTH)
     id: str | None = Field(default=None, min_length=1, max_length=MAX_ID_LENGTH)
 
 
@@ -87,7 +92,7 @@ def parse_inbound(
         raise MalformedMessage(f"{HEADER_MSG_ID} is longer than {MAX_ID_LENGTH} characters")
     if data.lstrip()[:1] == b"{":
         body = _parse_json(data)
-        return Inbound(body.text, body.user, body.id or header_id)
+        return Inbound(body.text, body.user, body.id or header_id, body.name)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -107,7 +112,8 @@ def _parse_json(data: bytes) -> _JsonBody:
     except ValidationError as exc:
         problems = describe_validation_error(exc, whole="(body)")
         raise MalformedMessage(
-            f'invalid JSON message ({problems}); send {{"text": str, "user"?: str, "id"?: str}}'
+            f"invalid JSON message ({problems}); send "
+            '{"text": str, "user"?: str, "name"?: str, "id"?: str}'
         ) from None
 
 

@@ -92,3 +92,20 @@ def test_without_a_valid_traceparent_an_unsampled_trace_starts() -> None:
     assert first.startswith("00-")
     assert first.endswith("-00")
     assert first[3:35] != child_traceparent(None)[3:35]
+
+
+def test_a_json_body_may_name_the_sender_for_linked_endpoints() -> None:
+    inbound = parse_inbound(b'{"text": "hi", "name": "Bo"}', max_bytes=1000)
+    assert inbound == Inbound("hi", "", None, "Bo")
+
+
+def test_a_sender_name_over_200_characters_is_refused() -> None:
+    body = json.dumps({"text": "hi", "name": "x" * 201}).encode()
+    with pytest.raises(MalformedMessage, match="name"):
+        parse_inbound(body, max_bytes=1000)
+
+
+def test_a_relayed_message_is_its_own_kind_in_json() -> None:
+    body, headers = encode_reply(Reply("relayed", "Ana (web): hi", "t1"), "json")
+    assert json.loads(body) == {"relayed": "Ana (web): hi", "thread_id": "t1", "in_reply_to": None}
+    assert headers["Ore-Kind"] == "relayed"

@@ -26,6 +26,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from ore_conduit_slack.api import Ambiguous, SlackApi, SlackError
 from ore_conduit_slack.config import ENV_APP_TOKEN, ENV_BOT_TOKEN, MissingSecret, SlackConfig
+from ore_conduit_slack.ids import THREAD_KEY
 from ore_conduit_slack.inbound import Identity, Inbound, Lanes
 from ore_conduit_slack.inbox import Inbox
 from ore_conduit_slack.outbound import Clock, Outbound
@@ -57,6 +58,7 @@ class SlackConduit(Conduit):
     name = "slack"
     description = "Slack (Socket Mode or the Events API): a Slack thread is an ore thread"
     config_model = SlackConfig
+    conversation_key = THREAD_KEY
     clock: ClassVar[Clock] = MonotonicClock()
     on_http_ready: ClassVar[Callable[[str], None] | None] = None
 

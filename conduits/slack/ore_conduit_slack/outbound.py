@@ -52,17 +52,32 @@ from ore_core import (
     OreError,
     OutputEvent,
     PermissionDenied,
+    PropertiesEvent,
     Text,
     TextDelta,
 )
-from ore_core.conduit import ConduitClient, Delivery, EventFeed, Hold
+from ore_core.conduit import (
+    ConduitClient,
+    Delivery,
+    EventFeed,
+    Hold,
+    Relayed,
+    SettingsCache,
+    classify,
+)
 
 __all__ = ["OUTPUT_KINDS", "Clock", "Outbound", "ThreadRenderer"]
 
 log = structlog.get_logger("ore.conduit.slack")
 
-OUTPUT_KINDS = frozenset({"text_delta", "text", "turn_complete", "lifecycle", "error", "notice"})
+OUTPUT_KINDS = frozenset(
+    {"text_delta", "text", "turn_complete", "lifecycle", "error", "notice"}
+    | {"properties", "turn_deleted"}  # bridging: a linked thread's settings, deletes
+)
 """The output kinds the conduit renders."""
+
+RELAY_EVENT = "ore_relay"
+"""Slack message metadata event type of a relayed copy (payload: `{"turn": id}`)."""
 
 _NO_STREAMS = frozenset(
     {
@@ -188,6 +203,8 @@ class ThreadRenderer:
         self.answers: dict[str, Answer] = {}
         self.last_sequence = 0  # the last stored batch of the thread handled
         self._recovery: Recovery | None = None
+        self.settings = SettingsCache()  # a linked thread's label and answer settings
+        self._copies: dict[str, str] | None = None  # turn -> ts of copies Slack shows
 
     @property
     def recovery(self) -> Recovery:
@@ -244,6 +261,7 @@ class ThreadRenderer:
         while True:
             try:
                 info = await self.out.client.get_thread(self.thread_id)
+                self.settings.load(self.thread_id, info.metadata)
                 return SlackThread.from_metadata(info.metadata)
             except ApiError as exc:
                 if exc.status == 404:
@@ -261,7 +279,13 @@ class ThreadRenderer:
 
     async def _handle(self, delivery: Delivery) -> None:
         try:
-            await self._handle_event(delivery.event, delivery.sequence)
+            event = delivery.event
+            if isinstance(event, PropertiesEvent):
+                self.settings.update(self.thread_id, event)
+            elif delivery.event.context.provenance not in (self.out.name, "", "app"):
+                await self._relay(delivery)  # another endpoint's, on a linked thread
+            else:
+                await self._handle_event(delivery.event, delivery.sequence)
         finally:
             if delivery.sequence is not None:
                 self.last_sequence = max(self.last_sequence, delivery.sequence)
@@ -296,6 +320,106 @@ class ThreadRenderer:
             answer.error = event.message
         elif isinstance(event, NoticeEvent):
             answer.notices.append(event.content)
+
+    # -- bridging: another endpoint's messages on a linked thread -------------------
+
+    async def _relay(self, delivery: Delivery) -> None:
+        """Post another endpoint's message with its label, edit or delete its copy.
+
+        Copies are found through the platform id map (`deliveries.get`), so a copy
+        posted before a restart is neither posted again nor lost to edits and deletes.
+        """
+        if self.slack is None or delivery.sequence is None:
+            return
+        relayed = classify(delivery, self.out.name, self.settings.get(self.thread_id))
+        if relayed.action == "relayed":
+            await self._post_copy(relayed, delivery.sequence)
+        elif relayed.action == "edited":
+            copies = await self.out.client.delivery_get(self.thread_id, relayed.edit_of)
+            if not copies:
+                await self._post_copy(relayed, delivery.sequence)
+                return
+            await self.api.call(
+                "chat.update",
+                self.slack.team,
+                channel=self.slack.channel,
+                ts=copies[0],
+                markdown_text=neutralise(relayed.shown),
+            )
+            await self._report(relayed, delivery.sequence, copies)
+        elif relayed.action == "deleted":
+            for ts in await self.out.client.delivery_get(self.thread_id, relayed.turn_id):
+                try:
+                    await self.api.call(
+                        "chat.delete", self.slack.team, channel=self.slack.channel, ts=ts
+                    )
+                except SlackError as exc:  # deleted already (message_not_found)
+                    log.info("copy not deleted", thread_id=self.thread_id, error=exc.error)
+
+    async def _post_copy(self, relayed: Relayed, sequence: int) -> None:
+        assert self.slack is not None
+        if await self.out.client.delivery_get(self.thread_id, relayed.turn_id):
+            return  # posted and reported before a restart (the feed position was not saved)
+        posted = (await self._copies_in_slack()).get(relayed.turn_id)
+        if posted is not None:  # posted, then killed before the report
+            await self._report(relayed, sequence, [posted])
+            return
+        try:
+            reply = await self.api.call(
+                "chat.postMessage",
+                self.slack.team,
+                channel=self.slack.channel,
+                thread_ts=self.slack.thread_ts,
+                markdown_text=neutralise(relayed.shown),
+                metadata={"event_type": RELAY_EVENT, "event_payload": {"turn": relayed.turn_id}},
+            )
+        except (SlackError, Ambiguous) as exc:
+            await self.out.client.report_delivery(
+                self.thread_id,
+                sequence=sequence,
+                turn=relayed.turn_id,
+                status="failed",
+                detail=str(exc),
+            )
+            return
+        await self._report(relayed, sequence, [str(reply["ts"])])
+
+    async def _copies_in_slack(self) -> dict[str, str]:
+        """turn -> ts of the copies the Slack thread shows (its bot messages with
+        `ore_relay` metadata), listed once per renderer: a copy posted by a conduit
+        killed before it reported it is found here, not posted twice."""
+        if self._copies is not None:
+            return self._copies
+        assert self.slack is not None
+        copies: dict[str, str] = {}
+        try:
+            replies = await self.api.call(
+                "conversations.replies",
+                self.slack.team,
+                channel=self.slack.channel,
+                ts=self.slack.thread_ts,
+                include_all_metadata=True,
+                limit=1000,
+            )
+        except (SlackError, Ambiguous) as exc:
+            log.warning("cannot list the slack thread", thread_id=self.thread_id, error=str(exc))
+            return copies  # not kept: asked again for the next copy
+        for message in replies.get("messages") or []:
+            metadata = message.get("metadata") or {}
+            payload = metadata.get("event_payload") or {}
+            if metadata.get("event_type") == RELAY_EVENT and isinstance(payload, dict):
+                copies[str(payload.get("turn"))] = str(message["ts"])
+        self._copies = copies
+        return copies
+
+    async def _report(self, relayed: Relayed, sequence: int, ids: list[str]) -> None:
+        await self.out.client.report_delivery(
+            self.thread_id,
+            sequence=sequence,
+            turn=relayed.turn_id,
+            status="delivered",
+            platform_ids=ids,
+        )
 
     def _add_text(self, answer: Answer, event: ArtifactEvent) -> None:
         artifact = event.artifact

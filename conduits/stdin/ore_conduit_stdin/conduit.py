@@ -115,6 +115,7 @@ class StdinConduit(Conduit):
     name: ClassVar[str] = "stdin"
     description: ClassVar[str] = "Terminal chat: streamed Markdown replies; piped input works too"
     config_model: ClassVar[type[ConduitConfig]] = StdinConfig
+    conversation_key: ClassVar[str] = "id"
     # A terminal shows text as it comes: deltas every 30 ms, not the core's 100 ms.
     capabilities: ClassVar[Capabilities] = Capabilities(
         streaming=True, markup="markdown", delta_interval=0.03

@@ -4,6 +4,10 @@ Every message is sent with a fresh W3C `traceparent` in its context. The core co
 the context onto every output event the message causes, so the `lifecycle` `done`
 that ends *this* turn is recognised exactly: a late `done` of an earlier interrupt, or
 of another terminal chatting on the same thread, never ends it early.
+
+On a thread linked to other endpoints (bridging, `ore chat --attach`), their messages
+are shown as notices with the sender's label (`Ana (slack): hi`) as the feed brings
+them: what came while the terminal waited for input shows at the next message.
 """
 
 from __future__ import annotations
@@ -22,13 +26,22 @@ from ore_core import (
     LifecycleEvent,
     NoticeEvent,
     OutputEvent,
+    PropertiesEvent,
     Role,
     SessionSwitchEvent,
     Severity,
     TurnCompleteEvent,
     UserMessageEvent,
 )
-from ore_core.conduit import BusError, ConduitClient, EventFeed
+from ore_core.conduit import (
+    ApiError,
+    BusError,
+    ConduitClient,
+    Delivery,
+    EventFeed,
+    SettingsCache,
+    classify,
+)
 
 __all__ = ["ChatSession", "TurnResult", "View", "new_traceparent"]
 
@@ -94,6 +107,7 @@ class ChatSession:
         self._interrupts: set[asyncio.Task[None]] = set()
         self._running = False
         self._interrupted = False
+        self._settings = SettingsCache()
 
     @property
     def thread_id(self) -> str:
@@ -124,6 +138,13 @@ class ChatSession:
         feed = self._client.events(self._thread_id)
         await feed.start()
         self._feed = feed
+        try:
+            info = await self._client.get_thread(self._thread_id)
+        except ApiError as exc:
+            if exc.status != 404:  # 404: created by the first message, never linked yet
+                raise
+        else:
+            self._settings.load(self._thread_id, info.metadata)
 
     async def turn(self, text: str, view: View) -> TurnResult:
         """Send `text` and show what it causes until the core reports it handled."""
@@ -134,7 +155,9 @@ class ChatSession:
         message = UserMessageEvent(
             id=f"{name}-{secrets.token_hex(16)}",
             content=text,
-            context=EventContext(provenance=name, user=self._user, traceparent=trace),
+            context=EventContext(
+                provenance=name, user=self._user, user_name=self._user, traceparent=trace
+            ),
         )
         result = TurnResult()
         self._running = True
@@ -152,6 +175,8 @@ class ChatSession:
                     break  # the message was dropped before it started: no `done` of its own
                 if ours or not context.provenance:
                     self._observe(event, result, view)
+                elif context.provenance != name or isinstance(event, PropertiesEvent):
+                    self._relay(delivery, view)
             else:
                 raise BusError(f"the event feed of thread {self._thread_id} closed mid-turn")
         finally:
@@ -171,6 +196,22 @@ class ChatSession:
             and context.provenance == self._client.namespace
             and not context.traceparent
         )
+
+    def _relay(self, delivery: Delivery, view: View) -> None:
+        """Another endpoint's event on a linked thread: its messages with their label."""
+        event = delivery.event
+        if isinstance(event, PropertiesEvent):
+            self._settings.update(delivery.thread_id, event)
+            return
+        relayed = classify(delivery, self._client.namespace, self._settings.get(self._thread_id))
+        if relayed.action in ("relayed", "edited"):
+            edited = " (edited)" if relayed.action == "edited" else ""
+            view.show(NoticeEvent(content=relayed.shown + edited, severity=Severity.INFO))
+        elif relayed.action in ("deleted", "delivery"):
+            text = relayed.text or f"a message from {relayed.origin} was deleted"
+            view.show(NoticeEvent(content=text, severity=Severity.WARN))
+        elif relayed.action == "answer" and relayed.origin != "app":
+            view.show(event)  # the gateway answers all: another endpoint's answer
 
     def _observe(self, event: OutputEvent, result: TurnResult, view: View) -> None:
         if isinstance(event, TurnCompleteEvent) and event.turn.role == Role.USER:

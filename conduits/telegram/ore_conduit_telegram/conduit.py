@@ -19,6 +19,7 @@ from aiohttp import web
 
 from ore_conduit_telegram.api import BotApi, Limits, TelegramError
 from ore_conduit_telegram.config import ENV_TOKEN, MissingToken, TelegramConfig
+from ore_conduit_telegram.ids import THREAD_KEY
 from ore_conduit_telegram.inbound import Identity, Inbound, poll
 from ore_conduit_telegram.outbound import Notes, Outbound
 from ore_conduit_telegram.state import State
@@ -49,6 +50,7 @@ class TelegramConduit(Conduit):
         "Telegram (long polling or a webhook): a chat, reply chain or topic is an ore thread"
     )
     config_model = TelegramConfig
+    conversation_key = THREAD_KEY
     capabilities = Capabilities(
         edit=True,
         delete=True,

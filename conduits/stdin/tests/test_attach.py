@@ -1,0 +1,57 @@
+"""`ore chat --attach CONDUIT:KEY` (issue 29): the terminal joins a platform
+conversation's thread, and what is typed there shows on the platform with its label.
+`ore chat` is a real process; the core and the platform's conduit client are real."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from ore_core import TurnProcessor
+from ore_core.conduit import ConduitClient, SettingsCache, classify
+from ore_core.events import LifecycleEvent
+from ore_core.session.echo import EchoProcessor
+
+RunChat = Callable[..., subprocess.CompletedProcess[str]]
+
+pytestmark = pytest.mark.slow
+
+
+async def test_a_terminal_attached_to_a_conversation_shows_there_with_its_label(
+    start_core: Callable[[TurnProcessor], Awaitable[None]],
+    ore_nats_url: str,
+    run_chat: RunChat,
+) -> None:
+    await start_core(EchoProcessor())
+    env = {"ORE_LOAD_PLUGINS": "ore-conduit-stdin,ore-conduit-nats", "USER": "ana"}
+    async with await ConduitClient.connect(ore_nats_url, name="nats") as platform:
+        thread, _ = await platform.lookup_or_create("nats.channel", "room")
+        async with platform.events(thread) as feed:
+            done = await asyncio.to_thread(
+                run_chat,
+                "--attach",
+                "nats:room",
+                "--nats",
+                ore_nats_url,
+                input="hello from the terminal\n",
+                env=env,
+            )
+            assert done.returncode == 0, done.stderr
+            async for delivery in feed:
+                relayed = classify(delivery, "nats", SettingsCache().get(thread))
+                if relayed.action == "relayed":
+                    break
+                event = delivery.event
+                assert not (isinstance(event, LifecycleEvent) and event.phase == "done")
+    assert relayed.text == "hello from the terminal"
+    assert relayed.label.endswith("(stdin)")
+    assert f"Attached to thread {thread}" in done.stderr
+
+
+async def test_attach_without_a_running_core_is_refused(run_chat: RunChat) -> None:
+    done = await asyncio.to_thread(run_chat, "--attach", "stdin:id=t1", input="")
+    assert done.returncode != 0
+    assert "--attach joins a thread of a running `ore serve`" in done.stderr

@@ -1,0 +1,222 @@
+"""Three conduits in one bridge (issue 29), counted per endpoint.
+
+`ore conduit slack` (on its fake Slack) and `ore conduit nats` run as real processes,
+the terminal is an SDK client of namespace `stdin`; the core is a real CoreService on
+the test's nats-server. One Slack thread is linked (by the admin API, `answer = none`:
+a pure human relay) to the NATS channel `room` and to the terminal. Each endpoint sends
+N messages; each endpoint must show every other endpoint's messages exactly once, in
+the order they were sent, labelled, and none of its own. Counted per endpoint: sent,
+delivered, lost, doubled, echoed to the origin, out of order (all zero but sent and
+delivered); printed with -s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nats
+import pytest
+from nats.aio.msg import Msg
+
+from ore_conduit_slack.testing import FakeSlack
+from ore_core import Manager
+from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.service import CoreService
+from ore_core.bus.streams import BusConfig
+from ore_core.conduit import ConduitClient, SettingsCache, classify
+from ore_core.session.echo import EchoProcessor
+from ore_core.session.stores.memory import MemoryStore
+from ore_core.testing.conduit_process import ConduitProcess
+
+pytestmark = pytest.mark.slow
+
+CHANNEL = "CGENERAL"
+ROOM = "room"
+N = 10  # messages per endpoint
+PATIENCE = 60.0
+ENDPOINTS = ("slack", "nats", "stdin")
+_SHOWN = re.compile(r"^(?P<name>\S+) \((?P<conduit>[a-z]+)\): (?P<origin>[a-z]+) (?P<n>\d+)$")
+
+
+@dataclass
+class Shown:
+    """What one endpoint displayed of relayed messages, in order."""
+
+    lines: list[str] = field(default_factory=list)
+
+    def counts(self, endpoint: str) -> dict[str, int]:
+        parsed = [m for m in map(_SHOWN.match, self.lines) if m is not None]
+        others = [o for o in ENDPOINTS if o != endpoint]
+        expected = {f"{origin} {n}" for origin in others for n in range(N)}
+        seen = Counter(f"{m['origin']} {m['n']}" for m in parsed if m["origin"] != endpoint)
+        out_of_order = 0
+        for origin in others:
+            numbers = [int(m["n"]) for m in parsed if m["origin"] == origin]
+            out_of_order += sum(1 for a, b in itertools.pairwise(numbers) if b <= a)
+        return {
+            "delivered": len(set(seen) & expected),
+            "lost": len(expected - set(seen)),
+            "doubled": sum(count - 1 for count in seen.values()),
+            "echoed": sum(1 for m in parsed if m["origin"] == endpoint),
+            "mislabelled": sum(1 for m in parsed if m["conduit"] != m["origin"]),
+            "out_of_order": out_of_order,
+        }
+
+
+def isolated(tmp_path: Path, plugin: str) -> dict[str, str]:
+    """A conduit process's environment: its own plugin, state and config dirs."""
+    return {
+        "ORE_LOAD_PLUGINS": plugin,
+        "XDG_STATE_HOME": str(tmp_path / plugin / "state"),
+        "XDG_CONFIG_HOME": str(tmp_path / plugin / "config"),
+    }
+
+
+@pytest.fixture
+async def core(ore_nats_server: EmbeddedNatsServer) -> AsyncIterator[CoreService]:
+    service = CoreService(
+        Manager(MemoryStore(), EchoProcessor()),
+        servers=[ore_nats_server.url],
+        config=BusConfig(partitions=2),
+        reconnect_wait=0.05,
+    )
+    await service.start()
+    yield service
+    await service.stop(grace=0)
+
+
+@pytest.mark.parametrize("fault", ["none", "kill_slack"])
+async def test_three_endpoints_each_show_the_others_once_in_order_and_never_their_own(
+    core: CoreService, ore_nats_server: EmbeddedNatsServer, tmp_path: Path, fault: str
+) -> None:
+    """With `kill_slack`, the Slack conduit is killed (kill -9) while it posts copies,
+    the terminal and NATS go on sending, and it catches up when started again."""
+    url = ore_nats_server.url
+    changed = asyncio.Condition()  # notified whenever the NATS side or the terminal shows
+
+    async def shown_now() -> None:
+        async with changed:
+            changed.notify_all()
+
+    async def until(condition: Callable[[], bool]) -> None:
+        async with asyncio.timeout(PATIENCE), changed:
+            await changed.wait_for(condition)
+
+    fake = await FakeSlack().start()
+    slack = ConduitProcess(
+        "slack",
+        url,
+        tmp_path / "slack.log",
+        fake.conduit_settings(),
+        env=isolated(tmp_path, "ore-conduit-slack"),
+    )
+    bridge = ConduitProcess(
+        "nats",
+        url,
+        tmp_path / "nats.log",
+        {"output": "json"},
+        env=isolated(tmp_path, "ore-conduit-nats"),
+    )
+    raw = await nats.connect(url)
+    terminal = await ConduitClient.connect(url, name="stdin", request_timeout=10.0)
+    shown = {endpoint: Shown() for endpoint in ENDPOINTS}
+    try:
+        slack.start()
+        bridge.start()
+        await fake.wait_connected(1, PATIENCE)
+        root = await fake.user_says(CHANNEL, "start")
+        await fake.wait_until(lambda: len(fake.answers(CHANNEL, root.ts)) == 1, PATIENCE)
+        (thread,) = (await terminal.admin_call("threads.list", {"namespace": "slack"}))["threads"]
+        for link in (
+            {"namespace": "nats", "key": "nats.channel", "value": ROOM},
+            {"namespace": "stdin", "key": "id", "value": thread},
+        ):
+            body = {"thread": thread, "endpoint": link, "answer": "none"}
+            await terminal.admin_call("links.add", body)
+
+        async def on_room(msg: Msg) -> None:
+            body = json.loads(msg.data)
+            if "relayed" in body:
+                shown["nats"].lines.append(body["relayed"])
+                await shown_now()
+
+        await raw.subscribe(f"bridge.{ROOM}.out", cb=on_room)
+        settings = SettingsCache()
+        settings.load(thread, (await terminal.get_thread(thread)).metadata)
+
+        async def read_terminal() -> None:
+            async with terminal.events(thread) as feed:
+                async for delivery in feed:
+                    relayed = classify(delivery, "stdin", settings.get(thread))
+                    if relayed.action == "relayed":
+                        shown["stdin"].lines.append(relayed.shown)
+                        await shown_now()
+
+        reader = asyncio.create_task(read_terminal())
+
+        async def send_nats(n: int) -> None:
+            message = {"text": f"nats {n}", "id": f"n{n}", "name": "bo"}
+            await raw.publish(f"bridge.{ROOM}.in", json.dumps(message).encode())
+            await raw.flush()
+
+        # The NATS conduit learns the channel's thread from its own first message.
+        await send_nats(0)
+        await fake.wait_until(
+            lambda: "bo (nats): nats 0" in fake.rendered_thread(CHANNEL, root.ts), PATIENCE
+        )
+
+        async def from_slack() -> None:
+            for n in range(N):
+                await fake.user_says(CHANNEL, f"slack {n}", thread_ts=root.ts, user="UANA")
+
+        async def from_nats() -> None:
+            for n in range(1, N):
+                await send_nats(n)
+
+        async def from_terminal(numbers: range) -> None:
+            for n in numbers:
+                await terminal.send(thread, f"stdin {n}", id=f"s{n}", user_name="cy")
+
+        await asyncio.gather(from_slack(), from_nats(), from_terminal(range(N // 2)))
+        if fault == "kill_slack":
+            slack.kill()  # copies of the messages above are being posted now
+        await from_terminal(range(N // 2, N))
+        if fault == "kill_slack":
+            slack.start()
+            await fake.wait_connected(2, PATIENCE)
+
+        def slack_lines() -> list[str]:
+            return fake.rendered_thread(CHANNEL, root.ts)
+
+        def complete(endpoint: str) -> bool:
+            if endpoint == "slack":
+                shown["slack"].lines = slack_lines()
+            return shown[endpoint].counts(endpoint)["delivered"] == 2 * N
+
+        await fake.wait_until(lambda: complete("slack"), PATIENCE)
+        await until(lambda: complete("nats") and complete("stdin"))
+        reader.cancel()
+        counts = {e: shown[e].counts(e) for e in ENDPOINTS}
+        print(json.dumps(counts, indent=1))
+        for endpoint, tally in counts.items():
+            assert tally == {
+                "delivered": 2 * N,
+                "lost": 0,
+                "doubled": 0,
+                "echoed": 0,
+                "mislabelled": 0,
+                "out_of_order": 0,
+            }, endpoint
+    finally:
+        await terminal.close()
+        await raw.close()
+        await bridge.astop()
+        await slack.astop()
+        await fake.close()
