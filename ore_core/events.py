@@ -193,11 +193,16 @@ def _lacks_metadata(value: dict[str, str]) -> bool:
     return not value
 
 
+def _answered(value: bool) -> bool:
+    return value  # the default: left off the wire
+
+
 class UserMessageEvent(_Event):
     """A user wrote something. `id` de-duplicates redelivery (set it from the platform id).
 
     `metadata` may name the turn this message edits (`edit_of`) or replies to
-    (`reply_to`); both are recorded on the user turn (issue 29).
+    (`reply_to`); both are recorded on the user turn (issue 29). `answer` false records
+    the message without asking the processor (an edit saved without a new answer).
     """
 
     model_config = _STRICT_INGRESS
@@ -208,6 +213,7 @@ class UserMessageEvent(_Event):
     metadata: Annotated[
         dict[str, str], AfterValidator(_check_message_metadata), Field(exclude_if=_lacks_metadata)
     ] = Field(default_factory=dict)
+    answer: Annotated[bool, Field(exclude_if=_answered)] = True
     context: _Context = _NO_CONTEXT
 
 
@@ -628,6 +634,7 @@ _TURN_COMPLETE_HEAD = b'{"kind":"turn_complete","turn":'
 _USER_MESSAGE_HEAD = b'{"kind":"user_message","id":'
 _CONTENT_KEY = b',"content":'
 _METADATA_KEY = b',"metadata":'
+_NO_ANSWER = b',"answer":false'
 # Artifacts whose JSON is `{"kind": KIND, "content": <str>}`: their events skip pydantic
 # and `to_dict` (exact classes only: a subclass may write more).
 _CONTENT_HEADS: dict[type[Artifact], bytes] = {
@@ -710,6 +717,7 @@ def encode_event(event: IngressEvent | OutputEvent) -> bytes:
             + _CONTENT_KEY
             + _dumps(event.content)  # type: ignore[union-attr]
             + (_METADATA_KEY + _dumps(event.metadata) if event.metadata else b"")  # type: ignore[union-attr]
+            + (b"" if event.answer else _NO_ANSWER)  # type: ignore[union-attr]
             + _context_tail(event.context)
         )
     return event.__pydantic_serializer__.to_json(event)

@@ -90,6 +90,10 @@ def field_types(cls: type) -> dict[str, Any]:
 def every_field_set(cls: type) -> Any:
     """An instance of `cls` with every field (and every field of those) set."""
     values = {name: value_for(annotation, name) for name, annotation in field_types(cls).items()}
+    if issubclass(cls, BaseModel):  # a flag is set to what its default is not
+        for name, field in cls.model_fields.items():
+            if isinstance(field.default, bool):
+                values[name] = not field.default
     return cls(**values)
 
 

@@ -488,6 +488,7 @@ class ConduitClient:
         id: str | None = None,
         user: str | None = None,
         user_name: str | None = None,
+        answer: bool = True,
     ) -> Sent:
         """Send a user message to the thread (created on first message if unknown).
 
@@ -496,10 +497,13 @@ class ConduitClient:
         not started yet) reuse the id, for up to `send_deadline` seconds. The event's
         provenance is the namespace (the core refuses any other). `user_name` is the
         sender's display name: linked endpoints label the relayed message with it.
+        `answer` false records the message without asking the processor.
         """
         if isinstance(message, UserMessageEvent):
-            if id is not None or user is not None or user_name is not None:
-                raise ValueError("set id, user and user_name on the UserMessageEvent itself")
+            if id is not None or user is not None or user_name is not None or not answer:
+                raise ValueError(
+                    "set id, user, user_name and answer on the UserMessageEvent itself"
+                )
             event = message
         else:
             context = (
@@ -507,7 +511,9 @@ class ConduitClient:
                 if user or user_name
                 else self._context
             )
-            event = UserMessageEvent(id=id or new_event_id(), content=message, context=context)
+            event = UserMessageEvent(
+                id=id or new_event_id(), content=message, answer=answer, context=context
+            )
         return await self._publish(thread_id, event)
 
     async def interrupt(self, thread_id: str, *, id: str | None = None) -> Sent:

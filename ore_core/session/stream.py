@@ -457,8 +457,8 @@ class Stream(ThreadOps):
         follow it the message is recorded again at the tip and answered there, late
         rather than never.
         """
-        # A relay without answers (`answer = "none"`): recorded is handled.
-        replay = self._redeliveries.replay(self._thread, event, handled=self._relay_only)
+        # A relay without answers, or a message saved unanswered: recorded is handled.
+        replay = self._redeliveries.replay(self._thread, event, handled=self._unanswered(event))
         if replay is not None:
             for announced in replay:
                 self.publish(announced)
@@ -487,17 +487,16 @@ class Stream(ThreadOps):
         """
         self._redeliveries.announce_again(event_ids)
 
-    @property
-    def _relay_only(self) -> bool:
-        """The thread's links say nobody answers (`ore.gateway.answer` = `none`)."""
-        return self._thread.meta().get(GATEWAY_ANSWER_KEY) == "none"
+    def _unanswered(self, event: UserMessageEvent) -> bool:
+        """The message asks for no answer, or the thread's links say nobody answers."""
+        return not event.answer or self._thread.meta().get(GATEWAY_ANSWER_KEY) == "none"
 
     async def _run_processor(self, event: UserMessageEvent) -> None:
         tip = self._thread.get_turn(self._thread.current_tip)
         if tip is None or tip.role != Role.USER:
             return
-        if self._relay_only:
-            return  # a pure human relay (a gateway with `answer = "none"`): no model call
+        if self._unanswered(event):
+            return  # saved unanswered, or a pure human relay (`answer = "none"`): no model call
         ctx = TurnContext(
             self.publish,
             self._thread,

@@ -68,9 +68,11 @@ class Rename(BaseModel):
 
 class NewMessage(BaseModel):
     """A user message. `parent_id` edits: the message goes after that turn (a branch;
-    `""` before the first turn). `client_id` makes a retried request count once."""
+    `""` before the first turn). `answer` false saves it without asking the model (an
+    edit kept as it is). `client_id` makes a retried request count once."""
 
     text: str = Field(min_length=1)
+    answer: bool = True
     parent_id: str | None = Field(default=None, pattern=_TURN)
     client_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]{1,64}$")
 
@@ -309,7 +311,12 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
                 f"{config.max_message_length} are accepted",
             )
         event_id = await threads.send(
-            user, thread_id, body.text, parent_id=body.parent_id, client_id=body.client_id
+            user,
+            thread_id,
+            body.text,
+            parent_id=body.parent_id,
+            client_id=body.client_id,
+            answer=body.answer,
         )
         return Sent(event_id=event_id)
 

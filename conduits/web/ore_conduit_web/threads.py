@@ -178,16 +178,18 @@ class WebThreads:
         *,
         parent_id: str | None = None,
         client_id: str | None = None,
+        answer: bool = True,
     ) -> str:
         """Send a user message (after `parent_id`: an edit, which branches); its event id.
 
-        `client_id` makes a retried request count once.
+        `client_id` makes a retried request count once; `answer` false records the
+        message without an answer (an edit saved as it is).
         """
         info = await self.owned(user, thread_id)
         if parent_id is not None:
             await self._fork(thread_id, parent_id)
         event_id = f"web-m-{client_id}" if client_id else new_event_id()
-        await self._send(user, info, text, event_id)
+        await self._send(user, info, text, event_id, answer=answer)
         return event_id
 
     async def regenerate(self, user: str, thread_id: str, turn_id: str) -> str:
@@ -228,9 +230,11 @@ class WebThreads:
         await self.owned(user, thread_id)
         await self.client.interrupt(thread_id)
 
-    async def _send(self, user: str, info: ThreadInfo, text: str, event_id: str) -> None:
+    async def _send(
+        self, user: str, info: ThreadInfo, text: str, event_id: str, *, answer: bool = True
+    ) -> None:
         self.hub.note_sent(info.id, event_id, text)
-        await self.client.send(info.id, text, id=event_id, user=user)
+        await self.client.send(info.id, text, id=event_id, user=user, answer=answer)
         if not info.metadata.get(TITLE):
             await self.client.set_metadata(info.id, TITLE, " ".join(text.split())[:_TITLE_LENGTH])
             self.hub.notify(info.id, "title")

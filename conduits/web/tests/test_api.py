@@ -193,6 +193,22 @@ async def test_an_edit_branches_and_both_versions_are_siblings(http: httpx.Async
     assert edited["siblings"] == [question, after["path"][0]]
 
 
+async def test_an_edit_saved_without_an_answer_branches_and_asks_no_model(
+    http: httpx.AsyncClient,
+) -> None:
+    thread_id = await new_thread(http)
+    await converse(http, thread_id, "E2E_COUNTED_REPLY:kept")
+    question = (await tree(http, thread_id))["path"][0]
+    events = await converse(http, thread_id, "E2E_COUNTED_REPLY:kept", parent_id="", answer=False)
+    after = await tree(http, thread_id)
+    assert path_texts(after) == ["E2E_COUNTED_REPLY:kept"]
+    assert [d["kind"] for _, d in events.stored()] == ["turn_complete", "lifecycle"]
+    edited = next(v for v in after["turns"] if v["id"] == after["path"][0])
+    assert edited["siblings"] == [question, after["path"][0]]
+    await converse(http, thread_id, "E2E_COUNTED_REPLY:kept")  # the model's next call
+    assert path_texts(await tree(http, thread_id))[-1] == "kept #2"  # not #3: none between
+
+
 async def test_regenerate_adds_a_sibling_answer_to_the_same_question(
     http: httpx.AsyncClient,
 ) -> None:

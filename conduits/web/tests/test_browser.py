@@ -179,6 +179,21 @@ async def test_an_edit_branches_and_the_arrows_switch_versions(
     await expect(page.locator("article.user").first.get_by_role("status")).to_have_text("1 / 2")
 
 
+async def test_an_edit_saved_without_an_answer_shows_the_question_alone(
+    page: Page, screenshots: Path
+) -> None:
+    await say(page, "E2E_REPLY:an answer")
+    await expect(page.locator("article.assistant .body")).to_have_text(["an answer"])
+    await page.get_by_label("Edit message").click()
+    await page.get_by_label("Edit message", exact=True).fill("E2E_REPLY:kept as typed")
+    await page.get_by_label("Save edit without an answer").click()
+    question = page.locator("article.user").first
+    await expect(question.get_by_role("status")).to_have_text("2 / 2")
+    await expect(question).to_contain_text("E2E_REPLY:kept as typed")
+    await expect(page.locator("article.assistant")).to_have_count(0)
+    await page.screenshot(path=screenshots / "edit-saved.png")
+
+
 async def test_regenerate_shows_a_sibling_answer(page: Page) -> None:
     await say(page, "E2E_COUNTED_REPLY:pick")
     await expect(page.locator("article.assistant .body")).to_have_text(["pick #1"])

@@ -250,9 +250,10 @@ function renderTurn(view) {
     area.addEventListener("keydown", (event) => {
       if (event.key === "Escape") { state.editing = null; render(); }
     });
-    const save = button("Save and answer", "Save and answer", () => edit(view, area.value));
+    const keep = button("Save edit without an answer", "Save", () => edit(view, area.value, false));
+    const save = button("Save and answer", "Save and answer", () => edit(view, area.value, true));
     const cancel = button("Cancel edit", "Cancel", () => { state.editing = null; render(); });
-    body.append(area, save, cancel);
+    body.append(area, keep, save, cancel);
     setTimeout(() => area.focus(), 0);
   } else if (view.role === "assistant") {
     body.innerHTML = OreMarkdown.render(view.text);
@@ -363,12 +364,12 @@ async function regenerate(turnId) {
   await attempt(() => api("POST", `/api/threads/${state.threadId}/regenerate`, { turn_id: turnId }));
 }
 
-async function edit(view, text) {
+async function edit(view, text, answer) {
   if (!text.trim()) return;
   state.error = null;
   state.stopped = false;
   const sent = await attempt(() => api("POST", `/api/threads/${state.threadId}/messages`, {
-    text, parent_id: view.parent_id, client_id: clientId(),
+    text, parent_id: view.parent_id, client_id: clientId(), answer,
   }));
   if (sent) { state.editing = null; reloadTree(); }
 }
