@@ -57,6 +57,8 @@ def value_for(annotation: Any, name: str) -> Any:
         return get_args(annotation)[-1]
     if origin is tuple and get_args(annotation)[1:] == (Ellipsis,):
         item = get_args(annotation)[0]
+        if name == "images":  # validated: a data URL or an http(s) URL
+            return ("data:image/png;base64,iVBORw0KGgo=", "https://example.com/a.png")
         if item is Artifact:
             return (Text(f'{name} "é"'), Reasoning(f"{name} ☃"))
         return (value_for(item, name),)

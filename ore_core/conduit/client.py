@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
@@ -442,21 +442,26 @@ class ConduitClient:
         *,
         id: str | None = None,
         user: str | None = None,
+        images: Sequence[str] = (),
     ) -> Sent:
         """Send a user message to the thread (created on first message if unknown).
 
         Pass the platform's message id as `id`: a message sent twice with one id is
         stored once (`Sent.duplicate` says so). Retries (timeouts, reconnects, core
         not started yet) reuse the id, for up to `send_deadline` seconds. The event's
-        provenance is the namespace (the core refuses any other).
+        provenance is the namespace (the core refuses any other). `images` are
+        `data:image/...;base64,` or http(s) URLs (see UserMessageEvent); the whole
+        event must fit the core's ingress limit (`nats.max_payload`, else `too_large`).
         """
         if isinstance(message, UserMessageEvent):
-            if id is not None or user is not None:
-                raise ValueError("set id and user on the UserMessageEvent itself")
+            if id is not None or user is not None or images:
+                raise ValueError("set id, user and images on the UserMessageEvent itself")
             event = message
         else:
             context = EventContext(provenance=self.namespace, user=user) if user else self._context
-            event = UserMessageEvent(id=id or new_event_id(), content=message, context=context)
+            event = UserMessageEvent(
+                id=id or new_event_id(), content=message, images=tuple(images), context=context
+            )
         return await self._publish(thread_id, event)
 
     async def interrupt(self, thread_id: str, *, id: str | None = None) -> Sent:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from ore_core.artifacts import Artifact, Text
+from ore_core.artifacts import Artifact, Image, Text
 from ore_core.errors import (
     Interrupted,
     MessageRejected,
@@ -366,15 +366,18 @@ class Stream:
         if not isinstance(item.event, UserMessageEvent):
             return item
         parts = [item.event.content]
+        images = list(item.event.images)
         merged: list[_Pending] = []
         while self._queue and isinstance(self._queue[0].event, UserMessageEvent):
             later = self._queue.popleft()
             assert isinstance(later.event, UserMessageEvent)
             parts.append(later.event.content)
+            images.extend(later.event.images)
             merged.append(later)
         if merged:
             item.merged = tuple(merged)
-            item.event = item.event.model_copy(update={"content": "\n\n".join(parts)})
+            update = {"content": "\n\n".join(parts), "images": tuple(images)}
+            item.event = item.event.model_copy(update=update)
         return item
 
     async def _handle(self, item: _Pending) -> None:
@@ -508,7 +511,8 @@ class Stream:
         While the store is failing it is saved first instead: a store still down gives
         the message up here, before the processor spends a model call on it.
         """
-        user_turn = self._thread.append(Role.USER, Text(event.content), event_id=event.id)
+        images = (Image(url) for url in event.images)
+        user_turn = self._thread.append(Role.USER, Text(event.content), *images, event_id=event.id)
         if not self._health.usable:
             await self._save_thread()
         self.publish(TurnCompleteEvent.of(user_turn, event.context))
