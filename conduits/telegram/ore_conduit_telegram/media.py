@@ -58,10 +58,12 @@ class Media:
 
 
 def _size(size: int) -> str:
-    """Bytes for people: `700 KB`, `1.5 MB`."""
+    """Bytes for people: `500 bytes`, `700 KB`, `1.5 MB`."""
     if size >= 1024 * 1024:
         return f"{size / (1024 * 1024):.1f} MB"
-    return f"{max(size // 1024, 1)} KB"
+    if size >= 1024:
+        return f"{size // 1024} KB"
+    return f"{size} bytes"
 
 
 def _too_large(what: str, limit: int) -> str:

@@ -4,6 +4,7 @@ the conduit's log."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from typing import TYPE_CHECKING, Any
 
@@ -63,7 +64,7 @@ async def test_a_photo_with_no_size_under_the_cap_gets_a_notice_and_its_caption_
 ) -> None:
     await tg_model.start(max_image_bytes=50)
     await tg_model.fake.user_sends_photo(DM, [SMALL, LARGE], "what is this?")
-    await tg_model.shows(DM, ["I did not read the photo: it is larger than 1 KB.", "seen"])
+    await tg_model.shows(DM, ["I did not read the photo: it is larger than 50 bytes.", "seen"])
     assert last_user_content(model) == "what is this?"
     assert tg_model.fake.downloads == []
 
@@ -157,3 +158,41 @@ async def test_the_bot_token_reaches_neither_the_model_nor_the_conduits_log(
     assert token not in repr(logs)
     assert token.split(":")[1] not in repr(model.requests)
     assert jpeg(LARGE) in repr(model.requests)
+
+
+async def test_a_photo_as_large_as_the_default_cap_fits_the_cores_ingress_limit(
+    tg_model: Harness, model: MockOpenAIServer
+) -> None:
+    await tg_model.start()
+    largest = b"\xff\xd8\xff" + bytes(range(256)) * (700 * 4) + b"\xff\xd9"
+    largest = largest[: 700 * 1024]  # max_image_bytes' default, exactly
+    await tg_model.fake.user_sends_photo(DM, [SMALL, largest], "big")
+    await tg_model.shows(DM, ["seen"])
+    assert last_user_content(model)[1] == {"type": "image_url", "image_url": {"url": jpeg(largest)}}
+
+
+async def test_an_image_document_over_the_cap_gets_a_notice_and_is_not_downloaded(
+    tg_model: Harness, model: MockOpenAIServer
+) -> None:
+    await tg_model.start(max_image_bytes=1000)
+    await tg_model.fake.user_sends_file(
+        DM, LARGE, "and this?", file_name="b.png", mime_type="image/png"
+    )
+    await tg_model.shows(DM, ["I did not read b.png: it is larger than 1000 bytes.", "seen"])
+    assert last_user_content(model) == "and this?"
+    assert tg_model.fake.calls("getFile") == []
+
+
+async def test_an_edited_caption_is_answered_again_with_its_photo(
+    tg_model: Harness, model: MockOpenAIServer
+) -> None:
+    await tg_model.start()
+    message = await tg_model.fake.user_sends_photo(DM, [SMALL], "what is this?")
+    await tg_model.shows(DM, ["seen"])
+    await tg_model.fake.user_edits(message, "what colour is it?")
+    async with asyncio.timeout(10):
+        await model.wait_for_requests(2)
+    assert last_user_content(model) == [
+        {"type": "text", "text": "what colour is it?"},
+        {"type": "image_url", "image_url": {"url": jpeg(SMALL)}},
+    ]
