@@ -451,7 +451,8 @@ class ConduitClient:
         not started yet) reuse the id, for up to `send_deadline` seconds. The event's
         provenance is the namespace (the core refuses any other). `images` are
         `data:image/...;base64,` or http(s) URLs (see UserMessageEvent); the whole
-        event must fit the core's ingress limit (`nats.max_payload`, else `too_large`).
+        event must fit the core's ingress limit (`nats.max_payload`): a larger one
+        raises ApiError 413 `too_large` at once.
         """
         if isinstance(message, UserMessageEvent):
             if id is not None or user is not None or images:
@@ -484,6 +485,14 @@ class ConduitClient:
         payload = encode_event(event)
         msg_id = _message_id(self._keyed, self.namespace, thread_id, event.id)
         header = self._ingress_block(event.kind, msg_id, event.context.traceparent)
+        if len(payload) + len(header) > self._nc.max_payload:  # never retried: it never fits
+            raise ApiError(
+                413,
+                "too_large",
+                f"{event.kind} {event.id} is {len(payload)} bytes, over the server's "
+                f"max_payload of {self._nc.max_payload} bytes",
+                subject=subject,
+            )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._send_deadline
         pause = 0.05

@@ -60,6 +60,10 @@ log = structlog.get_logger("ore.conduit.telegram")
 _RETRY_MAX = 5.0
 _FORK_PATIENCE = 10.0  # seconds an edit waits for the interrupted answer to end
 NEW_CONVERSATION = "New conversation started."
+TOO_LARGE_FOR_BUS = (
+    "I did not read the image: it is too large for ore's message limit (lower "
+    "max_image_bytes or raise nats.max_payload)."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,7 +320,19 @@ class Inbound:
             await self.client.interrupt(thread_id, id=event)
             return
         await self.state.set_asked(traceparent_of(event), message.message_id)
-        await self.client.send(thread_id, self._event(message, event, text, images))
+        await self._send(thread_id, message, self._event(message, event, text, images))
+
+    async def _send(self, thread_id: str, message: _Message, event: UserMessageEvent) -> None:
+        """Send `event`; one too large for the bus (its images) goes without its images,
+        with a notice, so the caption is never lost."""
+        try:
+            await self.client.send(thread_id, event)
+        except ApiError as exc:
+            if exc.code != "too_large" or not event.images:
+                raise
+            await self._note(message, "file", TOO_LARGE_FOR_BUS)
+            if event.content:
+                await self.client.send(thread_id, event.model_copy(update={"images": ()}))
 
     async def _note(self, message: _Message, what: str, text: str) -> None:
         note_id = f"{what}:{message.chat}:{message.message_id}"
@@ -348,7 +364,7 @@ class Inbound:
         await self.client.interrupt(thread_id)
         await self._fork(thread_id, latest.parent_id)
         await self.state.set_asked(traceparent_of(branch), message.message_id)
-        await self.client.send(thread_id, self._event(message, branch, text, images))
+        await self._send(thread_id, message, self._event(message, branch, text, images))
 
     async def _fork(self, thread_id: str, turn_id: str) -> None:
         """Move the tip before the edited message, once the interrupted turn has ended."""

@@ -196,3 +196,19 @@ async def test_an_edited_caption_is_answered_again_with_its_photo(
         {"type": "text", "text": "what colour is it?"},
         {"type": "image_url", "image_url": {"url": jpeg(SMALL)}},
     ]
+
+
+async def test_an_image_too_large_for_the_bus_gets_a_notice_and_its_caption_an_answer(
+    tg_model: Harness, model: MockOpenAIServer
+) -> None:
+    await tg_model.start(max_image_bytes=2 * 1024 * 1024)  # over what 1 MiB can carry
+    await tg_model.fake.user_sends_photo(DM, [b"\xff\xd8\xff" + b"x" * (900 * 1024)], "huge")
+    await tg_model.shows(
+        DM,
+        [
+            "I did not read the image: it is too large for ore's message limit (lower "
+            "max_image_bytes or raise nats.max_payload).",
+            "seen",
+        ],
+    )
+    assert last_user_content(model) == "huge"
