@@ -42,6 +42,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from ore_core.endpoint import Answer, Direction, Endpoint, EndpointError
 from ore_core.errors import SECRET_MASK, OreError, describe_validation_error
 from ore_core.session.policy import DoubleTexting
 
@@ -49,6 +50,8 @@ __all__ = [
     "CONFIG_ENV",
     "ConfigError",
     "ConfigValue",
+    "GatewayEndpointSettings",
+    "GatewaySettings",
     "LogFormat",
     "LogLevel",
     "LogSettings",
@@ -254,6 +257,91 @@ class SessionSettings(_Section):
         return intervals
 
 
+_GATEWAY_NAME = re.compile(r"[a-z0-9_-]{1,64}")
+
+
+class GatewayEndpointSettings(_Section):
+    """One endpoint of a gateway: a conduit's conversation and which way it flows."""
+
+    conduit: str
+    """The conduit's namespace (its name unless configured otherwise), e.g. `slack`."""
+    key: str
+    """The conversation: the conduit's own key value (`C0123/1712.0001`, resolved by the
+    conduit's `conversation_key`) or `KEY=VALUE` in full (`slack.thread=C0123/...`;
+    `id=THREAD` for the terminal)."""
+    direction: Direction = "inout"
+    """`in` (its messages reach the thread), `out` (it is shown the thread) or `inout`."""
+
+    @field_validator("conduit")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        try:
+            Endpoint(value, "id", "x")
+        except EndpointError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("the endpoint's key is empty")
+        return value
+
+
+class GatewaySettings(_Section):
+    """A `[[gateway]]`: several endpoints that are one conversation (issue 29)."""
+
+    name: str
+    """The gateway's name (1-64 of a-z, 0-9, `_`, `-`); its thread is `gateway-NAME`
+    unless `thread` names one."""
+    thread: str | None = None
+    """An existing thread the endpoints join (default: `gateway-NAME`, created in the
+    first endpoint's namespace)."""
+    answer: Answer = "origin"
+    """Who answers: `origin` (the agent answers where the message came from, the others
+    see it), `all` (shown everywhere) or `none` (a pure human relay: no model call)."""
+    label: str = "{name} ({conduit})"
+    """How a relayed message is labelled on the other endpoints (`{name}`: the sender's
+    display name, `{conduit}`: where it came from)."""
+    endpoints: list[GatewayEndpointSettings]
+    """The endpoints, at least two, one per conduit namespace, none listed twice."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if _GATEWAY_NAME.fullmatch(value) is None:
+            raise ValueError("use 1-64 characters from a-z, 0-9, '_' and '-'")
+        return value
+
+    @field_validator("thread")
+    @classmethod
+    def _thread(cls, value: str | None) -> str | None:
+        if value is not None:
+            Endpoint("x", "id", value)  # the thread-id check, with its message
+        return value
+
+    @field_validator("endpoints")
+    @classmethod
+    def _endpoints(cls, value: list[GatewayEndpointSettings]) -> list[GatewayEndpointSettings]:
+        if len(value) < 2:
+            raise ValueError("a gateway joins at least two endpoints")
+        seen: set[str] = set()
+        for endpoint in value:
+            if endpoint.conduit in seen:
+                raise ValueError(
+                    f"conduit {endpoint.conduit!r} is listed twice: a gateway has one "
+                    "endpoint per conduit namespace (an endpoint listed twice would loop)"
+                )
+            seen.add(endpoint.conduit)
+        return value
+
+    @property
+    def thread_id(self) -> str:
+        """The gateway's thread."""
+        return self.thread or f"gateway-{self.name}"
+
+
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 LogFormat = Literal["auto", "console", "json"]
 
@@ -309,6 +397,32 @@ class OreSettings(BaseSettings):
     plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """One table per plugin, `[plugins.<name>]`, handed to the plugin as it is (the plugin
     validates it; see `OreSettings.plugin_config`)."""
+    gateway: list[GatewaySettings] = Field(default_factory=list)
+    """Bridges, `[[gateway]]`: endpoints of several conduits joined into one conversation,
+    applied by `ore serve` at start (docs/bridging.md)."""
+
+    @field_validator("gateway")
+    @classmethod
+    def _gateways_apart(cls, value: list[GatewaySettings]) -> list[GatewaySettings]:
+        """Refuse an endpoint (or a thread) in two gateways: it would loop or be taken."""
+        owners: dict[tuple[str, str], str] = {}
+        threads: dict[str, str] = {}
+        for gateway in value:
+            if gateway.name in threads.values():
+                raise ValueError(f"gateway {gateway.name!r} is declared twice")
+            other = threads.setdefault(gateway.thread_id, gateway.name)
+            if other != gateway.name:
+                raise ValueError(
+                    f"gateways {other!r} and {gateway.name!r} both use thread {gateway.thread_id}"
+                )
+            for endpoint in gateway.endpoints:
+                holder = owners.setdefault((endpoint.conduit, endpoint.key), gateway.name)
+                if holder != gateway.name:
+                    raise ValueError(
+                        f"endpoint {endpoint.conduit}:{endpoint.key} is in gateways "
+                        f"{holder!r} and {gateway.name!r}: an endpoint belongs to one gateway"
+                    )
+        return value
 
     # Where explicitly set values came from: key path -> file path or env var name.
     _origins: dict[tuple[str, ...], str] = PrivateAttr(default_factory=dict)

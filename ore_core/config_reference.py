@@ -55,6 +55,13 @@ def settings(model: type[BaseModel] = OreSettings, prefix: tuple[str, ...] = ())
         if section is not None:
             rows.extend(settings(section, path))
             continue
+        items = _items_model_of(field.annotation)
+        if items is not None:  # `[[name]]` tables: one row per key, all set by one variable
+            rows.extend(
+                Setting(row.key, _env(path), row.type, row.default, row.description)
+                for row in settings(items, (*prefix, f"{name}[]"))
+            )
+            continue
         key_path = path + tuple(_placeholders(field.annotation))
         rows.append(
             Setting(
@@ -79,10 +86,13 @@ def render_reference(model: type[BaseModel] = OreSettings) -> str:
     for row in settings(model):
         sections.setdefault(row.key.split(".")[0], []).append(row)
     parts = []
-    for name, rows in sections.items():
+    for section, rows in sections.items():
+        name = section.removesuffix("[]")
         field = model.model_fields[name]
-        about = _one_line(field.description or "") if _model_of(field.annotation) else ""
-        lines = [f"### `[{name}]`", "", about, ""] if about else [f"### `[{name}]`", ""]
+        tables = _items_model_of(field.annotation) is not None
+        about = _one_line(field.description or "") if _model_of(field.annotation) or tables else ""
+        title = f"### `[[{name}]]`" if tables else f"### `[{name}]`"
+        lines = [title, "", about, ""] if about else [title, ""]
         lines += ["| Key | Environment | Type | Default | Description |", "|---|---|---|---|---|"]
         lines += [
             "| "
@@ -127,6 +137,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _model_of(annotation: Any) -> type[BaseModel] | None:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
+    return None
+
+
+def _items_model_of(annotation: Any) -> type[BaseModel] | None:
+    """The model of a list of tables (`[[gateway]]`), else None."""
+    if get_origin(annotation) is list:
+        return _model_of(get_args(annotation)[0])
     return None
 
 

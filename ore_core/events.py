@@ -60,6 +60,9 @@ from ore_core.turn import Turn, turn_from_dict, turn_json, turn_to_dict
 __all__ = [
     "ActivityEvent",
     "ArtifactEvent",
+    "DeleteEvent",
+    "DeliveryEvent",
+    "DeliveryStatus",
     "ErrorEvent",
     "EventContext",
     "EventDecodeError",
@@ -77,6 +80,7 @@ __all__ = [
     "SessionSwitchEvent",
     "Severity",
     "TurnCompleteEvent",
+    "TurnDeletedEvent",
     "BATCH_KIND",
     "UserMessageEvent",
     "decode_batch",
@@ -90,6 +94,12 @@ __all__ = [
 ]
 
 MAX_EVENT_ID_LENGTH = 256  # ids come from platforms (Slack ts, Telegram ids); bound them
+MAX_USER_NAME_LENGTH = 200
+"""Longest `context.user_name` (a display name)."""
+MAX_TURN_REF_LENGTH = 64
+"""Longest turn id a user message's `metadata` may name."""
+USER_TURN_METADATA = ("edit_of", "reply_to")
+"""The keys a user message's `metadata` may carry onto its user turn."""
 
 
 class EventDecodeError(OreError):
@@ -128,6 +138,8 @@ class EventContext(_Frozen):
 
     provenance: str = ""
     user: str = Field(default="", exclude_if=_is_empty)
+    user_name: str = Field(default="", max_length=MAX_USER_NAME_LENGTH, exclude_if=_is_empty)
+    """The sender's display name (a relayed message is labelled with it; issue 29)."""
     traceparent: str = Field(default="", exclude_if=_is_empty)
 
 
@@ -188,11 +200,30 @@ _Images = Annotated[
 ]
 
 
+def _check_message_metadata(value: dict[str, str]) -> dict[str, str]:
+    unknown = sorted(set(value) - set(USER_TURN_METADATA))
+    if unknown:
+        raise ValueError(
+            f"unknown key(s) {unknown}: a user message's metadata may name "
+            f"{' and '.join(USER_TURN_METADATA)} (a turn id)"
+        )
+    for key, turn_id in value.items():
+        if not 1 <= len(turn_id) <= MAX_TURN_REF_LENGTH:
+            raise ValueError(f"{key}: a turn id of 1-{MAX_TURN_REF_LENGTH} characters")
+    return value
+
+
+def _lacks_metadata(value: dict[str, str]) -> bool:
+    return not value
+
+
 class UserMessageEvent(_Event):
     """A user wrote something. `id` de-duplicates redelivery (set it from the platform id).
 
-    `images` (at most MAX_IMAGES, each a `data:image/...;base64,` or http(s) URL) become
-    `Image` artifacts of the user turn, after its text; absent from the JSON when empty.
+    `metadata` may name the turn this message edits (`edit_of`) or replies to
+    (`reply_to`); both are recorded on the user turn (issue 29). `images` (at most
+    MAX_IMAGES, each a `data:image/...;base64,` or http(s) URL) become `Image`
+    artifacts of the user turn, after its text; absent from the JSON when empty.
     """
 
     model_config = _STRICT_INGRESS
@@ -200,6 +231,9 @@ class UserMessageEvent(_Event):
     kind: Literal["user_message"] = "user_message"
     id: str = _event_id_field()
     content: str
+    metadata: Annotated[
+        dict[str, str], AfterValidator(_check_message_metadata), Field(exclude_if=_lacks_metadata)
+    ] = Field(default_factory=dict)
     images: _Images = ()
     context: _Context = _NO_CONTEXT
 
@@ -223,8 +257,22 @@ class SessionSwitchEvent(_Event):
     context: _Context = _NO_CONTEXT
 
 
+class DeleteEvent(_Event):
+    """A user deleted a message (issue 29): its turn becomes a tombstone (`skip`: the
+    model no longer sees it, the ledger keeps it) and a `turn_deleted` event tells the
+    other endpoints."""
+
+    model_config = _STRICT_INGRESS
+
+    kind: Literal["delete"] = "delete"
+    id: str = _event_id_field()
+    turn_id: Annotated[str, Field(min_length=1, max_length=MAX_TURN_REF_LENGTH)]
+    context: _Context = _NO_CONTEXT
+
+
 IngressEvent = Annotated[
-    UserMessageEvent | InterruptEvent | SessionSwitchEvent, Field(discriminator="kind")
+    UserMessageEvent | InterruptEvent | SessionSwitchEvent | DeleteEvent,
+    Field(discriminator="kind"),
 ]
 """What a conduit may send to the core, told apart by `kind`."""
 
@@ -524,6 +572,29 @@ class ActivityEvent(_Event):
     context: _Context = _NO_CONTEXT
 
 
+DeliveryStatus = Literal["delivered", "retrying", "failed"]
+
+
+class DeliveryEvent(_Event):
+    """How the copy of `turn` fared on `endpoint` (a linked namespace), as its conduit
+    reported it (`retrying`, `failed`; issue 29): the origin endpoint shows it."""
+
+    kind: Literal["delivery"] = "delivery"
+    turn: str
+    endpoint: str
+    status: DeliveryStatus
+    detail: str = Field(default="", exclude_if=_is_empty)
+    context: _Context = _NO_CONTEXT
+
+
+class TurnDeletedEvent(_Event):
+    """`turn` was deleted (a `delete` ingress event): endpoints delete their copy."""
+
+    kind: Literal["turn_deleted"] = "turn_deleted"
+    turn: str
+    context: _Context = _NO_CONTEXT
+
+
 _FIXED_OUTPUT_EVENTS: dict[str, type[_Event]] = {
     "turn_complete": TurnCompleteEvent,
     "lifecycle": LifecycleEvent,
@@ -532,6 +603,8 @@ _FIXED_OUTPUT_EVENTS: dict[str, type[_Event]] = {
     "error": ErrorEvent,
     "activity": ActivityEvent,
     "session_switch": SessionSwitchEvent,
+    "delivery": DeliveryEvent,
+    "turn_deleted": TurnDeletedEvent,
 }
 _OUTPUT_EVENT_KINDS = frozenset(_FIXED_OUTPUT_EVENTS)
 _ARTIFACT_TAG = "artifact"
@@ -552,6 +625,8 @@ OutputEvent = Annotated[
     | Annotated[ErrorEvent, Tag("error")]
     | Annotated[ActivityEvent, Tag("activity")]
     | Annotated[SessionSwitchEvent, Tag("session_switch")]
+    | Annotated[DeliveryEvent, Tag("delivery")]
+    | Annotated[TurnDeletedEvent, Tag("turn_deleted")]
     | Annotated[ArtifactEvent, Tag(_ARTIFACT_TAG)],
     Discriminator(
         _output_tag,
@@ -579,6 +654,7 @@ _LIFECYCLE_HEADS = {
 _TURN_COMPLETE_HEAD = b'{"kind":"turn_complete","turn":'
 _USER_MESSAGE_HEAD = b'{"kind":"user_message","id":'
 _CONTENT_KEY = b',"content":'
+_METADATA_KEY = b',"metadata":'
 # Artifacts whose JSON is `{"kind": KIND, "content": <str>}`: their events skip pydantic
 # and `to_dict` (exact classes only: a subclass may write more).
 _CONTENT_HEADS: dict[type[Artifact], bytes] = {
@@ -594,6 +670,8 @@ def _context_value(context: EventContext) -> dict[str, str]:
     value = {"provenance": context.provenance}
     if context.user:
         value["user"] = context.user
+    if context.user_name:
+        value["user_name"] = context.user_name
     if context.traceparent:
         value["traceparent"] = context.traceparent
     return value
@@ -648,7 +726,7 @@ def encode_event(event: IngressEvent | OutputEvent) -> bytes:
         return _LIFECYCLE_HEADS[event.phase] + _context_tail(event.context)  # type: ignore[union-attr]
     if cls is TurnCompleteEvent:
         try:
-            turn = turn_json(event.turn)  # type: ignore[union-attr]
+            turn = turn_json(event.turn)  # type: ignore[union-attr,arg-type]
         except TypeError:  # a plugin artifact's value orjson cannot write
             return event.__pydantic_serializer__.to_json(event)
         return _TURN_COMPLETE_HEAD + turn + _context_tail(event.context)
@@ -658,6 +736,7 @@ def encode_event(event: IngressEvent | OutputEvent) -> bytes:
             + _dumps(event.id)  # type: ignore[union-attr]
             + _CONTENT_KEY
             + _dumps(event.content)  # type: ignore[union-attr]
+            + (_METADATA_KEY + _dumps(event.metadata) if event.metadata else b"")  # type: ignore[union-attr]
             + _context_tail(event.context)
         )
     return event.__pydantic_serializer__.to_json(event)

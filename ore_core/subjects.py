@@ -51,6 +51,9 @@ HEADER_TRACEPARENT = "traceparent"
 """W3C trace context, as the OpenTelemetry propagators write it."""
 HEADER_EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
 """Optimistic concurrency on a per-thread subject: a stale writer's append is refused."""
+HEADER_SEQUENCE = "Nats-Sequence"
+"""Set by RePublish: the stored message's sequence (the core's copies for linked
+namespaces carry it too)."""
 HEADER_LAST_SEQUENCE = "Nats-Last-Sequence"
 """Set by RePublish: the previous sequence of the same subject, so a gap is visible."""
 HEADER_LAST_TURN = "Ore-Last-Turn"
@@ -318,6 +321,11 @@ class Subjects:
     def threads_bucket(self) -> str:
         """KV bucket of the JetStream store's thread metadata and lookups: `ORE_THREADS`."""
         return self._stream("THREADS")
+
+    @property
+    def links_bucket(self) -> str:
+        """KV bucket of links between endpoints and threads (core only): `ORE_LINKS`."""
+        return self._stream("LINKS")
 
     def thread_of(self, subject: str) -> tuple[str | None, str]:
         """(namespace, thread id) of a per-thread subject of this prefix.

@@ -109,6 +109,9 @@ class Turn:
     timestamp: datetime | None = None
     control: TraversalControl | str = TraversalControl.DEFAULT
     event_id: str = ""
+    extra: tuple[tuple[str, str], ...] = ()
+    """Further metadata (key, value) pairs, in order: a relayed user turn's `sender`,
+    `edit_of`, `reply_to` (issue 29)."""
     # `turn_json`'s cache: not a field of the value (no init, repr, compare or hash), and
     # a replaced turn starts without it.
     _json: bytes | None = field(default=None, init=False, repr=False, compare=False)
@@ -170,12 +173,14 @@ def turn_to_dict(turn: Turn) -> dict[str, Any]:
         del out["parent_id"]
     if turn.timestamp is not None:
         out["timestamp"] = format_timestamp(turn.timestamp)
-    if turn.control or turn.event_id:
+    if turn.control or turn.event_id or turn.extra:
         meta: dict[str, str] = {}
         if turn.control:
             meta["control"] = str(turn.control)
         if turn.event_id:
             meta["event_id"] = turn.event_id
+        for key, value in turn.extra:
+            meta[key] = value
         out["metadata"] = meta
     return out
 
@@ -219,6 +224,11 @@ def turn_from_dict(data: Mapping[str, Any], reg: ArtifactRegistry | None = None)
         raise LedgerError(f"turn {turn_id!r}: metadata must be an object")
     control = meta.get("control", "") or ""
     event_id = meta.get("event_id", "") or ""
+    extra = tuple(
+        (key, value)
+        for key, value in meta.items()
+        if key not in _KNOWN_META and isinstance(value, str)
+    )
     return Turn(
         turn_id,
         _ROLES.get(role, role),
@@ -227,7 +237,11 @@ def turn_from_dict(data: Mapping[str, Any], reg: ArtifactRegistry | None = None)
         timestamp,
         parse_control(control),
         str(event_id),
+        extra,
     )
+
+
+_KNOWN_META = frozenset({"control", "event_id"})
 
 
 _ROLES: dict[str, Role | str] = {role.value: role for role in Role}

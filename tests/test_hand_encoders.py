@@ -62,6 +62,10 @@ def value_for(annotation: Any, name: str) -> Any:
         if item is Artifact:
             return (Text(f'{name} "é"'), Reasoning(f"{name} ☃"))
         return (value_for(item, name),)
+    if origin is tuple:  # a fixed-length tuple: a value per item
+        return tuple(value_for(item, name) for item in get_args(annotation))
+    if origin is dict:  # a user message's metadata: the first key it allows
+        return {"edit_of": value_for(get_args(annotation)[1], name)}
     if annotation is str:
         return f'{name} "é" ☃\n'
     if annotation is bool:

@@ -33,6 +33,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
         "ore_core.artifacts.*",
         "ore_core.turn",
         "ore_core.subjects",
+        "ore_core.endpoint",
         "ore_core.events",
         "ore_core.plugins",
         "ore_core.plugins.hookspecs",

@@ -41,6 +41,7 @@ class _Served:
         self.tmp_path = tmp_path
         self.url = url
         self.store = "sqlite"
+        self.delay = "1.5"  # seconds per answer: the echo processor stands in for a model
         self.processes: list[subprocess.Popen[bytes]] = []
 
     def start(self) -> subprocess.Popen[bytes]:
@@ -48,7 +49,7 @@ class _Served:
             **os.environ,
             "ORE_LOAD_PLUGINS": "",
             "ORE_STORE__PATH": str(self.tmp_path / "threads.db"),
-            "ORE_PROCESSOR__DELAY": "1.5",
+            "ORE_PROCESSOR__DELAY": self.delay,
             "ORE_LOG__FORMAT": "json",
             # The restarted serve takes the killed one's partitions once their leases
             # expire: after 1.5 s instead of the default 4 s.

@@ -35,9 +35,11 @@ from ore_core.subjects import (
     DEFAULT_NAMESPACE,
     HEADER_EXPECTED_LAST_SUBJECT_SEQUENCE,
     HEADER_KIND,
+    HEADER_LAST_SEQUENCE,
     HEADER_LAST_TURN,
     HEADER_MSG_ID,
     HEADER_SCHEMA,
+    HEADER_SEQUENCE,
     HEADER_TRACEPARENT,
     NAMESPACE_KEY,
     SCHEMA_VERSION,
@@ -68,6 +70,8 @@ __all__ = [
     "output_block",
     "output_headers",
     "read_publish_ack",
+    "republished_block",
+    "stored_copy_block",
     "stream_sequence",
 ]
 
@@ -168,6 +172,29 @@ def open_block(block: bytes, msg_id: str) -> bytes:
 def fenced_block(head: bytes, sequence: int) -> bytes:
     """An `open_block` closed with `Nats-Expected-Last-Subject-Sequence: sequence`."""
     return b"%s%s%d\r\n\r\n" % (head, _EXPECTED_LINE, sequence)
+
+
+_SEQUENCE_LINE = f"{HEADER_SEQUENCE}: ".encode()
+_LAST_SEQUENCE_LINE = f"{HEADER_LAST_SEQUENCE}: ".encode()
+
+
+def republished_block(head: bytes, sequence: int, previous: int) -> bytes:
+    """An open header block (`open_block`, or a block without its closing line) closed
+    with the sequences the server's RePublish carries: a stored batch copied to a
+    linked namespace reads exactly like the republished one (issue 29)."""
+    return b"%s%s%d\r\n%s%d\r\n\r\n" % (
+        head,
+        _SEQUENCE_LINE,
+        sequence,
+        _LAST_SEQUENCE_LINE,
+        previous,
+    )
+
+
+def stored_copy_block(headers: dict[str, str], sequence: int, previous: int) -> bytes:
+    """`republished_block` of a stored message's own headers (its `Nats-*` left out)."""
+    own = {name: value for name, value in headers.items() if not name.startswith("Nats-")}
+    return republished_block(header_block(own)[:-2], sequence, previous)
 
 
 # -- dead letters -------------------------------------------------------------------

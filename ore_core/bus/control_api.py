@@ -38,6 +38,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
+from nats.js.api import RawStreamMsg
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 from nats.micro import add_service
@@ -48,6 +49,17 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from ore_core import jsonutil
 from ore_core._nats.codec import namespace_of
 from ore_core._nats.connection import subscriptions_registered
+from ore_core.bridge.admin import GATEWAY_KEY, LinkAdd, LinkAdmin, LinkList, LinkRef
+from ore_core.bridge.cache import LinkCache
+from ore_core.bridge.deliveries import (
+    DeliveryGet,
+    DeliveryLookup,
+    DeliveryMap,
+    DeliveryReport,
+    MappingNotFound,
+)
+from ore_core.bridge.links import LinkConflict, LinkError, LinkNotFound, LinkStore
+from ore_core.endpoint import Endpoint, EndpointError
 from ore_core.errors import (
     InvalidThreadId,
     SessionClosed,
@@ -57,6 +69,7 @@ from ore_core.errors import (
     ThreadNotFound,
     TurnNotFound,
 )
+from ore_core.events import DeliveryEvent, EventContext
 from ore_core.ids import validate_thread_id
 from ore_core.ledger.thread import Thread
 from ore_core.session.manager import Manager
@@ -105,6 +118,9 @@ CONDUIT_METHODS = (
     "cursors.get",
     "cursors.set",
     "health",
+    "deliveries.report",
+    "deliveries.lookup",
+    "deliveries.get",
 )
 """Methods under `P.api.NS.`: a conduit's own threads (never deleting one)."""
 ADMIN_METHODS = (
@@ -118,6 +134,10 @@ ADMIN_METHODS = (
     "threads.meta.delete",
     "threads.turns",
     "health",
+    "links.add",
+    "links.list",
+    "links.lookup",
+    "links.remove",
 )
 """Methods under `P.admin.`: every namespace, and the changes only operators make."""
 
@@ -125,7 +145,7 @@ _FORWARD_TIMEOUT = 5.0  # seconds an owner has to answer a forwarded request
 _LIST_SCAN = 1000  # ids one namespace-filtered list request looks at, at most
 _READ_HEADROOM = 1024  # bytes kept free in an events.read reply for its envelope
 
-_M = TypeVar("_M", bound="_Body")
+_M = TypeVar("_M", bound=BaseModel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,8 +281,12 @@ def _classify(exc: Exception) -> _Failure:
         return exc
     if isinstance(exc, ValidationError):
         return _Failure(400, _validation_message(exc))
-    if isinstance(exc, InvalidThreadId):
+    if isinstance(exc, InvalidThreadId | EndpointError):
         return _Failure(400, str(exc))
+    if isinstance(exc, LinkNotFound | MappingNotFound):
+        return _Failure(404, str(exc))
+    if isinstance(exc, LinkConflict | LinkError):
+        return _Failure(409, str(exc))
     if isinstance(exc, ThreadNotFound | TurnNotFound):
         return _Failure(404, str(exc))
     if isinstance(exc, ThreadExists):
@@ -293,6 +317,25 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _routed_thread(body: BaseModel) -> str | None:
+    """The thread a request is about, answered by its owner worker (None: any worker)."""
+    if isinstance(body, _ThreadRef):
+        return body.id
+    if isinstance(body, LinkAdd | DeliveryReport):  # they write the thread (metadata, events)
+        return body.thread
+    return None
+
+
+def _check_conduit_key(key: str) -> None:
+    """A conduit may not change the settings the core mirrors from a thread's links."""
+    if key == GATEWAY_KEY or key.startswith(GATEWAY_KEY + "."):
+        raise _Failure(
+            400,
+            f"key: {key} is set by the core from the thread's links (an operator's "
+            "decision: `ore link`, [[gateway]] in ore.toml)",
+        )
+
+
 # --- the service -------------------------------------------------------------------
 
 
@@ -312,6 +355,8 @@ class ControlAPI:
     hears of every thread a conduit call resolves (the egress binds its subjects).
     `route(T)` names the worker that owns thread T when it is another one (None: answer
     here); requests forwarded to this worker arrive on `P.worker.<worker_id>.…`.
+    `links` (the core's link cache) makes the conduit methods reach linked threads;
+    without it the admin link methods open `ORE_LINKS` themselves.
     """
 
     def __init__(
@@ -327,8 +372,11 @@ class ControlAPI:
         on_delete: Callable[[str], object] | None = None,
         route: Callable[[str], str | None] | None = None,
         worker_id: str | None = None,
+        links: LinkCache | None = None,
     ) -> None:
         self._nc = nc
+        self._links = links
+        self._link_admin: LinkAdmin | None = None
         self._js = nc.jetstream()
         self._manager = manager
         self._subjects = subjects
@@ -436,6 +484,21 @@ class ControlAPI:
             ),
             _Endpoint("health", api("*", "health"), conduit(_Empty, self._ns_health)),
             _Endpoint(
+                "deliveries_report",
+                api("*", "deliveries.report"),
+                conduit(DeliveryReport, self._delivery_report),
+            ),
+            _Endpoint(
+                "deliveries_lookup",
+                api("*", "deliveries.lookup"),
+                conduit(DeliveryLookup, self._delivery_lookup),
+            ),
+            _Endpoint(
+                "deliveries_get",
+                api("*", "deliveries.get"),
+                conduit(DeliveryGet, self._delivery_get),
+            ),
+            _Endpoint(
                 "admin_threads_create",
                 adm("threads.create"),
                 admin(_AdminCreate, self._admin_create),
@@ -463,6 +526,10 @@ class ControlAPI:
             ),
             _Endpoint("admin_threads_turns", adm("threads.turns"), admin(_ThreadRef, self._turns)),
             _Endpoint("admin_health", adm("health"), admin(_Empty, self._health)),
+            *(
+                _Endpoint(f"admin_{method.replace('.', '_')}", adm(method), admin(model, call))
+                for method, model, call in self._link_methods()
+            ),
         ]
 
     async def _serve(
@@ -480,8 +547,9 @@ class ControlAPI:
                     f"{self._max_request_bytes} bytes",
                 )
             body = model.model_validate_json(request.data or b"{}")
-            if not forwarded and isinstance(body, _ThreadRef) and self._route is not None:
-                owner = self._route(body.id)
+            routed = _routed_thread(body)
+            if not forwarded and routed is not None and self._route is not None:
+                owner = self._route(routed)
                 if owner is not None and await self._forward(request, owner):
                     return
             answer = await handler(body)
@@ -561,6 +629,13 @@ class ControlAPI:
             thread = await self._manager.get_thread(thread_id)
         except ThreadNotFound:
             thread = None
+        if (
+            thread is not None
+            and namespace_of(thread) != namespace
+            and not unusable
+            and await self._linked(namespace, thread_id)
+        ):
+            return thread  # another's thread, reached through a link
         if thread is None or namespace_of(thread) != namespace:
             if unusable:
                 raise _Failure(
@@ -605,6 +680,9 @@ class ControlAPI:
                 f"key: lookup keys of namespace {namespace} start with '{namespace}.' "
                 f"(e.g. '{namespace}.channel'), got {body.key!r}",
             )
+        linked = await self._linked_endpoint(namespace, body.key, body.value)
+        if linked is not None:
+            return {"id": linked, "created": False}
         metadata = self._with_namespace(body.metadata, namespace)
         thread, created = await self._manager.lookup_thread(body.key, body.value, metadata)
         if namespace_of(thread) != namespace:  # an operator made it for another
@@ -621,10 +699,12 @@ class ControlAPI:
         return await self._fork(body)
 
     async def _own_meta_set(self, body: _MetaSet, namespace: str) -> _Reply:
+        _check_conduit_key(body.key)
         await self._own_thread(body.id, namespace)
         return await self._meta_set(body)
 
     async def _own_meta_delete(self, body: _MetaDelete, namespace: str) -> _Reply:
+        _check_conduit_key(body.key)
         await self._own_thread(body.id, namespace)
         return await self._meta_delete(body)
 
@@ -637,37 +717,153 @@ class ControlAPI:
         re-serialisation) and stops before the reply would exceed `max_payload`.
         """
         subjects = self._subjects
-        subject = (
-            subjects.events_wildcard_of(namespace)
+        read = (
+            [subjects.events_wildcard_of(namespace), *self._linked_subjects(namespace)]
             if body.thread is None
-            else subjects.events(namespace, body.thread)
+            else [subjects.events(await self._home_shown(namespace, body.thread), body.thread)]
         )
         stream = subjects.events_stream
         try:
-            return await self._read_stored(stream, subject, body)
+            return await self._read_stored(stream, read, body)
         except NoRespondersError:
             raise _Failure(
                 500, f"stream {stream} does not exist: start `ore serve` to create it"
             ) from None
 
-    async def _read_stored(self, stream: str, subject: str, body: _Read) -> _Reply:
+    # -- links (ore_core/bridge) ----------------------------------------------------
+
+    async def _linked(self, namespace: str, thread_id: str) -> bool:
+        """Whether a link lets `namespace` reach `thread_id` (another's thread)."""
+        return self._links is not None and await self._links.reaches(namespace, thread_id)
+
+    async def _linked_endpoint(self, namespace: str, key: str, value: str) -> str | None:
+        """The thread a conduit's lookup key is linked to, if any (asked first)."""
+        if self._links is None:
+            return None
+        try:
+            endpoint = Endpoint(namespace, key, value)
+        except EndpointError:  # not a linkable key (an empty value, say): never linked
+            return None
+        return await self._links.lookup(endpoint)
+
+    async def _home_shown(self, namespace: str, thread_id: str) -> str:
+        """The namespace whose events subject `namespace` reads for `thread_id`: the
+        thread's home when a link shows it to `namespace`, else `namespace` itself."""
+        if self._links is None:
+            return namespace
+        return await self._links.shows(namespace, thread_id) or namespace
+
+    def _linked_subjects(self, namespace: str) -> list[str]:
+        """The events subjects of the other namespaces' threads shown to `namespace`."""
+        if self._links is None:
+            return []
+        events = self._subjects.events
+        return [events(home, thread) for thread, home in self._links.linked_threads(namespace)]
+
+    def _link_methods(self) -> list[tuple[str, type[Any], Callable[[Any], Awaitable[_Reply]]]]:
+        async def call(name: str, body: Any) -> _Reply:
+            handler: Callable[[Any], Awaitable[_Reply]] = getattr(await self._link_api(), name)
+            return await handler(body)
+
+        def method(name: str) -> Callable[[Any], Awaitable[_Reply]]:
+            return lambda body: call(name, body)
+
+        return [
+            ("links.add", LinkAdd, method("add")),
+            ("links.list", LinkList, method("list")),
+            ("links.lookup", LinkRef, method("lookup")),
+            ("links.remove", LinkRef, method("remove")),
+        ]
+
+    async def _delivery_report(self, body: DeliveryReport, namespace: str) -> _Reply:
+        """Record a delivered copy's platform ids, or store a `delivery` event on the
+        thread for a copy that is retrying or failed (bridging.md "Delivery status")."""
+        thread = await self._own_thread(body.thread, namespace)
+        if body.status == "delivered":
+            if body.platform_ids:
+                deliveries = DeliveryMap((await self._link_store()).kv)
+                await deliveries.record(namespace, thread.id, body.turn, body.platform_ids)
+            return {"recorded": True}
+        self._resolved(thread.id, namespace_of(thread))
+        stream = await self._manager.attach(thread.id)
+        await stream.emit(
+            DeliveryEvent(
+                turn=body.turn,
+                endpoint=namespace,
+                status=body.status,
+                detail=body.detail,
+                context=EventContext(provenance=namespace),
+            )
+        )
+        return {"recorded": True}
+
+    async def _delivery_lookup(self, body: DeliveryLookup, namespace: str) -> _Reply:
+        deliveries = DeliveryMap((await self._link_store()).kv)
+        return await deliveries.turn_of(namespace, body.platform_id)
+
+    async def _delivery_get(self, body: DeliveryGet, namespace: str) -> _Reply:
+        await self._own_thread(body.thread, namespace)
+        deliveries = DeliveryMap((await self._link_store()).kv)
+        return {"platform_ids": await deliveries.platform_ids(namespace, body.thread, body.turn)}
+
+    async def _link_store(self) -> LinkStore:
+        """The link records: the core's cache's store, else `ORE_LINKS` opened here."""
+        if self._links is not None:
+            return self._links.store
+        try:
+            return LinkStore(await self._js.key_value(self._subjects.links_bucket))
+        except (NotFoundError, BucketNotFoundError):
+            raise _Failure(
+                500, f"KV bucket {self._subjects.links_bucket} missing: restart the core"
+            ) from None
+
+    async def link_admin(self) -> LinkAdmin:
+        """The handlers of the admin link methods (`ore serve` applies gateways with them)."""
+        return await self._link_api()
+
+    async def _link_api(self) -> LinkAdmin:
+        if self._link_admin is None:
+            store = await self._link_store()
+
+            async def home_of(thread_id: str) -> str:
+                return namespace_of(await self._manager.get_thread(thread_id))
+
+            async def metadata(thread_id: str) -> dict[str, str]:
+                return (await self._manager.get_thread(thread_id)).meta().all()
+
+            async def set_metadata(thread_id: str, key: str, value: str) -> object:
+                return await self._meta_set(_MetaSet(id=thread_id, key=key, value=value))
+
+            async def delete_metadata(thread_id: str, key: str) -> object:
+                return await self._meta_delete(_MetaDelete(id=thread_id, key=key))
+
+            self._link_admin = LinkAdmin(
+                store,
+                home_of=home_of,
+                metadata=metadata,
+                set_metadata=set_metadata,
+                delete_metadata=delete_metadata,
+            )
+        return self._link_admin
+
+    async def _read_stored(self, stream: str, read: list[str], body: _Read) -> _Reply:
+        """The stored messages on the subjects `read` after `body.after`, merged in
+        sequence order (one subject but for a namespace with linked threads)."""
         subjects = self._subjects
         if body.limit == 0:
-            return {"events": [], "next": None, "last": await self._last(stream, subject)}
+            last = max([await self._last(stream, subject) for subject in read])
+            return {"events": [], "next": None, "last": last}
         entries: list[bytes] = []
         size = _READ_HEADROOM
         sequence = body.after
         more = False
+        heads = {subject: await self._next_stored(stream, subject, sequence) for subject in read}
         while len(entries) < body.limit:
-            try:
-                raw = await self._js.get_msg(
-                    stream, seq=sequence + 1, subject=subject, next=True, direct=True
-                )
-            except NotFoundError:
+            waiting = [(subject, raw) for subject, raw in heads.items() if raw is not None]
+            if not waiting:
                 break
+            subject, raw = min(waiting, key=lambda head: int(head[1].seq or 0))
             found = int(raw.seq or 0)
-            if found <= sequence:
-                break
             _, thread_id = subjects.thread_of(str(raw.subject))
             kind = (raw.headers or {}).get(HEADER_KIND, "")
             entry = (
@@ -687,9 +883,21 @@ class ControlAPI:
             entries.append(entry)
             size += len(entry) + 1
             sequence = found
+            if len(entries) < body.limit:
+                heads[subject] = await self._next_stored(stream, subject, found)
         if len(entries) == body.limit:
             more = True
         return _Raw(entries, sequence if more else None)
+
+    async def _next_stored(self, stream: str, subject: str, after: int) -> RawStreamMsg | None:
+        """The first message stored on `subject` after sequence `after`, if any."""
+        try:
+            raw = await self._js.get_msg(
+                stream, seq=after + 1, subject=subject, next=True, direct=True
+            )
+        except NotFoundError:
+            return None
+        return raw if int(raw.seq or 0) > after else None
 
     async def _last(self, stream: str, subject: str) -> int:
         try:
@@ -783,6 +991,8 @@ class ControlAPI:
 
     async def _delete(self, body: _ThreadRef) -> _Reply:
         deleted = await self._manager.delete_thread(body.id)
+        if self._links is not None:  # its id may come back: its links must not reach it
+            await self._links.store.unlink_thread(body.id)
         if self._on_delete is not None:
             self._on_delete(body.id)
         return {"id": body.id, "deleted": deleted}

@@ -66,9 +66,16 @@ from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from ore_core import jsonutil
-from ore_core._nats.codec import batch_block, namespace_of, output_block
+from ore_core._nats.codec import (
+    batch_block,
+    namespace_of,
+    output_block,
+    republished_block,
+    stored_copy_block,
+)
 from ore_core._nats.wire import publish_now, wait_flushed
 from ore_core.artifacts import Delta
+from ore_core.bridge.cache import LinkCache
 from ore_core.bus.pipeline import Pipeline
 from ore_core.errors import BusError, SessionNotFound
 from ore_core.events import (
@@ -172,8 +179,10 @@ class Egress:
         manager: Manager | None = None,
         *,
         may_write: Callable[[str], bool] = lambda thread_id: True,
+        links: LinkCache | None = None,
     ) -> None:
         self._nc = nc
+        self._links = links
         self._may_write = may_write
         self._gone: set[str] = set()  # threads that left this worker, until attached again
         # Threads primed since attached here, with the ownership term they were primed in.
@@ -197,10 +206,14 @@ class Egress:
         self.emitted = 0
         """Events taken from the manager so far (compare `Manager.sink_queued`)."""
         self.dropped_deltas = 0
+        self.lost_copies = 0
+        """Copies for linked namespaces not sent (disconnected): their feeds catch up."""
         self.abandoned = 0
         """Held events dropped because their turn was given up (its save failed)."""
         pipeline.watch_limits(reached=self._limit_reached, cleared=self._told.clear)
         pipeline.watch_fenced(self._fenced)
+        if links is not None:
+            pipeline.watch_stored(self._copy_stored)
 
     def watch_overdue(self, callback: Callable[[str, int], None]) -> None:
         """Call `callback(thread_id, position)` when output of `thread_id` is dropped
@@ -344,6 +357,7 @@ class Egress:
             self._pipeline.forget(subject)
         else:
             self._pipeline.know(subject, sequence)
+        self._copy_last(thread_id, last)
         stored = self._note_last_stored(thread_id, last)
         tip = thread.get_turn(thread.current_tip)
         if tip is None or tip.role == Role.USER:
@@ -601,8 +615,43 @@ class Egress:
         )
 
     def _publish_live(self, thread_id: str, run: _Run) -> bool:
-        """Publish a live run now; True when the caller should `wait_flushed`."""
-        return self._publish_run(self._subjects_of(thread_id)[1], run)
+        """Publish a live run now (and its copies); True when the caller should `wait_flushed`."""
+        over = self._publish_run(self._subjects_of(thread_id)[1], run)
+        if self._links is not None:
+            for namespace in self._links.copies(thread_id):
+                over |= self._publish_run(self._subjects.output(namespace, thread_id), run)
+        return over
+
+    # -- copies for linked namespaces (ore_core/bridge) ------------------------------
+
+    def _copy_stored(
+        self, subject: str, data: bytes, head: bytes, sequence: int, previous: int
+    ) -> None:
+        """A batch of a thread is stored: send the same bytes, with the sequences the
+        server's republish would carry, to `P.out.NSx.T` of every linked namespace."""
+        assert self._links is not None
+        thread_id = subject[subject.rfind(".") + 1 :]
+        copies = self._links.copies(thread_id)
+        if copies:
+            self._copy(thread_id, copies, data, republished_block(head, sequence, previous))
+
+    def _copy_last(self, thread_id: str, last: RawStreamMsg | None) -> None:
+        """`prime`: send the thread's last stored batch to its linked namespaces again, in
+        case the copies of the worker that stored it were lost (feeds drop a sequence
+        they had). Its previous sequence is not read: one less than its own makes a feed
+        that may have missed something ask (`events.read`), never skip."""
+        copies = () if self._links is None or last is None else self._links.copies(thread_id)
+        if not copies or last is None or not last.seq:
+            return
+        block = stored_copy_block(dict(last.headers or {}), last.seq, last.seq - 1)
+        self._copy(thread_id, copies, last.data or b"", block)
+
+    def _copy(self, thread_id: str, copies: tuple[str, ...], data: bytes, block: bytes) -> None:
+        for namespace in copies:
+            try:
+                publish_now(self._nc, self._subjects.output(namespace, thread_id), data, "", block)
+            except (OutboundBufferLimitError, ConnectionClosedError):
+                self.lost_copies += 1  # the endpoint's feed finds the gap and reads it
 
     def _publish_run(self, subject: str, run: _Run) -> bool:
         """Send a run on core NATS, best effort (`publish_now`'s answer)."""

@@ -55,6 +55,7 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 
 from ore_core._nats.codec import CORRUPT_THREAD, namespace_of, stream_sequence
+from ore_core.bridge.cache import LinkCache
 from ore_core.bus.acks import AckBatcher, settle
 from ore_core.bus.decoding import IngressDecoder, Rejected, unknown_thread
 from ore_core.bus.egress import Egress, EventsNotRead
@@ -110,8 +111,10 @@ class Ingress:
         holds: Callable[[int], bool] | None = None,
         batch: int = 256,
         handover_grace: float = 30.0,
+        links: LinkCache | None = None,
     ) -> None:
         self._nc = nc
+        self._links = links
         self._manager = manager
         self._subjects = subjects
         self._config = config
@@ -448,6 +451,8 @@ class Ingress:
         stream = self._manager.stream_of(thread_id)
         if stream is None or not self._egress.primed(thread_id, self._terms.get(partition, 0)):
             return self._attach_and_admit(msg, namespace, thread_id, partition)
+        if namespace_of(stream.state()) != namespace:  # another's: linked, or unknown here
+            return self._attach_and_admit(msg, namespace, thread_id, partition)
         try:
             event = self._decoder.decode(msg, namespace, thread_id)
             self._bind(stream, namespace, thread_id, event)
@@ -463,7 +468,7 @@ class Ingress:
         try:
             event = self._decoder.decode(msg, namespace, thread_id)
             stream = await _attach(self._manager, namespace, thread_id, event)
-            self._bind(stream, namespace, thread_id, event)
+            self._bind(stream, namespace, thread_id, event, await self._linked(stream, namespace))
             await self._egress.prime(thread_id, stream.state(), self._terms.get(partition, 0))
         except Rejected as rejected:
             await self._rejections.reject(msg, namespace, thread_id, rejected)
@@ -488,11 +493,26 @@ class Ingress:
         if not self._parking.waits_unless_resuming(msg, thread_id, stream_sequence(msg)):
             self._submit(msg, thread_id, event, stream)
 
-    def _bind(self, stream: Stream, namespace: str, thread_id: str, event: IngressEvent) -> None:
-        """Refuse a thread of another namespace (as unknown); else its output goes there."""
-        if namespace_of(stream.state()) != namespace:
+    def _bind(
+        self,
+        stream: Stream,
+        namespace: str,
+        thread_id: str,
+        event: IngressEvent,
+        linked: bool = False,
+    ) -> None:
+        """Refuse a thread of another namespace (as unknown) unless `linked`; its output
+        goes to its home namespace (and, by the egress, to the linked ones)."""
+        home = namespace_of(stream.state())
+        if home != namespace and not linked:
             raise unknown_thread(namespace, thread_id, event)
-        self._egress.bind(thread_id, namespace)
+        self._egress.bind(thread_id, home)
+
+    async def _linked(self, stream: Stream, namespace: str) -> bool:
+        """Whether a link lets `namespace` send into the thread of another (in, inout)."""
+        if self._links is None or namespace_of(stream.state()) == namespace:
+            return False
+        return await self._links.admits(namespace, stream.id)
 
     def _submit(self, msg: Msg, thread_id: str, event: IngressEvent, stream: Stream) -> None:
         """Hand the decoded `event` to its thread's stream (the caller saw that it is not

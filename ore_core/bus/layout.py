@@ -297,11 +297,17 @@ def build_layout(subjects: Subjects, config: BusConfig) -> Layout:
         ttl=config.lease_ttl,
         replicas=config.replicas,
     )
+    # Bridging (ore_core/bridge): endpoint and thread link records, create-only and CAS.
+    links = kv_bucket(
+        subjects.links_bucket,
+        purpose="links: which conduit endpoints reach which thread (core only)",
+        replicas=config.replicas,
+    )
     store = (
         journal_stream(subjects, config.replicas),
         threads_bucket(subjects, config.replicas),
     )
-    return Layout((ingress, events, dlq, cursors, workers, *store), consumers)
+    return Layout((ingress, events, dlq, cursors, workers, links, *store), consumers)
 
 
 def journal_stream(subjects: Subjects, replicas: int) -> StreamEntry:

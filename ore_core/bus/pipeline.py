@@ -69,6 +69,11 @@ Fenced = Callable[[str, int], None]
 """`on_fenced(subject, tag)`: a fenced message to `subject` (published with `tag`) was
 refused because another writer appended; it and the later ones of `subject` are dropped."""
 
+Stored = Callable[[str, bytes, bytes, int, int], None]
+"""`on_stored(subject, data, head, sequence, previous)`: a fenced message to `subject` is
+stored at `sequence`, after `previous` on its subject; `head` is its header block without
+the expectation and the closing blank line (the bridge copies it: `Egress`)."""
+
 log = structlog.get_logger("ore.bus")
 
 _UNAVAILABLE = 503  # no stream answered (yet): worth retrying
@@ -150,6 +155,7 @@ class Pipeline:
         self.lost = 0
         self._sequences: dict[str, int] = {}  # last sequence known per fenced subject
         self._on_fenced: list[Fenced] = []
+        self._on_stored: list[Stored] = []
         self.fenced = 0
         """Fenced messages dropped because another writer appended to their subject."""
 
@@ -180,6 +186,11 @@ class Pipeline:
         while subject in self._lanes:
             self._progress.clear()
             await self._progress.wait()
+
+    def watch_stored(self, listener: Stored) -> None:
+        """Call `listener` (in the read loop: it must not wait) for each fenced message
+        stored, with its sequence and the previous one of its subject."""
+        self._on_stored.append(listener)
 
     def _settle_record(self, record: _Record, stored: int = -1) -> None:
         """`record` is stored (at sequence `stored` if fenced) or given up."""
@@ -383,6 +394,11 @@ class Pipeline:
             if subject not in sequences and len(sequences) >= _SEQUENCES:
                 sequences.clear()
             sequences[subject] = sequence
+            for listener in self._on_stored:
+                try:
+                    listener(subject, record.data, record.head, sequence, record.expected)
+                except Exception:  # the read loop must go on
+                    log.exception("stored listener failed", subject=subject)
         self._settle_record(record, sequence)
         self._check_idle()
 

@@ -43,6 +43,9 @@ from ore_core._nats.connection import (
     check_server,
     connect_nats,
 )
+from ore_core.bridge.cache import LinkCache
+from ore_core.bridge.gateways import apply_gateways
+from ore_core.bridge.links import LinkStore
 from ore_core.bus.control_api import ControlAPI
 from ore_core.bus.egress import Egress
 from ore_core.bus.fencing import FencedStore
@@ -52,6 +55,7 @@ from ore_core.bus.layout import build_layout
 from ore_core.bus.ownership import Ownership
 from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.streams import BusConfig, adopt_partitions, ensure_layout, setup_summary
+from ore_core.config import GatewaySettings
 from ore_core.errors import BusError
 from ore_core.session.manager import Manager
 from ore_core.session.store_health import store_probe
@@ -114,6 +118,8 @@ class CoreService:
         reconnect_wait: float = 1.0,
         store_probe_interval: float = 5.0,
         version: str = __version__,
+        gateways: Sequence[GatewaySettings] = (),
+        conversation_keys: Callable[[str], str | None] = lambda namespace: None,
     ) -> None:
         if not servers:
             raise BusError("CoreService needs at least one NATS server URL")
@@ -135,6 +141,9 @@ class CoreService:
         self._publish_window = publish_window
         self._version = version
         self._nc: NatsClient | None = None
+        self._links: LinkCache | None = None
+        self._gateways = list(gateways)
+        self._keys = conversation_keys
         self._pipeline: Pipeline | None = None
         self._egress: Egress | None = None
         self._ingress: Ingress | None = None
@@ -228,6 +237,13 @@ class CoreService:
             raise BusError("CoreService is not started: await start() first")
         return self._ingress
 
+    @property
+    def links(self) -> LinkCache:
+        """The links every part of this worker asks (after `start`)."""
+        if self._links is None:
+            raise BusError("CoreService is not started: await start() first")
+        return self._links
+
     # -- lifetime -----------------------------------------------------------------
 
     async def start(self) -> None:
@@ -284,6 +300,11 @@ class CoreService:
         if callable(attach_nats):
             await attach_nats(nc, self.subjects)
         config = self.config
+        self._links = LinkCache(
+            LinkStore(await nc.jetstream().key_value(self.subjects.links_bucket))
+        )
+        self.tasks.adopt(self._links.tasks)
+        await self._links.start()
         self._pipeline = Pipeline(nc, window=self._publish_window)
         self.tasks.adopt(self._pipeline.tasks)
         await self._pipeline.start()
@@ -299,7 +320,9 @@ class CoreService:
         may_write = ownership.may_write_thread
         # Saves of a worker whose lease is overdue are refused (the stream drops itself).
         self.manager.store = FencedStore(self.manager.store, may_write)
-        egress = Egress(nc, self.subjects, self._pipeline, self.manager, may_write=may_write)
+        egress = Egress(
+            nc, self.subjects, self._pipeline, self.manager, may_write=may_write, links=self._links
+        )
         egress.attach(self.manager)
         self._egress = egress
         self._ingress = Ingress(
@@ -313,6 +336,7 @@ class CoreService:
             holds=ownership.holds,
             batch=self._pull_batch,
             handover_grace=self._handover_grace,
+            links=self._links,
         )
         # Output dropped for an overdue lease (a pause): its messages are handled again.
         egress.watch_overdue(self._ingress.output_refused)
@@ -329,8 +353,13 @@ class CoreService:
             on_delete=egress.thread_deleted,
             route=ownership.other_holder,
             worker_id=ownership.worker_id,
+            links=self._links,
         )
         await self._control.start()
+        if self._gateways:
+            await apply_gateways(
+                self._gateways, await self._control.link_admin(), self.manager, self._keys
+            )
 
     async def _acquire(self, partition: int) -> None:
         if self._ingress is not None:

@@ -39,6 +39,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "chat": "ore_core.cli.chat:chat",
     "conduit": "ore_core.cli.conduit:conduit",
     "doctor": "ore_core.cli.doctor:doctor",
+    "link": "ore_core.cli.link:link",
     "migrate": "ore_core.cli.migrate:migrate",
     "serve": "ore_core.cli.serve:serve",
     "threads": "ore_core.cli.threads:threads",

@@ -28,6 +28,7 @@ from ore_core._nats.connection import NatsCredentials
 from ore_core.bus.embedded import default_store_dir, stop_orphan
 from ore_core.bus.service import CoreService, run
 from ore_core.cli.app import build_runtime, start_embedded_nats
+from ore_core.cli.link import conversation_keys
 from ore_core.cli.options import bus_config, cli_state, nats_option, nats_settings
 from ore_core.cli.processor import (
     ProcessorChoice,
@@ -233,4 +234,6 @@ async def _core(
             store_probe_interval=nats.store_probe_interval,
             health_port=health_port,
             credentials=NatsCredentials.from_settings(nats),
+            gateways=settings.gateway,
+            conversation_keys=conversation_keys(plugins, settings),
         )

@@ -96,11 +96,17 @@ class Thread:
         """The active path (see `resolve_active_path`); the State protocol's view."""
         return self.resolve_active_path()
 
-    def append(self, role: Role | str, *artifacts: Artifact, event_id: str = "") -> Turn:
+    def append(
+        self,
+        role: Role | str,
+        *artifacts: Artifact,
+        event_id: str = "",
+        extra: tuple[tuple[str, str], ...] = (),
+    ) -> Turn:
         """Store a new turn under the tip, stamped by the clock, and make it the tip.
 
-        `event_id` records the ingress event the turn came from (see `has_event`).
-        Returns the stored turn.
+        `event_id` records the ingress event the turn came from (see `has_event`),
+        `extra` further metadata of the turn (`Turn.extra`). Returns the stored turn.
         """
         turn_id = generate_turn_id()
         while turn_id in self._turns:  # 64 random bits: a clash would overwrite a turn
@@ -112,6 +118,7 @@ class Thread:
             parent_id=self._tip,
             timestamp=self._clock.now(),
             event_id=event_id,
+            extra=extra,
         )
         if self._journal is not None:
             self._journal.add_turn(turn, tip=turn_id)

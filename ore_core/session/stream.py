@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import structlog
 
 from ore_core.artifacts import Artifact, Image, Text
+from ore_core.endpoint import GATEWAY_ANSWER_KEY
 from ore_core.errors import (
     Interrupted,
     MessageRejected,
@@ -50,6 +51,7 @@ from ore_core.errors import (
     TurnFailed,
 )
 from ore_core.events import (
+    DeleteEvent,
     ErrorEvent,
     EventContext,
     IngressEvent,
@@ -62,6 +64,7 @@ from ore_core.events import (
     SessionSwitchEvent,
     Severity,
     TurnCompleteEvent,
+    TurnDeletedEvent,
     UserMessageEvent,
 )
 from ore_core.ledger.thread import Thread
@@ -503,7 +506,27 @@ class Stream:
         if isinstance(event, SessionSwitchEvent):
             self.publish(event)
             return
+        if isinstance(event, DeleteEvent):
+            self._delete_turn(event)
+            return
         raise TurnFailed(f"unsupported event kind: {event.kind}")
+
+    def _delete_turn(self, event: DeleteEvent) -> None:
+        """A tombstone: the turn is skipped from now on (the ledger keeps it) and a
+        `turn_deleted` event tells every endpoint (again, for a redelivered delete)."""
+        turn = self._thread.get_turn(event.turn_id)
+        if turn is None:
+            self.publish(
+                ErrorEvent(
+                    message=f"turn {event.turn_id} not found in thread {self.id}: nothing deleted",
+                    code="unknown_turn",
+                    context=event.context,
+                )
+            )
+            return
+        if turn.control != TraversalControl.SKIP:
+            self._thread.set_control(turn.id, TraversalControl.SKIP)
+        self.publish(TurnDeletedEvent(turn=turn.id, context=event.context))
 
     async def _record_user_turn(self, event: UserMessageEvent) -> None:
         """Append the user turn and announce it; it is saved with the answer.
@@ -512,7 +535,9 @@ class Stream:
         the message up here, before the processor spends a model call on it.
         """
         images = (Image(url) for url in event.images)
-        user_turn = self._thread.append(Role.USER, Text(event.content), *images, event_id=event.id)
+        user_turn = self._thread.append(
+            Role.USER, Text(event.content), *images, event_id=event.id, extra=_turn_extra(event)
+        )
         if not self._health.usable:
             await self._save_thread()
         self.publish(TurnCompleteEvent.of(user_turn, event.context))
@@ -528,7 +553,8 @@ class Stream:
         """
         turns = self._thread.all_turns()
         mine = {t.id for t in turns if t.event_id == event.id}
-        if any(t.parent_id in mine and t.role != Role.USER for t in turns):
+        if any(t.parent_id in mine and t.role != Role.USER for t in turns) or self._relay_only:
+            # (A relay without answers, `answer = "none"`: recorded is handled.)
             if event.id in self._announce_again:
                 self._announce_again.discard(event.id)
                 for announced in recorded_events(self._message_turns(event.id), event.context):
@@ -599,10 +625,17 @@ class Stream:
                 )
         return result.event
 
+    @property
+    def _relay_only(self) -> bool:
+        """The thread's links say nobody answers (`ore.gateway.answer` = `none`)."""
+        return self._thread.meta().get(GATEWAY_ANSWER_KEY) == "none"
+
     async def _run_processor(self, event: UserMessageEvent) -> None:
         tip = self._thread.get_turn(self._thread.current_tip)
         if tip is None or tip.role != Role.USER:
             return
+        if self._relay_only:
+            return  # a pure human relay (a gateway with `answer = "none"`): no model call
         ctx = TurnContext(
             self.publish,
             self._thread,
@@ -781,3 +814,13 @@ def _has_loop() -> bool:
     except RuntimeError:
         return False
     return True
+
+
+def _turn_extra(event: UserMessageEvent) -> tuple[tuple[str, str], ...]:
+    """What a user turn records beside its event id: the sender's display name
+    (`sender`) and the message's `edit_of` / `reply_to` (issue 29)."""
+    name = event.context.user_name
+    if not name and not event.metadata:
+        return ()
+    extra = (("sender", name),) if name else ()
+    return extra + tuple(event.metadata.items())

@@ -195,6 +195,6 @@ async def test_a_full_ingress_stream_refuses_the_publisher(
     client = await ConduitClient.connect(ore_nats_url, name="probe", send_deadline=5)
     try:
         with pytest.raises(BusError, match=r"ore's ingress stream is full \(maximum messages"):
-            await client.send("full3", UserMessageEvent(id="f-3", content="three", user="u"))
+            await client.send("full3", UserMessageEvent(id="f-3", content="three"))
     finally:
         await client.close()

@@ -132,7 +132,9 @@ accounts {
           "$KV.ORE_WORKERS.>", "$JS.API.CONSUMER.CREATE.KV_ORE_WORKERS",
           "$JS.API.CONSUMER.CREATE.KV_ORE_WORKERS.>", "$JS.API.CONSUMER.DELETE.KV_ORE_WORKERS.*",
           "$JS.API.CONSUMER.CREATE.ORE_IN.>", "$JS.API.CONSUMER.DURABLE.CREATE.ORE_IN.*",
-          "$JS.API.CONSUMER.DELETE.ORE_IN.*"
+          "$JS.API.CONSUMER.DELETE.ORE_IN.*",
+          "$KV.ORE_LINKS.>", "$JS.API.CONSUMER.CREATE.KV_ORE_LINKS",
+          "$JS.API.CONSUMER.CREATE.KV_ORE_LINKS.>", "$JS.API.CONSUMER.DELETE.KV_ORE_LINKS.*"
         ]}
         subscribe: {allow: ["_INBOX.>", "ore.>", "$SRV.>"]}
         allow_responses: true

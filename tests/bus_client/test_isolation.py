@@ -23,6 +23,7 @@ import nats
 import pytest
 import pytest_asyncio
 from nats.aio.client import Client
+from nats.errors import NoRespondersError
 from nats.js.errors import NotFoundError
 
 from ore_core import ApiError, ConduitClient, Manager, PermissionDenied
@@ -322,6 +323,14 @@ ADMIN_CALLS: dict[str, Callable[[ConduitClient, str], Awaitable[object]]] = {
     "threads.get (any namespace)": lambda c, t: c.admin_get_thread(t),
     "threads.list (every namespace)": lambda c, t: c.admin_call("threads.list", {}),
     "threads.create (in beta)": lambda c, t: c.admin_call("threads.create", {"namespace": "beta"}),
+    "links.add (link itself to beta's thread)": lambda c, t: c.admin_call(
+        "links.add",
+        {"thread": t, "endpoint": {"namespace": "alpha", "key": "alpha.room", "value": "x"}},
+    ),
+    "links.list": lambda c, t: c.admin_call("links.list", {}),
+    "links.remove": lambda c, t: c.admin_call(
+        "links.remove", {"endpoint": {"namespace": "beta", "key": "beta.channel", "value": "x"}}
+    ),
 }
 
 
@@ -562,3 +571,40 @@ async def test_the_admin_can_use_the_whole_control_api(deployment: Deployment) -
     assert (await beta_view.read_events(thread))["events"]
     assert (await admin.admin_call("health", {}))["status"] == "ok"
     assert await admin.delete_thread("by-admin") is True
+
+
+# -- links (issue 29): an operator's link reaches one thread, nothing more ------------
+
+
+async def test_alpha_has_no_method_that_writes_links(deployment: Deployment) -> None:
+    body = {
+        "thread": deployment.beta_thread,
+        "endpoint": {"namespace": "alpha", "key": "alpha.room", "value": "x"},
+    }
+    nc = deployment.alpha.nc
+    for method in ("links.add", "links.remove"):  # nothing answers: no such method
+        with pytest.raises(NoRespondersError):
+            await nc.request(SUBJECTS.api("alpha", method), json.dumps(body).encode())
+
+
+async def test_a_linked_alpha_reaches_the_linked_thread_and_still_not_beta_s_other_one(
+    deployment: Deployment,
+) -> None:
+    d = deployment
+    await d.admin.admin_call("threads.create", {"namespace": "beta", "id": "beta-shared"})
+    room = {"namespace": "alpha", "key": "alpha.room", "value": "R-shared"}
+    await d.admin.admin_call("links.add", {"thread": "beta-shared", "endpoint": room})
+    try:
+        found, created = await d.alpha.lookup_or_create("alpha.room", "R-shared")
+        assert (found, created) == ("beta-shared", False)
+        assert (await d.alpha.get_thread("beta-shared")).namespace == "beta"
+        with pytest.raises(ApiError) as foreign:
+            await d.alpha.get_thread(d.beta_thread)
+        assert foreign.value.code == "not_found"
+        assert (await d.alpha.read_events(d.beta_thread))["events"] == []
+        error = await rejected(
+            d.alpha, d.beta_thread, lambda: d.alpha.send(d.beta_thread, "via link?", id="a-l1")
+        )
+        assert error.code == "unknown_thread"
+    finally:
+        await d.admin.admin_call("links.remove", {"endpoint": room})

@@ -66,6 +66,12 @@ def _size(size: int) -> str:
     return f"{size} bytes"
 
 
+def _int(data: Mapping[str, Any], key: str) -> int:
+    """`data[key]` as an int (0 when missing or not a number)."""
+    value = data.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _too_large(what: str, limit: int) -> str:
     return f"I did not read {what}: it is larger than {_size(limit)}."
 
@@ -84,23 +90,25 @@ class MediaReader:
             return await self._photo(files["photo"])
         if "document" in files and isinstance(files["document"], Mapping):
             return await self._document(files["document"])
-        for kind in files:
-            return Media(notice=f"I cannot read {_UNREAD.get(kind, 'this file')}.")
-        return Media()
+        kind = next(iter(files), None)
+        if kind is None:
+            return Media()
+        return Media(notice=f"I cannot read {_UNREAD.get(kind, 'this file')}.")
 
     async def _photo(self, sizes: object) -> Media:
         options = [s for s in sizes if isinstance(s, Mapping)] if isinstance(sizes, list) else []
-        options.sort(key=lambda s: int(s.get("file_size") or 0), reverse=True)
-        fitting = [s for s in options if int(s.get("file_size") or 0) <= self.max_image_bytes]
+        options.sort(key=lambda s: (_int(s, "file_size"), _int(s, "width") * _int(s, "height")))
+        fitting = [s for s in options if _int(s, "file_size") <= self.max_image_bytes]
         if not fitting:
             return Media(notice=_too_large("the photo", self.max_image_bytes))
-        return await self._image(str(fitting[0].get("file_id") or ""), "image/jpeg", "the photo")
+        largest = fitting[-1]
+        return await self._image(str(largest.get("file_id") or ""), "image/jpeg", "the photo")
 
     async def _document(self, document: Mapping[str, Any]) -> Media:
         name = str(document.get("file_name") or "the file")
         mime = str(document.get("mime_type") or "").lower()
         file_id = str(document.get("file_id") or "")
-        size = int(document.get("file_size") or 0)
+        size = _int(document, "file_size")
         if mime in IMAGE_TYPES:
             if size > self.max_image_bytes:
                 return Media(notice=_too_large(name, self.max_image_bytes))

@@ -1,0 +1,122 @@
+"""Delivery reports and the platform id map: `P.api.NS.deliveries.report|lookup|get`.
+
+A conduit reports what it did with a relayed copy of a turn. `delivered` with
+`platform_ids` records the map both ways in `ORE_LINKS`: `map.<NS>.<T>.<turn>` -> the
+platform ids, `pid.<NS>.<h(id)>` -> `{thread, turn}` (h: the first 32 hex of sha256 of
+the id), so edits, deletes and replies on any platform resolve to turns after any
+restart. `retrying` and `failed` become a durable `delivery` event on the thread
+(the origin endpoint shows it, as mautrix's checkpoints). A namespace reaches only its
+own map entries and threads it may reach (its own, or linked).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Annotated
+
+from nats.js.errors import KeyNotFoundError
+from nats.js.kv import KeyValue
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from ore_core import jsonutil
+from ore_core.errors import OreError
+from ore_core.events import DeliveryStatus
+from ore_core.ids import validate_thread_id
+
+__all__ = [
+    "DELIVERY_METHODS",
+    "DeliveryGet",
+    "DeliveryLookup",
+    "DeliveryMap",
+    "DeliveryReport",
+    "MappingNotFound",
+]
+
+DELIVERY_METHODS = ("deliveries.report", "deliveries.lookup", "deliveries.get")
+"""Methods under `P.api.NS.`."""
+MAX_PLATFORM_IDS = 64  # a copy split into many messages: each one's id
+MAX_PLATFORM_ID_LENGTH = 256
+MAX_DETAIL_LENGTH = 1000
+
+_Turn = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+_Thread = Annotated[str, AfterValidator(validate_thread_id)]
+_PlatformId = Annotated[str, Field(min_length=1, max_length=MAX_PLATFORM_ID_LENGTH)]
+
+
+class MappingNotFound(OreError, LookupError):
+    """No platform ids recorded for that turn, or no turn for that platform id."""
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class DeliveryReport(_Body):
+    thread: _Thread
+    sequence: int = Field(ge=0)
+    turn: _Turn
+    status: DeliveryStatus
+    platform_ids: list[_PlatformId] = Field(default_factory=list, max_length=MAX_PLATFORM_IDS)
+    detail: str = Field(default="", max_length=MAX_DETAIL_LENGTH)
+
+
+class DeliveryLookup(_Body):
+    platform_id: _PlatformId
+
+
+class DeliveryGet(_Body):
+    thread: _Thread
+    turn: _Turn
+
+
+def _pid_key(namespace: str, platform_id: str) -> str:
+    return f"pid.{namespace}.{hashlib.sha256(platform_id.encode()).hexdigest()[:32]}"
+
+
+def _map_key(namespace: str, thread_id: str, turn_id: str) -> str:
+    return f"map.{namespace}.{thread_id}.{turn_id}"
+
+
+class DeliveryMap:
+    """The platform id map of every namespace, in `kv` (the `ORE_LINKS` bucket)."""
+
+    def __init__(self, kv: KeyValue) -> None:
+        self.kv = kv
+
+    async def record(
+        self, namespace: str, thread_id: str, turn_id: str, platform_ids: list[str]
+    ) -> None:
+        """Map `turn_id` of `thread_id` to `platform_ids` on `namespace`, both ways.
+
+        The reverse entries are written first: a crash in between leaves ids that
+        resolve to their turn, and a report sent again completes the map.
+        """
+        target = jsonutil.dumps({"thread": thread_id, "turn": turn_id})
+        for platform_id in platform_ids:
+            await self.kv.put(_pid_key(namespace, platform_id), target)
+        key = _map_key(namespace, thread_id, turn_id)
+        await self.kv.put(key, jsonutil.dumps({"platform_ids": platform_ids}))
+
+    async def turn_of(self, namespace: str, platform_id: str) -> dict[str, str]:
+        """`{thread, turn}` of a platform message id of `namespace`."""
+        try:
+            entry = await self.kv.get(_pid_key(namespace, platform_id))
+        except KeyNotFoundError:
+            entry = None
+        if entry is None or not entry.value:
+            raise MappingNotFound(f"no turn recorded for platform id {platform_id[:80]!r}")
+        found: dict[str, str] = jsonutil.loads(entry.value)
+        return found
+
+    async def platform_ids(self, namespace: str, thread_id: str, turn_id: str) -> list[str]:
+        """The platform ids `namespace` reported for `turn_id` of `thread_id`."""
+        try:
+            entry = await self.kv.get(_map_key(namespace, thread_id, turn_id))
+        except KeyNotFoundError:
+            entry = None
+        if entry is None or not entry.value:
+            raise MappingNotFound(
+                f"no platform ids recorded for turn {turn_id} of thread {thread_id} in {namespace}"
+            )
+        ids: list[str] = jsonutil.loads(entry.value)["platform_ids"]
+        return ids

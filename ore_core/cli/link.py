@@ -1,0 +1,160 @@
+"""`ore link add|list|remove`: an operator links conduit endpoints to threads.
+
+Talks to a running `ore serve` over NATS (`P.admin.links.*`, the operator's
+credentials of `[nats]`), so every worker honours a change at once. An endpoint is
+`CONDUIT:VALUE` (the installed conduit's `conversation_key` names the key) or
+`CONDUIT:KEY=VALUE`. Failures are one `Error: ...` line and exit status 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import click
+import nats
+from nats.errors import Error as NatsError
+
+from ore_core._nats.connection import NatsCredentials
+from ore_core.cli.options import cli_state, nats_settings, table_columns
+from ore_core.cli.running import find_running
+from ore_core.config import OreSettings
+from ore_core.endpoint import ANSWERS, DIRECTIONS, Endpoint, parse_endpoint
+from ore_core.errors import OreError
+from ore_core.plugins.manager import OrePluginManager
+from ore_core.plugins.registry import collect_registrations
+from ore_core.subjects import Subjects
+
+__all__ = ["conversation_keys", "link"]
+
+_TIMEOUT = 10.0
+
+
+def conversation_keys(
+    plugins: OrePluginManager, settings: OreSettings
+) -> Callable[[str], str | None]:
+    """`conversation_key` of each installed conduit, by name (`id` for one whose
+    conversations are thread ids); None when no installed conduit of that name
+    declares one."""
+    classes = collect_registrations(plugins, settings).conduits
+
+    def key_of(namespace: str) -> str | None:
+        key = getattr(classes.get(namespace), "conversation_key", None)
+        return key if isinstance(key, str) and key else None
+
+    return key_of
+
+
+def _endpoint(text: str) -> Endpoint:
+    state = cli_state()
+    return parse_endpoint(text, conversation_keys(state.plugin_manager, state.settings))
+
+
+def _request(method: str, body: dict[str, Any]) -> dict[str, Any]:
+    """`P.admin.<method>` on the configured NATS (or the running `ore serve`'s)."""
+    settings = cli_state().settings
+    nats_config = settings.nats
+    if not nats_config.url:
+        running = find_running()
+        if running is None:
+            raise OreError(
+                "ore link: no NATS server configured and no running `ore serve` recorded; "
+                "start `ore serve`, or set nats.url (ORE_NATS__URL)"
+            )
+        nats_config = nats_settings(nats_config, [running.nats_url])
+    subject = Subjects(nats_config.subject_prefix).admin(method)
+
+    async def call() -> dict[str, Any]:
+        options = NatsCredentials.from_settings(nats_config).connect_options()
+        try:
+            nc = await nats.connect(
+                nats_config.url or [], allow_reconnect=False, connect_timeout=_TIMEOUT, **options
+            )
+        except (NatsError, OSError) as exc:
+            raise OreError(f"ore link: cannot reach NATS at {nats_config.url}: {exc}") from None
+        try:
+            reply = await nc.request(subject, json.dumps(body).encode(), timeout=_TIMEOUT)
+        except NatsError as exc:
+            raise OreError(f"ore link: {subject} not answered ({exc}); is `ore serve` running?")
+        finally:
+            await nc.close()
+        answer: dict[str, Any] = json.loads(reply.data or b"{}")
+        error = answer.get("error")
+        if isinstance(error, dict):
+            raise OreError(f"ore link: {error.get('message', error)}")
+        return answer
+
+    return asyncio.run(call())
+
+
+def _show(links: dict[str, Any]) -> list[tuple[str, ...]]:
+    return [
+        (
+            links["thread"],
+            f"{e['namespace']}:{e['key']}={e['value']}",
+            e["direction"],
+            links.get("gateway") or "-",
+            links["answer"],
+        )
+        for e in links["endpoints"]
+    ]
+
+
+@click.group()
+def link() -> None:
+    """Link conduit endpoints to threads (bridging: one conversation, several platforms)."""
+
+
+@link.command("add")
+@click.argument("thread")
+@click.argument("endpoint")
+@click.option("--direction", type=click.Choice(DIRECTIONS), default="inout", show_default=True)
+@click.option("--answer", type=click.Choice(ANSWERS), help="Who answers in the thread.")
+@click.option("--label", help='Label of relayed messages (default "{name} ({conduit})").')
+def add_command(
+    thread: str, endpoint: str, direction: str, answer: str | None, label: str | None
+) -> None:
+    """Link ENDPOINT (CONDUIT:VALUE or CONDUIT:KEY=VALUE) to THREAD."""
+    body: dict[str, Any] = {
+        "thread": thread,
+        "endpoint": _endpoint(endpoint).as_dict(),
+        "direction": direction,
+    }
+    if answer is not None:
+        body["answer"] = answer
+    if label is not None:
+        body["label"] = label
+    links = _request("links.add", body)
+    click.echo(f"linked {endpoint} to thread {thread} ({direction})")
+    click.echo("\n".join(table_columns([("THREAD", "ENDPOINT", "DIR", "GATEWAY", "ANSWER")])))
+    click.echo("\n".join(table_columns(_show(links))))
+
+
+@link.command("list")
+@click.option("--thread", help="Only this thread's links.")
+@click.option("--conduit", "namespace", help="Only threads linked to this conduit namespace.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def list_command(thread: str | None, namespace: str | None, as_json: bool) -> None:
+    """Every linked thread and its endpoints."""
+    body = {k: v for k, v in (("thread", thread), ("namespace", namespace)) if v is not None}
+    found = _request("links.list", body)["links"]
+    if as_json:
+        click.echo(json.dumps(found, indent=2, ensure_ascii=False))
+        return
+    if not found:
+        click.echo("No links.")
+        return
+    rows: list[tuple[str, ...]] = [("THREAD", "ENDPOINT", "DIR", "GATEWAY", "ANSWER")]
+    for links in found:
+        rows += _show(links)
+    click.echo("\n".join(table_columns(rows)))
+
+
+@link.command("remove")
+@click.argument("endpoint")
+def remove_command(endpoint: str) -> None:
+    """Unlink ENDPOINT from its thread."""
+    removed = _request("links.remove", {"endpoint": _endpoint(endpoint).as_dict()})
+    click.echo(f"unlinked {endpoint} from thread {removed['thread']}")

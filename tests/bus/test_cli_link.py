@@ -1,0 +1,78 @@
+"""`ore link add|list|remove` as an operator runs it, against a real core (issue 29)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+from nats.aio.client import Client
+
+from tests.bus.conftest import TIMEOUT, CoreFactory, publish, user_message, wait_for
+from tests.bus.test_links_relay import watch
+
+ORE = Path(sys.executable).with_name("ore")
+
+
+async def ore(url: str, home: Path, *args: str) -> tuple[int, str, str]:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.upper().startswith("ORE_")},
+        "ORE_NATS__URL": url,
+        "ORE_LOAD_PLUGINS": "",
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "XDG_STATE_HOME": str(home / "state"),
+    }
+    process = await asyncio.create_subprocess_exec(
+        str(ORE),
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(TIMEOUT):
+        out, err = await process.communicate()
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+async def test_an_operator_links_lists_and_unlinks_an_endpoint(
+    start_core: CoreFactory, ore_nats_client: Client, ore_nats_url: str, tmp_path: Path
+) -> None:
+    await start_core()
+    alpha = await watch(ore_nats_client, "alpha", "t-cli")
+    await publish(ore_nats_client, "t-cli", user_message("hi", "a-1", "alpha"), namespace="alpha")
+    await wait_for(lambda: alpha.done() == 1)
+    status, out, err = await ore(
+        ore_nats_url, tmp_path, "link", "add", "t-cli", "web:web.thread=w-1", "--answer", "all"
+    )
+    assert status == 0, err
+    assert "linked web:web.thread=w-1 to thread t-cli (inout)" in out
+    status, out, _ = await ore(ore_nats_url, tmp_path, "link", "list", "--json")
+    (links,) = json.loads(out)
+    assert (links["thread"], links["answer"], links["endpoints"][0]["value"]) == (
+        "t-cli",
+        "all",
+        "w-1",
+    )
+    status, out, _ = await ore(ore_nats_url, tmp_path, "link", "remove", "web:web.thread=w-1")
+    assert (status, out.strip()) == (0, "unlinked web:web.thread=w-1 from thread t-cli")
+
+
+async def test_a_bad_endpoint_is_one_error_line_and_exit_status_1(
+    start_core: CoreFactory, ore_nats_url: str, tmp_path: Path
+) -> None:
+    await start_core()
+    status, _, err = await ore(ore_nats_url, tmp_path, "link", "add", "t", "slack:C0123")
+    assert status == 1
+    assert "no installed conduit named 'slack' declares a conversation_key" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+async def test_linking_to_an_unknown_thread_says_so(
+    start_core: CoreFactory, ore_nats_url: str, tmp_path: Path
+) -> None:
+    await start_core()
+    status, _, err = await ore(ore_nats_url, tmp_path, "link", "add", "nope", "web:web.thread=1")
+    assert status == 1
+    assert "thread nope not found" in err
