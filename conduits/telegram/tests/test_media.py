@@ -212,3 +212,22 @@ async def test_an_image_too_large_for_the_bus_gets_a_notice_and_its_caption_an_a
         ],
     )
     assert last_user_content(model) == "huge"
+
+
+async def test_a_text_document_over_its_cap_gets_a_notice_and_is_not_downloaded(
+    tg_model: Harness, model: MockOpenAIServer
+) -> None:
+    await tg_model.start(max_text_bytes=10)
+    await tg_model.fake.user_sends_file(DM, b"a" * 11, "read it", file_name="long.txt")
+    await tg_model.shows(DM, ["I did not read long.txt: it is larger than 10 bytes.", "seen"])
+    assert last_user_content(model) == "read it"
+    assert tg_model.fake.calls("getFile") == []
+
+
+async def test_a_text_document_that_is_not_utf8_gets_a_notice(
+    tg_model: Harness, model: MockOpenAIServer
+) -> None:
+    await tg_model.start()
+    await tg_model.fake.user_sends_file(DM, b"\xff\xfe\x00bad", "read it", file_name="odd.txt")
+    await tg_model.shows(DM, ["I did not read odd.txt: it is not UTF-8 text.", "seen"])
+    assert last_user_content(model) == "read it"
