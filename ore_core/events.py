@@ -14,6 +14,7 @@ read; the validators behind it are built once at import.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ import orjson
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -69,6 +71,7 @@ __all__ = [
     "LifecycleEvent",
     "LifecyclePhase",
     "MAX_EVENT_ID_LENGTH",
+    "MAX_IMAGES",
     "Notice",
     "NoticeEvent",
     "OutputEvent",
@@ -176,6 +179,27 @@ _STRICT_INGRESS = ConfigDict(frozen=True, strict=True, extra="forbid")
 or `context`), refused like the control API refuses one, never dropped unseen."""
 
 
+MAX_IMAGES = 8  # images of one user message; their bytes are bounded by the ingress limit
+_IMAGE_URL = re.compile(r"data:image/[a-z0-9.+-]+;base64,[A-Za-z0-9+/]*={0,2}|https?://[^\s/]+\S*")
+
+
+def _check_image_url(url: str) -> str:
+    if not _IMAGE_URL.fullmatch(url):
+        raise ValueError("must be a data:image/...;base64, URL or an http(s):// URL")
+    return url
+
+
+def _list_as_tuple(value: object) -> object:
+    return tuple(value) if isinstance(value, list) else value  # a list from Python callers
+
+
+_Images = Annotated[
+    tuple[Annotated[str, AfterValidator(_check_image_url)], ...],
+    BeforeValidator(_list_as_tuple),
+    Field(max_length=MAX_IMAGES, exclude_if=_is_empty),
+]
+
+
 def _check_message_metadata(value: dict[str, str]) -> dict[str, str]:
     unknown = sorted(set(value) - set(USER_TURN_METADATA))
     if unknown:
@@ -203,6 +227,9 @@ class UserMessageEvent(_Event):
     `metadata` may name the turn this message edits (`edit_of`) or replies to
     (`reply_to`); both are recorded on the user turn (issue 29). `answer` false records
     the message without asking the processor (an edit saved without a new answer).
+    `images` (at most MAX_IMAGES, each a `data:image/...;base64,` or http(s) URL)
+    become `Image` artifacts of the user turn, after its text; absent from the JSON
+    when empty.
     """
 
     model_config = _STRICT_INGRESS
@@ -214,6 +241,7 @@ class UserMessageEvent(_Event):
         dict[str, str], AfterValidator(_check_message_metadata), Field(exclude_if=_lacks_metadata)
     ] = Field(default_factory=dict)
     answer: Annotated[bool, Field(exclude_if=_answered)] = True
+    images: _Images = ()
     context: _Context = _NO_CONTEXT
 
 
@@ -710,7 +738,7 @@ def encode_event(event: IngressEvent | OutputEvent) -> bytes:
         except TypeError:  # a plugin artifact's value orjson cannot write
             return event.__pydantic_serializer__.to_json(event)
         return _TURN_COMPLETE_HEAD + turn + _context_tail(event.context)
-    if cls is UserMessageEvent:
+    if cls is UserMessageEvent and not event.images:  # type: ignore[union-attr]
         return (
             _USER_MESSAGE_HEAD
             + _dumps(event.id)  # type: ignore[union-attr]

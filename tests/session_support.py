@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from ore_core import EventContext, LifecycleEvent, OutputEvent, UserMessageEvent
 from ore_core.session.fanout import Subscription
 
 
-def message(text: str, provenance: str = "test", **kwargs: str) -> UserMessageEvent:
+def message(text: str, provenance: str = "test", **kwargs: Any) -> UserMessageEvent:
     """A user message from the `test` conduit."""
     return UserMessageEvent(content=text, context=EventContext(provenance=provenance), **kwargs)
 

@@ -57,6 +57,8 @@ def value_for(annotation: Any, name: str) -> Any:
         return get_args(annotation)[-1]
     if origin is tuple and get_args(annotation)[1:] == (Ellipsis,):
         item = get_args(annotation)[0]
+        if name == "images":  # validated: a data URL or an http(s) URL
+            return ("data:image/png;base64,iVBORw0KGgo=", "https://example.com/a.png")
         if item is Artifact:
             return (Text(f'{name} "é"'), Reasoning(f"{name} ☃"))
         return (value_for(item, name),)
@@ -122,6 +124,15 @@ def test_the_guard_sets_fields_that_reach_the_wire(event: Any) -> None:
     named = set(type(event).model_fields) - {"artifact"}
     assert named <= set(wire)
     assert set(wire["context"]) == set(EventContext.model_fields)
+
+
+def test_the_hand_encoder_writes_every_field_of_a_user_message_without_images() -> None:
+    # With images the encoder hands a user message to pydantic; without, it writes
+    # every other field itself, and this compares each of them.
+    event = every_field_set(UserMessageEvent).model_copy(update={"images": ()})
+    wire = loads(_encode_with_pydantic(event))
+    assert set(UserMessageEvent.model_fields) - {"images"} <= set(wire)
+    assert encode_event(event) == _encode_with_pydantic(event)
 
 
 def test_a_turn_with_every_field_set_survives_its_json() -> None:

@@ -489,6 +489,7 @@ class ConduitClient:
         user: str | None = None,
         user_name: str | None = None,
         answer: bool = True,
+        images: Sequence[str] = (),
     ) -> Sent:
         """Send a user message to the thread (created on first message if unknown).
 
@@ -497,12 +498,16 @@ class ConduitClient:
         not started yet) reuse the id, for up to `send_deadline` seconds. The event's
         provenance is the namespace (the core refuses any other). `user_name` is the
         sender's display name: linked endpoints label the relayed message with it.
-        `answer` false records the message without asking the processor.
+        `answer` false records the message without asking the processor. `images` are
+        `data:image/...;base64,` or http(s) URLs (see UserMessageEvent); the whole
+        event must fit the core's ingress limit (`nats.max_payload`): a larger one
+        raises ApiError 413 `too_large` at once.
         """
         if isinstance(message, UserMessageEvent):
-            if id is not None or user is not None or user_name is not None or not answer:
+            named = (id, user, user_name)
+            if any(value is not None for value in named) or not answer or images:
                 raise ValueError(
-                    "set id, user, user_name and answer on the UserMessageEvent itself"
+                    "set id, user, user_name, answer and images on the UserMessageEvent itself"
                 )
             event = message
         else:
@@ -512,7 +517,11 @@ class ConduitClient:
                 else self._context
             )
             event = UserMessageEvent(
-                id=id or new_event_id(), content=message, answer=answer, context=context
+                id=id or new_event_id(),
+                content=message,
+                answer=answer,
+                images=tuple(images),
+                context=context,
             )
         return await self._publish(thread_id, event)
 
@@ -543,6 +552,14 @@ class ConduitClient:
         payload = encode_event(event)
         msg_id = _message_id(self._keyed, self.namespace, thread_id, event.id)
         header = self._ingress_block(event.kind, msg_id, event.context.traceparent)
+        if len(payload) + len(header) > self._nc.max_payload:  # never retried: it never fits
+            raise ApiError(
+                413,
+                "too_large",
+                f"{event.kind} {event.id} is {len(payload)} bytes, over the server's "
+                f"max_payload of {self._nc.max_payload} bytes",
+                subject=subject,
+            )
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._send_deadline
         pause = 0.05

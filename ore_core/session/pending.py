@@ -62,17 +62,21 @@ class Pending:
 
 def collect(item: Pending, queue: deque[Pending]) -> Pending:
     """`item` with the user messages queued right behind it merged into it (taken off
-    `queue`), their texts joined by blank lines: they are answered as one."""
+    `queue`), their texts joined by blank lines and their images kept in order: they
+    are answered as one."""
     if not isinstance(item.event, UserMessageEvent):
         return item
     parts = [item.event.content]
+    images = list(item.event.images)
     merged: list[Pending] = []
     while queue and isinstance(queue[0].event, UserMessageEvent):
         later = queue.popleft()
         assert isinstance(later.event, UserMessageEvent)
         parts.append(later.event.content)
+        images.extend(later.event.images)
         merged.append(later)
     if merged:
         item.merged = tuple(merged)
-        item.event = item.event.model_copy(update={"content": "\n\n".join(parts)})
+        update = {"content": "\n\n".join(parts), "images": tuple(images)}
+        item.event = item.event.model_copy(update=update)
     return item

@@ -38,7 +38,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import structlog
 
-from ore_core.artifacts import Text
+from ore_core.artifacts import Image, Text
 from ore_core.endpoint import GATEWAY_ANSWER_KEY
 from ore_core.errors import (
     Interrupted,
@@ -441,8 +441,9 @@ class Stream(ThreadOps):
         While the store is failing it is saved first instead: a store still down gives
         the message up here, before the processor spends a model call on it.
         """
+        images = (Image(url) for url in event.images)
         user_turn = self._thread.append(
-            Role.USER, Text(event.content), event_id=event.id, extra=_turn_extra(event)
+            Role.USER, Text(event.content), *images, event_id=event.id, extra=_turn_extra(event)
         )
         if not self._health.usable:
             await self._save_thread()

@@ -27,7 +27,7 @@ import structlog
 
 from ore_core import OreError
 
-__all__ = ["BotApi", "Bucket", "Limits", "TelegramError"]
+__all__ = ["BotApi", "Bucket", "FileError", "FileTooLarge", "Limits", "TelegramError"]
 
 log = structlog.get_logger("ore.conduit.telegram")
 
@@ -35,6 +35,15 @@ SENDS = frozenset({"sendMessage", "editMessageText", "sendPhoto", "sendDocument"
 """The methods that count against Telegram's message limits."""
 _RETRY_MAX = 5.0
 _LONG_POLL_MARGIN = 10.0  # seconds beyond a getUpdates timeout before the call is given up
+_DOWNLOAD_TIMEOUT = 60.0  # seconds one file download may take
+
+
+class FileError(OreError):
+    """A file could not be fetched (its message never holds the token)."""
+
+
+class FileTooLarge(FileError):
+    """A file is larger than the caller's limit; it was not (fully) read."""
 
 
 class TelegramError(OreError):
@@ -176,6 +185,41 @@ class BotApi:
     def file_url(self, file_path: str) -> str:
         """The download URL of a file (it contains the token: never log it)."""
         return f"{self.base_url}/file/bot{self._token}/{file_path}"
+
+    async def download(self, file_id: str, limit: int) -> bytes:
+        """The bytes of a file of at most `limit` bytes: `getFile`, then one GET of the
+        file URL (which holds the token: it is never logged, and every error raised
+        here is redacted). FileTooLarge over `limit`, FileError when not fetched."""
+        try:
+            info = await self.call("getFile", file_id=file_id)
+        except TelegramError as exc:  # e.g. "file is too big" (over 20 MB)
+            if exc.says("too big"):
+                raise FileTooLarge(exc.description) from None
+            raise FileError(exc.description) from None
+        path = info.get("file_path") if isinstance(info, dict) else None
+        if not isinstance(path, str) or not path:
+            raise FileError("getFile gave no file_path")
+        size = info.get("file_size")
+        if isinstance(size, int) and size > limit:
+            raise FileTooLarge(f"{size} bytes")
+        try:
+            return await self._fetch(self.file_url(path), limit)
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise FileError(self.redact(str(exc) or type(exc).__name__)) from None
+
+    async def _fetch(self, url: str, limit: int) -> bytes:
+        timeout = aiohttp.ClientTimeout(total=_DOWNLOAD_TIMEOUT)
+        async with self.session.get(url, timeout=timeout) as response:
+            if response.status != 200:
+                raise FileError(f"HTTP {response.status}")
+            if (response.content_length or 0) > limit:
+                raise FileTooLarge(f"{response.content_length} bytes")
+            data = bytearray()
+            async for chunk in response.content.iter_chunked(64 * 1024):
+                data += chunk
+                if len(data) > limit:
+                    raise FileTooLarge(f"over {limit} bytes")
+            return bytes(data)
 
     async def check(self) -> dict[str, Any]:
         """`getMe`, tried once: who the bot is. TelegramError for a refused token;

@@ -21,6 +21,7 @@ from ore_conduit_telegram.api import BotApi, Limits, TelegramError
 from ore_conduit_telegram.config import ENV_TOKEN, MissingToken, TelegramConfig
 from ore_conduit_telegram.ids import THREAD_KEY
 from ore_conduit_telegram.inbound import Identity, Inbound, poll
+from ore_conduit_telegram.media import MediaReader
 from ore_conduit_telegram.outbound import Notes, Outbound
 from ore_conduit_telegram.state import State
 from ore_core import OreError
@@ -105,6 +106,11 @@ class TelegramConduit(Conduit):
                 identity=identity,
                 state=state,
                 notes=notes,
+                media=MediaReader(
+                    api,
+                    max_image_bytes=config.max_image_bytes,
+                    max_text_bytes=config.max_text_bytes,
+                ),
             )
             tasks.create_task(outbound.serve(ready), name="telegram-outbound")
             await _set_commands(api)

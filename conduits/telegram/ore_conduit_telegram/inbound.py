@@ -39,6 +39,7 @@ from ore_conduit_telegram.ids import (
     event_id,
     traceparent_of,
 )
+from ore_conduit_telegram.media import MediaReader, file_kinds
 from ore_conduit_telegram.outbound import Notes
 from ore_conduit_telegram.state import State
 from ore_core import (
@@ -59,8 +60,10 @@ log = structlog.get_logger("ore.conduit.telegram")
 _RETRY_MAX = 5.0
 _FORK_PATIENCE = 10.0  # seconds an edit waits for the interrupted answer to end
 NEW_CONVERSATION = "New conversation started."
-NO_FILES = "I cannot read files yet; I got the text that came with it."
-_FILES = ("photo", "document", "video", "audio", "voice", "animation", "sticker")
+TOO_LARGE_FOR_BUS = (
+    "I did not read the image: it is too large for ore's message limit (lower "
+    "max_image_bytes or raise nats.max_payload)."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +105,7 @@ class _Message:
     text: str
     reply_to: int
     reply_to_sender: int
-    has_file: bool = False
+    files: Mapping[str, Any] = field(default_factory=dict)  # photo, document, sticker, ...
 
     @classmethod
     def of(cls, data: Mapping[str, Any]) -> _Message | None:
@@ -127,7 +130,7 @@ class _Message:
                 text=str(data.get("text") or data.get("caption") or ""),
                 reply_to=int(reply.get("message_id") or 0),
                 reply_to_sender=int(replier.get("id") or 0),
-                has_file=any(key in data for key in _FILES),
+                files=file_kinds(data),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -135,6 +138,10 @@ class _Message:
     @property
     def private(self) -> bool:
         return self.kind == "private"
+
+    @property
+    def has_file(self) -> bool:
+        return bool(self.files)
 
 
 class Inbound:
@@ -153,6 +160,7 @@ class Inbound:
         identity: Identity,
         state: State,
         notes: Notes,
+        media: MediaReader,
     ) -> None:
         self.name = name
         self.client = client
@@ -161,6 +169,7 @@ class Inbound:
         self.identity = identity
         self.state = state
         self.notes = notes
+        self.media = media
         self._lanes: dict[str, _Lane] = {}
 
     async def take_all(self, updates: list[Mapping[str, Any]]) -> None:
@@ -270,11 +279,25 @@ class Inbound:
         )
         return thread_id
 
-    def _event(self, message: _Message, event: str, text: str) -> UserMessageEvent:
+    def _event(
+        self, message: _Message, event: str, text: str, images: tuple[str, ...] = ()
+    ) -> UserMessageEvent:
         context = EventContext(
             provenance=self.name, user=str(message.sender), traceparent=traceparent_of(event)
         )
-        return UserMessageEvent(id=event, content=text, context=context)
+        return UserMessageEvent(id=event, content=text, images=images, context=context)
+
+    async def _read_file(self, message: _Message, text: str) -> tuple[str, tuple[str, ...]]:
+        """The text and images to send for a message with a file; a notice in the chat
+        for what was not read (the caption goes on regardless)."""
+        if not message.has_file:
+            return text, ()
+        media = await self.media.read(message.files)
+        if media.notice:
+            await self._note(message, "file", media.notice)
+        if media.text:
+            text = f"{text}\n\n{media.text}" if text else media.text
+        return text, media.images
 
     async def _message(self, message: _Message, text: str) -> None:
         command = text.split(" ", 1)[0]
@@ -287,10 +310,9 @@ class Inbound:
             await self.state.add_to_chain(message.chat, message.message_id, root)
             await self._note(message, "new", NEW_CONVERSATION)
             return
-        if message.has_file:
-            await self._note(message, "file", NO_FILES)
-            if not text:
-                return
+        text, images = await self._read_file(message, text)
+        if not text and not images:
+            return  # a file not read, without a caption: the notice says so
         conversation = await self._conversation(message)
         thread_id = await self._thread_id(conversation)
         event = event_id(message.chat, message.message_id)
@@ -298,7 +320,19 @@ class Inbound:
             await self.client.interrupt(thread_id, id=event)
             return
         await self.state.set_asked(traceparent_of(event), message.message_id)
-        await self.client.send(thread_id, self._event(message, event, text))
+        await self._send(thread_id, message, self._event(message, event, text, images))
+
+    async def _send(self, thread_id: str, message: _Message, event: UserMessageEvent) -> None:
+        """Send `event`; one too large for the bus (its images) goes without its images,
+        with a notice, so the caption is never lost."""
+        try:
+            await self.client.send(thread_id, event)
+        except ApiError as exc:
+            if exc.code != "too_large" or not event.images:
+                raise
+            await self._note(message, "file", TOO_LARGE_FOR_BUS)
+            if event.content:
+                await self.client.send(thread_id, event.model_copy(update={"images": ()}))
 
     async def _note(self, message: _Message, what: str, text: str) -> None:
         note_id = f"{what}:{message.chat}:{message.message_id}"
@@ -326,10 +360,11 @@ class Inbound:
         ):
             log.info("edit of an older message ignored", thread_id=thread_id, event_id=original)
             return
+        text, images = await self._read_file(message, text)
         await self.client.interrupt(thread_id)
         await self._fork(thread_id, latest.parent_id)
         await self.state.set_asked(traceparent_of(branch), message.message_id)
-        await self.client.send(thread_id, self._event(message, branch, text))
+        await self._send(thread_id, message, self._event(message, branch, text, images))
 
     async def _fork(self, thread_id: str, turn_id: str) -> None:
         """Move the tip before the edited message, once the interrupted turn has ended."""

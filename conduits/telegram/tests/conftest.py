@@ -9,11 +9,13 @@ Tests run in pytest's importlib mode: test modules import nothing from here at r
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 import pytest_asyncio
 
 from ore_conduit_telegram import TelegramConduit
@@ -23,6 +25,9 @@ from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.testing.conduit_conformance import ConduitCore, KitProcessor, RunningConduit
+from ore_openai.config import OpenAIConfig
+from ore_openai.processor import OpenAIProcessor
+from ore_openai.testing import MockOpenAIServer, MockResponse
 
 TIMEOUT = 10.0
 HOLD = object()
@@ -160,7 +165,7 @@ class Harness:
         self.core.service = await _core(self.core.nats_url, self.core.store, self.processor)
 
 
-async def _core(nats_url: str, store: MemoryStore, processor: ScriptedKit) -> CoreService:
+async def _core(nats_url: str, store: MemoryStore, processor: Any) -> CoreService:
     service = CoreService(
         Manager(store, processor),
         servers=[nats_url],
@@ -171,18 +176,17 @@ async def _core(nats_url: str, store: MemoryStore, processor: ScriptedKit) -> Co
     return service
 
 
-@pytest_asyncio.fixture
-async def tg(ore_nats_url: str, tmp_path: Path) -> AsyncIterator[Harness]:
-    """The harness of one test (the conduit is not started: `await tg.start()`)."""
+@asynccontextmanager
+async def _harness(nats_url: str, state: Path, processor: Any) -> AsyncIterator[Harness]:
+    """The fake, a core running `processor`, a client: a Harness, cleaned up after."""
     from ore_core.conduit import ConduitClient
 
     store = MemoryStore()
-    processor = ScriptedKit()
-    service = await _core(ore_nats_url, store, processor)
+    service = await _core(nats_url, store, processor)
     fake = await FakeTelegram().start()
-    client = await ConduitClient.connect(ore_nats_url, name="test", reconnect_wait=0.05)
-    core = ConduitCore(ore_nats_url, store, processor, service, client)
-    harness = Harness(fake, core, processor, tmp_path / "state")
+    client = await ConduitClient.connect(nats_url, name="test", reconnect_wait=0.05)
+    core = ConduitCore(nats_url, store, processor, service, client)
+    harness = Harness(fake, core, processor, state)
     try:
         yield harness
     finally:
@@ -192,3 +196,30 @@ async def tg(ore_nats_url: str, tmp_path: Path) -> AsyncIterator[Harness]:
         await fake.close()
         await harness.core.service.stop(grace=0)
         await store.close()
+
+
+@pytest_asyncio.fixture
+async def tg(ore_nats_url: str, tmp_path: Path) -> AsyncIterator[Harness]:
+    """The harness of one test (the conduit is not started: `await tg.start()`)."""
+    async with _harness(ore_nats_url, tmp_path / "state", ScriptedKit()) as harness:
+        yield harness
+
+
+@pytest.fixture
+def model() -> Iterator[MockOpenAIServer]:
+    """The OpenAI mock as the model: it answers every request `seen` and records it."""
+    with MockOpenAIServer(responder=lambda body: MockResponse(text="seen")) as server:
+        yield server
+
+
+@pytest_asyncio.fixture
+async def tg_model(
+    ore_nats_url: str, tmp_path: Path, model: MockOpenAIServer
+) -> AsyncIterator[Harness]:
+    """A harness whose core answers with the OpenAI processor, talking to `model`."""
+    config = OpenAIConfig(base_url=model.base_url, model="mock-model", max_retries=0)
+    async with (
+        OpenAIProcessor(config) as processor,
+        _harness(ore_nats_url, tmp_path / "state", processor) as harness,
+    ):
+        yield harness

@@ -104,3 +104,27 @@ async def test_a_file_is_fetched_with_get_file_and_the_token_in_its_url(fake: Fa
     url = f"{fake.api_url}/file/bot{fake.token}/{info['file_path']}"
     async with aiohttp.ClientSession() as session, session.get(url) as response:
         assert await response.read() == b"\x89PNG data"
+
+
+async def test_a_photo_comes_in_sizes_each_downloadable(fake: FakeTelegram) -> None:
+    message = await fake.user_sends_photo(1001, [b"small", b"larger one"], "look")
+    sizes = message.to_json()["photo"]
+    assert [size["file_size"] for size in sizes] == [5, 10]
+    info = (await call(fake, "getFile", file_id=sizes[1]["file_id"]))["result"]
+    url = f"{fake.api_url}/file/bot{fake.token}/{info['file_path']}"
+    async with aiohttp.ClientSession() as session, session.get(url) as response:
+        assert await response.read() == b"larger one"
+    assert fake.downloads == [sizes[1]["file_id"]]
+
+
+async def test_the_file_download_takes_scripted_faults(fake: FakeTelegram) -> None:
+    message = await fake.user_sends_file(1001, b"data", file_name="a.txt", mime_type="text/plain")
+    info = (await call(fake, "getFile", file_id=message.file_id))["result"]
+    url = f"{fake.api_url}/file/bot{fake.token}/{info['file_path']}"
+    fake.fail_next("file", status=502)
+    async with aiohttp.ClientSession() as session:
+        async with session.get(url) as response:
+            assert response.status == 502
+        async with session.get(url) as response:
+            assert await response.read() == b"data"
+    assert fake.downloads == [message.file_id]

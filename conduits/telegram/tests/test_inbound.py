@@ -152,13 +152,19 @@ async def test_a_greeting_is_sent_once_even_when_its_update_comes_again(tg: Harn
     assert tg.fake.bot_texts(DM)[1] == "echo: after"
 
 
-async def test_a_file_is_not_fetched_and_its_caption_is_answered_with_a_notice(
+async def test_a_file_it_cannot_read_is_not_fetched_and_its_caption_is_answered(
     tg: Harness,
 ) -> None:
     await tg.start()
-    await tg.fake.user_sends_file(DM, b"%PDF secret", "what is in it?")
+    await tg.fake.user_sends_file(
+        DM, b"%PDF secret", "what is in it?", file_name="a.pdf", mime_type="application/pdf"
+    )
     await tg.shows(
-        DM, ["I cannot read files yet; I got the text that came with it.", "echo: what is in it?"]
+        DM,
+        [
+            "I cannot read a.pdf (application/pdf): I read images and text files.",
+            "echo: what is in it?",
+        ],
     )
     assert tg.fake.calls("getFile") == []
     assert await tg.user_texts() == [["what is in it?"]]

@@ -9,8 +9,8 @@ What it serves (`POST|GET /bot<token>/<method>`, JSON, form or query parameters)
   each update to the URL with `X-Telegram-Bot-Api-Secret-Token`, again until it gets
   a 200), `sendMessage`, `editMessageText`, `sendMessageDraft` (private chats only),
   `sendChatAction`, `deleteMessage`, `setMyCommands`, `getFile` and the file download
-  `GET /file/bot<token>/<file_path>`. Any other method answers 404 "Not Found", a wrong
-  token 401 "Unauthorized".
+  `GET /file/bot<token>/<file_path>` (each counted in `downloads`). Any other method
+  answers 404 "Not Found", a wrong token 401 "Unauthorized".
 - **Telegram's checks**: text of 1-4096 characters after entity parsing ("message is
   too long", "message text is empty"); `parse_mode=HTML` parsed with Telegram's tag set
   (an unknown or unbalanced tag: "can't parse entities"); an edit to the same text:
@@ -22,13 +22,16 @@ What it serves (`POST|GET /bot<token>/<method>`, JSON, form or query parameters)
 - **What a user sees**: `view(chat, topic)` lists the visible messages of a chat (or of
   one topic), text as rendered (HTML tags removed); `bot_texts` only the bot's; `draft`
   the bot's draft now shown.
-- **Users**: `user_says`, `user_edits`, `other_bot_says` and `user_sends_file` add a
-  message (or edit) and queue its update.
+- **Users**: `user_says`, `user_edits`, `other_bot_says`, `user_sends_file` (a
+  document), `user_sends_photo` (a photo in several sizes) and `user_sends_media` (a
+  sticker, a voice message, ...) add a message (or edit) and queue its update.
 - **Scripted faults**: `fail_next(method, status=..., description=..., retry_after=...)`
   (429 with `parameters.retry_after`, a 400 of any description, a 502), `drop_next(method,
   commit=...)` (the connection closes without an answer, after carrying the call out or
   not), and rate windows `rate_limit(per_chat=..., per_group=..., overall=...)`, answered
-  with 429 and `retry_after` like Telegram's flood control.
+  with 429 and `retry_after` like Telegram's flood control. The file download takes the
+  faults of the method name `"file"` (`fail_next("file", status=502)`, `drop_next("file")`;
+  a 3xx redirects to the same URL, so `times=11` makes a redirect loop).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import itertools
 import json
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
@@ -102,7 +105,8 @@ class FakeMessage:
     date: int = 0
     edits: int = 0
     deleted: bool = False
-    file_id: str = ""
+    file_id: str = ""  # of a document
+    media: dict[str, Any] = field(default_factory=dict)  # "photo", "document", ... as sent
 
     def to_json(self, *, with_reply: bool = True) -> dict[str, Any]:
         """The message as an update carries it."""
@@ -118,8 +122,8 @@ class FakeMessage:
         }
         if self.sender_is_bot:
             data["from"]["username"] = BOT_USERNAME if self.sender == BOT_ID else "other_bot"
-        if self.file_id:
-            data["document"] = {"file_id": self.file_id, "file_unique_id": self.file_id}
+        if self.media:
+            data.update(self.media)
             if self.text:
                 data["caption"] = self.text
         else:
@@ -203,6 +207,8 @@ class FakeTelegram:
         self.handed = 0  # the highest update_id getUpdates returned
         self.pushes = 0  # webhook posts begun
         self.files: dict[str, bytes] = {}
+        self.downloads: list[str] = []  # file ids served by the file download, in order
+        self._file_paths: dict[str, str] = {}  # file_path -> file_id
         self._updates: list[dict[str, Any]] = []
         self._update_ids = itertools.count(100_001)
         self._ids: dict[int, itertools.count[int]] = {}
@@ -350,12 +356,72 @@ class FakeTelegram:
         return message
 
     async def user_sends_file(
-        self, chat_id: int, data: bytes, caption: str = "", *, user: int = ALICE
+        self,
+        chat_id: int,
+        data: bytes,
+        caption: str = "",
+        *,
+        user: int = ALICE,
+        file_name: str = "file.bin",
+        mime_type: str = "application/octet-stream",
     ) -> FakeMessage:
         """A user sends a document (kept by the fake for `getFile` and the download)."""
+        file_id = self._keep(data, "documents", file_name.rpartition(".")[2] or "bin")
+        document = {
+            "file_id": file_id,
+            "file_unique_id": file_id,
+            "file_name": file_name,
+            "mime_type": mime_type,
+            "file_size": len(data),
+        }
+        message = await self._sends(chat_id, {"document": document}, caption, user)
+        message.file_id = file_id
+        return message
+
+    async def user_sends_photo(
+        self, chat_id: int, sizes: Sequence[bytes], caption: str = "", *, user: int = ALICE
+    ) -> FakeMessage:
+        """A user sends a photo; `sizes` are its JPEG bytes from the smallest to the
+        largest (Telegram's order), each a `PhotoSize` with its `file_size`."""
+        photo = []
+        for n, data in enumerate(sizes, 1):
+            file_id = self._keep(data, "photos", "jpg")
+            photo.append(
+                {
+                    "file_id": file_id,
+                    "file_unique_id": file_id,
+                    "width": 90 * n,
+                    "height": 60 * n,
+                    "file_size": len(data),
+                }
+            )
+        return await self._sends(chat_id, {"photo": photo}, caption, user)
+
+    async def user_sends_media(
+        self,
+        chat_id: int,
+        kind: str,
+        data: bytes = b"media",
+        caption: str = "",
+        *,
+        user: int = ALICE,
+    ) -> FakeMessage:
+        """A user sends a file of another `kind` (`sticker`, `voice`, `video`, ...)."""
+        file_id = self._keep(data, kind, "bin")
+        part = {"file_id": file_id, "file_unique_id": file_id, "file_size": len(data)}
+        return await self._sends(chat_id, {kind: part}, caption, user)
+
+    def _keep(self, data: bytes, folder: str, suffix: str) -> str:
+        file_id = f"file-{next(self._file_ids)}"
+        self.files[file_id] = data
+        self._file_paths[f"{folder}/{file_id}.{suffix}"] = file_id
+        return file_id
+
+    async def _sends(
+        self, chat_id: int, media: dict[str, Any], caption: str, user: int
+    ) -> FakeMessage:
         message = self._add(self.chat(chat_id), caption, user)
-        message.file_id = f"file-{next(self._file_ids)}"
-        self.files[message.file_id] = data
+        message.media = media
         self._queue("message", message)
         await self._notify()
         return message
@@ -714,20 +780,31 @@ class FakeTelegram:
         file_id = str(params.get("file_id") or "")
         if file_id not in self.files:
             raise _Refusal(400, "Bad Request: invalid file_id")
+        path = next(path for path, known in self._file_paths.items() if known == file_id)
         return {
             "file_id": file_id,
             "file_unique_id": file_id,
             "file_size": len(self.files[file_id]),
-            "file_path": f"documents/{file_id}.bin",
+            "file_path": path,
         }
 
     async def _file(self, request: web.Request) -> web.StreamResponse:
         if request.match_info["token"] != self.token:
             return web.Response(status=401)
-        name = request.match_info["path"].removeprefix("documents/").removesuffix(".bin")
-        data = self.files.get(name)
+        fault = self._take_fault("file")
+        if fault is not None:
+            await self._notify()
+            if fault.drop:
+                return self._drop(request)
+            if fault.status in (301, 302, 307, 308):  # back to itself: a redirect loop
+                return web.Response(status=fault.status, headers={"Location": str(request.url)})
+            return web.Response(status=fault.status, text=fault.description)
+        file_id = self._file_paths.get(request.match_info["path"], "")
+        data = self.files.get(file_id)
         if data is None:
             return web.Response(status=404)
+        self.downloads.append(file_id)
+        await self._notify()
         return web.Response(body=data)
 
 
