@@ -76,11 +76,11 @@ from ore_core.artifacts import Delta
 from ore_core.bridge.cache import LinkCache
 from ore_core.bus.copies import StoredCopies
 from ore_core.bus.pipeline import Pipeline
+from ore_core.bus.space_notices import STORAGE_FULL, SpaceNotices
 from ore_core.errors import BusError, SessionNotFound
 from ore_core.events import (
     BATCH_KIND,
     ArtifactEvent,
-    ErrorEvent,
     EventContext,
     LifecycleEvent,
     NoticeEvent,
@@ -100,9 +100,6 @@ from ore_core.subjects import (
 from ore_core.turn import Role, Turn
 
 __all__ = ["STORAGE_FULL", "Egress", "EventsNotRead", "is_live_only"]
-
-STORAGE_FULL = "storage_full"
-"""`code` of the error event a user gets while a JetStream limit holds their answer."""
 
 log = structlog.get_logger("ore.bus")
 
@@ -196,10 +193,8 @@ class Egress:
         self._subjects = subjects
         self._pipeline = pipeline
         self._manager = manager
-        self._events_prefix = f"{subjects.prefix}.ev."
         self._cache: dict[str, _Subjects] = {}
         self._turns: dict[str, _Run] = {}  # durable events of turns not ended yet
-        self._told: set[str] = set()  # threads told that their answer waits for space
         self._waiter: tuple[int, asyncio.Future[None]] | None = None
         self._on_overdue: Callable[[str, int], None] | None = None
         self.emitted = 0
@@ -207,7 +202,8 @@ class Egress:
         self.dropped_deltas = 0
         self.abandoned = 0
         """Held events dropped because their turn was given up (its save failed)."""
-        pipeline.watch_limits(reached=self._limit_reached, cleared=self._told.clear)
+        notices = SpaceNotices(subjects, self.reply)
+        pipeline.watch_limits(reached=notices.reached, cleared=notices.cleared)
         pipeline.watch_fenced(self._fenced)
         self._copies = None if links is None else StoredCopies(nc, subjects, links)
         if self._copies is not None:
@@ -642,25 +638,6 @@ class Egress:
         run.data = encoded
         if self._publish_run(self._subjects.output(namespace, thread_id), run):
             await wait_flushed(self._nc)
-
-    async def _limit_reached(self, subject: str, reason: str) -> None:
-        """A stored batch of a thread is held by a JetStream limit: tell its users once."""
-        if not subject.startswith(self._events_prefix):
-            return  # a dead-letter record: the operator's log line is enough
-        namespace, thread_id = self._subjects.thread_of(subject)
-        if thread_id in self._told:
-            return
-        self._told.add(thread_id)
-        message = (
-            f"ore cannot store its answer right now: a JetStream limit of the NATS server "
-            f"is reached ({reason}). Nothing is lost: the answer follows once the operator "
-            "frees space"
-        )
-        await self.reply(
-            namespace or DEFAULT_NAMESPACE,
-            thread_id,
-            ErrorEvent(message=message, code=STORAGE_FULL),
-        )
 
 
 def _stored_events(data: Any) -> tuple[list[dict[str, Any]], bool]:
