@@ -26,7 +26,6 @@ event loop that owns the connection and the Manager.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -34,9 +33,6 @@ from typing import Annotated, Any, TypeVar
 
 import structlog
 from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
-from nats.errors import Error as NatsError
 from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
@@ -50,6 +46,7 @@ from ore_core.bridge.cache import LinkCache
 from ore_core.bridge.deliveries import DeliveryGet, DeliveryLookup, DeliveryReport, MappingNotFound
 from ore_core.bridge.links import LinkConflict, LinkError, LinkNotFound
 from ore_core.bus.api_base import ApiFailure, RawReply, Reply, RequestBody, ThreadId
+from ore_core.bus.forwarding import Forwarding
 from ore_core.bus.link_api import LinkApi
 from ore_core.bus.stored_reads import CursorRef, CursorSet, Read, StoredReads
 from ore_core.endpoint import EndpointError
@@ -131,7 +128,6 @@ ADMIN_METHODS = (
 )
 """Methods under `P.admin.`: every namespace, and the changes only operators make."""
 
-_FORWARD_TIMEOUT = 5.0  # seconds an owner has to answer a forwarded request
 _LIST_SCAN = 1000  # ids one namespace-filtered list request looks at, at most
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -342,8 +338,7 @@ class ControlAPI:
             ),
         )
         self._route = route
-        self._worker = None if worker_id is None else subjects.worker(worker_id)
-        self._forwarded: Subscription | None = None
+        self._forwarding = Forwarding(nc, subjects, worker_id)
 
     @property
     def endpoints(self) -> dict[str, str]:
@@ -366,10 +361,7 @@ class ControlAPI:
             await service.add_endpoint(
                 name=endpoint.name, subject=endpoint.subject, handler=endpoint.handler
             )
-        if self._worker is not None:
-            self._forwarded = await self._nc.subscribe(
-                self._worker + ".>", cb=functools.partial(self._on_forwarded, endpoints)
-            )
+        await self._forwarding.start([(e.subject, e.handler) for e in endpoints])
         # flush() alone does not prove the endpoints are live (see bus.barrier).
         await subscriptions_registered(self._nc)
         self._service = service
@@ -377,9 +369,7 @@ class ControlAPI:
     async def stop(self) -> None:
         """Unsubscribe; requests in flight elsewhere go to the other workers. Idempotent."""
         service, self._service = self._service, None
-        forwarded, self._forwarded = self._forwarded, None
-        if forwarded is not None:
-            await forwarded.unsubscribe()
+        await self._forwarding.stop()
         if service is not None:
             await service.stop()
 
@@ -503,7 +493,7 @@ class ControlAPI:
             routed = _routed_thread(body)
             if not forwarded and routed is not None and self._route is not None:
                 owner = self._route(routed)
-                if owner is not None and await self._forward(request, owner):
+                if owner is not None and await self._forwarding.forward(request, owner):
                     return
             answer = await handler(body)
             reply = answer.encode() if isinstance(answer, RawReply) else jsonutil.dumps(answer)
@@ -517,38 +507,6 @@ class ControlAPI:
             await self._fail(request, _classify(exc), exc)
             return
         await request.respond(reply)
-
-    async def _forward(self, request: Request, owner: str) -> bool:
-        """Relay `request` to worker `owner` and its reply back; False when it did not
-        answer (gone, or too slow): the caller then answers from the store."""
-        prefix = self._subjects.prefix
-        subject = self._subjects.worker(owner) + request.subject[len(prefix) :]
-        try:
-            reply = await self._nc.request(
-                subject, request.data, timeout=_FORWARD_TIMEOUT, headers=request.headers
-            )
-        except (NatsError, TimeoutError) as exc:
-            log.debug("owner did not answer; answering here", owner=owner, error=repr(exc))
-            return False
-        await request.respond(reply.data, headers=reply.headers)
-        return True
-
-    async def _on_forwarded(self, endpoints: list[_Endpoint], msg: Msg) -> None:
-        """A request another worker forwarded here (this worker owns its thread): served
-        by the endpoint of its original subject, never forwarded again."""
-        assert self._worker is not None
-        subject = self._subjects.prefix + msg.subject[len(self._worker) :]
-        tokens = subject.split(".")
-        for endpoint in endpoints:
-            pattern = endpoint.subject.split(".")
-            if len(pattern) == len(tokens) and all(
-                p in ("*", t) for p, t in zip(pattern, tokens, strict=True)
-            ):
-                original = Msg(
-                    self._nc, subject=subject, reply=msg.reply, data=msg.data, headers=msg.headers
-                )
-                await endpoint.handler(Request(original), True)
-                return
 
     async def _fail(self, request: Request, failure: ApiFailure, cause: Exception) -> None:
         message = _one_line(failure.message)

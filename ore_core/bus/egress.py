@@ -70,18 +70,17 @@ from ore_core._nats.codec import (
     batch_block,
     namespace_of,
     output_block,
-    republished_block,
-    stored_copy_block,
 )
 from ore_core._nats.wire import publish_now, wait_flushed
 from ore_core.artifacts import Delta
 from ore_core.bridge.cache import LinkCache
+from ore_core.bus.copies import StoredCopies
 from ore_core.bus.pipeline import Pipeline
+from ore_core.bus.space_notices import STORAGE_FULL, SpaceNotices
 from ore_core.errors import BusError, SessionNotFound
 from ore_core.events import (
     BATCH_KIND,
     ArtifactEvent,
-    ErrorEvent,
     EventContext,
     LifecycleEvent,
     NoticeEvent,
@@ -101,9 +100,6 @@ from ore_core.subjects import (
 from ore_core.turn import Role, Turn
 
 __all__ = ["STORAGE_FULL", "Egress", "EventsNotRead", "is_live_only"]
-
-STORAGE_FULL = "storage_full"
-"""`code` of the error event a user gets while a JetStream limit holds their answer."""
 
 log = structlog.get_logger("ore.bus")
 
@@ -197,23 +193,26 @@ class Egress:
         self._subjects = subjects
         self._pipeline = pipeline
         self._manager = manager
-        self._events_prefix = f"{subjects.prefix}.ev."
         self._cache: dict[str, _Subjects] = {}
         self._turns: dict[str, _Run] = {}  # durable events of turns not ended yet
-        self._told: set[str] = set()  # threads told that their answer waits for space
         self._waiter: tuple[int, asyncio.Future[None]] | None = None
         self._on_overdue: Callable[[str, int], None] | None = None
         self.emitted = 0
         """Events taken from the manager so far (compare `Manager.sink_queued`)."""
         self.dropped_deltas = 0
-        self.lost_copies = 0
-        """Copies for linked namespaces not sent (disconnected): their feeds catch up."""
         self.abandoned = 0
         """Held events dropped because their turn was given up (its save failed)."""
-        pipeline.watch_limits(reached=self._limit_reached, cleared=self._told.clear)
+        notices = SpaceNotices(subjects, self.reply)
+        pipeline.watch_limits(reached=notices.reached, cleared=notices.cleared)
         pipeline.watch_fenced(self._fenced)
-        if links is not None:
-            pipeline.watch_stored(self._copy_stored)
+        self._copies = None if links is None else StoredCopies(nc, subjects, links)
+        if self._copies is not None:
+            pipeline.watch_stored(self._copies.stored)
+
+    @property
+    def lost_copies(self) -> int:
+        """Copies for linked namespaces not sent (disconnected): their feeds catch up."""
+        return 0 if self._copies is None else self._copies.lost
 
     def watch_overdue(self, callback: Callable[[str, int], None]) -> None:
         """Call `callback(thread_id, position)` when output of `thread_id` is dropped
@@ -357,7 +356,8 @@ class Egress:
             self._pipeline.forget(subject)
         else:
             self._pipeline.know(subject, sequence)
-        self._copy_last(thread_id, last)
+        if self._copies is not None:
+            self._copies.last(thread_id, last)
         stored = self._note_last_stored(thread_id, last)
         tip = thread.get_turn(thread.current_tip)
         if tip is None or tip.role == Role.USER:
@@ -622,37 +622,6 @@ class Egress:
                 over |= self._publish_run(self._subjects.output(namespace, thread_id), run)
         return over
 
-    # -- copies for linked namespaces (ore_core/bridge) ------------------------------
-
-    def _copy_stored(
-        self, subject: str, data: bytes, head: bytes, sequence: int, previous: int
-    ) -> None:
-        """A batch of a thread is stored: send the same bytes, with the sequences the
-        server's republish would carry, to `P.out.NSx.T` of every linked namespace."""
-        assert self._links is not None
-        thread_id = subject[subject.rfind(".") + 1 :]
-        copies = self._links.copies(thread_id)
-        if copies:
-            self._copy(thread_id, copies, data, republished_block(head, sequence, previous))
-
-    def _copy_last(self, thread_id: str, last: RawStreamMsg | None) -> None:
-        """`prime`: send the thread's last stored batch to its linked namespaces again, in
-        case the copies of the worker that stored it were lost (feeds drop a sequence
-        they had). Its previous sequence is not read: one less than its own makes a feed
-        that may have missed something ask (`events.read`), never skip."""
-        copies = () if self._links is None or last is None else self._links.copies(thread_id)
-        if not copies or last is None or not last.seq:
-            return
-        block = stored_copy_block(dict(last.headers or {}), last.seq, last.seq - 1)
-        self._copy(thread_id, copies, last.data or b"", block)
-
-    def _copy(self, thread_id: str, copies: tuple[str, ...], data: bytes, block: bytes) -> None:
-        for namespace in copies:
-            try:
-                publish_now(self._nc, self._subjects.output(namespace, thread_id), data, "", block)
-            except (OutboundBufferLimitError, ConnectionClosedError):
-                self.lost_copies += 1  # the endpoint's feed finds the gap and reads it
-
     def _publish_run(self, subject: str, run: _Run) -> bool:
         """Send a run on core NATS, best effort (`publish_now`'s answer)."""
         data = run.data[0] if len(run.data) == 1 else encode_batch(run.data)
@@ -669,25 +638,6 @@ class Egress:
         run.data = encoded
         if self._publish_run(self._subjects.output(namespace, thread_id), run):
             await wait_flushed(self._nc)
-
-    async def _limit_reached(self, subject: str, reason: str) -> None:
-        """A stored batch of a thread is held by a JetStream limit: tell its users once."""
-        if not subject.startswith(self._events_prefix):
-            return  # a dead-letter record: the operator's log line is enough
-        namespace, thread_id = self._subjects.thread_of(subject)
-        if thread_id in self._told:
-            return
-        self._told.add(thread_id)
-        message = (
-            f"ore cannot store its answer right now: a JetStream limit of the NATS server "
-            f"is reached ({reason}). Nothing is lost: the answer follows once the operator "
-            "frees space"
-        )
-        await self.reply(
-            namespace or DEFAULT_NAMESPACE,
-            thread_id,
-            ErrorEvent(message=message, code=STORAGE_FULL),
-        )
 
 
 def _stored_events(data: Any) -> tuple[list[dict[str, Any]], bool]:

@@ -44,7 +44,7 @@ import itertools
 import secrets
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import structlog
 from nats.aio.client import Client as NatsClient
@@ -56,14 +56,12 @@ from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 from ore_core._nats.codec import fenced_block, open_block, read_publish_ack
 from ore_core._nats.connection import LIMIT_ERROR_CODES, subscribe_inline
 from ore_core._nats.wire import header_block, publish_now, wait_flushed
+from ore_core.bus.limit_listeners import LimitListeners, LimitReached
 from ore_core.errors import BusError
 from ore_core.subjects import HEADER_MSG_ID
 from ore_core.tasks import Idle, TaskCrashed, TaskScope
 
 __all__ = ["LimitReached", "Pipeline"]
-
-LimitReached = Callable[[str, str], Awaitable[None]]
-"""`await on_limit(subject, reason)`: a message to `subject` is held by a JetStream limit."""
 
 Fenced = Callable[[str, int], None]
 """`on_fenced(subject, tag)`: a fenced message to `subject` (published with `tag`) was
@@ -147,9 +145,7 @@ class Pipeline:
         self._held: deque[_Record] = deque()
         self._delayed: deque[_Record] = deque()  # retried after `hold_retry`
         self._held_count = 0  # held records not yet stored (waiting or sent again)
-        self._on_limit: list[LimitReached] = []
-        self._on_clear: list[Callable[[], None]] = []
-        self._limit_notices: deque[tuple[str, str]] = deque()  # for the `reached` listeners
+        self._limits = LimitListeners(self.tasks)
         self.full: str | None = None
         """What JetStream limit holds messages back right now (None: none)."""
         self.lost = 0
@@ -239,10 +235,7 @@ class Pipeline:
         self, *, reached: LimitReached | None = None, cleared: Callable[[], None] | None = None
     ) -> None:
         """Call `reached(subject, reason)` for each held message, `cleared()` once all went."""
-        if reached is not None:
-            self._on_limit.append(reached)
-        if cleared is not None:
-            self._on_clear.append(cleared)
+        self._limits.watch(reached, cleared)
 
     async def start(self) -> None:
         """Subscribe to the ack inbox and start the timeout and sender tasks.
@@ -515,11 +508,7 @@ class Pipeline:
         self._wakeup.set()
 
     def _hold(self, record: _Record, reason: str) -> None:
-        """Keep a message a JetStream limit refused; it is sent again after `hold_retry`.
-
-        The `reached` listeners are awaited by a job of their own, in order (this runs in
-        the connection's read loop, which must not wait).
-        """
+        """Keep a message a JetStream limit refused; it is sent again after `hold_retry`."""
         if not record.held:
             record.held = True
             self._held_count += 1
@@ -532,34 +521,14 @@ class Pipeline:
                 reason=reason,
                 subject=record.subject,
             )
-        if self._on_limit:
-            notices = self._limit_notices
-            notices.append((record.subject, reason))
-            if len(notices) == 1:  # else the job telling the earlier ones tells this too
-                try:
-                    self.tasks.spawn(self._tell_limit(), name="ore-pipeline-limit", critical=False)
-                except (RuntimeError, TaskCrashed):  # stopping: nobody is told any more
-                    notices.clear()
-
-    async def _tell_limit(self) -> None:
-        """Call the `reached` listeners for each held message, oldest first."""
-        notices = self._limit_notices
-        try:
-            while notices:
-                subject, reason = notices[0]
-                for listener in self._on_limit:
-                    await listener(subject, reason)
-                notices.popleft()
-        finally:
-            notices.clear()  # a failure is logged (a job); later holds start a new one
+        self._limits.held(record.subject, reason)
 
     def _stored_after_hold(self) -> None:
         self._held_count -= 1
         if self._held_count == 0 and self.full is not None:
             log.info("JetStream accepts stored events again", was=self.full)
             self.full = None
-            for cleared in self._on_clear:
-                cleared()
+            self._limits.clear()
 
     async def _hold_loop(self) -> None:
         while True:

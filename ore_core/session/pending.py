@@ -1,5 +1,6 @@
 """A queued event of a `Stream` and the callbacks that settle it (acknowledge, redeliver,
-wake a `process()` caller), and the COLLECT policy's merge of queued messages."""
+wake a `process()` caller), the COLLECT policy's merge of queued messages and the REJECT
+policy's refusal."""
 
 from __future__ import annotations
 
@@ -8,10 +9,17 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ore_core.errors import OreError
-from ore_core.events import IngressEvent, UserMessageEvent
+from ore_core.errors import MessageRejected, OreError
+from ore_core.events import (
+    IngressEvent,
+    LifecycleEvent,
+    NoticeEvent,
+    OutputEvent,
+    Severity,
+    UserMessageEvent,
+)
 
-__all__ = ["HandledCallback", "Pending", "RetryCallback", "collect"]
+__all__ = ["HandledCallback", "Pending", "RetryCallback", "collect", "reject"]
 
 HandledCallback = Callable[[], object]
 """Called once the event is completely handled and saved (after `lifecycle: done`), or
@@ -80,3 +88,20 @@ def collect(item: Pending, queue: deque[Pending]) -> Pending:
         update = {"content": "\n\n".join(parts), "images": tuple(images)}
         item.event = item.event.model_copy(update=update)
     return item
+
+
+def reject(item: Pending, publish: Callable[[OutputEvent], None], thread_id: str) -> None:
+    """Refuse `item` (policy reject, a turn is running): the sender is told and gets its
+    `done`, the message is acknowledged (not redelivered) and a waiter gets MessageRejected."""
+    context = item.event.context
+    publish(
+        NoticeEvent(
+            content="A reply is still being written; your message was not accepted. "
+            "Wait for it, or interrupt it first.",
+            severity=Severity.WARN,
+            context=context,
+        )
+    )
+    publish(LifecycleEvent.of("done", context))
+    item.handled()
+    item.resolve(MessageRejected(f"session {thread_id}: a turn is running (policy reject)"))

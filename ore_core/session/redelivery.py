@@ -45,6 +45,21 @@ class Redeliveries:
         self._announce_again.discard(event.id)
         return recorded_events(_message_turns(thread, event.id), event.context)
 
+    def recorded_tip(self, thread: Thread, event: UserMessageEvent) -> Turn | None:
+        """The recorded user turn of unanswered `event` when it is the tip (to announce
+        again: same turn id, so a receiver that saw it can tell); None when newer turns
+        follow it: it is recorded again at the tip and answered there, late rather than
+        never."""
+        tip = thread.get_turn(thread.current_tip)
+        if tip is not None and tip.event_id == event.id:
+            return tip
+        log.warning(
+            "unanswered message redelivered after newer ones; answering it now",
+            thread_id=thread.id,
+            event_id=event.id,
+        )
+        return None
+
 
 def _message_turns(thread: Thread, event_id: str) -> list[Turn]:
     """The user turn of message `event_id` on the active path and the turns after it up

@@ -39,10 +39,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 import structlog
 
 from ore_core.artifacts import Image, Text
-from ore_core.endpoint import GATEWAY_ANSWER_KEY
 from ore_core.errors import (
     Interrupted,
-    MessageRejected,
     OreError,
     SessionClosed,
     StaleThread,
@@ -60,13 +58,13 @@ from ore_core.events import (
     SessionSwitchEvent,
     Severity,
     TurnCompleteEvent,
-    TurnDeletedEvent,
     UserMessageEvent,
 )
 from ore_core.ledger.thread import Thread
+from ore_core.session.bridging import delete_turn, unanswered
 from ore_core.session.fanout import Subscription
 from ore_core.session.interception import intercept
-from ore_core.session.pending import HandledCallback, Pending, RetryCallback, collect
+from ore_core.session.pending import HandledCallback, Pending, RetryCallback, collect, reject
 from ore_core.session.policy import DoubleTexting
 from ore_core.session.protocols import Interceptor, Store, TurnProcessor
 from ore_core.session.redelivery import Redeliveries
@@ -74,7 +72,7 @@ from ore_core.session.store_health import DELAYED_NOTICE, StoreHealth, is_store_
 from ore_core.session.thread_ops import BOUNDARY_INFO_KEY, ThreadOps
 from ore_core.session.turn_context import Transform, TurnContext
 from ore_core.tasks import TaskCrashed, TaskScope
-from ore_core.turn import Role, TraversalControl
+from ore_core.turn import Role
 
 __all__ = ["BOUNDARY_INFO_KEY", "NewThread", "Stream"]
 
@@ -218,7 +216,7 @@ class Stream(ThreadOps):
             return
         if isinstance(event, UserMessageEvent) and self._handling_message:
             if self._policy is DoubleTexting.REJECT:
-                self._reject(item)
+                reject(item, self.publish, self.id)
                 return
             if self._policy is DoubleTexting.INTERRUPT:
                 self.cancel()
@@ -231,20 +229,6 @@ class Stream(ThreadOps):
         wakeup = self._wakeup
         if wakeup is not None and not wakeup.done():
             wakeup.set_result(None)
-
-    def _reject(self, item: Pending) -> None:
-        context = item.event.context
-        self.publish(
-            NoticeEvent(
-                content="A reply is still being written; your message was not accepted. "
-                "Wait for it, or interrupt it first.",
-                severity=Severity.WARN,
-                context=context,
-            )
-        )
-        self.publish(LifecycleEvent.of("done", context))
-        item.handled()
-        item.resolve(MessageRejected(f"session {self.id}: a turn is running (policy reject)"))
 
     def _drop_queued(self, error: OreError) -> None:
         while self._queue:
@@ -414,26 +398,9 @@ class Stream(ThreadOps):
             self.publish(event)
             return
         if isinstance(event, DeleteEvent):
-            self._delete_turn(event)
+            self.publish(delete_turn(self._thread, event))
             return
         raise TurnFailed(f"unsupported event kind: {event.kind}")
-
-    def _delete_turn(self, event: DeleteEvent) -> None:
-        """A tombstone: the turn is skipped from now on (the ledger keeps it) and a
-        `turn_deleted` event tells every endpoint (again, for a redelivered delete)."""
-        turn = self._thread.get_turn(event.turn_id)
-        if turn is None:
-            self.publish(
-                ErrorEvent(
-                    message=f"turn {event.turn_id} not found in thread {self.id}: nothing deleted",
-                    code="unknown_turn",
-                    context=event.context,
-                )
-            )
-            return
-        if turn.control != TraversalControl.SKIP:
-            self._thread.set_control(turn.id, TraversalControl.SKIP)
-        self.publish(TurnDeletedEvent(turn=turn.id, context=event.context))
 
     async def _record_user_turn(self, event: UserMessageEvent) -> None:
         """Append the user turn and announce it; it is saved with the answer.
@@ -459,22 +426,17 @@ class Stream(ThreadOps):
         rather than never.
         """
         # A relay without answers, or a message saved unanswered: recorded is handled.
-        replay = self._redeliveries.replay(self._thread, event, handled=self._unanswered(event))
+        replay = self._redeliveries.replay(
+            self._thread, event, handled=unanswered(self._thread, event)
+        )
         if replay is not None:
             for announced in replay:
                 self.publish(announced)
             return
-        tip = self._thread.get_turn(self._thread.current_tip)
-        if tip is None or tip.event_id != event.id:
-            log.warning(
-                "unanswered message redelivered after newer ones; answering it now",
-                thread_id=self.id,
-                event_id=event.id,
-            )
+        tip = self._redeliveries.recorded_tip(self._thread, event)
+        if tip is None:
             await self._record_user_turn(event)
-        else:
-            # The worker that stored it may have died before announcing it: announce
-            # it again (same turn id, so a receiver that saw it can tell).
+        else:  # announced again: the worker that stored it may have died before that
             self.publish(TurnCompleteEvent.of(tip, event.context))
         await self._run_processor(event)
 
@@ -488,15 +450,11 @@ class Stream(ThreadOps):
         """
         self._redeliveries.announce_again(event_ids)
 
-    def _unanswered(self, event: UserMessageEvent) -> bool:
-        """The message asks for no answer, or the thread's links say nobody answers."""
-        return not event.answer or self._thread.meta().get(GATEWAY_ANSWER_KEY) == "none"
-
     async def _run_processor(self, event: UserMessageEvent) -> None:
         tip = self._thread.get_turn(self._thread.current_tip)
         if tip is None or tip.role != Role.USER:
             return
-        if self._unanswered(event):
+        if unanswered(self._thread, event):
             return  # saved unanswered, or a pure human relay (`answer = "none"`): no model call
         ctx = TurnContext(
             self.publish,
