@@ -166,6 +166,11 @@ class Ingress:
         return sorted(self._pullers)
 
     @property
+    def rejected(self) -> dict[str, int]:
+        """Messages dead-lettered so far, by reason."""
+        return self._rejections.counts
+
+    @property
     def inflight(self) -> int:
         """Messages submitted to streams and not yet acknowledged."""
         return len(self._inflight)

@@ -49,6 +49,7 @@ from ore_core.bus.fencing import FencedStore
 from ore_core.bus.health import HealthServer
 from ore_core.bus.ingress import Ingress
 from ore_core.bus.layout import build_layout
+from ore_core.bus.metrics import CONTENT_TYPE, TURN_KINDS, CoreMetrics, Readings
 from ore_core.bus.ownership import Ownership
 from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.streams import BusConfig, adopt_partitions, ensure_layout, setup_summary
@@ -90,7 +91,8 @@ class CoreService:
 
     `credentials` (user/password, token, nkey, creds file, TLS: a `NatsCredentials`,
     as `ConduitClient.connect` takes) are passed to nats-py.
-    `health_port` (0 = any free port) serves `/healthz` and `/readyz` on `health_host`.
+    `health_port` (0 = any free port) serves `/healthz`, `/readyz` and `/metrics` on
+    `health_host` (no health port: no metrics are kept either).
     `stop()` (and a failed `start()`) closes `manager`: its streams must stop for
     their unfinished messages to be redelivered. The store stays the caller's.
     """
@@ -140,10 +142,18 @@ class CoreService:
         self._ingress: Ingress | None = None
         self._ownership: Ownership | None = None
         self._control: ControlAPI | None = None
+        self.metrics = None if health_port is None else CoreMetrics(_processor_name(manager))
+        """The worker's Prometheus metrics, kept only when it serves a health port."""
         self._health = (
             None
-            if health_port is None
-            else HealthServer(self._unhealthy, self._unready, host=health_host, port=health_port)
+            if health_port is None or self.metrics is None
+            else HealthServer(
+                self._unhealthy,
+                self._unready,
+                host=health_host,
+                port=health_port,
+                metrics=(self.metrics.render, CONTENT_TYPE),
+            )
         )
         self.tasks = TaskScope("core", on_crash=self._crashed)
         """Every background task of the service, the Manager's included (see the module doc)."""
@@ -331,8 +341,33 @@ class CoreService:
             worker_id=ownership.worker_id,
         )
         await self._control.start()
+        if self.metrics is not None:
+            self._read_metrics(self.metrics, self._pipeline, egress, self._ingress, ownership)
+
+    def _read_metrics(
+        self,
+        metrics: CoreMetrics,
+        pipeline: Pipeline,
+        egress: Egress,
+        ingress: Ingress,
+        ownership: Ownership,
+    ) -> None:
+        """Count turns with a sink and read the parts' own counters at each scrape."""
+        self.manager.register_batch_sink(TURN_KINDS, metrics.observe, name="ore-metrics")
+        metrics.read(
+            Readings(
+                in_flight=lambda: ingress.inflight,
+                partitions_owned=lambda: len(ownership.held()),
+                events_refused=lambda: egress.refused,
+                deltas_dropped=lambda: egress.dropped_deltas,
+                publishes_lost=lambda: pipeline.lost,
+                dead_lettered=lambda: ingress.rejected,
+            )
+        )
 
     async def _acquire(self, partition: int) -> None:
+        if self.metrics is not None:
+            self.metrics.takeovers.inc()
         if self._ingress is not None:
             await self._ingress.acquire(partition)
 
@@ -341,6 +376,8 @@ class CoreService:
             await self._ingress.release(partition)
 
     async def _lost(self, partition: int) -> None:
+        if self.metrics is not None:
+            self.metrics.leases_lost.inc()
         if self._ingress is not None:
             await self._ingress.abandon(partition)
 
@@ -440,6 +477,12 @@ class CoreService:
         log.info("NATS connection restored", server=str(self.nc.connected_url))
         if self._ingress is not None and not self._closing:
             await self._ingress.reconnected()
+
+
+def _processor_name(manager: Manager) -> str:
+    """The turn processor's name for the metrics' `processor` label (one per worker)."""
+    processor = manager.processor
+    return str(getattr(processor, "name", None) or type(processor).__name__)
 
 
 async def _close(nc: NatsClient) -> None:

@@ -1,0 +1,182 @@
+"""The Prometheus metrics of `ore serve`, served as `/metrics` on its health port.
+
+Cost first: nothing here runs per message or per delta on the hot path. Turns are
+counted and timed by a batch sink that takes only the `lifecycle` and `error` events
+(a few per turn, delivered off the stream's task, a batch per wake-up); everything the
+core already counts (messages in flight, partitions held, events refused, publishes
+lost, rejections by reason) is read when Prometheus scrapes, by a custom collector.
+Takeovers and lease losses are counted where the service hears of them (rare).
+
+Timing is taken when the sink sees an event, so a latency is late by at most one sink
+wake-up on each end; good enough for percentiles in milliseconds, not for microseconds.
+Labels are bounded: the processor's name, a rejection's reason; never a thread id.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+
+from ore_core.events import OutputEvent
+
+__all__ = ["CONTENT_TYPE", "CoreMetrics", "Readings", "TURN_KINDS"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""The Prometheus text exposition format's content type."""
+
+TURN_KINDS = frozenset({"lifecycle", "error"})
+"""The event kinds the metrics sink takes (never the deltas)."""
+
+# Seconds: a turn of an echo processor takes a millisecond, a model's a minute.
+_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+@dataclass(frozen=True)
+class Readings:
+    """Where the scrape-time collector reads what the core already counts."""
+
+    in_flight: Callable[[], int]
+    partitions_owned: Callable[[], int]
+    events_refused: Callable[[], int]
+    deltas_dropped: Callable[[], int]
+    publishes_lost: Callable[[], int]
+    dead_lettered: Callable[[], Mapping[str, int]]
+
+
+class _Started:
+    """A turn in progress in one thread, as the sink saw it."""
+
+    __slots__ = ("at", "failed", "streaming")
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self.streaming = False
+        self.failed = False
+
+
+class CoreMetrics:
+    """One worker's metrics: its own registry (never the process-global one)."""
+
+    def __init__(self, processor: str) -> None:
+        # A `_created` gauge per counter doubles the page for nothing a dashboard reads.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._processor = processor
+        reg = self.registry
+        labels = ("processor",)
+        self.turns_started = Counter(
+            "ore_turns_started", "Turns whose processor was called.", labels, registry=reg
+        ).labels(processor)
+        self.turns_completed = Counter(
+            "ore_turns_completed", "Turns that ended without an error.", labels, registry=reg
+        ).labels(processor)
+        self.turns_failed = Counter(
+            "ore_turns_failed", "Turns that ended with an error event.", labels, registry=reg
+        ).labels(processor)
+        self.turn_seconds = Histogram(
+            "ore_turn_duration_seconds",
+            "From the processor's call to the turn's done.",
+            labels,
+            buckets=_LATENCY_BUCKETS,
+            registry=reg,
+        ).labels(processor)
+        self.first_token_seconds = Histogram(
+            "ore_turn_first_token_seconds",
+            "From the processor's call (the model call) to its first output.",
+            labels,
+            buckets=_LATENCY_BUCKETS,
+            registry=reg,
+        ).labels(processor)
+        self.takeovers = Counter(
+            "ore_partition_takeovers", "Partition leases this worker acquired.", registry=reg
+        )
+        self.leases_lost = Counter(
+            "ore_partition_leases_lost",
+            "Partition leases lost (not renewed in time, taken by another worker).",
+            registry=reg,
+        )
+        self._running: dict[str, _Started] = {}
+        self._clock = time.monotonic
+
+    def read(self, readings: Readings) -> None:
+        """Read what the core counts at every scrape (once the service has started)."""
+        self.registry.register(_ReadingsCollector(readings))
+
+    def render(self) -> bytes:
+        """The registry in the Prometheus text format."""
+        return generate_latest(self.registry)
+
+    async def observe(self, items: list[tuple[str, OutputEvent | None]]) -> None:
+        """The batch sink: counts and times turns from their lifecycle and error events."""
+        now = self._clock()
+        running = self._running
+        for thread_id, event in items:
+            if event is None:  # a turn given up; handled again later, from its start
+                running.pop(thread_id, None)
+            elif event.kind == "error":
+                turn = running.get(thread_id)
+                if turn is not None:
+                    turn.failed = True
+            elif (phase := getattr(event, "phase", None)) == "submitted":
+                running[thread_id] = _Started(now)
+                self.turns_started.inc()
+            elif phase == "streaming":
+                turn = running.get(thread_id)
+                if turn is not None and not turn.streaming:
+                    turn.streaming = True
+                    self.first_token_seconds.observe(now - turn.at)
+            elif phase in ("done", "cancelled"):
+                turn = running.pop(thread_id, None)
+                if turn is not None:
+                    self.turn_seconds.observe(now - turn.at)
+                    (self.turns_failed if turn.failed else self.turns_completed).inc()
+
+
+class _ReadingsCollector(Collector):
+    """Turns the core's own counters into metrics when scraped."""
+
+    def __init__(self, readings: Readings) -> None:
+        self._readings = readings
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # names known only at collect; the registry then skips the name check
+
+    def collect(self) -> Iterable[Metric]:
+        r = self._readings
+        yield GaugeMetricFamily(
+            "ore_messages_in_flight",
+            "Ingress messages handed to streams and not yet acknowledged.",
+            value=r.in_flight(),
+        )
+        yield GaugeMetricFamily(
+            "ore_partitions_owned", "Ingress partitions this worker holds.", r.partitions_owned()
+        )
+        yield CounterMetricFamily(
+            "ore_egress_events_refused",
+            "Output events not published: an overdue lease or a thread that moved.",
+            value=r.events_refused(),
+        )
+        yield CounterMetricFamily(
+            "ore_egress_deltas_dropped",
+            "Text deltas dropped when publishing fell behind (stored events are kept).",
+            value=r.deltas_dropped(),
+        )
+        yield CounterMetricFamily(
+            "ore_publishes_lost",
+            "Publishes given up after retries (JetStream refused or unreachable).",
+            value=r.publishes_lost(),
+        )
+        dead = CounterMetricFamily(
+            "ore_messages_dead_lettered",
+            "Ingress messages rejected to the dead-letter stream, by reason.",
+            labels=("reason",),
+        )
+        for reason, count in sorted(r.dead_lettered().items()):
+            dead.add_metric((reason,), count)
+        yield dead
