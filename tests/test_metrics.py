@@ -64,7 +64,8 @@ async def test_metrics_count_the_turns_served(
         samples[("ore_turn_duration_seconds_count", echo)],
         samples[("ore_turn_first_token_seconds_count", echo)],
         samples[("ore_messages_in_flight", ())],
-    ) == (TURNS, TURNS, 0, TURNS, TURNS, 0)
+        samples[("ore_store_save_failures_total", ())],
+    ) == (TURNS, TURNS, 0, TURNS, TURNS, 0, 0)
 
 
 async def test_metrics_count_a_dead_lettered_message_by_reason(

@@ -171,6 +171,11 @@ class Ingress:
         return self._rejections.counts
 
     @property
+    def parked(self) -> dict[str, int]:
+        """Messages parked for a retry so far, by why (`store`, `stale`, `other`)."""
+        return self._parking.counts
+
+    @property
     def inflight(self) -> int:
         """Messages submitted to streams and not yet acknowledged."""
         return len(self._inflight)

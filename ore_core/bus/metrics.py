@@ -47,6 +47,8 @@ class Readings:
     deltas_dropped: Callable[[], int]
     publishes_lost: Callable[[], int]
     dead_lettered: Callable[[], Mapping[str, int]]
+    parked: Callable[[], Mapping[str, int]]
+    store_failures: Callable[[], int]
 
 
 class _Started:
@@ -180,3 +182,14 @@ class _ReadingsCollector(Collector):
         for reason, count in sorted(r.dead_lettered().items()):
             dead.add_metric((reason,), count)
         yield dead
+        parked = CounterMetricFamily(
+            "ore_messages_parked",
+            "Ingress messages held for a retry, by why: store, stale (another writer), other.",
+            labels=("reason",),
+        )
+        for reason, count in sorted(r.parked().items()):
+            parked.add_metric((reason,), count)
+        yield parked
+        yield CounterMetricFamily(
+            "ore_store_save_failures", "Saves of a thread that failed.", r.store_failures()
+        )

@@ -362,6 +362,8 @@ class CoreService:
                 deltas_dropped=lambda: egress.dropped_deltas,
                 publishes_lost=lambda: pipeline.lost,
                 dead_lettered=lambda: ingress.rejected,
+                parked=lambda: ingress.parked,
+                store_failures=lambda: self.manager.store_health.failures,
             )
         )
 
