@@ -11,6 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ore_core.bus.embedded import EmbeddedNatsServer
+from tests.test_cli_conduit import Process, raw, start_ore, until_answered
 from tests.test_cli_serve import (
     Served,
     client_of,
@@ -20,7 +21,7 @@ from tests.test_cli_serve import (
     wait_until_serving,
 )
 
-__all__ = ["client_of", "start_serve"]  # fixtures, imported for pytest
+__all__ = ["client_of", "raw", "start_ore", "start_serve"]  # fixtures, imported for pytest
 
 pytestmark = pytest.mark.slow
 
@@ -82,3 +83,22 @@ async def test_metrics_count_a_dead_lettered_message_by_reason(
     await asyncio.wait_for(recorded, 10)  # counted before it is recorded
     samples = await asyncio.to_thread(scrape, port)
     assert samples[("ore_messages_dead_lettered_total", (("reason", "bad_json"),))] == 1
+
+
+async def test_conduit_metrics_count_the_messages_it_sent_on(
+    ore_nats_server: EmbeddedNatsServer, raw: Any, start_ore: Callable[..., Process]
+) -> None:
+    serve = start_ore("serve", "--nats", ore_nats_server.url)
+    await until_answered(raw, "ore.admin.health", serve)
+    port = free_port()
+    bridge = start_ore("conduit", "nats", "--nats", ore_nats_server.url, "--health-port", str(port))
+    await until_answered(raw, "bridge.ready-probe.in", bridge)
+    for index in range(TURNS):
+        await raw.request(f"bridge.c{index}.in", b"hello", timeout=10)
+    samples = await asyncio.to_thread(scrape, port)
+    received = {
+        labels: value
+        for (name, labels), value in samples.items()
+        if name == "ore_conduit_messages_received_total"
+    }
+    assert list(received.values()) == [TURNS]

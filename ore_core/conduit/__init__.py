@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ore_core.conduit.base import Conduit, ConduitConfig, ConduitConfigError, OwnSubjects
     from ore_core.conduit.capabilities import Capabilities, Markup
     from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
+    from ore_core.conduit.counters import metrics
     from ore_core.conduit.feed import DURABLE_NAME, Delivery, EventFeed, Hold
     from ore_core.errors import ApiError, BusError, PermissionDenied
 
@@ -37,6 +38,7 @@ _EXPORTS: dict[str, str] = {
     "Delivery": "ore_core.conduit.feed",
     "EventFeed": "ore_core.conduit.feed",
     "Hold": "ore_core.conduit.feed",
+    "metrics": "ore_core.conduit.counters",
     "ApiError": "ore_core.errors",
     "BusError": "ore_core.errors",
     "PermissionDenied": "ore_core.errors",
@@ -62,6 +64,7 @@ __all__ = [
     "ThreadInfo",
     "ThreadPage",
     "TlsFiles",
+    "metrics",
     "subscriptions_registered",
 ]
 
