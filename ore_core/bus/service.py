@@ -52,6 +52,7 @@ from ore_core.bus.layout import build_layout
 from ore_core.bus.metrics import CONTENT_TYPE, TURN_KINDS, CoreMetrics, Readings
 from ore_core.bus.ownership import Ownership
 from ore_core.bus.pipeline import Pipeline
+from ore_core.bus.stats import StatsResponder
 from ore_core.bus.streams import BusConfig, adopt_partitions, ensure_layout, setup_summary
 from ore_core.errors import BusError
 from ore_core.session.manager import Manager
@@ -92,7 +93,8 @@ class CoreService:
     `credentials` (user/password, token, nkey, creds file, TLS: a `NatsCredentials`,
     as `ConduitClient.connect` takes) are passed to nats-py.
     `health_port` (0 = any free port) serves `/healthz`, `/readyz` and `/metrics` on
-    `health_host` (no health port: no metrics are kept either).
+    `health_host`. `metrics` keeps the worker's metrics (`/metrics`, `ore.admin.stats`
+    for `ore top`); False only to measure what they cost.
     `stop()` (and a failed `start()`) closes `manager`: its streams must stop for
     their unfinished messages to be redelivered. The store stays the caller's.
     """
@@ -116,6 +118,7 @@ class CoreService:
         reconnect_wait: float = 1.0,
         store_probe_interval: float = 5.0,
         version: str = __version__,
+        metrics: bool = True,
     ) -> None:
         if not servers:
             raise BusError("CoreService needs at least one NATS server URL")
@@ -142,19 +145,20 @@ class CoreService:
         self._ingress: Ingress | None = None
         self._ownership: Ownership | None = None
         self._control: ControlAPI | None = None
-        self.metrics = None if health_port is None else CoreMetrics(_processor_name(manager))
-        """The worker's Prometheus metrics, kept only when it serves a health port."""
+        self.metrics = CoreMetrics(_processor_name(manager)) if metrics else None
+        """The worker's Prometheus metrics (None when turned off)."""
         self._health = (
             None
-            if health_port is None or self.metrics is None
+            if health_port is None
             else HealthServer(
                 self._unhealthy,
                 self._unready,
                 host=health_host,
                 port=health_port,
-                metrics=(self.metrics.render, CONTENT_TYPE),
+                metrics=None if self.metrics is None else (self.metrics.render, CONTENT_TYPE),
             )
         )
+        self._stats: StatsResponder | None = None
         self.tasks = TaskScope("core", on_crash=self._crashed)
         """Every background task of the service, the Manager's included (see the module doc)."""
         self._disconnected = False
@@ -343,6 +347,10 @@ class CoreService:
         await self._control.start()
         if self.metrics is not None:
             self._read_metrics(self.metrics, self._pipeline, egress, self._ingress, ownership)
+            self._stats = StatsResponder(
+                nc, self.subjects, self.metrics, ownership.worker_id, ownership.held
+            )
+            await self._stats.start()
 
     def _read_metrics(
         self,
@@ -414,6 +422,8 @@ class CoreService:
 
     async def _shutdown(self, grace: float) -> None:
         self._closing = True
+        if self._stats is not None:
+            await self._stats.stop()
         if self._control is not None:
             await self._control.stop()
         ingress = self._ingress
