@@ -193,3 +193,34 @@ class _ReadingsCollector(Collector):
         yield CounterMetricFamily(
             "ore_store_save_failures", "Saves of a thread that failed.", r.store_failures()
         )
+
+
+def reference_table() -> str:
+    """The Markdown table of every metric of a worker and a conduit (docs/operating.md)."""
+    from ore_core.conduit.counters import REGISTRY as CONDUIT_REGISTRY
+
+    metrics = CoreMetrics("processor")
+    metrics.read(
+        Readings(
+            in_flight=lambda: 0,
+            partitions_owned=lambda: 0,
+            events_refused=lambda: 0,
+            deltas_dropped=lambda: 0,
+            publishes_lost=lambda: 0,
+            dead_lettered=lambda: {"reason": 0},
+            parked=lambda: {"reason": 0},
+            store_failures=lambda: 0,
+        )
+    )
+    rows = ["| metric | type | labels | what it counts |", "| --- | --- | --- | --- |"]
+    for process, registry in (("ore serve", metrics.registry), ("conduit", CONDUIT_REGISTRY)):
+        for family in registry.collect():
+            name = family.name + ("_total" if family.type == "counter" else "")
+            labels = sorted({key for s in family.samples for key in s.labels} - {"le"})
+            if family.type == "counter" and not family.samples:
+                labels = ["conduit"]  # a labelled counter shows no sample before its first use
+            rows.append(
+                f"| `{name}` | {family.type} | {', '.join(labels) or '-'} | "
+                f"{family.documentation} ({process}) |"
+            )
+    return "\n".join(rows) + "\n"
