@@ -15,11 +15,18 @@ Labels are bounded: the processor's name, a rejection's reason; never a thread i
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from itertools import accumulate
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
@@ -62,49 +69,48 @@ class _Started:
         self.failed = False
 
 
+class _Histogram:
+    """A latency histogram in plain ints: a bisect and two additions per observation
+    (prometheus-client's takes a lock and walks its buckets; this runs once per turn)."""
+
+    __slots__ = ("counts", "sum")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(_LATENCY_BUCKETS) + 1)  # the last: above every bound
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(_LATENCY_BUCKETS, seconds)] += 1
+        self.sum += seconds
+
+    def family(self, name: str, documentation: str, processor: str) -> Metric:
+        family = HistogramMetricFamily(name, documentation, labels=("processor",))
+        cumulative = list(accumulate(self.counts))
+        bounds = [str(float(b)) for b in _LATENCY_BUCKETS] + ["+Inf"]
+        family.add_metric([processor], list(zip(bounds, cumulative, strict=True)), self.sum)
+        return family
+
+
 class CoreMetrics:
-    """One worker's metrics: its own registry (never the process-global one)."""
+    """One worker's metrics: its own registry (never the process-global one).
+
+    The turn counters are plain ints bumped by the sink and turned into metrics when
+    scraped, like everything else here: the cost per turn is a few additions.
+    """
 
     def __init__(self, processor: str) -> None:
-        # A `_created` gauge per counter doubles the page for nothing a dashboard reads.
-        disable_created_metrics()  # type: ignore[no-untyped-call]
-        self.registry = CollectorRegistry(auto_describe=True)
-        self._processor = processor
-        reg = self.registry
-        labels = ("processor",)
-        self.turns_started = Counter(
-            "ore_turns_started", "Turns whose processor was called.", labels, registry=reg
-        ).labels(processor)
-        self.turns_completed = Counter(
-            "ore_turns_completed", "Turns that ended without an error.", labels, registry=reg
-        ).labels(processor)
-        self.turns_failed = Counter(
-            "ore_turns_failed", "Turns that ended with an error event.", labels, registry=reg
-        ).labels(processor)
-        self.turn_seconds = Histogram(
-            "ore_turn_duration_seconds",
-            "From the processor's call to the turn's done.",
-            labels,
-            buckets=_LATENCY_BUCKETS,
-            registry=reg,
-        ).labels(processor)
-        self.first_token_seconds = Histogram(
-            "ore_turn_first_token_seconds",
-            "From the processor's call (the model call) to its first output.",
-            labels,
-            buckets=_LATENCY_BUCKETS,
-            registry=reg,
-        ).labels(processor)
-        self.takeovers = Counter(
-            "ore_partition_takeovers", "Partition leases this worker acquired.", registry=reg
-        )
-        self.leases_lost = Counter(
-            "ore_partition_leases_lost",
-            "Partition leases lost (not renewed in time, taken by another worker).",
-            registry=reg,
-        )
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.processor = processor
+        self.turns_started = 0
+        self.turns_completed = 0
+        self.turns_failed = 0
+        self.takeovers = 0
+        self.leases_lost = 0
+        self.turn_seconds = _Histogram()
+        self.first_token_seconds = _Histogram()
         self._running: dict[str, _Started] = {}
         self._clock = time.monotonic
+        self.registry.register(_TurnsCollector(self))
 
     def read(self, readings: Readings) -> None:
         """Read what the core counts at every scrape (once the service has started)."""
@@ -127,7 +133,7 @@ class CoreMetrics:
                     turn.failed = True
             elif (phase := getattr(event, "phase", None)) == "submitted":
                 running[thread_id] = _Started(now)
-                self.turns_started.inc()
+                self.turns_started += 1
             elif phase == "streaming":
                 turn = running.get(thread_id)
                 if turn is not None and not turn.streaming:
@@ -137,7 +143,46 @@ class CoreMetrics:
                 turn = running.pop(thread_id, None)
                 if turn is not None:
                     self.turn_seconds.observe(now - turn.at)
-                    (self.turns_failed if turn.failed else self.turns_completed).inc()
+                    if turn.failed:
+                        self.turns_failed += 1
+                    else:
+                        self.turns_completed += 1
+
+
+class _TurnsCollector(Collector):
+    """The sink's counts and histograms, and the lease events, as metrics."""
+
+    def __init__(self, metrics: CoreMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        m = self._metrics
+        for name, documentation, value in (
+            ("ore_turns_started", "Turns whose processor was called.", m.turns_started),
+            ("ore_turns_completed", "Turns that ended without an error.", m.turns_completed),
+            ("ore_turns_failed", "Turns that ended with an error event.", m.turns_failed),
+        ):
+            family = CounterMetricFamily(name, documentation, labels=("processor",))
+            family.add_metric([m.processor], value)
+            yield family
+        yield m.turn_seconds.family(
+            "ore_turn_duration_seconds",
+            "From the processor's call to the turn's done.",
+            m.processor,
+        )
+        yield m.first_token_seconds.family(
+            "ore_turn_first_token_seconds",
+            "From the processor's call (the model call) to its first output.",
+            m.processor,
+        )
+        yield CounterMetricFamily(
+            "ore_partition_takeovers", "Partition leases this worker acquired.", m.takeovers
+        )
+        yield CounterMetricFamily(
+            "ore_partition_leases_lost",
+            "Partition leases lost (not renewed in time, taken by another worker).",
+            m.leases_lost,
+        )
 
 
 class _ReadingsCollector(Collector):
@@ -145,9 +190,6 @@ class _ReadingsCollector(Collector):
 
     def __init__(self, readings: Readings) -> None:
         self._readings = readings
-
-    def describe(self) -> Iterable[Metric]:
-        return []  # names known only at collect; the registry then skips the name check
 
     def collect(self) -> Iterable[Metric]:
         r = self._readings

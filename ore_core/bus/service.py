@@ -377,7 +377,7 @@ class CoreService:
 
     async def _acquire(self, partition: int) -> None:
         if self.metrics is not None:
-            self.metrics.takeovers.inc()
+            self.metrics.takeovers += 1
         if self._ingress is not None:
             await self._ingress.acquire(partition)
 
@@ -387,7 +387,7 @@ class CoreService:
 
     async def _lost(self, partition: int) -> None:
         if self.metrics is not None:
-            self.metrics.leases_lost.inc()
+            self.metrics.leases_lost += 1
         if self._ingress is not None:
             await self._ingress.abandon(partition)
 
