@@ -224,7 +224,7 @@ async def test_health_port_prints_the_health_urls(
     served = start_serve("--nats", ore_nats_server.url, "--health-port", str(port))
     lines = await read_until(served, "health: ")
     url = f"http://127.0.0.1:{port}"
-    assert lines[-1] == f"health: {url}/healthz and {url}/readyz"
+    assert lines[-1] == f"health: {url}/healthz and {url}/readyz; metrics: {url}/metrics"
     assert await served.terminate() == 0
 
 

@@ -7,7 +7,8 @@ import pytest
 import ore_core
 from tests.import_support import modules_after as _modules_after
 
-MAX_SDK_MODULES = 18  # 15 + .publisher (acked sends) + the _nats face (issue 27) + .capabilities
+MAX_SDK_MODULES = 19  # 15 + .publisher (acked sends) + the _nats face (issue 27) + .capabilities
+# + .counters (issue 33: the conduit metrics)
 
 
 @pytest.mark.parametrize("name", ore_core.__all__)

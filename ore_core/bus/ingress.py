@@ -169,6 +169,12 @@ class Ingress:
         return sorted(self._pullers)
 
     @property
+    def tallies(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Messages dead-lettered so far by reason, and parked for a retry by why
+        (`store`, `stale`, `other`): live counts the metrics read at each scrape."""
+        return self._rejections.counts, self._parking.counts
+
+    @property
     def inflight(self) -> int:
         """Messages submitted to streams and not yet acknowledged."""
         return len(self._inflight)

@@ -69,6 +69,8 @@ class Parking:
         self._retries = retries
         self.threads: dict[str, Parked] = {}
         self._failures: dict[str, int] = {}  # store failures in a row per thread: backoff
+        self.counts: dict[str, int] = {}
+        """Messages parked so far, by why: `store` failure, `stale` copy, `other` (metrics)."""
 
     def waits(self, msg: Msg, thread_id: str, sequence: int) -> bool:
         """True (and `msg` parked) when older messages of its thread wait here."""
@@ -112,7 +114,9 @@ class Parking:
         parked.messages[sequence] = msg
         delay = 0.0
         config = self._config
+        why = "stale" if isinstance(error, StaleThread) else "other"
         if is_store_failure(error) or isinstance(error, EventsNotRead):
+            why = "store"
             failures = self._failures[thread_id] = self._failures.get(thread_id, 0) + 1
             delay = min(config.retry_delay * 2 ** (failures - 1), config.retry_delay_max)
         elif isinstance(error, StaleThread):
@@ -123,6 +127,7 @@ class Parking:
             if races > 1:
                 ceiling = min(_RACE_BACKOFF * 2 ** (races - 2), config.retry_delay_max)
                 delay = random.uniform(0, ceiling)
+        self.counts[why] = self.counts.get(why, 0) + 1
         parked.resuming = False
         if parked.timer is not None:
             parked.timer.cancel()

@@ -32,10 +32,13 @@ class Rejections:
         self._pipeline = pipeline
         self._egress = egress
         self._raw_inbound = subjects.prefix + ".in."  # for raw subject tokens
+        self.counts: dict[str, int] = {}
+        """Messages rejected so far, by reason (read by the metrics)."""
 
     async def reject(self, msg: Msg, namespace: str, thread_id: str, rejected: Rejected) -> None:
         """Log, record, answer (when the subject is usable) and acknowledge `msg`."""
         reason, detail = rejected.reason, rejected.detail
+        self.counts[reason] = self.counts.get(reason, 0) + 1
         log.warning(
             "ingress message rejected",
             reason=reason,

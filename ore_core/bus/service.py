@@ -52,8 +52,10 @@ from ore_core.bus.fencing import FencedStore
 from ore_core.bus.health import HealthServer
 from ore_core.bus.ingress import Ingress
 from ore_core.bus.layout import build_layout
+from ore_core.bus.metrics import CONTENT_TYPE, TURN_KINDS, CoreMetrics, Readings
 from ore_core.bus.ownership import Ownership
 from ore_core.bus.pipeline import Pipeline
+from ore_core.bus.stats import StatsResponder
 from ore_core.bus.streams import BusConfig, adopt_partitions, ensure_layout, setup_summary
 from ore_core.config import GatewaySettings
 from ore_core.errors import BusError
@@ -95,7 +97,9 @@ class CoreService:
 
     `credentials` (user/password, token, nkey, creds file, TLS: a `NatsCredentials`,
     as `ConduitClient.connect` takes) are passed to nats-py.
-    `health_port` (0 = any free port) serves `/healthz` and `/readyz` on `health_host`.
+    `health_port` (0 = any free port) serves `/healthz`, `/readyz` and `/metrics` on
+    `health_host`. `metrics` keeps the worker's metrics (`/metrics`, `ore.admin.stats`
+    for `ore top`); False only to measure what they cost.
     `stop()` (and a failed `start()`) closes `manager`: its streams must stop for
     their unfinished messages to be redelivered. The store stays the caller's.
     """
@@ -121,6 +125,7 @@ class CoreService:
         version: str = __version__,
         gateways: Sequence[GatewaySettings] = (),
         conversation_keys: Callable[[str], str | None] = lambda namespace: None,
+        metrics: bool = True,
     ) -> None:
         if not servers:
             raise BusError("CoreService needs at least one NATS server URL")
@@ -150,11 +155,20 @@ class CoreService:
         self._ingress: Ingress | None = None
         self._ownership: Ownership | None = None
         self._control: ControlAPI | None = None
+        self.metrics = CoreMetrics(_processor_name(manager)) if metrics else None
+        """The worker's Prometheus metrics (None when turned off)."""
         self._health = (
             None
             if health_port is None
-            else HealthServer(self._unhealthy, self._unready, host=health_host, port=health_port)
+            else HealthServer(
+                self._unhealthy,
+                self._unready,
+                host=health_host,
+                port=health_port,
+                metrics=None if self.metrics is None else (self.metrics.render, CONTENT_TYPE),
+            )
         )
+        self._stats: StatsResponder | None = None
         self.tasks = TaskScope("core", on_crash=self._crashed)
         """Every background task of the service, the Manager's included (see the module doc)."""
         self._disconnected = False
@@ -355,8 +369,39 @@ class CoreService:
             await apply_gateways(
                 self._gateways, await self._control.link_admin(), self.manager, self._keys
             )
+        if self.metrics is not None:
+            self._read_metrics(self.metrics, self._pipeline, egress, self._ingress, ownership)
+            self._stats = StatsResponder(
+                nc, self.subjects, self.metrics, ownership.worker_id, ownership.held
+            )
+            await self._stats.start()
+
+    def _read_metrics(
+        self,
+        metrics: CoreMetrics,
+        pipeline: Pipeline,
+        egress: Egress,
+        ingress: Ingress,
+        ownership: Ownership,
+    ) -> None:
+        """Count turns with a sink and read the parts' own counters at each scrape."""
+        self.manager.register_batch_sink(TURN_KINDS, metrics.observe, name="ore-metrics")
+        metrics.read(
+            Readings(
+                in_flight=lambda: ingress.inflight,
+                partitions_owned=lambda: len(ownership.held()),
+                events_refused=lambda: egress.refused,
+                deltas_dropped=lambda: egress.dropped_deltas,
+                publishes_lost=lambda: pipeline.lost,
+                dead_lettered=lambda: ingress.tallies[0],
+                parked=lambda: ingress.tallies[1],
+                store_failures=lambda: self.manager.store_health.failures,
+            )
+        )
 
     async def _acquire(self, partition: int) -> None:
+        if self.metrics is not None:
+            self.metrics.takeovers += 1
         if self._ingress is not None:
             await self._ingress.acquire(partition)
 
@@ -365,6 +410,8 @@ class CoreService:
             await self._ingress.release(partition)
 
     async def _lost(self, partition: int) -> None:
+        if self.metrics is not None:
+            self.metrics.leases_lost += 1
         if self._ingress is not None:
             await self._ingress.abandon(partition)
 
@@ -399,6 +446,8 @@ class CoreService:
 
     async def _shutdown(self, grace: float) -> None:
         self._closing = True
+        if self._stats is not None:
+            await self._stats.stop()
         if self._control is not None:
             await self._control.stop()
         ingress = self._ingress
@@ -464,6 +513,12 @@ class CoreService:
         log.info("NATS connection restored", server=str(self.nc.connected_url))
         if self._ingress is not None and not self._closing:
             await self._ingress.reconnected()
+
+
+def _processor_name(manager: Manager) -> str:
+    """The turn processor's name for the metrics' `processor` label (one per worker)."""
+    processor = manager.processor
+    return str(getattr(processor, "name", None) or type(processor).__name__)
 
 
 async def _close(nc: NatsClient) -> None:

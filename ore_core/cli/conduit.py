@@ -15,13 +15,15 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import click
 import structlog
 from pydantic import BaseModel
 
+from ore_core.bus.health import HealthServer
 from ore_core.cli.options import (
     cli_state,
     connect_conduit,
@@ -30,6 +32,9 @@ from ore_core.cli.options import (
     table_columns,
 )
 from ore_core.cli.running import find_running
+from ore_core.conduit import ConduitClient
+from ore_core.conduit.counters import CONTENT_TYPE
+from ore_core.conduit.counters import render as render_metrics
 from ore_core.config import NatsSettings, OreSettings
 from ore_core.errors import OreError
 from ore_core.plugins.manager import BUILTIN_PLUGINS, OrePluginManager, plugin_callers
@@ -110,6 +115,12 @@ def _settings_help(name: str) -> str:
     show_default=True,
     help="Seconds to keep trying to reach NATS before giving up.",
 )
+@click.option(
+    "--health-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve /healthz, /readyz and /metrics (Prometheus) on 127.0.0.1:PORT.",
+)
 @click.pass_context
 def conduit(
     ctx: click.Context,
@@ -118,6 +129,7 @@ def conduit(
     overrides: tuple[str, ...],
     nats_urls: tuple[str, ...],
     connect_timeout: float,
+    health_port: int | None,
 ) -> None:
     """Run the installed conduit NAME against the NATS of `ore serve`, until SIGTERM.
 
@@ -149,7 +161,7 @@ def conduit(
             )
         click.echo(f"conduit {name}: using {running.describe()}", err=True)
         nats = nats_settings(nats, [running.nats_url])
-    asyncio.run(_serve(conduit_class, config, nats, connect_timeout))
+    asyncio.run(_serve(conduit_class, config, nats, connect_timeout, health_port))
 
 
 def setting_flags(
@@ -210,7 +222,11 @@ def _assign(section: dict[str, Any], path: list[str], value: Any) -> None:
 
 
 async def _serve(
-    conduit_class: type[Any], config: Any, nats: NatsSettings, connect_timeout: float
+    conduit_class: type[Any],
+    config: Any,
+    nats: NatsSettings,
+    connect_timeout: float,
+    health_port: int | None = None,
 ) -> None:
     """Connect, run the conduit until a signal cancels it, then close the connection."""
     task = asyncio.current_task()
@@ -227,7 +243,7 @@ async def _serve(
         loop.add_signal_handler(signum, on_signal, signum)
     try:
         client = await connect_conduit(conduit_class.name, nats, connect_timeout)
-        async with client:
+        async with client, _health(client, health_port):
             log.info("conduit connected to NATS", conduit=conduit_class.name, servers=nats.url)
             await conduit_class().run(client, config)
     except asyncio.CancelledError:
@@ -236,6 +252,27 @@ async def _serve(
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
+
+
+@asynccontextmanager
+async def _health(client: ConduitClient, port: int | None) -> AsyncIterator[None]:
+    """The conduit's health endpoint and metrics on `port` while it runs (None: none)."""
+    if port is None:
+        yield
+        return
+
+    def unconnected() -> str | None:
+        return None if client.nc.is_connected else "not connected to NATS"
+
+    server = HealthServer(
+        unconnected, unconnected, port=port, metrics=(render_metrics, CONTENT_TYPE)
+    )
+    await server.start()
+    click.echo(f"health: http://127.0.0.1:{server.port}/healthz; metrics: /metrics")
+    try:
+        yield
+    finally:
+        await server.stop()
 
 
 def _list_conduits(plugins: OrePluginManager, settings: OreSettings) -> None:

@@ -43,6 +43,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "migrate": "ore_core.cli.migrate:migrate",
     "serve": "ore_core.cli.serve:serve",
     "threads": "ore_core.cli.threads:threads",
+    "top": "ore_core.cli.top:top",
 }
 """Command name -> `"module:attribute"` of a click command, imported when first used."""
 

@@ -159,7 +159,7 @@ def serve(
         click.echo(f"ore core ready: NATS {servers[0]} (recorded in {state_dir()})")
         if service.health_port is not None:
             url = f"http://127.0.0.1:{service.health_port}"
-            click.echo(f"health: {url}/healthz and {url}/readyz")
+            click.echo(f"health: {url}/healthz and {url}/readyz; metrics: {url}/metrics")
 
     try:
         status = run(

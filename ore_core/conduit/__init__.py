@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ore_core.conduit.base import Conduit, ConduitConfig, ConduitConfigError, OwnSubjects
     from ore_core.conduit.capabilities import Capabilities, Markup
     from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
+    from ore_core.conduit.counters import metrics
     from ore_core.conduit.feed import DURABLE_NAME, Delivery, EventFeed, Hold
     from ore_core.conduit.relay import (
         Relayed,
@@ -51,6 +52,7 @@ _EXPORTS: dict[str, str] = {
     "classify": "ore_core.conduit.relay",
     "degrade": "ore_core.conduit.relay",
     "split_message": "ore_core.conduit.relay",
+    "metrics": "ore_core.conduit.counters",
     "ApiError": "ore_core.errors",
     "BusError": "ore_core.errors",
     "PermissionDenied": "ore_core.errors",
@@ -82,6 +84,7 @@ __all__ = [
     "classify",
     "degrade",
     "split_message",
+    "metrics",
     "subscriptions_registered",
 ]
 

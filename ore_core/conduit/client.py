@@ -45,6 +45,7 @@ from ore_core._nats.connection import (
     connect_nats,
 )
 from ore_core._nats.publisher import AckedPublisher
+from ore_core.conduit.counters import metrics
 from ore_core.conduit.feed import Delivery, EventFeed
 from ore_core.errors import ApiError, BusError
 from ore_core.events import (
@@ -568,6 +569,7 @@ class ConduitClient:
             attempt += 1
             try:
                 ack = await self._publisher.publish_encoded(subject, payload, header)
+                metrics.received(self.namespace)
                 return Sent(event, ack.duplicate, ack.sequence)
             except _RETRYABLE as exc:
                 if loop.time() + pause > deadline:

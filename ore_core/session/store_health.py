@@ -56,10 +56,13 @@ class StoreHealth:
     def __init__(self) -> None:
         self.usable = True
         self.error = ""
+        self.failures = 0
+        """Saves that failed so far (read by the metrics)."""
         self._told: set[str] = set()
 
     def failed(self, thread_id: str, error: BaseException) -> bool:
         """A save of `thread_id` failed; True when its sender has not been told yet."""
+        self.failures += 1
         if self.usable:
             log.error("store unavailable; messages are retried", error=str(error))
         self.usable = False

@@ -26,6 +26,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from ore_core import OreError
+from ore_core.conduit import metrics
 
 __all__ = ["Ambiguous", "Budget", "SlackApi", "SlackError"]
 
@@ -161,6 +162,7 @@ class SlackApi:
         key = (team, method)
         self._blocked[key] = max(self._blocked.get(key, 0.0), until)
         log.info("slack throttled a call", method=method, team=team, retry_after=pause)
+        metrics.rate_limited("slack")
 
     def blocked_for(self, team: str, method: str) -> float:
         """Seconds `method` stays throttled in `team` (0: callable now)."""

@@ -26,6 +26,7 @@ import aiohttp
 import structlog
 
 from ore_core import OreError
+from ore_core.conduit import metrics
 
 __all__ = ["BotApi", "Bucket", "FileError", "FileTooLarge", "Limits", "TelegramError"]
 
@@ -250,6 +251,7 @@ class BotApi:
                 if exc.code != 429:
                     raise
                 log.info("telegram flood control", method=method, retry_after=exc.retry_after)
+                metrics.rate_limited("telegram")
                 self.limits.pause(chat, exc.retry_after or 1.0, _scope(method))
                 if not patient:
                     raise

@@ -182,3 +182,18 @@ async def test_an_answer_to_a_group_that_became_a_supergroup_goes_to_the_supergr
     tg.fake.migrate(-5, -1005)
     script.proceed.set()
     await tg.shows(-1005, ["soon there"])
+
+
+async def test_flood_control_is_counted_in_the_conduit_metrics(tg: Harness) -> None:
+    from ore_core.conduit.counters import REGISTRY
+
+    def waits() -> float:
+        labels = {"conduit": "telegram"}
+        return REGISTRY.get_sample_value("ore_conduit_rate_limit_waits_total", labels) or 0.0
+
+    before = waits()
+    tg.fake.fail_next("sendMessage", status=429, description="Too Many Requests", retry_after=1)
+    await tg.start()
+    await tg.fake.user_says(DM, "busy")
+    await tg.shows(DM, ["echo: busy"])
+    assert waits() - before == 1

@@ -1,0 +1,183 @@
+"""`ore top`: the workers of a deployment, live: partitions, turns, latency, errors, DLQ.
+
+It asks `ore.admin.stats` (every worker answers: `ore_core.bus.stats`), collects the
+replies for a short window, and reads the dead-letter stream's count per reason.
+`--once` prints one snapshot and exits (for scripts and tests); otherwise the table
+is redrawn every `--interval` seconds, turns per second from the difference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import click
+import nats as nats_py
+from nats.aio.client import Client as NatsClient
+from nats.errors import Error as NatsError
+from nats.js.errors import NotFoundError
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from ore_core import jsonutil
+from ore_core._nats.connection import NatsCredentials
+from ore_core.bus.stats import STATS_ENDPOINT
+from ore_core.cli.options import cli_state, nats_option, nats_settings
+from ore_core.cli.running import find_running
+from ore_core.config import NatsSettings
+from ore_core.errors import BusError, OreError
+from ore_core.subjects import Subjects
+
+__all__ = ["Snapshot", "gather", "percentile", "render", "top"]
+
+_CONNECT_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the workers answered, and the dead letters by reason."""
+
+    workers: list[dict[str, Any]]
+    dead_letters: dict[str, int]
+
+
+def percentile(buckets: Sequence[Sequence[Any]], q: float) -> float | None:
+    """The upper bound of the histogram bucket holding quantile `q` (None: no data)."""
+    total = buckets[-1][1] if buckets else 0
+    if not total:
+        return None
+    for bound, count in buckets:
+        if count >= q * total:
+            return None if bound is None else float(bound)
+    return None
+
+
+async def gather(nc: NatsClient, subjects: Subjects, window: float) -> Snapshot:
+    """Every worker's stats reply within `window` seconds, and the DLQ counts."""
+    replies: list[dict[str, Any]] = []
+
+    async def collect(msg: Any) -> None:
+        replies.append(jsonutil.loads(msg.data))
+
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox, cb=collect)
+    try:
+        await nc.publish(subjects.admin(STATS_ENDPOINT), b"{}", reply=inbox)
+        await asyncio.sleep(window)  # scatter-gather: as many answers as come in time
+    finally:
+        await sub.unsubscribe()
+    dead: dict[str, int] = {}
+    try:
+        info = await nc.jetstream().stream_info(
+            subjects.dlq_stream, subjects_filter=subjects.dlq_wildcard
+        )
+        head = subjects.dlq_wildcard.removesuffix(">")
+        for subject, count in (info.state.subjects or {}).items():
+            dead[subject.removeprefix(head)] = count
+    except NotFoundError:
+        pass  # no dead-letter stream yet: nothing was rejected
+    return Snapshot(sorted(replies, key=lambda w: str(w.get("worker"))), dead)
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:g} ms"
+
+
+def render(snapshot: Snapshot, rates: Mapping[str, float] | None = None) -> Group:
+    """The workers' table and the dead letters' (`rates`: turns/s per worker, if known)."""
+    workers = Table(title=f"ore workers ({len(snapshot.workers)})")
+    for column in ("worker", "partitions", "in flight", "turns/s", "done", "p50", "p99"):
+        workers.add_column(column)
+    workers.add_column("errors")
+    for w in snapshot.workers:
+        name = str(w["worker"])
+        rate = (rates or {}).get(name)
+        if rate is None:
+            rate = w["completed"] / w["uptime"] if w.get("uptime") else 0.0
+        workers.add_row(
+            name,
+            ",".join(str(p) for p in w["partitions"]) or "-",
+            f"{w['in_flight']:g}",
+            f"{rate:.1f}",
+            f"{w['completed']:g}",
+            _ms(percentile(w["latency_buckets"], 0.5)),
+            _ms(percentile(w["latency_buckets"], 0.99)),
+            f"{w['failed'] + w['dead_lettered']:g}",
+        )
+    dead = Table(title="dead letters")
+    dead.add_column("reason")
+    dead.add_column("messages")
+    for reason, count in sorted(snapshot.dead_letters.items()):
+        dead.add_row(reason, str(count))
+    if not snapshot.dead_letters:
+        dead.add_row("-", "0")
+    return Group(workers, dead)
+
+
+@click.command()
+@nats_option(help="NATS server URL (default: nats.url, else the running `ore serve`'s).")
+@click.option("--once", is_flag=True, help="Print one snapshot and exit.")
+@click.option("--json", "as_json", is_flag=True, help="With --once: the snapshot as JSON.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.5),
+    default=2.0,
+    show_default=True,
+    help="Seconds between refreshes.",
+)
+@click.option(
+    "--window",
+    type=click.FloatRange(min=0.05),
+    default=0.5,
+    show_default=True,
+    help="Seconds to wait for the workers' answers.",
+)
+def top(
+    nats_urls: tuple[str, ...], once: bool, as_json: bool, interval: float, window: float
+) -> None:
+    """Show the workers of a deployment: partitions, turns, latency, errors, dead letters."""
+    settings = nats_settings(cli_state().settings.nats, nats_urls)
+    if not settings.url:
+        running = find_running()
+        if running is None:
+            raise OreError("ore top: no NATS server configured (--nats URL) and no running core")
+        settings = nats_settings(settings, [running.nats_url])
+    asyncio.run(_top(settings, once, as_json, interval, window))
+
+
+async def _top(
+    settings: NatsSettings, once: bool, as_json: bool, interval: float, window: float
+) -> None:
+    servers = list(settings.url or [])
+    options = NatsCredentials.from_settings(settings).connect_options()
+    try:
+        async with asyncio.timeout(_CONNECT_TIMEOUT):
+            nc = await nats_py.connect(servers=servers, name="ore-top", **options)
+    except (TimeoutError, NatsError, OSError) as exc:
+        raise BusError(f"cannot connect to NATS at {', '.join(servers)}: {exc}") from None
+    subjects = Subjects(settings.subject_prefix)
+    console = Console()
+    try:
+        snapshot = await gather(nc, subjects, window)
+        if once and as_json:
+            click.echo(jsonutil.dumps(asdict(snapshot)).decode())
+            return
+        if once:
+            console.print(render(snapshot))
+            return
+        with Live(render(snapshot), console=console, auto_refresh=False) as live:
+            while True:
+                await asyncio.sleep(interval)
+                previous = {str(w["worker"]): w["completed"] for w in snapshot.workers}
+                snapshot = await gather(nc, subjects, window)
+                rates = {
+                    str(w["worker"]): (w["completed"] - previous.get(str(w["worker"]), 0))
+                    / (interval + window)
+                    for w in snapshot.workers
+                }
+                live.update(render(snapshot, rates), refresh=True)
+    finally:
+        await nc.close()

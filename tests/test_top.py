@@ -1,0 +1,64 @@
+"""`ore top` against two real `ore serve` workers sharing one NATS (issue 33)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ore_core.bus.embedded import EmbeddedNatsServer
+from tests.test_cli_serve import ORE, Served, client_of, start_serve, wait_until_serving
+
+__all__ = ["client_of", "start_serve"]  # fixtures, imported for pytest
+
+pytestmark = pytest.mark.slow
+
+PARTITIONS = 4
+BALANCE_TIMEOUT = 60.0
+
+
+def ore_top(url: str, *args: str) -> str:
+    """`ore top --once ARGS` against `url`: its stdout (a wide terminal: no truncation)."""
+    result = subprocess.run(
+        [str(ORE), "top", "--once", "--nats", url, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200", "ORE_LOAD_PLUGINS": ""},
+        check=True,
+    )
+    return result.stdout
+
+
+async def balanced(url: str) -> list[dict[str, Any]]:
+    """The workers once two answer and each holds some of the partitions (polled)."""
+    deadline = time.monotonic() + BALANCE_TIMEOUT
+    while True:
+        workers = json.loads(await asyncio.to_thread(ore_top, url, "--json"))["workers"]
+        held = sorted(p for w in workers for p in w["partitions"])
+        shared = len(workers) == 2 and all(w["partitions"] for w in workers)
+        if shared and held == list(range(PARTITIONS)):
+            return list(workers)
+        if time.monotonic() > deadline:
+            pytest.fail(f"workers did not share the partitions: {workers}")
+
+
+async def test_top_shows_both_workers_with_their_partitions(
+    ore_nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
+) -> None:
+    nc = await client_of(ore_nats_server.url)
+    for _ in range(2):
+        served = start_serve("--nats", ore_nats_server.url, "--partitions", str(PARTITIONS))
+        await wait_until_serving(nc, served)
+    workers = await balanced(ore_nats_server.url)
+    table = await asyncio.to_thread(ore_top, ore_nats_server.url)
+    rows = [line for line in table.splitlines() if any(w["worker"] in line for w in workers)]
+    assert [
+        ",".join(map(str, w["partitions"])) in row for w, row in zip(workers, rows, strict=True)
+    ] == [True, True]
