@@ -14,11 +14,17 @@ from ore_core import _lazy_exports
 
 if TYPE_CHECKING:
     from ore_core._nats.connection import NatsCredentials, TlsFiles, subscriptions_registered
-    from ore_core.conduit.base import Conduit, ConduitConfig, ConduitConfigError, OwnSubjects
+    from ore_core.conduit.base import (
+        Conduit,
+        ConduitConfig,
+        ConduitConfigError,
+        OwnSubjects,
+        StateDir,
+    )
     from ore_core.conduit.capabilities import Capabilities, Markup
     from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
     from ore_core.conduit.counters import metrics
-    from ore_core.conduit.feed import DURABLE_NAME, Delivery, EventFeed, Hold
+    from ore_core.conduit.feed import DURABLE_NAME, Delivery, DurableName, EventFeed, Hold
     from ore_core.conduit.relay import (
         Relayed,
         SettingsCache,
@@ -43,6 +49,8 @@ _EXPORTS: dict[str, str] = {
     "TlsFiles": "ore_core._nats.connection",
     "subscriptions_registered": "ore_core._nats.connection",
     "DURABLE_NAME": "ore_core.conduit.feed",
+    "DurableName": "ore_core.conduit.feed",
+    "StateDir": "ore_core.conduit.base",
     "Delivery": "ore_core.conduit.feed",
     "EventFeed": "ore_core.conduit.feed",
     "Hold": "ore_core.conduit.feed",
@@ -61,6 +69,8 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "DURABLE_NAME",
+    "DurableName",
+    "StateDir",
     "ApiError",
     "BusError",
     "Capabilities",

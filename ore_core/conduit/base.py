@@ -15,9 +15,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from ore_core.conduit.capabilities import Capabilities
 from ore_core.errors import OreError, describe_validation_error
@@ -25,11 +26,15 @@ from ore_core.errors import OreError, describe_validation_error
 if TYPE_CHECKING:
     from ore_core.conduit.client import ConduitClient
 
-__all__ = ["Conduit", "ConduitConfig", "ConduitConfigError", "OwnSubjects"]
+__all__ = ["Conduit", "ConduitConfig", "ConduitConfigError", "OwnSubjects", "StateDir"]
 
 
 class ConduitConfigError(OreError):
     """A conduit's configuration section is invalid; the message names the key."""
+
+
+StateDir = Annotated[Path, AfterValidator(Path.expanduser)]
+"""A conduit setting naming a directory of its own state (`~` expanded when it loads)."""
 
 
 class ConduitConfig(BaseModel):

@@ -26,13 +26,14 @@ import asyncio
 import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import structlog
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
+from pydantic import AfterValidator
 
 from ore_core import jsonutil
 from ore_core._nats.connection import (
@@ -45,11 +46,21 @@ from ore_core.events import BATCH_KIND, OutputEvent, decode_output_value
 from ore_core.ids import is_valid_thread_id, validate_thread_id
 from ore_core.subjects import HEADER_KIND, HEADER_LAST_SEQUENCE, Subjects
 
-__all__ = ["DURABLE_NAME", "Delivery", "EventFeed", "Hold", "durable_consumer_name"]
+__all__ = ["DURABLE_NAME", "Delivery", "DurableName", "EventFeed", "Hold", "durable_consumer_name"]
 
 HEADER_SEQUENCE = "Nats-Sequence"  # set by RePublish: this event's ORE_EVENTS sequence
 DURABLE_NAME = re.compile(r"[A-Za-z0-9-]{1,64}")
 """Durable names: no `_`, so `<name>_<thread>` cursor names never collide."""
+
+
+def _check_durable_name(name: str) -> str:
+    if not DURABLE_NAME.fullmatch(name):
+        raise ValueError("must be 1-64 letters, digits and - (no _ or .)")
+    return name
+
+
+DurableName = Annotated[str, AfterValidator(_check_durable_name)]
+"""A conduit setting naming its durable feed (`DURABLE_NAME`), checked when it loads."""
 
 log = structlog.get_logger("ore.bus.feed")
 

@@ -20,7 +20,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from ore_core.conduit import DURABLE_NAME, ConduitConfig
+from ore_core.conduit import ConduitConfig, DurableName
 
 __all__ = ["NatsBridgeConfig", "OutputFormat"]
 
@@ -36,7 +36,7 @@ class NatsBridgeConfig(ConduitConfig):
     prefix: str = "bridge"
     output: OutputFormat = "text"
     request_timeout: float = Field(default=60.0, gt=0)
-    durable: str = "nats-bridge"
+    durable: DurableName = "nats-bridge"
     max_bytes: int = Field(default=64 * 1024, ge=1)
 
     @field_validator("prefix")
@@ -47,10 +47,3 @@ class NatsBridgeConfig(ConduitConfig):
                 "must be dot-separated tokens of letters, digits, _ and - (e.g. bridge)"
             )
         return prefix
-
-    @field_validator("durable")
-    @classmethod
-    def _check_durable(cls, durable: str) -> str:
-        if not DURABLE_NAME.fullmatch(durable):
-            raise ValueError("must be 1-64 letters, digits and - (no _ or .)")
-        return durable

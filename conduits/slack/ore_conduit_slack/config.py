@@ -23,7 +23,7 @@ import platformdirs
 from pydantic import Field, SecretStr, field_validator
 
 from ore_core import OreError
-from ore_core.conduit import DURABLE_NAME, ConduitConfig
+from ore_core.conduit import ConduitConfig, DurableName, StateDir
 
 __all__ = ["ENV_APP_TOKEN", "ENV_BOT_TOKEN", "ENV_SIGNING_SECRET", "MissingSecret", "SlackConfig"]
 
@@ -77,9 +77,9 @@ class SlackConfig(ConduitConfig):
     """Bot ids (`B...`) whose messages are answered; all other bots are ignored."""
     status: str = "is thinking…"
     """The assistant status shown while a turn runs (empty: none)."""
-    durable: str = "slack"
+    durable: DurableName = "slack"
     """The durable consumer keeping the conduit's place in ore's output across restarts."""
-    state_dir: Path = Field(default_factory=default_state_dir)
+    state_dir: StateDir = Field(default_factory=default_state_dir)
     """Where the inbox is kept (`inbox-<durable>.db`): the Slack events acknowledged and not
     yet handed to the core. Give replicas on one host a directory each."""
     flush_chars: int = Field(default=200, ge=1)
@@ -101,18 +101,6 @@ class SlackConfig(ConduitConfig):
     """Socket Mode: seconds between pings (and between reconnect attempts)."""
     dedupe_ttl: float = Field(default=900.0, ge=600)
     """Seconds an event is remembered to drop Slack's retries (its last retry comes ~5 min late)."""
-
-    @field_validator("durable")
-    @classmethod
-    def _check_durable(cls, durable: str) -> str:
-        if not DURABLE_NAME.fullmatch(durable):
-            raise ValueError("must be 1-64 letters, digits and - (no _ or .)")
-        return durable
-
-    @field_validator("state_dir")
-    @classmethod
-    def _expand_state_dir(cls, path: Path) -> Path:
-        return path.expanduser()
 
     @field_validator("http_path")
     @classmethod

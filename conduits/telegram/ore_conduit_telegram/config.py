@@ -23,7 +23,7 @@ import platformdirs
 from pydantic import Field, SecretStr, field_validator
 
 from ore_core import OreError
-from ore_core.conduit import DURABLE_NAME, ConduitConfig
+from ore_core.conduit import ConduitConfig, DurableName, StateDir
 
 __all__ = ["ENV_TOKEN", "ENV_WEBHOOK_SECRET", "MissingToken", "TelegramConfig"]
 
@@ -86,9 +86,9 @@ class TelegramConfig(ConduitConfig):
     max_text_bytes: int = Field(default=64 * 1024, ge=0, le=256 * 1024)
     """Largest text document (.txt, .md, .json, ... in UTF-8) whose text is sent with the
     message (0: none); a larger one is answered with a notice."""
-    durable: str = "telegram"
+    durable: DurableName = "telegram"
     """The durable consumer keeping the conduit's place in ore's output across restarts."""
-    state_dir: Path = Field(default_factory=default_state_dir)
+    state_dir: StateDir = Field(default_factory=default_state_dir)
     """Where the conduit keeps its state (`state-<durable>.db`): conversations of each
     chat, the answers it sent. One directory per bot."""
     flush_interval: float = Field(default=1.0, gt=0)
@@ -101,18 +101,6 @@ class TelegramConfig(ConduitConfig):
     """Messages and edits per minute in one group (Telegram: about 20)."""
     overall_per_second: float = Field(default=30.0, gt=0)
     """Messages and edits per second for the whole bot (Telegram: about 30)."""
-
-    @field_validator("durable")
-    @classmethod
-    def _check_durable(cls, durable: str) -> str:
-        if not DURABLE_NAME.fullmatch(durable):
-            raise ValueError("must be 1-64 letters, digits and - (no _ or .)")
-        return durable
-
-    @field_validator("state_dir")
-    @classmethod
-    def _expand_state_dir(cls, path: Path) -> Path:
-        return path.expanduser()
 
     @field_validator("listen_path")
     @classmethod
