@@ -18,7 +18,8 @@ alike: a request about one thread (get, turns, fork, meta, delete) that reaches 
 not owning the thread is forwarded to its owner (`P.worker.<id>.…`), which answers from
 its live stream or the store and announces changes; with no owner known, or none
 answering, the worker answers from the store. No worker keeps a stream for a thread it
-only created or looked up: the owner attaches it when its first message arrives.
+only created or looked up: the owner attaches it when its first message or change
+arrives.
 
 Concurrency: nats-py runs the handlers of one endpoint one after another on the
 event loop that owns the connection and the Manager.
@@ -53,7 +54,6 @@ from ore_core.endpoint import EndpointError
 from ore_core.errors import (
     InvalidThreadId,
     SessionClosed,
-    SessionNotFound,
     StaleThread,
     ThreadExists,
     ThreadNotFound,
@@ -292,6 +292,8 @@ class ControlAPI:
     hears of every thread a conduit call resolves (the egress binds its subjects).
     `route(T)` names the worker that owns thread T when it is another one (None: answer
     here); requests forwarded to this worker arrive on `P.worker.<worker_id>.…`.
+    `owns(T)` is true when this worker owns T: a change to an idle thread it owns is
+    applied through the attached stream, so it is announced like any other.
     `links` (the core's link cache) makes the conduit methods reach linked threads;
     without it the admin link methods open `ORE_LINKS` themselves.
     """
@@ -308,6 +310,7 @@ class ControlAPI:
         on_resolve: Callable[[str, str], object] | None = None,
         on_delete: Callable[[str], object] | None = None,
         route: Callable[[str], str | None] | None = None,
+        owns: Callable[[str], bool] | None = None,
         worker_id: str | None = None,
         links: LinkCache | None = None,
     ) -> None:
@@ -338,6 +341,7 @@ class ControlAPI:
             ),
         )
         self._route = route
+        self._owns = owns
         self._forwarding = Forwarding(nc, subjects, worker_id)
 
     @property
@@ -734,12 +738,12 @@ class ControlAPI:
         live: Callable[[Stream], Awaitable[None]],
         stored: Callable[[Thread], object],
     ) -> Thread:
-        """Apply a change through the active stream (which announces it) or to the store."""
-        try:
-            stream = self._manager.get(thread_id)
-        except SessionNotFound:
-            pass
-        else:
+        """Apply a change through the stream (which announces it): the active one, or the
+        one attached here when this worker owns the thread; else to the store, unannounced."""
+        stream = self._manager.stream_of(thread_id)
+        if stream is None and self._owns is not None and self._owns(thread_id):
+            stream = await self._manager.attach(thread_id)
+        if stream is not None:
             await live(stream)
             return stream.state()
         thread = await self._manager.store.get(thread_id)

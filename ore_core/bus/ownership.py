@@ -167,6 +167,11 @@ class Ownership:
             return False
         return (self._clock or self._bind_clock())() - lease.renewed < self._valid_for
 
+    def owns_thread(self, thread_id: str) -> bool:
+        """`owns` of the thread's partition: the control API attaches such a thread to
+        apply a change live, so the change is announced to every conduit."""
+        return self.owns(partition_of(thread_id, self._partitions))
+
     def holds(self, partition: int) -> bool:
         """True while this worker holds a lease on `partition` it is not handing over,
         usable or overdue (an overdue one is renewed again, or lost: `on_lost`)."""

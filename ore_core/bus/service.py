@@ -361,6 +361,7 @@ class CoreService:
             on_resolve=egress.bind,
             on_delete=egress.thread_deleted,
             route=ownership.other_holder,
+            owns=ownership.owns_thread,
             worker_id=ownership.worker_id,
             links=self._links,
         )

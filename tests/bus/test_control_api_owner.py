@@ -87,3 +87,20 @@ async def test_a_request_whose_owner_does_not_answer_is_answered_from_the_store(
 
     described = await call(ore_nats_client, "threads.get", {"id": thread_id})
     assert (described["id"], described["turns"]) == (thread_id, 2)
+
+
+async def test_a_change_to_an_idle_thread_is_announced_by_its_owner(
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
+) -> None:
+    # A conduit that sets a title just after sending may reach the owner before its
+    # message does: the thread is stored but idle. The change must still be announced.
+    other, owner = await two_workers(start_core)
+    thread_id = owned_by(owner)
+    created = await call(ore_nats_client, "threads.create", {"id": thread_id})
+    assert created["id"] == thread_id
+    assert owner.manager.stream_of(thread_id) is None
+
+    await call(ore_nats_client, "threads.meta.set", {"id": thread_id, "key": "title", "value": "x"})
+    await outbox.until(lambda: any(e["kind"] == "properties" for e in outbox.events(thread_id)))
+    assert owner.manager.get(thread_id).get_metadata("title") == "x"
+    assert other.manager.stream_of(thread_id) is None
