@@ -276,35 +276,36 @@ class ReasoningSignature(Artifact):
 
 
 @dataclass(frozen=True, slots=True)
-class TextDelta(Accumulable):
-    """A fragment of streamed text; accumulates into `Text` under the key `text`."""
+class _ContentDelta(Accumulable):
+    """A fragment of streamed `content`; accumulates into one `INTO` artifact, keyed by
+    its kind."""
 
-    KIND: ClassVar[str] = "text_delta"
+    INTO: ClassVar[type[Text] | type[Reasoning]]
     content: str = ""
 
     def accumulator_key(self) -> str:
-        return "text"
+        return self.INTO.KIND
 
     def merge_into(self, acc: Artifact | None) -> Artifact:
-        if isinstance(acc, Text):
-            return Text(acc.content + self.content)
-        return Text(self.content)
+        if isinstance(acc, self.INTO):
+            return self.INTO(acc.content + self.content)
+        return self.INTO(self.content)
 
 
 @dataclass(frozen=True, slots=True)
-class ReasoningDelta(Accumulable):
+class TextDelta(_ContentDelta):
+    """A fragment of streamed text; accumulates into `Text` under the key `text`."""
+
+    KIND: ClassVar[str] = "text_delta"
+    INTO: ClassVar[type[Text]] = Text
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta(_ContentDelta):
     """A fragment of streamed reasoning; accumulates into `Reasoning`."""
 
     KIND: ClassVar[str] = "reasoning_delta"
-    content: str = ""
-
-    def accumulator_key(self) -> str:
-        return "reasoning"
-
-    def merge_into(self, acc: Artifact | None) -> Artifact:
-        if isinstance(acc, Reasoning):
-            return Reasoning(acc.content + self.content)
-        return Reasoning(self.content)
+    INTO: ClassVar[type[Reasoning]] = Reasoning
 
 
 @dataclass(frozen=True, slots=True)
