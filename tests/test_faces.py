@@ -48,3 +48,26 @@ def test_the_type_checking_imports_are_read_from_the_face() -> None:
     assert type_checking_imports("ore_core.session.stores")["MemoryStore"] == (
         "ore_core.session.stores.memory"
     )
+
+
+def public_definitions(module: str) -> list[str]:
+    """The names `module` defines at its top level (classes, functions, assignments),
+    leaving out private ones and what it imports."""
+    source = Path(importlib.import_module(module).__file__ or "").read_text(encoding="utf-8")
+    names = []
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            names.extend(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.append(node.target.id)
+    return [name for name in names if not name.startswith("_")]
+
+
+def test_the_artifacts_face_exports_every_public_name_of_its_kinds() -> None:
+    import ore_core.artifacts
+
+    defined = public_definitions("ore_core.artifacts.kinds")
+    assert "TextDelta" in defined
+    assert sorted(set(defined) - set(ore_core.artifacts.__all__)) == []

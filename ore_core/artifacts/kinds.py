@@ -3,6 +3,7 @@ stop reasons, reasoning signatures, the streaming deltas, and `UnknownArtifact`.
 
 Plain-field kinds take their JSON from the field codec (`ore_core.artifacts.base`);
 `ToolCall` and `ToolResult` write their rendered Markdown, so they encode themselves.
+The package face `ore_core.artifacts` lists and exports the public names defined here.
 """
 
 from __future__ import annotations
@@ -24,24 +25,6 @@ from ore_core.artifacts.base import (
     required_field,
 )
 from ore_core.errors import ArtifactError
-
-__all__ = [
-    "STOP_REASONS",
-    "Image",
-    "Reasoning",
-    "ReasoningDelta",
-    "ReasoningSignature",
-    "StopReason",
-    "StopReasonValue",
-    "Text",
-    "TextDelta",
-    "ToolCall",
-    "ToolCallDelta",
-    "ToolResult",
-    "Truncation",
-    "UnknownArtifact",
-    "Usage",
-]
 
 
 @dataclass(frozen=True, slots=True)
