@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
+from ore_core import tracing
 from ore_core._nats.codec import (
     BAD_JSON,
     BAD_NAMESPACE,
@@ -96,7 +97,10 @@ class IngressDecoder:
                     event.context.model_copy(update={"provenance": namespace}),
                 )
             event = event.with_context(event.context.model_copy(update={"provenance": namespace}))
-        return with_traceparent(event, headers) if headers else event
+        event = with_traceparent(event, headers) if headers else event
+        if tracing.tracer is not None:
+            tracing.received(event, thread_id, headers)
+        return event
 
     def _check_namespace(self, namespace: str) -> None:
         """Refuse an invalid namespace; remember a valid one (a few conduits send all)."""

@@ -65,7 +65,7 @@ from nats.errors import Error as NatsError
 from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
-from ore_core import jsonutil
+from ore_core import jsonutil, tracing
 from ore_core._nats.codec import (
     batch_block,
     namespace_of,
@@ -609,6 +609,8 @@ class Egress:
         """The one place that appends to `P.ev.T` (always a batch, even of one event),
         fenced by the thread's last sequence (`position`: see `_lost`), naming
         `last_turn` when it is a safe header value."""
+        if tracing.tracer is not None and traceparent:
+            traceparent = tracing.egress(traceparent, subject)
         block = batch_block(traceparent, last_turn)
         await self._pipeline.publish_fenced(
             self._subjects.events_stream, subject, data, block, position

@@ -35,7 +35,7 @@ from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 from pydantic import AfterValidator
 
-from ore_core import jsonutil
+from ore_core import jsonutil, tracing
 from ore_core._nats.connection import (
     PermissionWatch,
     subscribe_inline,
@@ -447,6 +447,8 @@ class EventFeed:
         if not after_catch_up and int(headers.get(HEADER_LAST_SEQUENCE, "0")) > seen:
             return False
         seen_by_thread[thread_id] = sequence
+        if tracing.tracer is not None:
+            tracing.delivered(headers, thread_id, sequence)
         self._deliver(thread_id, msg.data, headers.get(HEADER_KIND), sequence)
         return True
 
