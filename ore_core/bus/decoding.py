@@ -25,6 +25,7 @@ from ore_core._nats.codec import (
     SCHEMA,
     TOO_LARGE,
     UNKNOWN_THREAD,
+    delivery_count,
 )
 from ore_core.events import (
     EventContext,
@@ -58,6 +59,8 @@ class IngressDecoder:
     def __init__(self, max_payload: int) -> None:
         self._max_payload = max_payload
         self._namespaces: set[str] = set()  # namespaces found valid (`_check_namespace`)
+        self.redelivered = 0
+        """Messages decoded that JetStream had delivered before (read by the metrics)."""
 
     def decode(self, msg: Msg, namespace: str, thread_id: str) -> IngressEvent:
         """The event of `msg`, sent on `namespace`'s subject of `thread_id`; Rejected."""
@@ -69,6 +72,8 @@ class IngressDecoder:
                 f"invalid thread id {thread_id[:140]!r}: use 1-128 characters "
                 "from A-Z, a-z, 0-9, '_' and '-'",
             )
+        if delivery_count(msg) > 1:
+            self.redelivered += 1
         data = msg.data
         if len(data) > self._max_payload:
             raise Rejected(

@@ -190,6 +190,7 @@ class Egress:
         # the message's last turn, until a batch holding that turn is appended.
         self._announcing: dict[str, dict[str, str]] = {}
         self.refused = 0  # events not published: overdue lease or a thread that left
+        self.batches = 0  # stored batches appended (read by the metrics)
         self._subjects = subjects
         self._pipeline = pipeline
         self._manager = manager
@@ -611,6 +612,7 @@ class Egress:
         `last_turn` when it is a safe header value."""
         if tracing.tracer is not None and traceparent:
             traceparent = tracing.egress(traceparent, subject)
+        self.batches += 1
         block = batch_block(traceparent, last_turn)
         await self._pipeline.publish_fenced(
             self._subjects.events_stream, subject, data, block, position

@@ -11,7 +11,8 @@ from nats.aio.msg import Msg
 from nats.errors import NotJSMessageError
 from nats.js.errors import APIError, NoStreamResponseError
 
-from ore_core._nats.codec import read_publish_ack, stream_sequence
+from ore_core._nats.codec import delivery_count, read_publish_ack, stream_sequence
+from ore_core.bus.decoding import IngressDecoder
 from ore_core.errors import BusError
 
 V1_ACK = "$JS.ACK.ORE_IN.ore-core-p3.2.9876.41.1732960000000000000.5"
@@ -80,3 +81,22 @@ def test_a_refusal_with_fields_nats_py_does_not_know_is_still_an_api_error() -> 
     with pytest.raises(APIError) as refused:
         read_publish_ack(Msg(_client=None, subject="_INBOX.x.1", data=data))  # type: ignore[arg-type]
     assert refused.value.err_code == 10077
+
+
+@pytest.mark.parametrize("reply", [V1_ACK, V2_ACK, V2_ACK_SHORT])
+def test_delivery_count_is_the_count_nats_py_reads_from_the_ack_subject(reply: str) -> None:
+    assert delivery_count(_message(reply)) == _message(reply).metadata.num_delivered == 2
+
+
+def test_the_ingress_decoder_counts_the_messages_jetstream_delivered_again() -> None:
+    decoder = IngressDecoder(max_payload=1 << 20)
+    first = V1_ACK.replace("ore-core-p3.2.", "ore-core-p3.1.")
+    for reply in (first, V1_ACK, first):
+        msg = Msg(
+            _client=None,  # type: ignore[arg-type]
+            subject="ore.in.raw.t-1",
+            reply=reply,
+            data=b'{"kind": "user_message", "id": "m-1", "content": "hi"}',
+        )
+        decoder.decode(msg, "raw", "t-1")
+    assert decoder.redelivered == 1
