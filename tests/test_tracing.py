@@ -17,9 +17,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ore_core import tracing
+from ore_core import EventContext, Manager, UserMessageEvent, tracing
 from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.session.echo import EchoProcessor
+from ore_core.session.stores.memory import MemoryStore
 from ore_openai.testing import MockOpenAIServer
 from tests.otlp_collector import Collector, ReceivedSpan, collector
 from tests.test_cli_conduit import Process, raw, start_ore, until_answered
@@ -151,3 +156,44 @@ def test_a_configured_endpoint_without_the_extra_installed_runs_untraced() -> No
         "False None",
         True,
     )
+
+
+@pytest.fixture
+def in_memory() -> Iterator[InMemorySpanExporter]:
+    """Tracing on in this process, into memory; off again afterwards."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.enable(provider)
+    try:
+        yield exporter
+    finally:
+        tracing.disable()
+
+
+async def test_a_turn_s_work_nests_below_its_span_in_the_stream(
+    in_memory: InMemorySpanExporter,
+) -> None:
+    trace_id = secrets.token_hex(16)
+    context = EventContext(traceparent=f"00-{trace_id}-{secrets.token_hex(8)}-00")
+    async with Manager(MemoryStore(), EchoProcessor()) as manager:
+        stream = await manager.create()
+        await stream.process(UserMessageEvent(id="m-1", content="hi", context=context))
+    spans = {span.name: span for span in in_memory.get_finished_spans()}
+    turn = spans["ore.turn"]
+    assert (
+        {f"{span.context.trace_id:032x}" for span in spans.values()},
+        {name: spans[name].parent.span_id for name in ("ore.processor", "ore.store.save")},
+    ) == (
+        {trace_id},
+        {"ore.processor": turn.context.span_id, "ore.store.save": turn.context.span_id},
+    )
+
+
+async def test_work_outside_a_traced_message_starts_no_trace(
+    in_memory: InMemorySpanExporter,
+) -> None:
+    async with Manager(MemoryStore(), EchoProcessor()) as manager:
+        stream = await manager.create()
+        await stream.save()  # an operator's save: no message, no trace
+    assert [span.name for span in in_memory.get_finished_spans()] == []
