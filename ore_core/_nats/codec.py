@@ -73,7 +73,7 @@ __all__ = [
     "republished_block",
     "stored_copy_block",
     "stream_sequence",
-    "delivery_count",
+    "redelivered",
 ]
 
 SCHEMA = str(SCHEMA_VERSION)
@@ -274,25 +274,24 @@ def stream_sequence(msg: Msg) -> int:
     nats-py's (`_V1_TOKEN_COUNT`, `_V2_TOKEN_COUNT` and `Msg.Ack.StreamSeq`: 9 tokens
     in the old form, 11 or 12 in the new; checked by `ore_core._nats.internals`).
     """
-    found = _ack_field(msg, 5, Msg.Ack.StreamSeq)
-    return msg.metadata.sequence.stream if found is None else found
-
-
-def delivery_count(msg: Msg) -> int:
-    """How many times JetStream delivered `msg` (1: the first), read like `stream_sequence`."""
-    found = _ack_field(msg, 4, Msg.Ack.NumDelivered)
-    return msg.metadata.num_delivered if found is None else found
-
-
-def _ack_field(msg: Msg, old: int, new: int) -> int | None:
-    """The number at token `old` (old form) or `new` of the ack subject; None: no ack subject."""
     tokens = (msg.reply or "").split(".")
     if tokens[0] == "$JS" and len(tokens) > 1 and tokens[1] == "ACK":
         if len(tokens) == _V1_TOKENS:
-            return int(tokens[old])
+            return int(tokens[5])
         if len(tokens) >= _V2_TOKENS - 1:
-            return int(tokens[new])
-    return None
+            return int(tokens[Msg.Ack.StreamSeq])
+    return msg.metadata.sequence.stream
+
+
+def redelivered(msg: Msg) -> bool:
+    """True when JetStream delivered `msg` before: its ack subject's delivery count (the
+    token nats-py reads as `metadata.num_delivered`) is not 1. Once per ingress message,
+    so no int and no metadata object; False for a reply that is no ack subject."""
+    tokens = (msg.reply or "").split(".")
+    count = len(tokens)
+    if count == _V1_TOKENS:
+        return tokens[4] != "1"
+    return count >= _V2_TOKENS - 1 and tokens[Msg.Ack.NumDelivered] != "1"
 
 
 _V1_TOKENS = 9

@@ -25,7 +25,7 @@ from ore_core._nats.codec import (
     SCHEMA,
     TOO_LARGE,
     UNKNOWN_THREAD,
-    delivery_count,
+    redelivered,
 )
 from ore_core.events import (
     EventContext,
@@ -72,7 +72,7 @@ class IngressDecoder:
                 f"invalid thread id {thread_id[:140]!r}: use 1-128 characters "
                 "from A-Z, a-z, 0-9, '_' and '-'",
             )
-        if delivery_count(msg) > 1:
+        if redelivered(msg):
             self.redelivered += 1
         data = msg.data
         if len(data) > self._max_payload:

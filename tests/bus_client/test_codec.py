@@ -11,7 +11,7 @@ from nats.aio.msg import Msg
 from nats.errors import NotJSMessageError
 from nats.js.errors import APIError, NoStreamResponseError
 
-from ore_core._nats.codec import delivery_count, read_publish_ack, stream_sequence
+from ore_core._nats.codec import read_publish_ack, redelivered, stream_sequence
 from ore_core.bus.decoding import IngressDecoder
 from ore_core.errors import BusError
 
@@ -84,8 +84,15 @@ def test_a_refusal_with_fields_nats_py_does_not_know_is_still_an_api_error() -> 
 
 
 @pytest.mark.parametrize("reply", [V1_ACK, V2_ACK, V2_ACK_SHORT])
-def test_delivery_count_is_the_count_nats_py_reads_from_the_ack_subject(reply: str) -> None:
-    assert delivery_count(_message(reply)) == _message(reply).metadata.num_delivered == 2
+@pytest.mark.parametrize("count", [1, 2, 11])
+def test_redelivered_agrees_with_the_delivery_count_nats_py_reads(reply: str, count: int) -> None:
+    msg = _message(reply.replace("ore-core-p3.2.", f"ore-core-p3.{count}."))
+    assert (redelivered(msg), msg.metadata.num_delivered) == (count > 1, count)
+
+
+@pytest.mark.parametrize("reply", ["", "_INBOX.abc", "$JS.ACK.too.short"])
+def test_a_message_that_is_not_from_jetstream_is_not_redelivered(reply: str) -> None:
+    assert not redelivered(_message(reply))
 
 
 def test_the_ingress_decoder_counts_the_messages_jetstream_delivered_again() -> None:
