@@ -102,3 +102,28 @@ async def test_a_worker_that_misses_a_window_stays_in_the_view_marked_stale(
         [(False, False), (True, True)],  # the paused worker: its last answer, marked stale
         [(False, False), (False, True)],
     ]
+
+
+async def test_a_worker_silent_for_longer_than_forget_leaves_the_view(
+    ore_nats_server: EmbeddedNatsServer, client_of: Any
+) -> None:
+    # A stand-in worker that answers the first stats request only (then it is gone);
+    # the board's clock is the test's, so "60 s later" takes no time.
+    nc = await client_of(ore_nats_server.url)
+    answered = 0
+
+    async def answer_once(msg: Any) -> None:
+        nonlocal answered
+        if not answered:
+            answered += 1
+            await msg.respond(json.dumps({"worker": "gone-1", "partitions": [0]}).encode())
+
+    await nc.subscribe("ore.admin.stats", cb=answer_once)
+    now = [0.0]
+    counts = []
+    async with Board(nc, Subjects(), window=0.2, forget=60.0, clock=lambda: now[0]) as board:
+        await round_until(board, lambda view: len(view.workers) == 1)
+        for moment in (59.0, 61.0):
+            now[0] = moment
+            counts.append([w.get("stale") for w in (await board.round()).workers])
+    assert counts == [[59.0], []]
