@@ -128,7 +128,7 @@ async def wait_until_serving(nc: Client, served: Served) -> dict[str, Any]:
             await asyncio.sleep(0.05)
 
 
-async def converse(nc: Client, thread_id: str, text: str) -> list[dict[str, Any]]:
+async def converse(nc: Client, thread_id: str, text: str, wait: float = 10) -> list[dict[str, Any]]:
     """Send one user message as protocol.md's raw client does; the events until `done`."""
     events: list[dict[str, Any]] = []
     done = asyncio.Event()
@@ -147,7 +147,7 @@ async def converse(nc: Client, thread_id: str, text: str) -> list[dict[str, Any]
         json.dumps(message).encode(),
         headers={"Nats-Msg-Id": message["id"]},
     )
-    await asyncio.wait_for(done.wait(), 10)
+    await asyncio.wait_for(done.wait(), wait)
     return events
 
 

@@ -35,6 +35,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
         "ore_core.subjects",
         "ore_core.endpoint",
         "ore_core.events",
+        "ore_core.tracing",  # spans on every floor's hops; OpenTelemetry only once enabled
         "ore_core.plugins",
         "ore_core.plugins.hookspecs",
     ),

@@ -102,3 +102,19 @@ async def test_conduit_metrics_count_the_messages_it_sent_on(
         if name == "ore_conduit_messages_received_total"
     }
     assert list(received.values()) == [TURNS]
+
+
+async def test_metrics_count_the_saves_and_batches_of_the_turns_served(
+    ore_nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
+) -> None:
+    nc, port = await served_with_metrics(ore_nats_server, start_serve, client_of)
+    for index in range(TURNS):
+        await converse(nc, f"saves-{index}", f"turn {index}")
+    samples = await asyncio.to_thread(scrape, port)
+    # One save per turn (after the answer) and one stored batch per handled message.
+    assert (
+        samples[("ore_store_save_duration_seconds_count", ())],
+        samples[("ore_egress_batches_total", ())],
+        samples[("ore_egress_retries_total", ())],
+        samples[("ore_messages_redelivered_total", ())],
+    ) == (TURNS, TURNS, 0, 0)

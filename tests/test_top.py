@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable
@@ -13,6 +14,8 @@ from typing import Any
 import pytest
 
 from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.cli.top import Board, Snapshot
+from ore_core.subjects import Subjects
 from tests.test_cli_serve import ORE, Served, client_of, start_serve, wait_until_serving
 
 __all__ = ["client_of", "start_serve"]  # fixtures, imported for pytest
@@ -62,3 +65,65 @@ async def test_top_shows_both_workers_with_their_partitions(
     assert [
         ",".join(map(str, w["partitions"])) in row for w, row in zip(workers, rows, strict=True)
     ] == [True, True]
+
+
+async def round_until(board: Board, done: Callable[[Snapshot], bool]) -> Snapshot:
+    """Rounds of `board` until one's view satisfies `done` (at most a minute of them)."""
+    for _ in range(120):
+        if done(view := await board.round()):
+            return view
+    pytest.fail(f"no view as expected: {view}")
+
+
+async def test_a_worker_that_misses_a_window_stays_in_the_view_marked_stale(
+    ore_nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served], client_of: Any
+) -> None:
+    nc = await client_of(ore_nats_server.url)
+    served = [start_serve("--nats", ore_nats_server.url) for _ in range(2)]
+    for each in served:
+        await wait_until_serving(nc, each)
+    paused = served[0].process
+    views = []
+    async with Board(nc, Subjects(), window=0.5) as board:
+        await round_until(board, lambda view: len(view.workers) == 2)  # both answered
+        paused.send_signal(signal.SIGSTOP)  # it answers nothing while stopped
+        try:
+            views.append(await board.round())
+        finally:
+            paused.send_signal(signal.SIGCONT)
+        views.append(  # it answers again
+            await round_until(board, lambda view: all("stale" not in w for w in view.workers))
+        )
+    marks = [
+        sorted(("stale" in w, f"-{paused.pid}-" in w["worker"]) for w in view.workers)
+        for view in views
+    ]
+    assert marks == [
+        [(False, False), (True, True)],  # the paused worker: its last answer, marked stale
+        [(False, False), (False, True)],
+    ]
+
+
+async def test_a_worker_silent_for_longer_than_forget_leaves_the_view(
+    ore_nats_server: EmbeddedNatsServer, client_of: Any
+) -> None:
+    # A stand-in worker that answers the first stats request only (then it is gone);
+    # the board's clock is the test's, so "60 s later" takes no time.
+    nc = await client_of(ore_nats_server.url)
+    answered = 0
+
+    async def answer_once(msg: Any) -> None:
+        nonlocal answered
+        if not answered:
+            answered += 1
+            await msg.respond(json.dumps({"worker": "gone-1", "partitions": [0]}).encode())
+
+    await nc.subscribe("ore.admin.stats", cb=answer_once)
+    now = [0.0]
+    counts = []
+    async with Board(nc, Subjects(), window=0.2, forget=60.0, clock=lambda: now[0]) as board:
+        await round_until(board, lambda view: len(view.workers) == 1)
+        for moment in (59.0, 61.0):
+            now[0] = moment
+            counts.append([w.get("stale") for w in (await board.round()).workers])
+    assert counts == [[59.0], []]

@@ -73,6 +73,7 @@ __all__ = [
     "republished_block",
     "stored_copy_block",
     "stream_sequence",
+    "redelivered",
 ]
 
 SCHEMA = str(SCHEMA_VERSION)
@@ -280,6 +281,17 @@ def stream_sequence(msg: Msg) -> int:
         if len(tokens) >= _V2_TOKENS - 1:
             return int(tokens[Msg.Ack.StreamSeq])
     return msg.metadata.sequence.stream
+
+
+def redelivered(msg: Msg) -> bool:
+    """True when JetStream delivered `msg` before: its ack subject's delivery count (the
+    token nats-py reads as `metadata.num_delivered`) is not 1. Once per ingress message,
+    so no int and no metadata object; False for a reply that is no ack subject."""
+    tokens = (msg.reply or "").split(".")
+    count = len(tokens)
+    if count == _V1_TOKENS:
+        return tokens[4] != "1"
+    return count >= _V2_TOKENS - 1 and tokens[Msg.Ack.NumDelivered] != "1"
 
 
 _V1_TOKENS = 9

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
+from ore_core import tracing
 from ore_core._nats.codec import (
     BAD_JSON,
     BAD_NAMESPACE,
@@ -24,6 +25,7 @@ from ore_core._nats.codec import (
     SCHEMA,
     TOO_LARGE,
     UNKNOWN_THREAD,
+    redelivered,
 )
 from ore_core.events import (
     EventContext,
@@ -57,6 +59,8 @@ class IngressDecoder:
     def __init__(self, max_payload: int) -> None:
         self._max_payload = max_payload
         self._namespaces: set[str] = set()  # namespaces found valid (`_check_namespace`)
+        self.redelivered = 0
+        """Messages decoded that JetStream had delivered before (read by the metrics)."""
 
     def decode(self, msg: Msg, namespace: str, thread_id: str) -> IngressEvent:
         """The event of `msg`, sent on `namespace`'s subject of `thread_id`; Rejected."""
@@ -68,6 +72,8 @@ class IngressDecoder:
                 f"invalid thread id {thread_id[:140]!r}: use 1-128 characters "
                 "from A-Z, a-z, 0-9, '_' and '-'",
             )
+        if redelivered(msg):
+            self.redelivered += 1
         data = msg.data
         if len(data) > self._max_payload:
             raise Rejected(
@@ -96,7 +102,10 @@ class IngressDecoder:
                     event.context.model_copy(update={"provenance": namespace}),
                 )
             event = event.with_context(event.context.model_copy(update={"provenance": namespace}))
-        return with_traceparent(event, headers) if headers else event
+        event = with_traceparent(event, headers) if headers else event
+        if tracing.tracer is not None:
+            tracing.received(event, thread_id, headers)
+        return event
 
     def _check_namespace(self, namespace: str) -> None:
         """Refuse an invalid namespace; remember a valid one (a few conduits send all)."""

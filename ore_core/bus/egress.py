@@ -65,7 +65,7 @@ from nats.errors import Error as NatsError
 from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
-from ore_core import jsonutil
+from ore_core import jsonutil, tracing
 from ore_core._nats.codec import (
     batch_block,
     namespace_of,
@@ -190,6 +190,7 @@ class Egress:
         # the message's last turn, until a batch holding that turn is appended.
         self._announcing: dict[str, dict[str, str]] = {}
         self.refused = 0  # events not published: overdue lease or a thread that left
+        self.batches = 0  # stored batches appended (read by the metrics)
         self._subjects = subjects
         self._pipeline = pipeline
         self._manager = manager
@@ -609,6 +610,9 @@ class Egress:
         """The one place that appends to `P.ev.T` (always a batch, even of one event),
         fenced by the thread's last sequence (`position`: see `_lost`), naming
         `last_turn` when it is a safe header value."""
+        if tracing.tracer is not None and traceparent:
+            traceparent = tracing.egress(traceparent, subject)
+        self.batches += 1
         block = batch_block(traceparent, last_turn)
         await self._pipeline.publish_fenced(
             self._subjects.events_stream, subject, data, block, position

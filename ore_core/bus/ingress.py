@@ -169,10 +169,10 @@ class Ingress:
         return sorted(self._pullers)
 
     @property
-    def tallies(self) -> tuple[dict[str, int], dict[str, int]]:
-        """Messages dead-lettered so far by reason, and parked for a retry by why
-        (`store`, `stale`, `other`): live counts the metrics read at each scrape."""
-        return self._rejections.counts, self._parking.counts
+    def tallies(self) -> tuple[dict[str, int], dict[str, int], int]:
+        """Messages dead-lettered so far by reason, parked for a retry by why (`store`,
+        `stale`, `other`), and redelivered: live counts the metrics read at each scrape."""
+        return self._rejections.counts, self._parking.counts, self._decoder.redelivered
 
     @property
     def inflight(self) -> int:

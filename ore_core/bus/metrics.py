@@ -15,7 +15,6 @@ Labels are bounded: the processor's name, a rejection's reason; never a thread i
 from __future__ import annotations
 
 import time
-from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from itertools import accumulate
@@ -31,6 +30,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 
 from ore_core.events import OutputEvent
+from ore_core.session.latency import LATENCY_BUCKETS, LatencyHistogram
 
 __all__ = ["CONTENT_TYPE", "CoreMetrics", "Readings", "TURN_KINDS"]
 
@@ -39,9 +39,6 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 TURN_KINDS = frozenset({"lifecycle", "error"})
 """The event kinds the metrics sink takes (never the deltas)."""
-
-# Seconds: a turn of an echo processor takes a millisecond, a model's a minute.
-_LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
 @dataclass(frozen=True)
@@ -56,6 +53,10 @@ class Readings:
     dead_lettered: Callable[[], Mapping[str, int]]
     parked: Callable[[], Mapping[str, int]]
     store_failures: Callable[[], int]
+    store_saves: LatencyHistogram
+    redelivered: Callable[[], int]
+    egress_batches: Callable[[], int]
+    egress_retries: Callable[[], int]
 
 
 class _Started:
@@ -69,26 +70,16 @@ class _Started:
         self.failed = False
 
 
-class _Histogram:
-    """A latency histogram in plain ints: a bisect and two additions per observation
-    (prometheus-client's takes a lock and walks its buckets; this runs once per turn)."""
-
-    __slots__ = ("counts", "sum")
-
-    def __init__(self) -> None:
-        self.counts = [0] * (len(_LATENCY_BUCKETS) + 1)  # the last: above every bound
-        self.sum = 0.0
-
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect_left(_LATENCY_BUCKETS, seconds)] += 1
-        self.sum += seconds
-
-    def family(self, name: str, documentation: str, processor: str) -> Metric:
-        family = HistogramMetricFamily(name, documentation, labels=("processor",))
-        cumulative = list(accumulate(self.counts))
-        bounds = [str(float(b)) for b in _LATENCY_BUCKETS] + ["+Inf"]
-        family.add_metric([processor], list(zip(bounds, cumulative, strict=True)), self.sum)
-        return family
+def _histogram(
+    histogram: LatencyHistogram, name: str, documentation: str, processor: str | None = None
+) -> Metric:
+    """`histogram` as a metric (labelled with the processor's name when given)."""
+    labels = () if processor is None else (processor,)
+    family = HistogramMetricFamily(name, documentation, labels=("processor",)[: len(labels)])
+    cumulative = list(accumulate(histogram.counts))
+    bounds = [str(float(b)) for b in LATENCY_BUCKETS] + ["+Inf"]
+    family.add_metric(labels, list(zip(bounds, cumulative, strict=True)), histogram.sum)
+    return family
 
 
 class CoreMetrics:
@@ -106,8 +97,8 @@ class CoreMetrics:
         self.turns_failed = 0
         self.takeovers = 0
         self.leases_lost = 0
-        self.turn_seconds = _Histogram()
-        self.first_token_seconds = _Histogram()
+        self.turn_seconds = LatencyHistogram()
+        self.first_token_seconds = LatencyHistogram()
         self._running: dict[str, _Started] = {}
         self._clock = time.monotonic
         self.registry.register(_TurnsCollector(self))
@@ -165,12 +156,14 @@ class _TurnsCollector(Collector):
             family = CounterMetricFamily(name, documentation, labels=("processor",))
             family.add_metric([m.processor], value)
             yield family
-        yield m.turn_seconds.family(
+        yield _histogram(
+            m.turn_seconds,
             "ore_turn_duration_seconds",
             "From the processor's call to the turn's done.",
             m.processor,
         )
-        yield m.first_token_seconds.family(
+        yield _histogram(
+            m.first_token_seconds,
             "ore_turn_first_token_seconds",
             "From the processor's call (the model call) to its first output.",
             m.processor,
@@ -235,6 +228,26 @@ class _ReadingsCollector(Collector):
         yield CounterMetricFamily(
             "ore_store_save_failures", "Saves of a thread that failed.", r.store_failures()
         )
+        yield _histogram(
+            r.store_saves,
+            "ore_store_save_duration_seconds",
+            "How long the saves of a thread that worked took.",
+        )
+        yield CounterMetricFamily(
+            "ore_messages_redelivered",
+            "Ingress messages JetStream delivered again (a nak, a crash, a hand-over).",
+            value=r.redelivered(),
+        )
+        yield CounterMetricFamily(
+            "ore_egress_batches",
+            "Stored batches of output events published (one per handled message, or more).",
+            value=r.egress_batches(),
+        )
+        yield CounterMetricFamily(
+            "ore_egress_retries",
+            "Publishes of stored events sent again (no ack in time, or no stream answered).",
+            value=r.egress_retries(),
+        )
 
 
 def reference_table() -> str:
@@ -252,6 +265,10 @@ def reference_table() -> str:
             dead_lettered=lambda: {"reason": 0},
             parked=lambda: {"reason": 0},
             store_failures=lambda: 0,
+            store_saves=LatencyHistogram(),
+            redelivered=lambda: 0,
+            egress_batches=lambda: 0,
+            egress_retries=lambda: 0,
         )
     )
     rows = ["| metric | type | labels | what it counts |", "| --- | --- | --- | --- |"]
@@ -259,8 +276,8 @@ def reference_table() -> str:
         for family in registry.collect():
             name = family.name + ("_total" if family.type == "counter" else "")
             labels = sorted({key for s in family.samples for key in s.labels} - {"le"})
-            if family.type == "counter" and not family.samples:
-                labels = ["conduit"]  # a labelled counter shows no sample before its first use
+            if not family.samples:
+                labels = ["conduit"]  # a labelled metric shows no sample before its first use
             rows.append(
                 f"| `{name}` | {family.type} | {', '.join(labels) or '-'} | "
                 f"{family.documentation} ({process}) |"

@@ -149,6 +149,8 @@ class Pipeline:
         self.full: str | None = None
         """What JetStream limit holds messages back right now (None: none)."""
         self.lost = 0
+        self.retried = 0
+        """Publishes sent again after a transient failure (read by the metrics)."""
         self._sequences: dict[str, int] = {}  # last sequence known per fenced subject
         self._on_fenced: list[Fenced] = []
         self._on_stored: list[Stored] = []
@@ -483,6 +485,7 @@ class Pipeline:
         the stream's duplicate window such a retry can store a batch twice, which
         readers see as a repeated event id.
         """
+        self.retried += 1
         if pause:
             record.attempts -= 1  # not stored: no attempt used
         else:

@@ -397,6 +397,10 @@ class CoreService:
                 dead_lettered=lambda: ingress.tallies[0],
                 parked=lambda: ingress.tallies[1],
                 store_failures=lambda: self.manager.store_health.failures,
+                store_saves=self.manager.store_health.save_seconds,
+                redelivered=lambda: ingress.tallies[2],
+                egress_batches=lambda: egress.batches,
+                egress_retries=lambda: pipeline.retried,
             )
         )
 

@@ -23,6 +23,7 @@ import click
 import structlog
 from pydantic import BaseModel
 
+from ore_core import tracing
 from ore_core.bus.health import HealthServer
 from ore_core.cli.options import (
     cli_state,
@@ -161,7 +162,11 @@ def conduit(
             )
         click.echo(f"conduit {name}: using {running.describe()}", err=True)
         nats = nats_settings(nats, [running.nats_url])
-    asyncio.run(_serve(conduit_class, config, nats, connect_timeout, health_port))
+    tracing.configure(f"ore-conduit-{name}")  # on only when OTEL_EXPORTER_OTLP_*ENDPOINT is set
+    try:
+        asyncio.run(_serve(conduit_class, config, nats, connect_timeout, health_port))
+    finally:
+        tracing.shutdown()  # export the spans still pending
 
 
 def setting_flags(

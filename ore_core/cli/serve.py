@@ -24,6 +24,7 @@ from pathlib import Path
 
 import click
 
+from ore_core import tracing
 from ore_core._nats.connection import NatsCredentials
 from ore_core.bus.embedded import default_store_dir, stop_orphan
 from ore_core.bus.service import CoreService, run
@@ -161,6 +162,7 @@ def serve(
             url = f"http://127.0.0.1:{service.health_port}"
             click.echo(f"health: {url}/healthz and {url}/readyz; metrics: {url}/metrics")
 
+    tracing.configure("ore-serve")  # on only when OTEL_EXPORTER_OTLP_*ENDPOINT is set
     try:
         status = run(
             lambda: _core(
@@ -170,6 +172,7 @@ def serve(
         )
     finally:
         remove_record(os.getpid())
+        tracing.shutdown()  # export the spans still pending
     if status:
         raise SystemExit(status)  # a background task crashed (the log says which)
 

@@ -3,19 +3,23 @@
 It asks `ore.admin.stats` (every worker answers: `ore_core.bus.stats`), collects the
 replies for a short window, and reads the dead-letter stream's count per reason.
 `--once` prints one snapshot and exits (for scripts and tests); otherwise the table
-is redrawn every `--interval` seconds, turns per second from the difference.
+is redrawn every `--interval` seconds, turns per second from the difference, and a
+worker slower than the window keeps its last answer on screen, marked stale (`Board`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import click
 import nats as nats_py
 from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
 from rich.console import Console, Group
@@ -31,14 +35,18 @@ from ore_core.config import NatsSettings
 from ore_core.errors import BusError, OreError
 from ore_core.subjects import Subjects
 
-__all__ = ["Snapshot", "gather", "percentile", "render", "top"]
+__all__ = ["Board", "Snapshot", "gather", "percentile", "render", "top"]
 
 _CONNECT_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What the workers answered, and the dead letters by reason."""
+    """What the workers answered, and the dead letters by reason.
+
+    A worker that did not answer within the last window keeps its last answer, with
+    `stale` set to the seconds since it answered (absent for a worker that answered).
+    """
 
     workers: list[dict[str, Any]]
     dead_letters: dict[str, int]
@@ -55,20 +63,73 @@ def percentile(buckets: Sequence[Sequence[Any]], q: float) -> float | None:
     return None
 
 
-async def gather(nc: NatsClient, subjects: Subjects, window: float) -> Snapshot:
-    """Every worker's stats reply within `window` seconds, and the DLQ counts."""
-    replies: list[dict[str, Any]] = []
+class Board:
+    """The workers as `ore top` last heard from them, asked once per `round`.
 
-    async def collect(msg: Any) -> None:
-        replies.append(jsonutil.loads(msg.data))
+    One inbox for every round, so an answer that comes after its window (a busy or
+    paused worker) still counts, in the next view. A worker that misses a window is not
+    dropped: it keeps its last answer, marked stale, until `forget` seconds pass without
+    one (it stopped, or left the deployment).
+    """
 
-    inbox = nc.new_inbox()
-    sub = await nc.subscribe(inbox, cb=collect)
-    try:
-        await nc.publish(subjects.admin(STATS_ENDPOINT), b"{}", reply=inbox)
-        await asyncio.sleep(window)  # scatter-gather: as many answers as come in time
-    finally:
-        await sub.unsubscribe()
+    def __init__(
+        self,
+        nc: NatsClient,
+        subjects: Subjects,
+        window: float,
+        *,
+        forget: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._nc = nc
+        self._subjects = subjects
+        self._window = window
+        self._forget = forget
+        self._clock = clock
+        self._heard: dict[str, tuple[dict[str, Any], float]] = {}  # worker -> answer, when
+        self._inbox = nc.new_inbox()
+        self._sub: Subscription | None = None
+
+    async def __aenter__(self) -> Board:
+        self._sub = await self._nc.subscribe(self._inbox, cb=self._answered)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        sub, self._sub = self._sub, None
+        if sub is not None:
+            await sub.unsubscribe()
+
+    async def _answered(self, msg: Msg) -> None:
+        try:
+            answer = jsonutil.loads(msg.data)
+        except ValueError:
+            return  # not a stats answer: nothing to show
+        if isinstance(answer, dict) and "worker" in answer:
+            self._heard[str(answer["worker"])] = (answer, self._clock())
+
+    async def round(self) -> Snapshot:
+        """Ask every worker, wait `window` seconds for the answers, read the DLQ counts."""
+        asked = self._clock()
+        await self._nc.publish(self._subjects.admin(STATS_ENDPOINT), b"{}", reply=self._inbox)
+        await asyncio.sleep(self._window)  # scatter-gather: as many answers as come in time
+        return Snapshot(self.workers(asked), await _dead_letters(self._nc, self._subjects))
+
+    def workers(self, asked: float) -> list[dict[str, Any]]:
+        """Every worker heard from in the last `forget` seconds, by name; those that have
+        not answered since `asked` marked stale."""
+        now = self._clock()
+        for name in [n for n, (_, at) in self._heard.items() if now - at > self._forget]:
+            del self._heard[name]
+        workers = []
+        for _name, (answer, at) in sorted(self._heard.items()):
+            worker = dict(answer)
+            if at < asked:
+                worker["stale"] = round(now - at, 1)
+            workers.append(worker)
+        return workers
+
+
+async def _dead_letters(nc: NatsClient, subjects: Subjects) -> dict[str, int]:
     dead: dict[str, int] = {}
     try:
         info = await nc.jetstream().stream_info(
@@ -79,7 +140,13 @@ async def gather(nc: NatsClient, subjects: Subjects, window: float) -> Snapshot:
             dead[subject.removeprefix(head)] = count
     except NotFoundError:
         pass  # no dead-letter stream yet: nothing was rejected
-    return Snapshot(sorted(replies, key=lambda w: str(w.get("worker"))), dead)
+    return dead
+
+
+async def gather(nc: NatsClient, subjects: Subjects, window: float) -> Snapshot:
+    """Every worker's stats answer within `window` seconds, and the DLQ counts (one round)."""
+    async with Board(nc, subjects, window) as board:
+        return await board.round()
 
 
 def _ms(seconds: float | None) -> str:
@@ -97,8 +164,9 @@ def render(snapshot: Snapshot, rates: Mapping[str, float] | None = None) -> Grou
         rate = (rates or {}).get(name)
         if rate is None:
             rate = w["completed"] / w["uptime"] if w.get("uptime") else 0.0
+        stale = w.get("stale")
         workers.add_row(
-            name,
+            name if stale is None else f"{name} (stale, {stale:g}s ago)",
             ",".join(str(p) for p in w["partitions"]) or "-",
             f"{w['in_flight']:g}",
             f"{rate:.1f}",
@@ -106,6 +174,7 @@ def render(snapshot: Snapshot, rates: Mapping[str, float] | None = None) -> Grou
             _ms(percentile(w["latency_buckets"], 0.5)),
             _ms(percentile(w["latency_buckets"], 0.99)),
             f"{w['failed'] + w['dead_lettered']:g}",
+            style=None if stale is None else "dim",
         )
     dead = Table(title="dead letters")
     dead.add_column("reason")
@@ -161,23 +230,24 @@ async def _top(
     subjects = Subjects(settings.subject_prefix)
     console = Console()
     try:
-        snapshot = await gather(nc, subjects, window)
-        if once and as_json:
-            click.echo(jsonutil.dumps(asdict(snapshot)).decode())
-            return
-        if once:
-            console.print(render(snapshot))
-            return
-        with Live(render(snapshot), console=console, auto_refresh=False) as live:
-            while True:
-                await asyncio.sleep(interval)
-                previous = {str(w["worker"]): w["completed"] for w in snapshot.workers}
-                snapshot = await gather(nc, subjects, window)
-                rates = {
-                    str(w["worker"]): (w["completed"] - previous.get(str(w["worker"]), 0))
-                    / (interval + window)
-                    for w in snapshot.workers
-                }
-                live.update(render(snapshot, rates), refresh=True)
+        async with Board(nc, subjects, window) as board:
+            snapshot = await board.round()
+            if once and as_json:
+                click.echo(jsonutil.dumps(asdict(snapshot)).decode())
+                return
+            if once:
+                console.print(render(snapshot))
+                return
+            with Live(render(snapshot), console=console, auto_refresh=False) as live:
+                while True:
+                    await asyncio.sleep(interval)
+                    previous = {str(w["worker"]): w["completed"] for w in snapshot.workers}
+                    snapshot = await board.round()
+                    rates = {
+                        str(w["worker"]): (w["completed"] - previous.get(str(w["worker"]), 0))
+                        / (interval + window)
+                        for w in snapshot.workers
+                    }
+                    live.update(render(snapshot, rates), refresh=True)
     finally:
         await nc.close()

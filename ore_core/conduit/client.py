@@ -35,7 +35,7 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import APIError, NoStreamResponseError
 from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
 
-from ore_core import jsonutil
+from ore_core import jsonutil, tracing
 from ore_core._nats.connection import (
     CONDUIT_FEATURES,
     LIMIT_ERROR_CODES,
@@ -539,6 +539,11 @@ class ConduitClient:
         return await self._publish(thread_id, event)
 
     async def _publish(self, thread_id: str, event: _I) -> Sent:
+        if tracing.tracer is None:
+            return await self._publish_now(thread_id, event)
+        return await tracing.publishing(event, thread_id, self._publish_now)
+
+    async def _publish_now(self, thread_id: str, event: _I, traceparent: str = "") -> Sent:
         claimed = event.context.provenance
         if claimed and claimed != self.namespace:
             raise ValueError(
@@ -552,7 +557,7 @@ class ConduitClient:
         subject = self._inbound_head + validate_thread_id(thread_id)
         payload = encode_event(event)
         msg_id = _message_id(self._keyed, self.namespace, thread_id, event.id)
-        header = self._ingress_block(event.kind, msg_id, event.context.traceparent)
+        header = self._ingress_block(event.kind, msg_id, traceparent or event.context.traceparent)
         if len(payload) + len(header) > self._nc.max_payload:  # never retried: it never fits
             raise ApiError(
                 413,

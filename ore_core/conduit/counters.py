@@ -10,10 +10,16 @@ The label is the conduit's name: bounded, never a thread or a user.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.exposition import generate_latest
+from collections.abc import Iterable
+from typing import Protocol
+from weakref import WeakSet
 
-__all__ = ["CONTENT_TYPE", "REGISTRY", "ConduitMetrics", "metrics", "render"]
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+
+__all__ = ["CONTENT_TYPE", "REGISTRY", "ConduitMetrics", "Outbox", "metrics", "render"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The Prometheus text exposition format's content type."""
@@ -48,6 +54,42 @@ _RATE_LIMITED = Counter(
 )
 
 
+class Outbox(Protocol):
+    """A feed of the process, as the outbox gauge reads it (`EventFeed`)."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def depth(self) -> int: ...
+
+
+class _Outboxes(Collector):
+    """What the process's feeds hold for their conduit, summed per namespace when scraped
+    (nothing is counted per event): how far the conduit's platform lags behind the core,
+    its own answers and the copies of linked threads alike."""
+
+    def __init__(self) -> None:
+        self.feeds: WeakSet[Outbox] = WeakSet()
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(
+            "ore_conduit_outbox_depth",
+            "Events received from the core and not yet finished by the conduit (queued or held).",
+            labels=_LABELS,
+        )
+        depths: dict[str, int] = {}
+        for feed in list(self.feeds):
+            depths[feed.namespace] = depths.get(feed.namespace, 0) + feed.depth
+        for namespace, depth in sorted(depths.items()):
+            family.add_metric((namespace,), depth)
+        yield family
+
+
+_OUTBOXES = _Outboxes()
+REGISTRY.register(_OUTBOXES)
+
+
 class ConduitMetrics:
     """What a conduit counts; `metrics` is the process's one instance."""
 
@@ -66,6 +108,10 @@ class ConduitMetrics:
     def rate_limited(self, conduit: str) -> None:
         """The platform asked this conduit to wait."""
         _RATE_LIMITED.labels(conduit).inc()
+
+    def watch(self, feed: Outbox) -> None:
+        """Count `feed`'s depth in the outbox gauge while it lives (feeds call this)."""
+        _OUTBOXES.feeds.add(feed)
 
 
 metrics = ConduitMetrics()

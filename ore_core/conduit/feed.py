@@ -35,12 +35,13 @@ from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 from pydantic import AfterValidator
 
-from ore_core import jsonutil
+from ore_core import jsonutil, tracing
 from ore_core._nats.connection import (
     PermissionWatch,
     subscribe_inline,
     subscriptions_registered,
 )
+from ore_core.conduit.counters import metrics
 from ore_core.errors import ApiError, BusError, PermissionDenied
 from ore_core.events import BATCH_KIND, OutputEvent, decode_output_value
 from ore_core.ids import is_valid_thread_id, validate_thread_id
@@ -233,6 +234,7 @@ class EventFeed:
         if self._started:
             return self
         self._started = True
+        metrics.watch(self)
         try:
             # Read the floor before subscribing: an event stored in between shows up
             # as a gap at the next event and is caught up, never skipped.
@@ -293,6 +295,13 @@ class EventFeed:
         """Catch up on stored events after a reconnect (called by the client)."""
         if not self._closed:
             self._post(("resync", None))
+
+    @property
+    def depth(self) -> int:
+        """Events received for the reader and not finished: queued for it, or held by
+        its tasks (the conduit's outbox; messages waiting behind a catch-up are not
+        counted until it is done)."""
+        return len(self._ready) + sum(self._held.values())
 
     # -- reading --------------------------------------------------------------
 
@@ -447,6 +456,8 @@ class EventFeed:
         if not after_catch_up and int(headers.get(HEADER_LAST_SEQUENCE, "0")) > seen:
             return False
         seen_by_thread[thread_id] = sequence
+        if tracing.tracer is not None:
+            tracing.delivered(headers, thread_id, sequence)
         self._deliver(thread_id, msg.data, headers.get(HEADER_KIND), sequence)
         return True
 

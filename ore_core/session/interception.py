@@ -3,12 +3,14 @@ failing interceptor drops the event with an error notice instead of stopping the
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 import structlog
 
+from ore_core import tracing
 from ore_core.events import IngressEvent, NoticeEvent, Severity
-from ore_core.session.protocols import Interceptor
+from ore_core.session.protocols import Interceptor, InterceptResult
 
 if TYPE_CHECKING:
     from ore_core.session.stream import Stream
@@ -25,7 +27,10 @@ async def intercept(
 ) -> IngressEvent | None:
     """The event `interceptor` makes of `event` (None: dropped)."""
     try:
-        result = await interceptor.intercept(event, stream)
+        work: Awaitable[InterceptResult] = interceptor.intercept(event, stream)
+        if tracing.tracer is not None:
+            work = tracing.child("ore.interceptor", work, {"ore.interceptor": interceptor.name})
+        result = await work
     except Exception as exc:
         log.warning("interceptor failed", interceptor=interceptor.name, error=str(exc))
         stream.publish(

@@ -17,6 +17,7 @@ from typing import Any
 import structlog
 
 from ore_core.errors import StoreError, ThreadCorrupt, ThreadExists, ThreadNotFound
+from ore_core.session.latency import LatencyHistogram
 
 __all__ = ["DELAYED_NOTICE", "StoreHealth", "is_store_failure", "store_probe"]
 
@@ -58,6 +59,8 @@ class StoreHealth:
         self.error = ""
         self.failures = 0
         """Saves that failed so far (read by the metrics)."""
+        self.save_seconds = LatencyHistogram()
+        """How long the saves that worked took (read by the metrics)."""
         self._told: set[str] = set()
 
     def failed(self, thread_id: str, error: BaseException) -> bool:
@@ -72,8 +75,10 @@ class StoreHealth:
         self._told.add(thread_id)
         return True
 
-    def saved(self, thread_id: str) -> None:
-        """A save of `thread_id` worked: the store is usable again (cheap when nothing failed)."""
+    def saved(self, thread_id: str, seconds: float) -> None:
+        """A save of `thread_id` worked in `seconds`: the store is usable again (cheap
+        when nothing failed)."""
+        self.save_seconds.observe(seconds)
         if not self.usable or self._told:
             self._told.discard(thread_id)
             self._recovered()

@@ -38,6 +38,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import structlog
 
+from ore_core import tracing
 from ore_core.artifacts import Image, Text
 from ore_core.errors import (
     Interrupted,
@@ -271,7 +272,8 @@ class Stream(ThreadOps):
                 item = collect(item, self._queue)
             self._turn = task
             try:
-                await self._handle(item)
+                work = self._handle(item)
+                await (work if tracing.tracer is None else tracing.turn(work, item.event, self.id))
             except asyncio.CancelledError:
                 if not self._cancel_requested:
                     raise  # not a turn cancel: the worker itself is being stopped
@@ -464,7 +466,8 @@ class Stream(ThreadOps):
             self._transforms,
             delta_pacing=self.delta_pacing,
         )
-        await self._processor(ctx)
+        work = self._processor(ctx)
+        await (work if tracing.tracer is None else tracing.child("ore.processor", work))
 
     # -- events out -----------------------------------------------------------
 

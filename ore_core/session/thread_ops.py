@@ -4,6 +4,9 @@ part in running events (the worker, dispatch and publishing stay in `stream`).""
 
 from __future__ import annotations
 
+from time import perf_counter
+
+from ore_core import tracing
 from ore_core.artifacts import Artifact
 from ore_core.events import (
     EventContext,
@@ -106,5 +109,7 @@ class ThreadOps:
 
     async def _save_thread(self) -> None:
         """Save the thread; a success after store failures tells `StoreHealth`."""
-        await self._store.save(self._thread)
-        self._health.saved(self._thread.id)
+        work = self._store.save(self._thread)
+        started = perf_counter()
+        await (work if tracing.tracer is None else tracing.child("ore.store.save", work))
+        self._health.saved(self._thread.id, perf_counter() - started)

@@ -11,7 +11,8 @@ from nats.aio.msg import Msg
 from nats.errors import NotJSMessageError
 from nats.js.errors import APIError, NoStreamResponseError
 
-from ore_core._nats.codec import read_publish_ack, stream_sequence
+from ore_core._nats.codec import read_publish_ack, redelivered, stream_sequence
+from ore_core.bus.decoding import IngressDecoder
 from ore_core.errors import BusError
 
 V1_ACK = "$JS.ACK.ORE_IN.ore-core-p3.2.9876.41.1732960000000000000.5"
@@ -80,3 +81,29 @@ def test_a_refusal_with_fields_nats_py_does_not_know_is_still_an_api_error() -> 
     with pytest.raises(APIError) as refused:
         read_publish_ack(Msg(_client=None, subject="_INBOX.x.1", data=data))  # type: ignore[arg-type]
     assert refused.value.err_code == 10077
+
+
+@pytest.mark.parametrize("reply", [V1_ACK, V2_ACK, V2_ACK_SHORT])
+@pytest.mark.parametrize("count", [1, 2, 11])
+def test_redelivered_agrees_with_the_delivery_count_nats_py_reads(reply: str, count: int) -> None:
+    msg = _message(reply.replace("ore-core-p3.2.", f"ore-core-p3.{count}."))
+    assert (redelivered(msg), msg.metadata.num_delivered) == (count > 1, count)
+
+
+@pytest.mark.parametrize("reply", ["", "_INBOX.abc", "$JS.ACK.too.short"])
+def test_a_message_that_is_not_from_jetstream_is_not_redelivered(reply: str) -> None:
+    assert not redelivered(_message(reply))
+
+
+def test_the_ingress_decoder_counts_the_messages_jetstream_delivered_again() -> None:
+    decoder = IngressDecoder(max_payload=1 << 20)
+    first = V1_ACK.replace("ore-core-p3.2.", "ore-core-p3.1.")
+    for reply in (first, V1_ACK, first):
+        msg = Msg(
+            _client=None,  # type: ignore[arg-type]
+            subject="ore.in.raw.t-1",
+            reply=reply,
+            data=b'{"kind": "user_message", "id": "m-1", "content": "hi"}',
+        )
+        decoder.decode(msg, "raw", "t-1")
+    assert decoder.redelivered == 1

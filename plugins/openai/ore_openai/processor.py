@@ -22,7 +22,7 @@ import structlog
 from openai import AsyncStream
 from openai.types.chat import ChatCompletion
 
-from ore_core import Artifact, Role, Severity, Tool, ToolCall, ToolResult, TurnContext
+from ore_core import Artifact, Role, Severity, Tool, ToolCall, ToolResult, TurnContext, tracing
 from ore_core.jsonutil import dumps
 from ore_openai.chunks import Chunk, chunk_artifacts
 from ore_openai.config import ENV_API_KEY, ENV_BASE_URL, OpenAIConfig
@@ -166,17 +166,19 @@ class OpenAIProcessor:
         """One model call: the request is rebuilt from the thread each time."""
         body = request_body(self.config, ctx.spec, ctx.view(), self.tools.values())
         where = f"openai model {body['model']!r} at {self.config.base_url}"
-        stream = await self._open(ctx, dumps(body), where)
-        try:
-            async for artifact in chunk_artifacts(cast(AsyncIterable[Chunk], stream)):
-                yield artifact
-        except (openai.APIError, ModelCallFailed) as exc:
-            problem = _cause(exc)
-            raise ModelCallFailed(
-                f"{where}: the answer broke off ({problem}); nothing was recorded, send it again"
-            ) from exc
-        finally:
-            await stream.close()
+        with tracing.span("ore.model.call", _span_attributes(body, self.config.base_url)):
+            stream = await self._open(ctx, dumps(body), where)
+            try:
+                async for artifact in chunk_artifacts(cast(AsyncIterable[Chunk], stream)):
+                    yield artifact
+            except (openai.APIError, ModelCallFailed) as exc:
+                problem = _cause(exc)
+                raise ModelCallFailed(
+                    f"{where}: the answer broke off ({problem}); nothing was recorded, "
+                    "send it again"
+                ) from exc
+            finally:
+                await stream.close()
 
     async def post(self, body: bytes) -> AsyncStream[object]:
         """One streamed call, no retries: `body` is an encoded `request_body`. The chunks
@@ -215,6 +217,15 @@ class OpenAIProcessor:
                 Severity.WARN,
             )
             await asyncio.sleep(delay)
+
+
+def _span_attributes(body: Mapping[str, object], base_url: str) -> dict[str, str]:
+    """The model call's span attributes (OpenTelemetry's gen_ai names; never the content)."""
+    return {
+        "gen_ai.system": "openai",
+        "gen_ai.request.model": str(body["model"]),
+        "server.address": urlsplit(base_url).hostname or "",
+    }
 
 
 def _select_tools(
