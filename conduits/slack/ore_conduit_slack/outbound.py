@@ -364,10 +364,24 @@ class ThreadRenderer:
         if posted is not None:  # posted, then killed before the report
             await self._report(relayed, sequence, [posted])
             return
+        reported: list[bool] = []
+
+        async def throttled() -> None:  # a rate limit delays a copy, never drops it
+            if not reported:
+                reported.append(True)
+                await self.out.client.report_delivery(
+                    self.thread_id,
+                    sequence=sequence,
+                    turn=relayed.turn_id,
+                    status="retrying",
+                    detail="rate limited by Slack",
+                )
+
         try:
             reply = await self.api.call(
                 "chat.postMessage",
                 self.slack.team,
+                throttled=throttled,
                 channel=self.slack.channel,
                 thread_ts=self.slack.thread_ts,
                 markdown_text=neutralise(relayed.shown),
