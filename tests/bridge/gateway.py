@@ -222,7 +222,22 @@ class Gateway:
                         except TimeoutError:
                             pass  # Slack shows what it posts in the fake: look again
         except TimeoutError:
-            pytest.fail(f"not within {PATIENCE:g} s; shown: {json.dumps(self.counts(sent))}")
+            missing = {e: self.missing(e, sent) for e in ENDPOINTS}
+            pytest.fail(
+                f"not within {PATIENCE:g} s; shown: {json.dumps(self.counts(sent))}; "
+                f"missing: {missing}"
+            )
+
+    def missing(self, endpoint: str, sent: Mapping[str, Iterable[int]]) -> list[str]:
+        """The messages of other origins `endpoint` has not shown."""
+        shown = {m.group("origin", "n") for m in map(_SHOWN.match, self.shown(endpoint)) if m}
+        return [
+            f"{origin} {n}"
+            for origin, numbers in sent.items()
+            if origin != endpoint
+            for n in numbers
+            if (origin, str(n)) not in shown
+        ]
 
     async def bridge_listening(self) -> None:
         """Wait until the NATS conduit's input subscription is on the server (after a
