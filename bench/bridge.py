@@ -12,7 +12,11 @@ this process, as a conduit's wire: a message is a JetStream publish to
 - Relay: threads of `alpha` linked to `beta` (`answer = "none"`, a pure relay); `alpha`
   sends and the time is taken when the user turn arrives on `ore.out.beta.T`.
 Both at 1 and at 100 concurrent gateways (threads, each with one message in flight),
-p50/p99, and the ratio relay / round trip (goal of issue 29: at most 1.5x).
+p50/p99, and the ratio relay / round trip (goal of issue 29: at most 1.5x). Where the
+relay's time goes: the last column is when the same relayed message reaches `alpha`
+itself (the server's republish of the stored batch); the copy to `beta` is published
+by the core once JetStream acknowledged that batch, so relay minus that column is the
+acknowledgement's way back to the core plus the copy's publish.
 
 CPU of the `ore serve` process (/proc schedstat of its threads) per answered turn (the round trips),
 per relayed message (recorded + one copy), and per copy: the extra CPU of threads
@@ -89,14 +93,17 @@ class Endpoints:
             timeout=30,
         )
 
-    async def hop(self, sender: str, thread: str, receiver: str, role: str) -> float:
-        """Seconds from `sender`'s publish to the `role` turn on `receiver`'s subject."""
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiting[(receiver, thread, role)] = waiter
+    async def hop(self, sender: str, thread: str, *waits: tuple[str, str]) -> list[float]:
+        """Seconds from `sender`'s publish to each (receiver, role) turn on its subject."""
+        loop = asyncio.get_running_loop()
+        waiters = []
+        for receiver, role in waits:
+            waiters.append(loop.create_future())
+            self._waiting[(receiver, thread, role)] = waiters[-1]
         started = time.perf_counter()
         await self.send(sender, thread, "hello")
         async with asyncio.timeout(60):
-            return await waiter - started
+            return [await waiter - started for waiter in waiters]
 
 
 async def admin(nc: Client, method: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -119,15 +126,17 @@ async def make_threads(nc: Client, prefix: str, count: int, copies: int) -> list
 
 
 async def rounds(
-    endpoints: Endpoints, threads: list[str], samples: int, receiver: str, role: str
-) -> list[float]:
-    """Latencies of `samples` hops, `len(threads)` at a time (one per thread)."""
-    latencies: list[float] = []
-    while len(latencies) < samples:
-        latencies += await asyncio.gather(
-            *(endpoints.hop("alpha", t, receiver, role) for t in threads)
-        )
-    return latencies
+    endpoints: Endpoints, threads: list[str], samples: int, *waits: tuple[str, str]
+) -> list[list[float]]:
+    """Latencies of `samples` hops, `len(threads)` at a time (one per thread), one list
+    per (receiver, role) waited for."""
+    columns: list[list[float]] = [[] for _ in waits]
+    while len(columns[0]) < samples:
+        hops = await asyncio.gather(*(endpoints.hop("alpha", t, *waits) for t in threads))
+        for hop in hops:
+            for column, latency in zip(columns, hop, strict=True):
+                column.append(latency)
+    return columns
 
 
 def quantiles(latencies: list[float]) -> tuple[float, float]:
@@ -163,24 +172,24 @@ async def measure(nc: Client, pid: int, gateways: list[int], samples: int) -> No
     for count in gateways:
         own = await make_threads(nc, f"own{count}", count, copies=0)
         linked = await make_threads(nc, f"relay{count}", count, copies=1)
-        await rounds(endpoints, own, count, "alpha", "assistant")  # warm up
-        await rounds(endpoints, linked, count, "beta", "user")
+        await rounds(endpoints, own, count, ("alpha", "assistant"))  # warm up
+        await rounds(endpoints, linked, count, ("beta", "user"))
         before = cpu_seconds(pid)
-        trips = await rounds(endpoints, own, samples, "alpha", "assistant")
+        (trips,) = await rounds(endpoints, own, samples, ("alpha", "assistant"))
         cpu[f"turn{count}"] = (cpu_seconds(pid) - before) / len(trips)
         before = cpu_seconds(pid)
-        relays = await rounds(endpoints, linked, samples, "beta", "user")
+        relays, home = await rounds(endpoints, linked, samples, ("beta", "user"), ("alpha", "user"))
         cpu[f"relay{count}"] = (cpu_seconds(pid) - before) / len(relays)
-        (t50, t99), (r50, r99) = quantiles(trips), quantiles(relays)
+        (t50, t99), (r50, r99), (h50, h99) = quantiles(trips), quantiles(relays), quantiles(home)
         print(
             f"{count:>8}  {t50:>10.2f} / {t99:>8.2f}  {r50:>8.2f} / {r99:>7.2f}"
-            f"  {r50 / t50:5.2f}x / {r99 / t99:4.2f}x"
+            f"  {r50 / t50:6.2f}x / {r99 / t99:5.2f}x  {h50:>13.2f} / {h99:>8.2f}"
         )
     count = max(gateways)
     fanned = await make_threads(nc, f"fan{count}", count, copies=len(COPIES))
-    await rounds(endpoints, fanned, count, "beta", "user")
+    await rounds(endpoints, fanned, count, ("beta", "user"))
     before = cpu_seconds(pid)
-    relays = await rounds(endpoints, fanned, samples, "beta", "user")
+    (relays,) = await rounds(endpoints, fanned, samples, ("beta", "user"))
     per_fanned = (cpu_seconds(pid) - before) / len(relays)
     per_copy = (per_fanned - cpu[f"relay{count}"]) / (len(COPIES) - 1)
     turn = cpu[f"turn{count}"]
