@@ -144,7 +144,9 @@ class Gateway:
         ready = asyncio.Event()
         self._tasks.append(asyncio.create_task(self._read_terminal(ready)))
         await ready.wait()
-        # The NATS conduit learns the channel's thread from its own first message.
+        # The NATS conduit learns the channel's thread from its own first message (sent
+        # once it listens: a plain publish before that reaches nobody).
+        await self.bridge_listening()
         await self.send_nats(0)
         await self.fake.wait_until(lambda: "bo (nats): nats 0" in self.slack_lines(), PATIENCE)
 
