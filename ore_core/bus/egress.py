@@ -90,6 +90,7 @@ from ore_core.events import (
     encode_event,
 )
 from ore_core.ledger.thread import Thread
+from ore_core.session.bridging import is_relay
 from ore_core.session.manager import Manager
 from ore_core.session.turn_context import recorded_events
 from ore_core.subjects import (
@@ -309,9 +310,10 @@ class Egress:
         """The thread is (again) attached here: publish for it; once per attach, read the
         last sequence of its `P.ev.T` (every append is fenced from there on: a worker
         that took the thread over meanwhile makes the server refuse this one's), and if
-        its latest answer is saved but not in `P.ev.T`, have the thread's stream announce
-        that message again when it comes back (a stream attached again in the same term,
-        after a stale copy was dropped, is told again until the message's batch left).
+        its latest answer (a relay's: its latest user turn) is saved but not in `P.ev.T`,
+        have the thread's stream announce that message again when it comes back (a
+        stream attached again in the same term, after a stale copy was dropped, is told
+        again until the message's batch left).
 
         `term` names the stretch of ownership of the thread's partition (the ingress
         counts one per lease won): a thread primed in an earlier term is primed again,
@@ -361,7 +363,8 @@ class Egress:
             self._copies.last(thread_id, last)
         stored = self._note_last_stored(thread_id, last)
         tip = thread.get_turn(thread.current_tip)
-        if tip is None or tip.role == Role.USER:
+        # A relay's user turn is all its message stores: saved, it may still be missing.
+        if tip is None or (tip.role == Role.USER and not is_relay(thread)):
             return
         messages = _messages_missing(stored, thread, tip)
         if not messages:

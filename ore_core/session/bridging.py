@@ -14,14 +14,20 @@ from ore_core.events import (
 from ore_core.ledger.thread import Thread
 from ore_core.turn import TraversalControl
 
-__all__ = ["delete_turn", "unanswered"]
+__all__ = ["delete_turn", "is_relay", "unanswered"]
+
+
+def is_relay(thread: Thread) -> bool:
+    """The thread's links say nobody answers (`ore.gateway.answer` = `none`): a pure
+    human relay, whose latest turn is a user turn when all went well."""
+    return thread.meta().get(GATEWAY_ANSWER_KEY) == "none"
 
 
 def unanswered(thread: Thread, event: UserMessageEvent) -> bool:
     """The message asks for no answer (`answer` false: an edit saved as it is), or the
-    thread's links say nobody answers (`ore.gateway.answer` = `none`): a message
-    recorded is a message handled, and no processor (no model call) runs for it."""
-    return not event.answer or thread.meta().get(GATEWAY_ANSWER_KEY) == "none"
+    thread is a relay (`is_relay`): a message recorded is a message handled, and no
+    processor (no model call) runs for it."""
+    return not event.answer or is_relay(thread)
 
 
 def delete_turn(thread: Thread, event: DeleteEvent) -> OutputEvent:

@@ -310,7 +310,7 @@ class _Bridge:
 
     async def _thread_of(self, channel: str) -> str:
         """The channel's thread (a linked one has another home: remember the channel)."""
-        thread_id, created = await self.client.lookup_or_create(CHANNEL_KEY, channel)
+        thread_id, created = await self._lookup(channel)
         if not created and self._channel_of.get(thread_id) != channel:
             metadata = (await self.client.get_thread(thread_id)).metadata
             self._settings.load(thread_id, metadata)
@@ -318,6 +318,28 @@ class _Bridge:
                 await self.client.set_metadata(thread_id, LINKED_CHANNEL_KEY, channel)
         self._remember(thread_id, channel)
         return thread_id
+
+    async def _lookup(self, channel: str) -> tuple[str, bool]:
+        """`lookup_or_create` of the channel, retried while NATS or the core is away
+        (a restart): the bridge holds the message meanwhile instead of refusing it.
+        After `request_timeout` the failure is the sender's to hear."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.request_timeout
+        pause = 0.1
+        while True:
+            try:
+                return await self.client.lookup_or_create(CHANNEL_KEY, channel)
+            except ApiError as exc:
+                if exc.status < 500 or loop.time() + pause > deadline:
+                    raise
+                failure: OreError = exc
+            except BusError as exc:
+                if isinstance(exc, PermissionDenied) or loop.time() + pause > deadline:
+                    raise
+                failure = exc
+            log.warning("channel lookup failed, retrying", channel=channel, error=str(failure))
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _RETRY_LIMIT)
 
     async def _interrupt(self, msg: Msg, channel: str) -> None:
         thread_id = await self._thread_of(channel)

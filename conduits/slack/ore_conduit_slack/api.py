@@ -3,7 +3,9 @@
 - A refusal (`ok: false`, at any HTTP status) raises `SlackError` with Slack's error code.
 - Throttling (HTTP 429, or `ok: false` with `ratelimited`) blocks that method for the
   whole workspace for `Retry-After` seconds, then the call is tried again: Slack did not
-  act on a throttled call, so a retry is safe for every method.
+  act on a throttled call, so a retry is safe for every method. A caller that must not
+  give up (a relayed copy: a rate limit delays it, never drops it) passes `throttled`,
+  awaited at each throttling, and the call is tried until Slack takes it.
 - A call whose outcome is unknown (the connection dropped, a 5xx, a timeout) is retried
   only for methods that are safe to repeat; for the others (`chat.postMessage`,
   `chat.startStream`, `chat.appendStream`, ...) it raises `Ambiguous` so the caller
@@ -17,7 +19,7 @@ retry would re-post a message whose response was lost.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -115,7 +117,14 @@ class SlackApi:
         """The clock of rate limits (the event loop's)."""
         return self._loop.time()
 
-    async def call(self, method: str, team: str = "", **args: Any) -> dict[str, Any]:
+    async def call(
+        self,
+        method: str,
+        team: str = "",
+        *,
+        throttled: Callable[[], Awaitable[None]] | None = None,
+        **args: Any,
+    ) -> dict[str, Any]:
         """Call `method`; its response data (`ok` is true). See the module docstring."""
         attempt = 0
         while True:
@@ -130,6 +139,9 @@ class SlackApi:
                 error = str(data.get("error") or f"http_{status}")
                 if status == 429 or error == "ratelimited":
                     self._throttle(team, method, response.headers)
+                    if throttled is not None:
+                        await throttled()
+                        continue
                     if attempt < _ATTEMPTS:
                         continue
                     raise SlackError(method, "ratelimited") from None

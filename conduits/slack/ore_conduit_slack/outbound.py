@@ -283,7 +283,7 @@ class ThreadRenderer:
             if isinstance(event, PropertiesEvent):
                 self.settings.update(self.thread_id, event)
             elif delivery.event.context.provenance not in (self.out.name, "", "app"):
-                await self._relay(delivery)  # another endpoint's, on a linked thread
+                await self._until_reached(self._relay, delivery)  # another endpoint's
             else:
                 await self._handle_event(delivery.event, delivery.sequence)
         finally:
@@ -322,6 +322,27 @@ class ThreadRenderer:
             answer.notices.append(event.content)
 
     # -- bridging: another endpoint's messages on a linked thread -------------------
+
+    async def _until_reached(self, step: Callable[[Delivery], Any], delivery: Delivery) -> None:
+        """Run `step` again while the core does not answer (a worker killed, NATS
+        restarting): a relayed copy is delayed by that, never dropped. Repeating is
+        safe: a copy posted before is found (`deliveries.get`, the Slack thread)."""
+        pause = 0.1
+        while True:
+            try:
+                await step(delivery)
+                return
+            except ApiError as exc:
+                if exc.status < 500:
+                    raise
+                failure: OreError = exc
+            except PermissionDenied:
+                raise
+            except BusError as exc:
+                failure = exc
+            log.warning("relay waits for the core", thread_id=self.thread_id, error=str(failure))
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, RETRY_LIMIT)
 
     async def _relay(self, delivery: Delivery) -> None:
         """Post another endpoint's message with its label, edit or delete its copy.
@@ -364,10 +385,24 @@ class ThreadRenderer:
         if posted is not None:  # posted, then killed before the report
             await self._report(relayed, sequence, [posted])
             return
+        reported: list[bool] = []
+
+        async def throttled() -> None:  # a rate limit delays a copy, never drops it
+            if not reported:
+                reported.append(True)
+                await self.out.client.report_delivery(
+                    self.thread_id,
+                    sequence=sequence,
+                    turn=relayed.turn_id,
+                    status="retrying",
+                    detail="rate limited by Slack",
+                )
+
         try:
             reply = await self.api.call(
                 "chat.postMessage",
                 self.slack.team,
+                throttled=throttled,
                 channel=self.slack.channel,
                 thread_ts=self.slack.thread_ts,
                 markdown_text=neutralise(relayed.shown),
@@ -382,6 +417,8 @@ class ThreadRenderer:
                 detail=str(exc),
             )
             return
+        if self._copies is not None:  # a report lost to a core restart finds it here
+            self._copies[relayed.turn_id] = str(reply["ts"])
         await self._report(relayed, sequence, [str(reply["ts"])])
 
     async def _copies_in_slack(self) -> dict[str, str]:

@@ -15,7 +15,8 @@ What it serves:
   `markdown_limit` (12,000) for `markdown_text` and a stream's total;
   `message_not_in_streaming_state` after `stream_lifetime` seconds of the fake `clock`
   or after a stop; per-method rate windows (`rate_limit(...)`) answered with HTTP 429
-  and `Retry-After`.
+  and `Retry-After`; a rate-limit storm (`storm(method)` until `calm(method)`): every
+  call of the method answered 429, however long the test needs, counted in calls.
 - **Scripted failures**: `fail_next(method, error=..., status=..., lost_response=True)`;
   a lost response commits the call (the message is posted) and then drops the
   connection without answering.
@@ -160,6 +161,7 @@ class FakeSlack:
         self._calls: list[RecordedCall] = []
         self._faults: dict[str, deque[_Fault]] = {}
         self._windows: dict[str, _Window] = {}
+        self._storms: dict[str, float] = {}  # method -> Retry-After of every answer
         self._ts = itertools.count(1)
         self._envelopes = itertools.count(1)
         self._event_ids = itertools.count(1)
@@ -247,6 +249,18 @@ class FakeSlack:
     def rate_limit(self, method: str, *, limit: int, seconds: float, retry_after: int = 1) -> None:
         """Allow `limit` calls of `method` per `seconds` (real time); then HTTP 429."""
         self._windows[method] = _Window(limit, seconds, retry_after)
+
+    def storm(self, method: str, *, retry_after: float = 1) -> None:
+        """Answer every call of `method` with HTTP 429 and `Retry-After` until `calm`.
+
+        A storm lasts as many calls as the test wants (it counts them in `throttled`),
+        not a stretch of real time; `retry_after` may be fractional to keep tests short.
+        """
+        self._storms[method] = retry_after
+
+    def calm(self, method: str) -> None:
+        """End the storm on `method`: its calls are carried out again."""
+        self._storms.pop(method, None)
 
     def calls(self, method: str | None = None) -> list[RecordedCall]:
         """The calls received (of one method, or all), oldest first."""
@@ -576,13 +590,16 @@ class FakeSlack:
         token = token or str(args.pop("token", ""))
         self._calls.append(RecordedCall(method, args, token))
         window = self._windows.get(method)
-        if window is not None and not self._admit(window):
+        retry_after: float | None = self._storms.get(method)
+        if retry_after is None and window is not None and not self._admit(window):
+            retry_after = window.retry_after
+        if retry_after is not None:
             self.throttled.append(method)
             await self._notify()
             return web.json_response(
                 {"ok": False, "error": "ratelimited"},
                 status=429,
-                headers={"Retry-After": str(window.retry_after)},
+                headers={"Retry-After": f"{retry_after:g}"},
             )
         fault = self._take_fault(method)
         if fault is not None and not fault.lost_response:
