@@ -36,7 +36,38 @@ async def test_a_delivered_copy_s_platform_ids_resolve_both_ways(
         found = await call(nc, "ore.api.beta.deliveries.lookup", {"platform_id": platform_id})
         assert found == {"thread": THREAD, "turn": turn}
     got = await call(nc, "ore.api.beta.deliveries.get", {"thread": THREAD, "turn": turn})
-    assert got == {"platform_ids": ids}
+    assert got == {"platform_ids": ids, "status": "delivered"}
+
+
+async def test_a_copy_is_claimed_as_sending_once(
+    start_core: CoreFactory, ore_nats_client: Client
+) -> None:
+    nc = ore_nats_client
+    await start_shared(start_core, nc)
+    await link(nc)
+    turn = await first_user_turn(nc)
+    subject = "ore.api.beta.deliveries.report"
+    sending = report(turn, "sending", platform_ids=["m1"])
+    first = await call(nc, subject, sending)
+    again = await call(nc, subject, sending)
+    assert first == {"recorded": True, "platform_ids": ["m1"], "status": "sending"}
+    assert again == {"recorded": False, "platform_ids": ["m1"], "status": "sending"}
+    got = await call(nc, "ore.api.beta.deliveries.get", {"thread": THREAD, "turn": turn})
+    assert got == {"platform_ids": ["m1"], "status": "sending"}
+
+
+async def test_a_claim_of_a_delivered_copy_answers_delivered(
+    start_core: CoreFactory, ore_nats_client: Client
+) -> None:
+    nc = ore_nats_client
+    await start_shared(start_core, nc)
+    await link(nc)
+    turn = await first_user_turn(nc)
+    subject = "ore.api.beta.deliveries.report"
+    await call(nc, subject, report(turn, "sending", platform_ids=["m1"]))
+    await call(nc, subject, report(turn, "delivered", platform_ids=["m1"]))
+    claim = await call(nc, subject, report(turn, "sending", platform_ids=["m1"]))
+    assert claim == {"recorded": False, "platform_ids": ["m1"], "status": "delivered"}
 
 
 async def test_the_map_survives_a_restart_of_the_core(

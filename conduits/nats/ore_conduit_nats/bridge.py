@@ -64,6 +64,7 @@ from ore_core.conduit import (
     EventFeed,
     OwnSubjects,
     PermissionDenied,
+    Relayed,
     SettingsCache,
     classify,
     degrade,
@@ -74,11 +75,8 @@ from ore_core.events import MAX_EVENT_ID_LENGTH, new_event_id
 __all__ = ["CHANNEL_KEY", "NatsBridge"]
 
 CHANNEL_KEY = "nats.channel"
-"""The thread metadata key holding the channel a thread belongs to."""
-LINKED_CHANNEL_KEY = "nats.linked_channel"
-"""The channel of a linked thread (another namespace's home), written by the bridge when
-it first reaches the thread by the channel, so it can show what comes while it was down
-(lookups never read this key: an unlinked channel gets a thread of its own again)."""
+"""The thread metadata key holding the channel a thread belongs to (for a linked thread,
+the core shows the endpoint's channel under this key in `threads.get`)."""
 
 log = structlog.get_logger("ore.conduit.nats")
 
@@ -309,13 +307,10 @@ class _Bridge:
         await self._publish(inbox, reply)
 
     async def _thread_of(self, channel: str) -> str:
-        """The channel's thread (a linked one has another home: remember the channel)."""
+        """The channel's thread (a linked one's settings are loaded the first time)."""
         thread_id, created = await self.client.lookup_or_create(CHANNEL_KEY, channel)
         if not created and self._channel_of.get(thread_id) != channel:
-            metadata = (await self.client.get_thread(thread_id)).metadata
-            self._settings.load(thread_id, metadata)
-            if channel not in (metadata.get(CHANNEL_KEY), metadata.get(LINKED_CHANNEL_KEY)):
-                await self.client.set_metadata(thread_id, LINKED_CHANNEL_KEY, channel)
+            self._settings.load(thread_id, (await self.client.get_thread(thread_id)).metadata)
         self._remember(thread_id, channel)
         return thread_id
 
@@ -367,8 +362,7 @@ class _Bridge:
         relayed = classify(delivery, self.name, self._settings.get(delivery.thread_id))
         reply: Reply | None = None
         if relayed.action in ("relayed", "edited"):
-            _, text = degrade(relayed, NatsBridge.capabilities)
-            reply = Reply("relayed", text, delivery.thread_id)
+            await self._copy(channel, relayed, delivery)
         elif relayed.action == "deleted":
             text = f"a message from {relayed.origin} was deleted"
             reply = Reply("notice", text, delivery.thread_id, severity="info")
@@ -378,6 +372,42 @@ class _Bridge:
             reply = _reply_of(delivery.event, delivery.thread_id, None)
         if reply is not None:
             await self._publish(self.subject(channel, "out"), reply)
+
+    async def _copy(self, channel: str, relayed: Relayed, delivery: Delivery) -> None:
+        """Publish another endpoint's message once, across kills of this process.
+
+        A plain subject cannot be read back, so the copy is claimed before it is
+        published (`sending`, with the `Nats-Msg-Id` it will carry) and reported
+        `delivered` after: a claim found delivered is skipped; one found `sending` (this
+        conduit was killed between the publish and the report) is published again with
+        the same `Nats-Msg-Id` and `Ore-Resent: true`, for consumers to drop (a
+        JetStream stream on the subject drops it by itself).
+        """
+        thread_id, sequence = delivery.thread_id, delivery.sequence
+        _, text = degrade(relayed, NatsBridge.capabilities)
+        message_id = f"ore-{thread_id}-{relayed.turn_id}"
+        resent = False
+        if sequence is not None:
+            claim = await self.client.report_delivery(
+                thread_id,
+                sequence=sequence,
+                turn=relayed.turn_id,
+                status="sending",
+                platform_ids=[message_id],
+            )
+            if not claim["recorded"] and claim["status"] == "delivered":
+                return  # published and reported before a restart
+            resent = not claim["recorded"]
+        reply = Reply("relayed", text, thread_id, message_id=message_id, resent=resent)
+        await self._publish(self.subject(channel, "out"), reply)
+        if sequence is not None:
+            await self.client.report_delivery(
+                thread_id,
+                sequence=sequence,
+                turn=relayed.turn_id,
+                status="delivered",
+                platform_ids=[message_id],
+            )
 
     def _remember(self, thread_id: str, channel: str) -> None:
         if self._channel_of.get(thread_id) == channel:
@@ -389,8 +419,8 @@ class _Bridge:
     async def _channel(self, thread_id: str) -> str | None:
         """The channel of a thread, from its metadata; retried while the core is away.
 
-        A linked thread's metadata is its home's: the bridge keeps the channel there
-        under `nats.linked_channel` when it first reaches the thread by the channel.
+        For a linked thread (another namespace's, or a gateway's), the core shows the
+        linked channel under `nats.channel`: it is known before the channel ever spoke.
         """
         if thread_id in self._channel_of:
             return self._channel_of[thread_id]
@@ -398,7 +428,7 @@ class _Bridge:
         while True:
             try:
                 metadata = (await self.client.get_thread(thread_id)).metadata
-                channel = metadata.get(CHANNEL_KEY) or metadata.get(LINKED_CHANNEL_KEY)
+                channel = metadata.get(CHANNEL_KEY)
                 self._settings.load(thread_id, metadata)
                 break
             except ApiError as exc:
