@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import structlog
 from nats.aio.msg import Msg
@@ -87,6 +87,7 @@ _RELAYED_KINDS = frozenset({"turn_complete", "text", "turn_deleted", "delivery",
 """Kinds shown of another endpoint's conversation on a linked thread."""
 
 _Handler = Callable[[Msg, str], Awaitable[None]]  # what to do with a message of a channel
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,28 +387,31 @@ class _Bridge:
         thread_id, sequence = delivery.thread_id, delivery.sequence
         _, text = degrade(relayed, NatsBridge.capabilities)
         message_id = f"ore-{thread_id}-{relayed.turn_id}"
-        resent = False
-        if sequence is not None:
-            claim = await self.client.report_delivery(
+
+        async def report(status: Literal["sending", "delivered"]) -> dict[str, Any]:
+            assert sequence is not None
+            return await self.client.report_delivery(
                 thread_id,
                 sequence=sequence,
                 turn=relayed.turn_id,
-                status="sending",
+                status=status,
                 platform_ids=[message_id],
             )
+
+        resent = False
+        if sequence is not None:  # stored: it may come again after a restart
+            try:
+                claim = await _patiently(lambda: report("sending"), thread_id)
+            except ApiError as exc:  # the thread was deleted or unlinked since
+                log.info("copy not sent", thread_id=thread_id, error=str(exc))
+                return
             if not claim["recorded"] and claim["status"] == "delivered":
                 return  # published and reported before a restart
             resent = not claim["recorded"]
         reply = Reply("relayed", text, thread_id, message_id=message_id, resent=resent)
         await self._publish(self.subject(channel, "out"), reply)
         if sequence is not None:
-            await self.client.report_delivery(
-                thread_id,
-                sequence=sequence,
-                turn=relayed.turn_id,
-                status="delivered",
-                platform_ids=[message_id],
-            )
+            await _patiently(lambda: report("delivered"), thread_id)
 
     def _remember(self, thread_id: str, channel: str) -> None:
         if self._channel_of.get(thread_id) == channel:
@@ -424,27 +428,14 @@ class _Bridge:
         """
         if thread_id in self._channel_of:
             return self._channel_of[thread_id]
-        pause = 0.1
-        while True:
-            try:
-                metadata = (await self.client.get_thread(thread_id)).metadata
-                channel = metadata.get(CHANNEL_KEY)
-                self._settings.load(thread_id, metadata)
-                break
-            except ApiError as exc:
-                if exc.status == 404:
-                    channel = None  # deleted since: nobody to tell
-                    break
-                failure: OreError = exc
-            except PermissionDenied:
+        try:
+            info = await _patiently(lambda: self.client.get_thread(thread_id), thread_id)
+            channel = info.metadata.get(CHANNEL_KEY)
+            self._settings.load(thread_id, info.metadata)
+        except ApiError as exc:
+            if exc.status != 404:
                 raise
-            except BusError as exc:
-                failure = exc
-            log.warning(
-                "cannot read thread metadata, retrying", thread_id=thread_id, error=str(failure)
-            )
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, _RETRY_LIMIT)
+            channel = None  # deleted since: nobody to tell
         if channel is None:
             self._channel_of[thread_id] = None
         else:
@@ -468,6 +459,26 @@ def _reply_of(event: OutputEvent, thread_id: str, in_reply_to: str | None) -> Re
     if isinstance(event, NoticeEvent):
         return Reply("notice", event.content, thread_id, in_reply_to, event.severity.label)
     return None
+
+
+async def _patiently(call: Callable[[], Awaitable[_T]], thread_id: str) -> _T:
+    """`call()`, again (backing off) while the core is away or failing (a bus error or
+    a 5xx); a refusal (another ApiError, PermissionDenied) is raised."""
+    pause = 0.1
+    while True:
+        try:
+            return await call()
+        except ApiError as exc:
+            if exc.status < 500:
+                raise
+            failure: OreError = exc
+        except PermissionDenied:
+            raise
+        except BusError as exc:
+            failure = exc
+        log.warning("the core did not answer, retrying", thread_id=thread_id, error=str(failure))
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, _RETRY_LIMIT)
 
 
 def _settle(future: asyncio.Future[PermissionDenied], error: PermissionDenied) -> None:
