@@ -142,7 +142,7 @@ def _relayed(msg: Msg) -> str | None:
     return body.get("relayed") if isinstance(body, dict) else None
 
 
-KILL_AT = 4  # `kill_nats`: the NATS conduit is killed as its 4th copy is seen
+KILL_AT = 4  # `kill_nats`: the NATS conduit is killed at its 4th claim (or copy)
 
 
 @pytest.mark.parametrize("fault", ["none", "kill_slack", "kill_nats"])
@@ -151,9 +151,10 @@ async def test_three_endpoints_each_show_the_others_once_in_order_and_never_thei
 ) -> None:
     """With `kill_slack`, the Slack conduit is killed (kill -9) while it posts copies,
     the terminal and NATS go on sending, and it catches up when started again. With
-    `kill_nats`, the NATS conduit is killed (kill -9) the moment its 4th copy is out
-    (before it could report it), the terminal goes on, and it catches up when started
-    again; the NATS side is counted as a JetStream stream keeps `bridge.room.out`, and
+    `kill_nats`, the NATS conduit is killed (kill -9) the moment it claims its 4th copy
+    (`sending`: it may or may not have published it, it has not reported it; without
+    claims, the moment the 4th copy is out), the terminal goes on, and it catches up
+    when started again; the NATS side is counted as a JetStream stream keeps `bridge.room.out`, and
     every copy it got twice live must be marked `Ore-Resent`."""
     url = ore_nats_server.url
     changed = asyncio.Condition()  # notified whenever the NATS side or the terminal shows
@@ -203,15 +204,28 @@ async def test_three_endpoints_each_show_the_others_once_in_order_and_never_thei
         js = raw.jetstream()
         await js.add_stream(name=room.stream, subjects=[f"bridge.{ROOM}.out"])
 
+        claims = 0
+
+        def kill_nats() -> None:
+            if fault == "kill_nats" and not killed.is_set():
+                bridge.kill()
+                killed.set()
+
         async def on_room(msg: Msg) -> None:
             room.live.append(msg)
             shown["nats"].lines = room.relayed()
-            if fault == "kill_nats" and len(shown["nats"].lines) == KILL_AT:
-                bridge.kill()  # right after a publish: before the conduit reported it
-                killed.set()
+            if len(shown["nats"].lines) == KILL_AT:
+                kill_nats()  # right after a publish: before the conduit reported it
             await shown_now()
 
+        async def on_report(msg: Msg) -> None:
+            nonlocal claims
+            claims += json.loads(msg.data)["status"] == "sending"
+            if claims == KILL_AT:
+                kill_nats()  # a copy claimed, maybe published, certainly not reported
+
         await raw.subscribe(f"bridge.{ROOM}.out", cb=on_room)
+        await raw.subscribe("ore.api.nats.deliveries.report", cb=on_report)
         settings = SettingsCache()
         settings.load(thread, (await terminal.get_thread(thread)).metadata)
 
