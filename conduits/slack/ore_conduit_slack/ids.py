@@ -21,6 +21,7 @@ __all__ = [
     "SlackThread",
     "edit_event_id",
     "event_id",
+    "message_of",
     "traceparent_of",
 ]
 
@@ -72,6 +73,15 @@ class SlackThread:
 def event_id(enterprise: str, team: str, channel: str, ts: str) -> str:
     """The ore event id of the Slack message `ts` in `channel`."""
     return f"slack:{enterprise or '-'}:{team}:{channel}:{ts}"
+
+
+def message_of(event_id: str) -> tuple[str, str] | None:
+    """(channel, ts) of the Slack message an ore event id names (an edit's: the edited
+    message); None for an id that is not a Slack message's."""
+    parts = event_id.split(":")
+    if len(parts) < 5 or parts[0] != "slack":
+        return None
+    return parts[3], parts[4]
 
 
 def edit_event_id(message_id: str, edited_ts: str) -> str:
