@@ -59,9 +59,17 @@ class SlackThread:
 
     @classmethod
     def from_metadata(cls, metadata: dict[str, str]) -> SlackThread | None:
-        """The Slack thread of an ore thread, or None for a thread of another conduit."""
+        """The Slack thread of an ore thread, or None for a thread of another conduit.
+
+        A thread made elsewhere and linked to a Slack thread has only `slack.thread` (the
+        core shows the endpoint's key in `threads.get`): its value says it all.
+        """
         if not all(key in metadata for key in (TEAM_KEY, CHANNEL_KEY, THREAD_TS_KEY)):
-            return None
+            parts = metadata.get(THREAD_KEY, "").split(":")
+            if len(parts) != 4 or not all(parts):
+                return None
+            enterprise, team, channel, thread_ts = parts
+            return cls("" if enterprise == "-" else enterprise, team, channel, thread_ts)
         return cls(
             metadata.get("slack.enterprise", ""),
             metadata[TEAM_KEY],

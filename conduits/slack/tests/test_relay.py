@@ -187,3 +187,18 @@ async def test_a_split_copy_begun_by_a_killed_run_is_finished_without_posting_a_
     assert len(ids) == 3
     assert ids[0] == left.ts
     assert "".join(copies()[:3]) == shown
+
+
+async def test_a_slack_thread_linked_to_a_terminal_thread_shows_what_is_typed_there(
+    slack: Harness,
+) -> None:
+    await slack.start()
+    root = slack.fake.add_message(CHANNEL, "our thread", user="UALICE")
+    terminal = slack.core.client_for("stdin")
+    thread = await terminal.create_thread()
+    key = f"-:{slack.fake.team}:{CHANNEL}:{root.ts}"
+    endpoint = {"namespace": "slack", "key": "slack.thread", "value": key}
+    await slack.core.client.admin_call("links.add", {"thread": thread, "endpoint": endpoint})
+    await terminal.send(thread, "from the terminal", id="s-1", user_name="ana")
+    shown = "ana (stdin): from the terminal"
+    await slack.wait_for(lambda: shown in slack.fake.rendered_thread(CHANNEL, root.ts))
