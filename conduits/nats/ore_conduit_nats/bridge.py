@@ -13,7 +13,8 @@ a retried message is recorded and answered once; without one it is fresh. Replie
 come from a durable feed: what the core wrote while the bridge was down is published
 when it is back. Only events of this conduit's own messages are published, and, on a
 thread an operator linked to other endpoints (bridging), their messages as `relayed`
-replies with the sender's label (and their answers when the gateway answers `all`).
+replies with the sender's label (and their answers when the gateway answers `all`),
+each copy claimed and reported to the core so it is published once across kills.
 """
 
 from __future__ import annotations

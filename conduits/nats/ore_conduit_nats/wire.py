@@ -5,8 +5,10 @@ Inbound (`<prefix>.<channel>.in`): a plain UTF-8 text body, or a JSON object
 Outbound (`.out`, and the answer to a request): the reply text itself, or JSON
 `{"text", "thread_id", "in_reply_to"}`; errors and notices have `error` / `notice`
 instead of `text`. Every outbound message carries the headers `Ore-Kind`
-(`text`, `error`, `notice`) and, when known, `Ore-Thread-Id` and `Ore-In-Reply-To`,
-so plain-text consumers can tell them apart too.
+(`text`, `error`, `notice`, `relayed`) and, when known, `Ore-Thread-Id` and
+`Ore-In-Reply-To`, so plain-text consumers can tell them apart too. A relayed copy also
+carries `Nats-Msg-Id` (one per copy) and, when it is published again after a kill,
+`Ore-Resent: true`.
 """
 
 from __future__ import annotations
