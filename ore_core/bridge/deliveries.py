@@ -4,7 +4,9 @@ A conduit reports what it did with a relayed copy of a turn. `delivered` with
 `platform_ids` records the map both ways in `ORE_LINKS`: `map.<NS>.<T>.<turn>` -> the
 platform ids, `pid.<NS>.<h(id)>` -> `{thread, turn}` (h: the first 32 hex of sha256 of
 the id), so edits, deletes and replies on any platform resolve to turns after any
-restart. `retrying` and `failed` become a durable `delivery` event on the thread
+restart. Every report but `sending` is also kept as the endpoint's last delivery status
+on the thread (`last.<NS>.<T>`, shown by `ore link list`). `retrying` and `failed`
+become a durable `delivery` event on the thread
 (the origin endpoint shows it, as mautrix's checkpoints). `sending` claims a copy before
 it is published, for a platform whose messages cannot be read back (a plain NATS
 subject): the map entry is created only if there is none, and the reply says what was
@@ -81,6 +83,10 @@ def _map_key(namespace: str, thread_id: str, turn_id: str) -> str:
     return f"map.{namespace}.{thread_id}.{turn_id}"
 
 
+def _last_key(namespace: str, thread_id: str) -> str:
+    return f"last.{namespace}.{thread_id}"
+
+
 class DeliveryMap:
     """The platform id map of every namespace, in `kv` (the `ORE_LINKS` bucket)."""
 
@@ -127,6 +133,25 @@ class DeliveryMap:
             raise MappingNotFound(f"no turn recorded for platform id {platform_id[:80]!r}")
         found: dict[str, str] = jsonutil.loads(entry.value)
         return found
+
+    async def note_last(self, namespace: str, report: DeliveryReport) -> None:
+        """Keep `report` as the last delivery status of `namespace` on its thread (what
+        `ore link list` shows per endpoint)."""
+        last = {"status": report.status, "turn": report.turn, "sequence": report.sequence}
+        if report.detail:
+            last["detail"] = report.detail
+        await self.kv.put(_last_key(namespace, report.thread), jsonutil.dumps(last))
+
+    async def last(self, namespace: str, thread_id: str) -> dict[str, Any] | None:
+        """The last delivery status `namespace` reported on `thread_id` (None: none yet)."""
+        try:
+            found = await self.kv.get(_last_key(namespace, thread_id))
+        except KeyNotFoundError:
+            return None
+        if found is None or not found.value:
+            return None
+        last: dict[str, Any] = jsonutil.loads(found.value)
+        return last
 
     async def entry(self, namespace: str, thread_id: str, turn_id: str) -> dict[str, Any]:
         """`{platform_ids, status}` that `namespace` reported for `turn_id` of `thread_id`

@@ -156,9 +156,10 @@ class LinkApi:
                 namespace, thread.id, body.turn, body.platform_ids
             )
             return {"recorded": claimed, **entry}
+        deliveries = DeliveryMap((await self._store()).kv)
+        await deliveries.note_last(namespace, body)
         if body.status == "delivered":
             if body.platform_ids:
-                deliveries = DeliveryMap((await self._store()).kv)
                 await deliveries.record(namespace, thread.id, body.turn, body.platform_ids)
             return {"recorded": True}
         self._resolved(thread.id, namespace_of(thread))
