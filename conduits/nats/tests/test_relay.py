@@ -159,4 +159,6 @@ async def test_a_copy_claimed_by_a_killed_run_is_sent_again_marked_resent(
     msg = await raw.next_out(CHANNEL)
     assert msg.headers is not None
     assert (msg.headers["Nats-Msg-Id"], msg.headers["Ore-Resent"]) == (message_id, "true")
+    await web.send(THREAD, "next", id="w-2", user_name="Ana")
+    await raw.next_out(CHANNEL)  # the resent copy was reported before this one was sent
     assert await nats_side.delivery_get(THREAD, turn) == [message_id]

@@ -102,6 +102,8 @@ async def test_a_copy_longer_than_a_message_is_split_and_every_part_reported(
 
     await slack.wait_for(lambda: "".join(posted()).startswith(shown))
     turn = await recorded(terminal, thread, text)
+    await terminal.send(thread, "next", id="s-2", user_name="ana")
+    await slack.wait_for(lambda: "ana (stdin): next" in posted())  # the first was reported
     slack_side = slack.core.client_for("slack")
     parts = slack.fake.bot_messages(CHANNEL, root.ts)[len(copies) : len(copies) + 3]
     assert "".join(m.text for m in parts) == shown
