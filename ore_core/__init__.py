@@ -28,97 +28,103 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from ore_core._nats.connection import NatsCredentials, TlsFiles
-    from ore_core.artifacts import (
-        Artifact,
-        Delta,
-        Image,
-        Reasoning,
-        ReasoningDelta,
-        ReasoningSignature,
-        StopReason,
-        Text,
-        TextDelta,
-        ToolCall,
-        ToolCallDelta,
-        ToolResult,
-        Truncation,
-        UnknownArtifact,
-        Usage,
-    )
-    from ore_core.conduit.base import Conduit, ConduitConfig, ConduitConfigError
-    from ore_core.conduit.capabilities import Capabilities
-    from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
-    from ore_core.conduit.feed import Delivery, EventFeed
-    from ore_core.config import ConfigError, OreSettings
-    from ore_core.errors import (
-        ApiError,
-        ArtifactError,
-        BusError,
-        Interrupted,
-        InvalidThreadId,
-        JournalLocked,
-        LedgerError,
-        MessageRejected,
-        OreError,
-        PermissionDenied,
-        SessionClosed,
-        SessionNotFound,
-        StaleThread,
-        StoreError,
-        ThreadCorrupt,
-        ThreadExists,
-        ThreadNotFound,
-        TurnCancelled,
-        TurnFailed,
-        TurnNotFound,
-        describe_validation_error,
-    )
-    from ore_core.events import (
-        ActivityEvent,
-        ArtifactEvent,
-        ErrorEvent,
-        EventContext,
-        EventDecodeError,
-        IngressEvent,
-        InterruptEvent,
-        LifecycleEvent,
-        LifecyclePhase,
-        Notice,
-        NoticeEvent,
-        OutputEvent,
-        PropertiesEvent,
-        PropertyOperation,
-        SessionSwitchEvent,
-        Severity,
-        TurnCompleteEvent,
-        UserMessageEvent,
-    )
-    from ore_core.ids import validate_thread_id
-    from ore_core.ledger.thread import Thread
-    from ore_core.plugins.hookspecs import hookimpl
-    from ore_core.plugins.manager import PluginError
-    from ore_core.plugins.tools import Tool
-    from ore_core.session.fanout import SubscriberOverflow
-    from ore_core.session.manager import Manager
-    from ore_core.session.protocols import (
-        Interceptor,
-        InterceptResult,
-        Sink,
-        Store,
-        StoreFactory,
-        TurnProcessor,
-        TurnProcessorFactory,
-    )
-    from ore_core.session.slash import CommandError
-    from ore_core.session.spec import ModelSpec
-    from ore_core.session.stream import Stream
-    from ore_core.session.turn_context import HandlerFailed, TurnContext
-    from ore_core.subjects import SubjectError
-    from ore_core.tasks import Crash, TaskCrashed, TaskScope
-    from ore_core.turn import Role, TraversalControl, Turn, turn_from_dict, turn_to_dict
-    from ore_core.version import __version__
+if TYPE_CHECKING:  # `X as X`: re-exported for type checkers (`_EXPORTS` at run time)
+    from ore_core._nats.connection import NatsCredentials as NatsCredentials
+    from ore_core._nats.connection import TlsFiles as TlsFiles
+    from ore_core.artifacts import Artifact as Artifact
+    from ore_core.artifacts import Delta as Delta
+    from ore_core.artifacts import Image as Image
+    from ore_core.artifacts import Reasoning as Reasoning
+    from ore_core.artifacts import ReasoningDelta as ReasoningDelta
+    from ore_core.artifacts import ReasoningSignature as ReasoningSignature
+    from ore_core.artifacts import StopReason as StopReason
+    from ore_core.artifacts import Text as Text
+    from ore_core.artifacts import TextDelta as TextDelta
+    from ore_core.artifacts import ToolCall as ToolCall
+    from ore_core.artifacts import ToolCallDelta as ToolCallDelta
+    from ore_core.artifacts import ToolResult as ToolResult
+    from ore_core.artifacts import Truncation as Truncation
+    from ore_core.artifacts import UnknownArtifact as UnknownArtifact
+    from ore_core.artifacts import Usage as Usage
+    from ore_core.conduit.base import Conduit as Conduit
+    from ore_core.conduit.base import ConduitConfig as ConduitConfig
+    from ore_core.conduit.base import ConduitConfigError as ConduitConfigError
+    from ore_core.conduit.capabilities import Capabilities as Capabilities
+    from ore_core.conduit.client import ConduitClient as ConduitClient
+    from ore_core.conduit.client import ThreadInfo as ThreadInfo
+    from ore_core.conduit.client import ThreadPage as ThreadPage
+    from ore_core.conduit.feed import Delivery as Delivery
+    from ore_core.conduit.feed import EventFeed as EventFeed
+    from ore_core.config import ConfigError as ConfigError
+    from ore_core.config import OreSettings as OreSettings
+    from ore_core.errors import ApiError as ApiError
+    from ore_core.errors import ArtifactError as ArtifactError
+    from ore_core.errors import BusError as BusError
+    from ore_core.errors import Interrupted as Interrupted
+    from ore_core.errors import InvalidThreadId as InvalidThreadId
+    from ore_core.errors import JournalLocked as JournalLocked
+    from ore_core.errors import LedgerError as LedgerError
+    from ore_core.errors import MessageRejected as MessageRejected
+    from ore_core.errors import OreError as OreError
+    from ore_core.errors import PermissionDenied as PermissionDenied
+    from ore_core.errors import SessionClosed as SessionClosed
+    from ore_core.errors import SessionNotFound as SessionNotFound
+    from ore_core.errors import StaleThread as StaleThread
+    from ore_core.errors import StoreError as StoreError
+    from ore_core.errors import ThreadCorrupt as ThreadCorrupt
+    from ore_core.errors import ThreadExists as ThreadExists
+    from ore_core.errors import ThreadNotFound as ThreadNotFound
+    from ore_core.errors import TurnCancelled as TurnCancelled
+    from ore_core.errors import TurnFailed as TurnFailed
+    from ore_core.errors import TurnNotFound as TurnNotFound
+    from ore_core.errors import describe_validation_error as describe_validation_error
+    from ore_core.events import ActivityEvent as ActivityEvent
+    from ore_core.events import ArtifactEvent as ArtifactEvent
+    from ore_core.events import ErrorEvent as ErrorEvent
+    from ore_core.events import EventContext as EventContext
+    from ore_core.events import EventDecodeError as EventDecodeError
+    from ore_core.events import IngressEvent as IngressEvent
+    from ore_core.events import InterruptEvent as InterruptEvent
+    from ore_core.events import LifecycleEvent as LifecycleEvent
+    from ore_core.events import LifecyclePhase as LifecyclePhase
+    from ore_core.events import Notice as Notice
+    from ore_core.events import NoticeEvent as NoticeEvent
+    from ore_core.events import OutputEvent as OutputEvent
+    from ore_core.events import PropertiesEvent as PropertiesEvent
+    from ore_core.events import PropertyOperation as PropertyOperation
+    from ore_core.events import SessionSwitchEvent as SessionSwitchEvent
+    from ore_core.events import Severity as Severity
+    from ore_core.events import TurnCompleteEvent as TurnCompleteEvent
+    from ore_core.events import UserMessageEvent as UserMessageEvent
+    from ore_core.ids import validate_thread_id as validate_thread_id
+    from ore_core.ledger.thread import Thread as Thread
+    from ore_core.plugins.hookspecs import hookimpl as hookimpl
+    from ore_core.plugins.manager import PluginError as PluginError
+    from ore_core.plugins.tools import Tool as Tool
+    from ore_core.session.fanout import SubscriberOverflow as SubscriberOverflow
+    from ore_core.session.manager import Manager as Manager
+    from ore_core.session.protocols import Interceptor as Interceptor
+    from ore_core.session.protocols import InterceptResult as InterceptResult
+    from ore_core.session.protocols import Sink as Sink
+    from ore_core.session.protocols import Store as Store
+    from ore_core.session.protocols import StoreFactory as StoreFactory
+    from ore_core.session.protocols import TurnProcessor as TurnProcessor
+    from ore_core.session.protocols import TurnProcessorFactory as TurnProcessorFactory
+    from ore_core.session.slash import CommandError as CommandError
+    from ore_core.session.spec import ModelSpec as ModelSpec
+    from ore_core.session.stream import Stream as Stream
+    from ore_core.session.turn_context import HandlerFailed as HandlerFailed
+    from ore_core.session.turn_context import TurnContext as TurnContext
+    from ore_core.subjects import SubjectError as SubjectError
+    from ore_core.tasks import Crash as Crash
+    from ore_core.tasks import TaskCrashed as TaskCrashed
+    from ore_core.tasks import TaskScope as TaskScope
+    from ore_core.turn import Role as Role
+    from ore_core.turn import TraversalControl as TraversalControl
+    from ore_core.turn import Turn as Turn
+    from ore_core.turn import turn_from_dict as turn_from_dict
+    from ore_core.turn import turn_to_dict as turn_to_dict
+    from ore_core.version import __version__ as __version__
 
 _EXPORTS: dict[str, str] = {
     "__version__": "ore_core.version",
@@ -220,104 +226,8 @@ _EXPORTS: dict[str, str] = {
 }
 """Public name -> the module that defines it, imported on first access."""
 
-__all__ = [
-    "hookimpl",
-    "InterceptResult",
-    "Interceptor",
-    "Sink",
-    "Store",
-    "TurnProcessor",
-    "StoreFactory",
-    "TurnProcessorFactory",
-    "TurnContext",
-    "Tool",
-    "Stream",
-    "Manager",
-    "ModelSpec",
-    "Thread",
-    "Role",
-    "TraversalControl",
-    "Turn",
-    "turn_from_dict",
-    "turn_to_dict",
-    "validate_thread_id",
-    "OreSettings",
-    "ActivityEvent",
-    "ArtifactEvent",
-    "ErrorEvent",
-    "EventContext",
-    "IngressEvent",
-    "InterruptEvent",
-    "LifecycleEvent",
-    "LifecyclePhase",
-    "Notice",
-    "NoticeEvent",
-    "OutputEvent",
-    "PropertiesEvent",
-    "PropertyOperation",
-    "SessionSwitchEvent",
-    "Severity",
-    "TurnCompleteEvent",
-    "UserMessageEvent",
-    "Artifact",
-    "Delta",
-    "Image",
-    "Reasoning",
-    "ReasoningDelta",
-    "ReasoningSignature",
-    "StopReason",
-    "Text",
-    "TextDelta",
-    "ToolCall",
-    "ToolCallDelta",
-    "ToolResult",
-    "Truncation",
-    "UnknownArtifact",
-    "Usage",
-    "Capabilities",
-    "Conduit",
-    "ConduitConfig",
-    "ConduitConfigError",
-    "ConduitClient",
-    "ThreadInfo",
-    "ThreadPage",
-    "Delivery",
-    "NatsCredentials",
-    "TlsFiles",
-    "EventFeed",
-    "OreError",
-    "ApiError",
-    "ArtifactError",
-    "BusError",
-    "InvalidThreadId",
-    "Interrupted",
-    "JournalLocked",
-    "LedgerError",
-    "MessageRejected",
-    "PermissionDenied",
-    "SessionClosed",
-    "SessionNotFound",
-    "StaleThread",
-    "StoreError",
-    "ThreadCorrupt",
-    "ThreadExists",
-    "ThreadNotFound",
-    "TurnCancelled",
-    "TurnFailed",
-    "TurnNotFound",
-    "ConfigError",
-    "EventDecodeError",
-    "PluginError",
-    "SubscriberOverflow",
-    "CommandError",
-    "HandlerFailed",
-    "SubjectError",
-    "TaskCrashed",
-    "TaskScope",
-    "Crash",
-    "describe_validation_error",
-    "__version__",
-]
+__all__ = [*_EXPORTS]
+"""Every public name (type checkers read the `X as X` imports instead)."""
 
 
 def _lazy_exports(

@@ -3,6 +3,7 @@ stop reasons, reasoning signatures, the streaming deltas, and `UnknownArtifact`.
 
 Plain-field kinds take their JSON from the field codec (`ore_core.artifacts.base`);
 `ToolCall` and `ToolResult` write their rendered Markdown, so they encode themselves.
+The package face `ore_core.artifacts` lists and exports the public names defined here.
 """
 
 from __future__ import annotations
@@ -24,24 +25,6 @@ from ore_core.artifacts.base import (
     required_field,
 )
 from ore_core.errors import ArtifactError
-
-__all__ = [
-    "STOP_REASONS",
-    "Image",
-    "Reasoning",
-    "ReasoningDelta",
-    "ReasoningSignature",
-    "StopReason",
-    "StopReasonValue",
-    "Text",
-    "TextDelta",
-    "ToolCall",
-    "ToolCallDelta",
-    "ToolResult",
-    "Truncation",
-    "UnknownArtifact",
-    "Usage",
-]
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,35 +259,36 @@ class ReasoningSignature(Artifact):
 
 
 @dataclass(frozen=True, slots=True)
-class TextDelta(Accumulable):
-    """A fragment of streamed text; accumulates into `Text` under the key `text`."""
+class _ContentDelta(Accumulable):
+    """A fragment of streamed `content`; accumulates into one `INTO` artifact, keyed by
+    its kind."""
 
-    KIND: ClassVar[str] = "text_delta"
+    INTO: ClassVar[type[Text] | type[Reasoning]]
     content: str = ""
 
     def accumulator_key(self) -> str:
-        return "text"
+        return self.INTO.KIND
 
     def merge_into(self, acc: Artifact | None) -> Artifact:
-        if isinstance(acc, Text):
-            return Text(acc.content + self.content)
-        return Text(self.content)
+        if isinstance(acc, self.INTO):
+            return self.INTO(acc.content + self.content)
+        return self.INTO(self.content)
 
 
 @dataclass(frozen=True, slots=True)
-class ReasoningDelta(Accumulable):
+class TextDelta(_ContentDelta):
+    """A fragment of streamed text; accumulates into `Text` under the key `text`."""
+
+    KIND: ClassVar[str] = "text_delta"
+    INTO: ClassVar[type[Text]] = Text
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta(_ContentDelta):
     """A fragment of streamed reasoning; accumulates into `Reasoning`."""
 
     KIND: ClassVar[str] = "reasoning_delta"
-    content: str = ""
-
-    def accumulator_key(self) -> str:
-        return "reasoning"
-
-    def merge_into(self, acc: Artifact | None) -> Artifact:
-        if isinstance(acc, Reasoning):
-            return Reasoning(acc.content + self.content)
-        return Reasoning(self.content)
+    INTO: ClassVar[type[Reasoning]] = Reasoning
 
 
 @dataclass(frozen=True, slots=True)

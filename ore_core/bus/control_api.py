@@ -402,80 +402,46 @@ class ControlAPI:
 
             return endpoint
 
+        # (method, request model, handler): the micro endpoint is named for the method.
+        conduit_methods: list[tuple[str, type[Any], Callable[[Any, str], Awaitable[Reply]]]] = [
+            ("threads.create", _Create, self._create),
+            ("threads.get", _ThreadRef, self._get),
+            ("threads.list", _List, self._list),
+            ("threads.lookup", _Lookup, self._lookup),
+            ("threads.turns", _ThreadRef, self._own_turns),
+            ("threads.fork", _Fork, self._own_fork),
+            ("threads.meta.set", _MetaSet, self._own_meta_set),
+            ("threads.meta.delete", _MetaDelete, self._own_meta_delete),
+            ("events.read", Read, self._read),
+            ("cursors.get", CursorRef, self._reads.cursor_get),
+            ("cursors.set", CursorSet, self._reads.cursor_set),
+            ("health", _Empty, self._ns_health),
+            ("deliveries.report", DeliveryReport, self._link_api.delivery_report),
+            ("deliveries.lookup", DeliveryLookup, self._link_api.delivery_lookup),
+            ("deliveries.get", DeliveryGet, self._link_api.delivery_get),
+        ]
+        admin_methods: list[tuple[str, type[Any], Callable[[Any], Awaitable[Reply]]]] = [
+            ("threads.create", _AdminCreate, self._admin_create),
+            ("threads.get", _ThreadRef, self._admin_get),
+            ("threads.list", _AdminList, self._admin_list),
+            ("threads.lookup", _AdminLookup, self._admin_lookup),
+            ("threads.fork", _Fork, self._fork),
+            ("threads.delete", _ThreadRef, self._delete),
+            ("threads.meta.set", _MetaSet, self._meta_set),
+            ("threads.meta.delete", _MetaDelete, self._meta_delete),
+            ("threads.turns", _ThreadRef, self._turns),
+            ("health", _Empty, self._health),
+            *self._link_api.admin_methods(),
+        ]
         api, adm = self._subjects.api, self._subjects.admin
         return [
-            _Endpoint("threads_create", api("*", "threads.create"), conduit(_Create, self._create)),
-            _Endpoint("threads_get", api("*", "threads.get"), conduit(_ThreadRef, self._get)),
-            _Endpoint("threads_list", api("*", "threads.list"), conduit(_List, self._list)),
-            _Endpoint("threads_lookup", api("*", "threads.lookup"), conduit(_Lookup, self._lookup)),
-            _Endpoint(
-                "threads_turns", api("*", "threads.turns"), conduit(_ThreadRef, self._own_turns)
+            *(
+                _Endpoint(method.replace(".", "_"), api("*", method), conduit(model, call))
+                for method, model, call in conduit_methods
             ),
-            _Endpoint("threads_fork", api("*", "threads.fork"), conduit(_Fork, self._own_fork)),
-            _Endpoint(
-                "threads_meta_set",
-                api("*", "threads.meta.set"),
-                conduit(_MetaSet, self._own_meta_set),
-            ),
-            _Endpoint(
-                "threads_meta_delete",
-                api("*", "threads.meta.delete"),
-                conduit(_MetaDelete, self._own_meta_delete),
-            ),
-            _Endpoint("events_read", api("*", "events.read"), conduit(Read, self._read)),
-            _Endpoint(
-                "cursors_get", api("*", "cursors.get"), conduit(CursorRef, self._reads.cursor_get)
-            ),
-            _Endpoint(
-                "cursors_set", api("*", "cursors.set"), conduit(CursorSet, self._reads.cursor_set)
-            ),
-            _Endpoint("health", api("*", "health"), conduit(_Empty, self._ns_health)),
-            _Endpoint(
-                "deliveries_report",
-                api("*", "deliveries.report"),
-                conduit(DeliveryReport, self._link_api.delivery_report),
-            ),
-            _Endpoint(
-                "deliveries_lookup",
-                api("*", "deliveries.lookup"),
-                conduit(DeliveryLookup, self._link_api.delivery_lookup),
-            ),
-            _Endpoint(
-                "deliveries_get",
-                api("*", "deliveries.get"),
-                conduit(DeliveryGet, self._link_api.delivery_get),
-            ),
-            _Endpoint(
-                "admin_threads_create",
-                adm("threads.create"),
-                admin(_AdminCreate, self._admin_create),
-            ),
-            _Endpoint("admin_threads_get", adm("threads.get"), admin(_ThreadRef, self._admin_get)),
-            _Endpoint(
-                "admin_threads_list", adm("threads.list"), admin(_AdminList, self._admin_list)
-            ),
-            _Endpoint(
-                "admin_threads_lookup",
-                adm("threads.lookup"),
-                admin(_AdminLookup, self._admin_lookup),
-            ),
-            _Endpoint("admin_threads_fork", adm("threads.fork"), admin(_Fork, self._fork)),
-            _Endpoint(
-                "admin_threads_delete", adm("threads.delete"), admin(_ThreadRef, self._delete)
-            ),
-            _Endpoint(
-                "admin_threads_meta_set", adm("threads.meta.set"), admin(_MetaSet, self._meta_set)
-            ),
-            _Endpoint(
-                "admin_threads_meta_delete",
-                adm("threads.meta.delete"),
-                admin(_MetaDelete, self._meta_delete),
-            ),
-            _Endpoint("admin_threads_turns", adm("threads.turns"), admin(_ThreadRef, self._turns)),
-            _Endpoint("admin_health", adm("health"), admin(_Empty, self._health)),
             *(
                 _Endpoint(f"admin_{method.replace('.', '_')}", adm(method), admin(model, call))
-                for method, model, call in self._link_api.admin_methods()
+                for method, model, call in admin_methods
             ),
         ]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import json
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -282,6 +283,32 @@ def _path_lines(thread: Thread) -> Iterator[str]:
                 yield f"  {line}"
 
 
+def _format_options(
+    choices: tuple[str, ...], *, help: str
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """`--format` (one of `choices`, the first by default) and `--json`, the same as
+    `--format json`: the command is given the one `fmt` they choose."""
+
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(command)
+        def run(*args: Any, fmt: str, as_json: bool, **kwargs: Any) -> None:
+            command(*args, fmt="json" if as_json else fmt, **kwargs)
+
+        with_json = click.option("--json", "as_json", is_flag=True, help="Same as --format json.")(
+            run
+        )
+        return click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(choices),
+            default=choices[0],
+            show_default=True,
+            help=help,
+        )(with_json)
+
+    return decorate
+
+
 def _echo_json(value: object) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
@@ -382,27 +409,16 @@ def _summary(thread: Thread, updated: datetime | None) -> dict[str, Any]:
 @threads.command("show")
 @click.argument("thread_id")
 @click.option("--all-branches", is_flag=True, help="Show every branch as a tree.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (same as --format json).")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Text to read, or JSON.",
-)
+@_format_options(("text", "json"), help="Text to read, or JSON.")
 @click.pass_obj
-def show_command(
-    choice: _StoreChoice, thread_id: str, all_branches: bool, as_json: bool, fmt: str
-) -> None:
+def show_command(choice: _StoreChoice, thread_id: str, all_branches: bool, fmt: str) -> None:
     """The conversation of THREAD_ID along its active path (or every branch)."""
-    as_json = as_json or fmt == "json"
 
     async def read(store: _Threads) -> tuple[Thread, str]:
         return await store.get(await _resolve(store, thread_id)), _location(store)
 
     thread, location = _with_store(choice, read, read_only=True)
-    if as_json:
+    if fmt == "json":
         _echo_json(_thread_json(thread, location, all_branches))
         return
     body = ["", *_tree_lines(thread)] if all_branches else list(_path_lines(thread))
@@ -470,19 +486,13 @@ def delete_command(choice: _StoreChoice, thread_id: str, yes: bool) -> None:
 
 @threads.command("export")
 @click.argument("thread_id")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["markdown", "json"]),
-    default="markdown",
-    show_default=True,
+@_format_options(
+    ("markdown", "json"),
     help="Markdown to read or share; JSON (every turn, every branch) to process.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.pass_obj
-def export_command(choice: _StoreChoice, thread_id: str, fmt: str, as_json: bool) -> None:
+def export_command(choice: _StoreChoice, thread_id: str, fmt: str) -> None:
     """Print THREAD_ID as Markdown (the active path) or JSON (the whole tree)."""
-    fmt = "json" if as_json else fmt
 
     async def read(store: _Threads) -> tuple[Thread, str]:
         return await store.get(await _resolve(store, thread_id)), _location(store)

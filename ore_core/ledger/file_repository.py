@@ -24,6 +24,7 @@ import structlog
 from ore_core.errors import JournalLocked, LedgerError
 from ore_core.jsonutil import JSONDecodeError, dumps, loads
 from ore_core.ledger.clock import Clock, SystemClock
+from ore_core.ledger.doorbell import Doorbell
 from ore_core.ledger.entries import Entry, EntryWriter, Replay, collector_paused
 from ore_core.ledger.journal import JournalState, JournalWriter
 from ore_core.ledger.repository import JournalRepository
@@ -156,10 +157,7 @@ class FileRepository(JournalRepository):
         self._closed = False
         self._sync_lock = threading.Lock()  # one fsync round at a time
         self._failure: OSError | None = None
-        self._wake = threading.Condition()
-        self._pending = False  # a write happened since the flusher last looked
-        self._stopping = False
-        self._flusher: threading.Thread | None = None
+        self._flusher = Doorbell(f"ore-journal-fsync {self.directory}", self._flush_loop)
 
     def __repr__(self) -> str:
         return f"FileRepository({str(self.directory)!r}, fsync={self._policy.value!r})"
@@ -252,11 +250,7 @@ class FileRepository(JournalRepository):
 
     def close(self) -> None:
         """Stop the flusher, fsync (unless `never`), unlock and close every file. Idempotent."""
-        with self._wake:
-            self._stopping = True
-            self._wake.notify()
-        if self._flusher is not None:
-            self._flusher.join()
+        self._flusher.stop()
         with self._lock:
             self._closed = True
             journals = list(self._journals.values())
@@ -324,8 +318,8 @@ class FileRepository(JournalRepository):
                     self._write(thread_id, journal, data)
                     break
             journal = None  # released meanwhile: look the thread up again
-        if self._batch and not self._pending:
-            self._wake_flusher()
+        if self._batch and not self._flusher.rung:
+            self._flusher.ring()
 
     def _write(self, thread_id: str, journal: _Journal, data: bytes) -> None:
         """Write `data` to the journal's file (under `journal.lock`), opening it first."""
@@ -461,30 +455,14 @@ class FileRepository(JournalRepository):
 
     # -- fsync ---------------------------------------------------------------------------------
 
-    def _wake_flusher(self) -> None:
-        with self._wake:
-            self._pending = True
-            if self._flusher is None and not self._stopping:
-                self._flusher = threading.Thread(
-                    target=self._flush_loop, name=f"ore-journal-fsync {self.directory}", daemon=True
-                )
-                self._flusher.start()
-            self._wake.notify()
-
     def _flush_loop(self) -> None:
         """Group commit: one fsync round per `batch_interval` at most, only when dirty."""
-        while True:
-            with self._wake:
-                self._wake.wait_for(lambda: self._pending or self._stopping)
-                if self._stopping:
-                    return
-                self._pending = False
+        while self._flusher.wait():
             try:
                 self._sync_round()
             except LedgerError:
                 return  # recorded: every later write, flush and close raises it
-            with self._wake:
-                self._wake.wait_for(lambda: self._stopping, timeout=self._batch_interval)
+            self._flusher.rest(self._batch_interval)
 
     def _sync_round(self) -> None:
         """fsync every dirty file; writers are held up only for an fd dup, never the disk."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 
 import structlog
@@ -72,6 +73,7 @@ BatchSinkFunc = Callable[[list[tuple[str, OutputEvent | None]]], Awaitable[None]
 up (its save failed; the message is handled again later, from its start)."""
 
 
+@dataclass(eq=False)
 class _SinkRunner:
     """Delivers events to one sink function from its own task, in order.
 
@@ -79,23 +81,12 @@ class _SinkRunner:
     a burst of events (a turn) costs it one task switch, not one per event.
     """
 
-    def __init__(
-        self,
-        name: str,
-        kinds: frozenset[str],
-        fn: SinkFunc | None,
-        maxsize: int,
-        lossless: bool,
-        batch_fn: BatchSinkFunc | None = None,
-    ) -> None:
-        self.name = name
-        self.kinds = kinds
-        self.fn = fn
-        self.batch_fn = batch_fn
-        self.buffer: EventBuffer[_SinkItem] = EventBuffer(
-            _event_of, _rebuild, maxsize=maxsize, lossless=lossless
-        )
-        self.task: asyncio.Task[None] | None = None
+    name: str
+    kinds: frozenset[str]
+    buffer: EventBuffer[_SinkItem]
+    fn: SinkFunc | None = None
+    batch_fn: BatchSinkFunc | None = None
+    task: asyncio.Task[None] | None = field(default=None, init=False)
 
     def start(self, tasks: TaskScope) -> None:
         if self.task is None:
@@ -408,9 +399,8 @@ class Manager(AsyncClosing):
         runner = _SinkRunner(
             name or str(getattr(fn, "__qualname__", "sink")),
             frozenset(kinds),
-            fn,
-            self._subscriber_buffer,
-            lossless,
+            self._sink_buffer(lossless),
+            fn=fn,
         )
         return self._add_runner(runner)
 
@@ -429,10 +419,11 @@ class Manager(AsyncClosing):
         (its save failed; the message is handled again later): a sink that holds a
         turn's events until its `done` drops them (see `BatchSinkFunc`).
         """
-        runner = _SinkRunner(
-            name, frozenset(kinds), None, self._subscriber_buffer, lossless, batch_fn=fn
-        )
+        runner = _SinkRunner(name, frozenset(kinds), self._sink_buffer(lossless), batch_fn=fn)
         return self._add_runner(runner)
+
+    def _sink_buffer(self, lossless: bool) -> EventBuffer[_SinkItem]:
+        return EventBuffer(_event_of, _rebuild, maxsize=self._subscriber_buffer, lossless=lossless)
 
     def _add_runner(self, runner: _SinkRunner) -> Callable[[], Awaitable[None]]:
         self._sinks.append(runner)

@@ -11,9 +11,10 @@ stays bounded when this thread cannot keep up.
 from __future__ import annotations
 
 import sqlite3
-import threading
 
 import structlog
+
+from ore_core.ledger.doorbell import Doorbell
 
 __all__ = ["WalCheckpointer"]
 
@@ -38,34 +39,17 @@ class WalCheckpointer:
         self._synchronous = synchronous
         self._busy_timeout = busy_timeout
         self._interval = interval
-        self._wake = threading.Condition()
-        self._dirty = False  # committed since the last checkpoint started
-        self._stopping = False
-        self._thread: threading.Thread | None = None
+        # Rung by each commit (`nudge`) since the last checkpoint started.
+        self._doorbell = Doorbell(f"ore-sqlite-checkpoint {path}", self._serve)
 
     def nudge(self) -> None:
         """Note a commit: a checkpoint follows within `interval`."""
-        if self._dirty:  # read without the lock: a commit in flight is caught next round
-            return
-        with self._wake:
-            if self._stopping:
-                return
-            self._dirty = True
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._serve, name=f"ore-sqlite-checkpoint {self.path}", daemon=True
-                )
-                self._thread.start()
-            self._wake.notify()
+        if not self._doorbell.rung:  # a commit in flight is caught next round
+            self._doorbell.ring()
 
     def close(self) -> None:
         """Stop the thread (after the checkpoint in progress, if any). Idempotent; blocks."""
-        with self._wake:
-            self._stopping = True
-            self._wake.notify()
-            thread = self._thread
-        if thread is not None:
-            thread.join()
+        self._doorbell.stop()
 
     def _serve(self) -> None:
         try:
@@ -76,17 +60,11 @@ class WalCheckpointer:
             log.warning("wal checkpointer cannot open the database", path=self.path, error=str(exc))
             return  # the writer's backstop threshold checkpoints instead
         try:
-            while True:
-                with self._wake:
-                    self._wake.wait_for(lambda: self._dirty or self._stopping)
-                    if self._stopping:
-                        return
-                    self._dirty = False
+            while self._doorbell.wait():
                 try:
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                 except sqlite3.Error as exc:
                     log.warning("wal checkpoint failed", path=self.path, error=str(exc))
-                with self._wake:
-                    self._wake.wait_for(lambda: self._stopping, timeout=self._interval)
+                self._doorbell.rest(self._interval)
         finally:
             conn.close()
