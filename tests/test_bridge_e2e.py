@@ -24,7 +24,6 @@ from pathlib import Path
 import nats
 import pytest
 from nats.aio.msg import Msg
-from nats.js import JetStreamContext
 
 from ore_conduit_nats.testing import PlainNatsClient
 from ore_conduit_slack.testing import FakeSlack
@@ -124,17 +123,8 @@ class RoomOut:
             first.add(text)
         return doubles
 
-    async def kept(self, js: JetStreamContext) -> list[str]:
-        info = await js.stream_info(self.stream)
-        messages = [
-            await js.get_msg(self.stream, seq)
-            for seq in range(info.state.first_seq, info.state.last_seq + 1)
-        ]
-        return [
-            json.loads(raw.data)["relayed"]
-            for raw in messages
-            if raw.data and "relayed" in json.loads(raw.data)
-        ]
+    kept: list[str] = field(default_factory=list)
+    """The relayed copies the stream stored, in its order (an ordered consumer's)."""
 
 
 def _relayed(msg: Msg) -> str | None:
@@ -224,8 +214,15 @@ async def test_three_endpoints_each_show_the_others_once_in_order_and_never_thei
             if claims == KILL_AT:
                 kill_nats()  # a copy claimed, maybe published, certainly not reported
 
+        async def on_kept(msg: Msg) -> None:
+            text = _relayed(msg)
+            if text is not None:
+                room.kept.append(text)
+                await shown_now()
+
         await raw.subscribe(f"bridge.{ROOM}.out", cb=on_room)
         await raw.subscribe("ore.api.nats.deliveries.report", cb=on_report)
+        await js.subscribe(f"bridge.{ROOM}.out", cb=on_kept, ordered_consumer=True)
         settings = SettingsCache()
         settings.load(thread, (await terminal.get_thread(thread)).metadata)
 
@@ -289,10 +286,14 @@ async def test_three_endpoints_each_show_the_others_once_in_order_and_never_thei
             return shown[endpoint].counts(endpoint)["delivered"] == 2 * N
 
         await fake.wait_until(lambda: complete("slack"), PATIENCE)
-        await until(lambda: complete("nats") and complete("stdin"))
+
+        def kept() -> bool:
+            return Shown(room.kept).counts("nats")["delivered"] == 2 * N
+
+        await until(lambda: complete("nats") and complete("stdin") and kept())
         reader.cancel()
         live_nats = shown["nats"].counts("nats")
-        shown["nats"].lines = await room.kept(js)
+        shown["nats"].lines = room.kept
         counts = {e: shown[e].counts(e) for e in ENDPOINTS}
         print(json.dumps(counts, indent=1))
         print(f"nats live: {live_nats}, resent={room.resent()}")
