@@ -36,6 +36,7 @@ from ore_conduit_nats.wire import (
     MAX_ID_LENGTH,
     MalformedMessage,
     Reply,
+    ReplyKind,
     child_traceparent,
     encode_reply,
     parse_inbound,
@@ -84,8 +85,9 @@ log = structlog.get_logger("ore.conduit.nats")
 _CACHED_THREADS = 10_000  # thread -> channel entries kept; the oldest is dropped first
 _RETRY_LIMIT = 5.0  # longest pause (seconds) between attempts to reach the core
 
-_RELAYED_KINDS = frozenset({"turn_complete", "text", "turn_deleted", "delivery", "properties"})
-"""Kinds shown of another endpoint's conversation on a linked thread."""
+_RELAYED_KINDS = frozenset({"turn_complete", "turn_deleted", "delivery", "properties"})
+"""Kinds shown of another endpoint's conversation on a linked thread (its answers by
+their `turn_complete`: one copy per answer, claimed like the messages)."""
 
 _Handler = Callable[[Msg, str], Awaitable[None]]  # what to do with a message of a channel
 _T = TypeVar("_T")
@@ -365,18 +367,20 @@ class _Bridge:
         reply: Reply | None = None
         if relayed.action in ("relayed", "edited"):
             await self._copy(channel, relayed, delivery)
+        elif relayed.action == "answer" and relayed.turn_id:  # a finished answer
+            await self._copy(channel, relayed, delivery, kind="text")
         elif relayed.action == "deleted":
             text = f"a message from {relayed.origin} was deleted"
             reply = Reply("notice", text, delivery.thread_id, severity="info")
         elif relayed.action == "delivery":
             reply = Reply("notice", relayed.text, delivery.thread_id, severity="warn")
-        elif relayed.action == "answer":
-            reply = _reply_of(delivery.event, delivery.thread_id, None)
         if reply is not None:
             await self._publish(self.subject(channel, "out"), reply)
 
-    async def _copy(self, channel: str, relayed: Relayed, delivery: Delivery) -> None:
-        """Publish another endpoint's message once, across kills of this process.
+    async def _copy(
+        self, channel: str, relayed: Relayed, delivery: Delivery, kind: ReplyKind = "relayed"
+    ) -> None:
+        """Publish another endpoint's message (or answer) once, across kills of this process.
 
         A plain subject cannot be read back, so the copy is claimed before it is
         published (`sending`, with the `Nats-Msg-Id` it will carry) and reported
@@ -409,7 +413,7 @@ class _Bridge:
             if not claim["recorded"] and claim["status"] == "delivered":
                 return  # published and reported before a restart
             resent = not claim["recorded"]
-        reply = Reply("relayed", text, thread_id, message_id=message_id, resent=resent)
+        reply = Reply(kind, text, thread_id, message_id=message_id, resent=resent)
         await self._publish(self.subject(channel, "out"), reply)
         if sequence is not None:
             await _patiently(lambda: report("delivered"), thread_id)

@@ -162,3 +162,28 @@ async def test_a_copy_claimed_by_a_killed_run_is_sent_again_marked_resent(
     await web.send(THREAD, "next", id="w-2", user_name="Ana")
     await raw.next_out(CHANNEL)  # the resent copy was reported before this one was sent
     assert await nats_side.delivery_get(THREAD, turn) == [message_id]
+
+
+async def test_another_endpoint_s_answer_is_published_once_when_the_gateway_answers_all(
+    ore_conduit_core: ConduitCore, raw: PlainNatsClient, run_bridge: RunBridge
+) -> None:
+    web = await linked(ore_conduit_core)
+    await ore_conduit_core.client.admin_call(
+        "links.add",
+        {
+            "thread": THREAD,
+            "endpoint": {"namespace": "nats", "key": "nats.channel", "value": CHANNEL},
+            "answer": "all",
+            "exist_ok": True,
+        },
+    )
+    await run_bridge(output="json")
+    await web.send(THREAD, "hi", id="w-1", user_name="Ana")
+    assert (await json_out(raw))["relayed"] == "Ana (web): hi"
+    msg = await raw.next_out(CHANNEL)
+    answer = (await web.turns(THREAD))[-1]
+    assert json.loads(msg.data)["text"] == "echo: hi"
+    assert msg.headers is not None
+    assert msg.headers["Nats-Msg-Id"] == f"ore-{THREAD}-{answer.id}"
+    await web.send(THREAD, "again", id="w-2", user_name="Ana")
+    assert (await json_out(raw))["relayed"] == "Ana (web): again"  # nothing in between

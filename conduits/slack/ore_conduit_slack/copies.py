@@ -30,8 +30,8 @@ from ore_conduit_slack.api import Ambiguous, SlackApi, SlackError
 from ore_conduit_slack.config import SlackConfig
 from ore_conduit_slack.ids import SlackThread, message_of
 from ore_conduit_slack.text import neutralise
-from ore_core import Role, TurnCompleteEvent
-from ore_core.conduit import ConduitClient, Delivery, Relayed, split_message, turn_text
+from ore_core import Role
+from ore_core.conduit import ConduitClient, Delivery, Relayed, split_message
 from ore_core.events import DeliveryEvent
 
 __all__ = ["RELAY_EVENT", "STATUS_REACTIONS", "RelayedCopies"]
@@ -72,12 +72,8 @@ class RelayedCopies:
             await self._edit(relayed, sequence)
         elif relayed.action == "deleted":
             await self._delete(relayed.turn_id)
-        elif relayed.action == "answer":
-            if isinstance(event, TurnCompleteEvent) and event.turn.role == Role.ASSISTANT:
-                answer = Relayed(
-                    "answer", relayed.origin, event.turn.id, text=turn_text(event.turn)
-                )
-                await self._post(answer, sequence)
+        elif relayed.action == "answer" and relayed.turn_id:  # a finished answer
+            await self._post(relayed, sequence)
         elif relayed.action == "delivery" and isinstance(event, DeliveryEvent):
             await self._show_status(event)
 
