@@ -6,7 +6,8 @@ platform ids, `pid.<NS>.<h(id)>` -> `{thread, turn}` (h: the first 32 hex of sha
 the id), so edits, deletes and replies on any platform resolve to turns after any
 restart. Every report but `sending` is also kept as the endpoint's last delivery status
 on the thread (`last.<NS>.<T>`, shown by `ore link list`). `retrying` and `failed`
-become a durable `delivery` event on the thread
+(and `delivered` right after `retrying` of the same turn, so the origin can clear its
+mark) become a durable `delivery` event on the thread
 (the origin endpoint shows it, as mautrix's checkpoints). `sending` claims a copy before
 it is published, for a platform whose messages cannot be read back (a plain NATS
 subject): the map entry is created only if there is none, and the reply says what was
@@ -134,13 +135,15 @@ class DeliveryMap:
         found: dict[str, str] = jsonutil.loads(entry.value)
         return found
 
-    async def note_last(self, namespace: str, report: DeliveryReport) -> None:
+    async def note_last(self, namespace: str, report: DeliveryReport) -> dict[str, Any] | None:
         """Keep `report` as the last delivery status of `namespace` on its thread (what
-        `ore link list` shows per endpoint)."""
+        `ore link list` shows per endpoint); the one it replaces (None: the first)."""
+        previous = await self.last(namespace, report.thread)
         last = {"status": report.status, "turn": report.turn, "sequence": report.sequence}
         if report.detail:
             last["detail"] = report.detail
         await self.kv.put(_last_key(namespace, report.thread), jsonutil.dumps(last))
+        return previous
 
     async def last(self, namespace: str, thread_id: str) -> dict[str, Any] | None:
         """The last delivery status `namespace` reported on `thread_id` (None: none yet)."""

@@ -148,20 +148,24 @@ class LinkApi:
 
     async def delivery_report(self, body: DeliveryReport, namespace: str) -> Reply:
         """Record a delivered copy's platform ids, or store a `delivery` event on the
-        thread for a copy that is retrying or failed (bridging.md "Delivery status")."""
+        thread for a copy that is retrying or failed, or delivered after it was retrying
+        (bridging.md "Delivery status")."""
         thread = await self._own_thread(body.thread, namespace)
+        deliveries = DeliveryMap((await self._store()).kv)
         if body.status == "sending":
-            deliveries = DeliveryMap((await self._store()).kv)
             claimed, entry = await deliveries.claim(
                 namespace, thread.id, body.turn, body.platform_ids
             )
             return {"recorded": claimed, **entry}
-        deliveries = DeliveryMap((await self._store()).kv)
-        await deliveries.note_last(namespace, body)
+        previous = await deliveries.note_last(namespace, body)
         if body.status == "delivered":
             if body.platform_ids:
                 await deliveries.record(namespace, thread.id, body.turn, body.platform_ids)
-            return {"recorded": True}
+            if previous is None or (previous["status"], previous["turn"]) != (
+                "retrying",
+                body.turn,
+            ):
+                return {"recorded": True}
         self._resolved(thread.id, namespace_of(thread))
         stream = await self._manager.attach(thread.id)
         await stream.emit(

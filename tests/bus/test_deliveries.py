@@ -138,6 +138,26 @@ async def test_a_failed_copy_becomes_a_stored_delivery_event_the_origin_sees(
     )
 
 
+async def test_a_copy_delivered_after_retrying_is_told_and_one_delivered_at_once_is_not(
+    start_core: CoreFactory, ore_nats_client: Client
+) -> None:
+    nc = ore_nats_client
+    _, alpha = await start_shared(start_core, nc)
+    await link(nc)
+    turn = await first_user_turn(nc)
+    for status in ("delivered", "retrying", "delivered", "delivered"):
+        body = report(turn, status, platform_ids=["m1"] if status == "delivered" else [])
+        await call(nc, "ore.api.beta.deliveries.report", body)
+    marker = report(turn, "failed", detail="the end")  # the last event, to wait for
+    await call(nc, "ore.api.beta.deliveries.report", marker)
+
+    def statuses() -> list[str]:
+        return [e["status"] for e in alpha.events() if e["kind"] == "delivery"]
+
+    await wait_for(lambda: statuses()[-1:] == ["failed"])
+    assert statuses() == ["retrying", "delivered", "failed"]
+
+
 async def test_a_bad_report_is_refused(start_core: CoreFactory, ore_nats_client: Client) -> None:
     nc = ore_nats_client
     await start_shared(start_core, nc)

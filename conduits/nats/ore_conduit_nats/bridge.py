@@ -72,7 +72,7 @@ from ore_core.conduit import (
     degrade,
     subscriptions_registered,
 )
-from ore_core.events import MAX_EVENT_ID_LENGTH, new_event_id
+from ore_core.events import MAX_EVENT_ID_LENGTH, DeliveryEvent, new_event_id
 
 __all__ = ["CHANNEL_KEY", "NatsBridge"]
 
@@ -373,7 +373,10 @@ class _Bridge:
             text = f"a message from {relayed.origin} was deleted"
             reply = Reply("notice", text, delivery.thread_id, severity="info")
         elif relayed.action == "delivery":
-            reply = Reply("notice", relayed.text, delivery.thread_id, severity="warn")
+            event = delivery.event
+            late = isinstance(event, DeliveryEvent) and event.status == "delivered"
+            severity = "info" if late else "warn"  # delivered after all, else retrying/failed
+            reply = Reply("notice", relayed.text, delivery.thread_id, severity=severity)
         if reply is not None:
             await self._publish(self.subject(channel, "out"), reply)
 

@@ -15,7 +15,8 @@ another endpoint to `RelayedCopies`, which:
   others;
 - shows another endpoint's delivery status of a message written in this Slack thread as
   a reaction on that message: :hourglass_flowing_sand: while it is retried, :warning:
-  once it failed (the hourglass then removed). A reaction sits on the message it is
+  once it failed (the hourglass then removed; removed too once it is delivered after
+  all). A reaction sits on the message it is
   about, where Slack users look for a message's state, notifies no one and adds no
   message to the conversation; Slack keeps one reaction per emoji, so a status seen
   again after a restart never doubles. (Which endpoint failed and why is in the
@@ -200,10 +201,8 @@ class RelayedCopies:
     # -- delivery statuses -------------------------------------------------------------
 
     async def _show_status(self, event: DeliveryEvent) -> None:
-        """React on the Slack message whose copy elsewhere is retried or failed."""
-        reaction = STATUS_REACTIONS.get(event.status)
-        if reaction is None:
-            return
+        """React on the Slack message whose copy elsewhere is retried or failed (and take
+        the hourglass away once it failed, or was delivered after all)."""
         turn = next(
             (t for t in await self.client.turns(self.thread_id) if t.id == event.turn), None
         )
@@ -211,8 +210,10 @@ class RelayedCopies:
         if found is None or found[0] != self.slack.channel:
             return  # not a message written in this Slack thread
         channel, ts = found
-        await self._react("reactions.add", channel, ts, reaction, "already_reacted")
-        if event.status == "failed":
+        reaction = STATUS_REACTIONS.get(event.status)
+        if reaction is not None:
+            await self._react("reactions.add", channel, ts, reaction, "already_reacted")
+        if event.status != "retrying":
             hourglass = STATUS_REACTIONS["retrying"]
             await self._react("reactions.remove", channel, ts, hourglass, "no_reaction")
 

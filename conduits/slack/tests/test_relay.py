@@ -204,3 +204,9 @@ async def test_a_slack_thread_linked_to_a_terminal_thread_shows_what_is_typed_th
     await terminal.send(thread, "from the terminal", id="s-1", user_name="ana")
     shown = "ana (stdin): from the terminal"
     await slack.wait_for(lambda: shown in slack.fake.rendered_thread(CHANNEL, root.ts))
+
+
+async def test_the_hourglass_goes_once_the_copy_is_delivered_after_all(slack: Harness) -> None:
+    said = await status_of_a_slack_message(slack, "retrying", "delivered")
+    await slack.wait_for(lambda: len(slack.fake.calls("reactions.remove")) == 1)
+    assert said.reactions == set()
