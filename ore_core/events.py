@@ -63,6 +63,7 @@ __all__ = [
     "DeleteEvent",
     "DeliveryEvent",
     "DeliveryStatus",
+    "ReportStatus",
     "ErrorEvent",
     "EventContext",
     "EventDecodeError",
@@ -580,6 +581,9 @@ class ActivityEvent(_Event):
 
 
 DeliveryStatus = Literal["delivered", "retrying", "failed"]
+ReportStatus = Literal["sending", "delivered", "retrying", "failed"]
+"""What a conduit reports of a copy (`deliveries.report`): `sending` claims the copy
+before it is published, on a platform whose messages cannot be read back."""
 
 
 class DeliveryEvent(_Event):

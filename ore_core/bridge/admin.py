@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ore_core.bridge.deliveries import DeliveryMap
 from ore_core.bridge.links import LinkNotFound, LinkSettings, LinkStore
 from ore_core.bridge.records import MAX_LABEL_LENGTH, LinkSet
 from ore_core.endpoint import GATEWAY_ANSWER_KEY, Answer, Direction, Endpoint
@@ -147,15 +148,19 @@ class LinkAdmin:
             threads = {} if found is None else {body.thread: found[0]}
         else:
             threads = await self._store.threads()
-        return {
-            "links": [
-                describe(thread_id, links)
-                for thread_id, links in sorted(threads.items())
-                if body.namespace is None
-                or links.home == body.namespace
-                or links.of_namespace(body.namespace) is not None
-            ]
-        }
+        listed = [
+            describe(thread_id, links)
+            for thread_id, links in sorted(threads.items())
+            if body.namespace is None
+            or links.home == body.namespace
+            or links.of_namespace(body.namespace) is not None
+        ]
+        deliveries = DeliveryMap(self._store.kv)
+        for links in listed:
+            for endpoint in links["endpoints"]:
+                last = await deliveries.last(endpoint["namespace"], links["thread"])
+                endpoint["last_delivery"] = last
+        return {"links": listed}
 
     async def _mirror(self, thread_id: str, links: LinkSet | None) -> None:
         """Make the thread's metadata say what its links say (only what differs)."""

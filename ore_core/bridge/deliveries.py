@@ -4,23 +4,30 @@ A conduit reports what it did with a relayed copy of a turn. `delivered` with
 `platform_ids` records the map both ways in `ORE_LINKS`: `map.<NS>.<T>.<turn>` -> the
 platform ids, `pid.<NS>.<h(id)>` -> `{thread, turn}` (h: the first 32 hex of sha256 of
 the id), so edits, deletes and replies on any platform resolve to turns after any
-restart. `retrying` and `failed` become a durable `delivery` event on the thread
-(the origin endpoint shows it, as mautrix's checkpoints). A namespace reaches only its
-own map entries and threads it may reach (its own, or linked).
+restart. Every report but `sending` is also kept as the endpoint's last delivery status
+on the thread (`last.<NS>.<T>`, shown by `ore link list`). `retrying` and `failed`
+(and `delivered` right after `retrying` of the same turn, so the origin can clear its
+mark) become a durable `delivery` event on the thread
+(the origin endpoint shows it, as mautrix's checkpoints). `sending` claims a copy before
+it is published, for a platform whose messages cannot be read back (a plain NATS
+subject): the map entry is created only if there is none, and the reply says what was
+there, so a conduit restarted after a kill knows a copy that may be out already (it
+publishes it again marked as a resend, under the same id) from one never started. A
+namespace reaches only its own map entries and threads it may reach (its own, or linked).
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Annotated
+from typing import Annotated, Any
 
-from nats.js.errors import KeyNotFoundError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from ore_core import jsonutil
 from ore_core.errors import OreError
-from ore_core.events import DeliveryStatus
+from ore_core.events import ReportStatus
 from ore_core.ids import validate_thread_id
 
 __all__ = [
@@ -55,7 +62,7 @@ class DeliveryReport(_Body):
     thread: _Thread
     sequence: int = Field(ge=0)
     turn: _Turn
-    status: DeliveryStatus
+    status: ReportStatus
     platform_ids: list[_PlatformId] = Field(default_factory=list, max_length=MAX_PLATFORM_IDS)
     detail: str = Field(default="", max_length=MAX_DETAIL_LENGTH)
 
@@ -77,6 +84,10 @@ def _map_key(namespace: str, thread_id: str, turn_id: str) -> str:
     return f"map.{namespace}.{thread_id}.{turn_id}"
 
 
+def _last_key(namespace: str, thread_id: str) -> str:
+    return f"last.{namespace}.{thread_id}"
+
+
 class DeliveryMap:
     """The platform id map of every namespace, in `kv` (the `ORE_LINKS` bucket)."""
 
@@ -94,8 +105,24 @@ class DeliveryMap:
         target = jsonutil.dumps({"thread": thread_id, "turn": turn_id})
         for platform_id in platform_ids:
             await self.kv.put(_pid_key(namespace, platform_id), target)
+        entry = {"platform_ids": platform_ids, "status": "delivered"}
+        await self.kv.put(_map_key(namespace, thread_id, turn_id), jsonutil.dumps(entry))
+
+    async def claim(
+        self, namespace: str, thread_id: str, turn_id: str, platform_ids: list[str]
+    ) -> tuple[bool, dict[str, Any]]:
+        """Claim the copy of `turn_id` as being sent (create-only): (claimed, the entry).
+
+        Not claimed: an entry was there (a copy sent or being sent before a restart),
+        and it is answered as it is.
+        """
         key = _map_key(namespace, thread_id, turn_id)
-        await self.kv.put(key, jsonutil.dumps({"platform_ids": platform_ids}))
+        entry: dict[str, Any] = {"platform_ids": platform_ids, "status": "sending"}
+        try:
+            await self.kv.create(key, jsonutil.dumps(entry))
+        except KeyWrongLastSequenceError:
+            return False, await self.entry(namespace, thread_id, turn_id)
+        return True, entry
 
     async def turn_of(self, namespace: str, platform_id: str) -> dict[str, str]:
         """`{thread, turn}` of a platform message id of `namespace`."""
@@ -108,15 +135,37 @@ class DeliveryMap:
         found: dict[str, str] = jsonutil.loads(entry.value)
         return found
 
-    async def platform_ids(self, namespace: str, thread_id: str, turn_id: str) -> list[str]:
-        """The platform ids `namespace` reported for `turn_id` of `thread_id`."""
+    async def note_last(self, namespace: str, report: DeliveryReport) -> dict[str, Any] | None:
+        """Keep `report` as the last delivery status of `namespace` on its thread (what
+        `ore link list` shows per endpoint); the one it replaces (None: the first)."""
+        previous = await self.last(namespace, report.thread)
+        last = {"status": report.status, "turn": report.turn, "sequence": report.sequence}
+        if report.detail:
+            last["detail"] = report.detail
+        await self.kv.put(_last_key(namespace, report.thread), jsonutil.dumps(last))
+        return previous
+
+    async def last(self, namespace: str, thread_id: str) -> dict[str, Any] | None:
+        """The last delivery status `namespace` reported on `thread_id` (None: none yet)."""
         try:
-            entry = await self.kv.get(_map_key(namespace, thread_id, turn_id))
+            found = await self.kv.get(_last_key(namespace, thread_id))
         except KeyNotFoundError:
-            entry = None
-        if entry is None or not entry.value:
+            return None
+        if found is None or not found.value:
+            return None
+        last: dict[str, Any] = jsonutil.loads(found.value)
+        return last
+
+    async def entry(self, namespace: str, thread_id: str, turn_id: str) -> dict[str, Any]:
+        """`{platform_ids, status}` that `namespace` reported for `turn_id` of `thread_id`
+        (`status`: `delivered`, or `sending` for a copy claimed and not yet reported)."""
+        try:
+            found = await self.kv.get(_map_key(namespace, thread_id, turn_id))
+        except KeyNotFoundError:
+            found = None
+        if found is None or not found.value:
             raise MappingNotFound(
                 f"no platform ids recorded for turn {turn_id} of thread {thread_id} in {namespace}"
             )
-        ids: list[str] = jsonutil.loads(entry.value)["platform_ids"]
-        return ids
+        entry: dict[str, Any] = jsonutil.loads(found.value)
+        return {"platform_ids": entry["platform_ids"], "status": entry.get("status", "delivered")}

@@ -549,7 +549,11 @@ class ControlAPI:
         return {"id": thread.id, "created": True}
 
     async def _get(self, body: _ThreadRef, namespace: str) -> Reply:
-        return _describe(await self._own_thread(body.id, namespace))
+        thread = await self._own_thread(body.id, namespace)
+        described = _describe(thread)
+        view = await self._link_api.endpoint_view(namespace, thread.id, namespace_of(thread))
+        described["metadata"] = {**view, **described["metadata"]}  # stored keys win
+        return described
 
     async def _list(self, body: _List, namespace: str) -> Reply:
         return await self._list_in(body.after, body.limit, namespace)

@@ -74,6 +74,23 @@ class LinkApi:
             return None
         return await self._links.lookup(endpoint)
 
+    async def endpoint_view(self, namespace: str, thread_id: str, home: str) -> dict[str, str]:
+        """`{key: value}` of the endpoint of `namespace` linked to `thread_id`, for the
+        metadata `threads.get` shows `namespace` (empty when none, or when the key is
+        `id`): how a conduit learns its own conversation of a thread created elsewhere
+        (a gateway's, or another endpoint's) before it ever spoke there. A thread of
+        `namespace`'s own is answered from the cache (no KV read on the common path)."""
+        if self._links is None:
+            return {}
+        if namespace == home:
+            links = self._links.cached(thread_id)
+        else:
+            links = await self._links.links_of(thread_id, namespace)
+        linked = None if links is None else links.of_namespace(namespace)
+        if linked is None or not linked.key.startswith(namespace + "."):
+            return {}
+        return {linked.key: linked.value}
+
     async def read_subjects(self, namespace: str, thread_id: str | None) -> list[str]:
         """The stored subjects `events.read` merges for `namespace`: one thread's (its
         home's when a link shows it to `namespace`), else every thread of `namespace`
@@ -131,13 +148,24 @@ class LinkApi:
 
     async def delivery_report(self, body: DeliveryReport, namespace: str) -> Reply:
         """Record a delivered copy's platform ids, or store a `delivery` event on the
-        thread for a copy that is retrying or failed (bridging.md "Delivery status")."""
+        thread for a copy that is retrying or failed, or delivered after it was retrying
+        (bridging.md "Delivery status")."""
         thread = await self._own_thread(body.thread, namespace)
+        deliveries = DeliveryMap((await self._store()).kv)
+        if body.status == "sending":
+            claimed, entry = await deliveries.claim(
+                namespace, thread.id, body.turn, body.platform_ids
+            )
+            return {"recorded": claimed, **entry}
+        previous = await deliveries.note_last(namespace, body)
         if body.status == "delivered":
             if body.platform_ids:
-                deliveries = DeliveryMap((await self._store()).kv)
                 await deliveries.record(namespace, thread.id, body.turn, body.platform_ids)
-            return {"recorded": True}
+            if previous is None or (previous["status"], previous["turn"]) != (
+                "retrying",
+                body.turn,
+            ):
+                return {"recorded": True}
         self._resolved(thread.id, namespace_of(thread))
         stream = await self._manager.attach(thread.id)
         await stream.emit(
@@ -158,7 +186,7 @@ class LinkApi:
     async def delivery_get(self, body: DeliveryGet, namespace: str) -> Reply:
         await self._own_thread(body.thread, namespace)
         deliveries = DeliveryMap((await self._store()).kv)
-        return {"platform_ids": await deliveries.platform_ids(namespace, body.thread, body.turn)}
+        return await deliveries.entry(namespace, body.thread, body.turn)
 
     async def _store(self) -> LinkStore:
         """The link records: the core's cache's store, else `ORE_LINKS` opened here."""

@@ -89,7 +89,7 @@ def _request(method: str, body: dict[str, Any]) -> dict[str, Any]:
     return asyncio.run(call())
 
 
-def _show(links: dict[str, Any]) -> list[tuple[str, ...]]:
+def _show(links: dict[str, Any], *, deliveries: bool = False) -> list[tuple[str, ...]]:
     return [
         (
             links["thread"],
@@ -97,9 +97,18 @@ def _show(links: dict[str, Any]) -> list[tuple[str, ...]]:
             e["direction"],
             links.get("gateway") or "-",
             links["answer"],
+            *((_last_delivery(e.get("last_delivery")),) if deliveries else ()),
         )
         for e in links["endpoints"]
     ]
+
+
+def _last_delivery(last: dict[str, Any] | None) -> str:
+    """`failed: 429 Too Many Requests (turn 9a1b2c3d, #12)`, or `-` before any report."""
+    if not last:
+        return "-"
+    detail = f": {last['detail']}" if last.get("detail") else ""
+    return f"{last['status']}{detail} (turn {str(last['turn'])[:8]}, #{last['sequence']})"
 
 
 @click.group()
@@ -137,7 +146,8 @@ def add_command(
 @click.option("--conduit", "namespace", help="Only threads linked to this conduit namespace.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_command(thread: str | None, namespace: str | None, as_json: bool) -> None:
-    """Every linked thread and its endpoints."""
+    """Every linked thread and its endpoints, with each endpoint's last delivery status
+    (what its conduit last reported of a copy: delivered, retrying or failed)."""
     body = {k: v for k, v in (("thread", thread), ("namespace", namespace)) if v is not None}
     found = _request("links.list", body)["links"]
     if as_json:
@@ -146,9 +156,11 @@ def list_command(thread: str | None, namespace: str | None, as_json: bool) -> No
     if not found:
         click.echo("No links.")
         return
-    rows: list[tuple[str, ...]] = [("THREAD", "ENDPOINT", "DIR", "GATEWAY", "ANSWER")]
+    rows: list[tuple[str, ...]] = [
+        ("THREAD", "ENDPOINT", "DIR", "GATEWAY", "ANSWER", "LAST DELIVERY")
+    ]
     for links in found:
-        rows += _show(links)
+        rows += _show(links, deliveries=True)
     click.echo("\n".join(table_columns(rows)))
 
 

@@ -50,9 +50,9 @@ from ore_core.conduit.feed import Delivery, EventFeed
 from ore_core.errors import ApiError, BusError
 from ore_core.events import (
     DeleteEvent,
-    DeliveryStatus,
     EventContext,
     InterruptEvent,
+    ReportStatus,
     UserMessageEvent,
     encode_event,
     new_event_id,
@@ -389,7 +389,7 @@ class ConduitClient:
         *,
         sequence: int,
         turn: str,
-        status: DeliveryStatus,
+        status: ReportStatus,
         platform_ids: Sequence[str] = (),
         detail: str | None = None,
     ) -> dict[str, Any]:
@@ -397,7 +397,12 @@ class ConduitClient:
 
         `delivered` with the platform's message ids records the map both ways, so
         edits, deletes and replies resolve after any restart; `retrying` and `failed`
-        store a `delivery` event that the origin endpoint shows.
+        store a `delivery` event that the origin endpoint shows. `sending` (before
+        publishing, with the ids the copy will have) claims the copy for a platform
+        whose messages cannot be read back: the reply `{"recorded": bool, "status",
+        "platform_ids"}` says whether this claim is the first (`recorded`), else what
+        was recorded before (`delivered`: skip it; `sending`: a run killed while
+        sending it may have published it).
         """
         body: dict[str, Any] = {
             "thread": thread_id,
@@ -421,13 +426,16 @@ class ConduitClient:
         return str(reply["thread"]), str(reply["turn"])
 
     async def delivery_get(self, thread_id: str, turn: str) -> list[str]:
-        """The platform message ids this namespace reported for `turn` (none: [])."""
+        """The platform message ids this namespace reported delivered for `turn`
+        (none, or only claimed as `sending`: [])."""
         try:
             reply = await self._call("deliveries.get", {"thread": thread_id, "turn": turn})
         except ApiError as exc:
             if exc.status == 404:
                 return []
             raise
+        if reply.get("status") == "sending":
+            return []
         return [str(pid) for pid in reply["platform_ids"]]
 
     # Operator methods: `P.admin.*`, refused (PermissionDenied) for a conduit's user.

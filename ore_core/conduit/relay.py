@@ -69,7 +69,9 @@ RelayAction = Literal[
 - `edited`: another endpoint's edit (`Relayed.edit_of` names the turn it replaces):
   edit the copy in place where the platform can, else repost (see `degrade`).
 - `answer`: render as the conduit renders its own conversation (answers, lifecycle,
-  errors).
+  errors). For an assistant `turn_complete`, `Relayed.turn_id` and `Relayed.text` are
+  the answer's turn and final text: what a conduit that shows another endpoint's
+  answers as copies (final text only) posts and reports.
 - `deleted`: delete the copy of `Relayed.turn_id` (or post a notice).
 - `delivery`: another endpoint's delivery status of a turn (`Relayed.text` says it).
 - `settings`: a `properties` event: feed it to the `SettingsCache`.
@@ -179,6 +181,12 @@ def _sender(turn: Turn, event: TurnCompleteEvent) -> str:
     return extra.get("sender") or event.context.user_name or event.context.user or "someone"
 
 
+def _answer(event: object, origin: str) -> Relayed:
+    if isinstance(event, TurnCompleteEvent) and event.turn.role == Role.ASSISTANT:
+        return Relayed("answer", origin, turn_id=event.turn.id, text=turn_text(event.turn))
+    return Relayed("answer", origin)
+
+
 def classify(delivery: Delivery, namespace: str, settings: ThreadSettings) -> Relayed:
     """What the endpoint of `namespace` does with `delivery` (see `RelayAction`)."""
     kind = delivery.kind
@@ -191,9 +199,9 @@ def classify(delivery: Delivery, namespace: str, settings: ThreadSettings) -> Re
         own = kind in ("delivery", "turn_deleted") or (
             isinstance(event, TurnCompleteEvent) and event.turn.role == Role.USER
         )
-        return Relayed("own" if own else "answer", origin)
+        return Relayed("own", origin) if own else _answer(event, origin)
     if origin in _THREAD_WIDE:
-        return Relayed("answer", origin)
+        return _answer(event, origin)
     if isinstance(event, TurnCompleteEvent) and event.turn.role == Role.USER:
         turn = event.turn
         extra = dict(turn.extra)
@@ -215,7 +223,7 @@ def classify(delivery: Delivery, namespace: str, settings: ThreadSettings) -> Re
         return Relayed("delivery", origin, turn_id=event.turn, text=text)
     if kind == "notice":
         return Relayed("hidden", origin)  # a notice is for its sender only
-    return Relayed("answer" if settings.answer == "all" else "hidden", origin)
+    return _answer(event, origin) if settings.answer == "all" else Relayed("hidden", origin)
 
 
 # -- fitting text to a platform ----------------------------------------------

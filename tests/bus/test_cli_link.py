@@ -76,3 +76,35 @@ async def test_linking_to_an_unknown_thread_says_so(
     status, _, err = await ore(ore_nats_url, tmp_path, "link", "add", "nope", "web:web.thread=1")
     assert status == 1
     assert "thread nope not found" in err
+
+
+async def test_the_list_shows_each_endpoint_s_last_delivery_status(
+    start_core: CoreFactory, ore_nats_client: Client, ore_nats_url: str, tmp_path: Path
+) -> None:
+    await start_core()
+    alpha = await watch(ore_nats_client, "alpha", "t-cli")
+    await publish(ore_nats_client, "t-cli", user_message("hi", "a-1", "alpha"), namespace="alpha")
+    await wait_for(lambda: alpha.done() == 1)
+    status, _, err = await ore(ore_nats_url, tmp_path, "link", "add", "t-cli", "web:web.thread=w-1")
+    assert status == 0, err
+    turns = await ore_nats_client.request(
+        "ore.admin.threads.turns", b'{"id": "t-cli"}', timeout=TIMEOUT
+    )
+    turn = json.loads(turns.data)["turns"][0]["id"]
+    report = {"thread": "t-cli", "sequence": 1, "turn": turn, "status": "failed", "detail": "gone"}
+    await ore_nats_client.request(
+        "ore.api.web.deliveries.report", json.dumps(report).encode(), timeout=TIMEOUT
+    )
+    status, out, _ = await ore(ore_nats_url, tmp_path, "link", "list")
+    assert status == 0
+    (row,) = [line for line in out.splitlines() if "web:web.thread=w-1" in line]
+    assert f"failed: gone (turn {turn[:8]}, #1)" in row
+    status, out, _ = await ore(ore_nats_url, tmp_path, "link", "list", "--json")
+    (links,) = json.loads(out)
+    (web,) = links["endpoints"]
+    assert web["last_delivery"] == {
+        "status": "failed",
+        "turn": turn,
+        "sequence": 1,
+        "detail": "gone",
+    }

@@ -36,7 +36,38 @@ async def test_a_delivered_copy_s_platform_ids_resolve_both_ways(
         found = await call(nc, "ore.api.beta.deliveries.lookup", {"platform_id": platform_id})
         assert found == {"thread": THREAD, "turn": turn}
     got = await call(nc, "ore.api.beta.deliveries.get", {"thread": THREAD, "turn": turn})
-    assert got == {"platform_ids": ids}
+    assert got == {"platform_ids": ids, "status": "delivered"}
+
+
+async def test_a_copy_is_claimed_as_sending_once(
+    start_core: CoreFactory, ore_nats_client: Client
+) -> None:
+    nc = ore_nats_client
+    await start_shared(start_core, nc)
+    await link(nc)
+    turn = await first_user_turn(nc)
+    subject = "ore.api.beta.deliveries.report"
+    sending = report(turn, "sending", platform_ids=["m1"])
+    first = await call(nc, subject, sending)
+    again = await call(nc, subject, sending)
+    assert first == {"recorded": True, "platform_ids": ["m1"], "status": "sending"}
+    assert again == {"recorded": False, "platform_ids": ["m1"], "status": "sending"}
+    got = await call(nc, "ore.api.beta.deliveries.get", {"thread": THREAD, "turn": turn})
+    assert got == {"platform_ids": ["m1"], "status": "sending"}
+
+
+async def test_a_claim_of_a_delivered_copy_answers_delivered(
+    start_core: CoreFactory, ore_nats_client: Client
+) -> None:
+    nc = ore_nats_client
+    await start_shared(start_core, nc)
+    await link(nc)
+    turn = await first_user_turn(nc)
+    subject = "ore.api.beta.deliveries.report"
+    await call(nc, subject, report(turn, "sending", platform_ids=["m1"]))
+    await call(nc, subject, report(turn, "delivered", platform_ids=["m1"]))
+    claim = await call(nc, subject, report(turn, "sending", platform_ids=["m1"]))
+    assert claim == {"recorded": False, "platform_ids": ["m1"], "status": "delivered"}
 
 
 async def test_the_map_survives_a_restart_of_the_core(
@@ -105,6 +136,26 @@ async def test_a_failed_copy_becomes_a_stored_delivery_event_the_origin_sees(
     assert any(
         e.get("kind") == "delivery" for entry in read["events"] for e in entry["event"]["events"]
     )
+
+
+async def test_a_copy_delivered_after_retrying_is_told_and_one_delivered_at_once_is_not(
+    start_core: CoreFactory, ore_nats_client: Client
+) -> None:
+    nc = ore_nats_client
+    _, alpha = await start_shared(start_core, nc)
+    await link(nc)
+    turn = await first_user_turn(nc)
+    for status in ("delivered", "retrying", "delivered", "delivered"):
+        body = report(turn, status, platform_ids=["m1"] if status == "delivered" else [])
+        await call(nc, "ore.api.beta.deliveries.report", body)
+    marker = report(turn, "failed", detail="the end")  # the last event, to wait for
+    await call(nc, "ore.api.beta.deliveries.report", marker)
+
+    def statuses() -> list[str]:
+        return [e["status"] for e in alpha.events() if e["kind"] == "delivery"]
+
+    await wait_for(lambda: statuses()[-1:] == ["failed"])
+    assert statuses() == ["retrying", "delivered", "failed"]
 
 
 async def test_a_bad_report_is_refused(start_core: CoreFactory, ore_nats_client: Client) -> None:

@@ -57,6 +57,16 @@ async def test_a_gateway_makes_its_thread_and_links_its_endpoints(
     assert (metadata["ore.gateway"], metadata["ore.gateway.answer"]) == ("team", "none")
 
 
+async def test_a_gateway_s_home_namespace_is_shown_its_endpoint_key_before_any_message(
+    start_core: CoreFactory, ore_nats_client: Client
+) -> None:
+    await start_core(gateways=[team()], conversation_keys=KEYS.get)
+    reply = await ore_nats_client.request(
+        "ore.api.slack.threads.get", b'{"id": "gateway-team"}', timeout=TIMEOUT
+    )
+    assert json.loads(reply.data)["metadata"]["slack.thread"] == "C1/1712.0001"
+
+
 async def test_applying_a_gateway_again_at_the_next_start_changes_nothing(
     start_core: CoreFactory, ore_nats_client: Client
 ) -> None:

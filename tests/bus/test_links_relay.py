@@ -319,6 +319,20 @@ async def test_a_linked_namespace_reads_the_thread_and_its_stored_events(
     assert last["last"] == alpha.stored()[-1]
 
 
+async def test_a_linked_namespace_is_shown_its_own_endpoint_key_and_no_other(
+    start_core: CoreFactory, ore_nats_client: Client
+) -> None:
+    nc = ore_nats_client
+    await start_shared(start_core, nc)
+    await link(nc)
+    beta = (await call(nc, "ore.api.beta.threads.get", {"id": THREAD}))["metadata"]
+    assert beta[BETA["key"]] == BETA["value"]
+    alpha = (await call(nc, "ore.api.alpha.threads.get", {"id": THREAD}))["metadata"]
+    stored = (await call(nc, "ore.admin.threads.get", {"id": THREAD}))["metadata"]
+    assert BETA["key"] not in alpha
+    assert BETA["key"] not in stored
+
+
 async def test_a_worker_taking_the_thread_over_sends_its_last_batch_to_linked_namespaces(
     start_core: CoreFactory, ore_nats_client: Client
 ) -> None:

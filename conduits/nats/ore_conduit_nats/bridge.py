@@ -13,7 +13,8 @@ a retried message is recorded and answered once; without one it is fresh. Replie
 come from a durable feed: what the core wrote while the bridge was down is published
 when it is back. Only events of this conduit's own messages are published, and, on a
 thread an operator linked to other endpoints (bridging), their messages as `relayed`
-replies with the sender's label (and their answers when the gateway answers `all`).
+replies with the sender's label (and their answers when the gateway answers `all`),
+each copy claimed and reported to the core so it is published once across kills.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import structlog
 from nats.aio.msg import Msg
@@ -35,6 +36,7 @@ from ore_conduit_nats.wire import (
     MAX_ID_LENGTH,
     MalformedMessage,
     Reply,
+    ReplyKind,
     child_traceparent,
     encode_reply,
     parse_inbound,
@@ -64,31 +66,31 @@ from ore_core.conduit import (
     EventFeed,
     OwnSubjects,
     PermissionDenied,
+    Relayed,
     SettingsCache,
     classify,
     degrade,
     subscriptions_registered,
 )
-from ore_core.events import MAX_EVENT_ID_LENGTH, new_event_id
+from ore_core.events import MAX_EVENT_ID_LENGTH, DeliveryEvent, new_event_id
 
 __all__ = ["CHANNEL_KEY", "NatsBridge"]
 
 CHANNEL_KEY = "nats.channel"
-"""The thread metadata key holding the channel a thread belongs to."""
-LINKED_CHANNEL_KEY = "nats.linked_channel"
-"""The channel of a linked thread (another namespace's home), written by the bridge when
-it first reaches the thread by the channel, so it can show what comes while it was down
-(lookups never read this key: an unlinked channel gets a thread of its own again)."""
+"""The thread metadata key holding the channel a thread belongs to (for a linked thread,
+the core shows the endpoint's channel under this key in `threads.get`)."""
 
 log = structlog.get_logger("ore.conduit.nats")
 
 _CACHED_THREADS = 10_000  # thread -> channel entries kept; the oldest is dropped first
 _RETRY_LIMIT = 5.0  # longest pause (seconds) between attempts to reach the core
 
-_RELAYED_KINDS = frozenset({"turn_complete", "text", "turn_deleted", "delivery", "properties"})
-"""Kinds shown of another endpoint's conversation on a linked thread."""
+_RELAYED_KINDS = frozenset({"turn_complete", "turn_deleted", "delivery", "properties"})
+"""Kinds shown of another endpoint's conversation on a linked thread (its answers by
+their `turn_complete`: one copy per answer, claimed like the messages)."""
 
 _Handler = Callable[[Msg, str], Awaitable[None]]  # what to do with a message of a channel
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,13 +311,10 @@ class _Bridge:
         await self._publish(inbox, reply)
 
     async def _thread_of(self, channel: str) -> str:
-        """The channel's thread (a linked one has another home: remember the channel)."""
+        """The channel's thread (a linked one's settings are loaded the first time)."""
         thread_id, created = await self._lookup(channel)
         if not created and self._channel_of.get(thread_id) != channel:
-            metadata = (await self.client.get_thread(thread_id)).metadata
-            self._settings.load(thread_id, metadata)
-            if channel not in (metadata.get(CHANNEL_KEY), metadata.get(LINKED_CHANNEL_KEY)):
-                await self.client.set_metadata(thread_id, LINKED_CHANNEL_KEY, channel)
+            self._settings.load(thread_id, (await self.client.get_thread(thread_id)).metadata)
         self._remember(thread_id, channel)
         return thread_id
 
@@ -389,17 +388,60 @@ class _Bridge:
         relayed = classify(delivery, self.name, self._settings.get(delivery.thread_id))
         reply: Reply | None = None
         if relayed.action in ("relayed", "edited"):
-            _, text = degrade(relayed, NatsBridge.capabilities)
-            reply = Reply("relayed", text, delivery.thread_id)
+            await self._copy(channel, relayed, delivery)
+        elif relayed.action == "answer" and relayed.turn_id:  # a finished answer
+            await self._copy(channel, relayed, delivery, kind="text")
         elif relayed.action == "deleted":
             text = f"a message from {relayed.origin} was deleted"
             reply = Reply("notice", text, delivery.thread_id, severity="info")
         elif relayed.action == "delivery":
-            reply = Reply("notice", relayed.text, delivery.thread_id, severity="warn")
-        elif relayed.action == "answer":
-            reply = _reply_of(delivery.event, delivery.thread_id, None)
+            event = delivery.event
+            late = isinstance(event, DeliveryEvent) and event.status == "delivered"
+            severity = "info" if late else "warn"  # delivered after all, else retrying/failed
+            reply = Reply("notice", relayed.text, delivery.thread_id, severity=severity)
         if reply is not None:
             await self._publish(self.subject(channel, "out"), reply)
+
+    async def _copy(
+        self, channel: str, relayed: Relayed, delivery: Delivery, kind: ReplyKind = "relayed"
+    ) -> None:
+        """Publish another endpoint's message (or answer) once, across kills of this process.
+
+        A plain subject cannot be read back, so the copy is claimed before it is
+        published (`sending`, with the `Nats-Msg-Id` it will carry) and reported
+        `delivered` after: a claim found delivered is skipped; one found `sending` (this
+        conduit was killed between the publish and the report) is published again with
+        the same `Nats-Msg-Id` and `Ore-Resent: true`, for consumers to drop (a
+        JetStream stream on the subject drops it by itself).
+        """
+        thread_id, sequence = delivery.thread_id, delivery.sequence
+        _, text = degrade(relayed, NatsBridge.capabilities)
+        message_id = f"ore-{thread_id}-{relayed.turn_id}"
+
+        async def report(status: Literal["sending", "delivered"]) -> dict[str, Any]:
+            assert sequence is not None
+            return await self.client.report_delivery(
+                thread_id,
+                sequence=sequence,
+                turn=relayed.turn_id,
+                status=status,
+                platform_ids=[message_id],
+            )
+
+        resent = False
+        if sequence is not None:  # stored: it may come again after a restart
+            try:
+                claim = await _patiently(lambda: report("sending"), thread_id)
+            except ApiError as exc:  # the thread was deleted or unlinked since
+                log.info("copy not sent", thread_id=thread_id, error=str(exc))
+                return
+            if not claim["recorded"] and claim["status"] == "delivered":
+                return  # published and reported before a restart
+            resent = not claim["recorded"]
+        reply = Reply(kind, text, thread_id, message_id=message_id, resent=resent)
+        await self._publish(self.subject(channel, "out"), reply)
+        if sequence is not None:
+            await _patiently(lambda: report("delivered"), thread_id)
 
     def _remember(self, thread_id: str, channel: str) -> None:
         if self._channel_of.get(thread_id) == channel:
@@ -411,32 +453,19 @@ class _Bridge:
     async def _channel(self, thread_id: str) -> str | None:
         """The channel of a thread, from its metadata; retried while the core is away.
 
-        A linked thread's metadata is its home's: the bridge keeps the channel there
-        under `nats.linked_channel` when it first reaches the thread by the channel.
+        For a linked thread (another namespace's, or a gateway's), the core shows the
+        linked channel under `nats.channel`: it is known before the channel ever spoke.
         """
         if thread_id in self._channel_of:
             return self._channel_of[thread_id]
-        pause = 0.1
-        while True:
-            try:
-                metadata = (await self.client.get_thread(thread_id)).metadata
-                channel = metadata.get(CHANNEL_KEY) or metadata.get(LINKED_CHANNEL_KEY)
-                self._settings.load(thread_id, metadata)
-                break
-            except ApiError as exc:
-                if exc.status == 404:
-                    channel = None  # deleted since: nobody to tell
-                    break
-                failure: OreError = exc
-            except PermissionDenied:
+        try:
+            info = await _patiently(lambda: self.client.get_thread(thread_id), thread_id)
+            channel = info.metadata.get(CHANNEL_KEY)
+            self._settings.load(thread_id, info.metadata)
+        except ApiError as exc:
+            if exc.status != 404:
                 raise
-            except BusError as exc:
-                failure = exc
-            log.warning(
-                "cannot read thread metadata, retrying", thread_id=thread_id, error=str(failure)
-            )
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, _RETRY_LIMIT)
+            channel = None  # deleted since: nobody to tell
         if channel is None:
             self._channel_of[thread_id] = None
         else:
@@ -460,6 +489,26 @@ def _reply_of(event: OutputEvent, thread_id: str, in_reply_to: str | None) -> Re
     if isinstance(event, NoticeEvent):
         return Reply("notice", event.content, thread_id, in_reply_to, event.severity.label)
     return None
+
+
+async def _patiently(call: Callable[[], Awaitable[_T]], thread_id: str) -> _T:
+    """`call()`, again (backing off) while the core is away or failing (a bus error or
+    a 5xx); a refusal (another ApiError, PermissionDenied) is raised."""
+    pause = 0.1
+    while True:
+        try:
+            return await call()
+        except ApiError as exc:
+            if exc.status < 500:
+                raise
+            failure: OreError = exc
+        except PermissionDenied:
+            raise
+        except BusError as exc:
+            failure = exc
+        log.warning("the core did not answer, retrying", thread_id=thread_id, error=str(failure))
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, _RETRY_LIMIT)
 
 
 def _settle(future: asyncio.Future[PermissionDenied], error: PermissionDenied) -> None:

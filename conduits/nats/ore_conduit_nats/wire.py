@@ -5,8 +5,10 @@ Inbound (`<prefix>.<channel>.in`): a plain UTF-8 text body, or a JSON object
 Outbound (`.out`, and the answer to a request): the reply text itself, or JSON
 `{"text", "thread_id", "in_reply_to"}`; errors and notices have `error` / `notice`
 instead of `text`. Every outbound message carries the headers `Ore-Kind`
-(`text`, `error`, `notice`) and, when known, `Ore-Thread-Id` and `Ore-In-Reply-To`,
-so plain-text consumers can tell them apart too.
+(`text`, `error`, `notice`, `relayed`) and, when known, `Ore-Thread-Id` and
+`Ore-In-Reply-To`, so plain-text consumers can tell them apart too. A relayed copy also
+carries `Nats-Msg-Id` (one per copy) and, when it is published again after a kill,
+`Ore-Resent: true`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ore_core.subjects import HEADER_KIND, HEADER_MSG_ID, HEADER_TRACEPARENT
 
 __all__ = [
     "HEADER_IN_REPLY_TO",
+    "HEADER_RESENT",
     "HEADER_THREAD_ID",
     "MAX_ID_LENGTH",
     "Inbound",
@@ -41,6 +44,8 @@ HEADER_THREAD_ID = "Ore-Thread-Id"
 """The ore thread a reply belongs to."""
 HEADER_IN_REPLY_TO = "Ore-In-Reply-To"
 """The sender's message id the reply answers (the JSON `id` or `Nats-Msg-Id`)."""
+HEADER_RESENT = "Ore-Resent"
+"""`true` on a relayed copy published again after a kill (same `Nats-Msg-Id`)."""
 MAX_ID_LENGTH = 128
 """Longest message id accepted; the event id adds the bridge and channel names to it."""
 
@@ -126,6 +131,10 @@ class Reply:
     thread_id: str | None = None
     in_reply_to: str | None = None
     severity: str = ""
+    message_id: str | None = None
+    """`Nats-Msg-Id` of a relayed copy: one per copy, the same when it is sent again."""
+    resent: bool = False
+    """A copy sent again after a kill: it may have been published before."""
 
 
 def encode_reply(reply: Reply, output: OutputFormat) -> tuple[bytes, dict[str, str]]:
@@ -135,6 +144,10 @@ def encode_reply(reply: Reply, output: OutputFormat) -> tuple[bytes, dict[str, s
         headers[HEADER_THREAD_ID] = reply.thread_id
     if reply.in_reply_to is not None:
         headers[HEADER_IN_REPLY_TO] = reply.in_reply_to
+    if reply.message_id is not None:
+        headers[HEADER_MSG_ID] = reply.message_id
+    if reply.resent:
+        headers[HEADER_RESENT] = "true"
     if output == "json":
         body: dict[str, str | None] = {reply.kind: reply.content}
         if reply.kind == "notice":

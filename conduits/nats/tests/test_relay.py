@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from ore_conduit_nats.testing import PlainNatsClient
+from ore_core import Role, TurnCompleteEvent
 from ore_core.conduit import ConduitClient
 from ore_core.testing.conduit_conformance import ConduitCore, RunningConduit
 
@@ -23,6 +24,17 @@ async def linked(core: ConduitCore) -> ConduitClient:
     endpoint = {"namespace": "nats", "key": "nats.channel", "value": CHANNEL}
     await core.client.admin_call("links.add", {"thread": THREAD, "endpoint": endpoint})
     return web
+
+
+async def recorded(web: ConduitClient, text: str, event_id: str) -> str:
+    """Send `text` from the web endpoint as Ana; its user turn's id once recorded."""
+    async with web.events(THREAD, kinds={"turn_complete"}) as feed:
+        await web.send(THREAD, text, id=event_id, user_name="Ana")
+        async for delivery in feed:
+            event = delivery.event
+            if isinstance(event, TurnCompleteEvent) and event.turn.role == Role.USER:
+                return event.turn.id
+    raise AssertionError("the feed ended")
 
 
 async def json_out(raw: PlainNatsClient) -> dict[str, str]:
@@ -77,3 +89,101 @@ async def test_what_was_relayed_while_the_bridge_was_down_comes_when_it_is_back(
     await bridge.start()
     got = [(await json_out(raw))["relayed"] for _ in range(3)]
     assert got == [f"Ana (web): while down {n}" for n in range(3)]
+
+
+async def test_a_linked_channel_that_never_spoke_gets_the_copies(
+    ore_conduit_core: ConduitCore, raw: PlainNatsClient, run_bridge: RunBridge
+) -> None:
+    web = await linked(ore_conduit_core)
+    await run_bridge(output="json")
+    await web.send(THREAD, "first words", id="w-1", user_name="Ana")
+    assert (await json_out(raw))["relayed"] == "Ana (web): first words"
+
+
+async def test_the_core_shows_a_linked_namespace_its_own_endpoint_key(
+    ore_conduit_core: ConduitCore,
+) -> None:
+    await linked(ore_conduit_core)
+    nats_side = ore_conduit_core.client_for("nats")
+    metadata = (await nats_side.get_thread(THREAD)).metadata
+    assert metadata["nats.channel"] == CHANNEL
+    web_view = (await ore_conduit_core.client_for("web").get_thread(THREAD)).metadata
+    assert "nats.channel" not in web_view
+
+
+async def test_a_copy_is_published_with_its_message_id_and_reported_delivered(
+    ore_conduit_core: ConduitCore, raw: PlainNatsClient, run_bridge: RunBridge
+) -> None:
+    web = await linked(ore_conduit_core)
+    await run_bridge(output="json")
+    turn = await recorded(web, "hi", "w-1")
+    msg = await raw.next_out(CHANNEL)
+    message_id = f"ore-{THREAD}-{turn}"
+    assert msg.headers is not None
+    assert msg.headers["Nats-Msg-Id"] == message_id
+    assert "Ore-Resent" not in msg.headers
+    await web.send(THREAD, "next", id="w-2", user_name="Ana")
+    await raw.next_out(CHANNEL)  # the first copy was reported before this one was sent
+    nats_side = ore_conduit_core.client_for("nats")
+    assert await nats_side.delivery_get(THREAD, turn) == [message_id]
+
+
+async def test_a_copy_reported_delivered_before_a_restart_is_not_published_again(
+    ore_conduit_core: ConduitCore, raw: PlainNatsClient, run_bridge: RunBridge
+) -> None:
+    web = await linked(ore_conduit_core)
+    turn = await recorded(web, "sent before", "w-1")
+    nats_side = ore_conduit_core.client_for("nats")
+    await nats_side.report_delivery(
+        THREAD, sequence=1, turn=turn, status="delivered", platform_ids=["earlier"]
+    )
+    await run_bridge(output="json")
+    await web.send(THREAD, "sent after", id="w-2", user_name="Ana")
+    assert (await json_out(raw))["relayed"] == "Ana (web): sent after"
+
+
+async def test_a_copy_claimed_by_a_killed_run_is_sent_again_marked_resent(
+    ore_conduit_core: ConduitCore, raw: PlainNatsClient, run_bridge: RunBridge
+) -> None:
+    web = await linked(ore_conduit_core)
+    bridge = await run_bridge(output="json")
+    await bridge.stop()  # its durable cursor is saved: it reads on from there
+    turn = await recorded(web, "maybe out", "w-1")
+    message_id = f"ore-{THREAD}-{turn}"
+    nats_side = ore_conduit_core.client_for("nats")
+    claim = await nats_side.report_delivery(
+        THREAD, sequence=1, turn=turn, status="sending", platform_ids=[message_id]
+    )
+    assert claim["recorded"] is True
+    await bridge.start()
+    msg = await raw.next_out(CHANNEL)
+    assert msg.headers is not None
+    assert (msg.headers["Nats-Msg-Id"], msg.headers["Ore-Resent"]) == (message_id, "true")
+    await web.send(THREAD, "next", id="w-2", user_name="Ana")
+    await raw.next_out(CHANNEL)  # the resent copy was reported before this one was sent
+    assert await nats_side.delivery_get(THREAD, turn) == [message_id]
+
+
+async def test_another_endpoint_s_answer_is_published_once_when_the_gateway_answers_all(
+    ore_conduit_core: ConduitCore, raw: PlainNatsClient, run_bridge: RunBridge
+) -> None:
+    web = await linked(ore_conduit_core)
+    await ore_conduit_core.client.admin_call(
+        "links.add",
+        {
+            "thread": THREAD,
+            "endpoint": {"namespace": "nats", "key": "nats.channel", "value": CHANNEL},
+            "answer": "all",
+            "exist_ok": True,
+        },
+    )
+    await run_bridge(output="json")
+    await web.send(THREAD, "hi", id="w-1", user_name="Ana")
+    assert (await json_out(raw))["relayed"] == "Ana (web): hi"
+    msg = await raw.next_out(CHANNEL)
+    answer = (await web.turns(THREAD))[-1]
+    assert json.loads(msg.data)["text"] == "echo: hi"
+    assert msg.headers is not None
+    assert msg.headers["Nats-Msg-Id"] == f"ore-{THREAD}-{answer.id}"
+    await web.send(THREAD, "again", id="w-2", user_name="Ana")
+    assert (await json_out(raw))["relayed"] == "Ana (web): again"  # nothing in between

@@ -21,6 +21,7 @@ __all__ = [
     "SlackThread",
     "edit_event_id",
     "event_id",
+    "message_of",
     "traceparent_of",
 ]
 
@@ -58,9 +59,17 @@ class SlackThread:
 
     @classmethod
     def from_metadata(cls, metadata: dict[str, str]) -> SlackThread | None:
-        """The Slack thread of an ore thread, or None for a thread of another conduit."""
+        """The Slack thread of an ore thread, or None for a thread of another conduit.
+
+        A thread made elsewhere and linked to a Slack thread has only `slack.thread` (the
+        core shows the endpoint's key in `threads.get`): its value says it all.
+        """
         if not all(key in metadata for key in (TEAM_KEY, CHANNEL_KEY, THREAD_TS_KEY)):
-            return None
+            parts = metadata.get(THREAD_KEY, "").split(":")
+            if len(parts) != 4 or not all(parts):
+                return None
+            enterprise, team, channel, thread_ts = parts
+            return cls("" if enterprise == "-" else enterprise, team, channel, thread_ts)
         return cls(
             metadata.get("slack.enterprise", ""),
             metadata[TEAM_KEY],
@@ -72,6 +81,15 @@ class SlackThread:
 def event_id(enterprise: str, team: str, channel: str, ts: str) -> str:
     """The ore event id of the Slack message `ts` in `channel`."""
     return f"slack:{enterprise or '-'}:{team}:{channel}:{ts}"
+
+
+def message_of(event_id: str) -> tuple[str, str] | None:
+    """(channel, ts) of the Slack message an ore event id names (an edit's: the edited
+    message); None for an id that is not a Slack message's."""
+    parts = event_id.split(":")
+    if len(parts) < 5 or parts[0] != "slack":
+        return None
+    return parts[3], parts[4]
 
 
 def edit_event_id(message_id: str, edited_ts: str) -> str:

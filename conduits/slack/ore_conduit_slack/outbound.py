@@ -38,6 +38,7 @@ import structlog
 from ore_conduit_slack.answer import Answer, Message, reply_metadata
 from ore_conduit_slack.api import Ambiguous, Budget, SlackApi, SlackError
 from ore_conduit_slack.config import SlackConfig
+from ore_conduit_slack.copies import RelayedCopies
 from ore_conduit_slack.ids import SlackThread, traceparent_of
 from ore_conduit_slack.inbound import Identity
 from ore_conduit_slack.recovery import RETRY_LIMIT, Recovery
@@ -61,7 +62,6 @@ from ore_core.conduit import (
     Delivery,
     EventFeed,
     Hold,
-    Relayed,
     SettingsCache,
     classify,
 )
@@ -72,12 +72,9 @@ log = structlog.get_logger("ore.conduit.slack")
 
 OUTPUT_KINDS = frozenset(
     {"text_delta", "text", "turn_complete", "lifecycle", "error", "notice"}
-    | {"properties", "turn_deleted"}  # bridging: a linked thread's settings, deletes
+    | {"properties", "turn_deleted", "delivery"}  # bridging: settings, deletes, statuses
 )
 """The output kinds the conduit renders."""
-
-RELAY_EVENT = "ore_relay"
-"""Slack message metadata event type of a relayed copy (payload: `{"turn": id}`)."""
 
 _NO_STREAMS = frozenset(
     {
@@ -204,7 +201,7 @@ class ThreadRenderer:
         self.last_sequence = 0  # the last stored batch of the thread handled
         self._recovery: Recovery | None = None
         self.settings = SettingsCache()  # a linked thread's label and answer settings
-        self._copies: dict[str, str] | None = None  # turn -> ts of copies Slack shows
+        self._copies: RelayedCopies | None = None  # another endpoint's events shown here
 
     @property
     def recovery(self) -> Recovery:
@@ -220,6 +217,9 @@ class ThreadRenderer:
             self.slack = await self._slack_thread()
             if self.slack is not None:
                 self._recovery = Recovery(self.out, self.thread_id, self.slack, self.answers)
+                self._copies = RelayedCopies(
+                    self.out.client, self.api, self.config, self.thread_id, self.slack
+                )
             while True:
                 item = await self._next()
                 if item is None:
@@ -282,7 +282,7 @@ class ThreadRenderer:
             event = delivery.event
             if isinstance(event, PropertiesEvent):
                 self.settings.update(self.thread_id, event)
-            elif delivery.event.context.provenance not in (self.out.name, "", "app"):
+            elif delivery.event.context.provenance != self.out.name:
                 await self._until_reached(self._relay, delivery)  # another endpoint's
             else:
                 await self._handle_event(delivery.event, delivery.sequence)
@@ -345,118 +345,11 @@ class ThreadRenderer:
             pause = min(pause * 2, RETRY_LIMIT)
 
     async def _relay(self, delivery: Delivery) -> None:
-        """Post another endpoint's message with its label, edit or delete its copy.
-
-        Copies are found through the platform id map (`deliveries.get`), so a copy
-        posted before a restart is neither posted again nor lost to edits and deletes.
-        """
-        if self.slack is None or delivery.sequence is None:
-            return
+        """Show another endpoint's event (`ore_conduit_slack.copies`)."""
+        if self._copies is None or delivery.sequence is None:
+            return  # not a Slack thread, or live-only (never a copy)
         relayed = classify(delivery, self.out.name, self.settings.get(self.thread_id))
-        if relayed.action == "relayed":
-            await self._post_copy(relayed, delivery.sequence)
-        elif relayed.action == "edited":
-            copies = await self.out.client.delivery_get(self.thread_id, relayed.edit_of)
-            if not copies:
-                await self._post_copy(relayed, delivery.sequence)
-                return
-            await self.api.call(
-                "chat.update",
-                self.slack.team,
-                channel=self.slack.channel,
-                ts=copies[0],
-                markdown_text=neutralise(relayed.shown),
-            )
-            await self._report(relayed, delivery.sequence, copies)
-        elif relayed.action == "deleted":
-            for ts in await self.out.client.delivery_get(self.thread_id, relayed.turn_id):
-                try:
-                    await self.api.call(
-                        "chat.delete", self.slack.team, channel=self.slack.channel, ts=ts
-                    )
-                except SlackError as exc:  # deleted already (message_not_found)
-                    log.info("copy not deleted", thread_id=self.thread_id, error=exc.error)
-
-    async def _post_copy(self, relayed: Relayed, sequence: int) -> None:
-        assert self.slack is not None
-        if await self.out.client.delivery_get(self.thread_id, relayed.turn_id):
-            return  # posted and reported before a restart (the feed position was not saved)
-        posted = (await self._copies_in_slack()).get(relayed.turn_id)
-        if posted is not None:  # posted, then killed before the report
-            await self._report(relayed, sequence, [posted])
-            return
-        reported: list[bool] = []
-
-        async def throttled() -> None:  # a rate limit delays a copy, never drops it
-            if not reported:
-                reported.append(True)
-                await self.out.client.report_delivery(
-                    self.thread_id,
-                    sequence=sequence,
-                    turn=relayed.turn_id,
-                    status="retrying",
-                    detail="rate limited by Slack",
-                )
-
-        try:
-            reply = await self.api.call(
-                "chat.postMessage",
-                self.slack.team,
-                throttled=throttled,
-                channel=self.slack.channel,
-                thread_ts=self.slack.thread_ts,
-                markdown_text=neutralise(relayed.shown),
-                metadata={"event_type": RELAY_EVENT, "event_payload": {"turn": relayed.turn_id}},
-            )
-        except (SlackError, Ambiguous) as exc:
-            await self.out.client.report_delivery(
-                self.thread_id,
-                sequence=sequence,
-                turn=relayed.turn_id,
-                status="failed",
-                detail=str(exc),
-            )
-            return
-        if self._copies is not None:  # a report lost to a core restart finds it here
-            self._copies[relayed.turn_id] = str(reply["ts"])
-        await self._report(relayed, sequence, [str(reply["ts"])])
-
-    async def _copies_in_slack(self) -> dict[str, str]:
-        """turn -> ts of the copies the Slack thread shows (its bot messages with
-        `ore_relay` metadata), listed once per renderer: a copy posted by a conduit
-        killed before it reported it is found here, not posted twice."""
-        if self._copies is not None:
-            return self._copies
-        assert self.slack is not None
-        copies: dict[str, str] = {}
-        try:
-            replies = await self.api.call(
-                "conversations.replies",
-                self.slack.team,
-                channel=self.slack.channel,
-                ts=self.slack.thread_ts,
-                include_all_metadata=True,
-                limit=1000,
-            )
-        except (SlackError, Ambiguous) as exc:
-            log.warning("cannot list the slack thread", thread_id=self.thread_id, error=str(exc))
-            return copies  # not kept: asked again for the next copy
-        for message in replies.get("messages") or []:
-            metadata = message.get("metadata") or {}
-            payload = metadata.get("event_payload") or {}
-            if metadata.get("event_type") == RELAY_EVENT and isinstance(payload, dict):
-                copies[str(payload.get("turn"))] = str(message["ts"])
-        self._copies = copies
-        return copies
-
-    async def _report(self, relayed: Relayed, sequence: int, ids: list[str]) -> None:
-        await self.out.client.report_delivery(
-            self.thread_id,
-            sequence=sequence,
-            turn=relayed.turn_id,
-            status="delivered",
-            platform_ids=ids,
-        )
+        await self._copies.show(delivery, relayed, delivery.sequence)
 
     def _add_text(self, answer: Answer, event: ArtifactEvent) -> None:
         artifact = event.artifact

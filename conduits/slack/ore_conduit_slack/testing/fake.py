@@ -6,7 +6,9 @@ What it serves:
   Bearer`): `auth.test`, `apps.connections.open`, `chat.postMessage`, `chat.update`,
   `chat.delete`, `chat.startStream`, `chat.appendStream`, `chat.stopStream`,
   `assistant.threads.setStatus`, `conversations.replies`, `reactions.add`,
-  `reactions.remove`. Anything else answers `unknown_method`, so an unplanned call shows.
+  `reactions.remove` (kept on the message: `FakeMessage.reactions`; `already_reacted`
+  and `no_reaction` as Slack answers). Anything else answers `unknown_method`, so an
+  unplanned call shows.
   Every call is recorded (`calls(method)`). Messages are kept per channel with monotonic
   `ts`, thread, author, text, metadata and stream state. `conversations.replies` lists
   a stream like any message, live or ended: its text so far, no stream state, and
@@ -99,6 +101,8 @@ class FakeMessage:
     started_at: float = 0.0
     edits: int = 0
     deleted: bool = False
+    reactions: set[str] = field(default_factory=set)
+    """The bot's reactions on the message (emoji names)."""
 
     def to_json(self) -> dict[str, Any]:
         """The message as `conversations.replies` shows it."""
@@ -772,7 +776,18 @@ class FakeSlack:
             "is_enterprise_install": False,
         }
 
-    def _reaction(self, args: dict[str, Any]) -> dict[str, Any]:
+    def _react(self, args: dict[str, Any]) -> dict[str, Any]:
+        message = self._message({"channel": args.get("channel"), "ts": args.get("timestamp")})
+        if args.get("name") in message.reactions:
+            raise _Refusal("already_reacted")
+        message.reactions.add(str(args.get("name")))
+        return {}
+
+    def _unreact(self, args: dict[str, Any]) -> dict[str, Any]:
+        message = self._message({"channel": args.get("channel"), "ts": args.get("timestamp")})
+        if args.get("name") not in message.reactions:
+            raise _Refusal("no_reaction")
+        message.reactions.discard(str(args.get("name")))
         return {}
 
 
@@ -792,8 +807,8 @@ _METHODS = {
     "chat.stopStream": FakeSlack._stop_stream,
     "assistant.threads.setStatus": FakeSlack._set_status,
     "conversations.replies": FakeSlack._replies,
-    "reactions.add": FakeSlack._reaction,
-    "reactions.remove": FakeSlack._reaction,
+    "reactions.add": FakeSlack._react,
+    "reactions.remove": FakeSlack._unreact,
 }
 
 
