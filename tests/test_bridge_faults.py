@@ -95,7 +95,8 @@ async def test_a_429_storm_on_slack_delays_only_slack_which_then_catches_up_in_o
         return bool(origins) and all(retrying in gateway.notices.get(o, ()) for o in origins)
 
     await gateway.until(origins_told, sent)
-    assert {s.status for s in gateway.statuses} == {"retrying"}  # never failed, never dropped
+    statuses = {s.status for s in gateway.statuses}  # never failed, never dropped:
+    assert statuses <= {"retrying", "delivered"} and "retrying" in statuses  # then cleared
 
 
 async def test_a_nats_restart_mid_relay_loses_and_doubles_nothing_on_any_endpoint(
