@@ -16,7 +16,7 @@ from ore_conduit_web.api import create_app
 from ore_conduit_web.config import WebConfig
 from ore_conduit_web.live import LiveHub
 from ore_conduit_web.server import bind, serve, url_of
-from ore_conduit_web.threads import WebThreads
+from ore_conduit_web.threads import CONVERSATION, WebThreads
 from ore_conduit_web.tokens import Tokens
 from ore_core.conduit import Capabilities, Conduit, ConduitClient, ConduitConfig
 
@@ -29,6 +29,8 @@ class WebConduit(Conduit):
     name = "web"
     description = "A chat page in the browser and an HTTP API with resumable events."
     config_model = WebConfig
+    conversation_key = CONVERSATION
+    """An endpoint `web:ID` is the web thread ID (its `web.thread` metadata)."""
     capabilities = Capabilities(
         edit=True,
         delete=True,

@@ -4,17 +4,27 @@ Threads live in the conduit's namespace; the user who made one is its owner
 (`web.owner` in its metadata) and the only one who sees it: another user's thread
 answers exactly like an unknown one. A conduit may not delete threads (an operator's
 decision in ore), so deleting hides the thread (`web.deleted`) from its owner.
+
+Bridging: a thread's conversation key (`WebConduit.conversation_key`) is `web.thread`,
+whose value is the thread's own id, recorded when the page makes it; so an operator
+can name the web thread as an endpoint (`ore chat --attach web:ID`, a `[[gateway]]`)
+and link other endpoints to it (`ore link add ID nats:room`). Messages sent from the
+page carry the user's name (the label other endpoints show) and an edit names the turn
+it replaces (`edit_of`), so linked endpoints update their copy.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import secrets
 from datetime import UTC, datetime
 
 from pydantic import BaseModel
 
 from ore_conduit_web.live import LiveHub, Position
+from ore_conduit_web.relays import History, stored_delivery
 from ore_conduit_web.tree import (
     ThreadTree,
     build_tree,
@@ -23,8 +33,15 @@ from ore_conduit_web.tree import (
     regenerated_from,
     text_of,
 )
-from ore_core import Role, Turn, turn_from_dict
-from ore_core.conduit import ApiError, ConduitClient, ThreadInfo
+from ore_core import (
+    EventContext,
+    EventDecodeError,
+    Role,
+    Turn,
+    UserMessageEvent,
+    turn_from_dict,
+)
+from ore_core.conduit import ApiError, ConduitClient, ThreadInfo, ThreadSettings
 from ore_core.events import BATCH_KIND, new_event_id
 
 __all__ = ["ThreadSummary", "WebError", "WebThreads"]
@@ -34,6 +51,8 @@ TITLE = "web.title"
 CREATED = "web.created"
 UPDATED = "web.updated"
 DELETED = "web.deleted"
+CONVERSATION = "web.thread"
+"""The conversation key: the web thread's own id (an endpoint `web:ID` names it)."""
 DEFAULT_TITLE = "New chat"
 _TITLE_LENGTH = 80
 _FORK_TRIES = 50  # a fork right after an answer may meet the thread still busy (409)
@@ -100,6 +119,7 @@ class WebThreads:
             raise
         if not _visible_to(info, user):
             raise _not_found(thread_id)
+        self.hub.relays.know(thread_id, info.metadata)
         return info
 
     async def find(self, user: str, query: str = "") -> list[ThreadSummary]:
@@ -148,10 +168,11 @@ class WebThreads:
     async def create(self, user: str, title: str = "") -> ThreadSummary:
         """A new empty thread owned by `user`."""
         now = _now()
-        metadata = {OWNER: user, CREATED: now, UPDATED: now}
+        thread_id = secrets.token_hex(16)
+        metadata = {OWNER: user, CREATED: now, UPDATED: now, CONVERSATION: thread_id}
         if title.strip():
             metadata[TITLE] = title.strip()[:_TITLE_LENGTH]
-        thread_id = await self.client.create_thread(metadata=metadata)
+        await self.client.create_thread(thread_id, metadata=metadata)
         return _summary(ThreadInfo(thread_id, "", metadata, 0))
 
     async def rename(self, user: str, thread_id: str, title: str) -> ThreadSummary:
@@ -177,19 +198,21 @@ class WebThreads:
         text: str,
         *,
         parent_id: str | None = None,
+        edit_of: str | None = None,
         client_id: str | None = None,
         answer: bool = True,
     ) -> str:
         """Send a user message (after `parent_id`: an edit, which branches); its event id.
 
-        `client_id` makes a retried request count once; `answer` false records the
-        message without an answer (an edit saved as it is).
+        `edit_of` names the message an edit replaces (linked endpoints update their
+        copy of it); `client_id` makes a retried request count once; `answer` false
+        records the message without an answer (an edit saved as it is).
         """
         info = await self.owned(user, thread_id)
         if parent_id is not None:
             await self._fork(thread_id, parent_id)
         event_id = f"web-m-{client_id}" if client_id else new_event_id()
-        await self._send(user, info, text, event_id, answer=answer)
+        await self._send(user, info, text, event_id, answer=answer, edit_of=edit_of)
         return event_id
 
     async def regenerate(self, user: str, thread_id: str, turn_id: str) -> str:
@@ -231,10 +254,25 @@ class WebThreads:
         await self.client.interrupt(thread_id)
 
     async def _send(
-        self, user: str, info: ThreadInfo, text: str, event_id: str, *, answer: bool = True
+        self,
+        user: str,
+        info: ThreadInfo,
+        text: str,
+        event_id: str,
+        *,
+        answer: bool = True,
+        edit_of: str | None = None,
     ) -> None:
         self.hub.note_sent(info.id, event_id, text)
-        await self.client.send(info.id, text, id=event_id, user=user, answer=answer)
+        context = EventContext(provenance=self.client.namespace, user=user, user_name=user)
+        message = UserMessageEvent(
+            id=event_id,
+            content=text,
+            answer=answer,
+            metadata={"edit_of": edit_of} if edit_of else {},
+            context=context,
+        )
+        await self.client.send(info.id, message)
         if not info.metadata.get(TITLE):
             await self.client.set_metadata(info.id, TITLE, " ".join(text.split())[:_TITLE_LENGTH])
             self.hub.notify(info.id, "title")
@@ -261,18 +299,28 @@ class WebThreads:
     async def tree(self, user: str, thread_id: str) -> ThreadTree:
         """Every known turn of the thread, its active path and the stream position."""
         info = await self.owned(user, thread_id)
-        turns, cursor = await self._stored_turns(thread_id)
+        settings = ThreadSettings.of_metadata(info.metadata)
+        history = History()
+        turns, cursor = await self._stored_turns(thread_id, settings, history)
         path = await self.client.turns(thread_id)
         title = info.metadata.get(TITLE) or DEFAULT_TITLE
-        return build_tree(thread_id, title, turns, path, str(cursor) if cursor else "")
+        found = build_tree(thread_id, title, turns, path, str(cursor) if cursor else "", history)
+        found.gateway, found.answer, found.label = settings.gateway, settings.answer, settings.label
+        return found
 
     async def _all_turns(self, thread_id: str) -> list[Turn]:
         turns, _ = await self._stored_turns(thread_id)
         return [*turns, *await self.client.turns(thread_id)]
 
-    async def _stored_turns(self, thread_id: str) -> tuple[list[Turn], Position | None]:
+    async def _stored_turns(
+        self,
+        thread_id: str,
+        settings: ThreadSettings | None = None,
+        history: History | None = None,
+    ) -> tuple[list[Turn], Position | None]:
         """Every turn in the thread's stored events (the core keeps them for days), and
-        the position of the last stored event."""
+        the position of the last stored event; `history` takes in what they say about
+        a linked thread's turns (read with `settings`)."""
         turns: list[Turn] = []
         last: Position | None = None
         after = 0
@@ -280,11 +328,17 @@ class WebThreads:
             page = await self.client.read_events(thread_id, after=after, limit=1000)
             for entry in page["events"]:
                 value = entry["event"]
+                sequence = int(entry["sequence"])
                 events = value.get("events", []) if value.get("kind") == BATCH_KIND else [value]
                 for index, event in enumerate(events):
                     if event.get("kind") == "turn_complete":
                         turns.append(turn_from_dict(event["turn"]))
-                    last = Position(int(entry["sequence"]), index)
+                    if history is not None and settings is not None:
+                        # A malformed event (the core never stores one) shows plainly.
+                        with contextlib.suppress(EventDecodeError):
+                            delivery = stored_delivery(thread_id, event, sequence)
+                            history.add(delivery, settings, self.client.namespace)
+                    last = Position(sequence, index)
             following = page.get("next")
             if following is None or following <= after:
                 return turns, last
