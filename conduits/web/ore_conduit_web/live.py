@@ -29,9 +29,16 @@ from typing import Any
 import structlog
 
 from ore_conduit_web.relays import Relays, annotate, stored_delivery, with_relay
-from ore_core import ArtifactEvent, EventDecodeError, LifecycleEvent, Role, TurnCompleteEvent
+from ore_core import (
+    ArtifactEvent,
+    EventDecodeError,
+    LifecycleEvent,
+    OreError,
+    Role,
+    TurnCompleteEvent,
+)
 from ore_core.artifacts import ReasoningDelta, TextDelta
-from ore_core.conduit import ApiError, BusError, ConduitClient, Delivery, Relayed, metrics
+from ore_core.conduit import ConduitClient, Delivery, Relayed, metrics
 from ore_core.events import BATCH_KIND, encode_event
 
 __all__ = [
@@ -208,7 +215,7 @@ class LiveHub:
                 status="delivered",
                 platform_ids=[str(position)],
             )
-        except (ApiError, BusError) as exc:
+        except OreError as exc:  # the core away, or refusing: the pages have the copy
             log.info("a delivery was not reported", thread_id=thread_id, error=str(exc))
 
     def _dispatch(self, delivery: Delivery) -> tuple[str, Relayed, Position] | None:

@@ -119,6 +119,8 @@ class WebThreads:
             raise
         if not _visible_to(info, user):
             raise _not_found(thread_id)
+        if CONVERSATION not in info.metadata:  # made by a version before bridging
+            await self.client.set_metadata(thread_id, CONVERSATION, thread_id)
         self.hub.relays.know(thread_id, info.metadata)
         return info
 
@@ -353,7 +355,10 @@ class WebThreads:
         lines = [f"# {tree.title}", ""]
         for turn_id in tree.path:
             view = views[turn_id]
-            lines += [f"## {view.role.capitalize()}", ""]
+            relay = view.relay
+            relayed = relay is not None and relay.action in ("relayed", "edited")
+            heading = relay.label if relay is not None and relayed else view.role.capitalize()
+            lines += [f"## {heading}", ""]
             if view.reasoning:
                 lines += ["> " + line for line in view.reasoning.splitlines()] + [""]
             lines += [view.text, ""]

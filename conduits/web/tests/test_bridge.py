@@ -345,3 +345,16 @@ async def test_an_edit_of_a_malformed_turn_id_is_refused(linked: Linked) -> None
     reply = await linked.http.post(f"/api/threads/{linked.thread}/messages", json=body)
     assert reply.status_code == 400
     assert reply.json()["error"]["code"] == "bad_request"
+
+
+async def test_a_thread_made_before_bridging_gets_its_conversation_key_when_opened(
+    stack: WebStack, linked: Linked
+) -> None:
+    web = await ConduitClient.connect(stack.nats_url, name="web", request_timeout=TIMEOUT)
+    try:
+        old = await web.create_thread(metadata={"web.owner": linked.user})
+    finally:
+        await web.close()
+    assert (await linked.http.get(f"/api/threads/{old}")).status_code == 200
+    body = {"namespace": "web", "key": "web.thread", "value": old}
+    assert await linked.room.admin_call("threads.lookup", body) == {"id": old, "created": False}
