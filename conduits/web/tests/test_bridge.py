@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest_asyncio
 
+from ore_conduit_web.conduit import WebConduit
 from ore_conduit_web.testing import TIMEOUT, Events, WebStack, read_events
 from ore_core import EventContext, PropertiesEvent, UserMessageEvent
 from ore_core.conduit import ConduitClient, Relayed, SettingsCache, classify
@@ -142,7 +143,7 @@ class Tally:
 
 
 async def test_a_web_thread_is_found_by_its_conversation_key(linked: Linked) -> None:
-    endpoint = parse_endpoint(f"web:{linked.thread}", lambda ns: "web.thread")
+    endpoint = parse_endpoint(f"web:{linked.thread}", lambda ns: WebConduit.conversation_key)
     body = {**endpoint.as_dict()}
     found = await linked.room.admin_call("threads.lookup", body)
     assert found == {"id": linked.thread, "created": False}
@@ -358,3 +359,31 @@ async def test_a_thread_made_before_bridging_gets_its_conversation_key_when_open
     assert (await linked.http.get(f"/api/threads/{old}")).status_code == 200
     body = {"namespace": "web", "key": "web.thread", "value": old}
     assert await linked.room.admin_call("threads.lookup", body) == {"id": old, "created": False}
+
+
+async def test_messages_relayed_while_the_conduit_is_down_reach_the_page_once_in_order(
+    stack: WebStack, linked: Linked
+) -> None:
+    await linked.link("none")
+    sent = [f"room {n}" for n in range(MESSAGES)]
+    for n, text in enumerate(sent[: MESSAGES // 2]):
+        await linked.room_says(text, f"r{n}")
+    page = await linked.page_until(lambda e: len(relays(e, "relayed")) == MESSAGES // 2)
+    last_id = page.stored()[-1][0]
+    await stack.stop_conduit()
+    for n, text in enumerate(sent[MESSAGES // 2 :], start=MESSAGES // 2):
+        await linked.room_says(text, f"r{n}")
+    await stack.start_conduit()
+    async with httpx.AsyncClient(
+        base_url=stack.base, headers={"Authorization": f"Bearer {stack.token}"}, timeout=TIMEOUT
+    ) as http:
+        async with asyncio.timeout(TIMEOUT):
+            rest = await read_events(
+                http,
+                linked.thread,
+                lambda e: len(relays(e, "relayed")) == MESSAGES - MESSAGES // 2,
+                last_event_id=last_id,
+            )
+    shown = [e["turn"]["artifacts"][0]["data"]["content"] for e in relays(page, "relayed")]
+    shown += [e["turn"]["artifacts"][0]["data"]["content"] for e in relays(rest, "relayed")]
+    assert shown == sent
