@@ -50,7 +50,7 @@ class WebConduit(Conduit):
         assert isinstance(config, WebConfig)
         tokens = Tokens.load(config.state_dir, config.user, config.users)
         hub = LiveHub(client)
-        threads = WebThreads(client, hub)
+        threads = WebThreads(client, hub, config.user)
         app = create_app(threads, hub, tokens, config)
         sock, note = bind(config.host, config.port)
         base = url_of(sock)

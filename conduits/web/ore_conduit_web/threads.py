@@ -51,6 +51,7 @@ TITLE = "web.title"
 CREATED = "web.created"
 UPDATED = "web.updated"
 DELETED = "web.deleted"
+NAMESPACE = "ore.namespace"  # the thread's home namespace, kept by the core
 CONVERSATION = "web.thread"
 """The conversation key: the web thread's own id (an endpoint `web:ID` names it)."""
 DEFAULT_TITLE = "New chat"
@@ -82,8 +83,11 @@ class ThreadSummary(BaseModel):
     updated: str
 
 
-def _visible_to(info: ThreadInfo, user: str) -> bool:
-    return info.metadata.get(OWNER) == user and not info.metadata.get(DELETED)
+def _visible_to(info: ThreadInfo, user: str, operator: str) -> bool:
+    """Its owner sees a thread; one no page made (an operator's: a thread of another
+    conduit linked to the web, a gateway's) is the operator's, the conduit's `user`."""
+    owner = info.metadata.get(OWNER) or operator
+    return owner == user and not info.metadata.get(DELETED)
 
 
 def _now() -> str:
@@ -101,11 +105,15 @@ def _summary(info: ThreadInfo) -> ThreadSummary:
 
 
 class WebThreads:
-    """Thread operations on behalf of users; every method checks the owner first."""
+    """Thread operations on behalf of users; every method checks the owner first.
 
-    def __init__(self, client: ConduitClient, hub: LiveHub) -> None:
+    `operator` (the conduit's `user`) owns the threads no page made.
+    """
+
+    def __init__(self, client: ConduitClient, hub: LiveHub, operator: str) -> None:
         self.client = client
         self.hub = hub
+        self.operator = operator
 
     # -- finding threads --------------------------------------------------------
 
@@ -117,9 +125,10 @@ class WebThreads:
             if exc.status in (400, 404):
                 raise _not_found(thread_id) from None
             raise
-        if not _visible_to(info, user):
+        if not _visible_to(info, user, self.operator):
             raise _not_found(thread_id)
-        if CONVERSATION not in info.metadata:  # made by a version before bridging
+        home = info.metadata.get(NAMESPACE) == self.client.namespace
+        if home and CONVERSATION not in info.metadata:  # made before bridging
             await self.client.set_metadata(thread_id, CONVERSATION, thread_id)
         self.hub.relays.know(thread_id, info.metadata)
         return info
@@ -139,7 +148,7 @@ class WebThreads:
         for start in range(0, len(ids), _LIST_AT_ONCE):
             chunk = ids[start : start + _LIST_AT_ONCE]
             found = await asyncio.gather(*(self._info(t) for t in chunk))
-            infos.extend(i for i in found if i and _visible_to(i, user))
+            infos.extend(i for i in found if i and _visible_to(i, user, self.operator))
         needle = query.strip().casefold()
         if needle:
             matched: list[bool] = []

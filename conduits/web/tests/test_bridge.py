@@ -12,6 +12,7 @@ import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -73,9 +74,12 @@ class Linked:
         return list(self.on_room)
 
     async def room_says(self, text: str, event_id: str, **metadata: str) -> None:
+        await self.room_says_in(self.thread, text, event_id, **metadata)
+
+    async def room_says_in(self, thread: str, text: str, event_id: str, **metadata: str) -> None:
         context = EventContext(provenance="room", user="u-bo", user_name="Bo")
         message = UserMessageEvent(id=event_id, content=text, metadata=metadata, context=context)
-        await self.room.send(self.thread, message)
+        await self.room.send(thread, message)
 
     async def web_says(self, text: str, **extra: Any) -> None:
         body = {"text": text, **extra}
@@ -387,3 +391,44 @@ async def test_messages_relayed_while_the_conduit_is_down_reach_the_page_once_in
     shown = [e["turn"]["artifacts"][0]["data"]["content"] for e in relays(page, "relayed")]
     shown += [e["turn"]["artifacts"][0]["data"]["content"] for e in relays(rest, "relayed")]
     assert shown == sent
+
+
+async def test_a_thread_of_another_conduit_linked_to_the_web_is_the_operator_s(
+    stack: WebStack, linked: Linked
+) -> None:
+    foreign, created = await linked.room.lookup_or_create("room.chan", "elsewhere")
+    assert created
+    endpoint = {"namespace": "web", "key": "web.thread", "value": foreign}
+    body = {"thread": foreign, "endpoint": endpoint, "answer": "none"}
+    await linked.room.admin_call("links.add", body)
+    await linked.room_says_in(foreign, "hello, web", "e1")
+    async with asyncio.timeout(TIMEOUT):
+        page = await read_events(
+            linked.http, foreign, lambda e: bool(relays(e, "relayed")), after="0"
+        )
+    assert relays(page, "relayed")[0]["relay"]["label"] == "Bo (room)"
+    reply = await linked.http.post(f"/api/threads/{foreign}/messages", json={"text": "hi, room"})
+    assert reply.status_code == 202, reply.text
+    async with asyncio.timeout(TIMEOUT):
+        await read_events(linked.http, foreign, lambda e: bool(relays(e, "own")), after="0")
+    turns = await linked.room.turns(foreign)
+    assert [(t.role, dict(t.extra).get("sender")) for t in turns] == [
+        ("user", "Bo"),
+        ("user", linked.user),
+    ]
+
+
+async def test_a_thread_of_another_conduit_is_not_shown_to_other_web_users(
+    tmp_path: Path,
+) -> None:
+    async with WebStack(tmp_path, users={"eve": "eve-token-0123456789"}) as stack:
+        room = await ConduitClient.connect(stack.nats_url, name="room", request_timeout=TIMEOUT)
+        try:
+            foreign, _ = await room.lookup_or_create("room.chan", "elsewhere")
+            endpoint = {"namespace": "web", "key": "web.thread", "value": foreign}
+            await room.admin_call("links.add", {"thread": foreign, "endpoint": endpoint})
+        finally:
+            await room.close()
+        headers = {"Authorization": "Bearer eve-token-0123456789"}
+        async with httpx.AsyncClient(base_url=stack.base, headers=headers) as eve:
+            assert (await eve.get(f"/api/threads/{foreign}")).status_code == 404
