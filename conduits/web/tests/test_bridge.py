@@ -432,3 +432,14 @@ async def test_a_thread_of_another_conduit_is_not_shown_to_other_web_users(
         headers = {"Authorization": "Bearer eve-token-0123456789"}
         async with httpx.AsyncClient(base_url=stack.base, headers=headers) as eve:
             assert (await eve.get(f"/api/threads/{foreign}")).status_code == 404
+
+
+async def test_a_reply_on_another_endpoint_names_the_message_it_answers(linked: Linked) -> None:
+    await linked.link("none")
+    await linked.web_says("what time is it?")
+    page = await linked.page_until(lambda e: bool(relays(e, "own")))
+    question = relays(page, "own")[0]["turn"]["id"]
+    await linked.room_says("noon", "r1", reply_to=question)
+    await linked.page_until(lambda e: bool(relays(e, "relayed")))
+    answer = shown_path(await linked.tree())[-1]
+    assert (answer["text"], answer["relay"]["reply_to"]) == ("noon", question)

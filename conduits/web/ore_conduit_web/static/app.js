@@ -260,6 +260,16 @@ function senderLine(view) {
   return line;
 }
 
+// A reply made on another endpoint: the start of the message it answers, quoted.
+function replyLine(view) {
+  const line = document.createElement("blockquote");
+  line.className = "reply";
+  const target = state.tree.turns.find((v) => v.id === view.relay.reply_to);
+  const text = target ? target.text : "an earlier message";
+  line.textContent = `↪ ${text.length > 80 ? `${text.slice(0, 80)}…` : text}`;
+  return line;
+}
+
 // What other endpoints reported about their copy of this page's message: a small line,
 // read out by screen readers, like a chat app's warning beside a message not delivered.
 function deliveryLine(view) {
@@ -280,6 +290,7 @@ function renderTurn(view) {
     article.classList.add("relayed");
     article.append(senderLine(view));
   }
+  if (view.relay && view.relay.reply_to) article.append(replyLine(view));
   if (view.reasoning) article.append(details("Reasoning", view.reasoning));
   for (const step of view.steps) {
     article.append(details(step.kind === "tool_call" ? `Tool call: ${step.name}` : "Tool result", step.content));
