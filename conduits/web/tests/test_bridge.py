@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,6 +96,24 @@ class Linked:
         async with asyncio.timeout(TIMEOUT):
             return await read_events(self.http, self.thread, until, after="0")
 
+    async def page_during(
+        self, action: Callable[[], Awaitable[None]], until: Callable[[Events], bool]
+    ) -> Events:
+        """The page's event stream, open (its `partial` frame read) before `action` runs,
+        read until `until` holds: live frames are seen too."""
+        opened = asyncio.Event()
+
+        def check(events: Events) -> bool:
+            if events.frames[-1][0] == "partial":
+                opened.set()
+            return opened.is_set() and until(events)
+
+        async with asyncio.timeout(TIMEOUT):
+            reader = asyncio.create_task(read_events(self.http, self.thread, check, after="0"))
+            await opened.wait()
+            await action()
+            return await reader
+
 
 @pytest_asyncio.fixture
 async def linked(stack: WebStack, http: httpx.AsyncClient) -> AsyncIterator[Linked]:
@@ -116,6 +134,11 @@ async def linked(stack: WebStack, http: httpx.AsyncClient) -> AsyncIterator[Link
 def relays(events: Events, action: str) -> list[dict[str, Any]]:
     """The stored frames whose `relay` says `action`, in the order the page got them."""
     return [d for _, d in events.stored() if d.get("relay", {}).get("action") == action]
+
+
+def ended(events: Events) -> bool:
+    """`until` for the page's stream: a turn ended (stored `lifecycle` done)."""
+    return any(d.get("kind") == "lifecycle" and d["phase"] == "done" for _, d in events.stored())
 
 
 def shown_path(tree: dict[str, Any]) -> list[dict[str, Any]]:
@@ -213,13 +236,10 @@ async def test_an_answer_to_another_endpoint_is_hidden_under_answer_origin(
     linked: Linked,
 ) -> None:
     await linked.link("origin")
-    await linked.room_says("E2E_REPLY:for the room only", "r1")
-    page = await linked.page_until(
-        lambda e: any(
-            d.get("kind") == "lifecycle" and d.get("phase") == "done" for _, d in e.stored()
-        )
+    page = await linked.page_during(
+        lambda: linked.room_says("E2E_REPLY:for the room only", "r1"), ended
     )
-    assert not [d for e, _, d in page.frames if e == "live"]  # its deltas were not sent
+    assert [e for e, _, _ in page.frames if e == "live"] == []  # its deltas were not sent
     found = await linked.tree()
     assert [v["text"] for v in shown_path(found)] == ["E2E_REPLY:for the room only"]
     (answer,) = [v for v in found["turns"] if v["role"] == "assistant"]
@@ -245,8 +265,9 @@ async def test_the_page_s_own_message_is_answered_on_the_page_under_answer_origi
 
 async def test_an_answer_to_another_endpoint_is_shown_under_answer_all(linked: Linked) -> None:
     await linked.link("all")
-    await linked.room_says("E2E_REPLY:for everyone", "r1")
-    await linked.page_until(lambda e: any(d.get("kind") == "text" for _, d in e.stored()))
+    page = await linked.page_during(lambda: linked.room_says("E2E_REPLY:for everyone", "r1"), ended)
+    live = [d["content"] for e, _, d in page.frames if e == "live" and d["kind"] == "text_delta"]
+    assert "".join(live) == "for everyone"
     texts = [v["text"] for v in shown_path(await linked.tree())]
     assert texts == ["E2E_REPLY:for everyone", "for everyone"]
 
