@@ -22,6 +22,7 @@ from ore_conduit_web.conduit import WebConduit
 from ore_conduit_web.testing import TIMEOUT, Events, WebStack, read_events
 from ore_core import EventContext, PropertiesEvent, UserMessageEvent
 from ore_core.conduit import ConduitClient, Relayed, SettingsCache, classify
+from ore_core.conduit.counters import REGISTRY
 from ore_core.endpoint import parse_endpoint
 
 ROOM = {"namespace": "room", "key": "room.chan", "value": "lobby"}
@@ -464,3 +465,20 @@ async def test_a_reply_on_another_endpoint_names_the_message_it_answers(linked: 
     await linked.page_until(lambda e: bool(relays(e, "relayed")))
     answer = shown_path(await linked.tree())[-1]
     assert (answer["text"], answer["relay"]["reply_to"]) == ("noon", question)
+
+
+async def test_a_relayed_copy_and_an_answer_on_the_page_are_counted_delivered(
+    linked: Linked,
+) -> None:
+    def delivered() -> float:
+        name = "ore_conduit_messages_delivered_total"
+        sample = REGISTRY.get_sample_value(name, {"conduit": "web"})
+        return sample or 0.0
+
+    before = delivered()
+    await linked.link("origin")
+    await linked.room_says("E2E_REPLY:not shown here", "r1")
+    await linked.page_until(lambda e: bool(relays(e, "relayed")) and ended(e))
+    await linked.web_says("E2E_REPLY:shown here")
+    await linked.page_until(lambda e: bool(relays(e, "answer")))
+    assert delivered() - before == 2  # the copy, and the answer to the page's own message
