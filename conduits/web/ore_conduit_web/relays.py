@@ -162,15 +162,18 @@ def with_relay(data: str, view: RelayView | None) -> str:
 
 @dataclass(slots=True)
 class History:
-    """What the stored events of a thread say about its turns, for the page's tree."""
+    """What the stored events of a thread say about its turns, for the page's tree
+    (read with the thread's `settings`, by the endpoint of `namespace`)."""
 
+    settings: ThreadSettings
+    namespace: str
     relays: dict[str, RelayView] = field(default_factory=dict)
     deleted: set[str] = field(default_factory=set)
     deliveries: dict[str, dict[str, DeliveryView]] = field(default_factory=dict)
 
-    def add(self, delivery: Delivery, settings: ThreadSettings, namespace: str) -> None:
+    def add(self, delivery: Delivery) -> None:
         """Take in one stored event."""
-        relayed = classify(delivery, namespace, settings)
+        relayed = classify(delivery, self.namespace, self.settings)
         event = delivery.event
         if isinstance(event, TurnCompleteEvent):
             self.relays.setdefault(event.turn.id, relay_view(relayed, delivery))

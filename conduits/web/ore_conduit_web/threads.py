@@ -274,6 +274,12 @@ class WebThreads:
         answer: bool = True,
         edit_of: str | None = None,
     ) -> None:
+        # The thread's metadata first: changed while the message is being handled, a
+        # linked thread could lose the message's stored batch in the core (reported).
+        if not info.metadata.get(TITLE):
+            await self.client.set_metadata(info.id, TITLE, " ".join(text.split())[:_TITLE_LENGTH])
+            self.hub.notify(info.id, "title")
+        await self.client.set_metadata(info.id, UPDATED, _now())
         self.hub.note_sent(info.id, event_id, text)
         context = EventContext(provenance=self.client.namespace, user=user, user_name=user)
         message = UserMessageEvent(
@@ -284,10 +290,6 @@ class WebThreads:
             context=context,
         )
         await self.client.send(info.id, message)
-        if not info.metadata.get(TITLE):
-            await self.client.set_metadata(info.id, TITLE, " ".join(text.split())[:_TITLE_LENGTH])
-            self.hub.notify(info.id, "title")
-        await self.client.set_metadata(info.id, UPDATED, _now())
 
     async def _fork(self, thread_id: str, turn_id: str) -> str:
         for attempt in range(_FORK_TRIES):
@@ -311,8 +313,8 @@ class WebThreads:
         """Every known turn of the thread, its active path and the stream position."""
         info = await self.owned(user, thread_id)
         settings = ThreadSettings.of_metadata(info.metadata)
-        history = History()
-        turns, cursor = await self._stored_turns(thread_id, settings, history)
+        history = History(settings, self.client.namespace)
+        turns, cursor = await self._stored_turns(thread_id, history)
         path = await self.client.turns(thread_id)
         title = info.metadata.get(TITLE) or DEFAULT_TITLE
         found = build_tree(thread_id, title, turns, path, str(cursor) if cursor else "", history)
@@ -324,14 +326,11 @@ class WebThreads:
         return [*turns, *await self.client.turns(thread_id)]
 
     async def _stored_turns(
-        self,
-        thread_id: str,
-        settings: ThreadSettings | None = None,
-        history: History | None = None,
+        self, thread_id: str, history: History | None = None
     ) -> tuple[list[Turn], Position | None]:
         """Every turn in the thread's stored events (the core keeps them for days), and
         the position of the last stored event; `history` takes in what they say about
-        a linked thread's turns (read with `settings`)."""
+        a linked thread's turns."""
         turns: list[Turn] = []
         last: Position | None = None
         after = 0
@@ -344,11 +343,10 @@ class WebThreads:
                 for index, event in enumerate(events):
                     if event.get("kind") == "turn_complete":
                         turns.append(turn_from_dict(event["turn"]))
-                    if history is not None and settings is not None:
+                    if history is not None:
                         # A malformed event (the core never stores one) shows plainly.
                         with contextlib.suppress(EventDecodeError):
-                            delivery = stored_delivery(thread_id, event, sequence)
-                            history.add(delivery, settings, self.client.namespace)
+                            history.add(stored_delivery(thread_id, event, sequence))
                     last = Position(sequence, index)
             following = page.get("next")
             if following is None or following <= after:

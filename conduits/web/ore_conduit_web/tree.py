@@ -152,11 +152,10 @@ def build_tree(
     turns: Sequence[Turn],
     path: Sequence[Turn],
     cursor: str,
-    history: History | None = None,
+    history: History,
 ) -> ThreadTree:
     """The page's view of a thread from its known turns, its active path and what its
     stored events say about a linked thread's turns (`history`)."""
-    history = history or History()
     folded = _Folded([*turns, *path])
     views = []
     for turn in folded.turns.values():

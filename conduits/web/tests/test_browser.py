@@ -20,7 +20,7 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright, expect
 
-from ore_conduit_web.testing import TIMEOUT, WebStack
+from ore_conduit_web.testing import TIMEOUT, WebStack, properties_stored, read_events
 from ore_core import EventContext, UserMessageEvent
 from ore_core.conduit import ConduitClient
 
@@ -353,6 +353,11 @@ async def test_a_relayed_message_shows_with_its_label_its_edit_and_its_delete(
         await room.admin_call(
             "links.add", {"thread": thread, "endpoint": endpoint, "answer": "none"}
         )
+        headers = {"Authorization": f"Bearer {stack.token}"}
+        async with httpx.AsyncClient(base_url=stack.base, headers=headers) as http:
+            async with asyncio.timeout(TIMEOUT):  # see test_bridge.LINK_SETTINGS: a core race
+                stored = properties_stored("ore.gateway.label")
+                await read_events(http, thread, stored, after="0")
         context = EventContext(provenance="room", user="u-bo", user_name="Bo")
         said = UserMessageEvent(id="bo-1", content="helo from the room", context=context)
         await room.send(thread, said)

@@ -12,7 +12,7 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
-from ore_conduit_web.testing import TIMEOUT, Events, WebStack, read_events
+from ore_conduit_web.testing import TIMEOUT, Events, WebStack, properties_stored, read_events
 from ore_core.testing.conduit_process import ConduitProcess
 
 pytestmark = pytest.mark.slow
@@ -46,6 +46,8 @@ async def test_a_page_and_a_nats_channel_see_each_other_s_messages_labelled(
             json.dumps({"thread": thread, "endpoint": endpoint, "answer": "none"}).encode(),
             timeout=TIMEOUT,
         )
+        async with asyncio.timeout(TIMEOUT):  # see test_bridge.LINK_SETTINGS: a core race
+            await read_events(http, thread, properties_stored("ore.gateway.label"), after="0")
         await raw.subscribe("bridge.room.out", cb=on_room)
         bridge.start()
         message = {"text": "hi from NATS", "name": "Bo", "id": "n1"}
