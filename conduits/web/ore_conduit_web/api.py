@@ -68,12 +68,14 @@ class Rename(BaseModel):
 
 class NewMessage(BaseModel):
     """A user message. `parent_id` edits: the message goes after that turn (a branch;
-    `""` before the first turn). `answer` false saves it without asking the model (an
-    edit kept as it is). `client_id` makes a retried request count once."""
+    `""` before the first turn), and `edit_of` names the message it replaces (endpoints
+    linked to the thread update their copy). `answer` false saves it without asking the
+    model (an edit kept as it is). `client_id` makes a retried request count once."""
 
     text: str = Field(min_length=1)
     answer: bool = True
     parent_id: str | None = Field(default=None, pattern=_TURN)
+    edit_of: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
     client_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]{1,64}$")
 
 
@@ -315,6 +317,7 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
             thread_id,
             body.text,
             parent_id=body.parent_id,
+            edit_of=body.edit_of,
             client_id=body.client_id,
             answer=body.answer,
         )
@@ -370,7 +373,11 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
         description="Stored events carry the id `SEQUENCE.INDEX`; reconnect with "
         "`Last-Event-ID` (or `after`) to resume exactly there. Frames: `stored` (an ore "
         "output event), `live` (a delta), `partial` (the answer so far, first), "
-        "`pending` (a message sent), `changed` (title or branch).",
+        "`pending` (a message sent), `changed` (title or branch). On a thread linked to "
+        "other endpoints (bridging), a stored `turn_complete`, `turn_deleted` or "
+        "`delivery` event, and every event of another endpoint, carries `relay` (a "
+        "RelayView: `action`, `origin`, `sender`, `label`, `edit_of`, `reply_to`); "
+        "deltas of answers the gateway's `answer` setting hides are not sent.",
     )
     async def events(
         user: User, thread_id: Owned, position: Annotated[Position | None, Depends(resume_at)]

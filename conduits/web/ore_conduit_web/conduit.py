@@ -16,7 +16,7 @@ from ore_conduit_web.api import create_app
 from ore_conduit_web.config import WebConfig
 from ore_conduit_web.live import LiveHub
 from ore_conduit_web.server import bind, serve, url_of
-from ore_conduit_web.threads import WebThreads
+from ore_conduit_web.threads import CONVERSATION, WebThreads
 from ore_conduit_web.tokens import Tokens
 from ore_core.conduit import Capabilities, Conduit, ConduitClient, ConduitConfig
 
@@ -29,6 +29,8 @@ class WebConduit(Conduit):
     name = "web"
     description = "A chat page in the browser and an HTTP API with resumable events."
     config_model = WebConfig
+    conversation_key = CONVERSATION
+    """An endpoint `web:ID` is the web thread ID (its `web.thread` metadata)."""
     capabilities = Capabilities(
         edit=True,
         delete=True,
@@ -48,7 +50,7 @@ class WebConduit(Conduit):
         assert isinstance(config, WebConfig)
         tokens = Tokens.load(config.state_dir, config.user, config.users)
         hub = LiveHub(client)
-        threads = WebThreads(client, hub)
+        threads = WebThreads(client, hub, config.user)
         app = create_app(threads, hub, tokens, config)
         sock, note = bind(config.host, config.port)
         base = url_of(sock)

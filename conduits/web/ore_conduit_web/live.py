@@ -8,6 +8,12 @@ after that position. Deltas are live only; the hub also adds them up per thread 
 answer being written, and the user messages sent but not yet stored), so a page that
 comes back in the middle of an answer is shown all of it so far, then the rest.
 
+On a thread linked to other endpoints (bridging, `ore_conduit_web.relays`) stored
+events carry a `relay` view (sender, origin, label, action), and the deltas of an answer
+the gateway's `answer` setting hides are not sent. A relayed copy is delivered once it
+is in the thread's stored events (every page reads them): the hub counts it and
+reports it to the core (`deliveries.report`, the event id as the platform id).
+
 Concurrency: everything runs on the conduit's event loop; a slow page has a bounded
 queue and is cut off when it overflows (its browser reconnects and catches up).
 """
@@ -22,9 +28,17 @@ from typing import Any
 
 import structlog
 
-from ore_core import ArtifactEvent, LifecycleEvent, Role, TurnCompleteEvent
+from ore_conduit_web.relays import Relays, annotate, stored_delivery, with_relay
+from ore_core import (
+    ArtifactEvent,
+    EventDecodeError,
+    LifecycleEvent,
+    OreError,
+    Role,
+    TurnCompleteEvent,
+)
 from ore_core.artifacts import ReasoningDelta, TextDelta
-from ore_core.conduit import ConduitClient, Delivery
+from ore_core.conduit import ConduitClient, Delivery, Relayed, metrics
 from ore_core.events import BATCH_KIND, encode_event
 
 __all__ = [
@@ -44,6 +58,7 @@ _KEEPALIVE = 15.0  # seconds of silence before a comment line keeps proxies from
 _PING = b": ping\n\n"
 _PAGE = 500  # events per events.read request
 _ENDS = ("done", "cancelled")
+_COPIES = ("relayed", "edited")  # another endpoint's message, delivered to the pages
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -132,14 +147,23 @@ class LiveHub:
         self._subscriptions: dict[str, set[Subscription]] = {}
         self._partials: dict[str, _Partial] = {}
         self._last: dict[str, Position] = {}  # thread -> last stored position seen
+        self.relays = Relays(client)
         self.ready = asyncio.Event()
 
     async def run(self) -> None:
         """Read the namespace's output until cancelled."""
-        async with self._client.events() as feed:
+        async with asyncio.TaskGroup() as reports, self._client.events() as feed:
             self.ready.set()
             async for delivery in feed:
-                self._dispatch(delivery)
+                await self.relays.settings(delivery.thread_id)
+                try:
+                    copy = self._dispatch(delivery)
+                except EventDecodeError:  # the core never sends one: nothing to show
+                    metrics.delivery_failed(self._client.namespace)
+                    log.warning("an undecodable event was dropped", thread_id=delivery.thread_id)
+                    continue
+                if copy is not None:
+                    reports.create_task(self._report(*copy))
 
     def subscribe(self, thread_id: str) -> Subscription:
         """Open a page's stream: a snapshot of the answer so far, then every new frame."""
@@ -180,12 +204,30 @@ class LiveHub:
         """Tell the thread's pages that something they show changed (`title`, `branch`)."""
         self._publish(thread_id, Frame("changed", json.dumps({"what": what})))
 
-    def _dispatch(self, delivery: Delivery) -> None:
+    async def _report(self, thread_id: str, relayed: Relayed, position: Position) -> None:
+        """Tell the core a relayed copy is in the pages' stream (best effort: the pages
+        have it either way)."""
+        try:
+            await self._client.report_delivery(
+                thread_id,
+                sequence=position.sequence,
+                turn=relayed.turn_id,
+                status="delivered",
+                platform_ids=[str(position)],
+            )
+        except OreError as exc:  # the core away, or refusing: the pages have the copy
+            log.info("a delivery was not reported", thread_id=thread_id, error=str(exc))
+
+    def _dispatch(self, delivery: Delivery) -> tuple[str, Relayed, Position] | None:
+        """Hand one event to the thread's pages; a relayed copy it delivered (to report)."""
         thread_id = delivery.thread_id
         event = delivery.event
         sequence = delivery.sequence
         partial = self._partials.get(thread_id)
         if sequence is None:
+            own = event.context.provenance == self._client.namespace
+            if not own and self.relays.classify(delivery).action == "hidden":
+                return None  # an answer to another endpoint the gateway shows there only
             if partial is None:
                 partial = self._partials[thread_id] = _Partial()
             partial.running = True
@@ -195,7 +237,8 @@ class LiveHub:
             elif isinstance(artifact, ReasoningDelta):
                 partial.reasoning += artifact.content
             self._publish(thread_id, Frame("live", encode_event(event).decode()))
-            return
+            return None
+        relayed, view = self.relays.annotate(delivery)
         last = self._last.get(thread_id)
         index = last.index + 1 if last is not None and last.sequence == sequence else 0
         position = self._last[thread_id] = Position(sequence, index)
@@ -208,7 +251,15 @@ class LiveHub:
                 partial.running = False
             if not partial.running and not partial.pending:
                 del self._partials[thread_id]
-        self._publish(thread_id, Frame("stored", encode_event(event).decode(), position, ends))
+        data = with_relay(encode_event(event).decode(), view)
+        self._publish(thread_id, Frame("stored", data, position, ends))
+        if relayed.action in _COPIES:
+            metrics.delivered(self._client.namespace)
+            return thread_id, relayed, position
+        answer = isinstance(event, TurnCompleteEvent) and event.turn.role == Role.ASSISTANT
+        if answer and relayed.action == "answer":
+            metrics.delivered(self._client.namespace)
+        return None
 
     def _publish(self, thread_id: str, frame: Frame) -> None:
         for sub in list(self._subscriptions.get(thread_id, ())):
@@ -223,8 +274,12 @@ class LiveHub:
                 log.info("a page fell behind and was cut off", thread_id=thread_id)
 
 
-async def catch_up(client: ConduitClient, thread_id: str, after: Position) -> AsyncIterator[Frame]:
-    """The stored events of the thread after `after`, from the store, in order."""
+async def catch_up(
+    client: ConduitClient, relays: Relays, thread_id: str, after: Position
+) -> AsyncIterator[Frame]:
+    """The stored events of the thread after `after`, from the store, in order (with
+    their `relay` view on a linked thread)."""
+    settings = await relays.settings(thread_id)
     cursor = max(after.sequence - 1, 0)
     while True:
         page = await client.read_events(thread_id, after=cursor, limit=_PAGE)
@@ -237,7 +292,13 @@ async def catch_up(client: ConduitClient, thread_id: str, after: Position) -> As
                 if position <= after:
                     continue
                 ends = event.get("kind") == "lifecycle" and event.get("phase") in _ENDS
-                yield Frame("stored", json.dumps(event), position, ends)
+                data = json.dumps(event)
+                try:
+                    delivery = stored_delivery(thread_id, event, sequence)
+                    _, view = annotate(delivery, relays.namespace, settings)
+                except EventDecodeError:
+                    view = None  # the core never stores one: sent as it is
+                yield Frame("stored", with_relay(data, view), position, ends)
         following = page.get("next")
         if following is None or following <= cursor:
             return
@@ -254,7 +315,7 @@ async def event_stream(
         position = after
         ended_since_snapshot = False
         if after is not None:
-            async for frame in catch_up(client, thread_id, after):
+            async for frame in catch_up(client, hub.relays, thread_id, after):
                 if frame.ends_turn and frame.position and frame.position.sequence > sub.base:
                     ended_since_snapshot = True
                 position = frame.position or position

@@ -38,7 +38,15 @@ from ore_core.bus.streams import BusConfig
 from ore_core.conduit import ConduitClient
 from ore_core.session.stores.memory import MemoryStore
 
-__all__ = ["TIMEOUT", "Events", "ScriptedModel", "WebStack", "answered", "read_events"]
+__all__ = [
+    "TIMEOUT",
+    "Events",
+    "ScriptedModel",
+    "WebStack",
+    "answered",
+    "properties_stored",
+    "read_events",
+]
 
 TIMEOUT = 10.0
 
@@ -232,5 +240,20 @@ def answered(count: int = 1) -> Any:
     def check(events: Events) -> bool:
         done = [d for _, d in events.stored() if d.get("kind") == "lifecycle"]
         return sum(1 for d in done if d.get("phase") == "done") >= count
+
+    return check
+
+
+def properties_stored(key: str) -> Any:
+    """`until` for `read_events`: a stored `properties` event changed `key` (a link's
+    settings, `ore.gateway.label`, are stored once the link is in place)."""
+
+    def check(events: Events) -> bool:
+        return any(
+            op.get("key") == key
+            for _, d in events.stored()
+            if d.get("kind") == "properties"
+            for op in d.get("operations", [])
+        )
 
     return check

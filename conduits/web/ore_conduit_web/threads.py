@@ -4,17 +4,27 @@ Threads live in the conduit's namespace; the user who made one is its owner
 (`web.owner` in its metadata) and the only one who sees it: another user's thread
 answers exactly like an unknown one. A conduit may not delete threads (an operator's
 decision in ore), so deleting hides the thread (`web.deleted`) from its owner.
+
+Bridging: a thread's conversation key (`WebConduit.conversation_key`) is `web.thread`,
+whose value is the thread's own id, recorded when the page makes it; so an operator
+can name the web thread as an endpoint (`ore chat --attach web:ID`, a `[[gateway]]`)
+and link other endpoints to it (`ore link add ID nats:room`). Messages sent from the
+page carry the user's name (the label other endpoints show) and an edit names the turn
+it replaces (`edit_of`), so linked endpoints update their copy.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import secrets
 from datetime import UTC, datetime
 
 from pydantic import BaseModel
 
 from ore_conduit_web.live import LiveHub, Position
+from ore_conduit_web.relays import History, stored_delivery
 from ore_conduit_web.tree import (
     ThreadTree,
     build_tree,
@@ -23,8 +33,15 @@ from ore_conduit_web.tree import (
     regenerated_from,
     text_of,
 )
-from ore_core import Role, Turn, turn_from_dict
-from ore_core.conduit import ApiError, ConduitClient, ThreadInfo
+from ore_core import (
+    EventContext,
+    EventDecodeError,
+    Role,
+    Turn,
+    UserMessageEvent,
+    turn_from_dict,
+)
+from ore_core.conduit import ApiError, ConduitClient, ThreadInfo, ThreadSettings
 from ore_core.events import BATCH_KIND, new_event_id
 
 __all__ = ["ThreadSummary", "WebError", "WebThreads"]
@@ -34,6 +51,9 @@ TITLE = "web.title"
 CREATED = "web.created"
 UPDATED = "web.updated"
 DELETED = "web.deleted"
+NAMESPACE = "ore.namespace"  # the thread's home namespace, kept by the core
+CONVERSATION = "web.thread"
+"""The conversation key: the web thread's own id (an endpoint `web:ID` names it)."""
 DEFAULT_TITLE = "New chat"
 _TITLE_LENGTH = 80
 _FORK_TRIES = 50  # a fork right after an answer may meet the thread still busy (409)
@@ -63,8 +83,11 @@ class ThreadSummary(BaseModel):
     updated: str
 
 
-def _visible_to(info: ThreadInfo, user: str) -> bool:
-    return info.metadata.get(OWNER) == user and not info.metadata.get(DELETED)
+def _visible_to(info: ThreadInfo, user: str, operator: str) -> bool:
+    """Its owner sees a thread; one no page made (an operator's: a thread of another
+    conduit linked to the web, a gateway's) is the operator's, the conduit's `user`."""
+    owner = info.metadata.get(OWNER) or operator
+    return owner == user and not info.metadata.get(DELETED)
 
 
 def _now() -> str:
@@ -82,11 +105,15 @@ def _summary(info: ThreadInfo) -> ThreadSummary:
 
 
 class WebThreads:
-    """Thread operations on behalf of users; every method checks the owner first."""
+    """Thread operations on behalf of users; every method checks the owner first.
 
-    def __init__(self, client: ConduitClient, hub: LiveHub) -> None:
+    `operator` (the conduit's `user`) owns the threads no page made.
+    """
+
+    def __init__(self, client: ConduitClient, hub: LiveHub, operator: str) -> None:
         self.client = client
         self.hub = hub
+        self.operator = operator
 
     # -- finding threads --------------------------------------------------------
 
@@ -98,8 +125,12 @@ class WebThreads:
             if exc.status in (400, 404):
                 raise _not_found(thread_id) from None
             raise
-        if not _visible_to(info, user):
+        if not _visible_to(info, user, self.operator):
             raise _not_found(thread_id)
+        home = info.metadata.get(NAMESPACE) == self.client.namespace
+        if home and CONVERSATION not in info.metadata:  # made before bridging
+            await self.client.set_metadata(thread_id, CONVERSATION, thread_id)
+        self.hub.relays.know(thread_id, info.metadata)
         return info
 
     async def find(self, user: str, query: str = "") -> list[ThreadSummary]:
@@ -117,7 +148,7 @@ class WebThreads:
         for start in range(0, len(ids), _LIST_AT_ONCE):
             chunk = ids[start : start + _LIST_AT_ONCE]
             found = await asyncio.gather(*(self._info(t) for t in chunk))
-            infos.extend(i for i in found if i and _visible_to(i, user))
+            infos.extend(i for i in found if i and _visible_to(i, user, self.operator))
         needle = query.strip().casefold()
         if needle:
             matched: list[bool] = []
@@ -148,10 +179,11 @@ class WebThreads:
     async def create(self, user: str, title: str = "") -> ThreadSummary:
         """A new empty thread owned by `user`."""
         now = _now()
-        metadata = {OWNER: user, CREATED: now, UPDATED: now}
+        thread_id = secrets.token_hex(16)
+        metadata = {OWNER: user, CREATED: now, UPDATED: now, CONVERSATION: thread_id}
         if title.strip():
             metadata[TITLE] = title.strip()[:_TITLE_LENGTH]
-        thread_id = await self.client.create_thread(metadata=metadata)
+        await self.client.create_thread(thread_id, metadata=metadata)
         return _summary(ThreadInfo(thread_id, "", metadata, 0))
 
     async def rename(self, user: str, thread_id: str, title: str) -> ThreadSummary:
@@ -177,19 +209,21 @@ class WebThreads:
         text: str,
         *,
         parent_id: str | None = None,
+        edit_of: str | None = None,
         client_id: str | None = None,
         answer: bool = True,
     ) -> str:
         """Send a user message (after `parent_id`: an edit, which branches); its event id.
 
-        `client_id` makes a retried request count once; `answer` false records the
-        message without an answer (an edit saved as it is).
+        `edit_of` names the message an edit replaces (linked endpoints update their
+        copy of it); `client_id` makes a retried request count once; `answer` false
+        records the message without an answer (an edit saved as it is).
         """
         info = await self.owned(user, thread_id)
         if parent_id is not None:
             await self._fork(thread_id, parent_id)
         event_id = f"web-m-{client_id}" if client_id else new_event_id()
-        await self._send(user, info, text, event_id, answer=answer)
+        await self._send(user, info, text, event_id, answer=answer, edit_of=edit_of)
         return event_id
 
     async def regenerate(self, user: str, thread_id: str, turn_id: str) -> str:
@@ -231,14 +265,31 @@ class WebThreads:
         await self.client.interrupt(thread_id)
 
     async def _send(
-        self, user: str, info: ThreadInfo, text: str, event_id: str, *, answer: bool = True
+        self,
+        user: str,
+        info: ThreadInfo,
+        text: str,
+        event_id: str,
+        *,
+        answer: bool = True,
+        edit_of: str | None = None,
     ) -> None:
-        self.hub.note_sent(info.id, event_id, text)
-        await self.client.send(info.id, text, id=event_id, user=user, answer=answer)
+        # The thread's metadata first: changed while the message is being handled, a
+        # linked thread could lose the message's stored batch in the core (reported).
         if not info.metadata.get(TITLE):
             await self.client.set_metadata(info.id, TITLE, " ".join(text.split())[:_TITLE_LENGTH])
             self.hub.notify(info.id, "title")
         await self.client.set_metadata(info.id, UPDATED, _now())
+        self.hub.note_sent(info.id, event_id, text)
+        context = EventContext(provenance=self.client.namespace, user=user, user_name=user)
+        message = UserMessageEvent(
+            id=event_id,
+            content=text,
+            answer=answer,
+            metadata={"edit_of": edit_of} if edit_of else {},
+            context=context,
+        )
+        await self.client.send(info.id, message)
 
     async def _fork(self, thread_id: str, turn_id: str) -> str:
         for attempt in range(_FORK_TRIES):
@@ -261,18 +312,25 @@ class WebThreads:
     async def tree(self, user: str, thread_id: str) -> ThreadTree:
         """Every known turn of the thread, its active path and the stream position."""
         info = await self.owned(user, thread_id)
-        turns, cursor = await self._stored_turns(thread_id)
+        settings = ThreadSettings.of_metadata(info.metadata)
+        history = History(settings, self.client.namespace)
+        turns, cursor = await self._stored_turns(thread_id, history)
         path = await self.client.turns(thread_id)
         title = info.metadata.get(TITLE) or DEFAULT_TITLE
-        return build_tree(thread_id, title, turns, path, str(cursor) if cursor else "")
+        found = build_tree(thread_id, title, turns, path, str(cursor) if cursor else "", history)
+        found.gateway, found.answer, found.label = settings.gateway, settings.answer, settings.label
+        return found
 
     async def _all_turns(self, thread_id: str) -> list[Turn]:
         turns, _ = await self._stored_turns(thread_id)
         return [*turns, *await self.client.turns(thread_id)]
 
-    async def _stored_turns(self, thread_id: str) -> tuple[list[Turn], Position | None]:
+    async def _stored_turns(
+        self, thread_id: str, history: History | None = None
+    ) -> tuple[list[Turn], Position | None]:
         """Every turn in the thread's stored events (the core keeps them for days), and
-        the position of the last stored event."""
+        the position of the last stored event; `history` takes in what they say about
+        a linked thread's turns."""
         turns: list[Turn] = []
         last: Position | None = None
         after = 0
@@ -280,11 +338,16 @@ class WebThreads:
             page = await self.client.read_events(thread_id, after=after, limit=1000)
             for entry in page["events"]:
                 value = entry["event"]
+                sequence = int(entry["sequence"])
                 events = value.get("events", []) if value.get("kind") == BATCH_KIND else [value]
                 for index, event in enumerate(events):
                     if event.get("kind") == "turn_complete":
                         turns.append(turn_from_dict(event["turn"]))
-                    last = Position(int(entry["sequence"]), index)
+                    if history is not None:
+                        # A malformed event (the core never stores one) shows plainly.
+                        with contextlib.suppress(EventDecodeError):
+                            history.add(stored_delivery(thread_id, event, sequence))
+                    last = Position(sequence, index)
             following = page.get("next")
             if following is None or following <= after:
                 return turns, last
@@ -299,7 +362,10 @@ class WebThreads:
         lines = [f"# {tree.title}", ""]
         for turn_id in tree.path:
             view = views[turn_id]
-            lines += [f"## {view.role.capitalize()}", ""]
+            relay = view.relay
+            relayed = relay is not None and relay.action in ("relayed", "edited")
+            heading = relay.label if relay is not None and relayed else view.role.capitalize()
+            lines += [f"## {heading}", ""]
             if view.reasoning:
                 lines += ["> " + line for line in view.reasoning.splitlines()] + [""]
             lines += [view.text, ""]

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel
 
+from ore_conduit_web.relays import DeliveryView, History, RelayView
 from ore_core import Reasoning, Role, Text, ToolCall, ToolResult, Turn
 from ore_core.turn import format_timestamp
 
@@ -59,7 +60,14 @@ class ToolStep(BaseModel):
 
 
 class TurnView(BaseModel):
-    """One turn as shown: `parent_id` after folding, `siblings` in the order they came."""
+    """One turn as shown: `parent_id` after folding, `siblings` in the order they came.
+
+    On a linked thread (bridging): `relay` says where the turn came from and how it is
+    shown (another endpoint's message with its label; an answer the gateway's `answer`
+    setting hides is `hidden` and left off the path), `deleted` marks a turn deleted on
+    another endpoint (left off the path), `deliveries` what other endpoints reported
+    about their copy of this page's message.
+    """
 
     id: str
     parent_id: str
@@ -69,16 +77,26 @@ class TurnView(BaseModel):
     steps: list[ToolStep] = []
     timestamp: str = ""
     siblings: list[str] = []
+    relay: RelayView | None = None
+    deleted: bool = False
+    deliveries: list[DeliveryView] = []
 
 
 class ThreadTree(BaseModel):
-    """A thread's turns (all known), its active path (oldest first) and metadata."""
+    """A thread's turns (all known), its active path (oldest first) and metadata.
+
+    `gateway`, `answer` and `label`: the thread's bridging settings (a thread without
+    links: no gateway, `origin`, the default label).
+    """
 
     id: str
     title: str
     turns: list[TurnView]
     path: list[str]
     cursor: str = ""
+    gateway: str = ""
+    answer: str = "origin"
+    label: str = "{name} ({conduit})"
 
 
 def _view(turn: Turn, parent_id: str) -> TurnView:
@@ -129,9 +147,15 @@ class _Folded:
 
 
 def build_tree(
-    thread_id: str, title: str, turns: Sequence[Turn], path: Sequence[Turn], cursor: str
+    thread_id: str,
+    title: str,
+    turns: Sequence[Turn],
+    path: Sequence[Turn],
+    cursor: str,
+    history: History,
 ) -> ThreadTree:
-    """The page's view of a thread from its known turns and its active path."""
+    """The page's view of a thread from its known turns, its active path and what its
+    stored events say about a linked thread's turns (`history`)."""
     folded = _Folded([*turns, *path])
     views = []
     for turn in folded.turns.values():
@@ -139,11 +163,15 @@ def build_tree(
             continue
         view = _view(turn, folded.shown(turn.parent_id))
         view.siblings = folded.children.get(view.parent_id, [])
+        view.relay = history.relays.get(turn.id)
+        view.deleted = turn.id in history.deleted
+        view.deliveries = history.deliveries_of(turn.id)
         views.append(view)
+    hidden = {v.id for v in views if v.deleted or (v.relay and v.relay.action == "hidden")}
     shown_path: list[str] = []
     for turn in path:
         shown = folded.shown(turn.id)
-        if not shown_path or shown_path[-1] != shown:
+        if shown not in hidden and (not shown_path or shown_path[-1] != shown):
             shown_path.append(shown)
     return ThreadTree(id=thread_id, title=title, turns=views, path=shown_path, cursor=cursor)
 

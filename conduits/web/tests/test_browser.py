@@ -20,7 +20,9 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright, expect
 
-from ore_conduit_web.testing import TIMEOUT, WebStack
+from ore_conduit_web.testing import TIMEOUT, WebStack, properties_stored, read_events
+from ore_core import EventContext, UserMessageEvent
+from ore_core.conduit import ConduitClient
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 expect.set_options(timeout=TIMEOUT * 1000)
@@ -339,3 +341,43 @@ async def test_html_in_an_answer_is_shown_as_text_never_run(page: Page) -> None:
         "https://example.org/"
     ]
     assert await page.evaluate("window.pwned") is None
+
+
+async def test_a_relayed_message_shows_with_its_label_its_edit_and_its_delete(
+    stack: WebStack, page: Page, screenshots: Path
+) -> None:
+    thread = page.url.partition("#")[2]
+    room = await ConduitClient.connect(stack.nats_url, name="room", request_timeout=TIMEOUT)
+    try:
+        endpoint = {"namespace": "room", "key": "room.chan", "value": f"page-{thread}"}
+        await room.admin_call(
+            "links.add", {"thread": thread, "endpoint": endpoint, "answer": "none"}
+        )
+        headers = {"Authorization": f"Bearer {stack.token}"}
+        async with httpx.AsyncClient(base_url=stack.base, headers=headers) as http:
+            async with asyncio.timeout(TIMEOUT):  # see test_bridge.LINK_SETTINGS: a core race
+                stored = properties_stored("ore.gateway.label")
+                await read_events(http, thread, stored, after="0")
+        context = EventContext(provenance="room", user="u-bo", user_name="Bo")
+        said = UserMessageEvent(id="bo-1", content="helo from the room", context=context)
+        await room.send(thread, said)
+        copy = page.get_by_label("message from Bo (room)")
+        await expect(copy).to_contain_text("helo from the room")
+        await expect(copy.get_by_label("Edit message")).to_have_count(0)
+        original = (await room.turns(thread))[-1]
+        await room.fork(thread, original.parent_id)
+        edit = UserMessageEvent(
+            id="bo-1-edit",
+            content="hello from the room",
+            metadata={"edit_of": original.id},
+            context=context,
+        )
+        await room.send(thread, edit)
+        await expect(copy).to_contain_text("hello from the room")
+        await expect(copy.locator(".edited")).to_have_text("(edited)")
+        await page.screenshot(path=screenshots / "relayed-edited.png")
+        edited = (await room.turns(thread))[-1]
+        await room.delete(thread, edited.id, id="bo-1-delete")
+        await expect(copy).to_have_count(0)
+    finally:
+        await room.close()

@@ -6,12 +6,15 @@ import asyncio
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import pytest_asyncio
 
-from ore_conduit_web.testing import TIMEOUT, answered, read_events
+from ore_conduit_web.testing import TIMEOUT, Events, answered, properties_stored, read_events
+from ore_core import EventContext, UserMessageEvent
+from ore_core.conduit import SettingsCache, classify
 from ore_core.testing.conduit_conformance import ConduitCore
 from ore_core.testing.conduit_process import ConduitProcess
 
@@ -104,3 +107,84 @@ async def test_a_page_resumes_after_a_kill_with_exactly_the_events_it_missed(
     missed = everything.stored()[everything.stored().index(seen.stored()[-1]) + 1 :]
     assert resumed.stored() == missed
     assert [d["kind"] for _, d in missed][-1] == "lifecycle"
+
+
+async def test_a_bridge_survives_a_kill_of_the_web_conduit_counted_both_ways(
+    web: WebProcess, ore_conduit_core: ConduitCore
+) -> None:
+    """A web thread linked to the endpoint `room` (an SDK client, `answer = none`): each
+    side sends N messages, half before a kill -9 of the web conduit and half while it is
+    down or after; the page resumes with Last-Event-ID. Each side is shown every message
+    of the other exactly once, in order, labelled, and none of its own."""
+    count = 8
+    room = ore_conduit_core.client_for("room")
+    base, token = _split(await web.start())
+    headers = {"Authorization": f"Bearer {token}"}
+    context = EventContext(provenance="room", user="u-bo", user_name="Bo")
+
+    async def room_says(n: int) -> None:
+        said = UserMessageEvent(id=f"r{n}", content=f"room {n}", context=context)
+        await room.send(thread_id, said)
+
+    def relayed(events: Events) -> list[dict[str, Any]]:
+        return [d for _, d in events.stored() if d.get("relay", {}).get("action") == "relayed"]
+
+    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=TIMEOUT) as http:
+        thread_id = (await http.post("/api/threads", json={})).json()["id"]
+        user = (await http.get("/api/me")).json()["user"]
+        endpoint = {"namespace": "room", "key": "room.chan", "value": "lobby"}
+        link = {"thread": thread_id, "endpoint": endpoint, "answer": "none"}
+        await ore_conduit_core.client.admin_call("links.add", link)
+        async with asyncio.timeout(TIMEOUT):  # see test_bridge.LINK_SETTINGS: a core race
+            await read_events(http, thread_id, properties_stored("ore.gateway.label"), after="0")
+        on_room: list[str] = []
+        async with room.events(thread_id) as feed:
+
+            async def read_room() -> None:
+                settings = SettingsCache()
+                settings.load(thread_id, (await room.get_thread(thread_id)).metadata)
+                async for delivery in feed:
+                    if delivery.sequence is not None:
+                        shown = classify(delivery, "room", settings.get(thread_id))
+                        if shown.action == "relayed":
+                            on_room.append(shown.shown)
+                        if len(on_room) == count:
+                            return
+
+            reader = asyncio.create_task(read_room())
+            for n in range(count // 2):
+                await room_says(n)
+                sent = await http.post(
+                    f"/api/threads/{thread_id}/messages",
+                    json={"text": f"web {n}", "client_id": f"w{n}"},
+                )
+                assert sent.status_code == 202, sent.text
+            async with asyncio.timeout(TIMEOUT):
+                seen = await read_events(
+                    http, thread_id, lambda e: len(relayed(e)) == count // 2, after="0"
+                )
+            web.process.kill()
+            for n in range(count // 2, count):
+                await room_says(n)  # stored while the web conduit is down
+            base = _split(await web.start())[0]
+            async with httpx.AsyncClient(base_url=base, headers=headers, timeout=TIMEOUT) as again:
+                for n in range(count // 2, count):
+                    sent = await again.post(
+                        f"/api/threads/{thread_id}/messages",
+                        json={"text": f"web {n}", "client_id": f"w{n}"},
+                    )
+                    assert sent.status_code == 202, sent.text
+                async with asyncio.timeout(TIMEOUT):
+                    resumed = await read_events(
+                        again,
+                        thread_id,
+                        lambda e: len(relayed(e)) == count - count // 2,
+                        last_event_id=seen.stored()[-1][0],
+                    )
+                    await reader
+    on_web = [
+        (d["relay"]["label"], d["turn"]["artifacts"][0]["data"]["content"])
+        for d in relayed(seen) + relayed(resumed)
+    ]
+    assert on_web == [("Bo (room)", f"room {n}") for n in range(count)]
+    assert on_room == [f"{user} (web): web {n}" for n in range(count)]

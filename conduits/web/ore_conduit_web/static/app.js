@@ -15,6 +15,13 @@ const state = {
   renderQueued: false,
 };
 
+// On a thread linked to other endpoints (bridging), stored events and turns carry
+// `relay` (the server's word on where they came from and how they are shown): another
+// endpoint's message is shown with its label, an answer the gateway's `answer` setting
+// hides is left out, edits and deletes made elsewhere and delivery reports for this
+// page's messages reload the thread.
+const relayed = (relay) => relay && (relay.action === "relayed" || relay.action === "edited");
+
 // -- talking to the server ----------------------------------------------------
 
 class ApiProblem extends Error {
@@ -159,7 +166,14 @@ function listen(threadId, cursor) {
   source.addEventListener("stored", (message) => {
     if (!mine()) return;
     const event = JSON.parse(message.data);
-    if (event.kind === "error") {
+    if (event.relay && event.relay.action === "hidden") {
+      // Another endpoint's conversation: shown once it is stored, its answer left out.
+      if (event.kind === "lifecycle" && event.phase === "done") { reloadTree(); loadThreads(); }
+      return;
+    }
+    if (event.kind === "turn_deleted" || event.kind === "delivery") {
+      reloadTree();
+    } else if (event.kind === "error") {
       state.error = { message: event.message };
     } else if (event.kind === "turn_complete" && event.turn.role === "user") {
       state.live.pending = state.live.pending.filter((p) => p.event_id !== (event.turn.metadata || {}).event_id);
@@ -233,9 +247,50 @@ function messageElement(role, label) {
   return article;
 }
 
+function senderLine(view) {
+  const line = document.createElement("div");
+  line.className = "sender";
+  line.textContent = view.relay.label;
+  if (view.relay.action === "edited") {
+    const mark = document.createElement("span");
+    mark.className = "edited";
+    mark.textContent = " (edited)";
+    line.append(mark);
+  }
+  return line;
+}
+
+// A reply made on another endpoint: the start of the message it answers, quoted.
+function replyLine(view) {
+  const line = document.createElement("blockquote");
+  line.className = "reply";
+  const target = state.tree.turns.find((v) => v.id === view.relay.reply_to);
+  const text = target ? target.text : "an earlier message";
+  line.textContent = `↪ ${text.length > 80 ? `${text.slice(0, 80)}…` : text}`;
+  return line;
+}
+
+// What other endpoints reported about their copy of this page's message: a small line,
+// read out by screen readers, like a chat app's warning beside a message not delivered.
+function deliveryLine(view) {
+  const line = document.createElement("p");
+  line.className = "delivery";
+  line.setAttribute("role", "status");
+  line.textContent = view.deliveries.map((d) => (d.status === "failed"
+    ? `⚠ not delivered to ${d.endpoint}${d.detail ? `: ${d.detail}` : ""}`
+    : `↻ delivering to ${d.endpoint}…`)).join(" · ");
+  return line;
+}
+
 function renderTurn(view) {
-  const article = messageElement(view.role, `${view.role} message`);
+  const from = relayed(view.relay);
+  const article = messageElement(view.role, from ? `message from ${view.relay.label}` : `${view.role} message`);
   article.dataset.turn = view.id;
+  if (from) {
+    article.classList.add("relayed");
+    article.append(senderLine(view));
+  }
+  if (view.relay && view.relay.reply_to) article.append(replyLine(view));
   if (view.reasoning) article.append(details("Reasoning", view.reasoning));
   for (const step of view.steps) {
     article.append(details(step.kind === "tool_call" ? `Tool call: ${step.name}` : "Tool result", step.content));
@@ -261,10 +316,11 @@ function renderTurn(view) {
     body.textContent = view.text;
   }
   article.append(body);
+  if (view.deliveries && view.deliveries.length) article.append(deliveryLine(view));
   const tools = document.createElement("div");
   tools.className = "tools";
   if (view.siblings.length > 1) tools.append(siblingNav(view));
-  if (view.role === "user" && state.editing !== view.id) {
+  if (view.role === "user" && !from && state.editing !== view.id) {
     tools.append(button("Edit message", "Edit", () => { state.editing = view.id; render(); }));
   }
   if (view.role === "assistant") {
@@ -369,7 +425,7 @@ async function edit(view, text, answer) {
   state.error = null;
   state.stopped = false;
   const sent = await attempt(() => api("POST", `/api/threads/${state.threadId}/messages`, {
-    text, parent_id: view.parent_id, client_id: clientId(), answer,
+    text, parent_id: view.parent_id, edit_of: view.id, client_id: clientId(), answer,
   }));
   if (sent) { state.editing = null; reloadTree(); }
 }
