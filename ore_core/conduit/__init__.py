@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         classify,
         degrade,
         split_message,
+        turn_text,
     )
     from ore_core.errors import ApiError, BusError, PermissionDenied
 
@@ -60,6 +61,7 @@ _EXPORTS: dict[str, str] = {
     "classify": "ore_core.conduit.relay",
     "degrade": "ore_core.conduit.relay",
     "split_message": "ore_core.conduit.relay",
+    "turn_text": "ore_core.conduit.relay",
     "metrics": "ore_core.conduit.counters",
     "ApiError": "ore_core.errors",
     "BusError": "ore_core.errors",
@@ -94,6 +96,7 @@ __all__ = [
     "classify",
     "degrade",
     "split_message",
+    "turn_text",
     "metrics",
     "subscriptions_registered",
 ]

@@ -28,7 +28,6 @@ accepting a message and the record of it sends that part again after a restart.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import hashlib
 from collections import OrderedDict
@@ -40,7 +39,9 @@ import structlog
 
 from ore_conduit_telegram.api import BotApi, TelegramError
 from ore_conduit_telegram.config import TelegramConfig
+from ore_conduit_telegram.copies import Copies
 from ore_conduit_telegram.ids import Conversation
+from ore_conduit_telegram.shield import uninterrupted
 from ore_conduit_telegram.state import State
 from ore_conduit_telegram.text import split_text, to_html
 from ore_core import (
@@ -53,16 +54,20 @@ from ore_core import (
     OreError,
     OutputEvent,
     PermissionDenied,
+    PropertiesEvent,
     Text,
     TextDelta,
 )
-from ore_core.conduit import ConduitClient, Delivery, Hold
+from ore_core.conduit import ConduitClient, Delivery, Hold, SettingsCache, classify
 
 __all__ = ["OUTPUT_KINDS", "Notes", "Outbound", "ThreadRenderer"]
 
 log = structlog.get_logger("ore.conduit.telegram")
 
-OUTPUT_KINDS = frozenset({"text_delta", "text", "turn_complete", "lifecycle", "error", "notice"})
+OUTPUT_KINDS = frozenset(
+    {"text_delta", "text", "turn_complete", "lifecycle", "error", "notice"}
+    | {"properties", "turn_deleted", "delivery"}  # bridging: settings, deletes, statuses
+)
 """The output kinds the conduit renders."""
 
 _TYPING_EVERY = 4.5  # seconds: Telegram shows a chat action for about 5
@@ -70,7 +75,6 @@ _TYPING_AT_MOST = 600.0  # seconds of "typing" for one answer (its end may never
 _IDLE = 30.0  # seconds a renderer with nothing to do waits before it ends
 _FINISHED = 4096  # answers remembered as finished, so repeats of their events are skipped
 _RETRY_MAX = 5.0
-_STOP_GRACE = 3.0  # seconds a polite stop waits for a message being sent to be recorded
 _R = TypeVar("_R")
 _UNKNOWN = "\x00"  # what a message of an earlier run shows: never equal to a text
 
@@ -158,6 +162,8 @@ class ThreadRenderer:
         self.place: Conversation | None = None
         self.answers: dict[str, _Answer] = {}
         self.last_sequence = 0
+        self.settings = SettingsCache()  # a linked thread's label and answer settings
+        self.copies = Copies(self)
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -200,16 +206,19 @@ class ThreadRenderer:
             log.exception("telegram rendering failed", thread_id=self.thread_id)
 
     async def _place(self) -> Conversation | None:
-        """The Telegram conversation of the ore thread (None: not Telegram's)."""
+        """The Telegram conversation of the ore thread (None: not Telegram's): in its
+        metadata, or, for a thread linked here from another conduit, in the state."""
         try:
-            info = await self._while_away(lambda: self.out.client.get_thread(self.thread_id))
+            info = await self.while_away(lambda: self.out.client.get_thread(self.thread_id))
         except ApiError as exc:
             if exc.status == 404:
                 return None
             raise
-        return Conversation.from_metadata(info.metadata)
+        self.settings.load(self.thread_id, info.metadata)
+        place = Conversation.from_metadata(info.metadata)
+        return place or await self.out.state.place(self.thread_id)
 
-    async def _while_away(self, call: Callable[[], Awaitable[_R]]) -> _R:
+    async def while_away(self, call: Callable[[], Awaitable[_R]]) -> _R:
         """`call()`, tried again while the core is away."""
         pause = 0.1
         while True:
@@ -229,10 +238,27 @@ class ThreadRenderer:
 
     async def _handle(self, delivery: Delivery) -> None:
         try:
-            await self._handle_event(delivery.event, delivery.sequence)
+            event = delivery.event
+            if self.place is None and delivery.kind != "properties":
+                # A linked thread that no message here had reached when this began.
+                self.place = await self.out.state.place(self.thread_id)
+            if isinstance(event, PropertiesEvent):
+                self.settings.update(self.thread_id, event)
+            elif event.context.provenance in (self.out.name, "", "app"):
+                await self._handle_event(event, delivery.sequence)
+            else:
+                await self._relay(delivery)  # another endpoint's, on a linked thread
         finally:
             if delivery.sequence is not None:
                 self.last_sequence = max(self.last_sequence, delivery.sequence)
+
+    async def _relay(self, delivery: Delivery) -> None:
+        """Another endpoint's event: its message as a labelled copy, its answer (final
+        text only) when the gateway answers everywhere (`Copies`, `classify`)."""
+        if self.place is None:
+            return  # a linked thread that no message here has reached yet
+        relayed = classify(delivery, self.out.name, self.settings.get(self.thread_id))
+        await self.copies.show(relayed, delivery)
 
     async def _handle_event(self, event: OutputEvent, sequence: int | None) -> None:
         if self.place is None or event.context.provenance != self.out.name:
@@ -343,7 +369,8 @@ class ThreadRenderer:
 
     # -- Telegram ---------------------------------------------------------------------
 
-    def _where(self) -> dict[str, Any]:
+    def where(self) -> dict[str, Any]:
+        """Where the thread's messages go: its chat, and its topic if it has one."""
         assert self.place is not None
         where: dict[str, Any] = {"chat_id": self.place.chat}
         if self.place.topic:  # the General topic and plain chats: no thread id
@@ -357,7 +384,7 @@ class ThreadRenderer:
         if self.api.limits.paused_for(self.place.chat, "sendChatAction") > 0:
             return
         try:
-            await self.api.call("sendChatAction", patient=False, action="typing", **self._where())
+            await self.api.call("sendChatAction", patient=False, action="typing", **self.where())
         except TelegramError as exc:
             log.info("chat action refused", thread_id=self.thread_id, error=exc.description)
 
@@ -375,7 +402,7 @@ class ThreadRenderer:
                     patient=False,
                     draft_id=_draft_id(answer.trace),
                     text=parts[-1],
-                    **self._where(),
+                    **self.where(),
                 )
                 answer.shown = answer.raw
                 return
@@ -383,9 +410,9 @@ class ThreadRenderer:
             if not self.api.limits.has_room(self.place.chat):
                 return  # intermediate text waits: the final text must not
             if not answer.messages:
-                await _uninterrupted(self._post_part(answer, 0, preview, html=False))
+                await uninterrupted(self._post_part(answer, 0, preview, html=False))
             elif preview != answer.shown:
-                await self._edit(answer.messages[0], preview, html=False, patient=False)
+                await self.edit(answer.messages[0], preview, html=False, patient=False)
             answer.shown = preview if len(parts) > 1 else answer.raw
         except TelegramError as exc:
             if exc.code == 429:
@@ -409,7 +436,7 @@ class ThreadRenderer:
     async def _post(self, answer: _Answer, text: str, *, html: bool, first: bool = True) -> int:
         """Send one message (the answer's first replies to the user's); its id. HTML
         that Telegram refuses goes again as plain text; a topic that is gone, to the chat."""
-        where = self._where()
+        where = self.where()
         if first:
             asked = await self.out.state.asked(answer.trace)
             if asked:
@@ -442,7 +469,7 @@ class ThreadRenderer:
                 else:
                     raise
 
-    async def _edit(self, message: int, text: str, *, html: bool, patient: bool = True) -> bool:
+    async def edit(self, message: int, text: str, *, html: bool, patient: bool = True) -> bool:
         """Make `message` show `text`; False if it is gone (deleted by someone)."""
         assert self.place is not None
         while True:
@@ -486,38 +513,26 @@ class ThreadRenderer:
             parts = split_text(text, self.config.message_chars)
             answer.running = False
             for index, part in enumerate(parts):
-                if index < len(answer.messages) and await self._edit(
+                if index < len(answer.messages) and await self.edit(
                     answer.messages[index], part, html=True
                 ):
                     continue
-                await _uninterrupted(self._post_part(answer, index, part, html=True))
+                await uninterrupted(self._post_part(answer, index, part, html=True))
             for extra in answer.messages[len(parts) :]:
-                await self._delete(extra)
+                await self.delete(extra)
             answer.messages = answer.messages[: len(parts)]
             await self._save(answer, final=True)
             self.out.mark_finished(answer.trace)
         finally:
             self.answers.pop(answer.trace, None)
 
-    async def _delete(self, message: int) -> None:
+    async def delete(self, message: int) -> None:
+        """Delete one of the bot's messages (one already gone is logged)."""
         assert self.place is not None
         try:
             await self.api.call("deleteMessage", chat_id=self.place.chat, message_id=message)
         except TelegramError as exc:
-            log.info("surplus message not deleted", message=message, error=exc.description)
-
-
-async def _uninterrupted(step: Awaitable[None]) -> None:
-    """Run `step` to its end even if the renderer is cancelled meanwhile (a polite stop):
-    a message Telegram accepted must be recorded, or a restart would send it again. The
-    stop waits `_STOP_GRACE` seconds at most (Telegram unreachable, say)."""
-    task = asyncio.ensure_future(step)
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await asyncio.wait_for(task, _STOP_GRACE)
-        raise
+            log.info("message not deleted", message=message, error=exc.description)
 
 
 class Notes:
@@ -543,7 +558,7 @@ class Notes:
                         "message_id": reply_to,
                         "allow_sending_without_reply": True,
                     }
-                await _uninterrupted(self._send(note_id, message))
+                await uninterrupted(self._send(note_id, message))
 
     async def _send(self, note_id: str, message: dict[str, Any]) -> None:
         try:
