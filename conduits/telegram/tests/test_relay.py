@@ -225,6 +225,18 @@ async def test_a_copy_reported_before_a_restart_is_not_posted_again(tg: Harness)
         await tg.shows(CHAT, ["cy (stdin): once", "cy (stdin): twice?"])
 
 
+async def test_an_edit_and_a_delete_after_a_restart_still_find_their_copies(tg: Harness) -> None:
+    async with linked_chat(tg) as terminal:
+        await terminal.says("first", id="s-1")
+        await terminal.says("second", id="s-2")
+        await tg.shows(CHAT, ["cy (stdin): first", "cy (stdin): second"])
+        await tg.stop()
+        await tg.start()
+        await terminal.says("1st", id="s-1-edit", edit_of=await terminal.turn_of("first"))
+        await terminal.client.delete(THREAD, await terminal.turn_of("second"), id="s-2-del")
+        await tg.shows(CHAT, ["cy (stdin): 1st"])
+
+
 async def test_with_answer_all_the_terminal_s_answers_show_in_the_chat(tg: Harness) -> None:
     async with linked_chat(tg, answer="all") as terminal:
         await tg.until(lambda: "echo: hello" in tg.fake.bot_texts(CHAT))
