@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
     from ore_core.conduit.counters import metrics
     from ore_core.conduit.feed import DURABLE_NAME, Delivery, DurableName, EventFeed, Hold
+    from ore_core.conduit.lanes import Lane, ThreadLanes
     from ore_core.conduit.relay import (
         Relayed,
         SettingsCache,
@@ -55,6 +56,8 @@ _EXPORTS: dict[str, str] = {
     "Delivery": "ore_core.conduit.feed",
     "EventFeed": "ore_core.conduit.feed",
     "Hold": "ore_core.conduit.feed",
+    "Lane": "ore_core.conduit.lanes",
+    "ThreadLanes": "ore_core.conduit.lanes",
     "Relayed": "ore_core.conduit.relay",
     "SettingsCache": "ore_core.conduit.relay",
     "ThreadSettings": "ore_core.conduit.relay",
@@ -83,6 +86,7 @@ __all__ = [
     "Delivery",
     "EventFeed",
     "Hold",
+    "Lane",
     "Markup",
     "NatsCredentials",
     "OwnSubjects",
@@ -90,6 +94,7 @@ __all__ = [
     "Relayed",
     "SettingsCache",
     "ThreadInfo",
+    "ThreadLanes",
     "ThreadSettings",
     "ThreadPage",
     "TlsFiles",

@@ -51,14 +51,13 @@ from ore_core import (
     ErrorEvent,
     LifecycleEvent,
     NoticeEvent,
-    OreError,
     OutputEvent,
     PermissionDenied,
     PropertiesEvent,
     Text,
     TextDelta,
 )
-from ore_core.conduit import ConduitClient, Delivery, Hold, SettingsCache, classify
+from ore_core.conduit import ConduitClient, Delivery, SettingsCache, ThreadLanes, classify
 
 __all__ = ["OUTPUT_KINDS", "Notes", "Outbound", "ThreadRenderer"]
 
@@ -72,7 +71,7 @@ OUTPUT_KINDS = frozenset(
 
 _TYPING_EVERY = 4.5  # seconds: Telegram shows a chat action for about 5
 _TYPING_AT_MOST = 600.0  # seconds of "typing" for one answer (its end may never come)
-_IDLE = 30.0  # seconds a renderer with nothing to do waits before it ends
+_LANES = "telegram-render"
 _FINISHED = 4096  # answers remembered as finished, so repeats of their events are skipped
 _RETRY_MAX = 5.0
 _R = TypeVar("_R")
@@ -117,15 +116,12 @@ class Outbound:
         api: BotApi,
         config: TelegramConfig,
         state: State,
-        tasks: asyncio.TaskGroup,
     ) -> None:
         self.name = name
         self.client = client
         self.api = api
         self.config = config
         self.state = state
-        self.tasks = tasks
-        self.renderers: dict[str, ThreadRenderer] = {}
         self.finished: OrderedDict[str, None] = OrderedDict()  # traces
 
     def mark_finished(self, trace: str) -> None:
@@ -135,75 +131,36 @@ class Outbound:
 
     async def serve(self, ready: asyncio.Event) -> None:
         """Open the durable feed (waiting for the core if it is away), set `ready`, and
-        hand every delivery to its thread's renderer, held until rendered."""
+        render every delivery in its thread's lane (`ThreadLanes`), held until rendered."""
         async with self.client.events(kinds=OUTPUT_KINDS, durable=self.config.durable) as feed:
             ready.set()
-            async for delivery in feed:
-                renderer = self.renderers.get(delivery.thread_id)
-                if renderer is None or renderer.ended:
-                    renderer = ThreadRenderer(self, delivery.thread_id)
-                    self.renderers[delivery.thread_id] = renderer
-                    self.tasks.create_task(
-                        renderer.run(), name=f"telegram-render-{delivery.thread_id}"
-                    )
-                renderer.queue.put_nowait((delivery, feed.hold(delivery)))
+            lanes = ThreadLanes(lambda thread_id: ThreadRenderer(self, thread_id), name=_LANES)
+            await lanes.run(feed)
 
 
 class ThreadRenderer:
-    """Renders one ore thread's events into its Telegram chat, in order."""
+    """Renders one ore thread's events into its Telegram chat, in order (its `Lane`)."""
 
     def __init__(self, outbound: Outbound, thread_id: str) -> None:
         self.out = outbound
         self.api = outbound.api
         self.config = outbound.config
         self.thread_id = thread_id
-        self.queue: asyncio.Queue[tuple[Delivery, Hold]] = asyncio.Queue()
-        self.ended = False
         self.place: Conversation | None = None
         self.answers: dict[str, _Answer] = {}
         self.last_sequence = 0
         self.settings = SettingsCache()  # a linked thread's label and answer settings
         self.copies = Copies(self)
 
-    # -- the loop ---------------------------------------------------------------------
+    # -- the lane ---------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Handle events until idle for a while; failures are logged, never raised."""
-        try:
-            self.place = await self._place()
-            while True:
-                item = await self._next()
-                if item is None:
-                    if self.queue.empty() and not self.answers:
-                        return
-                    continue
-                delivery, hold = item
-                await self._safely(self._handle, delivery)
-                hold.release()
-                if self.queue.empty():
-                    await self._safely(self._tick)
-        finally:
-            self.ended = True
+    async def open(self) -> None:
+        """Find the thread's chat before its first event."""
+        self.place = await self._place()
 
-    async def _next(self) -> tuple[Delivery, Hold] | None:
-        """The next delivery; None when a flush or a chat action is due (done here)."""
-        if not self.queue.empty():
-            return self.queue.get_nowait()
-        due = self._due()
-        try:
-            return await asyncio.wait_for(self.queue.get(), _IDLE if due is None else max(due, 0))
-        except TimeoutError:
-            if due is not None:
-                await self._safely(self._tick)
-            return None
-
-    async def _safely(self, step: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        try:
-            await step(*args)
-        except OreError as exc:
-            log.error("telegram rendering failed", thread_id=self.thread_id, error=str(exc))
-        except Exception:  # a bug rendering one event must not stop the other threads
-            log.exception("telegram rendering failed", thread_id=self.thread_id)
+    def busy(self) -> bool:
+        """An answer is being written: the lane stays while it waits for its end."""
+        return bool(self.answers)
 
     async def _place(self) -> Conversation | None:
         """The Telegram conversation of the ore thread (None: not Telegram's): in its
@@ -236,7 +193,8 @@ class ThreadRenderer:
 
     # -- events -----------------------------------------------------------------------
 
-    async def _handle(self, delivery: Delivery) -> None:
+    async def handle(self, delivery: Delivery) -> None:
+        """Render one event of the thread."""
         try:
             event = delivery.event
             if self.place is None and delivery.kind != "properties":
@@ -338,7 +296,7 @@ class ThreadRenderer:
 
     # -- timing -----------------------------------------------------------------------
 
-    def _due(self) -> float | None:
+    def due(self) -> float | None:
         """Seconds until a flush or a chat action is due (None: nothing to do)."""
         now = self.api.limits.now()
         due: float | None = None
@@ -355,7 +313,8 @@ class ThreadRenderer:
     def _typing_due(self, answer: _Answer, now: float) -> bool:
         return answer.running and now - answer.typing_since < _TYPING_AT_MOST
 
-    async def _tick(self) -> None:
+    async def tick(self) -> None:
+        """Renew "typing" and show more of streamed answers, where due."""
         now = self.api.limits.now()
         for answer in list(self.answers.values()):
             if self._typing_due(answer, now) and now - answer.typing_at >= _TYPING_EVERY:
