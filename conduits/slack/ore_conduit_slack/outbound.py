@@ -64,6 +64,7 @@ from ore_core.conduit import (
     SettingsCache,
     ThreadLanes,
     classify,
+    metrics,
 )
 
 __all__ = ["OUTPUT_KINDS", "Clock", "Outbound", "ThreadRenderer"]
@@ -342,6 +343,7 @@ class ThreadRenderer:
                 metadata={"event_type": RELAY_EVENT, "event_payload": {"turn": relayed.turn_id}},
             )
         except (SlackError, Ambiguous) as exc:
+            metrics.delivery_failed(self.out.name)
             await self.out.client.report_delivery(
                 self.thread_id,
                 sequence=sequence,
@@ -350,6 +352,7 @@ class ThreadRenderer:
                 detail=str(exc),
             )
             return
+        metrics.delivered(self.out.name)
         await self._report(relayed, sequence, [str(reply["ts"])])
 
     async def _copies_in_slack(self) -> dict[str, str]:
@@ -659,7 +662,12 @@ class ThreadRenderer:
             if text:
                 if answer.messages and not self._consistent(answer, text):
                     self._rewrite(answer)
-                await self._show(answer, text, final=True)
+                try:
+                    await self._show(answer, text, final=True)
+                except (SlackError, Ambiguous):
+                    metrics.delivery_failed(self.out.name)  # given up: logged by the lane
+                    raise
+                metrics.delivered(self.out.name)
                 # Written: from now on deleting its message interrupts nothing.
                 self.out.active.pop(answer.trace, None)
                 self.out.mark_finished(answer.trace)

@@ -57,7 +57,14 @@ from ore_core import (
     Text,
     TextDelta,
 )
-from ore_core.conduit import ConduitClient, Delivery, SettingsCache, ThreadLanes, classify
+from ore_core.conduit import (
+    ConduitClient,
+    Delivery,
+    SettingsCache,
+    ThreadLanes,
+    classify,
+    metrics,
+)
 
 __all__ = ["OUTPUT_KINDS", "Notes", "Outbound", "ThreadRenderer"]
 
@@ -72,6 +79,7 @@ OUTPUT_KINDS = frozenset(
 _TYPING_EVERY = 4.5  # seconds: Telegram shows a chat action for about 5
 _TYPING_AT_MOST = 600.0  # seconds of "typing" for one answer (its end may never come)
 _LANES = "telegram-render"
+_CONDUIT = "telegram"  # the metrics label of replies sent without a renderer
 _FINISHED = 4096  # answers remembered as finished, so repeats of their events are skipped
 _RETRY_MAX = 5.0
 _R = TypeVar("_R")
@@ -471,19 +479,29 @@ class ThreadRenderer:
                 text = f"{text}\n\n{marker}" if text else marker
             parts = split_text(text, self.config.message_chars)
             answer.running = False
-            for index, part in enumerate(parts):
-                if index < len(answer.messages) and await self.edit(
-                    answer.messages[index], part, html=True
-                ):
-                    continue
-                await uninterrupted(self._post_part(answer, index, part, html=True))
-            for extra in answer.messages[len(parts) :]:
-                await self.delete(extra)
-            answer.messages = answer.messages[: len(parts)]
+            try:
+                await self._show_final(answer, parts)
+            except TelegramError:
+                metrics.delivery_failed(self.out.name)  # refused for good: logged by the lane
+                raise
+            metrics.delivered(self.out.name)
             await self._save(answer, final=True)
             self.out.mark_finished(answer.trace)
         finally:
             self.answers.pop(answer.trace, None)
+
+    async def _show_final(self, answer: _Answer, parts: list[str]) -> None:
+        """Make the answer's messages show `parts` (editing those it has, posting the
+        rest, deleting what it no longer needs)."""
+        for index, part in enumerate(parts):
+            if index < len(answer.messages) and await self.edit(
+                answer.messages[index], part, html=True
+            ):
+                continue
+            await uninterrupted(self._post_part(answer, index, part, html=True))
+        for extra in answer.messages[len(parts) :]:
+            await self.delete(extra)
+        answer.messages = answer.messages[: len(parts)]
 
     async def delete(self, message: int) -> None:
         """Delete one of the bot's messages (one already gone is logged)."""
@@ -522,6 +540,8 @@ class Notes:
     async def _send(self, note_id: str, message: dict[str, Any]) -> None:
         try:
             await self.api.call("sendMessage", **message)
+            metrics.delivered(_CONDUIT)
         except TelegramError as exc:
             log.warning("local reply refused", chat=message["chat_id"], error=exc.description)
+            metrics.delivery_failed(_CONDUIT)
         await self.state.note_sent(note_id)

@@ -1,0 +1,73 @@
+"""`/metrics` of a real `ore conduit telegram --health-port`: answers and relayed copies
+delivered, and copies Telegram refused, are counted (issue 33)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ore_conduit_telegram.testing import FakeTelegram
+from ore_core import Manager
+from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.service import CoreService
+from ore_core.bus.streams import BusConfig
+from ore_core.conduit import ConduitClient
+from ore_core.session.echo import EchoProcessor
+from ore_core.session.stores.memory import MemoryStore
+from ore_core.testing.conduit_process import ConduitProcess, free_port
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
+
+CHAT = 5151
+LINKED = 5252
+THREAD = "metrics-room"
+PATIENCE = 60.0
+DELIVERED = ("ore_conduit_messages_delivered_total", (("conduit", "telegram"),))
+FAILED = ("ore_conduit_delivery_failures_total", (("conduit", "telegram"),))
+
+
+async def test_metrics_count_what_reached_telegram_and_what_it_refused(
+    ore_nats_server: EmbeddedNatsServer, tmp_path: Path
+) -> None:
+    url = ore_nats_server.url
+    core = CoreService(
+        Manager(MemoryStore(), EchoProcessor()), servers=[url], config=BusConfig(partitions=2)
+    )
+    await core.start()
+    fake = await FakeTelegram().start()
+    settings = fake.conduit_settings(str(tmp_path / "state"), chat_per_second=50, poll_timeout=5)
+    env = {
+        "ORE_LOAD_PLUGINS": "ore-conduit-telegram",
+        "XDG_STATE_HOME": str(tmp_path / "xdg-state"),
+        "XDG_CONFIG_HOME": str(tmp_path / "xdg-config"),
+    }
+    conduit = ConduitProcess(
+        "telegram", url, tmp_path / "telegram.log", settings, env=env, health_port=free_port()
+    )
+    terminal = await ConduitClient.connect(url, name="stdin", request_timeout=10.0)
+    try:
+        conduit.start()
+        await fake.wait_until(lambda: fake.polls > 0, PATIENCE)
+        for n in range(3):  # three answers
+            await fake.user_says(CHAT, f"question {n}")
+        await fake.wait_until(lambda: len(fake.bot_texts(CHAT)) == 3, PATIENCE)
+
+        await terminal.create_thread(THREAD)
+        endpoint = {"namespace": "telegram", "key": "telegram.thread", "value": f"{LINKED}:0:0"}
+        link = {"thread": THREAD, "endpoint": endpoint, "answer": "none"}
+        await terminal.admin_call("links.add", link)
+        async with terminal.events(THREAD, kinds={"turn_complete"}) as feed:
+            await fake.user_says(LINKED, "here")  # the linked chat's first message
+            await anext(aiter(feed))  # recorded (no answer): the conduit knows the chat
+        fake.fail_next("sendMessage", status=403, description="Forbidden: bot was blocked")
+        await terminal.send(THREAD, "refused", id="s-1", user_name="cy")
+        await terminal.send(THREAD, "copied", id="s-2", user_name="cy")
+        await fake.wait_until(lambda: fake.bot_texts(LINKED) == ["cy (stdin): copied"], PATIENCE)
+        samples = await conduit.metrics_when(lambda s: s.get(DELIVERED) == 4)
+        assert samples[FAILED] == 1
+    finally:
+        await terminal.close()
+        await conduit.astop()
+        await fake.close()
+        await core.stop(grace=0)
