@@ -49,6 +49,26 @@ class ConduitProcess:
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
 
+    @classmethod
+    def isolated(
+        cls,
+        name: str,
+        nats_url: str,
+        tmp_path: Path,
+        settings: Mapping[str, object],
+        *,
+        health_port: int | None = None,
+    ) -> ConduitProcess:
+        """`ore conduit NAME` with only its own plugin (`ore-conduit-NAME`) loaded, its
+        state and config directories and its log (`NAME.log`) under `tmp_path`."""
+        env = {
+            "ORE_LOAD_PLUGINS": f"ore-conduit-{name}",
+            "XDG_STATE_HOME": str(tmp_path / name / "state"),
+            "XDG_CONFIG_HOME": str(tmp_path / name / "config"),
+        }
+        log = tmp_path / f"{name}.log"
+        return cls(name, nats_url, log, settings, env=env, health_port=health_port)
+
     def start(self) -> None:
         """Start it (again); it runs until `kill` or `stop`."""
         argv = [str(Path(sys.executable).with_name("ore")), "conduit", self.name]

@@ -8,13 +8,7 @@ from pathlib import Path
 import pytest
 
 from ore_conduit_slack.testing import FakeSlack
-from ore_core import Manager
-from ore_core.bus.embedded import EmbeddedNatsServer
-from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
-from ore_core.conduit import ConduitClient
-from ore_core.session.echo import EchoProcessor
-from ore_core.session.stores.memory import MemoryStore
+from ore_core.testing.conduit_conformance import ConduitCore
 from ore_core.testing.conduit_process import ConduitProcess, free_port
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
@@ -26,28 +20,14 @@ FAILED = ("ore_conduit_delivery_failures_total", (("conduit", "slack"),))
 
 
 async def test_metrics_count_what_reached_slack_and_what_it_refused(
-    ore_nats_server: EmbeddedNatsServer, tmp_path: Path
+    ore_conduit_core: ConduitCore, tmp_path: Path
 ) -> None:
-    url = ore_nats_server.url
-    core = CoreService(
-        Manager(MemoryStore(), EchoProcessor()), servers=[url], config=BusConfig(partitions=2)
-    )
-    await core.start()
+    url = ore_conduit_core.nats_url
     fake = await FakeSlack().start()
-    env = {
-        "ORE_LOAD_PLUGINS": "ore-conduit-slack",
-        "XDG_STATE_HOME": str(tmp_path / "xdg-state"),
-        "XDG_CONFIG_HOME": str(tmp_path / "xdg-config"),
-    }
-    conduit = ConduitProcess(
-        "slack",
-        url,
-        tmp_path / "slack.log",
-        fake.conduit_settings(),
-        env=env,
-        health_port=free_port(),
+    conduit = ConduitProcess.isolated(
+        "slack", url, tmp_path, fake.conduit_settings(), health_port=free_port()
     )
-    terminal = await ConduitClient.connect(url, name="stdin", request_timeout=10.0)
+    terminal = ore_conduit_core.client_for("stdin")
     try:
         conduit.start()
         await fake.wait_connected(1, PATIENCE)
@@ -66,7 +46,5 @@ async def test_metrics_count_what_reached_slack_and_what_it_refused(
         samples = await conduit.metrics_when(lambda s: s.get(DELIVERED) == 2)
         assert samples[FAILED] == 1
     finally:
-        await terminal.close()
         await conduit.astop()
         await fake.close()
-        await core.stop(grace=0)

@@ -1,16 +1,18 @@
 """Telegram in a gateway with the terminal, counted per endpoint (issue 29 and 31).
 
 `ore conduit telegram` runs as a real process on the fake Bot API; the core is a real
-CoreService on the test's nats-server; the terminal is an SDK client of namespace
-`stdin`. A terminal thread is linked (`answer = none`: a pure human relay) to a private
-chat. Both endpoints send N messages at once; each must show every message of the other
-exactly once, in the order sent, labelled with the sender's name and conduit, and none
-of its own. Counted per endpoint: sent, delivered, lost, doubled, echoed, mislabelled,
-out of order. With `kill_telegram` the conduit is killed (kill -9) while it posts
-copies, the terminal goes on sending, and it catches up when started again: the delivery
-map and its state keep it from posting a copy twice. Each side ends with a marker
-message: the copies before it (doubles included) have been shown once it shows.
-Printed with -s.
+CoreService on the test's nats-server (the kit's `ore_conduit_core`); the terminal is an
+SDK client of namespace `stdin`. A terminal thread is linked (`answer = none`: a pure
+human relay) to a private chat. Both endpoints send N messages at once; each must show
+every message of the other exactly once, in the order sent, labelled with the sender's
+name and conduit, and none of its own. Counted per endpoint: sent, delivered, lost,
+doubled, echoed, mislabelled, out of order. With `kill_telegram` the conduit is killed
+(kill -9) while it posts copies, the terminal goes on sending, and it catches up when
+started again: the delivery map and its state keep it from posting a copy twice, except
+the one copy whose `sendMessage` was in flight at the kill (Telegram accepted it, the
+conduit never read the answer): Telegram cannot be asked, so that one may show twice,
+right after itself; nothing else may. Each side ends with a marker message: the copies
+before it (doubles included) have been shown once it shows. Printed with -s.
 """
 
 from __future__ import annotations
@@ -26,13 +28,8 @@ from pathlib import Path
 import pytest
 
 from ore_conduit_telegram.testing import FakeTelegram
-from ore_core import Manager
-from ore_core.bus.embedded import EmbeddedNatsServer
-from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
-from ore_core.conduit import ConduitClient, SettingsCache, classify
-from ore_core.session.echo import EchoProcessor
-from ore_core.session.stores.memory import MemoryStore
+from ore_core.conduit import SettingsCache, classify
+from ore_core.testing.conduit_conformance import ConduitCore
 from ore_core.testing.conduit_process import ConduitProcess
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
@@ -49,7 +46,7 @@ def counts(lines: list[str], endpoint: str, other: str) -> dict[str, int]:
     parsed = [m for m in map(_SHOWN.match, lines) if m is not None]
     expected = {f"{other} {n}" for n in range(N)}
     seen = Counter(f"{m['origin']} {m['n']}" for m in parsed if m["origin"] == other)
-    numbers = [int(m["n"]) for m in parsed if m["origin"] == other]
+    numbers = list(dict.fromkeys(int(m["n"]) for m in parsed if m["origin"] == other))
     return {
         "sent": N,
         "delivered": len(set(seen) & expected),
@@ -63,27 +60,15 @@ def counts(lines: list[str], endpoint: str, other: str) -> dict[str, int]:
 
 @pytest.mark.parametrize("fault", ["none", "kill_telegram"])
 async def test_telegram_and_the_terminal_each_show_the_other_once_in_order_and_never_their_own(
-    ore_nats_server: EmbeddedNatsServer, tmp_path: Path, fault: str
+    ore_conduit_core: ConduitCore, tmp_path: Path, fault: str
 ) -> None:
-    url = ore_nats_server.url
-    core = CoreService(
-        Manager(MemoryStore(), EchoProcessor()),
-        servers=[url],
-        config=BusConfig(partitions=2),
-        reconnect_wait=0.05,
-    )
-    await core.start()
+    url = ore_conduit_core.nats_url
     fake = await FakeTelegram().start()
     settings = fake.conduit_settings(
         str(tmp_path / "telegram-state"), chat_per_second=50, poll_timeout=5
     )
-    env = {
-        "ORE_LOAD_PLUGINS": "ore-conduit-telegram",
-        "XDG_STATE_HOME": str(tmp_path / "xdg-state"),
-        "XDG_CONFIG_HOME": str(tmp_path / "xdg-config"),
-    }
-    conduit = ConduitProcess("telegram", url, tmp_path / "telegram.log", settings, env=env)
-    terminal = await ConduitClient.connect(url, name="stdin", request_timeout=10.0)
+    conduit = ConduitProcess.isolated("telegram", url, tmp_path, settings)
+    terminal = ore_conduit_core.client_for("stdin")
     shown: list[str] = []  # what the terminal showed of relayed messages
     changed = asyncio.Condition()
 
@@ -143,21 +128,26 @@ async def test_telegram_and_the_terminal_each_show_the_other_once_in_order_and_n
             "stdin": counts(shown, "stdin", "telegram"),
         }
         print(json.dumps({"fault": fault, "copies_at_kill": copies_at_kill, **tallies}, indent=1))
-        for endpoint_name, tally in tallies.items():
-            assert tally == {
-                "sent": N,
-                "delivered": N,
-                "lost": 0,
-                "doubled": 0,
-                "echoed": 0,
-                "mislabelled": 0,
-                "out_of_order": 0,
-            }, (endpoint_name, fake.bot_texts(CHAT), shown)
+        perfect = {
+            "sent": N,
+            "delivered": N,
+            "lost": 0,
+            "doubled": 0,
+            "echoed": 0,
+            "mislabelled": 0,
+            "out_of_order": 0,
+        }
+        assert tallies["stdin"] == perfect, shown
+        chat = fake.bot_texts(CHAT)
+        if fault == "kill_telegram" and tallies["telegram"]["doubled"] == 1:
+            # The one double Telegram leaves possible: the copy whose sendMessage was in
+            # flight at the kill (accepted, its answer never read), sent again at once.
+            assert any(a == b for a, b in itertools.pairwise(chat)), chat
+            tallies["telegram"]["doubled"] = 0
+        assert tallies["telegram"] == perfect, chat
     finally:
         if reader is not None:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
-        await terminal.close()
         await conduit.astop()
         await fake.close()
-        await core.stop(grace=0)
