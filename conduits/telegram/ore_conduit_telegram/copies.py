@@ -14,9 +14,10 @@ reported `failed` (the origin endpoint shows it) and the next copy goes on.
 Telegram cannot be asked what a chat shows. A copy already reported is never posted
 again; the parts of one not reported yet are recorded in the conduit's state as each is
 sent, so a restarted conduit sends only the parts it has no record of. A double remains
-possible where the conduit cannot know: killed between Telegram accepting a part and
-the state recording it (microseconds), or a send whose answer was lost (a dropped
-connection, a 5xx) that Telegram had carried out, which `BotApi` sends again.
+possible where the conduit cannot know: killed while a part's `sendMessage` is in flight
+(Telegram accepted it; its answer was not read or not recorded yet), or a send whose
+answer was lost (a dropped connection, a 5xx) that Telegram had carried out, which
+`BotApi` sends again.
 """
 
 from __future__ import annotations
