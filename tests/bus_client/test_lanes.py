@@ -236,3 +236,15 @@ async def test_a_busy_lane_stays_open_while_idle() -> None:
 def test_max_pending_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="max_pending must be at least 1"):
         ThreadLanes(lambda thread: RecordingLane(Recorder(), thread), max_pending=0)
+
+
+async def test_a_lane_that_cannot_open_ends_the_run_with_its_error() -> None:
+    class Unopenable(RecordingLane):
+        async def open(self) -> None:
+            raise RuntimeError("no such platform thread")
+
+    feed = HandFeed()
+    feed.put("a", 1)
+    lanes = ThreadLanes(lambda thread: Unopenable(Recorder(), thread), name="test")
+    with pytest.RaisesGroup(pytest.RaisesExc(RuntimeError, match="no such platform thread")):
+        await lanes.run(feed)
