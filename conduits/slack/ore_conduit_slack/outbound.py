@@ -211,14 +211,6 @@ class ThreadRenderer:
         if self.slack is not None:
             self._recovery = Recovery(self.out, self.thread_id, self.slack, self.answers)
 
-    def due(self) -> float | None:
-        """Seconds until an answer's pending text must be flushed."""
-        return self._flush_due()
-
-    async def tick(self) -> None:
-        """Flush the pending text of answers being streamed."""
-        await self._flush_all()
-
     def busy(self) -> bool:
         """An answer is being written: the lane stays while it waits for its end."""
         return bool(self.answers)
@@ -423,7 +415,7 @@ class ThreadRenderer:
 
     # -- streaming -----------------------------------------------------------------
 
-    def _flush_due(self) -> float | None:
+    def due(self) -> float | None:
         """Seconds until an answer with pending text must be flushed (None: none pending)."""
         due: float | None = None
         now = self.api.now()
@@ -440,7 +432,8 @@ class ThreadRenderer:
         prefix = 0 if fence is None else len(f"```{fence}\n")
         return len(neutralise(answer.raw)) - (shown - prefix)
 
-    async def _flush_all(self) -> None:
+    async def tick(self) -> None:
+        """Flush the pending text of answers being streamed, where due."""
         now = self.api.now()
         for answer in list(self.answers.values()):
             if answer.resumed:
