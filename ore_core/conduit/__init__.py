@@ -14,6 +14,7 @@ from ore_core import _lazy_exports
 
 if TYPE_CHECKING:
     from ore_core._nats.connection import NatsCredentials, TlsFiles, subscriptions_registered
+    from ore_core.conduit.answers import AnswerRecord
     from ore_core.conduit.base import (
         Conduit,
         ConduitConfig,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from ore_core.errors import ApiError, BusError, PermissionDenied
 
 _EXPORTS: dict[str, str] = {
+    "AnswerRecord": "ore_core.conduit.answers",
     "Conduit": "ore_core.conduit.base",
     "ConduitConfig": "ore_core.conduit.base",
     "ConduitConfigError": "ore_core.conduit.base",
@@ -73,6 +75,7 @@ _EXPORTS: dict[str, str] = {
 """Public name -> the module that defines it, imported on first access."""
 
 __all__ = [
+    "AnswerRecord",
     "DURABLE_NAME",
     "DurableName",
     "StateDir",

@@ -58,6 +58,7 @@ from ore_core import (
     TextDelta,
 )
 from ore_core.conduit import (
+    AnswerRecord,
     ConduitClient,
     Delivery,
     SettingsCache,
@@ -277,29 +278,23 @@ class ThreadRenderer:
     async def _recover(self, answer: _Answer, sequence: int | None) -> bool:
         """Adopt what an earlier run recorded for this answer; False: it was shown."""
         record = await self.out.state.record(self.thread_id)
-        upto = int(record.get("upto") or 0)
-        if record.get("trace") != answer.trace:
-            if sequence is not None and sequence <= upto:
-                self.out.mark_finished(answer.trace)  # an older answer, shown before
-                return False
-            answer.after = max(answer.after, upto)
-            return True
-        if record.get("final"):
+        verdict = record.judge(answer.trace, sequence)
+        if verdict == "shown":
             self.out.mark_finished(answer.trace)
             return False
-        answer.after = upto
-        answer.messages = [int(m) for m in record.get("messages") or []]
+        if verdict == "new":
+            answer.after = max(answer.after, record.upto)
+            return True
+        answer.after = record.upto
+        answer.messages = [int(m) for m in record.messages]
         answer.shown = _UNKNOWN  # unknown: rewritten when the answer is done
         answer.drafts = answer.drafts and not answer.messages
         return True
 
     async def _save(self, answer: _Answer, *, final: bool = False) -> None:
-        record = {
-            "trace": answer.trace,
-            "messages": answer.messages,
-            "final": final,
-            "upto": (answer.sequence or answer.after) if final else answer.after,
-        }
+        record = AnswerRecord.of(
+            answer.trace, answer.messages, final=final, sequence=answer.sequence, after=answer.after
+        )
         await self.out.state.save_record(self.thread_id, record)
 
     # -- timing -----------------------------------------------------------------------

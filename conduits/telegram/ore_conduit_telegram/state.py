@@ -23,7 +23,6 @@ its own so the event loop never waits for a disk.
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +31,7 @@ from typing import Any, TypeVar
 
 from ore_conduit_telegram.ids import Conversation
 from ore_core import OreError
+from ore_core.conduit import AnswerRecord
 
 __all__ = ["Note", "State", "StateError"]
 
@@ -136,21 +136,17 @@ class State:
 
     # -- answers --------------------------------------------------------------------
 
-    async def record(self, thread: str) -> dict[str, Any]:
-        """The record of the answer last rendered in an ore thread ({}: none)."""
+    async def record(self, thread: str) -> AnswerRecord:
+        """The record of the answer last rendered in an ore thread (empty: none)."""
         row = await self._one("SELECT record FROM answers WHERE thread=?", thread)
-        try:
-            value = json.loads(row[0]) if row else {}
-        except ValueError:
-            value = {}
-        return value if isinstance(value, dict) else {}
+        return AnswerRecord.loads(row[0] if row else None)
 
-    async def save_record(self, thread: str, record: dict[str, Any]) -> None:
+    async def save_record(self, thread: str, record: AnswerRecord) -> None:
         """Keep the record of the answer being rendered in an ore thread."""
         await self._write(
             "INSERT OR REPLACE INTO answers (thread, record) VALUES (?, ?)",
             thread,
-            json.dumps(record, separators=(",", ":")),
+            record.dumps(),
         )
 
     # -- local replies --------------------------------------------------------------
