@@ -14,6 +14,7 @@ from ore_core import _lazy_exports
 
 if TYPE_CHECKING:
     from ore_core._nats.connection import NatsCredentials, TlsFiles, subscriptions_registered
+    from ore_core.conduit.answers import AnswerRecord
     from ore_core.conduit.base import (
         Conduit,
         ConduitConfig,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
     from ore_core.conduit.counters import metrics
     from ore_core.conduit.feed import DURABLE_NAME, Delivery, DurableName, EventFeed, Hold
+    from ore_core.conduit.lanes import Lane, ThreadLanes
     from ore_core.conduit.relay import (
         Relayed,
         SettingsCache,
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from ore_core.errors import ApiError, BusError, PermissionDenied
 
 _EXPORTS: dict[str, str] = {
+    "AnswerRecord": "ore_core.conduit.answers",
     "Conduit": "ore_core.conduit.base",
     "ConduitConfig": "ore_core.conduit.base",
     "ConduitConfigError": "ore_core.conduit.base",
@@ -55,6 +58,8 @@ _EXPORTS: dict[str, str] = {
     "Delivery": "ore_core.conduit.feed",
     "EventFeed": "ore_core.conduit.feed",
     "Hold": "ore_core.conduit.feed",
+    "Lane": "ore_core.conduit.lanes",
+    "ThreadLanes": "ore_core.conduit.lanes",
     "Relayed": "ore_core.conduit.relay",
     "SettingsCache": "ore_core.conduit.relay",
     "ThreadSettings": "ore_core.conduit.relay",
@@ -70,6 +75,7 @@ _EXPORTS: dict[str, str] = {
 """Public name -> the module that defines it, imported on first access."""
 
 __all__ = [
+    "AnswerRecord",
     "DURABLE_NAME",
     "DurableName",
     "StateDir",
@@ -83,6 +89,7 @@ __all__ = [
     "Delivery",
     "EventFeed",
     "Hold",
+    "Lane",
     "Markup",
     "NatsCredentials",
     "OwnSubjects",
@@ -90,6 +97,7 @@ __all__ = [
     "Relayed",
     "SettingsCache",
     "ThreadInfo",
+    "ThreadLanes",
     "ThreadSettings",
     "ThreadPage",
     "TlsFiles",

@@ -2,7 +2,8 @@
 
 A conduit's promises (every message answered once, in order) must hold when its process
 dies at any moment: start it, kill it (`kill -9`), start it again, and count what the
-platform shows. Its output goes to `log` (appended across starts).
+platform shows. Its output goes to `log` (appended across starts). With `health_port`
+it serves `/metrics` there (`ore conduit --health-port`), which `metrics()` scrapes.
 """
 
 from __future__ import annotations
@@ -10,13 +11,29 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+import urllib.request
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ConduitProcess"]
+from prometheus_client.parser import text_string_to_metric_families
+
+__all__ = ["ConduitProcess", "Samples", "free_port"]
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+"""Every sample of a `/metrics` page: (name, sorted labels) -> value."""
+_SCRAPES = 600  # of /metrics at most in `metrics_when`, 50 ms apart
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a `health_port`)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 @dataclass
@@ -28,13 +45,36 @@ class ConduitProcess:
     log: Path
     settings: Mapping[str, object] = field(default_factory=dict)
     env: Mapping[str, str] = field(default_factory=dict)  # added to this process's
+    health_port: int | None = None  # `--health-port`: /healthz, /readyz and /metrics
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
+
+    @classmethod
+    def isolated(
+        cls,
+        name: str,
+        nats_url: str,
+        tmp_path: Path,
+        settings: Mapping[str, object],
+        *,
+        health_port: int | None = None,
+    ) -> ConduitProcess:
+        """`ore conduit NAME` with only its own plugin (`ore-conduit-NAME`) loaded, its
+        state and config directories and its log (`NAME.log`) under `tmp_path`."""
+        env = {
+            "ORE_LOAD_PLUGINS": f"ore-conduit-{name}",
+            "XDG_STATE_HOME": str(tmp_path / name / "state"),
+            "XDG_CONFIG_HOME": str(tmp_path / name / "config"),
+        }
+        log = tmp_path / f"{name}.log"
+        return cls(name, nats_url, log, settings, env=env, health_port=health_port)
 
     def start(self) -> None:
         """Start it (again); it runs until `kill` or `stop`."""
         argv = [str(Path(sys.executable).with_name("ore")), "conduit", self.name]
         argv += ["--nats", self.nats_url]
+        if self.health_port is not None:
+            argv += ["--health-port", str(self.health_port)]
         for key, value in self.settings.items():
             argv += ["--set", f"{key}={value}"]
         self.starts += 1
@@ -68,3 +108,31 @@ class ConduitProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+    async def metrics(self) -> Samples:
+        """The samples of its `/metrics` (it needs `health_port`), read in a thread."""
+        assert self.health_port is not None, "give it a health_port first"
+        url = f"http://127.0.0.1:{self.health_port}/metrics"
+
+        def scrape() -> Samples:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                text = answer.read().decode()
+            return {
+                (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+                for family in text_string_to_metric_families(text)
+                for sample in family.samples
+            }
+
+        return await asyncio.to_thread(scrape)
+
+    async def metrics_when(self, wanted: Callable[[Samples], bool]) -> Samples:
+        """Its samples once `wanted` holds: a count moves just after the platform shows
+        what it counts, so `/metrics` is read again (50 ms apart, 30 s at most) until
+        then; AssertionError with the last samples if it never does."""
+        samples: Samples = {}
+        for _ in range(_SCRAPES):
+            samples = await self.metrics()
+            if wanted(samples):
+                return samples
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"{self.name}'s metrics never showed what was wanted: {samples}")

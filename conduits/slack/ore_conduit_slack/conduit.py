@@ -99,7 +99,6 @@ class SlackConduit(Conduit):
                 config=config,
                 identity=identity,
                 clock=self.clock,
-                tasks=tasks,
             )
             inbound = Inbound(
                 name=self.name,

@@ -32,7 +32,7 @@ from ore_conduit_slack.config import SlackConfig
 from ore_conduit_slack.ids import SlackThread, message_of
 from ore_conduit_slack.text import neutralise
 from ore_core import Role
-from ore_core.conduit import ConduitClient, Delivery, Relayed, split_message
+from ore_core.conduit import ConduitClient, Delivery, Relayed, metrics, split_message
 from ore_core.events import DeliveryEvent
 
 __all__ = ["RELAY_EVENT", "STATUS_REACTIONS", "RelayedCopies"]
@@ -128,6 +128,7 @@ class RelayedCopies:
                 },
             )
         except (SlackError, Ambiguous) as exc:
+            metrics.delivery_failed(self.client.namespace)
             await self.client.report_delivery(
                 self.thread_id,
                 sequence=sequence,
@@ -136,6 +137,7 @@ class RelayedCopies:
                 detail=str(exc),
             )
             return None
+        metrics.delivered(self.client.namespace)
         return str(reply["ts"])
 
     async def _edit(self, relayed: Relayed, sequence: int) -> None:

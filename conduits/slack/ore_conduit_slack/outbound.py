@@ -61,9 +61,10 @@ from ore_core.conduit import (
     ConduitClient,
     Delivery,
     EventFeed,
-    Hold,
     SettingsCache,
+    ThreadLanes,
     classify,
+    metrics,
 )
 
 __all__ = ["OUTPUT_KINDS", "Clock", "Outbound", "ThreadRenderer"]
@@ -87,7 +88,7 @@ _NO_STREAMS = frozenset(
     }
 )  # startStream refusals meaning: this app or workspace cannot stream natively
 _EXPIRED = "message_not_in_streaming_state"
-_IDLE = 30.0  # seconds a renderer with nothing to do waits before it ends
+_LANES = "slack-render"
 _FINISHED = 4096  # answers remembered as finished, so repeats of their events are skipped
 
 
@@ -130,7 +131,6 @@ class Outbound:
         config: SlackConfig,
         identity: Identity,
         clock: Clock,
-        tasks: asyncio.TaskGroup,
     ) -> None:
         self.name = name
         self.client = client
@@ -138,8 +138,6 @@ class Outbound:
         self.config = config
         self.identity = identity
         self.clock = clock
-        self.tasks = tasks
-        self.renderers: dict[str, ThreadRenderer] = {}
         self.active: dict[str, str] = {}  # trace of an answer being written -> thread id
         self.finished: OrderedDict[str, None] = OrderedDict()  # traces
         self._teams: dict[str, _Team] = {}
@@ -171,31 +169,24 @@ class Outbound:
             await self.run(feed)
 
     async def run(self, feed: EventFeed) -> None:
-        """Hand every delivery to its thread's renderer, until cancelled.
+        """Render every delivery in its thread's lane (`ThreadLanes`), until cancelled.
 
         Each is held until its renderer handled it: the durable cursor must not pass an
         event that a conduit killed meanwhile never rendered (asking the feed for the
         next event would otherwise count it as finished).
         """
-        async for delivery in feed:
-            renderer = self.renderers.get(delivery.thread_id)
-            if renderer is None or renderer.ended:
-                renderer = ThreadRenderer(self, delivery.thread_id)
-                self.renderers[delivery.thread_id] = renderer
-                self.tasks.create_task(renderer.run(), name=f"slack-render-{delivery.thread_id}")
-            renderer.queue.put_nowait((delivery, feed.hold(delivery)))
+        lanes = ThreadLanes(lambda thread_id: ThreadRenderer(self, thread_id), name=_LANES)
+        await lanes.run(feed)
 
 
 class ThreadRenderer:
-    """Renders one ore thread's events into its Slack thread, in order."""
+    """Renders one ore thread's events into its Slack thread, in order (its `Lane`)."""
 
     def __init__(self, outbound: Outbound, thread_id: str) -> None:
         self.out = outbound
         self.api = outbound.api
         self.config = outbound.config
         self.thread_id = thread_id
-        self.queue: asyncio.Queue[tuple[Delivery, Hold]] = asyncio.Queue()
-        self.ended = False
         self.slack: SlackThread | None = None
         self.answers: dict[str, Answer] = {}
         self.last_sequence = 0  # the last stored batch of the thread handled
@@ -209,51 +200,20 @@ class ThreadRenderer:
         assert self._recovery is not None
         return self._recovery
 
-    # -- the loop ------------------------------------------------------------------
+    # -- the lane ------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Handle events until idle for a while; failures are logged, never raised."""
-        try:
-            self.slack = await self._slack_thread()
-            if self.slack is not None:
-                self._recovery = Recovery(self.out, self.thread_id, self.slack, self.answers)
-                self._copies = RelayedCopies(
-                    self.out.client, self.api, self.config, self.thread_id, self.slack
-                )
-            while True:
-                item = await self._next()
-                if item is None:
-                    if self.queue.empty() and not self.answers:
-                        return
-                    continue
-                delivery, hold = item
-                await self._safely(self._handle, delivery)
-                hold.release()
-                if self.queue.empty():
-                    await self._safely(self._flush_all, False)
-        finally:
-            self.ended = True
+    async def open(self) -> None:
+        """Find the Slack thread (and its reply record) before the first event."""
+        self.slack = await self._slack_thread()
+        if self.slack is not None:
+            self._recovery = Recovery(self.out, self.thread_id, self.slack, self.answers)
+            self._copies = RelayedCopies(
+                self.out.client, self.api, self.config, self.thread_id, self.slack
+            )
 
-    async def _next(self) -> tuple[Delivery, Hold] | None:
-        """The next delivery; None when a flush is due (or after a long idle)."""
-        if not self.queue.empty():
-            return self.queue.get_nowait()
-        due = self._flush_due()
-        timeout = _IDLE if due is None else max(due, 0.0)
-        try:
-            return await asyncio.wait_for(self.queue.get(), timeout)
-        except TimeoutError:
-            if due is not None:
-                await self._safely(self._flush_all, True)
-            return None
-
-    async def _safely(self, step: Callable[..., Any], *args: Any) -> None:
-        try:
-            await step(*args)
-        except OreError as exc:
-            log.error("slack rendering failed", thread_id=self.thread_id, error=str(exc))
-        except Exception:  # a bug rendering one event must not stop the other threads
-            log.exception("slack rendering failed", thread_id=self.thread_id)
+    def busy(self) -> bool:
+        """An answer is being written: the lane stays while it waits for its end."""
+        return bool(self.answers)
 
     async def _slack_thread(self) -> SlackThread | None:
         """The Slack thread of the ore thread (None: not a Slack thread); retried while away."""
@@ -277,7 +237,8 @@ class ThreadRenderer:
 
     # -- events ------------------------------------------------------------------------
 
-    async def _handle(self, delivery: Delivery) -> None:
+    async def handle(self, delivery: Delivery) -> None:
+        """Render one event of the thread."""
         try:
             event = delivery.event
             if isinstance(event, PropertiesEvent):
@@ -382,7 +343,7 @@ class ThreadRenderer:
 
     # -- streaming -----------------------------------------------------------------
 
-    def _flush_due(self) -> float | None:
+    def due(self) -> float | None:
         """Seconds until an answer with pending text must be flushed (None: none pending)."""
         due: float | None = None
         now = self.api.now()
@@ -399,7 +360,8 @@ class ThreadRenderer:
         prefix = 0 if fence is None else len(f"```{fence}\n")
         return len(neutralise(answer.raw)) - (shown - prefix)
 
-    async def _flush_all(self, timer: bool) -> None:
+    async def tick(self) -> None:
+        """Flush the pending text of answers being streamed, where due."""
         now = self.api.now()
         for answer in list(self.answers.values()):
             if answer.resumed:
@@ -621,7 +583,12 @@ class ThreadRenderer:
             if text:
                 if answer.messages and not self._consistent(answer, text):
                     self._rewrite(answer)
-                await self._show(answer, text, final=True)
+                try:
+                    await self._show(answer, text, final=True)
+                except (SlackError, Ambiguous):
+                    metrics.delivery_failed(self.out.name)  # given up: logged by the lane
+                    raise
+                metrics.delivered(self.out.name)
                 # Written: from now on deleting its message interrupts nothing.
                 self.out.active.pop(answer.trace, None)
                 self.out.mark_finished(answer.trace)

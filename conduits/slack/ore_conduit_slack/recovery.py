@@ -12,7 +12,6 @@ text). A post whose response was lost is found the same way instead of posted tw
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
@@ -31,6 +30,7 @@ from ore_conduit_slack.api import Ambiguous, SlackError
 from ore_conduit_slack.ids import REPLY_KEY, SlackThread, edit_event_id, traceparent_of
 from ore_conduit_slack.ids import event_id as message_event_id
 from ore_core import BusError, OreError, PermissionDenied
+from ore_core.conduit import AnswerRecord
 
 if TYPE_CHECKING:
     from ore_conduit_slack.outbound import Outbound
@@ -118,22 +118,19 @@ class Recovery:
             info = await self._while_away(
                 lambda: self.out.client.get_thread(self.thread_id), "read the reply record"
             )
-            record = json.loads(info.metadata.get(REPLY_KEY) or "{}")
-            upto = int(record.get("upto") or 0)
-        except (OreError, ValueError, TypeError) as exc:
+        except OreError as exc:
             log.warning("cannot read the reply record", thread_id=self.thread_id, error=str(exc))
             return
-        if record.get("trace") != answer.trace:
-            if sequence is not None and sequence <= upto:
-                self.out.mark_finished(answer.trace)  # an older answer, shown before
-            else:
-                answer.after = max(answer.after, upto)
-            return
-        answer.after = upto
-        if record.get("final"):
+        record = AnswerRecord.loads(info.metadata.get(REPLY_KEY))
+        verdict = record.judge(answer.trace, sequence)
+        if verdict == "shown":
             self.out.mark_finished(answer.trace)
             return
-        answer.messages = [Message.from_json(m) for m in record.get("messages") or []]
+        if verdict == "new":
+            answer.after = max(answer.after, record.upto)
+            return
+        answer.after = record.upto
+        answer.messages = [Message.from_json(m) for m in record.messages]
         now = self.out.clock.now()
         for message in answer.messages:
             message.shown = UNKNOWN  # a stream is closed, then every message is rewritten
@@ -141,7 +138,7 @@ class Recovery:
             # and closed it half-shown, the answer continued in a new message).
             message.started_at = now
         answer.resumed = bool(answer.messages)
-        answer.native = bool(record.get("native"))
+        answer.native = bool(record.extra.get("native"))
         answer.status_set = True
         log.info("resuming an answer", thread_id=self.thread_id, messages=len(answer.messages))
 
@@ -224,14 +221,14 @@ class Recovery:
 
     async def save(self, answer: Answer, *, final: bool = False) -> None:
         """Keep the answer's messages in the ore thread's metadata (for a restart)."""
-        record = {
-            "trace": answer.trace,
-            "native": bool(answer.native),
-            "messages": [m.to_json() for m in answer.messages],
-            "final": final,
-            "upto": (answer.sequence or answer.after) if final else answer.after,
-        }
-        text = json.dumps(record)
+        text = AnswerRecord.of(
+            answer.trace,
+            [m.to_json() for m in answer.messages],
+            final=final,
+            sequence=answer.sequence,
+            after=answer.after,
+            native=bool(answer.native),
+        ).dumps()
         try:
             await self._while_away(
                 lambda: self.out.client.set_metadata(self.thread_id, REPLY_KEY, text),

@@ -95,9 +95,7 @@ class TelegramConduit(Conduit):
         ready = asyncio.Event()
         notes = Notes(api, state)
         async with asyncio.TaskGroup() as tasks:
-            outbound = Outbound(
-                name=self.name, client=client, api=api, config=config, state=state, tasks=tasks
-            )
+            outbound = Outbound(name=self.name, client=client, api=api, config=config, state=state)
             inbound = Inbound(
                 name=self.name,
                 client=client,

@@ -101,6 +101,9 @@ class TelegramConfig(ConduitConfig):
     """Messages and edits per minute in one group (Telegram: about 20)."""
     overall_per_second: float = Field(default=30.0, gt=0)
     """Messages and edits per second for the whole bot (Telegram: about 30)."""
+    relay_deadline: float = Field(default=60.0, ge=0)
+    """Bridging: seconds a relayed copy of another endpoint's message waits through
+    Telegram's flood control before it is reported failed (the next one then goes)."""
 
     @field_validator("listen_path")
     @classmethod

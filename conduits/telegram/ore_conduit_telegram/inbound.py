@@ -18,7 +18,11 @@ handled in order; chats are handled concurrently.
 - Commands: `/start` is answered with the greeting and `/new` with a confirmation, by
   the conduit; `/stop` interrupts the answer being written; every other command
   (`/help`, ...) goes to the core as text, without the `@botname` Telegram adds in groups.
-- Edits of the latest message of a conversation branch the ore thread (`on_edit`).
+- Edits of the latest message of a conversation branch the ore thread (`on_edit`); the
+  new message names the turn it replaces (`edit_of`), so linked endpoints edit their copy.
+- Every message carries the sender's display name (`user_name`), which linked endpoints
+  label it with; the conversation of a thread linked here from another conduit is
+  recorded in the state, for the renderer.
 """
 
 from __future__ import annotations
@@ -102,6 +106,7 @@ class _Message:
     message_id: int
     sender: int
     sender_is_bot: bool
+    sender_name: str  # the display name linked endpoints label the message with
     text: str
     reply_to: int
     reply_to_sender: int
@@ -127,6 +132,7 @@ class _Message:
                 message_id=int(data["message_id"]),
                 sender=int(sender["id"]),
                 sender_is_bot=bool(sender.get("is_bot")),
+                sender_name=_display_name(sender),
                 text=str(data.get("text") or data.get("caption") or ""),
                 reply_to=int(reply.get("message_id") or 0),
                 reply_to_sender=int(replier.get("id") or 0),
@@ -142,6 +148,12 @@ class _Message:
     @property
     def has_file(self) -> bool:
         return bool(self.files)
+
+
+def _display_name(sender: Mapping[str, Any]) -> str:
+    """A Telegram user's name as people see it: first and last name, else the username."""
+    name = " ".join(str(sender.get(k) or "").strip() for k in ("first_name", "last_name"))
+    return (name.strip() or str(sender.get("username") or ""))[:200]
 
 
 class Inbound:
@@ -171,6 +183,7 @@ class Inbound:
         self.notes = notes
         self.media = media
         self._lanes: dict[str, _Lane] = {}
+        self._places: dict[str, str] = {}  # thread -> conversation key recorded in the state
 
     async def take_all(self, updates: list[Mapping[str, Any]]) -> None:
         """Handle a batch of updates (in order per chat); return once all are done."""
@@ -274,18 +287,34 @@ class Inbound:
         return Conversation(message.chat, message.topic, known, message.kind)
 
     async def _thread_id(self, conversation: Conversation) -> str:
+        """The conversation's thread; its place is recorded for the renderer, since a
+        thread linked here from another conduit carries that conduit's metadata."""
         thread_id, _ = await self.client.lookup_or_create(
             THREAD_KEY, conversation.key, conversation.metadata()
         )
+        if self._places.get(thread_id) != conversation.key:
+            await self.state.set_place(thread_id, conversation)
+            self._places[thread_id] = conversation.key
         return thread_id
 
     def _event(
-        self, message: _Message, event: str, text: str, images: tuple[str, ...] = ()
+        self,
+        message: _Message,
+        event: str,
+        text: str,
+        images: tuple[str, ...] = (),
+        edit_of: str = "",
     ) -> UserMessageEvent:
         context = EventContext(
-            provenance=self.name, user=str(message.sender), traceparent=traceparent_of(event)
+            provenance=self.name,
+            user=str(message.sender),
+            user_name=message.sender_name,
+            traceparent=traceparent_of(event),
         )
-        return UserMessageEvent(id=event, content=text, images=images, context=context)
+        metadata = {"edit_of": edit_of} if edit_of else {}
+        return UserMessageEvent(
+            id=event, content=text, images=images, context=context, metadata=metadata
+        )
 
     async def _read_file(self, message: _Message, text: str) -> tuple[str, tuple[str, ...]]:
         """The text and images to send for a message with a file; a notice in the chat
@@ -364,7 +393,9 @@ class Inbound:
         await self.client.interrupt(thread_id)
         await self._fork(thread_id, latest.parent_id)
         await self.state.set_asked(traceparent_of(branch), message.message_id)
-        await self._send(thread_id, message, self._event(message, branch, text, images))
+        # `edit_of`: linked endpoints edit their copy of the replaced message in place.
+        edited = self._event(message, branch, text, images, edit_of=latest.id)
+        await self._send(thread_id, message, edited)
 
     async def _fork(self, thread_id: str, turn_id: str) -> None:
         """Move the tip before the edited message, once the interrupted turn has ended."""

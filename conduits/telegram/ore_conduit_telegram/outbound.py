@@ -28,7 +28,6 @@ accepting a message and the record of it sends that part again after a restart.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import hashlib
 from collections import OrderedDict
@@ -40,7 +39,9 @@ import structlog
 
 from ore_conduit_telegram.api import BotApi, TelegramError
 from ore_conduit_telegram.config import TelegramConfig
+from ore_conduit_telegram.copies import Copies
 from ore_conduit_telegram.ids import Conversation
+from ore_conduit_telegram.shield import uninterrupted
 from ore_conduit_telegram.state import State
 from ore_conduit_telegram.text import split_text, to_html
 from ore_core import (
@@ -50,27 +51,38 @@ from ore_core import (
     ErrorEvent,
     LifecycleEvent,
     NoticeEvent,
-    OreError,
     OutputEvent,
     PermissionDenied,
+    PropertiesEvent,
     Text,
     TextDelta,
 )
-from ore_core.conduit import ConduitClient, Delivery, Hold
+from ore_core.conduit import (
+    AnswerRecord,
+    ConduitClient,
+    Delivery,
+    SettingsCache,
+    ThreadLanes,
+    classify,
+    metrics,
+)
 
 __all__ = ["OUTPUT_KINDS", "Notes", "Outbound", "ThreadRenderer"]
 
 log = structlog.get_logger("ore.conduit.telegram")
 
-OUTPUT_KINDS = frozenset({"text_delta", "text", "turn_complete", "lifecycle", "error", "notice"})
+OUTPUT_KINDS = frozenset(
+    {"text_delta", "text", "turn_complete", "lifecycle", "error", "notice"}
+    | {"properties", "turn_deleted", "delivery"}  # bridging: settings, deletes, statuses
+)
 """The output kinds the conduit renders."""
 
 _TYPING_EVERY = 4.5  # seconds: Telegram shows a chat action for about 5
 _TYPING_AT_MOST = 600.0  # seconds of "typing" for one answer (its end may never come)
-_IDLE = 30.0  # seconds a renderer with nothing to do waits before it ends
+_LANES = "telegram-render"
+_CONDUIT = "telegram"  # the metrics label of replies sent without a renderer
 _FINISHED = 4096  # answers remembered as finished, so repeats of their events are skipped
 _RETRY_MAX = 5.0
-_STOP_GRACE = 3.0  # seconds a polite stop waits for a message being sent to be recorded
 _R = TypeVar("_R")
 _UNKNOWN = "\x00"  # what a message of an earlier run shows: never equal to a text
 
@@ -113,15 +125,12 @@ class Outbound:
         api: BotApi,
         config: TelegramConfig,
         state: State,
-        tasks: asyncio.TaskGroup,
     ) -> None:
         self.name = name
         self.client = client
         self.api = api
         self.config = config
         self.state = state
-        self.tasks = tasks
-        self.renderers: dict[str, ThreadRenderer] = {}
         self.finished: OrderedDict[str, None] = OrderedDict()  # traces
 
     def mark_finished(self, trace: str) -> None:
@@ -131,85 +140,51 @@ class Outbound:
 
     async def serve(self, ready: asyncio.Event) -> None:
         """Open the durable feed (waiting for the core if it is away), set `ready`, and
-        hand every delivery to its thread's renderer, held until rendered."""
+        render every delivery in its thread's lane (`ThreadLanes`), held until rendered."""
         async with self.client.events(kinds=OUTPUT_KINDS, durable=self.config.durable) as feed:
             ready.set()
-            async for delivery in feed:
-                renderer = self.renderers.get(delivery.thread_id)
-                if renderer is None or renderer.ended:
-                    renderer = ThreadRenderer(self, delivery.thread_id)
-                    self.renderers[delivery.thread_id] = renderer
-                    self.tasks.create_task(
-                        renderer.run(), name=f"telegram-render-{delivery.thread_id}"
-                    )
-                renderer.queue.put_nowait((delivery, feed.hold(delivery)))
+            lanes = ThreadLanes(lambda thread_id: ThreadRenderer(self, thread_id), name=_LANES)
+            await lanes.run(feed)
 
 
 class ThreadRenderer:
-    """Renders one ore thread's events into its Telegram chat, in order."""
+    """Renders one ore thread's events into its Telegram chat, in order (its `Lane`)."""
 
     def __init__(self, outbound: Outbound, thread_id: str) -> None:
         self.out = outbound
         self.api = outbound.api
         self.config = outbound.config
         self.thread_id = thread_id
-        self.queue: asyncio.Queue[tuple[Delivery, Hold]] = asyncio.Queue()
-        self.ended = False
         self.place: Conversation | None = None
         self.answers: dict[str, _Answer] = {}
         self.last_sequence = 0
+        self.settings = SettingsCache()  # a linked thread's label and answer settings
+        self.copies = Copies(self)
 
-    # -- the loop ---------------------------------------------------------------------
+    # -- the lane ---------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Handle events until idle for a while; failures are logged, never raised."""
-        try:
-            self.place = await self._place()
-            while True:
-                item = await self._next()
-                if item is None:
-                    if self.queue.empty() and not self.answers:
-                        return
-                    continue
-                delivery, hold = item
-                await self._safely(self._handle, delivery)
-                hold.release()
-                if self.queue.empty():
-                    await self._safely(self._tick)
-        finally:
-            self.ended = True
+    async def open(self) -> None:
+        """Find the thread's chat before its first event."""
+        self.place = await self._place()
 
-    async def _next(self) -> tuple[Delivery, Hold] | None:
-        """The next delivery; None when a flush or a chat action is due (done here)."""
-        if not self.queue.empty():
-            return self.queue.get_nowait()
-        due = self._due()
-        try:
-            return await asyncio.wait_for(self.queue.get(), _IDLE if due is None else max(due, 0))
-        except TimeoutError:
-            if due is not None:
-                await self._safely(self._tick)
-            return None
-
-    async def _safely(self, step: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        try:
-            await step(*args)
-        except OreError as exc:
-            log.error("telegram rendering failed", thread_id=self.thread_id, error=str(exc))
-        except Exception:  # a bug rendering one event must not stop the other threads
-            log.exception("telegram rendering failed", thread_id=self.thread_id)
+    def busy(self) -> bool:
+        """An answer is being written: the lane stays while it waits for its end."""
+        return bool(self.answers)
 
     async def _place(self) -> Conversation | None:
-        """The Telegram conversation of the ore thread (None: not Telegram's)."""
+        """The Telegram conversation of the ore thread (None: not Telegram's): in its
+        metadata, or, for a thread linked here from another conduit, in the state."""
         try:
-            info = await self._while_away(lambda: self.out.client.get_thread(self.thread_id))
+            info = await self.while_away(lambda: self.out.client.get_thread(self.thread_id))
         except ApiError as exc:
             if exc.status == 404:
                 return None
             raise
-        return Conversation.from_metadata(info.metadata)
+        self.settings.load(self.thread_id, info.metadata)
+        place = Conversation.from_metadata(info.metadata)
+        return place or await self.out.state.place(self.thread_id)
 
-    async def _while_away(self, call: Callable[[], Awaitable[_R]]) -> _R:
+    async def while_away(self, call: Callable[[], Awaitable[_R]]) -> _R:
         """`call()`, tried again while the core is away."""
         pause = 0.1
         while True:
@@ -227,12 +202,30 @@ class ThreadRenderer:
 
     # -- events -----------------------------------------------------------------------
 
-    async def _handle(self, delivery: Delivery) -> None:
+    async def handle(self, delivery: Delivery) -> None:
+        """Render one event of the thread."""
         try:
-            await self._handle_event(delivery.event, delivery.sequence)
+            event = delivery.event
+            if self.place is None and delivery.kind != "properties":
+                # A linked thread that no message here had reached when this began.
+                self.place = await self.out.state.place(self.thread_id)
+            if isinstance(event, PropertiesEvent):
+                self.settings.update(self.thread_id, event)
+            elif event.context.provenance in (self.out.name, "", "app"):
+                await self._handle_event(event, delivery.sequence)
+            else:
+                await self._relay(delivery)  # another endpoint's, on a linked thread
         finally:
             if delivery.sequence is not None:
                 self.last_sequence = max(self.last_sequence, delivery.sequence)
+
+    async def _relay(self, delivery: Delivery) -> None:
+        """Another endpoint's event: its message as a labelled copy, its answer (final
+        text only) when the gateway answers everywhere (`Copies`, `classify`)."""
+        if self.place is None:
+            return  # a linked thread that no message here has reached yet
+        relayed = classify(delivery, self.out.name, self.settings.get(self.thread_id))
+        await self.copies.show(relayed, delivery)
 
     async def _handle_event(self, event: OutputEvent, sequence: int | None) -> None:
         if self.place is None or event.context.provenance != self.out.name:
@@ -285,34 +278,28 @@ class ThreadRenderer:
     async def _recover(self, answer: _Answer, sequence: int | None) -> bool:
         """Adopt what an earlier run recorded for this answer; False: it was shown."""
         record = await self.out.state.record(self.thread_id)
-        upto = int(record.get("upto") or 0)
-        if record.get("trace") != answer.trace:
-            if sequence is not None and sequence <= upto:
-                self.out.mark_finished(answer.trace)  # an older answer, shown before
-                return False
-            answer.after = max(answer.after, upto)
-            return True
-        if record.get("final"):
+        verdict = record.judge(answer.trace, sequence)
+        if verdict == "shown":
             self.out.mark_finished(answer.trace)
             return False
-        answer.after = upto
-        answer.messages = [int(m) for m in record.get("messages") or []]
+        if verdict == "new":
+            answer.after = max(answer.after, record.upto)
+            return True
+        answer.after = record.upto
+        answer.messages = [int(m) for m in record.messages]
         answer.shown = _UNKNOWN  # unknown: rewritten when the answer is done
         answer.drafts = answer.drafts and not answer.messages
         return True
 
     async def _save(self, answer: _Answer, *, final: bool = False) -> None:
-        record = {
-            "trace": answer.trace,
-            "messages": answer.messages,
-            "final": final,
-            "upto": (answer.sequence or answer.after) if final else answer.after,
-        }
+        record = AnswerRecord.of(
+            answer.trace, answer.messages, final=final, sequence=answer.sequence, after=answer.after
+        )
         await self.out.state.save_record(self.thread_id, record)
 
     # -- timing -----------------------------------------------------------------------
 
-    def _due(self) -> float | None:
+    def due(self) -> float | None:
         """Seconds until a flush or a chat action is due (None: nothing to do)."""
         now = self.api.limits.now()
         due: float | None = None
@@ -329,7 +316,8 @@ class ThreadRenderer:
     def _typing_due(self, answer: _Answer, now: float) -> bool:
         return answer.running and now - answer.typing_since < _TYPING_AT_MOST
 
-    async def _tick(self) -> None:
+    async def tick(self) -> None:
+        """Renew "typing" and show more of streamed answers, where due."""
         now = self.api.limits.now()
         for answer in list(self.answers.values()):
             if self._typing_due(answer, now) and now - answer.typing_at >= _TYPING_EVERY:
@@ -343,7 +331,8 @@ class ThreadRenderer:
 
     # -- Telegram ---------------------------------------------------------------------
 
-    def _where(self) -> dict[str, Any]:
+    def where(self) -> dict[str, Any]:
+        """Where the thread's messages go: its chat, and its topic if it has one."""
         assert self.place is not None
         where: dict[str, Any] = {"chat_id": self.place.chat}
         if self.place.topic:  # the General topic and plain chats: no thread id
@@ -357,7 +346,7 @@ class ThreadRenderer:
         if self.api.limits.paused_for(self.place.chat, "sendChatAction") > 0:
             return
         try:
-            await self.api.call("sendChatAction", patient=False, action="typing", **self._where())
+            await self.api.call("sendChatAction", patient=False, action="typing", **self.where())
         except TelegramError as exc:
             log.info("chat action refused", thread_id=self.thread_id, error=exc.description)
 
@@ -375,7 +364,7 @@ class ThreadRenderer:
                     patient=False,
                     draft_id=_draft_id(answer.trace),
                     text=parts[-1],
-                    **self._where(),
+                    **self.where(),
                 )
                 answer.shown = answer.raw
                 return
@@ -383,9 +372,9 @@ class ThreadRenderer:
             if not self.api.limits.has_room(self.place.chat):
                 return  # intermediate text waits: the final text must not
             if not answer.messages:
-                await _uninterrupted(self._post_part(answer, 0, preview, html=False))
+                await uninterrupted(self._post_part(answer, 0, preview, html=False))
             elif preview != answer.shown:
-                await self._edit(answer.messages[0], preview, html=False, patient=False)
+                await self.edit(answer.messages[0], preview, html=False, patient=False)
             answer.shown = preview if len(parts) > 1 else answer.raw
         except TelegramError as exc:
             if exc.code == 429:
@@ -409,7 +398,7 @@ class ThreadRenderer:
     async def _post(self, answer: _Answer, text: str, *, html: bool, first: bool = True) -> int:
         """Send one message (the answer's first replies to the user's); its id. HTML
         that Telegram refuses goes again as plain text; a topic that is gone, to the chat."""
-        where = self._where()
+        where = self.where()
         if first:
             asked = await self.out.state.asked(answer.trace)
             if asked:
@@ -442,7 +431,7 @@ class ThreadRenderer:
                 else:
                     raise
 
-    async def _edit(self, message: int, text: str, *, html: bool, patient: bool = True) -> bool:
+    async def edit(self, message: int, text: str, *, html: bool, patient: bool = True) -> bool:
         """Make `message` show `text`; False if it is gone (deleted by someone)."""
         assert self.place is not None
         while True:
@@ -485,39 +474,37 @@ class ThreadRenderer:
                 text = f"{text}\n\n{marker}" if text else marker
             parts = split_text(text, self.config.message_chars)
             answer.running = False
-            for index, part in enumerate(parts):
-                if index < len(answer.messages) and await self._edit(
-                    answer.messages[index], part, html=True
-                ):
-                    continue
-                await _uninterrupted(self._post_part(answer, index, part, html=True))
-            for extra in answer.messages[len(parts) :]:
-                await self._delete(extra)
-            answer.messages = answer.messages[: len(parts)]
+            try:
+                await self._show_final(answer, parts)
+            except TelegramError:
+                metrics.delivery_failed(self.out.name)  # refused for good: logged by the lane
+                raise
+            metrics.delivered(self.out.name)
             await self._save(answer, final=True)
             self.out.mark_finished(answer.trace)
         finally:
             self.answers.pop(answer.trace, None)
 
-    async def _delete(self, message: int) -> None:
+    async def _show_final(self, answer: _Answer, parts: list[str]) -> None:
+        """Make the answer's messages show `parts` (editing those it has, posting the
+        rest, deleting what it no longer needs)."""
+        for index, part in enumerate(parts):
+            if index < len(answer.messages) and await self.edit(
+                answer.messages[index], part, html=True
+            ):
+                continue
+            await uninterrupted(self._post_part(answer, index, part, html=True))
+        for extra in answer.messages[len(parts) :]:
+            await self.delete(extra)
+        answer.messages = answer.messages[: len(parts)]
+
+    async def delete(self, message: int) -> None:
+        """Delete one of the bot's messages (one already gone is logged)."""
         assert self.place is not None
         try:
             await self.api.call("deleteMessage", chat_id=self.place.chat, message_id=message)
         except TelegramError as exc:
-            log.info("surplus message not deleted", message=message, error=exc.description)
-
-
-async def _uninterrupted(step: Awaitable[None]) -> None:
-    """Run `step` to its end even if the renderer is cancelled meanwhile (a polite stop):
-    a message Telegram accepted must be recorded, or a restart would send it again. The
-    stop waits `_STOP_GRACE` seconds at most (Telegram unreachable, say)."""
-    task = asyncio.ensure_future(step)
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await asyncio.wait_for(task, _STOP_GRACE)
-        raise
+            log.info("message not deleted", message=message, error=exc.description)
 
 
 class Notes:
@@ -543,11 +530,13 @@ class Notes:
                         "message_id": reply_to,
                         "allow_sending_without_reply": True,
                     }
-                await _uninterrupted(self._send(note_id, message))
+                await uninterrupted(self._send(note_id, message))
 
     async def _send(self, note_id: str, message: dict[str, Any]) -> None:
         try:
             await self.api.call("sendMessage", **message)
+            metrics.delivered(_CONDUIT)
         except TelegramError as exc:
             log.warning("local reply refused", chat=message["chat_id"], error=exc.description)
+            metrics.delivery_failed(_CONDUIT)
         await self.state.note_sent(note_id)

@@ -8,7 +8,11 @@
   the stored sequence up to which every answer of the thread was shown), so a restarted
   conduit finishes what it started and never shows an answer twice from ore's side;
 - local replies (the greeting, "new conversation") waiting to be sent, so a crash
-  neither loses nor repeats one.
+  neither loses nor repeats one;
+- the conversation of each linked thread of another conduit (bridging: its metadata is
+  its home's, so the chat it is shown in is known only from the messages written here);
+- the messages of each relayed copy, part by part, recorded as each is sent: a
+  restarted conduit sends only the parts it has no record of.
 
 Telegram keeps the update offset itself (confirmed by the next getUpdates), so it is
 not here. Writes are committed before the call returns (in the WAL, which survives the
@@ -19,14 +23,15 @@ its own so the event loop never waits for a disk.
 from __future__ import annotations
 
 import asyncio
-import json
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ore_conduit_telegram.ids import Conversation
 from ore_core import OreError
+from ore_core.conduit import AnswerRecord
 
 __all__ = ["Note", "State", "StateError"]
 
@@ -40,6 +45,10 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS answers (thread TEXT PRIMARY KEY, record TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS notes (id TEXT PRIMARY KEY, chat INTEGER, topic INTEGER,"
     " reply_to INTEGER, text TEXT NOT NULL, sent INTEGER NOT NULL DEFAULT 0)",
+    "CREATE TABLE IF NOT EXISTS places (thread TEXT PRIMARY KEY, chat INTEGER NOT NULL,"
+    " topic INTEGER NOT NULL, root TEXT NOT NULL, kind TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS copies (thread TEXT, turn TEXT, part INTEGER,"
+    " message INTEGER NOT NULL, PRIMARY KEY (thread, turn, part))",
 )
 
 Note = tuple[str, int, int, int, str]
@@ -127,21 +136,17 @@ class State:
 
     # -- answers --------------------------------------------------------------------
 
-    async def record(self, thread: str) -> dict[str, Any]:
-        """The record of the answer last rendered in an ore thread ({}: none)."""
+    async def record(self, thread: str) -> AnswerRecord:
+        """The record of the answer last rendered in an ore thread (empty: none)."""
         row = await self._one("SELECT record FROM answers WHERE thread=?", thread)
-        try:
-            value = json.loads(row[0]) if row else {}
-        except ValueError:
-            value = {}
-        return value if isinstance(value, dict) else {}
+        return AnswerRecord.loads(row[0] if row else None)
 
-    async def save_record(self, thread: str, record: dict[str, Any]) -> None:
+    async def save_record(self, thread: str, record: AnswerRecord) -> None:
         """Keep the record of the answer being rendered in an ore thread."""
         await self._write(
             "INSERT OR REPLACE INTO answers (thread, record) VALUES (?, ?)",
             thread,
-            json.dumps(record, separators=(",", ":")),
+            record.dumps(),
         )
 
     # -- local replies --------------------------------------------------------------
@@ -167,6 +172,50 @@ class State:
     async def note_sent(self, note_id: str) -> None:
         """A local reply was sent."""
         await self._write("UPDATE notes SET sent=1 WHERE id=?", note_id)
+
+    # -- bridging -------------------------------------------------------------------
+
+    async def place(self, thread: str) -> Conversation | None:
+        """The conversation a linked thread of another conduit is shown in (None: none
+        written here yet)."""
+        row = await self._one("SELECT chat, topic, root, kind FROM places WHERE thread=?", thread)
+        if row is None:
+            return None
+        return Conversation(int(row[0]), int(row[1]), str(row[2]), str(row[3]))
+
+    async def set_place(self, thread: str, conversation: Conversation) -> None:
+        """`thread` is shown in `conversation` (a Telegram message reached it there)."""
+        await self._write(
+            "INSERT OR REPLACE INTO places (thread, chat, topic, root, kind)"
+            " VALUES (?, ?, ?, ?, ?)",
+            thread,
+            conversation.chat,
+            conversation.topic,
+            conversation.root,
+            conversation.kind,
+        )
+
+    async def copy_parts(self, thread: str, turn: str) -> list[int]:
+        """The messages of the relayed copy of `turn` sent so far, part by part."""
+        rows = await self._run(
+            lambda: list(
+                self._connection().execute(
+                    "SELECT message FROM copies WHERE thread=? AND turn=? ORDER BY part",
+                    (thread, turn),
+                )
+            )
+        )
+        return [int(row[0]) for row in rows]
+
+    async def add_copy_part(self, thread: str, turn: str, part: int, message: int) -> None:
+        """Part `part` of the relayed copy of `turn` is Telegram message `message`."""
+        await self._write(
+            "INSERT OR REPLACE INTO copies (thread, turn, part, message) VALUES (?, ?, ?, ?)",
+            thread,
+            turn,
+            part,
+            message,
+        )
 
     # -- plumbing -------------------------------------------------------------------
 
