@@ -210,12 +210,19 @@ class Pipeline:
     def know(self, subject: str, sequence: int) -> None:
         """The last message on `subject` is at `sequence` (0: none), as read by the caller.
 
-        Ignored while a message of the subject is not stored yet: its ack tells more.
+        Ignored while a message of the subject is not stored yet (its ack tells more),
+        and when this pipeline stored one above `sequence`: the read started before that
+        append was acknowledged (a stream attached by the control API announces a change
+        while the ingress primes it), so the ack is the newer truth. Another writer's
+        append would have shown in the read as a sequence above it.
         """
         if subject in self._lanes:
             return
         sequences = self._sequences
-        if len(sequences) >= _SEQUENCES and subject not in sequences:
+        known = sequences.get(subject)
+        if known is not None and known > sequence:
+            return
+        if len(sequences) >= _SEQUENCES and known is None:
             sequences.clear()
         sequences[subject] = sequence
 

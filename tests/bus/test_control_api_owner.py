@@ -7,6 +7,7 @@ other worker, which must relay the ones about the owner's threads.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -14,7 +15,15 @@ from nats.aio.client import Client
 
 from ore_core.bus.service import CoreService
 from ore_core.subjects import partition_of
-from tests.bus.conftest import PARTITIONS, CoreFactory, Outbox, publish, user_message, wait_for
+from tests.bus.conftest import (
+    PARTITIONS,
+    CoreFactory,
+    Outbox,
+    publish,
+    stored_events,
+    user_message,
+    wait_for,
+)
 
 
 async def call(nc: Client, method: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -104,3 +113,33 @@ async def test_a_change_to_an_idle_thread_is_announced_by_its_owner(
     await outbox.until(lambda: any(e["kind"] == "properties" for e in outbox.events(thread_id)))
     assert owner.manager.get(thread_id).get_metadata("title") == "x"
     assert other.manager.stream_of(thread_id) is None
+
+
+async def test_a_message_racing_a_change_to_its_idle_thread_is_stored_and_answered(
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
+) -> None:
+    # The change attaches the thread's stream before the message does (a conduit sets
+    # a title while its message is on its way): counted over many threads, every
+    # message's user turn and answer must be stored, none lost to the fence.
+    await start_core(worker_id="w1")
+    threads = [f"race{n}" for n in range(60)]
+    for thread_id in threads:
+        await call(ore_nats_client, "threads.create", {"id": thread_id})
+    for thread_id in threads:
+        await asyncio.gather(
+            call(ore_nats_client, "threads.meta.set", {"id": thread_id, "key": "k", "value": "v"}),
+            publish(ore_nats_client, thread_id, user_message("hi", f"m-{thread_id}")),
+        )
+    for thread_id in threads:
+        await outbox.done(thread_id)
+    lost = [
+        thread_id
+        for thread_id in threads
+        if [
+            e["turn"]["role"]
+            for e in await stored_events(ore_nats_client, thread_id)
+            if e["kind"] == "turn_complete"
+        ]
+        != ["user", "assistant"]
+    ]
+    assert lost == []

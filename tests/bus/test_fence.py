@@ -103,6 +103,32 @@ async def test_an_append_after_another_writers_is_refused_with_the_rest_of_its_s
         await other_nc.close()
 
 
+async def test_a_read_older_than_the_pipeline_s_own_append_does_not_fence_it_out(
+    ore_nats_client: Client,
+) -> None:
+    # The ingress primes a thread whose stream the control API attached: its read of
+    # the subject's last sequence can start before a change announced meanwhile is
+    # acknowledged, and arrive after. That read must not make the next append look
+    # like another writer's (the message's batch was refused and lost).
+    await fence_stream(ore_nats_client)
+    pipeline = Pipeline(ore_nats_client)
+    await pipeline.start()
+    refused: list[tuple[str, int]] = []
+    pipeline.watch_fenced(lambda subject, tag: refused.append((subject, tag)))
+    try:
+        pipeline.know("fen.a", 0)
+        await pipeline.publish_fenced("FEN", "fen.a", b"properties", HEADER, 1)
+        await pipeline.flush()
+        pipeline.know("fen.a", 0)  # the primer's read, taken before that ack
+        await pipeline.publish_fenced("FEN", "fen.a", b"the answer", HEADER, 2)
+        await pipeline.flush()
+
+        assert await stored_on(ore_nats_client, "fen.a") == [b"properties", b"the answer"]
+        assert (refused, pipeline.fenced, pipeline.lost) == ([], 0, 0)
+    finally:
+        await pipeline.stop()
+
+
 def stopped(pid: int) -> bool:
     """Whether every thread of process `pid` is stopped (SIGSTOP took effect)."""
     tasks = Path(f"/proc/{pid}/task")
