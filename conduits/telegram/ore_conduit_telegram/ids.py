@@ -54,7 +54,10 @@ class Conversation:
         """The conversation of an ore thread; None for a thread that is not Telegram's."""
         try:
             chat, topic, root = metadata[THREAD_KEY].split(":", 2)
-            return cls(int(chat), int(topic), root, metadata.get(KIND_KEY, "private"))
+            # A linked endpoint's key comes without the kind: only private chats have
+            # positive ids (groups' are negative), and only they take drafts.
+            kind = metadata.get(KIND_KEY) or ("private" if int(chat) > 0 else "group")
+            return cls(int(chat), int(topic), root, kind)
         except (KeyError, ValueError):
             return None
 

@@ -62,10 +62,10 @@ class Terminal:
 
 @asynccontextmanager
 async def linked_chat(
-    tg: Harness, answer: str = "none", **settings: object
+    tg: Harness, answer: str = "none", greet: bool = True, **settings: object
 ) -> AsyncIterator[Terminal]:
     """A terminal thread linked to the private chat CHAT, which has written once
-    (`hello`), so the conduit knows where the thread is shown; the terminal's view of it."""
+    (`hello`) unless not `greet`; the terminal's view of it."""
     await tg.start(**settings)
     client = tg.core.client_for("stdin")
     await client.create_thread(THREAD)
@@ -91,8 +91,9 @@ async def linked_chat(
 
     reader = asyncio.create_task(read())
     try:
-        await tg.fake.user_says(CHAT, "hello")
-        await terminal.until(lambda: "user1001 (telegram): hello" in terminal.lines())
+        if greet:
+            await tg.fake.user_says(CHAT, "hello")
+            await terminal.until(lambda: "user1001 (telegram): hello" in terminal.lines())
         yield terminal
     finally:
         reader.cancel()
@@ -105,6 +106,16 @@ async def test_a_terminal_message_is_posted_in_the_chat_with_its_label_once(tg: 
         await tg.shows(CHAT, ["cy (stdin): hi from the desk"])
         await terminal.says("and again", id="s-2")
         await tg.shows(CHAT, ["cy (stdin): hi from the desk", "cy (stdin): and again"])
+
+
+async def test_a_chat_linked_before_it_ever_wrote_is_shown_the_thread_from_the_start(
+    tg: Harness,
+) -> None:
+    # The core shows the conduit its endpoint's key on the linked thread (`threads.get`).
+    tg.fake.chat(CHAT, "private")  # the user started the bot, and has not written since
+    async with linked_chat(tg, greet=False) as terminal:
+        await terminal.says("first words", id="s-1")
+        await tg.shows(CHAT, ["cy (stdin): first words"])
 
 
 async def test_the_chat_s_own_message_is_never_echoed_into_it(tg: Harness) -> None:
