@@ -588,13 +588,15 @@ before it is published, on a platform whose messages cannot be read back."""
 
 class DeliveryEvent(_Event):
     """How the copy of `turn` fared on `endpoint` (a linked namespace), as its conduit
-    reported it (`retrying`, `failed`; issue 29): the origin endpoint shows it."""
+    reported it (`retrying`, `failed`; issue 29): the origin endpoint shows it.
+    `origin` names the namespace the turn came from, when the reporter said it."""
 
     kind: Literal["delivery"] = "delivery"
     turn: str
     endpoint: str
     status: DeliveryStatus
     detail: str = Field(default="", exclude_if=_is_empty)
+    origin: str = Field(default="", exclude_if=_is_empty)
     context: _Context = _NO_CONTEXT
 
 

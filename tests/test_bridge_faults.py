@@ -90,11 +90,23 @@ async def test_a_429_storm_on_slack_delays_only_slack_which_then_catches_up_in_o
     assert counts == {"slack": clean(2 * N), "nats": clean(2 * N), "stdin": clean(2 * N)}
     retrying = "delivery to slack retrying: rate limited by Slack"
 
-    def origins_told() -> bool:  # the origin of each delayed copy shows it
-        origins = {gateway.origin_of.get(s.turn, "?") for s in gateway.statuses}
-        return bool(origins) and all(retrying in gateway.notices.get(o, ()) for o in origins)
+    def told(endpoint: str) -> int:
+        return gateway.notices[endpoint].count(retrying)
+
+    def delayed_from(endpoint: str) -> int:
+        return sum(
+            1
+            for s in gateway.statuses
+            if s.status == "retrying" and gateway.origin_of.get(s.turn) == endpoint
+        )
+
+    def origins_told() -> bool:  # the origin of each delayed copy shows it, no other
+        return bool(gateway.statuses) and all(
+            told(endpoint) == delayed_from(endpoint) for endpoint in ("nats", "stdin")
+        )
 
     await gateway.until(origins_told, sent)
+    assert sum(delayed_from(endpoint) for endpoint in ("nats", "stdin")) >= 1
     statuses = {s.status for s in gateway.statuses}
     assert statuses <= {"retrying", "delivered"}  # never failed, never dropped
     assert "retrying" in statuses  # then cleared by "delivered"

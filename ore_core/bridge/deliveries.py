@@ -47,6 +47,7 @@ MAX_DETAIL_LENGTH = 1000
 
 _Turn = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 _Thread = Annotated[str, AfterValidator(validate_thread_id)]
+_Origin = Annotated[str, Field(pattern=r"^([a-z0-9_-]{1,32})?$")]  # a namespace, or ""
 _PlatformId = Annotated[str, Field(min_length=1, max_length=MAX_PLATFORM_ID_LENGTH)]
 
 
@@ -65,6 +66,7 @@ class DeliveryReport(_Body):
     status: ReportStatus
     platform_ids: list[_PlatformId] = Field(default_factory=list, max_length=MAX_PLATFORM_IDS)
     detail: str = Field(default="", max_length=MAX_DETAIL_LENGTH)
+    origin: _Origin = ""  # the namespace the turn came from (its `delivery` event shows there)
 
 
 class DeliveryLookup(_Body):

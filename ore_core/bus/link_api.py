@@ -174,6 +174,7 @@ class LinkApi:
                 endpoint=namespace,
                 status=body.status,
                 detail=body.detail,
+                origin=body.origin,
                 context=EventContext(provenance=namespace),
             )
         )

@@ -392,8 +392,12 @@ class ConduitClient:
         status: ReportStatus,
         platform_ids: Sequence[str] = (),
         detail: str | None = None,
+        origin: str = "",
     ) -> dict[str, Any]:
         """Report what the conduit did with a relayed copy of `turn` (batch `sequence`).
+
+        `origin` (the namespace the turn came from: `Relayed.origin`) makes a `retrying`
+        or `failed` status show on that endpoint only.
 
         `delivered` with the platform's message ids records the map both ways, so
         edits, deletes and replies resolve after any restart; `retrying` and `failed`
@@ -413,6 +417,8 @@ class ConduitClient:
         }
         if detail:
             body["detail"] = detail
+        if origin:
+            body["origin"] = origin
         return await self._call("deliveries.report", body)
 
     async def delivery_lookup(self, platform_id: str) -> tuple[str, str] | None:

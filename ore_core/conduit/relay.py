@@ -73,7 +73,8 @@ RelayAction = Literal[
   the answer's turn and final text: what a conduit that shows another endpoint's
   answers as copies (final text only) posts and reports.
 - `deleted`: delete the copy of `Relayed.turn_id` (or post a notice).
-- `delivery`: another endpoint's delivery status of a turn (`Relayed.text` says it).
+- `delivery`: another endpoint's delivery status of a turn (`Relayed.text` says it); one
+  naming another `origin` than this endpoint is `hidden` (it is not this one's message).
 - `settings`: a `properties` event: feed it to the `SettingsCache`.
 - `hidden`: nothing to show here.
 """
@@ -218,6 +219,8 @@ def classify(delivery: Delivery, namespace: str, settings: ThreadSettings) -> Re
     if isinstance(event, TurnDeletedEvent):
         return Relayed("deleted", origin, turn_id=event.turn)
     if isinstance(event, DeliveryEvent):
+        if event.origin and event.origin != namespace:
+            return Relayed("hidden", origin)  # the status of another endpoint's message
         detail = f": {event.detail}" if event.detail else ""
         text = f"delivery to {event.endpoint} {event.status}{detail}"
         return Relayed("delivery", origin, turn_id=event.turn, text=text)

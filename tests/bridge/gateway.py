@@ -92,7 +92,7 @@ class Gateway:
     lines: dict[str, list[str]] = field(default_factory=lambda: {e: [] for e in ENDPOINTS})
     notices: dict[str, list[str]] = field(default_factory=lambda: {e: [] for e in ENDPOINTS})
     origin_of: dict[str, str] = field(default_factory=dict)  # user turn -> its namespace
-    statuses: list[DeliveryEvent] = field(default_factory=list)  # as the terminal saw them
+    statuses: list[DeliveryEvent] = field(default_factory=list)  # all, as stored
     thread: str = ""
     root_ts: str = ""
 
@@ -186,11 +186,12 @@ class Gateway:
                 event = delivery.event
                 if isinstance(event, TurnCompleteEvent) and delivery.sequence is not None:
                     self.origin_of[event.turn.id] = event.context.provenance
+                if isinstance(event, DeliveryEvent):
+                    self.statuses.append(event)
                 relayed = classify(delivery, "stdin", settings.get(self.thread))
                 if relayed.action == "relayed":
                     self.lines["stdin"].append(relayed.shown)
-                elif relayed.action == "delivery" and isinstance(event, DeliveryEvent):
-                    self.statuses.append(event)
+                elif relayed.action == "delivery":
                     self.notices["stdin"].append(relayed.text)
                 await self._shown()
 

@@ -242,3 +242,15 @@ def test_splitting_loses_and_adds_nothing_but_fence_lines(text: str, limit: int)
 def test_text_without_fences_is_cut_without_a_change(text: str, limit: int) -> None:
     text = text.replace("`", "").replace("~", "")
     assert "".join(split_message(text, limit)) == text
+
+
+def test_a_delivery_status_of_another_endpoint_s_message_is_hidden() -> None:
+    event = DeliveryEvent(
+        turn="u1",
+        endpoint="telegram",
+        status="failed",
+        origin="web",
+        context=EventContext(provenance="telegram"),
+    )
+    assert classify(delivery(event), "slack", LINKED).action == "hidden"
+    assert classify(delivery(event), "web", LINKED).action == "delivery"

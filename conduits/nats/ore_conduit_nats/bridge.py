@@ -424,6 +424,7 @@ class _Bridge:
                 thread_id,
                 sequence=sequence,
                 turn=relayed.turn_id,
+                origin=relayed.origin,
                 status=status,
                 platform_ids=[message_id],
             )

@@ -110,6 +110,7 @@ class RelayedCopies:
                     self.thread_id,
                     sequence=sequence,
                     turn=relayed.turn_id,
+                    origin=relayed.origin,
                     status="retrying",
                     detail="rate limited by Slack",
                 )
@@ -133,6 +134,7 @@ class RelayedCopies:
                 self.thread_id,
                 sequence=sequence,
                 turn=relayed.turn_id,
+                origin=relayed.origin,
                 status="failed",
                 detail=str(exc),
             )
@@ -211,6 +213,7 @@ class RelayedCopies:
             self.thread_id,
             sequence=sequence,
             turn=relayed.turn_id,
+            origin=relayed.origin,
             status="delivered",
             platform_ids=ids,
         )

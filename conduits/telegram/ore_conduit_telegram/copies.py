@@ -208,6 +208,7 @@ class Copies:
                 self.thread_id,
                 sequence=sequence,
                 turn=relayed.turn_id,
+                origin=relayed.origin,
                 status=status,
                 platform_ids=platform_ids or (),
                 detail=detail or None,
