@@ -186,67 +186,83 @@ class _ReadingsCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         r = self._readings
-        yield GaugeMetricFamily(
-            "ore_messages_in_flight",
-            "Ingress messages handed to streams and not yet acknowledged.",
-            value=r.in_flight(),
-        )
-        yield GaugeMetricFamily(
-            "ore_partitions_owned", "Ingress partitions this worker holds.", r.partitions_owned()
-        )
-        yield CounterMetricFamily(
-            "ore_egress_events_refused",
-            "Output events not published: an overdue lease or a thread that moved.",
-            value=r.events_refused(),
-        )
-        yield CounterMetricFamily(
-            "ore_egress_deltas_dropped",
-            "Text deltas dropped when publishing fell behind (stored events are kept).",
-            value=r.deltas_dropped(),
-        )
-        yield CounterMetricFamily(
-            "ore_publishes_lost",
-            "Publishes given up after retries (JetStream refused or unreachable).",
-            value=r.publishes_lost(),
-        )
-        dead = CounterMetricFamily(
-            "ore_messages_dead_lettered",
-            "Ingress messages rejected to the dead-letter stream, by reason.",
-            labels=("reason",),
-        )
-        for reason, count in sorted(r.dead_lettered().items()):
-            dead.add_metric((reason,), count)
-        yield dead
-        parked = CounterMetricFamily(
-            "ore_messages_parked",
-            "Ingress messages held for a retry, by why: store, stale (another writer), other.",
-            labels=("reason",),
-        )
-        for reason, count in sorted(r.parked().items()):
-            parked.add_metric((reason,), count)
-        yield parked
-        yield CounterMetricFamily(
-            "ore_store_save_failures", "Saves of a thread that failed.", r.store_failures()
-        )
+        for family, name, documentation, read in (
+            (
+                GaugeMetricFamily,
+                "ore_messages_in_flight",
+                "Ingress messages handed to streams and not yet acknowledged.",
+                r.in_flight,
+            ),
+            (
+                GaugeMetricFamily,
+                "ore_partitions_owned",
+                "Ingress partitions this worker holds.",
+                r.partitions_owned,
+            ),
+            (
+                CounterMetricFamily,
+                "ore_egress_events_refused",
+                "Output events not published: an overdue lease or a thread that moved.",
+                r.events_refused,
+            ),
+            (
+                CounterMetricFamily,
+                "ore_egress_deltas_dropped",
+                "Text deltas dropped when publishing fell behind (stored events are kept).",
+                r.deltas_dropped,
+            ),
+            (
+                CounterMetricFamily,
+                "ore_publishes_lost",
+                "Publishes given up after retries (JetStream refused or unreachable).",
+                r.publishes_lost,
+            ),
+            (
+                CounterMetricFamily,
+                "ore_store_save_failures",
+                "Saves of a thread that failed.",
+                r.store_failures,
+            ),
+            (
+                CounterMetricFamily,
+                "ore_messages_redelivered",
+                "Ingress messages JetStream delivered again (a nak, a crash, a hand-over).",
+                r.redelivered,
+            ),
+            (
+                CounterMetricFamily,
+                "ore_egress_batches",
+                "Stored batches of output events published (one per handled message, or more).",
+                r.egress_batches,
+            ),
+            (
+                CounterMetricFamily,
+                "ore_egress_retries",
+                "Publishes of stored events sent again (no ack in time, or no stream answered).",
+                r.egress_retries,
+            ),
+        ):
+            yield family(name, documentation, value=read())
+        for name, documentation, counts in (
+            (
+                "ore_messages_dead_lettered",
+                "Ingress messages rejected to the dead-letter stream, by reason.",
+                r.dead_lettered(),
+            ),
+            (
+                "ore_messages_parked",
+                "Ingress messages held for a retry, by why: store, stale (another writer), other.",
+                r.parked(),
+            ),
+        ):
+            by_reason = CounterMetricFamily(name, documentation, labels=("reason",))
+            for reason, count in sorted(counts.items()):
+                by_reason.add_metric((reason,), count)
+            yield by_reason
         yield _histogram(
             r.store_saves,
             "ore_store_save_duration_seconds",
             "How long the saves of a thread that worked took.",
-        )
-        yield CounterMetricFamily(
-            "ore_messages_redelivered",
-            "Ingress messages JetStream delivered again (a nak, a crash, a hand-over).",
-            value=r.redelivered(),
-        )
-        yield CounterMetricFamily(
-            "ore_egress_batches",
-            "Stored batches of output events published (one per handled message, or more).",
-            value=r.egress_batches(),
-        )
-        yield CounterMetricFamily(
-            "ore_egress_retries",
-            "Publishes of stored events sent again (no ack in time, or no stream answered).",
-            value=r.egress_retries(),
         )
 
 
