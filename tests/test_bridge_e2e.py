@@ -36,6 +36,7 @@ from ore_core.config import load_settings
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.testing.conduit_process import ConduitProcess
+from tests.bridge.gateway import bridge_listening
 
 pytestmark = pytest.mark.slow
 
@@ -241,7 +242,9 @@ async def test_three_endpoints_each_show_the_others_once_in_order_and_never_thei
             await raw.publish(f"bridge.{ROOM}.in", json.dumps(message).encode())
             await raw.flush()
 
-        # The NATS conduit learns the channel's thread from its own first message.
+        # Sent once the NATS conduit listens: a plain publish before that reaches nobody
+        # (on a loaded machine the conduit can start after Slack answered).
+        await bridge_listening(ore_nats_server.monitor_url)
         await send_nats(0)
         await fake.wait_until(
             lambda: "bo (nats): nats 0" in fake.rendered_thread(CHANNEL, root.ts), PATIENCE

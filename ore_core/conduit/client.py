@@ -396,14 +396,11 @@ class ConduitClient:
     ) -> dict[str, Any]:
         """Report what the conduit did with a relayed copy of `turn` (batch `sequence`).
 
-        `origin` (the namespace the turn came from: `Relayed.origin`) makes a `retrying`
-        or `failed` status show on that endpoint only.
-
         `delivered` with the platform's message ids records the map both ways, so
         edits, deletes and replies resolve after any restart; `retrying` and `failed`
-        store a `delivery` event that the origin endpoint shows. `sending` (before
-        publishing, with the ids the copy will have) claims the copy for a platform
-        whose messages cannot be read back: the reply `{"recorded": bool, "status",
+        store a `delivery` event that the `origin` endpoint (`Relayed.origin`) shows,
+        and no other. `sending` (before publishing, with the ids the copy will have)
+        claims the copy for a platform whose messages cannot be read back: the reply `{"recorded": bool, "status",
         "platform_ids"}` says whether this claim is the first (`recorded`), else what
         was recorded before (`delivered`: skip it; `sending`: a run killed while
         sending it may have published it).

@@ -245,16 +245,7 @@ class Gateway:
     async def bridge_listening(self) -> None:
         """Wait until the NATS conduit's input subscription is on the server (after a
         start or a reconnect): a plain publish before that reaches nobody."""
-        subject = "bridge.*.in"
-        async with aiohttp.ClientSession() as session, asyncio.timeout(PATIENCE):
-            while True:
-                async with session.get(f"{self.monitor_url}/connz?subs=1") as response:
-                    connz = await response.json(content_type=None)
-                if any(
-                    subject in (c.get("subscriptions_list") or []) for c in connz["connections"]
-                ):
-                    return
-                await asyncio.sleep(0.05)  # polled: the server has no event for it
+        await bridge_listening(self.monitor_url)
 
     # -- sending -------------------------------------------------------------------
 
@@ -285,3 +276,15 @@ class Gateway:
 def expected(**numbers: Iterable[int]) -> dict[str, list[int]]:
     """`expected(slack=range(5), ...)`: what each origin sent, as lists."""
     return {origin: list(sent) for origin, sent in numbers.items()}
+
+
+async def bridge_listening(monitor_url: str, subject: str = "bridge.*.in") -> None:
+    """Wait until some connection of the nats-server at `monitor_url` subscribes to
+    `subject` (the NATS conduit's input): a plain publish before that reaches nobody."""
+    async with aiohttp.ClientSession() as session, asyncio.timeout(PATIENCE):
+        while True:
+            async with session.get(f"{monitor_url}/connz?subs=1") as response:
+                connz = await response.json(content_type=None)
+            if any(subject in (c.get("subscriptions_list") or []) for c in connz["connections"]):
+                return
+            await asyncio.sleep(0.05)  # polled: the server has no event for it
