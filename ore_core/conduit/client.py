@@ -400,10 +400,10 @@ class ConduitClient:
         edits, deletes and replies resolve after any restart; `retrying` and `failed`
         store a `delivery` event that the `origin` endpoint (`Relayed.origin`) shows,
         and no other. `sending` (before publishing, with the ids the copy will have)
-        claims the copy for a platform whose messages cannot be read back: the reply `{"recorded": bool, "status",
-        "platform_ids"}` says whether this claim is the first (`recorded`), else what
-        was recorded before (`delivered`: skip it; `sending`: a run killed while
-        sending it may have published it).
+        claims the copy for a platform whose messages cannot be read back: the reply
+        `{"recorded": bool, "status", "platform_ids"}` says whether this claim is the
+        first (`recorded`), else what was recorded before (`delivered`: skip it;
+        `sending`: a run killed while sending it may have published it).
         """
         body: dict[str, Any] = {
             "thread": thread_id,
