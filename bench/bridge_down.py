@@ -55,24 +55,29 @@ def slope(points: list[tuple[int, int]]) -> float:
 
 
 class Reader:
-    """Endpoint `b`: a durable feed of one thread, recording the texts of user turns."""
+    """An endpoint's feed of one thread, recording the texts of stored user turns:
+    `b`'s is durable; `a`'s is live, to know what the core recorded."""
 
-    def __init__(self, url: str, thread: str) -> None:
+    def __init__(self, url: str, thread: str, namespace: str, durable: str | None) -> None:
         self.url = url
         self.thread = thread
+        self.namespace = namespace
+        self.durable = durable
         self.texts: list[str] = []
         self.changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._client: ConduitClient | None = None
 
     async def start(self) -> None:
-        self._client = await ConduitClient.connect(self.url, name="b", request_timeout=30.0)
+        self._client = await ConduitClient.connect(
+            self.url, name=self.namespace, request_timeout=30.0
+        )
         ready = asyncio.Event()
         self._task = asyncio.create_task(self._read(self._client, ready))
         await ready.wait()
 
     async def _read(self, client: ConduitClient, ready: asyncio.Event) -> None:
-        async with client.events(self.thread, durable=DURABLE) as feed:
+        async with client.events(self.thread, durable=self.durable) as feed:
             ready.set()
             async for delivery in feed:
                 event = delivery.event
@@ -114,16 +119,18 @@ async def send(a: ConduitClient, thread: str, first: int, count: int) -> None:
 
 
 async def run(
-    a: ConduitClient, b: Reader, pid: int, messages: int, warmup: int
+    a: ConduitClient, recorded: Reader, pid: int, messages: int, warmup: int
 ) -> list[tuple[int, int]]:
-    """Send `messages` on `b`'s thread in tenths; RSS after the warm-up and each tenth."""
+    """Send `messages` on a thread in tenths; RSS after the warm-up and after the core
+    recorded each tenth (sends return once stored in the ingress stream, before that)."""
     step = max(1, messages // 10)
     points = [(0, rss_kib(pid))]
     sent = 0
     while sent < messages:
         count = min(step, messages - sent)
-        await send(a, b.thread, warmup + sent, count)
+        await send(a, recorded.thread, warmup + sent, count)
         sent += count
+        await recorded.until(warmup + sent)
         points.append((sent, rss_kib(pid)))
     return points
 
@@ -135,19 +142,21 @@ def show(name: str, points: list[tuple[int, int]]) -> None:
 
 async def measure(url: str, pid: int, messages: int, warmup: int) -> None:
     a = await ConduitClient.connect(url, name="a", request_timeout=30.0)
-    up, down = Reader(url, "up"), Reader(url, "down")
+    up, down = Reader(url, "up", "b", DURABLE), Reader(url, "down", "b", DURABLE)
+    home = {thread: Reader(url, thread, "a", None) for thread in ("up", "down")}
     try:
         for reader in (up, down):
             await link(a, reader.thread)
+            await home[reader.thread].start()
             await reader.start()
             await send(a, reader.thread, 0, warmup)
             await reader.until(warmup)
         started = time.perf_counter()
-        baseline = await run(a, up, pid, messages, warmup)
+        baseline = await run(a, home["up"], pid, messages, warmup)
         await up.until(warmup + messages)
         await down.stop()
         sent_down = time.perf_counter()
-        backlog = await run(a, down, pid, messages, warmup)
+        backlog = await run(a, home["down"], pid, messages, warmup)
         caught_up = time.perf_counter()
         await down.start()
         await down.until(warmup + messages)
@@ -155,8 +164,8 @@ async def measure(url: str, pid: int, messages: int, warmup: int) -> None:
         done = time.perf_counter()
         after = rss_kib(pid)
     finally:
-        await up.stop()
-        await down.stop()
+        for reader in (up, down, *home.values()):
+            await reader.stop()
         await a.close()
     print(f"ore serve RSS, {messages} messages a -> b, sampled every {max(1, messages // 10)}")
     print(f"  {'messages':<9} " + "  ".join(f"{x:>6}" for x, _ in baseline))
