@@ -25,13 +25,18 @@ import itertools
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ore_core import ConduitClient, TurnCompleteEvent
+from ore_core import ConduitClient, Manager, TurnCompleteEvent
 from ore_core.artifacts import Text
 from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.service import CoreService
+from ore_core.bus.streams import BusConfig
+from ore_core.session.echo import EchoProcessor
+from ore_core.session.stores.sqlite_store import SQLiteStore
 from tests.scale.harness import Workers
 
 DURABLE = "bench"
@@ -193,11 +198,48 @@ async def measure(url: str, pid: int, messages: int, warmup: int) -> None:
     )
 
 
-async def main(messages: int, warmup: int) -> None:
+async def trace(url: str, messages: int, warmup: int) -> None:
+    """In-process variant: where the core's memory grows while `b` is down (tracemalloc)."""
+    with tempfile.TemporaryDirectory(prefix="ore-bench-bridge-trace-") as tmp:
+        store = SQLiteStore(Path(tmp) / "threads.db")
+        async with Manager(store, EchoProcessor()) as manager:
+            core = CoreService(manager, servers=[url], config=BusConfig(partitions=8))
+            await core.start()
+            a = await ConduitClient.connect(url, name="a", request_timeout=30.0)
+            home, down = Reader(url, "down", "a", None), Reader(url, "down", "b", DURABLE)
+            await link(a, "down")
+            await home.start()
+            await down.start()
+            await send(a, "down", 0, warmup)
+            await down.until(warmup)
+            await down.stop()
+            tracemalloc.start(12)
+            before = tracemalloc.take_snapshot()
+            await send(a, "down", warmup, messages)
+            await home.until(warmup + messages)
+            after = tracemalloc.take_snapshot()
+            tracemalloc.stop()
+            await home.stop()
+            await a.close()
+            await core.stop(grace=0)
+    print(f"in-process core, b down, {messages} messages: largest growths (KiB per 1,000)")
+    for stat in after.compare_to(before, "traceback")[:8]:
+        frames = [
+            f"{Path(f.filename).name}:{f.lineno}"
+            for f in stat.traceback
+            if "ore_core" in f.filename
+        ]
+        print(f"  {stat.size_diff / 1024 / messages * 1000:8.1f}  {' < '.join(frames[-1:-6:-1])}")
+
+
+async def main(messages: int, warmup: int, traced: int) -> None:
     with (
         tempfile.TemporaryDirectory(prefix="ore-bench-bridge-down-") as tmp,
         EmbeddedNatsServer(Path(tmp) / "nats") as server,
     ):
+        if traced:
+            await trace(server.url, traced, warmup)
+            return
         workers = Workers([server.url], Path(tmp), delay=0.0, partitions=8)
         try:
             worker = await workers.start()
@@ -210,5 +252,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=20_000, help="messages per run")
     parser.add_argument("--warmup", type=int, default=500, help="messages before sampling")
+    parser.add_argument(
+        "--trace", type=int, default=0, metavar="N", help="instead: tracemalloc, N messages"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.messages, args.warmup))
+    asyncio.run(main(args.messages, args.warmup, args.trace))
