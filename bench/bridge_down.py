@@ -1,6 +1,6 @@
 """Does the core's memory grow with the backlog of a linked endpoint that is down?
 
-Run: `python bench/bridge_down.py [--messages N] [--warmup N]` (not a test)
+Run: `python bench/bridge_down.py [--messages N] [--warmup N] [--trace N]` (not a test)
 
 Issue 29 promises that a down endpoint's backlog waits in durable storage, not in a
 process's memory. One embedded nats-server and one real `ore serve` process (SQLite
@@ -15,6 +15,9 @@ endpoints: namespace `a` sends, namespace `b` reads with a durable feed; each th
 The RSS of `ore serve` (VmRSS) is sampled after the warm-up and every N/10 messages; the
 slope (least squares, KiB per 1,000 messages) of the down run against the baseline's
 tells what being down costs. RSS on a shared machine is noisy: compare the two runs.
+
+`--trace N`: instead, the core in this process (same store, same relay, `b` down) and
+tracemalloc's largest growths over N messages, to find where memory goes.
 """
 
 from __future__ import annotations
