@@ -195,7 +195,9 @@ def turn_json(turn: Turn) -> bytes:
     """
     cached = turn._json
     if cached is None:
-        cached = orjson.dumps(turn_to_dict(turn))
+        # orjson's bytes keep its whole output buffer (4 KiB at least); the cache lives
+        # as long as the turn does, in every loaded thread: keep an exact-size copy.
+        cached = bytes(memoryview(orjson.dumps(turn_to_dict(turn))))
         object.__setattr__(turn, "_json", cached)
     return cached
 

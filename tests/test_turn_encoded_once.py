@@ -112,3 +112,22 @@ def test_turn_json_is_turn_to_dict_encoded_and_kept_on_the_turn() -> None:
     assert fresh == turn
     assert hash(fresh) == hash(turn)
     assert repr(fresh) == repr(turn)
+
+
+def test_the_json_kept_on_a_turn_holds_its_own_size_not_the_encoder_s_buffer() -> None:
+    """A loaded thread keeps every turn's JSON (issue 29: a long relay grew ~4 KiB a turn)."""
+    import tracemalloc
+    from datetime import UTC, datetime
+
+    from ore_core import Role, Text, Turn
+
+    when = datetime(2024, 1, 1, tzinfo=UTC)
+    turns = [Turn(f"t{n}", Role.USER, (Text("hi"),), timestamp=when) for n in range(200)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [turn_json(turn) for turn in turns]
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < sum(len(data) for data in kept) + 200 * 128  # bytes header + list slot
