@@ -74,6 +74,7 @@ __all__ = [
     "stored_copy_block",
     "stream_sequence",
     "redelivered",
+    "delivery_sequence",
 ]
 
 SCHEMA = str(SCHEMA_VERSION)
@@ -281,6 +282,19 @@ def stream_sequence(msg: Msg) -> int:
         if len(tokens) >= _V2_TOKENS - 1:
             return int(tokens[Msg.Ack.StreamSeq])
     return msg.metadata.sequence.stream
+
+
+def delivery_sequence(msg: Msg) -> int | None:
+    """The consumer's sequence of this delivery (`metadata.sequence.consumer`: one more
+    for every message the consumer sends, redeliveries too), read from the ack subject;
+    None for a reply that is no ack subject. A jump means a delivery never arrived."""
+    tokens = (msg.reply or "").split(".")
+    count = len(tokens)
+    if count == _V1_TOKENS:
+        return int(tokens[6])
+    if count >= _V2_TOKENS - 1:
+        return int(tokens[Msg.Ack.ConsumerSeq])
+    return None
 
 
 def redelivered(msg: Msg) -> bool:

@@ -37,6 +37,7 @@ from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 
 from ore_core import jsonutil
+from ore_core._nats.codec import delivery_sequence
 from ore_core._nats.connection import subscribe_inline
 from ore_core._nats.wire import publish_now
 from ore_core.tasks import TaskCrashed, TaskScope
@@ -90,6 +91,8 @@ class Puller:
         )
         self._heartbeat = heartbeat
         self._outstanding = 0
+        self._delivered = 0  # the consumer sequence of the last delivery handed on
+        self._gap = False  # a delivery never arrived: hand nothing more on
         self._last_seen = 0.0  # `_monotonic()` of the last message or heartbeat
         self._low = batch // 2  # credit at which to ask again
         self._sub: Subscription | None = None
@@ -192,6 +195,8 @@ class Puller:
         self._outstanding -= 1
         if self._outstanding <= self._low:
             self._pull()  # before handling: the next messages are on their way
+        if self._on_interrupted is not None and self._missed(msg):
+            return
         backlog = self._backlog
         if backlog is not None:  # the worker is busy with an earlier one: keep the order
             backlog.append(msg)
@@ -207,6 +212,31 @@ class Puller:
         except (RuntimeError, TaskCrashed):  # stopping: it is redelivered
             self._backlog = None
             _discard(pending)
+
+    def _missed(self, msg: Msg) -> bool:
+        """Whether a delivery before `msg` never arrived (the consumer's sequence jumped:
+        lost with a consumer leader or a route that died, without a reconnect or a
+        leadership notice here). Handing `msg` on would put it before the lost one of
+        its thread, so from the first jump nothing more is handed on and the partition
+        is pulled afresh from its ack floor (`on_interrupted`)."""
+        if self._gap:
+            return True
+        sequence = delivery_sequence(msg)
+        if sequence is None:
+            return False
+        if self._delivered and sequence != self._delivered + 1:
+            self._gap = True
+            log.warning(
+                "a delivery never arrived; pulling the partition again",
+                consumer=self.name,
+                expected=self._delivered + 1,
+                got=sequence,
+            )
+            assert self._on_interrupted is not None
+            self._on_interrupted()
+            return True
+        self._delivered = sequence
+        return False
 
     def _start(self, msg: Msg) -> Awaitable[None] | None:
         """`handle(msg)`: None once handled (or failed: logged), else what to await."""
