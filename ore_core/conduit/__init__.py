@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         split_message,
         turn_text,
     )
+    from ore_core.conduit.waiting import core_away, until_answered
     from ore_core.errors import ApiError, BusError, PermissionDenied
 
 _EXPORTS: dict[str, str] = {
@@ -68,6 +69,8 @@ _EXPORTS: dict[str, str] = {
     "split_message": "ore_core.conduit.relay",
     "turn_text": "ore_core.conduit.relay",
     "metrics": "ore_core.conduit.counters",
+    "core_away": "ore_core.conduit.waiting",
+    "until_answered": "ore_core.conduit.waiting",
     "ApiError": "ore_core.errors",
     "BusError": "ore_core.errors",
     "PermissionDenied": "ore_core.errors",
@@ -102,9 +105,11 @@ __all__ = [
     "ThreadPage",
     "TlsFiles",
     "classify",
+    "core_away",
     "degrade",
     "split_message",
     "turn_text",
+    "until_answered",
     "metrics",
     "subscriptions_registered",
 ]

@@ -42,6 +42,7 @@ from ore_core._nats.connection import (
     subscriptions_registered,
 )
 from ore_core.conduit.counters import metrics
+from ore_core.conduit.waiting import until_answered
 from ore_core.errors import ApiError, BusError, PermissionDenied
 from ore_core.events import BATCH_KIND, OutputEvent, decode_output_value
 from ore_core.ids import is_valid_thread_id, validate_thread_id
@@ -66,8 +67,6 @@ DurableName = Annotated[str, AfterValidator(_check_durable_name)]
 log = structlog.get_logger("ore.bus.feed")
 
 _PAGE = 200  # events per events.read request while catching up
-_CORE_RETRY_FIRST = 0.05  # seconds before a catch-up asks a core that did not answer again
-_CORE_RETRY_MAX = 2.0
 
 Call = Callable[[str, Mapping[str, Any]], Awaitable[dict[str, Any]]]
 """Calls a control-API method of the feed's namespace: (method, body) -> reply."""
@@ -561,21 +560,11 @@ class EventFeed:
     ) -> dict[str, Any]:
         """`method` through the core, waiting while nothing answers (see `_read_when_up`);
         BusError only once the feed is closed."""
-        pause = _CORE_RETRY_FIRST
-        told = False
-        while True:
-            try:
-                return await self._call(method, body)
-            except PermissionDenied:
-                raise
-            except BusError as exc:
-                if self._closed:
-                    raise
-                if not told:
-                    log.warning(f"core unreachable, {purpose} waits for it", error=str(exc))
-                    told = True
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, _CORE_RETRY_MAX)
+        return await until_answered(
+            lambda: self._call(method, body),
+            f"core unreachable, {purpose}",
+            stopped=lambda: self._closed,
+        )
 
     async def _last_sequence(self) -> int:
         body: dict[str, Any] = {"limit": 0}

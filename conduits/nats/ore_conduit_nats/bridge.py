@@ -71,6 +71,7 @@ from ore_core.conduit import (
     classify,
     degrade,
     subscriptions_registered,
+    until_answered,
 )
 from ore_core.events import MAX_EVENT_ID_LENGTH, DeliveryEvent, new_event_id
 
@@ -83,7 +84,6 @@ the core shows the endpoint's channel under this key in `threads.get`)."""
 log = structlog.get_logger("ore.conduit.nats")
 
 _CACHED_THREADS = 10_000  # thread -> channel entries kept; the oldest is dropped first
-_RETRY_LIMIT = 5.0  # longest pause (seconds) between attempts to reach the core
 
 _RELAYED_KINDS = frozenset({"turn_complete", "turn_deleted", "delivery", "properties"})
 """Kinds shown of another endpoint's conversation on a linked thread (its answers by
@@ -322,23 +322,13 @@ class _Bridge:
         """`lookup_or_create` of the channel, retried while NATS or the core is away
         (a restart): the bridge holds the message meanwhile instead of refusing it.
         After `request_timeout` the failure is the sender's to hear."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.request_timeout
-        pause = 0.1
-        while True:
-            try:
-                return await self.client.lookup_or_create(CHANNEL_KEY, channel)
-            except ApiError as exc:
-                if exc.status < 500 or loop.time() + pause > deadline:
-                    raise
-                failure: OreError = exc
-            except BusError as exc:
-                if isinstance(exc, PermissionDenied) or loop.time() + pause > deadline:
-                    raise
-                failure = exc
-            log.warning("channel lookup failed, retrying", channel=channel, error=str(failure))
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, _RETRY_LIMIT)
+        deadline = asyncio.get_running_loop().time() + self.config.request_timeout
+        return await until_answered(
+            lambda: self.client.lookup_or_create(CHANNEL_KEY, channel),
+            "channel lookup failed",
+            deadline=deadline,
+            channel=channel,
+        )
 
     async def _interrupt(self, msg: Msg, channel: str) -> None:
         thread_id = await self._thread_of(channel)
@@ -493,23 +483,9 @@ def _reply_of(event: OutputEvent, thread_id: str, in_reply_to: str | None) -> Re
 
 
 async def _patiently(call: Callable[[], Awaitable[_T]], thread_id: str) -> _T:
-    """`call()`, again (backing off) while the core is away or failing (a bus error or
-    a 5xx); a refusal (another ApiError, PermissionDenied) is raised."""
-    pause = 0.1
-    while True:
-        try:
-            return await call()
-        except ApiError as exc:
-            if exc.status < 500:
-                raise
-            failure: OreError = exc
-        except PermissionDenied:
-            raise
-        except BusError as exc:
-            failure = exc
-        log.warning("the core did not answer, retrying", thread_id=thread_id, error=str(failure))
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, _RETRY_LIMIT)
+    """`call()`, again while the core is away or failing (a bus error or a 5xx); a
+    refusal (another ApiError, PermissionDenied) is raised."""
+    return await until_answered(call, "the core did not answer", thread_id=thread_id)
 
 
 def _settle(future: asyncio.Future[PermissionDenied], error: PermissionDenied) -> None:

@@ -50,7 +50,7 @@ from ore_core import (
     Role,
     UserMessageEvent,
 )
-from ore_core.conduit import ConduitClient
+from ore_core.conduit import ConduitClient, until_answered
 
 __all__ = ["Identity", "Inbound", "Lanes", "TtlSet"]
 
@@ -58,7 +58,6 @@ log = structlog.get_logger("ore.conduit.slack")
 
 _WRITTEN = frozenset({None, "", "file_share", "thread_broadcast", "bot_message"})
 _FORK_PATIENCE = 10.0  # seconds an edit waits for the interrupted answer to end
-_RETRY_MAX = 5.0  # seconds between two tries of work waiting for the core (or NATS)
 _FOREIGN_TTL = 300.0  # seconds a thread found not to be the bot's is not asked about again
 _LINK = re.compile(r"<(https?://[^|>]+)\|[^>]*>")
 
@@ -224,21 +223,11 @@ class Inbound:
     def _submit(self, work: Work, entry: int) -> None:
         async def run() -> None:
             await self.ready.wait()
-            pause = 0.1
-            told = False
-            while True:
-                try:
-                    await work.job()
-                    break
-                except Exception as exc:
-                    if not _passing(exc):
-                        await self.inbox.done(entry)  # refused for good (the lane tells)
-                        raise
-                    if not told:  # the core, NATS or Slack is away: the event waits
-                        log.warning("a slack event waits", error=str(exc))
-                        told = True
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, _RETRY_MAX)
+            try:  # the core, NATS or Slack away: the event waits
+                await until_answered(work.job, "a slack event waits", passing=_passing)
+            except Exception:
+                await self.inbox.done(entry)  # refused for good (the lane tells)
+                raise
             await self.inbox.done(entry)
 
         self.lanes.submit(work.lane, run)

@@ -41,18 +41,15 @@ from ore_conduit_slack.config import SlackConfig
 from ore_conduit_slack.copies import RelayedCopies
 from ore_conduit_slack.ids import SlackThread, traceparent_of
 from ore_conduit_slack.inbound import Identity
-from ore_conduit_slack.recovery import RETRY_LIMIT, Recovery
+from ore_conduit_slack.recovery import Recovery
 from ore_conduit_slack.text import fence_at, neutralise, split_parts
 from ore_core import (
     ApiError,
     ArtifactEvent,
-    BusError,
     ErrorEvent,
     LifecycleEvent,
     NoticeEvent,
-    OreError,
     OutputEvent,
-    PermissionDenied,
     PropertiesEvent,
     Text,
     TextDelta,
@@ -65,6 +62,7 @@ from ore_core.conduit import (
     ThreadLanes,
     classify,
     metrics,
+    until_answered,
 )
 
 __all__ = ["OUTPUT_KINDS", "Clock", "Outbound", "ThreadRenderer"]
@@ -217,23 +215,18 @@ class ThreadRenderer:
 
     async def _slack_thread(self) -> SlackThread | None:
         """The Slack thread of the ore thread (None: not a Slack thread); retried while away."""
-        pause = 0.1
-        while True:
+
+        async def read() -> SlackThread | None:
             try:
                 info = await self.out.client.get_thread(self.thread_id)
-                self.settings.load(self.thread_id, info.metadata)
-                return SlackThread.from_metadata(info.metadata)
             except ApiError as exc:
                 if exc.status == 404:
                     return None
-                failure: OreError = exc
-            except PermissionDenied:
                 raise
-            except BusError as exc:
-                failure = exc
-            log.warning("cannot read thread metadata", thread_id=self.thread_id, error=str(failure))
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, RETRY_LIMIT)
+            self.settings.load(self.thread_id, info.metadata)
+            return SlackThread.from_metadata(info.metadata)
+
+        return await until_answered(read, "cannot read thread metadata", thread_id=self.thread_id)
 
     # -- events ------------------------------------------------------------------------
 
@@ -288,22 +281,9 @@ class ThreadRenderer:
         """Run `step` again while the core does not answer (a worker killed, NATS
         restarting): a relayed copy is delayed by that, never dropped. Repeating is
         safe: a copy posted before is found (`deliveries.get`, the Slack thread)."""
-        pause = 0.1
-        while True:
-            try:
-                await step(delivery)
-                return
-            except ApiError as exc:
-                if exc.status < 500:
-                    raise
-                failure: OreError = exc
-            except PermissionDenied:
-                raise
-            except BusError as exc:
-                failure = exc
-            log.warning("relay waits for the core", thread_id=self.thread_id, error=str(failure))
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, RETRY_LIMIT)
+        await until_answered(
+            lambda: step(delivery), "relay waits for the core", thread_id=self.thread_id
+        )
 
     async def _relay(self, delivery: Delivery) -> None:
         """Show another endpoint's event (`ore_conduit_slack.copies`)."""

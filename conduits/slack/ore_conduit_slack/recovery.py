@@ -11,7 +11,6 @@ text). A post whose response was lost is found the same way instead of posted tw
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
@@ -29,17 +28,16 @@ from ore_conduit_slack.answer import (
 from ore_conduit_slack.api import Ambiguous, SlackError
 from ore_conduit_slack.ids import REPLY_KEY, SlackThread, edit_event_id, traceparent_of
 from ore_conduit_slack.ids import event_id as message_event_id
-from ore_core import BusError, OreError, PermissionDenied
-from ore_core.conduit import AnswerRecord
+from ore_core import OreError
+from ore_core.conduit import AnswerRecord, until_answered
 
 if TYPE_CHECKING:
     from ore_conduit_slack.outbound import Outbound
 
-__all__ = ["RETRY_LIMIT", "Listing", "Recovery", "ts_key"]
+__all__ = ["Listing", "Recovery", "ts_key"]
 
 log = structlog.get_logger("ore.conduit.slack")
 
-RETRY_LIMIT = 5.0  # seconds between tries at most, while the core is away
 _R = TypeVar("_R")
 
 
@@ -238,26 +236,12 @@ class Recovery:
             log.warning("cannot save the reply record", thread_id=self.thread_id, error=str(exc))
 
     async def _while_away(self, call: Callable[[], Awaitable[_R]], purpose: str) -> _R:
-        """`call()`, tried again while the core is away (BusError): the reply record is
-        what tells a restarted conduit an answer it showed from a new one, so rendering
-        without it (or without saving it) would post an answer twice after a crash."""
-        pause = 0.1
-        told = False
-        while True:
-            try:
-                return await call()
-            except PermissionDenied:
-                raise
-            except BusError as exc:
-                if not told:
-                    log.warning(
-                        f"core unreachable, waiting to {purpose}",
-                        thread_id=self.thread_id,
-                        error=str(exc),
-                    )
-                    told = True
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, RETRY_LIMIT)
+        """`call()`, tried again while the core is away: the reply record is what tells a
+        restarted conduit an answer it showed from a new one, so rendering without it (or
+        without saving it) would post an answer twice after a crash."""
+        return await until_answered(
+            call, f"core unreachable, waiting to {purpose}", thread_id=self.thread_id
+        )
 
     async def find_post(self, answer: Answer, part: int, content: str) -> str | None:
         """The message the answer's part already is in the thread, if Slack has it (a

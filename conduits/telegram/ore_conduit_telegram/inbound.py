@@ -55,13 +55,12 @@ from ore_core import (
     Role,
     UserMessageEvent,
 )
-from ore_core.conduit import ConduitClient
+from ore_core.conduit import ConduitClient, until_answered
 
 __all__ = ["Identity", "Inbound"]
 
 log = structlog.get_logger("ore.conduit.telegram")
 
-_RETRY_MAX = 5.0
 _FORK_PATIENCE = 10.0  # seconds an edit waits for the interrupted answer to end
 NEW_CONVERSATION = "New conversation started."
 TOO_LARGE_FOR_BUS = (
@@ -214,20 +213,7 @@ class Inbound:
                 del self._lanes[key]
 
     async def _until_done(self, job: Callable[[], Awaitable[None]]) -> None:
-        pause = 0.1
-        told = False
-        while True:
-            try:
-                await job()
-                return
-            except Exception as exc:
-                if not _passing(exc):
-                    raise
-                if not told:
-                    log.warning("a telegram update waits for the core", error=str(exc))
-                    told = True
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, _RETRY_MAX)
+        await until_answered(job, "a telegram update waits for the core", passing=_passing)
 
     def _decide(
         self, update: Mapping[str, Any]

@@ -47,12 +47,10 @@ from ore_conduit_telegram.text import split_text, to_html
 from ore_core import (
     ApiError,
     ArtifactEvent,
-    BusError,
     ErrorEvent,
     LifecycleEvent,
     NoticeEvent,
     OutputEvent,
-    PermissionDenied,
     PropertiesEvent,
     Text,
     TextDelta,
@@ -65,6 +63,7 @@ from ore_core.conduit import (
     ThreadLanes,
     classify,
     metrics,
+    until_answered,
 )
 
 __all__ = ["OUTPUT_KINDS", "Notes", "Outbound", "ThreadRenderer"]
@@ -82,7 +81,6 @@ _TYPING_AT_MOST = 600.0  # seconds of "typing" for one answer (its end may never
 _LANES = "telegram-render"
 _CONDUIT = "telegram"  # the metrics label of replies sent without a renderer
 _FINISHED = 4096  # answers remembered as finished, so repeats of their events are skipped
-_RETRY_MAX = 5.0
 _R = TypeVar("_R")
 _UNKNOWN = "\x00"  # what a message of an earlier run shows: never equal to a text
 
@@ -186,19 +184,9 @@ class ThreadRenderer:
 
     async def while_away(self, call: Callable[[], Awaitable[_R]]) -> _R:
         """`call()`, tried again while the core is away."""
-        pause = 0.1
-        while True:
-            try:
-                return await call()
-            except PermissionDenied:
-                raise
-            except BusError as exc:
-                log.info("core unreachable, waiting", thread_id=self.thread_id, error=str(exc))
-            except ApiError as exc:
-                if exc.status < 500:
-                    raise
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, _RETRY_MAX)
+        return await until_answered(
+            call, "core unreachable", level="info", thread_id=self.thread_id
+        )
 
     # -- events -----------------------------------------------------------------------
 
