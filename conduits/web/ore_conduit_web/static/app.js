@@ -508,6 +508,20 @@ $("messages").addEventListener("click", (event) => {
   }
 });
 
+// -- the drawer (narrow screens: the thread list slides over the page) ---------------
+
+function setDrawer(open) {
+  document.body.classList.toggle("drawer-open", open);
+  $("menu").setAttribute("aria-expanded", String(open));
+  if (open) $("search").focus();
+}
+
+$("menu").addEventListener("click", () => setDrawer(!document.body.classList.contains("drawer-open")));
+$("close-drawer").addEventListener("click", () => setDrawer(false));
+$("threads").addEventListener("click", () => setDrawer(false)); // a thread was chosen
+$("new-thread").addEventListener("click", () => setDrawer(false));
+$("sidebar").addEventListener("keydown", (event) => { if (event.key === "Escape") setDrawer(false); });
+
 (async () => {
   const me = await attempt(() => api("GET", "/api/me"));
   if (!me) return;
