@@ -100,9 +100,10 @@ class Tip(BaseModel):
 
 
 class Me(BaseModel):
-    """Who the token signs in."""
+    """Who the token signs in, and the longest message accepted (the page counts)."""
 
     user: str
+    max_message_length: int
 
 
 _EVENT_FRAME: dict[str, Any] = {
@@ -319,7 +320,7 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
 
     @api.get("/me", summary="Who the token signs in")
     async def me(user: User) -> Me:
-        return Me(user=user)
+        return Me(user=user, max_message_length=config.max_message_length)
 
     @api.get("/threads", summary="List threads (search by title and text with q)")
     async def list_threads(user: User, q: Annotated[str, Query(max_length=200)] = "") -> ThreadList:

@@ -105,7 +105,8 @@ async def test_an_edit_branches_and_the_arrows_switch_versions(
     page: Page, screenshots: Path
 ) -> None:
     await say(page, "E2E_REPLY:first answer")
-    await expect(page.locator("article.assistant")).to_have_text(["first answerCopyRegenerate"])
+    await expect(page.locator("article.assistant .body")).to_have_text(["first answer"])
+    await expect(page.locator("article.assistant .tools")).to_have_text(["CopyRegenerate"])
     await page.get_by_label("Edit message").click()
     await page.get_by_label("Edit message", exact=True).fill("E2E_REPLY:second answer")
     await page.get_by_label("Save and answer").click()
@@ -184,21 +185,27 @@ async def test_the_thread_list_shows_titles_and_searches(
     threads = page.get_by_label("Thread list")
     await expect(threads.get_by_text("Zebra facts")).to_be_visible()
     await page.get_by_label("Search threads").fill("zucchini")
-    await expect(threads.locator("li")).to_have_text(["Zucchini recipes"])
+    await expect(threads.locator("li .name")).to_have_text(["Zucchini recipes"])
     await expect(page.locator("#problem")).to_be_hidden()
     await page.screenshot(path=screenshots / "search.png")
     await threads.get_by_text("Zucchini recipes").click()
     await expect(page.locator("h1")).to_have_text("Zucchini recipes")
 
 
-async def test_rename_and_delete_a_thread(page: Page) -> None:
-    page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept("Renamed")))
+async def test_rename_and_delete_a_thread_in_page_dialogs(page: Page) -> None:
+    browser_dialogs: list[str] = []
+    page.on("dialog", lambda dialog: browser_dialogs.append(dialog.type))
     await page.get_by_label("Rename thread").click()
+    dialog = page.locator("dialog#ask")
+    await expect(dialog).to_be_visible()
+    await dialog.get_by_label("Value").fill("Renamed")
+    await dialog.get_by_role("button", name="Rename").click()
     await expect(page.locator("h1")).to_have_text("Renamed")
     await expect(page.get_by_label("Thread list").get_by_text("Renamed")).to_be_visible()
-    page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
     await page.get_by_label("Delete thread").click()
+    await dialog.get_by_role("button", name="Delete").click()
     await expect(page.get_by_label("Thread list").get_by_text("Renamed")).to_have_count(0)
+    assert browser_dialogs == []
 
 
 async def test_export_downloads_markdown(page: Page) -> None:
