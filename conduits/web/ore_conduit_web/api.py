@@ -9,10 +9,12 @@ large, 503 the core is unreachable.
 
 import re
 from importlib import resources
+from importlib.util import find_spec
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from fastapi.sse import EventSourceResponse
 from fastapi.staticfiles import StaticFiles
@@ -98,10 +100,22 @@ class Tip(BaseModel):
 
 
 class Me(BaseModel):
-    """Who the token signs in."""
+    """Who the token signs in, and the longest message accepted (the page counts)."""
 
     user: str
+    max_message_length: int
 
+
+_EVENT_FRAME: dict[str, Any] = {
+    "description": "One server-sent event (OpenAPI 3.1: the schema of each event)",
+    "type": "object",
+    "required": ["event", "data"],
+    "properties": {
+        "event": {"enum": ["stored", "live", "partial", "pending", "changed"]},
+        "data": {"type": "string", "description": "a JSON object"},
+        "id": {"type": "string", "pattern": r"^[0-9]+\.[0-9]+$", "description": "stored only"},
+    },
+}
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": text}
@@ -166,11 +180,35 @@ class BodyLimit:
                 await too_large(scope, receive, send)
 
 
+def _swagger_files() -> str:
+    """Where swagger-ui-py keeps Swagger UI's files (found, not imported: only the files
+    are used)."""
+    spec = find_spec("swagger_ui")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("swagger-ui-py is missing: pip install swagger-ui-py")
+    return f"{spec.submodule_search_locations[0]}/static"
+
+
+def _serve_docs(app: FastAPI) -> None:
+    """`/docs`: Swagger UI over `/openapi.json`, from files of this installation (no CDN)."""
+    app.mount("/docs-files", StaticFiles(directory=_swagger_files()), name="docs-files")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> Response:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="ore web conduit: API",
+            swagger_js_url="/docs-files/swagger-ui-bundle.js",
+            swagger_css_url="/docs-files/swagger-ui.css",
+            swagger_favicon_url="/docs-files/favicon-32x32.png",
+        )
+
+
 def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebConfig) -> FastAPI:
     """The FastAPI application of one conduit process."""
     app = FastAPI(
         title="ore web conduit",
-        docs_url=None,  # Swagger UI and ReDoc load from a CDN: the page works offline
+        docs_url=None,  # FastAPI's own loads Swagger UI from a CDN: /docs is served below
         redoc_url=None,
         version="1",
         description="Threads, messages and live events of ore, for the chat page and "
@@ -259,6 +297,8 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
 
     app.mount("/static", StaticFiles(directory=str(static)), name="static")
 
+    _serve_docs(app)
+
     @app.get("/healthz", include_in_schema=False)
     async def health() -> dict[str, str]:
         return {"status": "ok"}
@@ -280,7 +320,7 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
 
     @api.get("/me", summary="Who the token signs in")
     async def me(user: User) -> Me:
-        return Me(user=user)
+        return Me(user=user, max_message_length=config.max_message_length)
 
     @api.get("/threads", summary="List threads (search by title and text with q)")
     async def list_threads(user: User, q: Annotated[str, Query(max_length=200)] = "") -> ThreadList:
@@ -335,7 +375,13 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
     async def fork(user: User, thread_id: Owned, body: TurnRef) -> Tip:
         return Tip(current_tip=await threads.fork(user, thread_id, body.turn_id))
 
-    @api.post("/threads/{thread_id}/interrupt", status_code=202, summary="Stop the answer")
+    @api.post(
+        "/threads/{thread_id}/interrupt",
+        status_code=202,
+        summary="Stop the answer",
+        response_class=Response,
+        responses={202: {"description": "The core was asked to stop; no body", "content": {}}},
+    )
     async def interrupt(user: User, thread_id: Owned) -> Response:
         await threads.interrupt(user, thread_id)
         return Response(status_code=202)
@@ -366,7 +412,7 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
         responses={
             200: {
                 "description": "An endless event stream",
-                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                "content": {"text/event-stream": {"schema": _EVENT_FRAME}},
             }
         },
         summary="The thread's events, live (server-sent events)",

@@ -2,23 +2,19 @@
 
 One stack (nats-server, core with the scripted model, conduit) and one browser serve the
 whole module; each test opens its own browser context (cookies, storage) and thread.
-Without chromium these tests skip with the install command, except under CI=true, where
-a missing browser fails. Screenshots of the key states go to `screenshots`
-(`ORE_WEB_SCREENSHOTS`, or a temporary directory).
+The browser, its contexts and the screenshot directory are conftest.py's fixtures.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, BrowserContext, Page, async_playwright, expect
+from playwright.async_api import Browser, BrowserContext, Page, expect
 
 from ore_conduit_web.testing import TIMEOUT, WebStack, properties_stored, read_events
 from ore_core import EventContext, UserMessageEvent
@@ -27,70 +23,11 @@ from ore_core.conduit import ConduitClient
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 expect.set_options(timeout=TIMEOUT * 1000)
 
-INSTALL = "apt-get install -y chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def chromium_path() -> str:
-    found = shutil.which("chromium") or (
-        "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None
-    )
-    if found is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"chromium is missing on CI: {INSTALL}")
-        pytest.skip(f"chromium not found: {INSTALL}")
-    return found
-
-
-@pytest.fixture(scope="module")
-def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    wanted = os.environ.get("ORE_WEB_SCREENSHOTS")
-    directory = Path(wanted) if wanted else tmp_path_factory.mktemp("web-screenshots")
-    directory.mkdir(parents=True, exist_ok=True)
-    return directory
-
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[WebStack]:
     async with WebStack(tmp_path_factory.mktemp("web-stack")) as running:
         yield running
-
-
-@pytest_asyncio.fixture(loop_scope="module", scope="module")
-async def browser(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Browser]:
-    executable = chromium_path()
-    home = tmp_path_factory.mktemp("chromium-home")
-    env = {
-        **os.environ,
-        "XDG_CONFIG_HOME": str(home / "config"),
-        "XDG_CACHE_HOME": str(home / "cache"),
-        "XDG_STATE_HOME": str(home / "state"),
-    }
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(executable_path=executable, args=ARGS, env=env)
-        try:
-            yield launched
-        finally:
-            await launched.close()
-
-
-@pytest_asyncio.fixture(loop_scope="module")
-async def context(browser: Browser) -> AsyncIterator[BrowserContext]:
-    opened = await browser.new_context(accept_downloads=True)
-    opened.set_default_timeout(TIMEOUT * 1000)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 @pytest_asyncio.fixture(loop_scope="module")
@@ -168,7 +105,8 @@ async def test_an_edit_branches_and_the_arrows_switch_versions(
     page: Page, screenshots: Path
 ) -> None:
     await say(page, "E2E_REPLY:first answer")
-    await expect(page.locator("article.assistant")).to_have_text(["first answerCopyRegenerate"])
+    await expect(page.locator("article.assistant .body")).to_have_text(["first answer"])
+    await expect(page.locator("article.assistant .tools")).to_have_text(["CopyRegenerate"])
     await page.get_by_label("Edit message").click()
     await page.get_by_label("Edit message", exact=True).fill("E2E_REPLY:second answer")
     await page.get_by_label("Save and answer").click()
@@ -247,21 +185,27 @@ async def test_the_thread_list_shows_titles_and_searches(
     threads = page.get_by_label("Thread list")
     await expect(threads.get_by_text("Zebra facts")).to_be_visible()
     await page.get_by_label("Search threads").fill("zucchini")
-    await expect(threads.locator("li")).to_have_text(["Zucchini recipes"])
+    await expect(threads.locator("li .name")).to_have_text(["Zucchini recipes"])
     await expect(page.locator("#problem")).to_be_hidden()
     await page.screenshot(path=screenshots / "search.png")
     await threads.get_by_text("Zucchini recipes").click()
     await expect(page.locator("h1")).to_have_text("Zucchini recipes")
 
 
-async def test_rename_and_delete_a_thread(page: Page) -> None:
-    page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept("Renamed")))
+async def test_rename_and_delete_a_thread_in_page_dialogs(page: Page) -> None:
+    browser_dialogs: list[str] = []
+    page.on("dialog", lambda dialog: browser_dialogs.append(dialog.type))
     await page.get_by_label("Rename thread").click()
+    dialog = page.locator("dialog#ask")
+    await expect(dialog).to_be_visible()
+    await dialog.get_by_label("Value").fill("Renamed")
+    await dialog.get_by_role("button", name="Rename").click()
     await expect(page.locator("h1")).to_have_text("Renamed")
     await expect(page.get_by_label("Thread list").get_by_text("Renamed")).to_be_visible()
-    page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))
     await page.get_by_label("Delete thread").click()
+    await dialog.get_by_role("button", name="Delete").click()
     await expect(page.get_by_label("Thread list").get_by_text("Renamed")).to_have_count(0)
+    assert browser_dialogs == []
 
 
 async def test_export_downloads_markdown(page: Page) -> None:

@@ -13,6 +13,7 @@ const state = {
   stopped: false,
   editing: null,
   renderQueued: false,
+  me: null, // {user, max_message_length}
 };
 
 // On a thread linked to other endpoints (bridging), stored events and turns carry
@@ -50,13 +51,21 @@ async function api(method, path, body) {
   return payload;
 }
 
+// What went wrong, in plain words (the server's own sentence where it says more).
+const PLAIN = {
+  401: () => "You are not signed in: open the URL that `ore conduit web` printed (it carries your token).",
+  404: () => "That thread is gone (deleted, or another user's).",
+  409: () => "This thread is still answering: wait for the answer, or press Stop.",
+  413: (error) => `That is too long to send. ${error.message}`,
+  503: () => "ore's core is not answering: is `ore serve` running? Try again when it is.",
+};
+
 function showProblem(error) {
   const box = $("problem");
-  if (!error) { box.hidden = true; box.textContent = ""; return; }
+  if (!error) { box.hidden = true; $("problem-text").textContent = ""; return; }
   box.hidden = false;
-  box.textContent = error.status === 401
-    ? "You are not signed in: open the URL that `ore conduit web` printed (it carries your token)."
-    : error.message;
+  const plain = PLAIN[error.status];
+  $("problem-text").textContent = plain ? plain(error) : error.message;
 }
 
 async function attempt(action) {
@@ -83,17 +92,78 @@ async function loadThreads() {
   const list = $("threads");
   list.replaceChildren();
   for (const thread of found.threads) {
-    const item = document.createElement("li");
-    const button = document.createElement("button");
-    button.type = "button";
-    button.textContent = thread.title;
-    button.title = thread.updated ? `last active ${new Date(thread.updated).toLocaleString()}` : "";
-    button.setAttribute("aria-label", `Open thread ${thread.title}`);
-    if (thread.id === state.threadId) button.setAttribute("aria-current", "true");
-    button.addEventListener("click", () => openThread(thread.id));
-    item.append(button);
-    list.append(item);
+    list.append(threadItem(thread));
   }
+}
+
+// A thread in the list: its title and last activity (opens it), then rename and delete.
+function threadItem(thread) {
+  const item = document.createElement("li");
+  const open = document.createElement("button");
+  open.type = "button";
+  open.className = "open";
+  open.setAttribute("aria-label", `Open thread ${thread.title}`);
+  if (thread.id === state.threadId) open.setAttribute("aria-current", "true");
+  open.addEventListener("click", () => openThread(thread.id));
+  const name = document.createElement("span");
+  name.className = "name";
+  name.textContent = thread.title;
+  open.append(name);
+  if (thread.updated) open.append(timeElement(thread.updated, true));
+  const rename = button(`Rename ${thread.title}`, "✎", () => renameThread(thread.id, thread.title));
+  const remove = button(`Delete ${thread.title}`, "🗑", () => deleteThread(thread.id, thread.title));
+  rename.className = remove.className = "item-action";
+  item.append(open, rename, remove);
+  return item;
+}
+
+// A moment as people read it: the time today, the date before; the full moment on hover.
+function timeElement(iso, withDate) {
+  const moment = new Date(iso);
+  const element = document.createElement("time");
+  element.dateTime = iso;
+  element.title = moment.toLocaleString();
+  const today = moment.toDateString() === new Date().toDateString();
+  element.textContent = withDate && !today
+    ? moment.toLocaleDateString([], { year: "numeric", month: "short", day: "numeric" })
+    : moment.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  return element;
+}
+
+// An in-page dialog instead of prompt()/confirm(): resolves to the typed value (with
+// `value`), true (a confirmation), or null when cancelled.
+function ask(text, { value = null, ok = "OK" } = {}) {
+  const dialog = $("ask");
+  const input = $("ask-value");
+  $("ask-text").textContent = text;
+  $("ask-ok").textContent = ok;
+  input.hidden = value === null;
+  input.value = value || "";
+  dialog.returnValue = "";
+  dialog.showModal();
+  if (value !== null) input.select();
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => {
+      if (dialog.returnValue !== "ok") resolve(null);
+      else resolve(value === null ? true : input.value.trim() || null);
+    }, { once: true });
+  });
+}
+
+async function renameThread(threadId, current) {
+  const title = await ask("Rename the thread to:", { value: current, ok: "Rename" });
+  if (!title) return;
+  await attempt(() => api("PATCH", `/api/threads/${threadId}`, { title }));
+  if (threadId === state.threadId) reloadTree();
+  loadThreads();
+}
+
+async function deleteThread(threadId, title) {
+  if (!await ask(`Delete “${title}”? Only you stop seeing it: ore keeps its history.`, { ok: "Delete" })) return;
+  const done = await attempt(async () => { await api("DELETE", `/api/threads/${threadId}`); return true; });
+  if (!done) return;
+  if (threadId === state.threadId) closeThread();
+  loadThreads();
 }
 
 // -- one thread -----------------------------------------------------------------
@@ -282,10 +352,23 @@ function deliveryLine(view) {
   return line;
 }
 
+// Who wrote the message and when (another endpoint's carries its label instead).
+function metaLine(view) {
+  const line = document.createElement("div");
+  line.className = "meta";
+  const author = document.createElement("span");
+  author.className = "author";
+  author.textContent = view.role === "user" ? (state.me ? state.me.user : "you") : "ore";
+  line.append(author);
+  if (view.timestamp) line.append(timeElement(view.timestamp, true));
+  return line;
+}
+
 function renderTurn(view) {
   const from = relayed(view.relay);
   const article = messageElement(view.role, from ? `message from ${view.relay.label}` : `${view.role} message`);
   article.dataset.turn = view.id;
+  if (!from) article.append(metaLine(view));
   if (from) {
     article.classList.add("relayed");
     article.append(senderLine(view));
@@ -396,7 +479,7 @@ function clientId() {
 async function send() {
   const input = $("input");
   const text = input.value;
-  if (!text.trim()) return;
+  if (!text.trim() || !updateCount()) return;
   if (!state.threadId) {
     const created = await attempt(() => api("POST", "/api/threads", {}));
     if (!created) return;
@@ -406,7 +489,7 @@ async function send() {
   state.error = null;
   state.stopped = false;
   const sent = await attempt(() => api("POST", `/api/threads/${state.threadId}/messages`, { text, client_id: clientId() }));
-  if (sent) input.value = ""; // kept when sending failed: nothing typed is lost
+  if (sent) { input.value = ""; updateCount(); } // kept when sending failed: nothing typed is lost
 }
 
 async function stop() {
@@ -469,20 +552,9 @@ $("search").addEventListener("input", () => {
   clearTimeout(searchTimer);
   searchTimer = setTimeout(loadThreads, 200);
 });
-$("rename").addEventListener("click", async () => {
-  const title = prompt("New title", state.tree ? state.tree.title : "");
-  if (title) {
-    await attempt(() => api("PATCH", `/api/threads/${state.threadId}`, { title }));
-    reloadTree();
-    loadThreads();
-  }
-});
-$("delete").addEventListener("click", async () => {
-  if (!confirm("Delete this thread?")) return;
-  const id = state.threadId;
-  const done = await attempt(async () => { await api("DELETE", `/api/threads/${id}`); return true; });
-  if (done) { closeThread(); loadThreads(); }
-});
+$("rename").addEventListener("click", () => renameThread(state.threadId, state.tree ? state.tree.title : ""));
+$("delete").addEventListener("click", () => deleteThread(state.threadId, state.tree ? state.tree.title : ""));
+$("dismiss").addEventListener("click", () => showProblem(null));
 for (const [id, format] of [["export-md", "markdown"], ["export-json", "json"]]) {
   $(id).addEventListener("click", () => {
     const link = document.createElement("a");
@@ -508,9 +580,44 @@ $("messages").addEventListener("click", (event) => {
   }
 });
 
+// -- the composer's count (the server refuses longer messages with 413) -----------------
+
+function charactersOf(text) { return [...text].length; } // code points, as the server counts
+
+function updateCount() {
+  const limit = state.me ? state.me.max_message_length : 0;
+  const count = $("count");
+  const used = charactersOf($("input").value);
+  const over = limit > 0 && used > limit;
+  count.hidden = !(limit > 0 && used >= limit * 0.8);
+  count.classList.toggle("over", over);
+  count.textContent = over
+    ? `${used.toLocaleString()} characters: ${(used - limit).toLocaleString()} over the limit of ${limit.toLocaleString()}; shorten it or send it in parts.`
+    : `${used.toLocaleString()} / ${limit.toLocaleString()} characters`;
+  $("send").disabled = over;
+  return !over;
+}
+
+$("input").addEventListener("input", updateCount);
+
+// -- the drawer (narrow screens: the thread list slides over the page) ---------------
+
+function setDrawer(open) {
+  document.body.classList.toggle("drawer-open", open);
+  $("menu").setAttribute("aria-expanded", String(open));
+  if (open) $("search").focus();
+}
+
+$("menu").addEventListener("click", () => setDrawer(!document.body.classList.contains("drawer-open")));
+$("close-drawer").addEventListener("click", () => setDrawer(false));
+$("threads").addEventListener("click", () => setDrawer(false)); // a thread was chosen
+$("new-thread").addEventListener("click", () => setDrawer(false));
+$("sidebar").addEventListener("keydown", (event) => { if (event.key === "Escape") setDrawer(false); });
+
 (async () => {
   const me = await attempt(() => api("GET", "/api/me"));
   if (!me) return;
+  state.me = me;
   await loadThreads();
   const wanted = location.hash.slice(1);
   if (wanted) await openThread(wanted);
