@@ -203,12 +203,19 @@ def _register_compactor(
     """The compaction step, with the summariser a plugin offers (`ore_compact`), if any."""
     from ore_core.session.compactor import Compactor
 
-    try:
-        summariser = pm.hook.ore_compact(config=config)
-    except Exception as exc:
-        raise PluginError(f"a plugin failed in ore_compact: {exc}") from exc
-    if summariser is not None and not callable(summariser):
-        raise PluginError(f"ore_compact returned {summariser!r}: not an async callable")
+    summariser = None
+    for plugin, caller in plugin_callers(pm, "ore_compact"):
+        try:
+            summariser = caller(config=config)
+        except Exception as exc:
+            raise PluginError(f'plugin "{plugin}" failed in ore_compact: {exc}') from exc
+        if summariser is None:
+            continue
+        if not callable(summariser):
+            raise PluginError(
+                f'plugin "{plugin}": ore_compact returned {summariser!r}, not a summariser'
+            )
+        break
     registrations.register_interceptor(Compactor(config.compaction, summariser))
 
 

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
-from ore_core.config import CompactionSettings
 from ore_core.events import IngressEvent, Notice, Severity, UserMessageEvent
 from ore_core.session.compaction import (
     BYTES_PER_TOKEN,
@@ -36,6 +35,7 @@ from ore_core.session.slash import parse_command
 from ore_core.turn import Turn
 
 if TYPE_CHECKING:
+    from ore_core.config import CompactionSettings
     from ore_core.session.stream import Stream
 
 __all__ = ["DEFAULT_CONTEXT_WINDOW", "SUMMARY_PROMPT", "Compactor", "Summariser", "summary_prompt"]
