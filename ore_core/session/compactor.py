@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
-from ore_core.events import IngressEvent, Notice, Severity, UserMessageEvent
+from ore_core.events import IngressEvent, Notice, NoticeEvent, Severity, UserMessageEvent
 from ore_core.session.compaction import (
     BYTES_PER_TOKEN,
     boundary_info,
@@ -32,6 +32,7 @@ from ore_core.session.compaction import (
 )
 from ore_core.session.protocols import InterceptResult
 from ore_core.session.slash import parse_command
+from ore_core.session.thread_ops import APP_CONTEXT
 from ore_core.turn import Turn
 
 if TYPE_CHECKING:
@@ -95,14 +96,19 @@ class Compactor:
             return InterceptResult(event)
         command = parse_command(event.content)
         if command is None:
-            notice = await self._auto(event, stream)
-            return InterceptResult(event, [notice] if notice else [])
+            _tell_everyone(stream, await self._auto(event, stream))
+            return InterceptResult(event)
         name, focus = command
         if name == "compact":
-            return InterceptResult(None, [await self.compact(stream, focus)])
-        if name == "uncompact" or (name == "undo" and self._just_compacted(stream)):
-            return InterceptResult(None, [self.uncompact(stream)])
-        return InterceptResult(event)
+            notice = await self.compact(stream, focus)
+        elif name == "uncompact" or (name == "undo" and self._just_compacted(stream)):
+            notice = self.uncompact(stream)
+        else:
+            return InterceptResult(event)
+        if notice.severity == Severity.INFO:  # nothing happened: for the sender only
+            return InterceptResult(None, [notice])
+        _tell_everyone(stream, notice)
+        return InterceptResult(None)
 
     async def compact(self, stream: Stream, focus: str = "") -> Notice:
         """Compact `stream`'s thread now (`/compact`): the notice says what happened."""
@@ -163,7 +169,7 @@ class Compactor:
         return Notice(
             f"↳ earlier conversation summarised ({info.dropped_turn_count} turns, "
             f"~{dropped} → ~{info.summary_token_estimate} tokens; /uncompact restores them)",
-            Severity.INFO,
+            Severity.SUCCESS,
         )
 
     def _failed(self, stream: Stream, problem: str, auto: bool) -> Notice:
@@ -192,6 +198,14 @@ class Compactor:
     def _just_compacted(self, stream: Stream) -> bool:
         info = boundary_info(stream.state())
         return info is not None and info.tip == stream.state().current_tip
+
+
+def _tell_everyone(stream: Stream, notice: Notice | None) -> None:
+    """Publish `notice` to the whole thread (provenance `app`: every bridged endpoint
+    shows it), not only to the sender: the thread changed for all."""
+    if notice is not None:
+        content, severity = notice.content, notice.severity
+        stream.publish(NoticeEvent(content=content, severity=severity, context=APP_CONTEXT))
 
 
 def _message_tokens(event: UserMessageEvent) -> int:

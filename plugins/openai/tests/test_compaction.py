@@ -9,6 +9,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from ore_core import EventContext, Manager, NoticeEvent, OutputEvent, Role, Stream
+from ore_core.conduit.feed import Delivery
+from ore_core.conduit.relay import ThreadSettings, classify
 from ore_core.config import CompactionSettings
 from ore_core.events import UserMessageEvent
 from ore_core.jsonutil import dumps
@@ -132,6 +134,21 @@ async def test_the_summary_the_boundary_and_the_verbatim_tail_are_where_they_sho
             f"~{info.dropped_token_estimate} → ~{info.summary_token_estimate} tokens; "
             "/uncompact restores them)"
         ]
+
+
+async def test_every_endpoint_of_a_bridged_thread_is_shown_the_compaction_line_once(
+    ore_mock_openai: MockOpenAIServer,
+) -> None:
+    ore_mock_openai.responder = answers()
+    async with compacting(ore_mock_openai) as stream:
+        _, events = await fill_until_notice(stream)
+    (line,) = [event for event in events if isinstance(event, NoticeEvent)]
+    linked = ThreadSettings(gateway="support", answer="origin")
+    shown = {
+        endpoint: classify(Delivery(stream.id, line, 7), endpoint, linked).action
+        for endpoint in ("slack", "telegram", "web", "nats", "test")
+    }
+    assert shown == dict.fromkeys(shown, "answer")  # the sender's endpoint too, once each
 
 
 async def test_a_failing_summariser_keeps_the_history_answers_and_waits_before_retrying(
