@@ -82,14 +82,6 @@ class Compactor:
         self.summariser = summariser
         self._paused: dict[str, int] = {}  # thread id -> messages until the next try
 
-    def describe(self) -> str:
-        """The start-up line."""
-        state = "on" if self.settings.enabled else "manual only"
-        return (
-            f"{state}, at {self.settings.threshold:.0%} of the context window, "
-            f"keeps the last {self.settings.keep_last} turns"
-        )
-
     async def intercept(self, event: IngressEvent, stream: Stream) -> InterceptResult:
         """Handle `/compact`, `/uncompact`, `/undo` after a compaction; compact when due."""
         if not isinstance(event, UserMessageEvent):
