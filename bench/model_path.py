@@ -1,7 +1,8 @@
 """The model path: first token and last token through ore against calling the model directly.
 
 Run: `python bench/model_path.py [--quick] [--concurrency 1,50,200] [--per-thread N]
-[--history 200] [--profile DIR]`.
+[--history 200] [--profile DIR] [--compaction-turns 500] [--window 8000]
+[--only-compaction]`.
 
 Processes, each on its own: a nats-server (embedded, file storage), the OpenAI-compatible
 mock (`python -m ore_openai.testing`: 50 chunks of 4 characters, 20 ms before each,
@@ -25,6 +26,9 @@ the model call a tool first (two model calls per turn), and one thread with a lo
 history (`--history` turns) to show the cost of building a request from it. The goals
 table compares with the direct call of the same run; the last row is
 bench/request_build.py's in-process measure (request build vs serialising the turns).
+The last table is bench/compaction_cost.py's, in process: a thread of
+`--compaction-turns` turns with and without compaction (`--window` tokens): the size
+of its requests and the time to first token (`--only-compaction` runs just that).
 
 The machine's other load moves the absolute numbers (the mock, the core, nats-server
 and this client share the CPUs); differences within one run move much less.
@@ -48,6 +52,7 @@ from typing import Any
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compaction_cost import CompactionRow, compaction_rows
 from request_build import build_ratio
 
 NAMESPACE = "bench"
@@ -336,6 +341,15 @@ def start_profiler(directory: str | None, pid: int) -> subprocess.Popen[bytes] |
 # --- report --------------------------------------------------------------------------------
 
 
+def report_compaction(rows: list[CompactionRow], window: int) -> None:
+    print()
+    columns = ("request bytes", "first token ms p50", "summaries")
+    print(f"| long thread (compaction.context_window = {window}) | {' | '.join(columns)} |")
+    print("|---|---|---|---|")
+    for row in rows:
+        print(f"| {row.name} | {row.request_bytes} | {row.first_token_ms:.1f} | {row.summaries} |")
+
+
 def report(phases: list[Phase], build_ratio: float, history: int) -> None:
     print("| scenario | measure | direct p50 / p99 ms | ore p50 / p99 ms | ore adds p50 / p99 ms |")
     print("|---|---|---|---|---|")
@@ -425,13 +439,22 @@ def main() -> None:
     parser.add_argument("--per-thread", type=int, default=20, help="turns at 1 thread")
     parser.add_argument("--history", type=int, default=200, help="turns of the long thread")
     parser.add_argument("--profile", metavar="DIR", help="py-spy `ore serve` into DIR")
+    parser.add_argument("--compaction-turns", type=int, default=500, help="turns of that row")
+    parser.add_argument("--window", type=int, default=8000, help="its context window")
+    parser.add_argument("--only-compaction", action="store_true", help="just that row")
     args = parser.parse_args()
     if args.quick:
         args.concurrency, args.per_thread, args.history = "1,5", 2, 10
+        args.compaction_turns = 40
+    rows = compaction_rows(args.compaction_turns, args.window)
+    if args.only_compaction:
+        report_compaction(rows, args.window)
+        return
     args.concurrency = [int(n) for n in args.concurrency.split(",")]
     with tempfile.TemporaryDirectory(prefix="ore-model-path-") as name:
         phases = asyncio.run(measure(args, Path(name)))
     report(phases, build_ratio(args.history), args.history)
+    report_compaction(rows, args.window)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeFloat,
+    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
     PrivateAttr,
@@ -49,6 +50,7 @@ from ore_core.session.policy import DoubleTexting
 __all__ = [
     "CONFIG_ENV",
     "ConfigError",
+    "CompactionSettings",
     "ConfigValue",
     "GatewayEndpointSettings",
     "GatewaySettings",
@@ -257,6 +259,30 @@ class SessionSettings(_Section):
         return intervals
 
 
+class CompactionSettings(_Section):
+    """When a long thread's older turns are summarised (compaction, docs/sessions.md)."""
+
+    enabled: bool = True
+    """Summarise older turns automatically when a thread nears the model's context window
+    (needs a summariser: the `openai` processor, or a plugin's `ore_compact`)."""
+    threshold: Annotated[float, Field(gt=0, le=1)] = 0.8
+    """Share of the context window the thread (with the new message) may fill before it is
+    compacted."""
+    context_window: NonNegativeInt = 0
+    """Tokens the model accepts; 0 asks the processor (a table of known models, else
+    128000)."""
+    keep_last: NonNegativeInt = 6
+    """Turns before the new message kept verbatim after the summary (more when a tool
+    call and its result would be cut apart)."""
+    pin_first: bool = True
+    """Keep the thread's first exchange (first message and its answer) verbatim."""
+    model: str = ""
+    """Model that writes the summary (e.g. a cheaper one); empty: the thread's model."""
+    retry_after: PositiveInt = 10
+    """After a failed compaction, messages that pass before it is tried again (a failing
+    summariser is not called on every message)."""
+
+
 _GATEWAY_NAME = re.compile(r"[a-z0-9_-]{1,64}")
 
 
@@ -392,6 +418,8 @@ class OreSettings(BaseSettings):
     """What answers user messages."""
     session: SessionSettings = SessionSettings()
     """How a thread handles messages."""
+    compaction: CompactionSettings = CompactionSettings()
+    """Summarising the older turns of long threads."""
     log: LogSettings = LogSettings()
     """Logging."""
     plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)

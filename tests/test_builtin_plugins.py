@@ -117,7 +117,7 @@ def test_builtins_register_stores_echo_slash_commands_and_log_sink(pm: OrePlugin
     registrations = collect_registrations(pm, OreSettings())
     assert sorted(registrations.stores) == sorted(STORES)
     assert list(registrations.turn_processors) == ["echo"]
-    assert [i.name for i in registrations.interceptors] == ["slash"]
+    assert [i.name for i in registrations.interceptors] == ["compaction", "slash"]
     assert [s.name for s in registrations.sinks] == ["log"]
 
 

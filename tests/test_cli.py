@@ -82,7 +82,7 @@ def test_plugins_table_reports_load_errors_by_name() -> None:
         "broken (ore-broken-plugin 0.0.1)\n"
         "  error: RuntimeError: ore-broken-plugin fails on import on purpose\n"
     ) in result.stdout
-    assert "test (ore-test-plugin 0.3.1)\n  hooks: ore_configure, " in result.stdout
+    assert "test (ore-test-plugin 0.3.1)\n  hooks: ore_compact, ore_configure, " in result.stdout
 
 
 def test_plugins_hides_builtins_unless_all(builtin_plugin: Callable[[str], None]) -> None:

@@ -18,12 +18,14 @@ import pytest
 import structlog
 from click.testing import CliRunner, Result
 
-from ore_core import Thread, ThreadNotFound, UserMessageEvent
+from ore_core import Role, Text, Thread, ThreadNotFound, UserMessageEvent
 from ore_core.cli import main
 from ore_core.cli.app import build_runtime
 from ore_core.config import OreSettings
 from ore_core.plugins.manager import create_plugin_manager
+from ore_core.session.compaction import BoundaryInfo, plan_cut, store_compaction
 from ore_core.session.stores import JSONStore, SQLiteStore
+from ore_core.session.thread_ops import BOUNDARY_INFO_KEY
 
 ORE = Path(sys.executable).with_name("ore")
 
@@ -439,3 +441,53 @@ def test_listing_and_reading_need_no_write_access_to_the_store(populated: Popula
     assert forked.exit_code == 1  # changing it does need write access: one line says so
     (line,) = forked.stderr.splitlines()
     assert line.startswith("Error: ")
+
+
+# --- compaction ----------------------------------------------------------------------
+
+
+def test_show_tells_the_size_against_the_window_and_the_compaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "threads.db"
+    monkeypatch.setenv("ORE_STORE__PATH", str(path))
+    monkeypatch.setenv("ORE_COMPACTION__CONTEXT_WINDOW", "1000")
+
+    async def compacted() -> BoundaryInfo:
+        store = SQLiteStore(path)
+        try:
+            thread = await store.create()
+            for number in range(6):
+                thread.append(Role.USER, Text(f"question {number} " + "x" * 200))
+                thread.append(Role.ASSISTANT, Text(f"answer {number}"))
+            cut = plan_cut(thread.turns(), keep_last=2, pin_first=False)
+            assert cut is not None
+            summary, info = store_compaction(thread, cut, "short", model="m", dropped_tokens=500)
+            thread.set_control(summary.id, "stop")
+            thread.meta().set(BOUNDARY_INFO_KEY, info.encode())
+            await store.save(thread)
+            return info
+        finally:
+            await store.close()
+
+    info = asyncio.run(compacted())
+    result = ore("threads", "show", _only_thread(path))
+    assert result.exit_code == 0, result.output
+    assert "size: ~" in result.stdout
+    assert "% of the 1000-token context window" in result.stdout
+    assert (
+        f"compacted: summary {info.summary_turn_id} stands for 10 earlier turns (~500 tokens); "
+        f"/uncompact returns to tip {info.previous_tip}"
+    ) in result.stdout
+
+
+def _only_thread(path: Path) -> str:
+    async def first() -> str:
+        store = SQLiteStore(path)
+        try:
+            (thread_id,) = await store.list_ids()
+            return thread_id
+        finally:
+            await store.close()
+
+    return asyncio.run(first())

@@ -145,6 +145,18 @@ async def commands(pm: OrePluginManager, module: types.ModuleType, tmp_path: Pat
     assert (result.exit_code, result.output) == (0, "Hello, World!\n")
 
 
+async def compact(pm: OrePluginManager, module: types.ModuleType, tmp_path: Path) -> None:
+    (compactor,) = [i for i in registrations_with(pm).interceptors if i.name == "compaction"]
+    async with Manager(MemoryStore(), _parrot(), interceptors=[compactor]) as manager:
+        stream = await manager.create()
+        for number in range(6):
+            await stream.process(message(f"message {number}\nsecond line " + "x" * 200))
+        await stream.process(message("/compact"))
+        summary = stream.turns()[0]
+    assert summary.role == Role.SYSTEM
+    assert "Earlier the user said:\n- message 1\n- message 2" in summary.artifacts[0].content  # type: ignore[attr-defined]
+
+
 async def startup(pm: OrePluginManager, module: types.ModuleType, tmp_path: Path) -> None:
     async with Manager(MemoryStore(), _parrot()) as manager:
         await startup_plugins(pm, manager)
@@ -170,6 +182,7 @@ EFFECTS: dict[str, Callable[[OrePluginManager, types.ModuleType, Path], Awaitabl
     "ore_register_artifact_kinds": artifact_kinds,
     "ore_register_tools": tools,
     "ore_register_commands": commands,
+    "ore_compact": compact,
     "ore_startup": startup,
     "ore_shutdown": shutdown,
 }

@@ -209,7 +209,7 @@ def test_trace_plugins_logs_every_hook_call(
     with capture_logs() as logs:
         collect(pm, settings)
     calls = [log for log in logs if log["event"] == "plugin.hook_call"]
-    assert [log["hook"] for log in calls] == ["ore_configure", *REGISTRATION_HOOKS]
+    assert [log["hook"] for log in calls] == ["ore_configure", *REGISTRATION_HOOKS, "ore_compact"]
     assert all(log["plugins"] == ["test"] for log in calls)
     assert sum(log["event"] == "plugin.hook_done" for log in logs) == len(calls)
 
@@ -233,7 +233,7 @@ def test_collect_registrations_gathers_what_the_test_plugin_registers(
     pm: OrePluginManager, settings: OreSettings
 ) -> None:
     registrations = collect(pm, settings)
-    assert [i.name for i in registrations.interceptors] == ["ore-test.pass-through"]
+    assert [i.name for i in registrations.interceptors] == ["compaction", "ore-test.pass-through"]
     assert [s.name for s in registrations.sinks] == ["ore-test.recorder"]
     assert registrations.stores["ore-test"] is ore_test_plugin.SectionStore
     assert registrations.turn_processors["ore-test-shout"] is ore_test_plugin.Shout

@@ -36,10 +36,11 @@ from ore_core.cli.app import store_section
 from ore_core.cli.control_store import open_threads
 from ore_core.cli.options import cli_state, table_columns
 from ore_core.cli.running import find_running
-from ore_core.errors import ThreadCorrupt, ThreadNotFound, TurnNotFound
+from ore_core.errors import OreError, ThreadCorrupt, ThreadNotFound, TurnNotFound
 from ore_core.id_prefix import resolve_thread_id, short_id
 from ore_core.ids import validate_thread_id
 from ore_core.ledger.thread import Thread
+from ore_core.session.compaction import boundary_info, path_tokens
 from ore_core.turn import Turn, format_timestamp, turn_to_dict
 
 __all__ = ["served_store_section", "threads"]
@@ -268,9 +269,33 @@ def _header(thread: Thread, location: str) -> list[str]:
         f"tip {thread.current_tip or '-'}: {len(path)} of {len(thread)} turns on the active "
         f"path, {len(thread.branches())} branch(es)",
     ]
+    lines += _compaction_lines(thread, path)
     metadata = sorted(thread.meta().all().items())
     if metadata:
         lines += ["metadata:", *(f"  {key} = {value}" for key, value in metadata)]
+    return lines
+
+
+def _compaction_lines(thread: Thread, path: list[Turn]) -> list[str]:
+    """The active path's size against the context window, and its compaction if any."""
+    tokens = path_tokens(path)
+    window = cli_state().settings.compaction.context_window
+    against = (
+        f"{tokens / window:.0%} of the {window}-token context window"
+        if window
+        else "context window: the model's (compaction.context_window not set)"
+    )
+    lines = [f"size: ~{tokens} tokens on the active path, {against}"]
+    try:
+        info = boundary_info(thread)
+    except OreError as exc:
+        return [*lines, f"compacted: {exc}"]
+    if info is not None:
+        lines.append(
+            f"compacted: summary {info.summary_turn_id} stands for {info.dropped_turn_count} "
+            f"earlier turns (~{info.dropped_token_estimate} tokens); "
+            f"/uncompact returns to tip {info.previous_tip}"
+        )
     return lines
 
 

@@ -17,10 +17,11 @@ entry-point group::
 
 Every hook is synchronous and called once at start-up (none is on the per-message
 path): registration hooks receive a `register` callable and hand it objects whose
-async methods the core awaits directly later. A hook implementation may accept any
-subset of the arguments listed here, by name. When several plugins implement a hook,
-pluggy calls the most recently registered first (built-ins are registered before
-entry points); `@hookimpl(tryfirst=True)` / `trylast=True` change that.
+async methods the core awaits directly later (`ore_compact` returns one). A hook
+implementation may accept any subset of the arguments listed here, by name. When
+several plugins implement a hook, pluggy calls the most recently registered first
+(built-ins are registered before entry points); `@hookimpl(tryfirst=True)` /
+`trylast=True` change that.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from ore_core.artifacts import Artifact
     from ore_core.config import OreSettings
     from ore_core.plugins.tools import Tool
+    from ore_core.session.compactor import Summariser
     from ore_core.session.manager import Manager
     from ore_core.session.protocols import (
         Interceptor,
@@ -165,6 +167,22 @@ def ore_register_commands(cli: click.Group) -> None:
 
     Called when `ore` resolves its commands. Built-in commands keep their names:
     a plugin command with the same name is ignored. The return value is ignored.
+    """
+
+
+@hookspec(firstresult=True)
+def ore_compact(config: OreSettings) -> Summariser | None:
+    """Offer the summariser that compaction uses instead of the processor's model.
+
+    :param config: the settings (`config.compaction` holds the compaction settings).
+
+    Return an async callable `summarise(turns, prompt, model) -> str` (see
+    `ore_core.session.compactor.Summariser`): `turns` are the older turns being
+    replaced, `prompt` what a model would be asked (it names what to keep), `model` the
+    configured summary model or the thread's. Its text becomes the summary turn; an
+    exception or a text no shorter than the turns keeps the thread whole. Return None
+    to leave it to the next plugin (or the processor). The first non-None result wins;
+    called once at start-up.
     """
 
 

@@ -193,7 +193,30 @@ def collect_registrations(
                     caller(register=register)
                 except Exception as exc:
                     raise PluginError(f'plugin "{plugin}" failed in {hook_name}: {exc}') from exc
+    _register_compactor(pm, config, registrations)
     return registrations
+
+
+def _register_compactor(
+    pm: pluggy.PluginManager, config: OreSettings, registrations: Registrations
+) -> None:
+    """The compaction step, with the summariser a plugin offers (`ore_compact`), if any."""
+    from ore_core.session.compactor import Compactor
+
+    summariser = None
+    for plugin, caller in plugin_callers(pm, "ore_compact"):
+        try:
+            summariser = caller(config=config)
+        except Exception as exc:
+            raise PluginError(f'plugin "{plugin}" failed in ore_compact: {exc}') from exc
+        if summariser is None:
+            continue
+        if not callable(summariser):
+            raise PluginError(
+                f'plugin "{plugin}": ore_compact returned {summariser!r}, not a summariser'
+            )
+        break
+    registrations.register_interceptor(Compactor(config.compaction, summariser))
 
 
 def _by(plugin: str) -> str:

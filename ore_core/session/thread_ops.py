@@ -95,13 +95,20 @@ class ThreadOps:
             return _NO_SPEC
         return ModelSpec.from_metadata(meta.all())
 
-    async def mark_boundary(self, summary_turn_id: str, info: str = "") -> None:
-        """Make `summary_turn_id` the start of the active path (compaction) and save."""
+    async def mark_boundary(
+        self, summary_turn_id: str, info: str = "", *, save: bool = True
+    ) -> None:
+        """Make `summary_turn_id` the start of the active path (compaction) and save.
+
+        `save=False` leaves the save to the turn in progress (an interceptor's change is
+        saved with the message's answer, so a failing store cannot lose the message).
+        """
         self._check_open()
         self._thread.set_control(summary_turn_id, TraversalControl.STOP)
         if info:
             self._thread.meta().set(BOUNDARY_INFO_KEY, info)
-        await self._save_thread()
+        if save:
+            await self._save_thread()
 
     async def save(self) -> None:
         """Persist the thread now."""

@@ -11,7 +11,7 @@ per request and never pile up across round trips.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Mapping, Sequence
 from contextlib import aclosing
 from types import TracebackType
 from typing import Self, cast
@@ -22,8 +22,19 @@ import structlog
 from openai import AsyncStream
 from openai.types.chat import ChatCompletion
 
-from ore_core import Artifact, Role, Severity, Tool, ToolCall, ToolResult, TurnContext, tracing
+from ore_core import (
+    Artifact,
+    Role,
+    Severity,
+    Tool,
+    ToolCall,
+    ToolResult,
+    Turn,
+    TurnContext,
+    tracing,
+)
 from ore_core.jsonutil import dumps
+from ore_openai import summary
 from ore_openai.chunks import Chunk, chunk_artifacts
 from ore_openai.config import ENV_API_KEY, ENV_BASE_URL, OpenAIConfig
 from ore_openai.errors import ModelCallFailed, OpenAIConfigError
@@ -138,6 +149,14 @@ class OpenAIProcessor:
                 f"{shown}); set model in the [processor] section or ORE_PROCESSOR__MODEL "
                 "(with Ollama: `ollama pull MODEL` first)"
             )
+
+    def context_window(self, model: str) -> int:
+        """Tokens `model` accepts (what compaction measures a thread against)."""
+        return summary.context_window(model or self.config.model)
+
+    async def summarise(self, turns: Sequence[Turn], prompt: str, model: str) -> str:
+        """The compaction summary of `turns` (see `ore_openai.summary`); no retries."""
+        return await summary.summarise(self, turns, prompt, model)
 
     async def __call__(self, ctx: TurnContext) -> None:
         """Answer `ctx.event`, running tools until the model is done or the cap is hit."""

@@ -163,6 +163,11 @@ def ore_register_commands(cli: click.Group) -> None:
 
 
 @hookimpl
+def ore_compact(config: Any) -> None:
+    """Offers no summariser: the next plugin's (or the processor's) is used."""
+
+
+@hookimpl
 async def ore_startup(manager: Any) -> None:
     calls.append(("startup", manager))
     if os.environ.get("ORE_TEST_CRASH") == "ingress-ack":
