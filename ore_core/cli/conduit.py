@@ -156,6 +156,9 @@ def conduit(
         _assign(section, key, value)
     load = getattr(conduit_class, "load_config", None)
     config = load(section) if callable(load) else section
+    check = getattr(config, "check_secrets", None)
+    if callable(check):
+        check()  # a missing or malformed token: one line, nothing started
     nats = nats_settings(settings.nats, nats_urls)
     if not nats.url:
         running = find_running()
