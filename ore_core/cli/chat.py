@@ -310,7 +310,10 @@ async def _everything(
         )
         nats = settings.nats
         store_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix=CHAT_NATS_PREFIX))
-        server = EmbeddedNatsServer(store_dir, config=f"max_payload: {int(nats.max_payload)}\n")
+        # die_with_parent: a chat killed with SIGKILL leaves no server running.
+        server = EmbeddedNatsServer(
+            store_dir, config=f"max_payload: {int(nats.max_payload)}\n", die_with_parent=True
+        )
         await server.astart()
         stack.push_async_callback(server.astop)
         record_chat_server(ChatServer(os.getpid(), server.pid, store_dir))

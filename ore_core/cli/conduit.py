@@ -4,15 +4,17 @@ The conduit class comes from the plugins' registrations (`ore_register_conduits`
 its settings from the `[plugins.NAME]` table (with `--set` overrides on top),
 validated by the class's `load_config`. It connects to the NATS that `ore serve`
 uses (`nats.*` settings: URL, credentials, TLS, subject prefix), or, with no URL
-configured, the one the running `ore serve` recorded. A conduit never starts a
-server of its own: with no URL found, or none reachable, it fails with one line and
-exit status 1. SIGTERM or SIGINT cancels the conduit, closes the
-connection and exits 0. `ore conduit --list` shows what is installed.
+configured, the one the running `ore serve` recorded; while disconnected from that
+one it looks at the record again, so it follows a restarted `ore serve` to whatever
+port it got. A conduit never starts a server of its own: with no URL found, or none
+reachable, it fails with one line and exit status 1. SIGTERM or SIGINT cancels the
+conduit, closes the connection and exits 0. `ore conduit --list` shows what is installed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -44,6 +46,9 @@ from ore_core.plugins.registry import collect_registrations
 __all__ = ["conduit", "parse_overrides", "setting_flags"]
 
 log = structlog.get_logger("ore.conduit")
+
+RECORD_POLL_INTERVAL = 0.5
+"""Seconds between looks at the serve record while disconnected from the recorded serve."""
 
 
 class _ConduitCommand(click.Command):
@@ -151,6 +156,9 @@ def conduit(
         _assign(section, key, value)
     load = getattr(conduit_class, "load_config", None)
     config = load(section) if callable(load) else section
+    check = getattr(config, "check_secrets", None)
+    if callable(check):
+        check()  # a missing or malformed token: one line, nothing started
     nats = nats_settings(settings.nats, nats_urls)
     if not nats.url:
         running = find_running()
@@ -162,9 +170,12 @@ def conduit(
             )
         click.echo(f"conduit {name}: using {running.describe()}", err=True)
         nats = nats_settings(nats, [running.nats_url])
+        follow = True
+    else:
+        follow = False  # a URL given is the user's: kept whatever the records say
     tracing.configure(f"ore-conduit-{name}")  # on only when OTEL_EXPORTER_OTLP_*ENDPOINT is set
     try:
-        asyncio.run(_serve(conduit_class, config, nats, connect_timeout, health_port))
+        asyncio.run(_serve(conduit_class, config, nats, connect_timeout, health_port, follow))
     finally:
         tracing.shutdown()  # export the spans still pending
 
@@ -232,8 +243,11 @@ async def _serve(
     nats: NatsSettings,
     connect_timeout: float,
     health_port: int | None = None,
+    follow: bool = False,
 ) -> None:
-    """Connect, run the conduit until a signal cancels it, then close the connection."""
+    """Connect, run the conduit until a signal cancels it, then close the connection.
+
+    `follow`: the URL came from the serve record; reconnects follow the record."""
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()
@@ -248,7 +262,7 @@ async def _serve(
         loop.add_signal_handler(signum, on_signal, signum)
     try:
         client = await connect_conduit(conduit_class.name, nats, connect_timeout)
-        async with client, _health(client, health_port):
+        async with client, _health(client, health_port), _following(client, follow):
             log.info("conduit connected to NATS", conduit=conduit_class.name, servers=nats.url)
             await conduit_class().run(client, config)
     except asyncio.CancelledError:
@@ -257,6 +271,37 @@ async def _serve(
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
+
+
+@asynccontextmanager
+async def _following(client: ConduitClient, follow: bool) -> AsyncIterator[None]:
+    """While the conduit runs (with `follow`), `_follow_serve_record` in the background."""
+    if not follow:
+        yield
+        return
+    task = asyncio.create_task(_follow_serve_record(client), name="follow-serve-record")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _follow_serve_record(client: ConduitClient) -> None:
+    """Point the reconnects of a disconnected conduit at the URL the running `ore serve`
+    recorded: a restarted serve may listen elsewhere (its old port taken), and retrying
+    the old URL would never find it."""
+    nc = client.nc
+    while True:
+        await asyncio.sleep(RECORD_POLL_INTERVAL)
+        if nc.is_connected or nc.is_closed:
+            continue
+        running = await asyncio.to_thread(find_running)
+        if running is None or running.nats_url in [url.geturl() for url in nc.servers]:
+            continue
+        log.info("ore serve is recorded elsewhere now: reconnecting there", url=running.nats_url)
+        nc.set_server_pool([running.nats_url])
 
 
 @asynccontextmanager

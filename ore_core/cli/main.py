@@ -77,6 +77,15 @@ class OreGroup(click.Group):
     def _plugin_commands(self, ctx: click.Context) -> dict[str, click.Command]:
         return cli_state(ctx).plugin_commands(reserved=self._core_names())
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """`--debug` is the group's wherever it is typed (`ore serve --debug` too), up to
+        a `--` that ends the options."""
+        end = args.index("--") if "--" in args else len(args)
+        if "--debug" in args[:end]:
+            options = [arg for arg in args[:end] if arg != "--debug"]
+            args = ["--debug", *options, *args[end:]]
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -161,13 +170,15 @@ def install(packages: tuple[str, ...], upgrade: bool, editable: tuple[str, ...])
 @click.argument("packages", nargs=-1, required=True)
 @click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation.")
 def uninstall(packages: tuple[str, ...], yes: bool) -> None:
-    """Uninstall plugin packages from the Python environment ore runs in.
+    """Uninstall plugin packages from the Python environment ore runs in (a conduit's
+    or plugin's short name finds its package: `telegram` is ore-conduit-telegram).
 
     ore-core and its own dependencies are refused, and so are names that are not
     installed. Without -y it asks first, which needs a terminal.
     """
-    from ore_core.cli.packages import refusals
+    from ore_core.cli.packages import installed_name, refusals
 
+    packages = tuple(installed_name(package) for package in packages)
     reasons = refusals(packages)
     if reasons:
         raise click.ClickException("; ".join(reasons))

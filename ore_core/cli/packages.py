@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from importlib import metadata
 
-__all__ = ["CORE_DISTRIBUTION", "canonical", "core_dependencies", "refusals"]
+__all__ = ["CORE_DISTRIBUTION", "canonical", "core_dependencies", "installed_name", "refusals"]
 
 CORE_DISTRIBUTION = "ore-core"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -51,6 +51,18 @@ def _installed(name: str) -> bool:
     except metadata.PackageNotFoundError:
         return False
     return True
+
+
+def installed_name(package: str) -> str:
+    """`package`, or the ore distribution it is short for when only that one is
+    installed (`telegram` -> `ore-conduit-telegram`, `openai` -> `ore-openai`): the
+    names `ore conduit --list` and `ore plugins` show."""
+    if _installed(canonical(package)):
+        return package
+    for candidate in (f"ore-conduit-{package}", f"ore-{package}"):
+        if _NAME.fullmatch(candidate) and _installed(canonical(candidate)):
+            return candidate
+    return package
 
 
 def refusals(packages: Iterable[str]) -> list[str]:

@@ -177,16 +177,18 @@ def serve(
         raise SystemExit(status)  # a background task crashed (the log says which)
 
 
-def _embedded_port(port: int | None) -> int | None:
-    """The fixed port to ask for: `--port`, else 4222 when free; None: any free port."""
+def _embedded_port(port: int | None, default: int = DEFAULT_PORT) -> int | None:
+    """The fixed port to ask for: `--port`, else `default` when free; None: any free port."""
     if port is not None:
         return port or None
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        # As nats-server binds: the TIME-WAIT sockets of a server just stopped do not count.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind(("127.0.0.1", DEFAULT_PORT))
+            probe.bind(("127.0.0.1", default))
         except OSError:
             return None
-    return DEFAULT_PORT
+    return default
 
 
 @asynccontextmanager

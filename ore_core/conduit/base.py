@@ -45,6 +45,11 @@ class ConduitConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
+    def check_secrets(self) -> None:
+        """Raise an OreError (one line) when a token or secret the conduit needs is missing
+        or malformed: `ore conduit` calls it before it connects or prints anything, so a
+        bad token is said first and never sent anywhere. Default: nothing to check."""
+
 
 @dataclass(frozen=True, slots=True)
 class OwnSubjects:

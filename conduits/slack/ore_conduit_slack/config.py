@@ -39,6 +39,13 @@ def default_state_dir() -> Path:
     return Path(platformdirs.user_state_dir("ore")) / "slack"
 
 
+_SecretName = Literal["bot_token", "app_token", "signing_secret"]
+_VARIABLES: dict[_SecretName, str] = {
+    "bot_token": ENV_BOT_TOKEN,
+    "app_token": ENV_APP_TOKEN,
+    "signing_secret": ENV_SIGNING_SECRET,
+}
+"""The environment variable of each secret (read when the table does not set it)."""
 _TOKEN_PREFIXES = {"bot_token": "xoxb-", "app_token": "xapp-"}
 """How Slack's tokens of each kind begin (a user token `xoxp-` is not a bot token)."""
 
@@ -109,25 +116,42 @@ class SlackConfig(ConduitConfig):
             raise ValueError("must be a URL path starting with / (e.g. /slack/events)")
         return path
 
-    def secret(self, name: Literal["bot_token", "app_token", "signing_secret"]) -> str:
+    def check_secrets(self) -> None:
+        """Every secret of the mode is set (all missing ones named at once) and of its kind."""
+        needed: list[_SecretName] = [
+            "bot_token",
+            "app_token" if self.mode == "socket" else "signing_secret",
+        ]
+        missing = [name for name in needed if not self._text(name)]
+        if len(missing) > 1:
+            raise MissingSecret(
+                f"{' and '.join(_VARIABLES[name] for name in missing)} are not set: export "
+                f"them (or set {' and '.join(missing)} in [plugins.slack])"
+            )
+        for name in needed:
+            self.secret(name)
+
+    def secret(self, name: _SecretName) -> str:
         """The secret from this table, else its environment variable; MissingSecret if neither."""
-        variable = {
-            "bot_token": ENV_BOT_TOKEN,
-            "app_token": ENV_APP_TOKEN,
-            "signing_secret": ENV_SIGNING_SECRET,
-        }[name]
-        value: SecretStr | None = getattr(self, name)
-        text = value.get_secret_value() if value is not None else os.environ.get(variable, "")
-        if not text.strip():
+        variable = _VARIABLES[name]
+        text = self._text(name)
+        if not text:
             raise MissingSecret(
                 f"{variable} is not set: export it (or set {name} in [plugins.slack])"
             )
         prefix = _TOKEN_PREFIXES.get(name, "")
-        if not text.strip().startswith(prefix):
+        if not text.startswith(prefix):
             # Never sent to Slack: a token of the wrong kind is refused here, naming it.
             raise MissingSecret(
                 f"{variable} does not start with {prefix}: use the app's "
                 + ("Bot User OAuth Token" if name == "bot_token" else "app-level token")
                 + f" ({prefix}...), from the app's settings at https://api.slack.com/apps"
             )
+        return text
+
+    def _text(self, name: _SecretName) -> str:
+        value: SecretStr | None = getattr(self, name)
+        text = (
+            value.get_secret_value() if value is not None else os.environ.get(_VARIABLES[name], "")
+        )
         return text.strip()

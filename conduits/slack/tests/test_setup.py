@@ -118,13 +118,16 @@ def test_ore_conduit_list_shows_the_slack_conduit(ore_isolated_env: Path) -> Non
 
 @pytest.mark.slow  # starts ore
 @pytest.mark.asyncio
-async def test_ore_conduit_slack_without_a_token_exits_1_with_one_line(
+async def test_ore_conduit_slack_without_tokens_names_both_in_one_line_and_nothing_else(
     ore_isolated_env: Path, ore_nats_server: EmbeddedNatsServer
 ) -> None:
-    result = await asyncio.to_thread(run_ore, "conduit", "slack", "--nats", ore_nats_server.url)
+    result = await asyncio.to_thread(
+        run_ore, "conduit", "slack", "--nats", ore_nats_server.url, ORE_LOG__LEVEL="info"
+    )
     assert result.returncode == 1
-    assert result.stderr.splitlines() == [
-        "Error: SLACK_BOT_TOKEN is not set: export it (or set bot_token in [plugins.slack])"
+    assert (result.stdout + result.stderr).splitlines() == [
+        "Error: SLACK_BOT_TOKEN and SLACK_APP_TOKEN are not set: export them (or set "
+        "bot_token and app_token in [plugins.slack])"
     ]
 
 

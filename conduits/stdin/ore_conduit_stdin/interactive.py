@@ -9,6 +9,7 @@ the core unchanged; its interceptors answer them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import signal
 import struct
@@ -18,6 +19,7 @@ from contextlib import contextmanager
 from typing import TextIO
 
 from prompt_toolkit import PromptSession
+from prompt_toolkit.application import run_in_terminal
 from rich.console import Console
 from rich.text import Text
 
@@ -96,7 +98,7 @@ async def chat(
     interrupts = 0
     while True:
         try:
-            line = await prompt.prompt_async(PROMPT)
+            line = await _prompt_watching(session, prompt, view)
         except KeyboardInterrupt:
             interrupts += 1
             if interrupts >= 2:
@@ -114,3 +116,21 @@ async def chat(
             err.print(Text(_TYPED_AHEAD, style="dim"))
         if result.switched_to is not None:
             last_thread.save(session.thread_id)
+
+
+async def _prompt_watching(
+    session: ChatSession, prompt: PromptSession[str], view: TerminalView
+) -> str:
+    """The next line typed; meanwhile what other endpoints of a linked thread say (and
+    its answers) is printed above the prompt, the line being typed kept as it is."""
+
+    async def above_prompt(show: Callable[[], None]) -> None:
+        await run_in_terminal(show)
+
+    watcher = asyncio.create_task(session.watch(view, above_prompt), name="chat-watch")
+    try:
+        return await prompt.prompt_async(PROMPT)
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher

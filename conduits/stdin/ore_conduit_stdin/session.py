@@ -7,13 +7,15 @@ of another terminal chatting on the same thread, never ends it early.
 
 On a thread linked to other endpoints (bridging, `ore chat --attach`), their messages
 are shown as notices with the sender's label (`Ana (slack): hi`) as the feed brings
-them: what came while the terminal waited for input shows at the next message.
+them, during a turn and, through `watch`, while the prompt waits for input too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Protocol
@@ -66,6 +68,13 @@ class View(Protocol):
         """The turn is over (done, failed or cancelled)."""
 
 
+class IdleView(View, Protocol):
+    """A view that also shows another endpoint's whole answer while no turn runs."""
+
+    def answer(self, text: str) -> None:
+        """The finished text of an answer to another endpoint's message."""
+
+
 @dataclass
 class TurnResult:
     """How a turn ended: the error it reported, whether it was cancelled, a thread switch.
@@ -108,6 +117,9 @@ class ChatSession:
         self._running = False
         self._interrupted = False
         self._settings = SettingsCache()
+        # The feed's next delivery being read: shared by `turn` and `watch`, so the
+        # prompt's watcher can stop waiting without losing what the read brings.
+        self._reading: asyncio.Future[Delivery | None] | None = None
 
     @property
     def thread_id(self) -> str:
@@ -130,9 +142,41 @@ class ChatSession:
         """Close the event feed and wait for interrupts still being sent."""
         if self._interrupts:
             await asyncio.wait(self._interrupts)
+        self._stop_reading()
         feed, self._feed = self._feed, None
         if feed is not None:
             await feed.close()
+
+    def _stop_reading(self) -> None:
+        reading, self._reading = self._reading, None
+        if reading is not None:
+            reading.cancel()
+
+    async def _next(self) -> Delivery | None:
+        """The feed's next delivery (None: it ended). A caller cancelled while waiting
+        leaves the read running: the next call gets what it brings."""
+        if self._reading is None:
+            assert self._feed is not None
+            self._reading = asyncio.ensure_future(_read_one(self._feed))
+        reading = self._reading
+        try:
+            return await asyncio.shield(reading)
+        finally:
+            if reading.done() and self._reading is reading:
+                self._reading = None
+
+    async def watch(
+        self, view: IdleView, show: Callable[[Callable[[], None]], Awaitable[None]]
+    ) -> None:
+        """While no turn runs: other endpoints' messages and answers as they come, each
+        passed to `show` (which runs it where printing leaves the prompt intact)."""
+        name = self._client.namespace
+        while (delivery := await self._next()) is not None:
+            provenance = delivery.event.context.provenance
+            if provenance == name and not isinstance(delivery.event, PropertiesEvent):
+                continue  # our own, late (an interrupt's done): nothing to show now
+            if provenance or isinstance(delivery.event, PropertiesEvent):
+                await show(functools.partial(self._relay, delivery, view, view.answer))
 
     async def _open_feed(self) -> None:
         feed = self._client.events(self._thread_id)
@@ -165,7 +209,7 @@ class ChatSession:
         view.begin()
         try:
             await self._client.send(self._thread_id, message)
-            async for delivery in self._feed:
+            while (delivery := await self._next()) is not None:
                 event = delivery.event
                 context = event.context
                 ours = context.provenance == name and context.traceparent == trace
@@ -197,8 +241,11 @@ class ChatSession:
             and not context.traceparent
         )
 
-    def _relay(self, delivery: Delivery, view: View) -> None:
-        """Another endpoint's event on a linked thread: its messages with their label."""
+    def _relay(
+        self, delivery: Delivery, view: View, answer: Callable[[str], None] | None = None
+    ) -> None:
+        """Another endpoint's event on a linked thread: its messages with their label;
+        with `answer` (no turn shown), its answers as whole texts once finished."""
         event = delivery.event
         if isinstance(event, PropertiesEvent):
             self._settings.update(delivery.thread_id, event)
@@ -211,7 +258,10 @@ class ChatSession:
             text = relayed.text or f"a message from {relayed.origin} was deleted"
             view.show(NoticeEvent(content=text, severity=Severity.WARN))
         elif relayed.action == "answer" and relayed.origin != "app":
-            view.show(event)  # the gateway answers all: another endpoint's answer
+            if answer is None:
+                view.show(event)  # the gateway answers all: another endpoint's answer
+            elif relayed.turn_id and relayed.text:
+                answer(relayed.text)
 
     def _observe(self, event: OutputEvent, result: TurnResult, view: View) -> None:
         if isinstance(event, TurnCompleteEvent) and event.turn.role == Role.USER:
@@ -231,6 +281,7 @@ class ChatSession:
     async def _follow(self, thread_id: str) -> None:
         """Move to `thread_id`: its feed opens before the old one closes."""
         old = self._feed
+        self._stop_reading()  # a read of the old feed
         self._thread_id = thread_id
         await self._open_feed()
         if old is not None:
@@ -250,3 +301,11 @@ class ChatSession:
             await self._client.interrupt(thread_id)
         except BusError as exc:
             log.warning("interrupt not sent", thread_id=thread_id, error=str(exc))
+
+
+async def _read_one(feed: EventFeed) -> Delivery | None:
+    """The next delivery of `feed`, None once it ended."""
+    try:
+        return await anext(feed)
+    except StopAsyncIteration:
+        return None

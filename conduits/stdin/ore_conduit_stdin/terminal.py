@@ -113,6 +113,10 @@ class TerminalView:
         if self._cancelled:
             self._err.print(Text("(interrupted)", style="dim"))
 
+    def answer(self, text: str) -> None:
+        """Another endpoint's finished answer, printed whole (no turn of ours is shown)."""
+        self._out.print(self._text(text))
+
     def _start_live(self) -> None:
         self._live = Live(
             _Tail(self._renderable),

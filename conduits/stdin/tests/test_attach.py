@@ -5,9 +5,11 @@ conversation's thread, and what is typed there shows on the platform with its la
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 from collections.abc import Awaitable, Callable
 
+import pexpect
 import pytest
 
 from ore_core import TurnProcessor
@@ -55,3 +57,29 @@ async def test_attach_without_a_running_core_is_refused(run_chat: RunChat) -> No
     done = await asyncio.to_thread(run_chat, "--attach", "stdin:id=t1", input="")
     assert done.returncode != 0
     assert "--attach joins a thread of a running `ore serve`" in done.stderr
+
+
+async def test_a_message_from_the_platform_shows_while_the_prompt_waits_keeping_the_typed_line(
+    start_core: Callable[[TurnProcessor], Awaitable[None]],
+    ore_nats_url: str,
+    spawn_chat: Callable[..., pexpect.spawn],
+) -> None:
+    await start_core(EchoProcessor())
+    env = {"ORE_LOAD_PLUGINS": "ore-conduit-stdin,ore-conduit-nats", "USER": "ana"}
+    async with await ConduitClient.connect(ore_nats_url, name="nats") as platform:
+        thread, _ = await platform.lookup_or_create("nats.channel", "room")
+        child = spawn_chat("--attach", "nats:room", "--nats", ore_nats_url, env=env)
+        await asyncio.to_thread(child.expect, f"Attached to thread {thread}")
+        await asyncio.to_thread(child.expect, "you>")
+        child.send("half a li")  # typed, not sent: no Enter yet
+        await asyncio.to_thread(child.expect, "half a li")
+        await platform.send(thread, "news from the room", id="room-1", user_name="Bob")
+        # Shown before any new line is typed (before: only after the next Enter).
+        await asyncio.to_thread(child.expect, re.escape("Bob (nats): news from the room"))
+        async with platform.events(thread) as feed:
+            child.send("ne\r")  # the line typed before the message, finished now
+            async for delivery in feed:
+                relayed = classify(delivery, "nats", SettingsCache().get(thread))
+                if relayed.action == "relayed":
+                    break
+    assert relayed.text == "half a line"

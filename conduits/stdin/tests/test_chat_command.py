@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 from ore_core import TurnProcessor
+from ore_core.bus.embedded import runs_in
 from ore_core.cli.processor import choose_processor
 from ore_core.config import OreSettings, load_settings
 from ore_core.testing.processors import ScriptedProcessor
@@ -303,6 +306,44 @@ def test_a_chat_killed_with_sigkill_leaves_nothing_behind_after_the_next_chat(
         or b"nats-server" not in Path(f"/proc/{server['server']}/cmdline").read_bytes()
     )
     assert list(Path(chat_env["TMPDIR"]).glob("ore-chat-nats-*")) == []
+
+
+def test_a_chat_killed_with_sigkill_takes_its_nats_server_with_it(
+    chat_env: dict[str, str],
+) -> None:
+    process = subprocess.Popen(
+        [str(ORE), "chat"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=chat_env,
+    )
+    try:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        process.stdin.write("hello\n")
+        process.stdin.flush()
+        assert process.stdout.readline() == "hello\n"  # running, its nats-server too
+        record = Path(chat_env["XDG_STATE_HOME"]) / "ore" / "chats" / f"{process.pid}.json"
+        server = json.loads(record.read_text())
+        assert runs_in(server["server"], server["directory"])
+        process.kill()
+        process.wait(TIMEOUT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                stream.close()
+    deadline = time.monotonic() + TIMEOUT
+    while runs_in(server["server"], server["directory"]) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the kernel signals it; nothing to wait on but its exit
+    survived = runs_in(server["server"], server["directory"])
+    if survived:  # without the parent-death signal: stopped here, not left running
+        os.kill(server["server"], signal.SIGKILL)
+    assert not survived
 
 
 def test_the_start_up_line_says_the_guards_limits(run_chat: RunChat) -> None:

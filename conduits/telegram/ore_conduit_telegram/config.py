@@ -32,6 +32,7 @@ ENV_WEBHOOK_SECRET = "TELEGRAM_WEBHOOK_SECRET"
 
 _PATH = re.compile(r"/[A-Za-z0-9/_.-]*")
 _SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")  # what Telegram accepts as secret_token
+_BOT_TOKEN = re.compile(r"[0-9]+:[A-Za-z0-9_-]{35}")  # the shape of @BotFather's tokens
 
 
 def default_state_dir() -> Path:
@@ -112,9 +113,22 @@ class TelegramConfig(ConduitConfig):
             raise ValueError("must be a URL path starting with / (e.g. /telegram/webhook)")
         return path
 
+    def check_secrets(self) -> None:
+        """The bot token (and in webhook mode the secret) are set and well formed."""
+        self.bot_token()
+        if self.mode == "webhook":
+            self.secret()
+
     def bot_token(self) -> str:
-        """The token from this table, else TELEGRAM_BOT_TOKEN; MissingToken if neither."""
-        return self._secret(self.token, ENV_TOKEN, "token")
+        """The token from this table, else TELEGRAM_BOT_TOKEN; MissingToken if neither
+        or if it is not shaped like @BotFather's (never sent to Telegram then)."""
+        token = self._secret(self.token, ENV_TOKEN, "token")
+        if not _BOT_TOKEN.fullmatch(token):
+            raise MissingToken(
+                f"{ENV_TOKEN} is not a bot token (digits, a colon and 35 characters of "
+                "A-Z, a-z, 0-9, _ and -): copy the whole token @BotFather gave you"
+            )
+        return token
 
     def secret(self) -> str:
         """The webhook secret (1-256 of A-Z a-z 0-9 _ -); MissingToken if unset or bad."""

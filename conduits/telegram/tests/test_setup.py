@@ -43,7 +43,7 @@ async def test_a_missing_token_names_the_variable(tg: Harness) -> None:
 async def test_a_wrong_token_is_refused_by_get_me_without_showing_it(
     tg: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:wrong-token")
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123:wrong-token-" + "x" * 23)
     with pytest.raises(MissingToken, match=r"^TELEGRAM_BOT_TOKEN was refused .*401") as caught:
         await run_briefly(tg)
     assert "wrong-token" not in str(caught.value)
@@ -51,10 +51,11 @@ async def test_a_wrong_token_is_refused_by_get_me_without_showing_it(
 
 @pytest.mark.asyncio
 async def test_an_unreachable_api_says_so_without_the_token(tg: Harness) -> None:
-    config = TelegramConduit.load_config({"api_url": "http://127.0.0.1:9", "token": "1:abc"})
+    token = "1:" + "a" * 35
+    config = TelegramConduit.load_config({"api_url": "http://127.0.0.1:9", "token": token})
     with pytest.raises(MissingToken, match="cannot reach Telegram") as caught:
         await TelegramConduit().run(tg.core.client, config)
-    assert "1:abc" not in str(caught.value)
+    assert token not in str(caught.value)
 
 
 @pytest.mark.asyncio
@@ -116,7 +117,7 @@ async def test_ore_conduit_telegram_with_a_wrong_token_exits_1_with_one_line(
             ore_nats_server.url,
             "--set",
             f"api_url={fake.api_url}",
-            TELEGRAM_BOT_TOKEN="123:wrong",
+            TELEGRAM_BOT_TOKEN="123:" + "w" * 35,
         )
     finally:
         await fake.close()
@@ -136,3 +137,34 @@ def test_the_readme_settings_table_shows_the_defaults() -> None:
     block = readme.split("```toml\n", 1)[1].split("```", 1)[0]
     section = tomllib.loads(block)["plugins"]["telegram"]
     assert TelegramConduit.load_config(section) == TelegramConfig()
+
+
+@pytest.mark.slow  # starts ore
+def test_ore_conduit_telegram_without_a_token_says_only_that(
+    ore_isolated_env: Path, ore_nats_server: EmbeddedNatsServer
+) -> None:
+    result = run_ore("conduit", "telegram", "--nats", ore_nats_server.url, ORE_LOG__LEVEL="info")
+    assert result.returncode == 1
+    assert (result.stdout + result.stderr).splitlines() == [
+        "Error: TELEGRAM_BOT_TOKEN is not set: export it (or set token in [plugins.telegram])"
+    ]
+
+
+@pytest.mark.slow  # starts ore
+def test_ore_conduit_telegram_refuses_a_malformed_token_without_asking_telegram(
+    ore_isolated_env: Path, ore_nats_server: EmbeddedNatsServer
+) -> None:
+    result = run_ore(
+        "conduit",
+        "telegram",
+        "--nats",
+        ore_nats_server.url,
+        "--set",
+        "api_url=http://127.0.0.1:9",  # asked, it would say it cannot reach Telegram
+        TELEGRAM_BOT_TOKEN="123456789:AA-too-short",
+    )
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "Error: TELEGRAM_BOT_TOKEN is not a bot token (digits, a colon and 35 characters of "
+        "A-Z, a-z, 0-9, _ and -): copy the whole token @BotFather gave you"
+    ]

@@ -52,7 +52,8 @@ class WebConduit(Conduit):
         hub = LiveHub(client)
         threads = WebThreads(client, hub, config.user)
         app = create_app(threads, hub, tokens, config)
-        sock, note = bind(config.host, config.port)
+        # A port the user set is kept or refused; only the default one falls back.
+        sock, note = bind(config.host, config.port, fallback="port" not in config.model_fields_set)
         base = url_of(sock)
         url = f"{base}/?token={quote(tokens.token_of(config.user))}" if config.auth else base + "/"
         async with asyncio.TaskGroup() as tasks:

@@ -45,12 +45,12 @@ def is_loopback(host: str) -> bool:
 class WebConfig(ConduitConfig):
     """Where the page is served and who may use it.
 
-    `host`/`port`: the address (a taken port falls back to a free one, said on the
-    console). `user`: the user of the token generated on first run (kept in
-    `state_dir/tokens.json`, mode 0600). `users`: more users, `name = "token"` each
-    (tokens of at least 16 characters). `auth = false` lets anyone who reaches the
-    port in as `user`: allowed on loopback only. `max_message_length` bounds a message
-    in characters; `max_body_bytes` a request body.
+    `host`/`port`: the address (the default port, when taken, falls back to a free one,
+    said on the console; a port you set is refused when taken). `user`: the user of the
+    token generated on first run (kept in `state_dir/tokens.json`, mode 0600). `users`:
+    more users, `name = "token"` each (tokens of at least 16 characters). `auth = false`
+    lets anyone who reaches the port in as `user`: allowed on loopback only.
+    `max_message_length` bounds a message in characters; `max_body_bytes` a request body.
     """
 
     host: str = "127.0.0.1"

@@ -23,9 +23,10 @@ __all__ = ["bind", "serve", "url_of"]
 log = structlog.get_logger("ore.web.server")
 
 
-def bind(host: str, port: int) -> tuple[socket.socket, str | None]:
+def bind(host: str, port: int, *, fallback: bool = True) -> tuple[socket.socket, str | None]:
     """A listening socket on (host, port), or on a free port when that one is taken:
-    the socket and, in that case, a sentence saying so."""
+    the socket and, in that case, a sentence saying so. Without `fallback` (a port the
+    user chose: a promise) a taken port is an OreError of one line."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -36,6 +37,12 @@ def bind(host: str, port: int) -> tuple[socket.socket, str | None]:
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE or port == 0:
                 raise
+            if not fallback:
+                sock.close()
+                raise OreError(
+                    f"web conduit: port {port} is taken: stop what listens there, or choose "
+                    "another port (--port, or port in [plugins.web]; 0: any free port)"
+                ) from None
             sock.bind((host, 0))
             note = f"port {port} is taken; serving on port {sock.getsockname()[1]} instead"
         sock.listen(128)

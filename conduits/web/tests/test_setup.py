@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,10 @@ import pytest
 from ore_conduit_web import WebConduit
 from ore_conduit_web.server import bind
 from ore_conduit_web.tokens import TOKENS_FILE, Tokens, TokensError
+from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.conduit import ConduitConfigError
+
+ORE = str(Path(sys.executable).with_name("ore"))
 
 
 def test_the_first_run_writes_a_token_only_its_owner_can_read(tmp_path: Path) -> None:
@@ -50,6 +56,29 @@ def test_a_taken_port_falls_back_to_a_free_one_and_says_so() -> None:
         taken.close()
     assert note is not None
     assert f"port {port} is taken" in note
+
+
+@pytest.mark.slow  # starts ore
+def test_a_taken_port_that_was_asked_for_is_refused_in_one_line(
+    ore_isolated_env: Path, ore_nats_server: EmbeddedNatsServer
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [ORE, "conduit", "web", "--nats", ore_nats_server.url, "--port", str(port)],
+            env={**os.environ, "ORE_LOAD_PLUGINS": "ore-conduit-web", "ORE_LOG__LEVEL": "warning"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"Error: web conduit: port {port} is taken: stop what listens there, or choose "
+        "another port (--port, or port in [plugins.web]; 0: any free port)"
+    ]
 
 
 def test_serving_other_machines_without_a_token_is_refused() -> None:

@@ -180,6 +180,11 @@ class SQLiteStore(BaseStore):
         read_only: bool = False,
     ) -> None:
         self.path = os.fspath(path)
+        if os.path.isdir(self.path):  # SQLite would say only "unable to open database file"
+            raise StoreError(
+                f"store.path {self.path} is a directory: it names the SQLite database file "
+                f"(e.g. {os.path.join(self.path, 'threads.db')})"
+            )
         # Read-only (`ore threads list` and friends): the file is opened `mode=ro`, so
         # listing needs no write access; a save fails with the database's own error.
         self._read_only = read_only

@@ -52,7 +52,7 @@ from aiohttp import web
 
 __all__ = ["FakeChat", "FakeMessage", "FakeTelegram", "RecordedCall"]
 
-TOKEN = "7000001:FAKE-token-for-tests"
+TOKEN = "7000001:FAKE-token-for-tests-0123456789abcd"
 BOT_ID = 7000001
 BOT_USERNAME = "ore_test_bot"
 SECRET = "fake-webhook-secret"
