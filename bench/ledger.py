@@ -1,6 +1,6 @@
 """Ledger benchmark: journal append, hydrate and the active path, against a raw baseline.
 
-Run: /work/venv/bin/python bench/ledger.py [--turns N] [--repeat R]   (not a test)
+Run: python bench/ledger.py [--turns N] [--repeat R]   (not a test)
 
 1. Append N turns (~200 bytes of text each) through a Thread bound to a
    FileRepository with fsync=batch, then flush (its one fsync is counted).

@@ -1,7 +1,7 @@
 """Events: what conduits send to the core (ingress) and what the core emits (output).
 
 These pydantic models are the NATS wire schema, byte-compatible with the Go framework's
-JSON (ore-behaviour.md 3.1 and 15): every event is one JSON object with a `"kind"`.
+JSON (docs/go-compatibility.md, "Events"): every event is one JSON object with a `"kind"`.
 An `ArtifactEvent` is the artifact's own JSON with `context` merged in, so a plugin that
 registers a new artifact kind needs no schema change here. `context` is written only
 when it names a provenance (the Go rule); inside it, `user` and `traceparent` only when
@@ -449,7 +449,7 @@ def _validate_turn(value: object) -> Turn:
 
 _TURN_JSON_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "description": "A turn; artifacts in {kind, data} envelopes (ore-behaviour.md 2.2).",
+    "description": "A turn; artifacts in {kind, data} envelopes (docs/go-compatibility.md).",
     "properties": {
         "id": {"type": "string"},
         "parent_id": {"type": "string"},

@@ -1,4 +1,4 @@
-"""Artifact kinds, rendering, JSON and the envelope (ore-behaviour.md 1.1-1.5, 16.7-16.10)."""
+"""Artifact kinds, rendering, JSON and the envelope (docs/go-compatibility.md)."""
 
 from __future__ import annotations
 

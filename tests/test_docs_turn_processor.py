@@ -22,7 +22,7 @@ from ore_core.testing.plugins import temporary_plugin
 from tests.docs_support import load_module, page_blocks
 from tests.session_support import collect, message
 
-(PROCESSOR_CODE,) = page_blocks("writing-a-turn-processor.md")
+(_FIRST_EXPERIMENT, PROCESSOR_CODE) = page_blocks("writing-a-turn-processor.md")
 shout = load_module("shout_processor", PROCESSOR_CODE)
 
 

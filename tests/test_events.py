@@ -1,4 +1,4 @@
-"""Events are the NATS wire schema: exact Go JSON (ore-behaviour.md 3.1, 3.7, 7.1, 8.1, 15)."""
+"""Events are the NATS wire schema: exact Go JSON (docs/go-compatibility.md, "Events")."""
 
 import copy
 import pickle

@@ -1,6 +1,6 @@
 """FileRepository: one append-only, locked `.jsonl` journal per thread.
 
-ore-behaviour.md 2.5, 2.6 ("File repo"), 16 item 13 and 17 item 8: file names that
+docs/go-compatibility.md ("The journal", defects 9 and 10): file names that
 cannot collide or escape, a lock across processes, fsync policies, tolerated torn lines.
 """
 

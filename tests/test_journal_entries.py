@@ -1,4 +1,4 @@
-"""Journal entries: their exact shape, and replay (ore-behaviour.md 2.5, 15, 16 items 11-12)."""
+"""Journal entries: their exact shape, and replay (docs/go-compatibility.md, "The journal")."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from ore_core.turn import format_timestamp
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 STAMP = "2024-01-01T00:00:00Z"
 
-# The journal lines of ore-behaviour.md section 15, as the Go framework writes them.
+# Journal lines as the Go framework writes them (docs/go-compatibility.md, "The journal").
 GO_LINES = [
     b'{"tx_type":"add_turn","timestamp":"2024-01-01T00:00:00Z","payload":{"timestamp":'
     b'"2024-01-01T00:00:00Z","turn":{"id":"u1","role":"user","artifacts":[{"kind":"text",'

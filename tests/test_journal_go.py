@@ -1,6 +1,6 @@
 """Journal files as the Go framework reads them (issue 28, item 13).
 
-The Go reader (/work/shared/spec/ore-behaviour.md, 2.5) replays `add_turn`,
+The Go reader (docs/go-compatibility.md, "The journal") replays `add_turn`,
 `update_tip`, `update_control` and `update_parent`, applies an update of an unknown
 turn as nothing, and stops at the first entry of any other `tx_type`. `go_replay`
 below follows those rules; metadata changes used to be `update_meta` entries, where a

@@ -1,7 +1,7 @@
-"""The floors of ore_core (DESIGN.md section 1): importing a floor loads nothing above it.
+"""The floors of ore_core: importing a floor loads nothing above it.
 
-Dependencies flow one way: vocabulary <- ledger <- session <- config <- conduit SDK <-
-bus <- plugins <- cli, and the SDK stands on the vocabulary alone. Each test imports
+What each floor holds and why they are in this order: docs/architecture.md, "The
+floors" (keep that page's table in step with `FLOORS` and `MAY_LOAD`). Each test imports
 every module of one floor in a fresh interpreter and lists what got loaded: a module
 of a higher floor among them (through an import or a package `__init__` that loads
 its siblings) fails the test, naming it.

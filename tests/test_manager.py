@@ -1,4 +1,4 @@
-"""Manager behaviour (ore-behaviour.md 7.3, 7.5, 16 items 30-31, 17 items 12 and 15)."""
+"""Manager behaviour (docs/go-compatibility.md: behaviour kept, defects 8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MemoryRepository: journals in memory (ore-behaviour.md 2.5, 2.6 "Memory repo")."""
+"""MemoryRepository: journals in memory (docs/go-compatibility.md, "The journal")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Meta: the live metadata handle of a State (ore-behaviour.md 2.3, 2.6)."""
+"""Meta: the live metadata handle of a State (docs/go-compatibility.md, "The thread tree")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Slash commands (ore-behaviour.md section 9, 16 item 36) through a real Manager."""
+"""Slash commands (docs/go-compatibility.md, "The behaviour kept") through a real Manager."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Stream behaviour (ore-behaviour.md 7.4-7.5, 16 items 26-29, 17 items 3, 9-11)."""
+"""Stream behaviour (docs/go-compatibility.md: behaviour kept, defects 4, 5, 7)."""
 
 from __future__ import annotations
 

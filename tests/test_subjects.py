@@ -1,4 +1,4 @@
-"""Subjects, stream names and partitions of the bus (DESIGN.md section 5)."""
+"""Subjects, stream names and partitions of the bus (docs/protocol.md, docs/architecture.md)."""
 
 from collections.abc import Callable
 

@@ -1,4 +1,4 @@
-"""Thread: the conversation tree (ore-behaviour.md 2.3, 2.6, 16.2-16.5, 17.5)."""
+"""Thread: the conversation tree (docs/go-compatibility.md: the thread tree, defect 1)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """TurnContext: transforms (per-call views that never stack) and artifact handlers.
 
-ore-behaviour.md 3.4-3.5 and 3.7, and the [BUG] of section 6 about stacked system
-prompts on tool round trips.
+docs/go-compatibility.md: delta accumulation, and defect 2 (stacked system prompts on
+tool round trips).
 """
 
 from __future__ import annotations

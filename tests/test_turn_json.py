@@ -1,4 +1,4 @@
-"""Turn JSON matches the Go framework's files (ore-behaviour.md 2.2)."""
+"""Turn JSON matches the Go framework's files (docs/go-compatibility.md, "Turns")."""
 
 import dataclasses
 import os

@@ -1,4 +1,4 @@
-"""View and Prepend: projections that never touch the stored turns (ore-behaviour.md 2.4, 16.14)."""
+"""View and Prepend: projections that never touch the stored turns (docs/go-compatibility.md)."""
 
 from __future__ import annotations
 

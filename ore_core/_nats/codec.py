@@ -14,8 +14,8 @@ writes or parses on the wire is here, for the conduit SDK and the core alike:
   (`stream_sequence`);
 - the namespace a thread belongs to (`namespace_of`), which picks its subjects.
 
-It sits in `ore_core._nats`, below both the SDK and `bus/` (DESIGN.md section 1: the
-SDK imports nothing of bus/), beside the transport that sends these bytes. Header blocks
+It sits in `ore_core._nats`, below both the SDK and `bus/` (docs/architecture.md, "The floors":
+the SDK imports nothing of bus/), beside the transport that sends these bytes. Header blocks
 are encoded by `wire.header_block`, byte for byte what nats-py would send.
 """
 

@@ -44,6 +44,7 @@ from ore_core.cli.options import (
     nats_settings,
 )
 from ore_core.cli.processor import answering_line, choose_processor, turn_processors
+from ore_core.cli.processor_file import processor_option, use_processor_file
 from ore_core.cli.running import (
     CHAT_NATS_PREFIX,
     ChatServer,
@@ -110,6 +111,21 @@ class ChatError(OreError):
     help="The model to answer with (processor.model), e.g. -m llama3.2.",
 )
 @click.option(
+    "-s",
+    "--system",
+    "system_prompt",
+    metavar="PROMPT",
+    help="The system prompt the model is sent (processor.system_prompt), e.g. -s 'be brief'.",
+)
+@click.option(
+    "-c",
+    "--continue",
+    "continue_last",
+    is_flag=True,
+    help="Continue the thread `ore chat` used last (also after a PROMPT or a pipe).",
+)
+@processor_option("chat")
+@click.option(
     "--attach",
     "attach_to",
     metavar="CONDUIT:KEY",
@@ -127,6 +143,9 @@ def chat(
     thread_id: str | None,
     new_thread: bool,
     model: str | None,
+    system_prompt: str | None,
+    continue_last: bool,
+    processor_spec: str | None,
     attach_to: str | None,
     nats_urls: tuple[str, ...],
 ) -> None:
@@ -135,7 +154,7 @@ def chat(
     With PROMPT, send it as one message, print the answer and exit; piped input is
     added to it (`cat notes.md | ore chat "summarise this"`). Without --thread or
     --new, a terminal chat resumes the thread it used last; piped input and a PROMPT
-    start a new thread.
+    start a new thread, unless -c continues the last one.
     """
     if thread_id is not None:
         try:
@@ -150,6 +169,12 @@ def chat(
         overrides["new"] = True
     if prompt:
         overrides["prompt"] = " ".join(prompt)
+    if continue_last:
+        if thread_id is not None or new_thread or attach_to is not None:
+            raise click.UsageError(
+                "-c continues the last thread: leave out --thread, --new and --attach"
+            )
+        overrides["resume"] = True
     settings = state.settings
     attach = _running_core(settings, nats_urls)
     endpoint: Endpoint | None = None
@@ -166,6 +191,8 @@ def chat(
             raise ChatError(
                 "--attach joins a thread of a running `ore serve`: start one (or pass --nats)"
             )
+    _refuse_core_options(attach, nats_urls or settings.nats.url, system_prompt, processor_spec)
+    from_file: str | None = None
     if attach is not None:
         if model is not None:
             raise click.UsageError(
@@ -173,22 +200,15 @@ def chat(
                 "answers with its own: type /model NAME in the chat instead"
             )
         nats_urls = (attach.nats_url,)
-    elif model is not None:
-        if nats_urls or settings.nats.url:
-            raise click.UsageError(
-                "-m chooses the model of the core `ore chat` starts; the core at --nats / "
-                "nats.url answers with its own: type /model NAME in the chat instead"
-            )
-        processor = ProcessorSettings.model_validate(
-            {**settings.processor.model_dump(), "model": model}
+    elif model is not None and (nats_urls or settings.nats.url):
+        raise click.UsageError(
+            "-m chooses the model of the core `ore chat` starts; the core at --nats / "
+            "nats.url answers with its own: type /model NAME in the chat instead"
         )
-        settings = settings.model_copy(update={"processor": processor})
-        echo = choose_processor(settings, turn_processors(state.plugin_manager), os.environ)
-        if echo.echo_reason is not None:
-            raise click.UsageError(
-                f"-m {model} chooses the model a model processor asks, but echo answers: "
-                f"{echo.echo_reason}"
-            )
+    if attach is None and not nats_urls and not settings.nats.url:
+        settings = _model_settings(settings, state.plugin_manager, model, system_prompt)
+        if processor_spec is not None:
+            from_file = use_processor_file(processor_spec, state.plugin_manager)
     with _logs_to_file(state):
         nats = nats_settings(settings.nats, [url for url in nats_urls if url != AUTO])
         settings = settings.model_copy(update={"nats": nats})
@@ -199,8 +219,58 @@ def chat(
             run_attached = _conduit_only(settings, state.plugin_manager, overrides, endpoint)
             asyncio.run(_guarded(run_attached))
             return
-        run = _conduit_only if nats.url else _everything
-        asyncio.run(_guarded(run(settings, state.plugin_manager, overrides)))
+        if nats.url:
+            asyncio.run(_guarded(_conduit_only(settings, state.plugin_manager, overrides)))
+        else:
+            run = _everything(settings, state.plugin_manager, overrides, from_file)
+            asyncio.run(_guarded(run))
+
+
+def _refuse_core_options(
+    attach: RunningCore | None,
+    elsewhere: object,
+    system_prompt: str | None,
+    processor_spec: str | None,
+) -> None:
+    """-s and --processor choose how the core `ore chat` starts answers: refused, in one
+    line, when another core answers (a running `ore serve`, or the core at --nats)."""
+    given = [
+        flag
+        for flag, value in (("-s", system_prompt), ("--processor", processor_spec))
+        if value is not None
+    ]
+    if not given or (attach is None and not elsewhere):
+        return
+    core = attach.describe() if attach is not None else "the core at --nats / nats.url"
+    raise click.UsageError(
+        f"{given[0]} chooses how the core `ore chat` starts answers; {core} answers with "
+        "its own processor: set it there ([processor] in its ore.toml, or its --processor)"
+    )
+
+
+def _model_settings(
+    settings: OreSettings,
+    plugins: pluggy.PluginManager,
+    model: str | None,
+    system_prompt: str | None,
+) -> OreSettings:
+    """`settings` with -m (processor.model) and -s (processor.system_prompt) applied;
+    refused in one line when echo answers, which has neither."""
+    update = {"model": model, "system_prompt": system_prompt}
+    chosen = {key: value for key, value in update.items() if value is not None}
+    if not chosen:
+        return settings
+    processor = ProcessorSettings.model_validate({**settings.processor.model_dump(), **chosen})
+    settings = settings.model_copy(update={"processor": processor})
+    echo = choose_processor(settings, turn_processors(plugins), os.environ)
+    if echo.echo_reason is not None:
+        what = (
+            f"-m {model} chooses the model a model processor asks"
+            if model
+            else "-s sets the system prompt a model processor sends"
+        )
+        raise click.UsageError(f"{what}, but echo answers: {echo.echo_reason}")
+    return settings
 
 
 def _running_core(settings: OreSettings, nats_urls: tuple[str, ...]) -> RunningCore | None:
@@ -290,11 +360,14 @@ async def _guarded(main: Coroutine[Any, Any, None]) -> None:
 
 
 async def _everything(
-    settings: OreSettings, plugins: pluggy.PluginManager, overrides: dict[str, Any]
+    settings: OreSettings,
+    plugins: pluggy.PluginManager,
+    overrides: dict[str, Any],
+    from_file: str | None = None,
 ) -> None:
     """A private nats-server, the core and the conduit, closed in reverse order."""
     reap_chat_servers()  # what chats killed with SIGKILL left behind
-    choice = choose_processor(settings, turn_processors(plugins), os.environ)
+    choice = choose_processor(settings, turn_processors(plugins), os.environ, from_file=from_file)
     settings = choice.settings
     async with AsyncExitStack() as stack:
         runtime = await build_runtime(settings, plugins)

@@ -62,9 +62,19 @@ def turn_processors(plugins: pluggy.PluginManager) -> list[str]:
 
 
 def choose_processor(
-    settings: OreSettings, processors: Collection[str], environ: Mapping[str, str]
+    settings: OreSettings,
+    processors: Collection[str],
+    environ: Mapping[str, str],
+    *,
+    from_file: str | None = None,
 ) -> ProcessorChoice:
-    """Which processor answers with these settings, plugins and environment."""
+    """Which processor answers with these settings, plugins and environment; `from_file`
+    (the processor of `--processor FILE.py:NAME`) wins over all of them."""
+    if from_file is not None:
+        processor = ProcessorSettings.model_validate(
+            {**settings.processor.model_dump(), "name": from_file}
+        )
+        return ProcessorChoice(settings.model_copy(update={"processor": processor}), "--processor")
     explicit = any(
         value.key == "processor.name" and value.source != "default"
         for value in settings.describe_sources()

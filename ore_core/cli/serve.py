@@ -37,6 +37,7 @@ from ore_core.cli.processor import (
     choose_processor,
     turn_processors,
 )
+from ore_core.cli.processor_file import processor_option, use_processor_file
 from ore_core.cli.running import (
     RunningCore,
     record_running,
@@ -91,6 +92,7 @@ DEFAULT_PORT = 4222
     help="The store to keep threads in (default: store.name): sqlite for one machine, "
     "jetstream for several workers sharing the threads.",
 )
+@processor_option("serve")
 def serve(
     nats_urls: tuple[str, ...],
     port: int | None,
@@ -98,6 +100,7 @@ def serve(
     partitions: int | None,
     auth_file: Path | None,
     store_name: str | None,
+    processor_spec: str | None,
 ) -> None:
     """Run the ore core on NATS until SIGTERM or Ctrl-C.
 
@@ -130,8 +133,12 @@ def serve(
     update: dict[str, object] = {"nats": nats}
     if store_name:
         update["store"] = state.settings.store.model_copy(update={"name": store_name})
+    named = processor_spec and use_processor_file(processor_spec, state.plugin_manager)
     choice = choose_processor(
-        state.settings.model_copy(update=update), turn_processors(state.plugin_manager), os.environ
+        state.settings.model_copy(update=update),
+        turn_processors(state.plugin_manager),
+        os.environ,
+        from_file=named,
     )
     settings = choice.settings
     # Workers sharing one NATS may share a store; two private servers on one store may not.

@@ -51,6 +51,7 @@ async def _single(message: str) -> AsyncIterator[str]:
 _BAD_REQUEST = 400
 _NOT_FOUND = 404
 _EXISTS = 409
+_NOTHING_TO_CONTINUE = "-c: no thread to continue yet: start one with `ore chat` or `ore chat TEXT`"
 
 
 async def open_thread(
@@ -79,13 +80,27 @@ async def open_thread(
             if exc.status != _EXISTS:  # another chat created it a moment ago
                 raise
         return config.thread, None
+    if config.resume and remembered is None:
+        raise StdinError(_NOTHING_TO_CONTINUE)
     if remembered is not None and not config.new:
         try:
             return remembered, await client.get_thread(remembered)
         except ApiError as exc:
             if exc.status != _NOT_FOUND:
                 raise
+            if config.resume:
+                raise StdinError(f"-c: thread {remembered}, used last, no longer exists") from None
     return await client.create_thread(metadata=metadata), None
+
+
+async def _pipe_thread(client: ConduitClient, config: StdinConfig) -> str:
+    """The thread of piped input or a PROMPT: a new one, or with `resume` (-c) the one
+    `ore chat` used last; remembered either way, so the next `-c` continues it."""
+    last_thread = LastThread(config.state_dir)
+    remembered = last_thread.load() if config.resume else None
+    thread_id, _ = await open_thread(client, config, "pipe", remembered)
+    last_thread.save(thread_id)
+    return thread_id
 
 
 async def _resolve(client: ConduitClient, typed: str) -> str:
@@ -148,7 +163,7 @@ class StdinConduit(Conduit):
             first = await first_line(lines)
             if first is None:
                 return  # an empty pipe: nothing to say, so no thread either
-            thread_id, _ = await open_thread(client, config, "pipe")
+            thread_id = await _pipe_thread(client, config)
             async with ChatSession(client, thread_id, user=config.user) as session:
                 await answer_lines(session, _chain(first, lines), PlainView(stdout, stderr))
 
@@ -165,7 +180,7 @@ class StdinConduit(Conduit):
         message = "\n\n".join(part for part in (config.prompt or "", piped.strip("\n")) if part)
         if not message.strip():
             raise StdinError("nothing to send: the prompt and the input are empty")
-        thread_id, _ = await open_thread(client, config, "pipe")
+        thread_id = await _pipe_thread(client, config)
         async with ChatSession(client, thread_id, user=config.user) as session:
             await answer_lines(session, _single(message), PlainView(stdout, stderr))
 

@@ -34,7 +34,8 @@ class StdinConfig(ConduitConfig):
     `thread` continues that thread (any unique prefix of its id); an unknown id is an
     error unless `new` is set too, which then starts a thread with that id. `new` alone
     starts a fresh thread. Without either, an interactive chat resumes the thread it
-    used last and piped input gets a new thread. `markdown` renders replies as
+    used last and piped input gets a new thread; `resume` (`ore chat -c`) continues the
+    thread used last in every mode (an error when there is none). `markdown` renders replies as
     Markdown on a terminal. `prompt` sends one message and exits (`ore chat "..."`);
     piped input is then added to it, so `cat notes.md | ore chat "summarise"` sends
     the prompt and the file as one message.
@@ -42,6 +43,7 @@ class StdinConfig(ConduitConfig):
 
     thread: str | None = None
     new: bool = False
+    resume: bool = False
     prompt: str | None = None
     user: str = Field(default_factory=default_user)
     markdown: bool = True

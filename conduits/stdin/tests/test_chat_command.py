@@ -355,3 +355,51 @@ def test_the_start_up_line_says_the_guards_limits(run_chat: RunChat) -> None:
         "; guard: per sender 20 at once, then 60 per 60 s; "
         "per thread without a user 40, then 120; redacting secrets"
     )
+
+
+def test_dash_s_sends_the_system_prompt_before_the_conversation(run_chat: RunChat) -> None:
+    with MockOpenAIServer(["ok"]) as model:
+        url = model.base_url
+        chat = run_chat("-s", "answer in French", "hi", input="", env={"ORE_OPENAI_BASE_URL": url})
+        assert chat.returncode == 0, chat.stderr
+        (request,) = model.requests
+    assert request["messages"] == [
+        {"role": "system", "content": "answer in French"},
+        {"role": "user", "content": "hi"},
+    ]
+
+
+def test_dash_c_continues_the_thread_of_the_last_prompt(
+    run_chat: RunChat, chat_env: dict[str, str]
+) -> None:
+    assert run_chat("first", input="").returncode == 0
+    chat = run_chat("-c", "second", input="")
+    assert chat.returncode == 0, chat.stderr
+    assert chat.stdout == "second\n"
+    (thread,) = threads_json(chat_env)
+    assert thread["turns"] == 4  # two messages, two answers, one thread
+
+
+def test_dash_c_continues_the_thread_of_the_last_pipe(
+    run_chat: RunChat, chat_env: dict[str, str]
+) -> None:
+    assert run_chat(input="one\n").returncode == 0
+    assert run_chat("-c", input="two\n").returncode == 0
+    (thread,) = threads_json(chat_env)
+    assert thread["turns"] == 4
+
+
+def test_without_dash_c_a_prompt_still_starts_a_new_thread(
+    run_chat: RunChat, chat_env: dict[str, str]
+) -> None:
+    assert run_chat("first", input="").returncode == 0
+    assert run_chat("second", input="").returncode == 0
+    assert len(threads_json(chat_env)) == 2
+
+
+def test_dash_c_with_no_earlier_thread_is_one_error_line(run_chat: RunChat) -> None:
+    chat = run_chat("-c", "hi", input="")
+    assert chat.returncode == 1
+    assert chat.stderr.splitlines()[-1] == (
+        "Error: -c: no thread to continue yet: start one with `ore chat` or `ore chat TEXT`"
+    )
