@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -227,6 +228,42 @@ def test_install_failure_exits_with_pips_status(tmp_path: Path) -> None:
     result = run_ore("install", "-e", str(tmp_path / "no-such-project"))
     assert result.returncode == 1
     assert "no-such-project" in result.stderr
+
+
+def probe_wheel(directory: Path) -> Path:
+    """A wheel of a tiny distribution that nothing else uses (built by hand: a wheel is a
+    zip with its metadata; no build backend, no network)."""
+    name, version = "ore_install_probe", "0.1"
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}.py": "VALUE = 1\n",
+        f"{info}/METADATA": (
+            f"Metadata-Version: 2.1\nName: ore-install-probe\nVersion: {version}\n"
+        ),
+        f"{info}/WHEEL": (
+            "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
+    }
+    record = "".join(f"{path},,\n" for path in files) + f"{info}/RECORD,,\n"
+    wheel = directory / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in {**files, f"{info}/RECORD": record}.items():
+            archive.writestr(path, text)
+    return wheel
+
+
+@pytest.mark.slow  # starts pip
+def test_install_prints_a_progress_line_and_pips_summary_not_its_log(tmp_path: Path) -> None:
+    wheel = probe_wheel(tmp_path)
+    try:
+        result = run_ore("install", str(wheel))
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.splitlines() == [
+            f"Installing {wheel} with pip ...",
+            "Successfully installed ore-install-probe-0.1",
+        ]
+    finally:
+        run_ore("uninstall", "-y", "ore-install-probe")
 
 
 @pytest.mark.slow  # starts a process

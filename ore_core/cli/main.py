@@ -157,13 +157,34 @@ def plugins(include_all: bool, hooks: bool, as_json: bool) -> None:
 @click.option(
     "-e", "--editable", multiple=True, help="Install a project from a local path, editable."
 )
-def install(packages: tuple[str, ...], upgrade: bool, editable: tuple[str, ...]) -> None:
-    """Install plugin packages into the Python environment ore runs in."""
+@click.option("-v", "--verbose", is_flag=True, help="Show pip's whole log as it runs.")
+def install(
+    packages: tuple[str, ...], upgrade: bool, editable: tuple[str, ...], verbose: bool
+) -> None:
+    """Install plugin packages into the Python environment ore runs in.
+
+    Prints one progress line and pip's summary; pip's whole log only when it fails (or
+    with -v).
+    """
     if not packages and not editable:
         raise click.UsageError("name at least one package (or -e PATH)")
     args = ["--upgrade"] if upgrade else []
     args += [arg for path in editable for arg in ("--editable", path)]
-    _pip("install", *args, *packages)
+    if verbose:
+        _pip("install", *args, *packages)
+    names = ", ".join([*packages, *editable])
+    click.echo(f"Installing {names} with pip ...")
+    completed = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--progress-bar", "off", *args, *packages],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    if completed.returncode != 0:
+        sys.stderr.write(completed.stdout + completed.stderr)
+        raise click.ClickException(f"pip could not install {names} (its log is above)")
+    done = [line for line in completed.stdout.splitlines() if line.startswith("Successfully ")]
+    click.echo(done[-1] if done else f"{names}: installed already, nothing to do")
 
 
 @main.command()
