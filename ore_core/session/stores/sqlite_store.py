@@ -312,7 +312,11 @@ class SQLiteStore(BaseStore):
         return super()._failed(cause)
 
     async def check(self) -> None:
-        """StoreError unless the database takes a write now (a rolled-back insert)."""
+        """StoreError unless the database takes a write now: a committed one.
+
+        A rolled-back insert touches only SQLite's page cache and passes on a full or
+        read-only disk; rewriting the header's `user_version` (its value unchanged)
+        commits one page to the WAL through the same file a save writes, as durably."""
         self._check_open()
         await self._run(self._probe_write)
 
@@ -546,12 +550,8 @@ class SQLiteStore(BaseStore):
         return _Loaded(thread_id, row[0], turns, dict(metadata.fetchall()), int(row[1]))
 
     def _probe_write(self) -> None:
-        conn = self._connection()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute(_INSERT_THREAD, ("\x00ore-probe", ""))
-        finally:
-            _rollback(conn)
+        with self._transaction("IMMEDIATE") as conn:
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _delete_thread(self, thread_id: str) -> bool:
         with self._transaction("IMMEDIATE") as conn:
