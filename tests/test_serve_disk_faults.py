@@ -221,3 +221,29 @@ async def test_readyz_is_503_from_the_first_failed_save_on_a_disk_gone_read_only
         assert events.count("lifecycle:done") == 1
         served.process.kill()
         served.process.wait()
+
+
+def _refusal(served: Served) -> str:
+    """The last line `ore serve` wrote before it exited (it must exit, and not with 0)."""
+    assert served.process.wait(timeout=60) != 0
+    return served.stderr().strip().splitlines()[-1]
+
+
+def test_serve_on_a_read_only_disk_says_which_directory_is_read_only(
+    tmp_path: Path, start_serve: Callable[..., Served]
+) -> None:
+    with _tmpfs(tmp_path / "disk", "1m") as disk:
+        _mount("-o", "remount,ro", str(disk))
+        served = start_serve(env={"ORE_STORE__PATH": str(disk / "ore.db")})
+        line = _refusal(served)
+    assert f"the file system holding {disk} is read-only" in line, line
+
+
+def test_serve_on_a_full_disk_says_which_directory_is_full(
+    tmp_path: Path, start_serve: Callable[..., Served]
+) -> None:
+    with _tmpfs(tmp_path / "disk", "64k") as disk:
+        _fill(disk)
+        served = start_serve(env={"ORE_STORE__PATH": str(disk / "ore.db")})
+        line = _refusal(served)
+    assert f"the file system holding {disk} is full" in line, line

@@ -43,7 +43,7 @@ from ore_core.errors import LedgerError, StoreError, ThreadCorrupt
 from ore_core.ids import generate_thread_id
 from ore_core.ledger.file_repository import FsyncPolicy
 from ore_core.ledger.thread import Thread
-from ore_core.session.stores.base import BaseStore
+from ore_core.session.stores.base import BaseStore, directory_fault
 from ore_core.session.stores.changes import ChangeSet, ChangeTracker
 from ore_core.session.stores.loop_commit import LoopCommitter
 from ore_core.session.stores.thread_json import build_thread, ordered_turns
@@ -309,6 +309,10 @@ class SQLiteStore(BaseStore):
                 f"store; stop ore and move {self.path} aside (ore then starts an empty "
                 "store there) or restore it from a backup, or set store.path to another file"
             )
+        if getattr(cause, "sqlite_errorname", "") in _NO_WRITE and not self._read_only:
+            fault = directory_fault(os.path.dirname(os.path.abspath(self.path)))
+            if fault is not None:
+                return StoreError(f"{self.location}: cannot write: {fault} ({cause})")
         return super()._failed(cause)
 
     async def check(self) -> None:
@@ -569,6 +573,13 @@ class SQLiteStore(BaseStore):
 
 _DAMAGED = frozenset({"SQLITE_CORRUPT", "SQLITE_NOTADB"})
 """SQLite's names for a file that is not (or no longer) a readable database."""
+
+_NO_WRITE = frozenset(
+    {"SQLITE_CANTOPEN", "SQLITE_FULL", "SQLITE_READONLY", "SQLITE_IOERR"}
+    | {f"SQLITE_READONLY_{kind}" for kind in ("DBMOVED", "DIRECTORY", "RECOVERY", "ROLLBACK")}
+    | {f"SQLITE_IOERR_{kind}" for kind in ("WRITE", "FSYNC", "TRUNCATE", "SHMOPEN", "SHMSIZE")}
+)
+"""SQLite's names for a write that failed: its directory may be read-only or full."""
 
 
 def _enable_wal(conn: sqlite3.Connection, deadline: float) -> None:
