@@ -600,11 +600,10 @@ async def _attach(manager: Manager, namespace: str, thread_id: str, event: Ingre
     try:
         return await manager.attach(thread_id)
     except ThreadCorrupt as exc:  # retrying reads the same bytes: tell the sender now
+        # The cause names the store's file: the log keeps it, the sender never sees it.
+        log.error("thread cannot be read", thread_id=thread_id, error=str(exc))
         raise Rejected(
-            CORRUPT_THREAD,
-            f"thread {thread_id} is stored but cannot be read ({exc}); an operator "
-            "must repair or delete it",
-            event.context,
+            CORRUPT_THREAD, ThreadCorrupt.public_message(thread_id), event.context
         ) from None
     except ThreadNotFound:
         if not isinstance(event, UserMessageEvent):
