@@ -188,12 +188,21 @@ class Ingress:
         self.tasks.spawn(self._progress_loop(), name="ore-ingress-progress")
         self.tasks.spawn(self._closed_loop(), name="ore-ingress-closed")
 
-    async def acquire(self, partition: int, *, fresh: bool = True, settle: float = 0.0) -> None:
+    async def acquire(
+        self,
+        partition: int,
+        *,
+        fresh: bool = True,
+        settle: float = 0.0,
+        claimed_back: bool = False,
+    ) -> None:
         """Start pulling `partition`, just won: reset its consumer if its owner died.
 
         Streams of its threads that are open here were opened without owning them (the
         control API) and may be stale: they are dropped first, so the next message
-        loads the thread from the store.
+        loads the thread from the store. `claimed_back`: the lease lapsed at this
+        worker and nobody else held it since (its own unacknowledged messages are
+        what the reset hands back, not a lost worker's).
         """
         if self._stopping or partition in self._pullers:
             return
@@ -208,7 +217,9 @@ class Ingress:
             settle,
             lambda: not self._stopping and self._owns(partition),
         )
-        if start is not None:
+        if start is not None and claimed_back:
+            log.info("partition resumed from its ack floor", partition=partition, start=start)
+        elif start is not None:
             log.info("partition taken over from a lost worker", partition=partition, start=start)
         puller = Puller(
             self._nc,
