@@ -14,9 +14,11 @@ connections are retried, and the conduit's log never shows the token. The counts
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import signal
+import sqlite3
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -220,3 +222,41 @@ async def test_kill_9_of_the_conduit_shows_at_most_one_answer_twice_per_kill(
     run = await run_under_kills(ore_nats_server.url, tmp_path, plan, seed)
     assert (run.sent, run.answered, run.lost) == (len(CHATS) * MESSAGES, run.sent, 0)
     assert run.doubled <= len(plan), run.details[:3]
+
+
+async def test_a_send_under_way_at_a_kill_is_marked_in_the_chats_answer_record(
+    ore_nats_server: EmbeddedNatsServer, tmp_path: Path
+) -> None:
+    fake = await FakeTelegram().start()
+    serve = Serve(tmp_path, ore_nats_server.url)
+    state = tmp_path / "conduit-state"
+    settings = fake.conduit_settings(str(state), poll_timeout=5)
+    env = {
+        "ORE_LOAD_PLUGINS": "ore-conduit-telegram",
+        "XDG_STATE_HOME": str(tmp_path / "conduit-xdg"),
+        "XDG_CONFIG_HOME": str(tmp_path / "conduit-config"),
+    }
+    conduit = ConduitProcess(
+        "telegram", ore_nats_server.url, tmp_path / "conduit.log", settings, env=env
+    )
+    fake.hold_next("sendMessage")
+    try:
+        serve.start()
+        conduit.start()
+        await fake.wait_until(lambda: fake.polls > 0, 60)
+        await fake.user_says(2001, "hello", user=2001)
+        await fake.wait_until(lambda: fake.holding == 1, 60)  # Telegram has the send
+        conduit.kill()  # before the conduit learns how it went
+        fake.let_go()
+        conduit.start()
+        # The held send is carried out, and the restarted conduit, not knowing, sends
+        # the answer again: the double this record marks.
+        await fake.wait_until(lambda: fake.bot_texts(2001).count(expected("hello")) == 2, 60)
+    finally:
+        await conduit.astop()
+        await asyncio.to_thread(serve.stop)
+        await fake.close()
+    with sqlite3.connect(state / "state-telegram.db") as db:
+        [(record,)] = db.execute("SELECT record FROM answers").fetchall()
+    assert json.loads(record)["in_flight"] == [0]
+    assert "Telegram may show it twice" in (tmp_path / "conduit.log").read_text()
