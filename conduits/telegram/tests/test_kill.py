@@ -198,6 +198,7 @@ async def run_under_kills(url: str, tmp_path: Path, plan: list[str], seed: int) 
     return Run(plan, sent, answered, lost, doubled, disorder, details, log)
 
 
+@pytest.mark.timeout(PATIENCE + 150)  # the load may take PATIENCE, then restarts
 async def test_kill_9_of_the_conduit_and_the_core_loses_no_update_and_keeps_order(
     ore_nats_server: EmbeddedNatsServer, tmp_path: Path
 ) -> None:
@@ -212,6 +213,7 @@ async def test_kill_9_of_the_conduit_and_the_core_loses_no_update_and_keeps_orde
     assert "<TOKEN>" not in run.log
 
 
+@pytest.mark.timeout(PATIENCE + 150)  # the load may take PATIENCE, then restarts
 async def test_kill_9_of_the_conduit_shows_at_most_one_answer_twice_per_kill(
     ore_nats_server: EmbeddedNatsServer, tmp_path: Path
 ) -> None:
