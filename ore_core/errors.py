@@ -50,7 +50,19 @@ class ThreadNotFound(StoreError, LookupError):
 
 
 class ThreadCorrupt(StoreError):
-    """The stored thread exists but cannot be read; the message names the cause."""
+    """The stored thread exists but cannot be read; the message names the cause.
+
+    The message names the store's file too: it belongs in the core's log. A client (a
+    conduit, the control API's caller) gets `public_message` instead."""
+
+    @staticmethod
+    def public_message(thread_id: str | None = None) -> str:
+        """What a client is told: the same words for every store, no server path."""
+        which = "the thread" if thread_id is None else f"thread {thread_id}"
+        return (
+            f"{which} is stored but cannot be read; an operator must repair or delete it "
+            "(the core's log says where)"
+        )
 
 
 class ThreadExists(StoreError):

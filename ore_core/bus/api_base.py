@@ -38,9 +38,11 @@ ThreadId = Annotated[str, AfterValidator(validate_thread_id)]
 
 
 class ApiFailure(Exception):
-    """An error reply: the numeric code and a one-line message."""
+    """An error reply: the numeric code, a one-line message and, where the status's
+    word says too little, a code of its own (e.g. `corrupt_thread`)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.code = code

@@ -40,7 +40,7 @@ from nats.micro.service import Service
 from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
 from ore_core import jsonutil
-from ore_core._nats.codec import namespace_of
+from ore_core._nats.codec import CORRUPT_THREAD, namespace_of
 from ore_core._nats.connection import subscriptions_registered
 from ore_core.bridge.admin import GATEWAY_KEY, LinkAdd, LinkAdmin
 from ore_core.bridge.cache import LinkCache
@@ -55,6 +55,7 @@ from ore_core.errors import (
     InvalidThreadId,
     SessionClosed,
     StaleThread,
+    ThreadCorrupt,
     ThreadExists,
     ThreadNotFound,
     TurnNotFound,
@@ -226,6 +227,8 @@ def _classify(exc: Exception) -> ApiFailure:
         return ApiFailure(409, str(exc))
     if isinstance(exc, ThreadNotFound | TurnNotFound):
         return ApiFailure(404, str(exc))
+    if isinstance(exc, ThreadCorrupt):  # its message names the file: for the log only
+        return ApiFailure(500, ThreadCorrupt.public_message(), code=CORRUPT_THREAD)
     if isinstance(exc, ThreadExists):
         return ApiFailure(409, str(exc))
     if isinstance(exc, SessionClosed | StaleThread):
@@ -484,11 +487,11 @@ class ControlAPI:
             log.error(
                 "control API request failed",
                 subject=request.subject,
-                error=message,
+                error=_one_line(str(cause)) if isinstance(cause, ThreadCorrupt) else message,
                 exc_info=cause,
             )
         message = _private(message, getattr(self._manager.store, "location", ""))
-        code = ERROR_CODES[failure.status]
+        code = failure.code or ERROR_CODES[failure.status]
         body = jsonutil.dumps({"error": {"code": code, "message": message}})
         await request.respond_error(str(failure.status), message, data=body)
 

@@ -188,12 +188,21 @@ class Ingress:
         self.tasks.spawn(self._progress_loop(), name="ore-ingress-progress")
         self.tasks.spawn(self._closed_loop(), name="ore-ingress-closed")
 
-    async def acquire(self, partition: int, *, fresh: bool = True, settle: float = 0.0) -> None:
+    async def acquire(
+        self,
+        partition: int,
+        *,
+        fresh: bool = True,
+        settle: float = 0.0,
+        claimed_back: bool = False,
+    ) -> None:
         """Start pulling `partition`, just won: reset its consumer if its owner died.
 
         Streams of its threads that are open here were opened without owning them (the
         control API) and may be stale: they are dropped first, so the next message
-        loads the thread from the store.
+        loads the thread from the store. `claimed_back`: the lease lapsed at this
+        worker and nobody else held it since (its own unacknowledged messages are
+        what the reset hands back, not a lost worker's).
         """
         if self._stopping or partition in self._pullers:
             return
@@ -208,7 +217,9 @@ class Ingress:
             settle,
             lambda: not self._stopping and self._owns(partition),
         )
-        if start is not None:
+        if start is not None and claimed_back:
+            log.info("partition resumed from its ack floor", partition=partition, start=start)
+        elif start is not None:
             log.info("partition taken over from a lost worker", partition=partition, start=start)
         puller = Puller(
             self._nc,
@@ -600,11 +611,10 @@ async def _attach(manager: Manager, namespace: str, thread_id: str, event: Ingre
     try:
         return await manager.attach(thread_id)
     except ThreadCorrupt as exc:  # retrying reads the same bytes: tell the sender now
+        # The cause names the store's file: the log keeps it, the sender never sees it.
+        log.error("thread cannot be read", thread_id=thread_id, error=str(exc))
         raise Rejected(
-            CORRUPT_THREAD,
-            f"thread {thread_id} is stored but cannot be read ({exc}); an operator "
-            "must repair or delete it",
-            event.context,
+            CORRUPT_THREAD, ThreadCorrupt.public_message(thread_id), event.context
         ) from None
     except ThreadNotFound:
         if not isinstance(event, UserMessageEvent):

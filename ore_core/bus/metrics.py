@@ -169,7 +169,10 @@ class _TurnsCollector(Collector):
             m.processor,
         )
         yield CounterMetricFamily(
-            "ore_partition_takeovers", "Partition leases this worker acquired.", m.takeovers
+            "ore_partition_takeovers",
+            "Partition leases this worker acquired (not those it claimed back after they "
+            "lapsed here, e.g. in a NATS outage).",
+            m.takeovers,
         )
         yield CounterMetricFamily(
             "ore_partition_leases_lost",

@@ -16,7 +16,10 @@ and releases what it holds beyond that, after draining, when workers join. A lea
 counts as held only until `lease_ttl * 3/4` after the last renewal that succeeded
 (`owns`): a worker that was paused or cut off stops writing before anybody else can
 claim its lease. One that finds a lease lost (a renewal refused or overdue) drops the
-partition at once, without saving (`on_lost`).
+partition at once, without saving (`on_lost`). A lease that only lapsed (NATS
+unreachable, the worker paused) and that this worker claims again before the watcher
+saw anybody else hold it is *claimed back* (`claimed_back`): no other worker handled
+the partition meanwhile, so that is not a takeover from a lost worker.
 
 A key's state is learnt from a KV watcher (one push stream, no polling per key); a key
 not renewed for `lease_ttl` by its watcher's clock is presumed expired and worth a
@@ -132,6 +135,8 @@ class Ownership:
         self._kv: KeyValue | None = None
         self._leases: dict[int, _Lease] = {}
         self._dropping: set[int] = set()  # lost, threads not yet dropped: write nothing
+        self._lapsed: set[int] = set()  # lapsed here, nobody else seen holding them since
+        self._claiming_back: set[int] = set()  # in on_acquire, lapsed here before
         self._workers: dict[str, float] = {}  # worker id -> loop time last seen
         self._holders: dict[int, tuple[str, float]] = {}  # partition -> (worker, seen)
         self._wakeup = asyncio.Event()
@@ -198,6 +203,11 @@ class Ownership:
                 partitions.clear()
             partition = partitions[thread_id] = partition_of(thread_id, self._partitions)
         return self.may_write(partition)
+
+    def claimed_back(self, partition: int) -> bool:
+        """True while `on_acquire(partition)` runs for a lease that lapsed at this worker
+        (a NATS outage, a pause) and that no other worker was seen holding since."""
+        return partition in self._claiming_back
 
     def other_holder(self, thread_id: str) -> str | None:
         """The id of another worker holding the lease of the thread's partition, as the
@@ -342,11 +352,15 @@ class Ownership:
                 partition = int(key[len(_LEASE) :])
             except ValueError:
                 return
-            if gone:
+            if gone:  # released by a holder (never by this worker after a lapse)
+                self._lapsed.discard(partition)
                 self._holders.pop(partition, None)
                 self._wakeup.set()
             else:
-                self._holders[partition] = (value.decode(errors="replace"), now)
+                holder = value.decode(errors="replace")
+                if holder != self.worker_id:
+                    self._lapsed.discard(partition)
+                self._holders[partition] = (holder, now)
 
     # -- the loop: renew, claim, release ------------------------------------------------
 
@@ -389,7 +403,7 @@ class Ownership:
                     _LEASE + str(partition), self.worker_id.encode(), last=lease.revision
                 )
         except KeyWrongLastSequenceError:
-            await self._lose(partition, "taken over by another worker")
+            await self._lose(partition, "taken over by another worker", lapsed=False)
             return
         except (NatsError, TimeoutError) as exc:
             if sent - lease.renewed >= self._valid_for:
@@ -401,13 +415,22 @@ class Ownership:
             lease.revision = revision
             lease.renewed = sent
 
-    async def _lose(self, partition: int, reason: str) -> None:
+    async def _lose(self, partition: int, reason: str, *, lapsed: bool = True) -> None:
+        """Drop `partition`; `lapsed`: not renewed in time here (no other holder known)."""
         if self._leases.pop(partition, None) is None:
             return
         self._dropping.add(partition)
-        log.warning(
-            "partition lease lost; dropping its threads", partition=partition, reason=reason
-        )
+        if lapsed:  # most often NATS was out of reach: this worker claims it back after
+            self._lapsed.add(partition)
+            log.warning(
+                "partition lease lapsed; dropping its threads until it is claimed again",
+                partition=partition,
+                reason=reason,
+            )
+        else:
+            log.warning(
+                "partition lease lost; dropping its threads", partition=partition, reason=reason
+            )
         try:
             await self._on_lost(partition)
         finally:
@@ -450,6 +473,10 @@ class Ownership:
             log.debug("lease claim failed", partition=partition, error=repr(exc))
             return
         lease = self._leases[partition] = _Lease(revision, sent)
+        back = partition in self._lapsed
+        self._lapsed.discard(partition)
+        if back:
+            self._claiming_back.add(partition)
         try:
             await self._on_acquire(partition)
         except Exception:
@@ -457,7 +484,12 @@ class Ownership:
             self._leases.pop(partition, None)
             await self._delete(_LEASE + str(partition), lease.revision)
             return
-        log.debug("partition lease taken", partition=partition, worker=self.worker_id)
+        finally:
+            self._claiming_back.discard(partition)
+        if back:
+            log.info("partition lease claimed back after it lapsed here", partition=partition)
+        else:
+            log.debug("partition lease taken", partition=partition, worker=self.worker_id)
 
     async def _release(self, partition: int) -> None:
         """Hand a partition over: drain it (lease still renewed), then delete the lease."""

@@ -405,10 +405,13 @@ class CoreService:
         )
 
     async def _acquire(self, partition: int) -> None:
-        if self.metrics is not None:
+        # A lease claimed back after it lapsed here (a NATS outage) is no takeover: no
+        # other worker held the partition meanwhile, none was lost.
+        back = self._ownership is not None and self._ownership.claimed_back(partition)
+        if self.metrics is not None and not back:
             self.metrics.takeovers += 1
         if self._ingress is not None:
-            await self._ingress.acquire(partition)
+            await self._ingress.acquire(partition, claimed_back=back)
 
     async def _release(self, partition: int) -> None:
         if self._ingress is not None:

@@ -5,7 +5,14 @@ end of the message: the stream drops its copy of the thread and the bus redelive
 the message later. Meanwhile the person waiting should hear once that the answer
 is delayed (not once per redelivery), and an orchestrator should see the worker as
 not ready. This object keeps exactly that state: which threads were told, and
-whether the store is usable; a successful save or probe clears it.
+whether the store is usable.
+
+`/readyz` must say 503 exactly while a save would fail, so the outcome of the last real
+save rules: a failed save is cleared only by a successful save (the worker retries the
+parked message, so one comes). The periodic probe (a real write where the store can
+afford one) finds a store that broke while no save ran, and clears only what it found
+itself: a probe's one small write can pass while a save's larger one still fails (a
+nearly full disk), and a probe passing between two failed saves must not say "ready".
 """
 
 from __future__ import annotations
@@ -62,6 +69,7 @@ class StoreHealth:
         self.save_seconds = LatencyHistogram()
         """How long the saves that worked took (read by the metrics)."""
         self._told: set[str] = set()
+        self._save_failed = False  # a save failed and none succeeded since
 
     def failed(self, thread_id: str, error: BaseException) -> bool:
         """A save of `thread_id` failed; True when its sender has not been told yet."""
@@ -69,6 +77,7 @@ class StoreHealth:
         if self.usable:
             log.error("store unavailable; messages are retried", error=str(error))
         self.usable = False
+        self._save_failed = True
         self.error = str(error)
         if thread_id in self._told:
             return False
@@ -87,10 +96,14 @@ class StoreHealth:
         if not self.usable:
             log.info("store usable again")
         self.usable = True
+        self._save_failed = False
         self.error = ""
 
     async def probe(self, check: Callable[[], Awaitable[object]]) -> bool:
-        """Run `check` (a cheap store call that must succeed); record and return the outcome."""
+        """Run `check` (a cheap store call that must succeed); record and return the outcome.
+
+        A passing probe makes the store usable again only when no save failed since the
+        last successful one (see the module's docstring)."""
         try:
             await check()
         except Exception as exc:
@@ -99,6 +112,6 @@ class StoreHealth:
             self.usable = False
             self.error = str(exc)
             return False
-        if not self.usable:
+        if not self.usable and not self._save_failed:
             self._recovered()
         return True

@@ -17,12 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog.testing
 from nats.aio.client import Client
 
 from ore_core import Role, Store
 from ore_core.bus.jetstream_store import JetStreamStore
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig, consumer_name
+from ore_core.errors import ThreadCorrupt
 from ore_core.session.store_health import DELAYED_NOTICE
 from ore_core.session.stores import JournalStore, JSONStore, SQLiteStore
 from ore_core.session.stores.memory import MemoryStore
@@ -117,6 +119,27 @@ async def test_a_thread_that_cannot_be_decoded_goes_to_the_dlq_at_once(
         assert record.subject == "ore.dlq.corrupt_thread"
         assert json.loads(record.data)["thread_id"] == "broken"
         await eventually(lambda: all_acknowledged(ore_nats_client))
+    finally:
+        await store.close()
+
+
+async def test_the_error_a_sender_gets_about_a_corrupt_thread_names_no_server_file(
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox, tmp_path: Path
+) -> None:
+    store = JSONStore(tmp_path / "threads")
+    (tmp_path / "threads" / "broken.json").write_text('{"id": "broken", "turns": [{')
+    try:
+        await start_core(store=store)
+        with structlog.testing.capture_logs() as logs:
+            await publish(ore_nats_client, "broken", user_message("hi", "m-1"))
+            events = await outbox.done("broken")
+        [error] = [e for e in events if e["kind"] == "error"]
+        assert (error["code"], error["message"]) == (
+            "corrupt_thread",
+            ThreadCorrupt.public_message("broken"),
+        )
+        [logged] = [line for line in logs if line["event"] == "thread cannot be read"]
+        assert str(tmp_path / "threads" / "broken.json") in logged["error"]
     finally:
         await store.close()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 
@@ -12,8 +13,9 @@ from nats.aio.client import Client
 from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
 from structlog.testing import capture_logs
 
-from ore_core import ApiError, ConduitClient, Manager, PropertiesEvent, Role, jsonutil
+from ore_core import ApiError, ConduitClient, Manager, PropertiesEvent, Role, Text, jsonutil
 from ore_core.bus.control_api import ControlAPI
+from ore_core.errors import ThreadCorrupt
 from ore_core.ids import is_valid_thread_id
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
@@ -277,6 +279,27 @@ async def test_errors_do_not_show_clients_where_the_server_keeps_its_store(
         assert str(tmp_path) not in error.message
         assert "t-1" in error.message or "missing" in error.message
     assert missing.message == "thread missing not found in namespace peek"
+
+
+async def test_a_corrupt_thread_is_a_corrupt_thread_error_without_the_servers_file(
+    two_workers: list[ControlAPI], ore_nats_url: str, tmp_path: Path
+) -> None:
+    outside = SQLiteStore(tmp_path / "threads.db")
+    try:
+        thread = await outside.create("t-1", {"ore.namespace": "peek"})
+        thread.append(Role.USER, Text("x"))
+        await outside.save(thread)
+    finally:
+        await outside.close()
+    with sqlite3.connect(tmp_path / "threads.db") as db:
+        db.execute("UPDATE turns SET json = 'not json' WHERE thread_id = 't-1'")
+    async with await ConduitClient.connect(ore_nats_url, name="peek", prefix="race") as client:
+        with capture_logs() as logs:
+            error = await api_error(client.get_thread("t-1"))
+    assert (error.status, error.code) == (500, "corrupt_thread")
+    assert error.message == ThreadCorrupt.public_message()
+    [logged] = [entry for entry in logs if entry["log_level"] == "error"]
+    assert str(tmp_path / "threads.db") in logged["error"]  # the operator learns where
 
 
 # -- fork / delete / turns ------------------------------------------------------------

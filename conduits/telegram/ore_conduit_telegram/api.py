@@ -10,7 +10,9 @@
   carried it out: a bot cannot read a chat back to check, and losing the message is
   worse. Every other method the conduit uses is safe to repeat.
 - `Limits` spaces sends and edits below Telegram's limits (per chat, per group, overall)
-  so that flood control is the exception.
+  so that flood control is the exception. A group's limit is a sliding window (no 60 s
+  ever holds more than `group_per_minute`): a token bucket would let a full burst and
+  its refill into one minute, twice the limit.
 - The token is part of every URL: it never appears in an error, a log line, or anything
   handed to the core (`redact`).
 """
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +32,15 @@ import structlog
 from ore_core import OreError
 from ore_core.conduit import metrics
 
-__all__ = ["BotApi", "Bucket", "FileError", "FileTooLarge", "Limits", "TelegramError"]
+__all__ = [
+    "BotApi",
+    "Bucket",
+    "FileError",
+    "FileTooLarge",
+    "Limits",
+    "SlidingWindow",
+    "TelegramError",
+]
 
 log = structlog.get_logger("ore.conduit.telegram")
 
@@ -101,36 +113,95 @@ class Bucket:
         self._tokens -= 1
 
 
+class SlidingWindow:
+    """At most `limit` sends in any `seconds`, as the receiver counts them.
+
+    A send holds its place from `take` (before the call) until `seconds` after `done`
+    (its answer came): Telegram counts a send when it arrives, which lies between the
+    two, so however long each call travels no window Telegram sees holds more than
+    `limit`. Same interface as `Bucket`, plus `done`.
+    """
+
+    _POLL = 0.05  # seconds between looks while every place is held by a call in flight
+
+    def __init__(self, limit: int, seconds: float, now: Callable[[], float]) -> None:
+        self.limit = max(limit, 1)
+        self.seconds = seconds
+        self._now = now
+        self._free_at: deque[float] = deque()  # when each answered send leaves the window
+        self._in_flight = 0
+
+    def available(self) -> float:
+        """Places free now."""
+        now = self._now()
+        while self._free_at and self._free_at[0] <= now:
+            self._free_at.popleft()
+        return float(self.limit - len(self._free_at) - self._in_flight)
+
+    def wait_time(self) -> float:
+        """Seconds until a place may be free."""
+        if self.available() >= 1:
+            return 0.0
+        if not self._free_at:
+            return min(self._POLL, self.seconds)
+        return self._free_at[0] - self._now()
+
+    def take(self) -> None:
+        """Hold a place for a send about to go."""
+        self.available()
+        self._in_flight += 1
+
+    def done(self) -> None:
+        """The send's answer came (or it failed): its place frees `seconds` from now."""
+        self._in_flight = max(self._in_flight - 1, 0)
+        self._free_at.append(self._now() + self.seconds)
+
+
 class Limits:
     """Telegram's limits as buckets: per chat, per group, overall; and pauses from 429s."""
 
     def __init__(
-        self, chat_per_second: float, group_per_minute: float, overall_per_second: float
+        self,
+        chat_per_second: float,
+        group_per_minute: float,
+        overall_per_second: float,
+        *,
+        minute: float = 60.0,
     ) -> None:
+        """`minute` is the length of the group's window in seconds (60: a test may
+        shorten it); `group_per_minute` below 1 stretches the window instead."""
         self._loop = asyncio.get_running_loop()
         self.chat_rate = chat_per_second
-        self.group_rate = group_per_minute / 60
-        self.group_burst = min(group_per_minute, 20.0)
+        self.group_limit = max(math.floor(group_per_minute), 1)
+        self.group_window = minute * self.group_limit / group_per_minute
         self.overall = Bucket(overall_per_second, overall_per_second, self.now)
         self._chats: dict[int, Bucket] = {}
-        self._groups: dict[int, Bucket] = {}
+        self._groups: dict[int, SlidingWindow] = {}
         self._paused: dict[tuple[int, str], float] = {}  # (chat or 0, scope) -> loop time
 
     def now(self) -> float:
         """The clock of the limits (the event loop's)."""
         return self._loop.time()
 
-    def _buckets(self, chat: int) -> list[Bucket]:
-        buckets = [self.overall]
+    def _buckets(self, chat: int) -> list[Bucket | SlidingWindow]:
+        buckets: list[Bucket | SlidingWindow] = [self.overall]
         if chat:
             if chat not in self._chats:
                 self._chats[chat] = Bucket(self.chat_rate, 1, self.now)
             buckets.append(self._chats[chat])
         if chat < 0:  # groups and supergroups have negative ids
-            if chat not in self._groups:
-                self._groups[chat] = Bucket(self.group_rate, self.group_burst, self.now)
-            buckets.append(self._groups[chat])
+            buckets.append(self._group(chat))
         return buckets
+
+    def _group(self, chat: int) -> SlidingWindow:
+        if chat not in self._groups:
+            self._groups[chat] = SlidingWindow(self.group_limit, self.group_window, self.now)
+        return self._groups[chat]
+
+    def sent(self, chat: int) -> None:
+        """A send `acquire`d for `chat` was answered (or failed): for the group's window."""
+        if chat < 0:
+            self._group(chat).done()
 
     def pause(self, chat: int, seconds: float, scope: str = "send") -> None:
         """Telegram asked for a pause (429): no call of `scope` (sends and edits, or one
@@ -246,7 +317,11 @@ class BotApi:
             else:
                 await self.limits.unpaused(chat, method)
             try:
-                return await self._send(method, params)
+                try:
+                    return await self._send(method, params)
+                finally:
+                    if method in SENDS:
+                        self.limits.sent(chat)
             except TelegramError as exc:
                 if exc.code != 429:
                     raise

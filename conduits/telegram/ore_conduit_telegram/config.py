@@ -99,7 +99,8 @@ class TelegramConfig(ConduitConfig):
     chat_per_second: float = Field(default=1.0, gt=0)
     """Messages and edits per second in one chat (Telegram: about 1)."""
     group_per_minute: float = Field(default=20.0, gt=0)
-    """Messages and edits per minute in one group (Telegram: about 20)."""
+    """Messages and edits in one group in any rolling minute (Telegram: 20); a sliding
+    window, so no 60 seconds ever hold more."""
     overall_per_second: float = Field(default=30.0, gt=0)
     """Messages and edits per second for the whole bot (Telegram: about 30)."""
     relay_deadline: float = Field(default=60.0, ge=0)

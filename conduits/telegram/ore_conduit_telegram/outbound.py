@@ -110,6 +110,9 @@ class _Answer:
     flushed_at: float = float("-inf")
     typing_at: float = float("-inf")
     typing_since: float = float("-inf")
+    in_flight: list[int] = field(default_factory=list)
+    """Parts whose send was under way when an earlier run of the conduit stopped: Telegram
+    may show them twice (kept in the answer record as `in_flight`)."""
 
 
 class Outbound:
@@ -275,15 +278,35 @@ class ThreadRenderer:
             return True
         answer.after = record.upto
         answer.messages = [int(m) for m in record.messages]
+        answer.in_flight = [int(p) for p in record.extra.get("in_flight", ())]
+        sending = record.extra.get("sending")
+        if isinstance(sending, int):  # the send after the intent; its outcome unknown
+            answer.in_flight.append(sending)
+            log.warning(
+                "a send was under way when the conduit stopped: Telegram may show it twice",
+                thread_id=self.thread_id,
+                part=sending,
+            )
+            self._save(answer)
         answer.shown = _UNKNOWN  # unknown: rewritten when the answer is done
         answer.drafts = answer.drafts and not answer.messages
         return True
 
-    async def _save(self, answer: _Answer, *, final: bool = False) -> None:
+    def _save(self, answer: _Answer, *, final: bool = False, sending: int | None = None) -> None:
+        """Record the answer now (committed on the loop: see State). `sending`: the part
+        about to be sent (the intent, so a restart knows that send was under way)."""
+        extra: dict[str, Any] = {"in_flight": answer.in_flight} if answer.in_flight else {}
+        if sending is not None:
+            extra["sending"] = sending
         record = AnswerRecord.of(
-            answer.trace, answer.messages, final=final, sequence=answer.sequence, after=answer.after
+            answer.trace,
+            answer.messages,
+            final=final,
+            sequence=answer.sequence,
+            after=answer.after,
+            **extra,
         )
-        await self.out.state.save_record(self.thread_id, record)
+        self.out.state.save_record(self.thread_id, record)
 
     # -- timing -----------------------------------------------------------------------
 
@@ -378,9 +401,14 @@ class ThreadRenderer:
     async def _post_part(self, answer: _Answer, index: int, text: str, *, html: bool) -> None:
         """Send part `index` of the answer and record it before anything else happens."""
         assert self.place is not None
-        posted = await self._post(answer, text, html=html, first=index == 0)
+        self._save(answer, sending=index)
+        try:
+            posted = await self._post(answer, text, html=html, first=index == 0)
+        except TelegramError:  # refused: Telegram shows nothing of it
+            self._save(answer)
+            raise
         answer.messages[index : index + 1] = [posted]
-        await self._save(answer)
+        self._save(answer)
         await self.out.state.add_to_chain(self.place.chat, posted, self.place.root)
 
     async def _post(self, answer: _Answer, text: str, *, html: bool, first: bool = True) -> int:
@@ -468,7 +496,7 @@ class ThreadRenderer:
                 metrics.delivery_failed(self.out.name)  # refused for good: logged by the lane
                 raise
             metrics.delivered(self.out.name)
-            await self._save(answer, final=True)
+            self._save(answer, final=True)
             self.out.mark_finished(answer.trace)
         finally:
             self.answers.pop(answer.trace, None)

@@ -26,7 +26,7 @@ from ore_core.ids import validate_thread_id
 if TYPE_CHECKING:
     from ore_core.ledger.thread import Thread
 
-__all__ = ["BaseStore", "probe_directory", "stale_thread"]
+__all__ = ["BaseStore", "directory_fault", "probe_directory", "stale_thread"]
 
 
 def probe_directory(directory: str | os.PathLike[str]) -> None:
@@ -39,6 +39,23 @@ def probe_directory(directory: str | os.PathLike[str]) -> None:
     finally:
         os.close(fd)
         os.unlink(name)
+
+
+def directory_fault(directory: str | os.PathLike[str]) -> str | None:
+    """Why nothing can be written in `directory` (a read-only or full file system, no
+    permission), or None when none of these is the case. For an error message: a
+    database's own words ("unable to open database file") name neither cause nor path."""
+    try:
+        disk = os.statvfs(directory)
+    except OSError:
+        return None  # gone or unreachable: the caller's own error says so
+    if disk.f_flag & os.ST_RDONLY:
+        return f"the file system holding {os.fspath(directory)} is read-only"
+    if disk.f_bavail == 0 or disk.f_favail == 0:
+        return f"the file system holding {os.fspath(directory)} is full"
+    if not os.access(directory, os.W_OK):
+        return f"{os.fspath(directory)} is not writable by this user"
+    return None
 
 
 def stale_thread(thread_id: str, location: str) -> StaleThread:

@@ -43,7 +43,7 @@ from ore_core.errors import LedgerError, StoreError, ThreadCorrupt
 from ore_core.ids import generate_thread_id
 from ore_core.ledger.file_repository import FsyncPolicy
 from ore_core.ledger.thread import Thread
-from ore_core.session.stores.base import BaseStore
+from ore_core.session.stores.base import BaseStore, directory_fault
 from ore_core.session.stores.changes import ChangeSet, ChangeTracker
 from ore_core.session.stores.loop_commit import LoopCommitter
 from ore_core.session.stores.thread_json import build_thread, ordered_turns
@@ -314,10 +314,18 @@ class SQLiteStore(BaseStore):
                 f"store; stop ore and move {self.path} aside (ore then starts an empty "
                 "store there) or restore it from a backup, or set store.path to another file"
             )
+        if getattr(cause, "sqlite_errorname", "") in _NO_WRITE and not self._read_only:
+            fault = directory_fault(os.path.dirname(os.path.abspath(self.path)))
+            if fault is not None:
+                return StoreError(f"{self.location}: cannot write: {fault} ({cause})")
         return super()._failed(cause)
 
     async def check(self) -> None:
-        """StoreError unless the database takes a write now (a rolled-back insert)."""
+        """StoreError unless the database takes a write now: a committed one.
+
+        A rolled-back insert touches only SQLite's page cache and passes on a full or
+        read-only disk; rewriting the header's `user_version` (its value unchanged)
+        commits one page to the WAL through the same file a save writes, as durably."""
         self._check_open()
         await self._run(self._probe_write)
 
@@ -551,12 +559,8 @@ class SQLiteStore(BaseStore):
         return _Loaded(thread_id, row[0], turns, dict(metadata.fetchall()), int(row[1]))
 
     def _probe_write(self) -> None:
-        conn = self._connection()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute(_INSERT_THREAD, ("\x00ore-probe", ""))
-        finally:
-            _rollback(conn)
+        with self._transaction("IMMEDIATE") as conn:
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _delete_thread(self, thread_id: str) -> bool:
         with self._transaction("IMMEDIATE") as conn:
@@ -574,6 +578,13 @@ class SQLiteStore(BaseStore):
 
 _DAMAGED = frozenset({"SQLITE_CORRUPT", "SQLITE_NOTADB"})
 """SQLite's names for a file that is not (or no longer) a readable database."""
+
+_NO_WRITE = frozenset(
+    {"SQLITE_CANTOPEN", "SQLITE_FULL", "SQLITE_READONLY", "SQLITE_IOERR"}
+    | {f"SQLITE_READONLY_{kind}" for kind in ("DBMOVED", "DIRECTORY", "RECOVERY", "ROLLBACK")}
+    | {f"SQLITE_IOERR_{kind}" for kind in ("WRITE", "FSYNC", "TRUNCATE", "SHMOPEN", "SHMSIZE")}
+)
+"""SQLite's names for a write that failed: its directory may be read-only or full."""
 
 
 def _enable_wal(conn: sqlite3.Connection, deadline: float) -> None:

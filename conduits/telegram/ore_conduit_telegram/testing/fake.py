@@ -31,7 +31,9 @@ What it serves (`POST|GET /bot<token>/<method>`, JSON, form or query parameters)
   not), and rate windows `rate_limit(per_chat=..., per_group=..., overall=...)`, answered
   with 429 and `retry_after` like Telegram's flood control. The file download takes the
   faults of the method name `"file"` (`fail_next("file", status=502)`, `drop_next("file")`;
-  a 3xx redirects to the same URL, so `times=11` makes a redirect loop).
+  a 3xx redirects to the same URL, so `times=11` makes a redirect loop). `hold_next(method)`
+  keeps the next call of `method` waiting (`holding` counts them) until `let_go()`, then
+  carries it out: a bot killed meanwhile never learns its outcome.
 """
 
 from __future__ import annotations
@@ -217,6 +219,9 @@ class FakeTelegram:
         self._faults: dict[str, deque[_Fault]] = {}
         self._windows: dict[str, tuple[int, float]] = {}
         self._retry_after = 1
+        self._holds: dict[str, int] = {}
+        self._let_go = asyncio.Event()
+        self.holding = 0  # calls held by `hold_next` so far
         self._stamps: dict[tuple[str, int], _Window] = {}
         self._poller: asyncio.Future[None] | None = None
         self._changed = asyncio.Condition()
@@ -482,6 +487,14 @@ class FakeTelegram:
         queue = self._faults.setdefault(method, deque())
         queue.extend(_Fault(0, "", None, True, commit) for _ in range(times))
 
+    def hold_next(self, method: str) -> None:
+        """Keep the next call of `method` waiting until `let_go()`, then carry it out."""
+        self._holds[method] = self._holds.get(method, 0) + 1
+
+    def let_go(self) -> None:
+        """Carry out the calls held by `hold_next` (and hold no later ones)."""
+        self._let_go.set()
+
     def rate_limit(
         self,
         *,
@@ -556,6 +569,11 @@ class FakeTelegram:
         except ValueError:
             return _error(400, "Bad Request: invalid JSON")
         self._calls.append(RecordedCall(method, params))
+        if self._holds.get(method, 0) > 0:
+            self._holds[method] -= 1
+            self.holding += 1
+            await self._notify()
+            await self._let_go.wait()
         fault = self._take_fault(method)
         if fault is not None and not fault.drop:
             await self._notify()
