@@ -50,8 +50,10 @@ from ore_core.conduit.feed import Delivery, EventFeed
 from ore_core.errors import ApiError, BusError
 from ore_core.events import (
     DeleteEvent,
+    EditEvent,
     EventContext,
     InterruptEvent,
+    RegenerateEvent,
     ReportStatus,
     UserMessageEvent,
     encode_event,
@@ -79,7 +81,7 @@ __all__ = [
 
 log = structlog.get_logger("ore.bus.client")
 
-_I = TypeVar("_I", UserMessageEvent, InterruptEvent, DeleteEvent)
+_I = TypeVar("_I", UserMessageEvent, InterruptEvent, DeleteEvent, EditEvent, RegenerateEvent)
 _RETRYABLE = (
     NatsTimeoutError,
     NoStreamResponseError,
@@ -125,7 +127,7 @@ class Sent:
     """What `send` and `interrupt` published: the event, and whether JetStream already had
     it (`duplicate`: a retry or a second send with one id; the core answers it once)."""
 
-    event: UserMessageEvent | InterruptEvent | DeleteEvent
+    event: UserMessageEvent | InterruptEvent | DeleteEvent | EditEvent | RegenerateEvent
     duplicate: bool
     sequence: int
 
@@ -523,19 +525,66 @@ class ConduitClient:
                 )
             event = message
         else:
-            context = (
-                EventContext(provenance=self.namespace, user=user or "", user_name=user_name or "")
-                if user or user_name
-                else self._context
-            )
             event = UserMessageEvent(
                 id=id or new_event_id(),
                 content=message,
                 answer=answer,
                 images=tuple(images),
-                context=context,
+                context=self._sender(user, user_name),
             )
         return await self._publish(thread_id, event)
+
+    async def edit(
+        self,
+        thread_id: str,
+        turn_id: str,
+        content: str,
+        *,
+        id: str | None = None,
+        user: str | None = None,
+        user_name: str | None = None,
+        answer: bool = True,
+        images: Sequence[str] = (),
+        context: EventContext | None = None,
+    ) -> Sent:
+        """The user edited the message recorded as `turn_id` (its turn id, or the id it
+        was sent with: the platform's message id) to `content`. The core interrupts
+        what runs, records the new text and tells every endpoint, whose copies are
+        edited in place; an edit of the latest message is answered again (unless
+        `answer` is false), an older one's on a linked thread is not (docs/bridging.md).
+        Pass the platform's id of this edit as `id` (stored once). `context` replaces
+        the one made of `user` and `user_name` (a conduit's traceparent, say)."""
+        event = EditEvent(
+            id=id or new_event_id(),
+            turn_id=turn_id,
+            content=content,
+            answer=answer,
+            images=tuple(images),
+            context=context or self._sender(user, user_name),
+        )
+        return await self._publish(thread_id, event)
+
+    async def regenerate(
+        self,
+        thread_id: str,
+        turn_id: str,
+        *,
+        id: str | None = None,
+        user: str | None = None,
+        user_name: str | None = None,
+    ) -> Sent:
+        """Answer the user message `turn_id` (it, one of its answers, or the id it was
+        sent with) again: a sibling answer under the same question; nothing is relayed
+        as a new user message. Pass the platform's id of the request as `id`."""
+        event = RegenerateEvent(
+            id=id or new_event_id(), turn_id=turn_id, context=self._sender(user, user_name)
+        )
+        return await self._publish(thread_id, event)
+
+    def _sender(self, user: str | None, user_name: str | None) -> EventContext:
+        if not (user or user_name):
+            return self._context
+        return EventContext(provenance=self.namespace, user=user or "", user_name=user_name or "")
 
     async def interrupt(self, thread_id: str, *, id: str | None = None) -> Sent:
         """Cancel the turn in flight on the thread and drop its queued messages."""
@@ -543,7 +592,8 @@ class ConduitClient:
         return await self._publish(thread_id, event)
 
     async def delete(self, thread_id: str, turn_id: str, *, id: str | None = None) -> Sent:
-        """The user deleted the message recorded as `turn_id` (bridging): the core keeps
+        """The user deleted the message recorded as `turn_id` (its turn id, or the id it
+        was sent with: the platform's message id; bridging): the core keeps
         it as a tombstone the model no longer sees, and linked endpoints delete their
         copies. Pass the platform's id of the deletion as `id` (stored once)."""
         event = DeleteEvent(id=id or new_event_id(), turn_id=turn_id, context=self._context)

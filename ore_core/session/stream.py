@@ -50,19 +50,29 @@ from ore_core.errors import (
 )
 from ore_core.events import (
     DeleteEvent,
+    EditEvent,
     ErrorEvent,
     IngressEvent,
     InterruptEvent,
     LifecycleEvent,
     NoticeEvent,
     OutputEvent,
+    RegenerateEvent,
     SessionSwitchEvent,
     Severity,
     TurnCompleteEvent,
     UserMessageEvent,
 )
 from ore_core.ledger.thread import Thread
-from ore_core.session.bridging import delete_turn, unanswered
+from ore_core.session.bridging import (
+    delete_turn,
+    plan_edit,
+    plan_regenerate,
+    reanswers,
+    revise_in_place,
+    turn_extra,
+    unanswered,
+)
 from ore_core.session.fanout import Subscription
 from ore_core.session.interception import intercept
 from ore_core.session.pending import HandledCallback, Pending, RetryCallback, collect, reject
@@ -73,7 +83,7 @@ from ore_core.session.store_health import DELAYED_NOTICE, StoreHealth, is_store_
 from ore_core.session.thread_ops import BOUNDARY_INFO_KEY, ThreadOps
 from ore_core.session.turn_context import Transform, TurnContext
 from ore_core.tasks import TaskCrashed, TaskScope
-from ore_core.turn import Role
+from ore_core.turn import Role, turn_text
 
 __all__ = ["BOUNDARY_INFO_KEY", "NewThread", "Stream"]
 
@@ -215,7 +225,11 @@ class Stream(ThreadOps):
             self._push(item)
             self.cancel()
             return
-        if isinstance(event, UserMessageEvent) and self._handling_message:
+        if isinstance(event, RegenerateEvent) or (
+            isinstance(event, EditEvent) and reanswers(self._thread, event)
+        ):
+            self._cancel_turn()  # its answer is replaced: stop writing it
+        elif isinstance(event, UserMessageEvent) and self._handling_message:
             if self._policy is DoubleTexting.REJECT:
                 reject(item, self.publish, self.id)
                 return
@@ -293,7 +307,7 @@ class Stream(ThreadOps):
         context = event.context
         error: BaseException | None = None
         cancelled = False
-        self._handling_message = isinstance(event, UserMessageEvent)
+        self._handling_message = isinstance(event, UserMessageEvent | EditEvent | RegenerateEvent)
         self._in_turn = True
         try:
             await self._dispatch(item)
@@ -383,6 +397,24 @@ class Stream(ThreadOps):
 
     async def _dispatch(self, item: Pending) -> None:
         event: IngressEvent | None = item.event
+        if isinstance(event, EditEvent):  # the new text goes on as a user message
+            revision = plan_edit(self._thread, event)
+            if isinstance(revision, ErrorEvent):
+                self.publish(revision)
+                return
+            event = revision.message
+            if revision.redelivered:
+                pass  # recognised below by its event id, like a redelivered message
+            elif revision.in_place:
+                self.publish(
+                    TurnCompleteEvent.of(revise_in_place(self._thread, revision), event.context)
+                )
+                return
+            else:
+                self._thread.fork(revision.replaced.parent_id)  # a branch beside it
+        if isinstance(event, RegenerateEvent):
+            await self._regenerate(event)
+            return
         if isinstance(event, UserMessageEvent) and self._thread.has_event(event.id):
             await self._redelivered(event)
             return
@@ -404,6 +436,24 @@ class Stream(ThreadOps):
             return
         raise TurnFailed(f"unsupported event kind: {event.kind}")
 
+    async def _regenerate(self, event: RegenerateEvent) -> None:
+        """Answer a recorded user message again: the tip moves to its user turn and the
+        processor adds a sibling answer (recording `event`'s id, so a redelivered
+        regenerate is not answered twice). Nothing new is announced as a user message."""
+        question = plan_regenerate(self._thread, event)
+        if question is None:
+            return  # answered already
+        if isinstance(question, ErrorEvent):
+            self.publish(question)
+            return
+        self._thread.fork(question.id)
+        message = UserMessageEvent(
+            id=question.event_id or event.id,
+            content=turn_text(question),
+            context=event.context,
+        )
+        await self._run_processor(message, answer_of=event.id)
+
     async def _record_user_turn(self, event: UserMessageEvent) -> None:
         """Append the user turn and announce it; it is saved with the answer.
 
@@ -412,7 +462,7 @@ class Stream(ThreadOps):
         """
         images = (Image(url) for url in event.images)
         user_turn = self._thread.append(
-            Role.USER, Text(event.content), *images, event_id=event.id, extra=_turn_extra(event)
+            Role.USER, Text(event.content), *images, event_id=event.id, extra=turn_extra(event)
         )
         if not self._health.usable:
             await self._save_thread()
@@ -452,7 +502,7 @@ class Stream(ThreadOps):
         """
         self._redeliveries.announce_again(event_ids)
 
-    async def _run_processor(self, event: UserMessageEvent) -> None:
+    async def _run_processor(self, event: UserMessageEvent, *, answer_of: str = "") -> None:
         tip = self._thread.get_turn(self._thread.current_tip)
         if tip is None or tip.role != Role.USER:
             return
@@ -465,6 +515,7 @@ class Stream(ThreadOps):
             self.spec(),
             self._transforms,
             delta_pacing=self.delta_pacing,
+            answer_of=answer_of,
         )
         work = self._processor(ctx)
         await (work if tracing.tracer is None else tracing.child("ore.processor", work))
@@ -587,13 +638,3 @@ def _has_loop() -> bool:
     except RuntimeError:
         return False
     return True
-
-
-def _turn_extra(event: UserMessageEvent) -> tuple[tuple[str, str], ...]:
-    """What a user turn records beside its event id: the sender's display name
-    (`sender`) and the message's `edit_of` / `reply_to` (issue 29)."""
-    name = event.context.user_name
-    if not name and not event.metadata:
-        return ()
-    extra = (("sender", name),) if name else ()
-    return extra + tuple(event.metadata.items())
