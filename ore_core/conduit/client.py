@@ -572,12 +572,16 @@ class ConduitClient:
         id: str | None = None,
         user: str | None = None,
         user_name: str | None = None,
+        context: EventContext | None = None,
     ) -> Sent:
         """Answer the user message `turn_id` (it, one of its answers, or the id it was
         sent with) again: a sibling answer under the same question; nothing is relayed
-        as a new user message. Pass the platform's id of the request as `id`."""
+        as a new user message. Pass the platform's id of the request as `id`; `context`
+        replaces the one made of `user` and `user_name`."""
         event = RegenerateEvent(
-            id=id or new_event_id(), turn_id=turn_id, context=self._sender(user, user_name)
+            id=id or new_event_id(),
+            turn_id=turn_id,
+            context=context or self._sender(user, user_name),
         )
         return await self._publish(thread_id, event)
 
