@@ -23,23 +23,29 @@ from ore_core.events import (
     EditEvent,
     ErrorEvent,
     EventContext,
+    IngressEvent,
     OutputEvent,
     RegenerateEvent,
+    TurnCompleteEvent,
     TurnDeletedEvent,
     UserMessageEvent,
 )
 from ore_core.ledger.thread import Thread
-from ore_core.turn import Role, TraversalControl, Turn
+from ore_core.turn import Role, TraversalControl, Turn, turn_text
 
 __all__ = [
     "Revision",
     "delete_turn",
+    "as_message",
+    "edit_message",
     "find_message",
     "is_linked",
     "is_relay",
     "plan_edit",
     "plan_regenerate",
     "reanswers",
+    "replaces_answer",
+    "regenerate_message",
     "revise_in_place",
     "turn_extra",
     "unanswered",
@@ -159,6 +165,14 @@ def reanswers(thread: Thread, event: EditEvent) -> bool:
     return isinstance(planned, Revision) and not planned.in_place and planned.message.answer
 
 
+def replaces_answer(thread: Thread, event: IngressEvent) -> bool:
+    """A regenerate, or an edit answered again: the answer being written is replaced, so
+    the stream stops it on arrival."""
+    return isinstance(event, RegenerateEvent) or (
+        isinstance(event, EditEvent) and reanswers(thread, event)
+    )
+
+
 def revise_in_place(thread: Thread, revision: Revision) -> Turn:
     """Record `revision` as the replaced turn's sibling and move the replaced turn's
     children under it: the active path reads the new text, the tip stays."""
@@ -190,3 +204,43 @@ def plan_regenerate(thread: Thread, event: RegenerateEvent) -> Turn | ErrorEvent
     if turn is None or turn.role != Role.USER:
         return _unknown(thread, event.turn_id, "nothing answered again", event.context)
     return turn
+
+
+def edit_message(thread: Thread, event: EditEvent) -> UserMessageEvent | OutputEvent:
+    """What a stream does with an edit: the user message to record and answer (a branch,
+    forked here, or a redelivered edit), or the one event that says it all (the in-place
+    revision's `turn_complete`, or the error)."""
+    revision = plan_edit(thread, event)
+    if isinstance(revision, ErrorEvent) or revision.redelivered:
+        return revision if isinstance(revision, ErrorEvent) else revision.message
+    if revision.in_place:
+        return TurnCompleteEvent.of(revise_in_place(thread, revision), event.context)
+    thread.fork(revision.replaced.parent_id)  # a branch beside the replaced message
+    return revision.message
+
+
+def regenerate_message(
+    thread: Thread, event: RegenerateEvent
+) -> UserMessageEvent | OutputEvent | None:
+    """What a stream answers for a regenerate: the question again (the tip moved to its
+    user turn here), the error for an unknown one, or None when answered already."""
+    question = plan_regenerate(thread, event)
+    if question is None or isinstance(question, ErrorEvent):
+        return question
+    thread.fork(question.id)
+    return UserMessageEvent(
+        id=question.event_id or event.id, content=turn_text(question), context=event.context
+    )
+
+
+def as_message(
+    thread: Thread, event: EditEvent | RegenerateEvent
+) -> tuple[UserMessageEvent | None, OutputEvent | None]:
+    """(the user message a stream answers for `event`, the event it publishes first):
+    see `edit_message` and `regenerate_message`."""
+    found: UserMessageEvent | OutputEvent | None
+    if isinstance(event, EditEvent):
+        found = edit_message(thread, event)
+    else:
+        found = regenerate_message(thread, event)
+    return (found, None) if isinstance(found, UserMessageEvent) else (None, found)

@@ -65,11 +65,9 @@ from ore_core.events import (
 )
 from ore_core.ledger.thread import Thread
 from ore_core.session.bridging import (
+    as_message,
     delete_turn,
-    plan_edit,
-    plan_regenerate,
-    reanswers,
-    revise_in_place,
+    replaces_answer,
     turn_extra,
     unanswered,
 )
@@ -83,7 +81,7 @@ from ore_core.session.store_health import DELAYED_NOTICE, StoreHealth, is_store_
 from ore_core.session.thread_ops import BOUNDARY_INFO_KEY, ThreadOps
 from ore_core.session.turn_context import Transform, TurnContext
 from ore_core.tasks import TaskCrashed, TaskScope
-from ore_core.turn import Role, turn_text
+from ore_core.turn import Role
 
 __all__ = ["BOUNDARY_INFO_KEY", "NewThread", "Stream"]
 
@@ -225,9 +223,7 @@ class Stream(ThreadOps):
             self._push(item)
             self.cancel()
             return
-        if isinstance(event, RegenerateEvent) or (
-            isinstance(event, EditEvent) and reanswers(self._thread, event)
-        ):
+        if replaces_answer(self._thread, event):
             self._cancel_turn()  # its answer is replaced: stop writing it
         elif isinstance(event, UserMessageEvent) and self._handling_message:
             if self._policy is DoubleTexting.REJECT:
@@ -397,24 +393,16 @@ class Stream(ThreadOps):
 
     async def _dispatch(self, item: Pending) -> None:
         event: IngressEvent | None = item.event
-        if isinstance(event, EditEvent):  # the new text goes on as a user message
-            revision = plan_edit(self._thread, event)
-            if isinstance(revision, ErrorEvent):
-                self.publish(revision)
+        if isinstance(event, EditEvent | RegenerateEvent):  # answered as a user message
+            message, told = as_message(self._thread, event)
+            if told is not None:
+                self.publish(told)  # an edit recorded in place, or an error
+            if message is None:
                 return
-            event = revision.message
-            if revision.redelivered:
-                pass  # recognised below by its event id, like a redelivered message
-            elif revision.in_place:
-                self.publish(
-                    TurnCompleteEvent.of(revise_in_place(self._thread, revision), event.context)
-                )
+            if isinstance(event, RegenerateEvent):
+                await self._run_processor(message, answer_of=event.id)
                 return
-            else:
-                self._thread.fork(revision.replaced.parent_id)  # a branch beside it
-        if isinstance(event, RegenerateEvent):
-            await self._regenerate(event)
-            return
+            event = message
         if isinstance(event, UserMessageEvent) and self._thread.has_event(event.id):
             await self._redelivered(event)
             return
@@ -435,24 +423,6 @@ class Stream(ThreadOps):
             self.publish(delete_turn(self._thread, event))
             return
         raise TurnFailed(f"unsupported event kind: {event.kind}")
-
-    async def _regenerate(self, event: RegenerateEvent) -> None:
-        """Answer a recorded user message again: the tip moves to its user turn and the
-        processor adds a sibling answer (recording `event`'s id, so a redelivered
-        regenerate is not answered twice). Nothing new is announced as a user message."""
-        question = plan_regenerate(self._thread, event)
-        if question is None:
-            return  # answered already
-        if isinstance(question, ErrorEvent):
-            self.publish(question)
-            return
-        self._thread.fork(question.id)
-        message = UserMessageEvent(
-            id=question.event_id or event.id,
-            content=turn_text(question),
-            context=event.context,
-        )
-        await self._run_processor(message, answer_of=event.id)
 
     async def _record_user_turn(self, event: UserMessageEvent) -> None:
         """Append the user turn and announce it; it is saved with the answer.

@@ -49,7 +49,8 @@ class UserNames:
 def _display_name(user: Any) -> str:
     if not isinstance(user, dict):
         return ""
-    profile = user.get("profile") if isinstance(user.get("profile"), dict) else {}
+    found = user.get("profile")
+    profile: dict[str, Any] = found if isinstance(found, dict) else {}
     for name in (
         profile.get("display_name"),
         profile.get("real_name"),
