@@ -20,7 +20,7 @@ import hashlib
 import hmac
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from nats.aio.client import Client as NatsClient
@@ -47,7 +47,6 @@ from ore_core._nats.connection import (
 from ore_core._nats.publisher import AckedPublisher
 from ore_core.conduit.counters import metrics
 from ore_core.conduit.feed import Delivery, EventFeed
-from ore_core.conduit.messages import Ingress, MessagesIn
 from ore_core.errors import ApiError, BusError
 from ore_core.events import (
     DeleteEvent,
@@ -58,6 +57,7 @@ from ore_core.events import (
     ReportStatus,
     UserMessageEvent,
     encode_event,
+    new_event_id,
 )
 from ore_core.ids import validate_thread_id
 from ore_core.subjects import (
@@ -153,6 +153,131 @@ class ThreadPage:
 
     threads: list[str]
     next: str | None
+
+
+Ingress = TypeVar(
+    "Ingress", UserMessageEvent, InterruptEvent, DeleteEvent, EditEvent, RegenerateEvent
+)
+"""An ingress event a conduit publishes."""
+
+
+class MessagesIn:
+    """Builds each ingress event; `ConduitClient` publishes it (`_publish`)."""
+
+    namespace: str
+    _context: EventContext
+
+    async def _publish(self, thread_id: str, event: Ingress) -> Sent:
+        raise NotImplementedError
+
+    async def send(
+        self,
+        thread_id: str,
+        message: str | UserMessageEvent,
+        *,
+        id: str | None = None,
+        user: str | None = None,
+        user_name: str | None = None,
+        answer: bool = True,
+        images: Sequence[str] = (),
+    ) -> Sent:
+        """Send a user message to the thread (created on first message if unknown).
+
+        Pass the platform's message id as `id`: a message sent twice with one id is
+        stored once (`Sent.duplicate` says so). Retries (timeouts, reconnects, core
+        not started yet) reuse the id, for up to `send_deadline` seconds. The event's
+        provenance is the namespace (the core refuses any other). `user_name` is the
+        sender's display name: linked endpoints label the relayed message with it.
+        `answer` false records the message without asking the processor. `images` are
+        `data:image/...;base64,` or http(s) URLs (see UserMessageEvent); the whole
+        event must fit the core's ingress limit (`nats.max_payload`): a larger one
+        raises ApiError 413 `too_large` at once.
+        """
+        if isinstance(message, UserMessageEvent):
+            named = (id, user, user_name)
+            if any(value is not None for value in named) or not answer or images:
+                raise ValueError(
+                    "set id, user, user_name, answer and images on the UserMessageEvent itself"
+                )
+            event = message
+        else:
+            event = UserMessageEvent(
+                id=id or new_event_id(),
+                content=message,
+                answer=answer,
+                images=tuple(images),
+                context=self._sender(user, user_name),
+            )
+        return await self._publish(thread_id, event)
+
+    async def edit(
+        self,
+        thread_id: str,
+        turn_id: str,
+        content: str,
+        *,
+        id: str | None = None,
+        user: str | None = None,
+        user_name: str | None = None,
+        answer: bool = True,
+        images: Sequence[str] = (),
+        context: EventContext | None = None,
+    ) -> Sent:
+        """The user edited the message recorded as `turn_id` (its turn id, or the id it
+        was sent with: the platform's message id) to `content`. The core interrupts
+        what runs, records the new text and tells every endpoint, whose copies are
+        edited in place; an edit of the latest message is answered again (unless
+        `answer` is false), an older one's on a linked thread is not (docs/bridging.md).
+        Pass the platform's id of this edit as `id` (stored once). `context` replaces
+        the one made of `user` and `user_name` (a conduit's traceparent, say)."""
+        event = EditEvent(
+            id=id or new_event_id(),
+            turn_id=turn_id,
+            content=content,
+            answer=answer,
+            images=tuple(images),
+            context=context or self._sender(user, user_name),
+        )
+        return await self._publish(thread_id, event)
+
+    async def regenerate(
+        self,
+        thread_id: str,
+        turn_id: str,
+        *,
+        id: str | None = None,
+        user: str | None = None,
+        user_name: str | None = None,
+        context: EventContext | None = None,
+    ) -> Sent:
+        """Answer the user message `turn_id` (it, one of its answers, or the id it was
+        sent with) again: a sibling answer under the same question; nothing is relayed
+        as a new user message. Pass the platform's id of the request as `id`; `context`
+        replaces the one made of `user` and `user_name`."""
+        event = RegenerateEvent(
+            id=id or new_event_id(),
+            turn_id=turn_id,
+            context=context or self._sender(user, user_name),
+        )
+        return await self._publish(thread_id, event)
+
+    def _sender(self, user: str | None, user_name: str | None) -> EventContext:
+        if not (user or user_name):
+            return self._context
+        return EventContext(provenance=self.namespace, user=user or "", user_name=user_name or "")
+
+    async def interrupt(self, thread_id: str, *, id: str | None = None) -> Sent:
+        """Cancel the turn in flight on the thread and drop its queued messages."""
+        event = InterruptEvent(id=id or new_event_id(), context=self._context)
+        return await self._publish(thread_id, event)
+
+    async def delete(self, thread_id: str, turn_id: str, *, id: str | None = None) -> Sent:
+        """The user deleted the message recorded as `turn_id` (its turn id, or the id it
+        was sent with: the platform's message id; bridging): the core keeps
+        it as a tombstone the model no longer sees, and linked endpoints delete their
+        copies. Pass the platform's id of the deletion as `id` (stored once)."""
+        event = DeleteEvent(id=id or new_event_id(), turn_id=turn_id, context=self._context)
+        return await self._publish(thread_id, event)
 
 
 class ConduitClient(MessagesIn):
