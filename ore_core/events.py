@@ -62,6 +62,7 @@ __all__ = [
     "ArtifactEvent",
     "DeleteEvent",
     "DeliveryEvent",
+    "EditEvent",
     "DeliveryStatus",
     "ReportStatus",
     "ErrorEvent",
@@ -78,6 +79,7 @@ __all__ = [
     "OutputEvent",
     "PropertiesEvent",
     "PropertyOperation",
+    "RegenerateEvent",
     "SessionSwitchEvent",
     "Severity",
     "TurnCompleteEvent",
@@ -265,6 +267,12 @@ class SessionSwitchEvent(_Event):
     context: _Context = _NO_CONTEXT
 
 
+_TurnRef = Annotated[str, Field(min_length=1, max_length=MAX_EVENT_ID_LENGTH)]
+"""A user message named by its turn id or by the event id it was sent with (what a
+conduit knows: the platform's message id); an edited message is found at its latest
+revision."""
+
+
 class DeleteEvent(_Event):
     """A user deleted a message (issue 29): its turn becomes a tombstone (`skip`: the
     model no longer sees it, the ledger keeps it) and a `turn_deleted` event tells the
@@ -274,12 +282,49 @@ class DeleteEvent(_Event):
 
     kind: Literal["delete"] = "delete"
     id: str = _event_id_field()
-    turn_id: Annotated[str, Field(min_length=1, max_length=MAX_TURN_REF_LENGTH)]
+    turn_id: _TurnRef
+    context: _Context = _NO_CONTEXT
+
+
+class EditEvent(_Event):
+    """A user edited a message (issue 36): the core interrupts what runs, records the new
+    text and tells every endpoint (the user turn's `edit_of` names the replaced turn, so
+    copies are edited in place). An edit of the thread's latest user message branches
+    at its parent and is answered again (unless `answer` is false or the thread is a
+    relay); on a linked thread an edit of an older one is recorded in place (the
+    conversation stays where it is, no new answer). See docs/bridging.md."""
+
+    model_config = _STRICT_INGRESS
+
+    kind: Literal["edit"] = "edit"
+    id: str = _event_id_field()
+    turn_id: _TurnRef
+    content: str
+    answer: Annotated[bool, Field(exclude_if=_answered)] = True
+    images: _Images = ()
+    context: _Context = _NO_CONTEXT
+
+
+class RegenerateEvent(_Event):
+    """Answer a user message again (issue 44): the core moves to that user turn (named by
+    it or by one of its answers) and runs the processor, which adds a sibling answer;
+    the model sees the same messages and no user message is relayed again."""
+
+    model_config = _STRICT_INGRESS
+
+    kind: Literal["regenerate"] = "regenerate"
+    id: str = _event_id_field()
+    turn_id: _TurnRef
     context: _Context = _NO_CONTEXT
 
 
 IngressEvent = Annotated[
-    UserMessageEvent | InterruptEvent | SessionSwitchEvent | DeleteEvent,
+    UserMessageEvent
+    | InterruptEvent
+    | SessionSwitchEvent
+    | DeleteEvent
+    | EditEvent
+    | RegenerateEvent,
     Field(discriminator="kind"),
 ]
 """What a conduit may send to the core, told apart by `kind`."""

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from ore_core.artifacts import Artifact, ArtifactRegistry, decode_envelope, encode_envelope
+from ore_core.artifacts.kinds import Text
 from ore_core.errors import ArtifactError, LedgerError
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "parse_timestamp",
     "turn_from_dict",
     "turn_json",
+    "turn_text",
     "turn_to_dict",
 ]
 
@@ -254,3 +256,8 @@ def parse_control(value: Any) -> TraversalControl | str:
     """The TraversalControl named by `value`; unknown values are kept as strings."""
     control = _CONTROLS.get(value)
     return str(value) if control is None else control
+
+
+def turn_text(turn: Turn) -> str:
+    """The text of a turn: its text artifacts joined by blank lines."""
+    return "\n\n".join(a.content for a in turn.artifacts if isinstance(a, Text))

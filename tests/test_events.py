@@ -525,7 +525,14 @@ def test_json_schema_defines_ingress_and_output() -> None:
 
 def test_json_schema_maps_each_ingress_kind_to_its_event() -> None:
     mapping = event_json_schema()["$defs"]["IngressEvent"]["discriminator"]["mapping"]
-    assert set(mapping) == {"user_message", "interrupt", "session_switch", "delete"}
+    assert set(mapping) == {
+        "user_message",
+        "interrupt",
+        "session_switch",
+        "delete",
+        "edit",
+        "regenerate",
+    }
 
 
 def test_json_schema_lets_any_artifact_kind_through_with_a_context() -> None:

@@ -18,7 +18,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from ore_core.artifacts.kinds import Text
 from ore_core.events import (
     DeliveryEvent,
     PropertiesEvent,
@@ -26,7 +25,7 @@ from ore_core.events import (
     TurnCompleteEvent,
     TurnDeletedEvent,
 )
-from ore_core.turn import Role, Turn
+from ore_core.turn import Role, Turn, turn_text
 
 if TYPE_CHECKING:
     from ore_core.conduit.capabilities import Capabilities
@@ -170,11 +169,6 @@ class Relayed:
     def shown(self) -> str:
         """`label: text` for a relayed message (the text alone without a label)."""
         return f"{self.label}: {self.text}" if self.label else self.text
-
-
-def turn_text(turn: Turn) -> str:
-    """The text of a turn: its text artifacts joined by blank lines."""
-    return "\n\n".join(a.content for a in turn.artifacts if isinstance(a, Text))
 
 
 def _sender(turn: Turn, event: TurnCompleteEvent) -> str:

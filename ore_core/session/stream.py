@@ -50,19 +50,27 @@ from ore_core.errors import (
 )
 from ore_core.events import (
     DeleteEvent,
+    EditEvent,
     ErrorEvent,
     IngressEvent,
     InterruptEvent,
     LifecycleEvent,
     NoticeEvent,
     OutputEvent,
+    RegenerateEvent,
     SessionSwitchEvent,
     Severity,
     TurnCompleteEvent,
     UserMessageEvent,
 )
 from ore_core.ledger.thread import Thread
-from ore_core.session.bridging import delete_turn, unanswered
+from ore_core.session.bridging import (
+    as_message,
+    delete_turn,
+    replaces_answer,
+    turn_extra,
+    unanswered,
+)
 from ore_core.session.fanout import Subscription
 from ore_core.session.interception import intercept
 from ore_core.session.pending import HandledCallback, Pending, RetryCallback, collect, reject
@@ -215,7 +223,9 @@ class Stream(ThreadOps):
             self._push(item)
             self.cancel()
             return
-        if isinstance(event, UserMessageEvent) and self._handling_message:
+        if replaces_answer(self._thread, event):
+            self._cancel_turn()  # its answer is replaced: stop writing it
+        elif isinstance(event, UserMessageEvent) and self._handling_message:
             if self._policy is DoubleTexting.REJECT:
                 reject(item, self.publish, self.id)
                 return
@@ -293,7 +303,7 @@ class Stream(ThreadOps):
         context = event.context
         error: BaseException | None = None
         cancelled = False
-        self._handling_message = isinstance(event, UserMessageEvent)
+        self._handling_message = isinstance(event, UserMessageEvent | EditEvent | RegenerateEvent)
         self._in_turn = True
         try:
             await self._dispatch(item)
@@ -383,6 +393,16 @@ class Stream(ThreadOps):
 
     async def _dispatch(self, item: Pending) -> None:
         event: IngressEvent | None = item.event
+        if isinstance(event, EditEvent | RegenerateEvent):  # answered as a user message
+            message, told = as_message(self._thread, event)
+            if told is not None:
+                self.publish(told)  # an edit recorded in place, or an error
+            if message is None:
+                return
+            if isinstance(event, RegenerateEvent):
+                await self._run_processor(message, answer_of=event.id)
+                return
+            event = message
         if isinstance(event, UserMessageEvent) and self._thread.has_event(event.id):
             await self._redelivered(event)
             return
@@ -412,7 +432,7 @@ class Stream(ThreadOps):
         """
         images = (Image(url) for url in event.images)
         user_turn = self._thread.append(
-            Role.USER, Text(event.content), *images, event_id=event.id, extra=_turn_extra(event)
+            Role.USER, Text(event.content), *images, event_id=event.id, extra=turn_extra(event)
         )
         if not self._health.usable:
             await self._save_thread()
@@ -452,7 +472,7 @@ class Stream(ThreadOps):
         """
         self._redeliveries.announce_again(event_ids)
 
-    async def _run_processor(self, event: UserMessageEvent) -> None:
+    async def _run_processor(self, event: UserMessageEvent, *, answer_of: str = "") -> None:
         tip = self._thread.get_turn(self._thread.current_tip)
         if tip is None or tip.role != Role.USER:
             return
@@ -465,6 +485,7 @@ class Stream(ThreadOps):
             self.spec(),
             self._transforms,
             delta_pacing=self.delta_pacing,
+            answer_of=answer_of,
         )
         work = self._processor(ctx)
         await (work if tracing.tracer is None else tracing.child("ore.processor", work))
@@ -587,13 +608,3 @@ def _has_loop() -> bool:
     except RuntimeError:
         return False
     return True
-
-
-def _turn_extra(event: UserMessageEvent) -> tuple[tuple[str, str], ...]:
-    """What a user turn records beside its event id: the sender's display name
-    (`sender`) and the message's `edit_of` / `reply_to` (issue 29)."""
-    name = event.context.user_name
-    if not name and not event.metadata:
-        return ()
-    extra = (("sender", name),) if name else ()
-    return extra + tuple(event.metadata.items())

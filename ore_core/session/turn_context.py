@@ -67,7 +67,16 @@ class TurnContext:
     that outlive the processor call.
     """
 
-    __slots__ = ("_context", "_delta_pacing", "_publish", "_thread", "event", "spec", "transforms")
+    __slots__ = (
+        "_answer_of",
+        "_context",
+        "_delta_pacing",
+        "_publish",
+        "_thread",
+        "event",
+        "spec",
+        "transforms",
+    )
 
     def __init__(
         self,
@@ -78,8 +87,12 @@ class TurnContext:
         transforms: Sequence[Transform] = (),
         *,
         delta_pacing: tuple[float, int] = (0.0, 4096),
+        answer_of: str = "",
     ) -> None:
         self._publish = publish
+        # The event id the answer's turns record: a regenerate's, so that one seen again
+        # (redelivered) is recognised as answered. "" for a message (its user turn has it).
+        self._answer_of = answer_of
         self._delta_pacing = delta_pacing
         self._thread = thread
         self._context: EventContext = event.context
@@ -122,7 +135,7 @@ class TurnContext:
 
     async def append(self, role: Role | str, *artifacts: Artifact) -> Turn:
         """Record a finished turn on the active path and announce it (turn_complete)."""
-        turn = self._thread.append(role, *artifacts)
+        turn = self._thread.append(role, *artifacts, event_id=self._answer_of)
         self._publish(TurnCompleteEvent.of(turn, self._context))
         return turn
 

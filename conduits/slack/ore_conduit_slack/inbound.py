@@ -1,4 +1,4 @@
-"""Inbound: Slack events -> ore user messages, interrupts and branches.
+"""Inbound: Slack events -> ore user messages, edits, deletes and interrupts.
 
 `Inbound.take(body)` is the Bolt listener, run before Bolt acknowledges the event: it
 decides, keeps an event that needs work in the inbox (one SQLite commit, so Slack is
@@ -17,8 +17,11 @@ its work is done. At start, `replay()` queues what an earlier run left in the in
   repeats early; the core's de-duplication by event id is the durable guard (a message
   sent again after a crash is answered once). A retry is never dropped by its header
   alone: if the first delivery was never acknowledged, the retry is the message.
-- Edits of the latest user message of a thread branch the ore thread (`on_edit`);
-  deleting a message whose answer is being written interrupts it.
+- An edit is one core edit (`on_edit`): the core answers an edit of the latest message
+  again and records an older one's in place on a linked thread (docs/bridging.md);
+  a delete is a core delete (its copies elsewhere go too), after an interrupt when
+  the message's answer is being written. Each message carries the sender's display
+  name (`users.info`, cached): the label other endpoints show.
 """
 
 from __future__ import annotations
@@ -41,13 +44,13 @@ from ore_conduit_slack.ids import (
     traceparent_of,
 )
 from ore_conduit_slack.inbox import Inbox
+from ore_conduit_slack.names import UserNames
 from ore_core import (
     ApiError,
     BusError,
     EventContext,
     OreError,
     PermissionDenied,
-    Role,
     UserMessageEvent,
 )
 from ore_core.conduit import ConduitClient, until_answered
@@ -57,7 +60,6 @@ __all__ = ["Identity", "Inbound", "Lanes", "TtlSet"]
 log = structlog.get_logger("ore.conduit.slack")
 
 _WRITTEN = frozenset({None, "", "file_share", "thread_broadcast", "bot_message"})
-_FORK_PATIENCE = 10.0  # seconds an edit waits for the interrupted answer to end
 _FOREIGN_TTL = 300.0  # seconds a thread found not to be the bot's is not asked about again
 _LINK = re.compile(r"<(https?://[^|>]+)\|[^>]*>")
 
@@ -175,6 +177,7 @@ class Inbound:
         self.ready = ready  # set once the durable feed exists: no reply can be missed
         self._sent: dict[str, str] = {}  # event id sent this run -> thread id (recent ones)
         self._edits: dict[str, str] = {}  # event id -> the id of its latest edit
+        self.names = UserNames(api)
         self.seen = TtlSet(config.dedupe_ttl, api.now)
         self._owned: set[str] = set()  # thread keys known to be the bot's
         self._foreign = TtlSet(_FOREIGN_TTL, api.now)  # thread keys recently found not to be
@@ -273,7 +276,10 @@ class Inbound:
             if addressed is None and not await self._owns(thread):
                 return
             thread_id = await self._thread_id(thread)
-            await self.client.send(thread_id, self._event(message_id, text, user))
+            context = await self._context(message_id, team, user)
+            await self.client.send(
+                thread_id, UserMessageEvent(id=message_id, content=text, context=context)
+            )
             self._remember(message_id, thread_id)
 
         return Work(thread.key, forward, message_id)
@@ -283,11 +289,14 @@ class Inbound:
         text = text.replace(f"<@{self.identity.user_id}>", "")
         return _LINK.sub(r"\1", text).strip()
 
-    def _event(self, message_id: str, text: str, user: str) -> UserMessageEvent:
-        context = EventContext(
-            provenance=self.name, user=user, traceparent=traceparent_of(message_id)
+    async def _context(self, message_id: str, team: str, user: str) -> EventContext:
+        """Who wrote: the user id and display name (the label other endpoints show)."""
+        return EventContext(
+            provenance=self.name,
+            user=user,
+            user_name=await self.names.name(team, user),
+            traceparent=traceparent_of(message_id),
         )
-        return UserMessageEvent(id=message_id, content=text, context=context)
 
     async def _thread_id(self, thread: SlackThread) -> str:
         """The ore thread of a Slack thread (BusError while the core is away: the work
@@ -344,68 +353,62 @@ class Inbound:
         channel, ts = str(event.get("channel", "")), str(message.get("ts", ""))
         thread = SlackThread(enterprise, team, channel, str(message.get("thread_ts") or ts))
         original = event_id(enterprise, team, channel, ts)
-        branch_id = edit_event_id(original, str(edited.get("ts", "")))
-        if not self.seen.add(branch_id):
+        edit_id = edit_event_id(original, str(edited.get("ts", "")))
+        if not self.seen.add(edit_id):
             return None
         user = str(message.get("user") or "")
 
-        async def branch() -> None:
+        async def edit() -> None:
+            """One core edit: the core decides whether it is answered again (the
+            latest message) or recorded in place, and tells the other endpoints."""
             if not await self._owns(thread):
                 return
             thread_id = await self._thread_id(thread)
-            if await self._branch(thread_id, original, self._event(branch_id, text, user)):
-                self._remember(branch_id, thread_id)
-                self._edits[original] = branch_id
+            if not await self._recorded(thread_id, original):
+                log.info("edit of a message ore never took", thread_id=thread_id)
+                return
+            context = await self._context(edit_id, team, user)
+            await self.client.edit(thread_id, original, text, id=edit_id, context=context)
+            self._remember(edit_id, thread_id)
+            self._edits[original] = edit_id
 
-        return Work(thread.key, branch, branch_id)
+        return Work(thread.key, edit, edit_id)
 
     def _remember(self, message_id: str, thread_id: str) -> None:
         if len(self._sent) >= 10_000:
             del self._sent[next(iter(self._sent))]
         self._sent[message_id] = thread_id
 
-    async def _branch(self, thread_id: str, original: str, event: UserMessageEvent) -> bool:
-        """Answer `event` again beside the latest user turn, if that turn is `original`'s."""
-        turns = await self.client.turns(thread_id)
-        latest = next((t for t in reversed(turns) if t.role == Role.USER), None)
-        if latest is not None and latest.event_id == event.id:
-            return True  # done before a crash (the inbox hands it over again): not twice
-        if latest is None or not (
-            latest.event_id == original or latest.event_id.startswith(f"{original}:edit:")
-        ):
-            log.info("edit of an older message ignored", thread_id=thread_id, event_id=original)
-            return False
-        await self.client.interrupt(thread_id)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + _FORK_PATIENCE
-        pause = 0.02
-        while True:
-            try:
-                await self.client.fork(thread_id, latest.parent_id)
-                break
-            except ApiError as exc:
-                if exc.status != 409 or loop.time() > deadline:
-                    raise
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 0.5)
-        await self.client.send(thread_id, event)
-        return True
+    async def _recorded(self, thread_id: str, message_id: str) -> bool:
+        """Whether the thread holds the message (edited or not): what ore never took is
+        neither edited nor deleted there."""
+        edits = f"{message_id}:edit:"
+        return any(
+            turn.event_id == message_id or turn.event_id.startswith(edits)
+            for turn in await self.client.turns(thread_id)
+        )
 
     def _deleted(self, event: Mapping[str, Any], enterprise: str, team: str) -> None:
+        """A user deleted a message: its running answer (if any) is stopped, and the
+        core deletes it (a tombstone) and every copy of it on the other endpoints."""
         previous = event.get("previous_message")
-        if isinstance(previous, Mapping) and self._from_bot(previous):
+        if not isinstance(previous, Mapping) or self._from_bot(previous):
             return
         channel, ts = str(event.get("channel", "")), str(event.get("deleted_ts", ""))
+        thread = SlackThread(enterprise, team, channel, str(previous.get("thread_ts") or ts))
         message_id = event_id(enterprise, team, channel, ts)
-        message_id = self._edits.get(message_id, message_id)
-        thread_id = self._sent.get(message_id)
-        if thread_id is None or self.answering(message_id) is False:
-            return  # not answered by this run, or answered: ore keeps its history either way
+        latest = self._edits.get(message_id, message_id)
+        # Sent by this run and not known to be answered: its answer may be being written.
+        running = latest in self._sent and self.answering(latest) is not False
 
-        async def interrupt() -> None:
-            try:
+        async def delete() -> None:
+            if not await self._owns(thread):
+                return
+            thread_id = await self._thread_id(thread)
+            if not await self._recorded(thread_id, message_id):
+                return
+            if running:
                 await self.client.interrupt(thread_id)
-            except BusError as exc:
-                log.warning("interrupt not sent", thread_id=thread_id, error=str(exc))
+            await self.client.delete(thread_id, message_id, id=f"{message_id}:deleted")
 
-        self.lanes.submit(f"delete-{thread_id}", interrupt)
+        self.lanes.submit(thread.key, delete)

@@ -1,4 +1,5 @@
-"""Edits branch the ore thread (or are ignored); deletes interrupt a running answer."""
+"""Edits are core edits (a branch answered again on an unlinked thread, or ignored with
+`on_edit = "ignore"`); deletes interrupt a running answer and delete the message."""
 
 from __future__ import annotations
 
@@ -65,16 +66,18 @@ async def test_an_edit_of_a_follow_up_branches_after_the_answer_before_it(
     assert user_turn_texts(thread.turns()) == ["one", "three"]
 
 
-async def test_an_edit_of_an_older_message_is_ignored(slack: Harness) -> None:
+async def test_an_edit_of_an_older_message_on_an_unlinked_thread_branches_there(
+    slack: Harness,
+) -> None:
     await slack.start()
     fake = slack.fake
     root = await fake.user_says(CHANNEL, "old")
     await fake.user_says(CHANNEL, "new", thread_ts=root.ts)
     await slack.answers(CHANNEL, root, 2)
     await fake.deliver(fake.callback(fake.edit_event(root, f"<@{fake.bot_user}> old, edited")))
-    await fake.user_says(CHANNEL, "sentinel", thread_ts=root.ts)
-    assert await slack.answers(CHANNEL, root, 3) == ["echo: old", "echo: new", "echo: sentinel"]
-    assert await slack.user_texts() == [["old", "new", "sentinel"]]
+    assert (await slack.answers(CHANNEL, root, 3))[2] == "echo: old, edited"
+    (thread,) = await slack.threads()
+    assert user_turn_texts(thread.turns()) == ["old, edited"]
 
 
 async def test_edits_are_ignored_when_on_edit_is_ignore(slack: Harness) -> None:
@@ -101,8 +104,11 @@ async def test_deleting_a_message_interrupts_its_running_answer(slack: Harness) 
 
     await slack.wait_for(interrupted)
     await slack.wait_for(lambda: slack.fake.status_of(CHANNEL, root.ts) == "")
+    await slack.fake.user_says(CHANNEL, "sentinel", thread_ts=root.ts)
+    await slack.answers(CHANNEL, root, 2)  # the delete, sent before it, was handled
     (thread,) = await slack.threads()
-    assert user_turn_texts(thread.turns()) == ["long job"]  # ore keeps the history
+    assert user_turn_texts(thread.turns()) == ["sentinel"]  # a tombstone: the model no
+    assert "long job" in user_turn_texts(thread.all_turns())  # longer sees it; ore keeps it
 
 
 async def test_deleting_an_answered_message_interrupts_nothing(slack: Harness) -> None:

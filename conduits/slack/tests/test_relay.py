@@ -210,3 +210,55 @@ async def test_the_hourglass_goes_once_the_copy_is_delivered_after_all(slack: Ha
     said = await status_of_a_slack_message(slack, "retrying", "delivered")
     await slack.wait_for(lambda: len(slack.fake.calls("reactions.remove")) == 1)
     assert said.reactions == set()
+
+
+async def next_event(feed: Any, kind: str) -> Any:
+    """The next event of `kind` the terminal's feed delivers (a user turn's, for
+    `turn_complete`)."""
+    async for delivery in feed:
+        event = delivery.event
+        if event.kind == kind and (kind != "turn_complete" or event.turn.role == Role.USER):
+            return event
+    raise AssertionError("the feed ended")
+
+
+async def test_a_slack_message_reaches_the_other_endpoint_with_the_sender_s_name(
+    slack: Harness,
+) -> None:
+    terminal, thread, root = await linked_terminal(slack)
+    slack.fake.user_names["UBOB"] = "Bob Builder"
+    asked = len(slack.fake.calls("users.info"))
+    async with terminal.events(thread, kinds={"turn_complete"}) as feed:
+        for text in ("hello there", "again"):
+            await slack.fake.user_says(CHANNEL, text, user="UBOB", thread_ts=root.ts)
+            event = await next_event(feed, "turn_complete")
+            assert dict(event.turn.extra)["sender"] == "Bob Builder"
+    assert len(slack.fake.calls("users.info")) == asked + 1  # asked once, then cached
+
+
+async def test_a_slack_edit_of_an_older_message_reaches_the_other_endpoint_as_an_edit(
+    slack: Harness,
+) -> None:
+    terminal, thread, root = await linked_terminal(slack)
+    await slack.fake.user_says(CHANNEL, "later", thread_ts=root.ts)
+    await slack.answers(CHANNEL, root, 2)
+    first = await recorded(terminal, thread, "hi")
+    async with terminal.events(thread, kinds={"turn_complete"}) as feed:
+        await slack.fake.deliver(
+            slack.fake.callback(slack.fake.edit_event(root, f"<@{slack.fake.bot_user}> hi!"))
+        )
+        event = await next_event(feed, "turn_complete")
+    assert dict(event.turn.extra)["edit_of"] == first.id
+    assert turn_text(event.turn) == "hi!"
+    await slack.fake.user_says(CHANNEL, "sentinel", thread_ts=root.ts)
+    answers = await slack.answers(CHANNEL, root, 3)
+    assert answers == ["echo: hi", "echo: later", "echo: sentinel"]  # not answered again
+
+
+async def test_a_slack_delete_reaches_the_other_endpoint(slack: Harness) -> None:
+    terminal, thread, root = await linked_terminal(slack)
+    question = await recorded(terminal, thread, "hi")
+    async with terminal.events(thread, kinds={"turn_deleted"}) as feed:
+        await slack.fake.deliver(slack.fake.callback(slack.fake.delete_event(root)))
+        event = await next_event(feed, "turn_deleted")
+    assert event.turn == question.id

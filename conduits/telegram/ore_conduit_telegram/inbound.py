@@ -61,7 +61,8 @@ __all__ = ["Identity", "Inbound"]
 
 log = structlog.get_logger("ore.conduit.telegram")
 
-_FORK_PATIENCE = 10.0  # seconds an edit waits for the interrupted answer to end
+_COMMANDS = ("/start", "/new", "/stop", "/retry")
+NOTHING_TO_RETRY = "Nothing to answer again yet."
 NEW_CONVERSATION = "New conversation started."
 TOO_LARGE_FOR_BUS = (
     "I did not read the image: it is too large for ore's message limit (lower "
@@ -334,6 +335,9 @@ class Inbound:
         if command == "/stop":
             await self.client.interrupt(thread_id, id=event)
             return
+        if command == "/retry":
+            await self._retry(thread_id, message)
+            return
         await self.state.set_asked(traceparent_of(event), message.message_id)
         await self._send(thread_id, message, self._event(message, event, text, images))
 
@@ -357,7 +361,10 @@ class Inbound:
     # -- edits ----------------------------------------------------------------------
 
     async def _edited(self, message: _Message, text: str, update_id: int) -> None:
-        if text.split(" ", 1)[0] in ("/start", "/new", "/stop"):
+        """One core edit: the core decides whether it is answered again (the latest
+        message) or recorded in place (an older one on a linked thread), and tells the
+        other endpoints, whose copies are edited in place."""
+        if text.split(" ", 1)[0] in _COMMANDS:
             return
         root = await self.state.chain(message.chat, message.message_id)
         if root is None:
@@ -365,38 +372,35 @@ class Inbound:
         conversation = Conversation(message.chat, message.topic, root, message.kind)
         thread_id = await self._thread_id(conversation)
         original = event_id(message.chat, message.message_id)
-        branch = edit_event_id(message.chat, message.message_id, update_id)
-        turns = await self.client.turns(thread_id)
-        latest = next((t for t in reversed(turns) if t.role == Role.USER), None)
-        if latest is not None and latest.event_id == branch:
-            return  # done before a crash (the update came again)
-        if latest is None or not (
-            latest.event_id == original or latest.event_id.startswith(f"{original}:edit:")
-        ):
-            log.info("edit of an older message ignored", thread_id=thread_id, event_id=original)
+        if not await self._recorded(thread_id, original):
+            log.info("edit of a message ore never took", thread_id=thread_id)
             return
+        edit = edit_event_id(message.chat, message.message_id, update_id)
         text, images = await self._read_file(message, text)
-        await self.client.interrupt(thread_id)
-        await self._fork(thread_id, latest.parent_id)
-        await self.state.set_asked(traceparent_of(branch), message.message_id)
-        # `edit_of`: linked endpoints edit their copy of the replaced message in place.
-        edited = self._event(message, branch, text, images, edit_of=latest.id)
-        await self._send(thread_id, message, edited)
+        await self.state.set_asked(traceparent_of(edit), message.message_id)
+        context = self._event(message, edit, text).context
+        await self.client.edit(thread_id, original, text, id=edit, images=images, context=context)
 
-    async def _fork(self, thread_id: str, turn_id: str) -> None:
-        """Move the tip before the edited message, once the interrupted turn has ended."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + _FORK_PATIENCE
-        pause = 0.02
-        while True:
-            try:
-                await self.client.fork(thread_id, turn_id)
-                return
-            except ApiError as exc:
-                if exc.status != 409 or loop.time() > deadline:
-                    raise
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, 0.5)
+    async def _recorded(self, thread_id: str, message_id: str) -> bool:
+        """Whether the thread holds the message (edited or not)."""
+        edits = f"{message_id}:edit:"
+        return any(
+            turn.event_id == message_id or turn.event_id.startswith(edits)
+            for turn in await self.client.turns(thread_id)
+        )
+
+    async def _retry(self, thread_id: str, message: _Message) -> None:
+        """`/retry`: another answer to the conversation's latest question (a sibling
+        answer in the core; nothing is relayed again)."""
+        turns = await self.client.turns(thread_id)
+        question = next((t for t in reversed(turns) if t.role == Role.USER), None)
+        if question is None:
+            await self._note(message, "retry", NOTHING_TO_RETRY)
+            return
+        retry = event_id(message.chat, message.message_id)
+        await self.state.set_asked(traceparent_of(retry), message.message_id)
+        context = self._event(message, retry, "").context
+        await self.client.regenerate(thread_id, question.id, id=retry, context=context)
 
 
 async def poll(api: BotApi, inbound: Inbound, config: TelegramConfig) -> None:

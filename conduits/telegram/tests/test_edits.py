@@ -47,15 +47,29 @@ async def test_an_edit_while_the_answer_runs_interrupts_it_and_answers_the_new_t
     await tg.shows(DM, ["thinking\n\n(interrupted)", "echo: quick one"])
 
 
-async def test_an_edit_of_an_older_message_is_not_answered(tg: Harness) -> None:
+async def test_an_edit_of_an_older_message_in_an_unlinked_chat_branches_there(
+    tg: Harness,
+) -> None:
     await tg.start()
     first = await tg.fake.user_says(DM, "one")
     await tg.shows(DM, ["echo: one"])
     await tg.fake.user_says(DM, "two")
     await tg.shows(DM, ["echo: one", "echo: two"])
     await tg.fake.user_edits(first, "one, edited")
-    await tg.fake.user_says(DM, "three")
-    await tg.shows(DM, ["echo: one", "echo: two", "echo: three"])
+    await tg.shows(DM, ["echo: one", "echo: two", "echo: one, edited"])
+
+
+async def test_retry_answers_the_latest_question_again_as_a_sibling(tg: Harness) -> None:
+    await tg.start()
+    await tg.fake.user_says(DM, "one")
+    await tg.shows(DM, ["echo: one"])
+    await tg.fake.user_says(DM, "/retry")
+    await tg.shows(DM, ["echo: one", "echo: one"])
+    (thread,) = await tg.threads()
+    answers = [t for t in thread.all_turns() if t.role == Role.ASSISTANT]
+    assert len(answers) == 2
+    assert answers[0].parent_id == answers[1].parent_id
+    assert len(thread.all_turns()) == 3  # no second user turn
 
 
 async def test_edits_are_ignored_when_configured(tg: Harness) -> None:

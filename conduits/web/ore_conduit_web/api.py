@@ -367,6 +367,13 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
     async def regenerate(user: User, thread_id: Owned, body: TurnRef) -> Sent:
         return Sent(event_id=await threads.regenerate(user, thread_id, body.turn_id))
 
+    @api.delete("/threads/{thread_id}/turns/{turn_id}", status_code=204, summary="Delete a message")
+    async def delete_message(
+        user: User, thread_id: Owned, turn_id: Annotated[str, Path(pattern=_TURN)]
+    ) -> Response:
+        await threads.delete_message(user, thread_id, turn_id)
+        return Response(status_code=204)
+
     @api.post("/threads/{thread_id}/select", summary="Show the branch through a turn")
     async def select(user: User, thread_id: Owned, body: TurnRef) -> ThreadTree:
         return await threads.select(user, thread_id, body.turn_id)

@@ -29,8 +29,6 @@ from ore_conduit_web.tree import (
     ThreadTree,
     build_tree,
     leaf_under,
-    regenerate_event_id,
-    regenerated_from,
     text_of,
 )
 from ore_core import (
@@ -213,34 +211,49 @@ class WebThreads:
         client_id: str | None = None,
         answer: bool = True,
     ) -> str:
-        """Send a user message (after `parent_id`: an edit, which branches); its event id.
+        """Send a user message (after `parent_id`: a branch from there); its event id.
 
-        `edit_of` names the message an edit replaces (linked endpoints update their
-        copy of it); `client_id` makes a retried request count once; `answer` false
-        records the message without an answer (an edit saved as it is).
+        `edit_of` makes it an edit of that message, one core edit: the core answers an
+        edit of the latest message again (unless `answer` is false) and records an
+        older one's in place on a linked thread; linked endpoints edit their copy.
+        `client_id` makes a retried request count once.
         """
         info = await self.owned(user, thread_id)
+        event_id = f"web-m-{client_id}" if client_id else new_event_id()
+        if edit_of is not None:
+            await self._note_change(info, text, event_id)
+            context = self._context(user)
+            await self.client.edit(
+                thread_id, edit_of, text, id=event_id, answer=answer, context=context
+            )
+            return event_id
         if parent_id is not None:
             await self._fork(thread_id, parent_id)
-        event_id = f"web-m-{client_id}" if client_id else new_event_id()
-        await self._send(user, info, text, event_id, answer=answer, edit_of=edit_of)
+        await self._send(user, info, text, event_id, answer=answer)
         return event_id
 
     async def regenerate(self, user: str, thread_id: str, turn_id: str) -> str:
-        """Answer the question of `turn_id` (an answer or the question itself) again,
-        as a sibling answer; the new message's event id."""
-        info = await self.owned(user, thread_id)
+        """Answer the question of `turn_id` (an answer or the question itself) again, as
+        a sibling answer: one core regenerate (no question is sent again, so none is
+        relayed); the request's event id."""
+        await self.owned(user, thread_id)
         turns = {turn.id: turn for turn in await self._all_turns(thread_id)}
         turn = turns.get(turn_id)
         if turn is not None and turn.role != Role.USER:
             turn = turns.get(turn.parent_id)
         if turn is None or turn.role != Role.USER:
             raise WebError(404, "not_found", f"turn {turn_id} has no question on {thread_id}")
-        original = _original(turn, turns)
-        await self._fork(thread_id, turn.parent_id)
-        event_id = regenerate_event_id(original.id)
-        await self._send(user, info, text_of(turn), event_id)
+        event_id = new_event_id()
+        await self.client.regenerate(thread_id, turn.id, id=event_id, context=self._context(user))
         return event_id
+
+    async def delete_message(self, user: str, thread_id: str, turn_id: str) -> None:
+        """Delete a message: one core delete (a tombstone the model no longer sees; its
+        copies on linked endpoints are deleted)."""
+        await self.owned(user, thread_id)
+        if not any(turn.id == turn_id for turn in await self._all_turns(thread_id)):
+            raise WebError(404, "not_found", f"turn {turn_id} not found on thread {thread_id}")
+        await self.client.delete(thread_id, turn_id, id=f"web-d-{turn_id}")
 
     async def select(self, user: str, thread_id: str, turn_id: str) -> ThreadTree:
         """Show the branch through `turn_id` (a sibling picked with the arrows): its newest leaf
@@ -265,15 +278,15 @@ class WebThreads:
         await self.client.interrupt(thread_id)
 
     async def _send(
-        self,
-        user: str,
-        info: ThreadInfo,
-        text: str,
-        event_id: str,
-        *,
-        answer: bool = True,
-        edit_of: str | None = None,
+        self, user: str, info: ThreadInfo, text: str, event_id: str, *, answer: bool = True
     ) -> None:
+        await self._note_change(info, text, event_id)
+        message = UserMessageEvent(
+            id=event_id, content=text, answer=answer, context=self._context(user)
+        )
+        await self.client.send(info.id, message)
+
+    async def _note_change(self, info: ThreadInfo, text: str, event_id: str) -> None:
         # The thread's metadata first: changed while the message is being handled, a
         # linked thread could lose the message's stored batch in the core (reported).
         if not info.metadata.get(TITLE):
@@ -281,15 +294,10 @@ class WebThreads:
             self.hub.notify(info.id, "title")
         await self.client.set_metadata(info.id, UPDATED, _now())
         self.hub.note_sent(info.id, event_id, text)
-        context = EventContext(provenance=self.client.namespace, user=user, user_name=user)
-        message = UserMessageEvent(
-            id=event_id,
-            content=text,
-            answer=answer,
-            metadata={"edit_of": edit_of} if edit_of else {},
-            context=context,
-        )
-        await self.client.send(info.id, message)
+
+    def _context(self, user: str) -> EventContext:
+        """The sender: the signed-in user, by name (the label linked endpoints show)."""
+        return EventContext(provenance=self.client.namespace, user=user, user_name=user)
 
     async def _fork(self, thread_id: str, turn_id: str) -> str:
         for attempt in range(_FORK_TRIES):
@@ -370,15 +378,3 @@ class WebThreads:
                 lines += ["> " + line for line in view.reasoning.splitlines()] + [""]
             lines += [view.text, ""]
         return "text/markdown; charset=utf-8", "\n".join(lines)
-
-
-def _original(turn: Turn, turns: dict[str, Turn]) -> Turn:
-    """The user turn a regenerated copy stands for (itself when it is no copy)."""
-    seen = 0
-    while (original_id := regenerated_from(turn)) and seen < len(turns):
-        original = turns.get(original_id)
-        if original is None or original.parent_id != turn.parent_id:
-            break
-        turn = original
-        seen += 1
-    return turn

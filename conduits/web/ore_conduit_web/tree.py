@@ -1,21 +1,18 @@
 """A thread as the page shows it: every turn with its parent, the active path, siblings.
 
-The core keeps a tree of turns. Regenerating an answer sends the user's message again
-beside the original (the core answers only user messages); such a copy carries the
-event id `web-rg-<original turn>-<nonce>` and is folded into its original here, so its
-answer shows as a sibling of the original's answers (`2/2` on the answer, not on
-the question). Everything else is the core's tree as it is.
+The core keeps a tree of turns and the page shows it as it is: a regenerated answer is
+the core's sibling answer under the same question (`2/2` on the answer), an edit a
+sibling of the message it replaces.
 """
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from pydantic import BaseModel
 
 from ore_conduit_web.relays import DeliveryView, History, RelayView
-from ore_core import Reasoning, Role, Text, ToolCall, ToolResult, Turn
+from ore_core import Reasoning, Text, ToolCall, ToolResult, Turn
 from ore_core.turn import format_timestamp
 
 __all__ = [
@@ -24,25 +21,8 @@ __all__ = [
     "TurnView",
     "build_tree",
     "leaf_under",
-    "regenerate_event_id",
-    "regenerated_from",
     "text_of",
 ]
-
-_REGEN = "web-rg-"
-
-
-def regenerate_event_id(original_turn_id: str) -> str:
-    """The event id of a resend of the user turn `original_turn_id` (a regeneration)."""
-    return f"{_REGEN}{original_turn_id}-{secrets.token_hex(6)}"
-
-
-def regenerated_from(turn: Turn) -> str | None:
-    """The id of the user turn `turn` is a resend of (a regeneration), or None."""
-    if turn.role != Role.USER or not turn.event_id.startswith(_REGEN):
-        return None
-    original, _, _ = turn.event_id[len(_REGEN) :].rpartition("-")
-    return original or None
 
 
 def text_of(turn: Turn) -> str:
@@ -119,33 +99,6 @@ def _view(turn: Turn, parent_id: str) -> TurnView:
     )
 
 
-class _Folded:
-    """The tree with regenerated copies folded into their originals."""
-
-    def __init__(self, turns: Iterable[Turn]) -> None:
-        self.turns: dict[str, Turn] = {}
-        for turn in turns:
-            self.turns.setdefault(turn.id, turn)
-        self.into: dict[str, str] = {}
-        for turn in self.turns.values():
-            original = regenerated_from(turn)
-            found = self.turns.get(original or "")
-            if found is not None and found.parent_id == turn.parent_id:
-                self.into[turn.id] = original or ""
-        self.children: dict[str, list[str]] = {}
-        for turn in self.turns.values():
-            if turn.id not in self.into:
-                self.children.setdefault(self.shown(turn.parent_id), []).append(turn.id)
-
-    def shown(self, turn_id: str) -> str:
-        """The turn that stands for `turn_id` on the page."""
-        seen = 0
-        while turn_id in self.into and seen < len(self.into):
-            turn_id = self.into[turn_id]
-            seen += 1
-        return turn_id
-
-
 def build_tree(
     thread_id: str,
     title: str,
@@ -156,23 +109,22 @@ def build_tree(
 ) -> ThreadTree:
     """The page's view of a thread from its known turns, its active path and what its
     stored events say about a linked thread's turns (`history`)."""
-    folded = _Folded([*turns, *path])
+    known: dict[str, Turn] = {}
+    for turn in (*turns, *path):
+        known.setdefault(turn.id, turn)
+    children: dict[str, list[str]] = {}
+    for turn in known.values():
+        children.setdefault(turn.parent_id, []).append(turn.id)
     views = []
-    for turn in folded.turns.values():
-        if turn.id in folded.into:
-            continue
-        view = _view(turn, folded.shown(turn.parent_id))
-        view.siblings = folded.children.get(view.parent_id, [])
+    for turn in known.values():
+        view = _view(turn, turn.parent_id)
+        view.siblings = children.get(view.parent_id, [])
         view.relay = history.relays.get(turn.id)
         view.deleted = turn.id in history.deleted
         view.deliveries = history.deliveries_of(turn.id)
         views.append(view)
     hidden = {v.id for v in views if v.deleted or (v.relay and v.relay.action == "hidden")}
-    shown_path: list[str] = []
-    for turn in path:
-        shown = folded.shown(turn.id)
-        if shown not in hidden and (not shown_path or shown_path[-1] != shown):
-            shown_path.append(shown)
+    shown_path = [turn.id for turn in path if turn.id not in hidden]
     return ThreadTree(id=thread_id, title=title, turns=views, path=shown_path, cursor=cursor)
 
 

@@ -186,7 +186,7 @@ async def test_an_edit_branches_and_both_versions_are_siblings(http: httpx.Async
     await converse(http, thread_id, "E2E_REPLY:first")
     before = await tree(http, thread_id)
     question = before["path"][0]
-    await converse(http, thread_id, "E2E_REPLY:second", parent_id="")
+    await converse(http, thread_id, "E2E_REPLY:second", parent_id="", edit_of=question)
     after = await tree(http, thread_id)
     assert path_texts(after) == ["E2E_REPLY:second", "second"]
     edited = next(v for v in after["turns"] if v["id"] == after["path"][0])
@@ -199,7 +199,9 @@ async def test_an_edit_saved_without_an_answer_branches_and_asks_no_model(
     thread_id = await new_thread(http)
     await converse(http, thread_id, "E2E_COUNTED_REPLY:kept")
     question = (await tree(http, thread_id))["path"][0]
-    events = await converse(http, thread_id, "E2E_COUNTED_REPLY:kept", parent_id="", answer=False)
+    events = await converse(
+        http, thread_id, "E2E_COUNTED_REPLY:kept", parent_id="", edit_of=question, answer=False
+    )
     after = await tree(http, thread_id)
     assert path_texts(after) == ["E2E_COUNTED_REPLY:kept"]
     kinds = [d["kind"] for _, d in events.stored() if d["kind"] != "properties"]
@@ -229,6 +231,27 @@ async def test_regenerate_adds_a_sibling_answer_to_the_same_question(
     assert new_answer["siblings"] == [answer, second["path"][1]]
     selected = await http.post(f"/api/threads/{thread_id}/select", json={"turn_id": answer})
     assert path_texts(selected.json()) == ["E2E_COUNTED_REPLY:answer", "answer #1"]
+
+
+async def test_deleting_a_message_removes_it_from_the_conversation(
+    http: httpx.AsyncClient,
+) -> None:
+    thread_id = await new_thread(http)
+    await converse(http, thread_id, "E2E_REPLY:one")
+    before = await tree(http, thread_id)
+    question = before["path"][0]
+    reply = await http.delete(f"/api/threads/{thread_id}/turns/{question}")
+    assert reply.status_code == 204
+    async with asyncio.timeout(TIMEOUT):
+        await read_events(http, thread_id, answered(), after=before["cursor"])
+    assert question not in (await tree(http, thread_id))["path"]
+
+
+async def test_deleting_an_unknown_message_is_a_404(http: httpx.AsyncClient) -> None:
+    thread_id = await new_thread(http)
+    await converse(http, thread_id, "E2E_REPLY:one")
+    reply = await http.delete(f"/api/threads/{thread_id}/turns/nosuchturn")
+    assert reply.status_code == 404
 
 
 async def test_a_failed_turn_reports_an_error_event(http: httpx.AsyncClient) -> None:

@@ -289,8 +289,7 @@ async def test_an_edit_on_another_endpoint_updates_the_message_on_the_page(
     await linked.room_says("helo", "r1")
     page = await linked.page_until(lambda e: bool(relays(e, "relayed")))
     original = relays(page, "relayed")[0]["turn"]
-    await linked.room.fork(linked.thread, original.get("parent_id", ""))
-    await linked.room_says("hello", "r1-edit", edit_of=original["id"])
+    await linked.room.edit(linked.thread, "r1", "hello", id="r1-edit", user_name="Bo")
     page = await linked.page_until(lambda e: bool(relays(e, "edited")))
     assert relays(page, "edited")[0]["relay"]["edit_of"] == original["id"]
     (view,) = shown_path(await linked.tree())
@@ -344,7 +343,7 @@ async def test_an_edit_on_the_page_names_the_message_it_replaces(linked: Linked)
     original = relays(page, "own")[0]["turn"]
     await linked.web_says(
         "second try", parent_id=original.get("parent_id", ""), edit_of=original["id"]
-    )
+    )  # what the page sends: one core edit
 
     def edit_seen(shown: list[Any]) -> bool:
         return any(r.action == "edited" for r in shown)
@@ -493,3 +492,50 @@ async def test_a_relayed_copy_and_an_answer_on_the_page_are_counted_delivered(
     await linked.web_says("E2E_REPLY:shown here")
     await linked.page_until(lambda e: bool(relays(e, "answer")))
     assert delivered() - before == 2  # the copy, and the answer to the page's own message
+
+
+async def test_an_edit_of_an_older_message_on_the_page_keeps_the_conversation(
+    linked: Linked,
+) -> None:
+    await linked.link("none")
+    await linked.web_says("first")
+    await linked.room_says("reply from the room", "r1")
+    page = await linked.page_until(lambda e: bool(relays(e, "relayed")))
+    original = relays(page, "own")[0]["turn"]
+    await linked.web_says("first, fixed", parent_id="", edit_of=original["id"])
+    shown = await linked.room_until(lambda seen: any(r.action == "edited" for r in seen))
+    edit = next(r for r in shown if r.action == "edited")
+    assert (edit.text, edit.edit_of) == ("first, fixed", original["id"])
+    texts = [view["text"] for view in shown_path(await linked.tree())]
+    assert texts == ["first, fixed", "reply from the room"]  # the conversation stays
+
+
+async def test_a_delete_on_the_page_deletes_the_copy_elsewhere(linked: Linked) -> None:
+    await linked.link("none")
+    await linked.web_says("oops")
+    page = await linked.page_until(lambda e: bool(relays(e, "own")))
+    doomed = relays(page, "own")[0]["turn"]["id"]
+    reply = await linked.http.delete(f"/api/threads/{linked.thread}/turns/{doomed}")
+    assert reply.status_code == 204
+    shown = await linked.room_until(lambda seen: any(r.action == "deleted" for r in seen))
+    assert [r.turn_id for r in shown if r.action == "deleted"] == [doomed]
+
+
+async def test_regenerate_on_the_page_relays_a_new_answer_and_no_second_question(
+    linked: Linked,
+) -> None:
+    await linked.link("all")
+    await linked.web_says("E2E_COUNTED_REPLY:again")
+    await linked.room_until(lambda seen: answered(seen, "again #1"))
+    question = shown_path(await linked.tree())[0]["id"]
+    reply = await linked.http.post(
+        f"/api/threads/{linked.thread}/regenerate", json={"turn_id": question}
+    )
+    assert reply.status_code == 202
+    shown = await linked.room_until(lambda seen: answered(seen, "again #2"))
+    assert [r.action for r in shown].count("relayed") == 1  # the question, once
+    assert {r.text for r in shown if r.action == "answer" and r.text} == {"again #1", "again #2"}
+
+
+def answered(seen: list[Relayed], text: str) -> bool:
+    return any(r.action == "answer" and r.text == text for r in seen)

@@ -308,15 +308,7 @@ async def test_a_relayed_message_shows_with_its_label_its_edit_and_its_delete(
         copy = page.get_by_label("message from Bo (room)")
         await expect(copy).to_contain_text("helo from the room")
         await expect(copy.get_by_label("Edit message")).to_have_count(0)
-        original = (await room.turns(thread))[-1]
-        await room.fork(thread, original.parent_id)
-        edit = UserMessageEvent(
-            id="bo-1-edit",
-            content="hello from the room",
-            metadata={"edit_of": original.id},
-            context=context,
-        )
-        await room.send(thread, edit)
+        await room.edit(thread, "bo-1", "hello from the room", id="bo-1-edit", context=context)
         await expect(copy).to_contain_text("hello from the room")
         await expect(copy.locator(".edited")).to_have_text("(edited)")
         await page.screenshot(path=screenshots / "relayed-edited.png")
@@ -325,3 +317,44 @@ async def test_a_relayed_message_shows_with_its_label_its_edit_and_its_delete(
         await expect(copy).to_have_count(0)
     finally:
         await room.close()
+
+
+async def test_regenerate_on_a_linked_thread_relays_no_second_question(
+    stack: WebStack, page: Page
+) -> None:
+    thread = page.url.partition("#")[2]
+    room = await ConduitClient.connect(stack.nats_url, name="room", request_timeout=TIMEOUT)
+    try:
+        endpoint = {"namespace": "room", "key": "room.chan", "value": f"regen-{thread}"}
+        await room.admin_call(
+            "links.add", {"thread": thread, "endpoint": endpoint, "answer": "all"}
+        )
+        headers = {"Authorization": f"Bearer {stack.token}"}
+        async with httpx.AsyncClient(base_url=stack.base, headers=headers) as http:
+            async with asyncio.timeout(TIMEOUT):  # see test_bridge.LINK_SETTINGS: a core race
+                await read_events(http, thread, properties_stored("ore.gateway.label"), after="0")
+        await say(page, "E2E_COUNTED_REPLY:linked")
+        await expect(page.locator("article.assistant .body")).to_have_text(["linked #1"])
+        async with room.events(thread, kinds={"turn_complete"}) as feed:
+            await page.get_by_label("Regenerate answer").click()
+            roles = []
+            async with asyncio.timeout(TIMEOUT):
+                async for delivery in feed:
+                    roles.append(delivery.event.turn.role)
+                    if roles[-1] == "assistant":
+                        break
+        assert roles == ["assistant"]  # the new answer, and no second question
+        await expect(page.locator("article.assistant .body")).to_have_text(["linked #2"])
+        await expect(page.locator("article.assistant").first.get_by_role("status")).to_have_text(
+            "2 / 2"
+        )
+        await expect(page.locator("article.user")).to_have_count(1)
+    finally:
+        await room.close()
+
+
+async def test_deleting_a_message_on_the_page_removes_it(page: Page) -> None:
+    await say(page, "E2E_REPLY:unwanted")
+    await expect(page.locator("article.assistant .body")).to_have_text(["unwanted"])
+    await page.locator("article.user").first.get_by_label("Delete message").click()
+    await expect(page.locator("article.user")).to_have_count(0)

@@ -76,7 +76,8 @@ CHECKS = [
     checks.response_schema_conformance,
     checks.response_headers_conformance,
 ]
-ROUTES = 13  # every documented operation, `/api/threads/{id}/events` included
+ROUTES = 14  # every documented operation, `/api/threads/{id}/events` and the message
+# delete route included
 
 
 @pytest.fixture(scope="module")

@@ -157,6 +157,9 @@ class FakeSlack:
         self.markdown_limit = 12_000
         self.stream_lifetime = 300.0
         self.streams_enabled = True
+        self.user_names: dict[str, str] = {}
+        """Display names `users.info` answers (by user id); any other user id `Uxyz` is
+        named `Xyz`."""
         self.messages: dict[str, list[FakeMessage]] = {}
         self.statuses: list[tuple[str, str, str]] = []  # (channel, thread_ts, status)
         self.acks: list[str] = []
@@ -776,6 +779,14 @@ class FakeSlack:
             "is_enterprise_install": False,
         }
 
+    def _user_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        user = str(args.get("user", ""))
+        if not user.startswith(("U", "W")):
+            raise _Refusal("user_not_found")
+        name = self.user_names.get(user, user[1:].title())
+        profile = {"display_name": name, "real_name": name}
+        return {"user": {"id": user, "name": name.lower(), "profile": profile}}
+
     def _react(self, args: dict[str, Any]) -> dict[str, Any]:
         message = self._message({"channel": args.get("channel"), "ts": args.get("timestamp")})
         if args.get("name") in message.reactions:
@@ -799,6 +810,7 @@ class _Refusal(Exception):
 
 _METHODS = {
     "auth.test": FakeSlack._auth_test,
+    "users.info": FakeSlack._user_info,
     "chat.postMessage": FakeSlack._post,
     "chat.update": FakeSlack._update,
     "chat.delete": FakeSlack._delete,

@@ -405,6 +405,7 @@ function renderTurn(view) {
   if (view.siblings.length > 1) tools.append(siblingNav(view));
   if (view.role === "user" && !from && state.editing !== view.id) {
     tools.append(button("Edit message", "Edit", () => { state.editing = view.id; render(); }));
+    tools.append(button("Delete message", "Delete", () => deleteMessage(view.id)));
   }
   if (view.role === "assistant") {
     tools.append(button("Copy message", "Copy", (event) => copy(view.text, event.target)));
@@ -501,6 +502,12 @@ async function regenerate(turnId) {
   state.stopped = false;
   render();
   await attempt(() => api("POST", `/api/threads/${state.threadId}/regenerate`, { turn_id: turnId }));
+}
+
+async function deleteMessage(turnId) {
+  // One core delete: the message leaves the conversation here and on linked endpoints.
+  const done = await attempt(() => api("DELETE", `/api/threads/${state.threadId}/turns/${turnId}`));
+  if (done !== undefined) reloadTree();
 }
 
 async function edit(view, text, answer) {
