@@ -10,8 +10,9 @@ private nats-server both commands start when no NATS URL is configured.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +34,7 @@ __all__ = [
     "build_processor",
     "build_runtime",
     "open_store",
+    "opened_processor",
     "start_embedded_nats",
     "store_section",
 ]
@@ -181,6 +183,22 @@ def build_processor(
     # A processor that offers tools to a model declares `tools`: hand it the registered ones.
     extra = {"tools": registrations.tools} if _takes_tools(factory) else {}
     return name, factory(section, **extra)
+
+
+@contextlib.asynccontextmanager
+async def opened_processor(
+    plugins: pluggy.PluginManager, settings: OreSettings
+) -> AsyncIterator[TurnProcessor]:
+    """The turn processor `ore serve` would build with `settings` (its settings validated
+    then), closed after use: `ore doctor` checks it, `ore models` asks it what it offers."""
+    registrations = collect_registrations(plugins, settings)
+    _, processor = build_processor(registrations, settings, [])
+    try:
+        yield processor
+    finally:
+        close = getattr(processor, "aclose", None)
+        if callable(close):
+            await close()
 
 
 def _takes_tools(factory: Callable[..., object]) -> bool:

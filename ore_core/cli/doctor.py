@@ -24,7 +24,7 @@ import click
 
 from ore_core._nats.connection import NatsCredentials, connect_nats
 from ore_core.bus.embedded import data_dir_holder, default_store_dir
-from ore_core.cli.app import build_processor
+from ore_core.cli.app import opened_processor
 from ore_core.cli.control_store import open_threads
 from ore_core.cli.failures import one_line
 from ore_core.cli.options import CliState, cli_state
@@ -187,19 +187,13 @@ def _processor(state: CliState) -> Check:
 
 
 async def _try_processor(state: CliState, settings: OreSettings) -> None:
-    """Build the processor as `ore serve` would (its settings are validated then) and let
-    it check that it can answer (`check()`: the openai one asks the model server)."""
-    registrations = collect_registrations(state.plugin_manager, settings)
-    _, processor = build_processor(registrations, settings, [])
-    try:
+    """Build the processor as `ore serve` would and let it check that it can answer
+    (`check()`: the openai one asks the model server)."""
+    async with opened_processor(state.plugin_manager, settings) as processor:
         check = getattr(processor, "check", None)
         if callable(check):
             async with asyncio.timeout(PROCESSOR_CHECK_TIMEOUT):
                 await check()
-    finally:
-        close = getattr(processor, "aclose", None)
-        if callable(close):
-            await close()
 
 
 def _plugins(state: CliState) -> list[Check]:

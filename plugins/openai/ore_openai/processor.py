@@ -135,13 +135,7 @@ class OpenAIProcessor:
             raise ModelCallFailed(
                 f"{where}: no API key; set {ENV_API_KEY} or api_key in the [processor] section"
             )
-        try:
-            page = await self.client.with_options(timeout=CHECK_TIMEOUT).models.list()
-        except openai.NotFoundError:
-            return
-        except openai.APIError as exc:
-            raise _call_failed(where, exc, attempts=1) from exc
-        served = sorted(model.id for model in page.data)
+        served = await self.models()
         if served and self.config.model not in served:
             shown = ", ".join(served[:10]) + (", ..." if len(served) > 10 else "")
             raise ModelCallFailed(
@@ -149,6 +143,19 @@ class OpenAIProcessor:
                 f"{shown}); set model in the [processor] section or ORE_PROCESSOR__MODEL "
                 "(with Ollama: `ollama pull MODEL` first)"
             )
+
+    async def models(self) -> list[str]:
+        """The models the server offers (`GET /models`, sorted; empty for a server without
+        a model list): what `ore models` prints. One short request, no retries;
+        `ModelCallFailed` says why it could not be asked."""
+        where = f"openai at {self.config.base_url}"
+        try:
+            page = await self.client.with_options(timeout=CHECK_TIMEOUT).models.list()
+        except openai.NotFoundError:
+            return []
+        except openai.APIError as exc:
+            raise _call_failed(where, exc, attempts=1) from exc
+        return sorted(model.id for model in page.data)
 
     def context_window(self, model: str) -> int:
         """Tokens `model` accepts (what compaction measures a thread against)."""
