@@ -125,7 +125,8 @@ def link() -> None:
 def add_command(
     thread: str, endpoint: str, direction: str, answer: str | None, label: str | None
 ) -> None:
-    """Link ENDPOINT (CONDUIT:VALUE or CONDUIT:KEY=VALUE) to THREAD."""
+    """Link ENDPOINT (CONDUIT:VALUE or CONDUIT:KEY=VALUE) to THREAD (an id or a
+    unique prefix of one, as `ore threads list` shows them)."""
     body: dict[str, Any] = {
         "thread": thread,
         "endpoint": _endpoint(endpoint).as_dict(),
@@ -136,13 +137,13 @@ def add_command(
     if label is not None:
         body["label"] = label
     links = _request("links.add", body)
-    click.echo(f"linked {endpoint} to thread {thread} ({direction})")
-    click.echo("\n".join(table_columns([("THREAD", "ENDPOINT", "DIR", "GATEWAY", "ANSWER")])))
-    click.echo("\n".join(table_columns(_show(links))))
+    click.echo(f"linked {endpoint} to thread {links['thread']} ({direction})")
+    header = ("THREAD", "ENDPOINT", "DIR", "GATEWAY", "ANSWER")
+    click.echo("\n".join(table_columns([header, *_show(links)])))
 
 
 @link.command("list")
-@click.option("--thread", help="Only this thread's links.")
+@click.option("--thread", help="Only this thread's links (an id or a unique prefix).")
 @click.option("--conduit", "namespace", help="Only threads linked to this conduit namespace.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_command(thread: str | None, namespace: str | None, as_json: bool) -> None:
