@@ -476,6 +476,35 @@ async def test_chat_uses_the_running_core_on_the_same_store(
     assert [str(turn.role) for turn in thread.turns()] == ["user", "assistant"]
 
 
+async def test_a_model_key_set_for_a_chat_next_to_an_echo_serve_is_said_unused(
+    start_serve: Callable[..., Served], ore_isolated_env: Path
+) -> None:
+    served = start_serve()
+    await read_until(served, "ore core ready: NATS ")
+    env = {
+        **os.environ,
+        "ORE_LOAD_PLUGINS": "ore-conduit-stdin",
+        "ORE_STORE__PATH": str(served.store_path),
+        "OPENAI_API_KEY": "sk-x",
+    }
+    chat = await asyncio.to_thread(
+        subprocess.run,
+        [str(ORE), "chat", "hello"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=EXIT_TIMEOUT,
+        check=False,
+    )
+    assert chat.returncode == 0, chat.stderr
+    assert chat.stderr.splitlines()[1] == (
+        f"OPENAI_API_KEY is set here, but the core that answers is ore serve (pid "
+        f"{served.process.pid}), with echo: set it where `ore serve` runs, or type /model "
+        "NAME in the chat"
+    )
+    assert await served.terminate() == 0
+
+
 async def test_a_second_serve_on_the_same_store_is_refused_naming_the_first(
     start_serve: Callable[..., Served],
 ) -> None:

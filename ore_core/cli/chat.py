@@ -22,7 +22,7 @@ import logging
 import os
 import signal
 import tempfile
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Mapping
 from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,12 @@ from ore_core.cli.options import (
     nats_option,
     nats_settings,
 )
-from ore_core.cli.processor import answering_line, choose_processor, turn_processors
+from ore_core.cli.processor import (
+    MODEL_ENDPOINT_ENV,
+    answering_line,
+    choose_processor,
+    turn_processors,
+)
 from ore_core.cli.running import (
     CHAT_NATS_PREFIX,
     ChatServer,
@@ -63,6 +68,7 @@ from ore_core.endpoint import ID_KEY, Endpoint, parse_endpoint
 from ore_core.errors import ApiError, InvalidThreadId, OreError
 from ore_core.ids import validate_thread_id
 from ore_core.logging import configure_logging
+from ore_core.plugins.builtin.processors import ECHO
 from ore_core.plugins.registry import Registrations, collect_registrations
 from ore_core.subjects import Subjects
 
@@ -195,12 +201,27 @@ def chat(
         if attach is not None:
             answers = f"; answering with {attach.processor}" if attach.processor else ""
             click.echo(f"Using {attach.describe()}{answers}", err=True)
+            unused = _unused_model_env(attach, os.environ)
+            if unused is not None:
+                click.echo(unused, err=True)
         if endpoint is not None:
             run_attached = _conduit_only(settings, state.plugin_manager, overrides, endpoint)
             asyncio.run(_guarded(run_attached))
             return
         run = _conduit_only if nats.url else _everything
         asyncio.run(_guarded(run(settings, state.plugin_manager, overrides)))
+
+
+def _unused_model_env(running: RunningCore, environ: Mapping[str, str]) -> str | None:
+    """The line saying a model variable set for this chat is not what answers: the core
+    that answers is the running `ore serve`, which read its own environment."""
+    named = [name for name in MODEL_ENDPOINT_ENV if environ.get(name)]
+    if not named or not running.processor.startswith(f"{ECHO}:"):
+        return None
+    return (
+        f"{named[0]} is set here, but the core that answers is ore serve (pid {running.pid}), "
+        "with echo: set it where `ore serve` runs, or type /model NAME in the chat"
+    )
 
 
 def _running_core(settings: OreSettings, nats_urls: tuple[str, ...]) -> RunningCore | None:
