@@ -520,6 +520,29 @@ async def test_a_second_serve_on_the_same_store_is_refused_naming_the_first(
     assert await first.terminate() == 0
 
 
+def test_a_gateway_endpoint_of_another_form_than_its_conduit_s_stops_the_start(
+    start_serve: Callable[..., Served], tmp_path: Path
+) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        '[[gateway]]\nname = "support"\n'
+        '[[gateway.endpoints]]\nconduit = "nats"\nkey = "room"\n'
+        '[[gateway.endpoints]]\nconduit = "slack"\nkey = "C0123/1712.0001"\n'
+    )
+    served = start_serve(
+        config=config, env={"ORE_LOAD_PLUGINS": "ore-conduit-nats,ore-conduit-slack"}
+    )
+    assert served.process.wait(EXIT_TIMEOUT) == 1
+    errors = [line for line in served.stderr().splitlines() if not line.startswith("{")]
+    assert errors == [
+        "Error: gateway 'support': endpoint slack:C0123/1712.0001 is not a slack "
+        "conversation: write slack:ENTERPRISE:TEAM:CHANNEL:THREAD_TS (e.g. "
+        "slack:-:T0123:C0123:1712.0001), the slack conduit's slack.thread"
+    ]
+    assert served.process.stdout is not None
+    assert "Embedded NATS server" not in served.process.stdout.read()  # nothing started
+
+
 def test_a_health_port_in_use_is_one_error_line(start_serve: Callable[..., Served]) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

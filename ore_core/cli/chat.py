@@ -34,7 +34,7 @@ import pluggy
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
 from ore_core.cli.app import build_runtime
-from ore_core.cli.link import conversation_keys
+from ore_core.cli.link import parse_typed_endpoint
 from ore_core.cli.options import (
     CliState,
     bus_config,
@@ -64,7 +64,7 @@ from ore_core.cli.running import (
 from ore_core.conduit.base import Conduit, ConduitConfig
 from ore_core.conduit.client import ConduitClient
 from ore_core.config import NatsSettings, OreSettings, ProcessorSettings
-from ore_core.endpoint import ID_KEY, Endpoint, parse_endpoint
+from ore_core.endpoint import ID_KEY, Endpoint
 from ore_core.errors import ApiError, InvalidThreadId, OreError
 from ore_core.ids import validate_thread_id
 from ore_core.logging import configure_logging
@@ -119,8 +119,9 @@ class ChatError(OreError):
     "--attach",
     "attach_to",
     metavar="CONDUIT:KEY",
-    help="Join the thread an endpoint is linked to (`slack:C0123/1712.0001`): the terminal "
-    "is linked to it (stdin:id=THREAD) and what is typed shows there with its label. "
+    help="Join the thread an endpoint is linked to (`nats:room`, "
+    "`slack:-:T0123:C0123:1712.0001`; `ore conduit --list` shows each conduit's form): "
+    "the terminal is linked to it (stdin:id=THREAD) and what is typed shows there with its label. "
     "Needs a running `ore serve`.",
 )
 @nats_option(
@@ -163,9 +164,7 @@ def chat(
         if thread_id is not None or new_thread:
             raise click.UsageError("--attach chooses the thread: leave out --thread and --new")
         try:
-            endpoint = parse_endpoint(
-                attach_to, conversation_keys(state.plugin_manager, state.settings)
-            )
+            endpoint = parse_typed_endpoint(attach_to, state.plugin_manager, state.settings)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--attach") from None
         if attach is None and not nats_urls and not settings.nats.url:

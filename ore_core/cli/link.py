@@ -21,13 +21,13 @@ from ore_core._nats.connection import NatsCredentials
 from ore_core.cli.options import cli_state, nats_settings, table_columns
 from ore_core.cli.running import find_running
 from ore_core.config import OreSettings
-from ore_core.endpoint import ANSWERS, DIRECTIONS, Endpoint, parse_endpoint
+from ore_core.endpoint import ANSWERS, DIRECTIONS, Endpoint, KeyForm, parse_endpoint
 from ore_core.errors import OreError
 from ore_core.plugins.manager import OrePluginManager
 from ore_core.plugins.registry import collect_registrations
 from ore_core.subjects import Subjects
 
-__all__ = ["conversation_keys", "link"]
+__all__ = ["conversation_keys", "key_forms", "link", "parse_typed_endpoint"]
 
 _TIMEOUT = 10.0
 
@@ -47,9 +47,25 @@ def conversation_keys(
     return key_of
 
 
+def key_forms(plugins: OrePluginManager, settings: OreSettings) -> Callable[[str], KeyForm | None]:
+    """`key_form` of each installed conduit, by name; None when it declares none."""
+    classes = collect_registrations(plugins, settings).conduits
+
+    def form_of(namespace: str) -> KeyForm | None:
+        form = getattr(classes.get(namespace), "key_form", None)
+        return form if isinstance(form, KeyForm) else None
+
+    return form_of
+
+
+def parse_typed_endpoint(text: str, plugins: OrePluginManager, settings: OreSettings) -> Endpoint:
+    """An endpoint a person typed, as the installed conduits declare theirs."""
+    return parse_endpoint(text, conversation_keys(plugins, settings), key_forms(plugins, settings))
+
+
 def _endpoint(text: str) -> Endpoint:
     state = cli_state()
-    return parse_endpoint(text, conversation_keys(state.plugin_manager, state.settings))
+    return parse_typed_endpoint(text, state.plugin_manager, state.settings)
 
 
 def _request(method: str, body: dict[str, Any]) -> dict[str, Any]:
