@@ -21,6 +21,7 @@ import asyncio
 import logging
 import os
 import signal
+import sys
 import tempfile
 from collections.abc import Coroutine, Iterator, Mapping
 from contextlib import AsyncExitStack, contextmanager
@@ -124,6 +125,12 @@ class ChatError(OreError):
     "the terminal is linked to it (stdin:id=THREAD) and what is typed shows there with its label. "
     "Needs a running `ore serve`.",
 )
+@click.option(
+    "--create",
+    is_flag=True,
+    help="With --attach: start a thread for a conversation no conduit has seen yet, "
+    "without asking.",
+)
 @nats_option(
     help="NATS of a running `ore serve`; `auto` finds the one `ore serve` recorded; repeat "
     "for a cluster (default: nats.url, else the recorded `ore serve` on the same store, "
@@ -135,6 +142,7 @@ def chat(
     new_thread: bool,
     model: str | None,
     attach_to: str | None,
+    create: bool,
     nats_urls: tuple[str, ...],
 ) -> None:
     """Chat with ore in the terminal; on a pipe, answer each input line.
@@ -204,7 +212,9 @@ def chat(
             if unused is not None:
                 click.echo(unused, err=True)
         if endpoint is not None:
-            run_attached = _conduit_only(settings, state.plugin_manager, overrides, endpoint)
+            run_attached = _conduit_only(
+                settings, state.plugin_manager, overrides, endpoint, create
+            )
             asyncio.run(_guarded(run_attached))
             return
         run = _conduit_only if nats.url else _everything
@@ -356,18 +366,42 @@ async def _conduit_only(
     plugins: pluggy.PluginManager,
     overrides: dict[str, Any],
     attach: Endpoint | None = None,
+    create: bool = False,
 ) -> None:
     """The conduit alone, against the `ore serve` at the configured NATS."""
     conduit = _conduit_class(collect_registrations(plugins, settings))
     nats = settings.nats
     async with await connect_conduit(conduit.name, nats, CONNECT_TIMEOUT) as client:
         if attach is not None:
-            overrides = {**overrides, "thread": await _attach(client, attach)}
+            overrides = {**overrides, "thread": await _attach(client, attach, create)}
         config = _conduit_config(conduit, settings, overrides)
         await conduit().run(client, config)
 
 
-async def _attach(client: ConduitClient, endpoint: Endpoint) -> str:
+async def _conversation_thread(client: ConduitClient, endpoint: Endpoint, create: bool) -> str:
+    """The thread of the conversation `endpoint` names, as its conduit's lookup finds it;
+    one no conduit has seen is made only with `create` or a yes at the terminal (a typo
+    must not make a thread and a stray link)."""
+    body = {"namespace": endpoint.namespace, "key": endpoint.key, "value": endpoint.value}
+    if not create:
+        try:
+            return str((await client.admin_call("threads.lookup", {**body, "create": False}))["id"])
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+        question = (
+            f"No {endpoint.namespace} conduit has seen {endpoint.namespace}:{endpoint.value}; "
+            "start a thread for it?"
+        )
+        if not (sys.stdin.isatty() and click.confirm(question, err=True)):
+            raise ChatError(
+                f"--attach: no {endpoint.namespace} conduit has seen "
+                f"{endpoint.namespace}:{endpoint.value} (a typo?); --create starts a thread for it"
+            )
+    return str((await client.admin_call("threads.lookup", body))["id"])
+
+
+async def _attach(client: ConduitClient, endpoint: Endpoint, create: bool = False) -> str:
     """The thread of `endpoint` (the one it is linked to, else the conversation's own, as
     its conduit's lookup finds or makes it), now linked to this terminal too: an
     operator's act, through the admin API with the chat's credentials."""
@@ -378,7 +412,7 @@ async def _attach(client: ConduitClient, endpoint: Endpoint) -> str:
         except ApiError as exc:
             if exc.status != 404:
                 raise
-            thread = str((await client.admin_call("threads.lookup", body))["id"])
+            thread = await _conversation_thread(client, endpoint, create)
     except ApiError as exc:
         raise ChatError(f"--attach: {exc}") from None
     terminal = {"namespace": client.namespace, "key": ID_KEY, "value": thread}
