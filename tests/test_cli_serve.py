@@ -543,6 +543,35 @@ def test_a_gateway_endpoint_of_another_form_than_its_conduit_s_stops_the_start(
     assert "Embedded NATS server" not in served.process.stdout.read()  # nothing started
 
 
+async def test_the_bridging_walk_through_sends_with_ore_send_and_attaches_to_that_thread(
+    start_serve: Callable[..., Served],
+) -> None:
+    plugins = {"ORE_LOAD_PLUGINS": "ore-conduit-nats,ore-conduit-stdin"}
+    served = start_serve(env=plugins)
+    await read_until(served, "ore core ready: NATS ")
+    env = {**os.environ, **plugins, "ORE_STORE__PATH": str(served.store_path)}
+
+    def ore(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(ORE), *args],
+            input="",
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=EXIT_TIMEOUT,
+            check=False,
+        )
+
+    sent = await asyncio.to_thread(ore, "send", "nats:room", "hi", "--name", "Bo")
+    assert sent.returncode == 0, sent.stderr
+    thread = sent.stdout.split()[3]
+    assert sent.stdout == f"sent to thread {thread} as nats:room\n"
+    attached = await asyncio.to_thread(ore, "chat", "--attach", "nats:room")
+    assert attached.returncode == 0, attached.stderr
+    assert f"Attached to thread {thread} (nats)" in attached.stderr
+    assert await served.terminate() == 0
+
+
 def test_a_health_port_in_use_is_one_error_line(start_serve: Callable[..., Served]) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -69,3 +69,18 @@ def test_each_typed_endpoint_of_the_docs_is_of_its_conduit_s_declared_form(examp
 @pytest.mark.parametrize("gateway", gateway_examples(), ids=lambda g: str(g["name"]))
 def test_each_gateway_example_passes_the_check_of_ore_serve(gateway: dict[str, object]) -> None:
     check_gateways([GatewaySettings.model_validate(gateway)], keys, forms)  # type: ignore[arg-type]
+
+
+def test_the_nats_walk_through_uses_ore_s_own_commands_after_its_prerequisite() -> None:
+    """The commands `tests/test_cli_serve.py::test_the_bridging_walk_through_...` runs."""
+    text = (ROOT / "docs" / "bridging.md").read_text(encoding="utf-8")
+    section = text.split("## Walk-through: a NATS channel <-> terminal", 1)[1].split("\n## ")[0]
+    commands = re.findall(r"^\$ (.+)$", section, re.MULTILINE)
+    assert commands == [
+        "ore install ./conduits/nats",
+        "ore serve &",
+        "ore conduit nats &",
+        'ore send nats:room "hi" --name Bo',
+        "ore chat --attach nats:room",
+    ]
+    assert (ROOT / "conduits" / "nats" / "pyproject.toml").is_file()

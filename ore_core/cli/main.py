@@ -42,6 +42,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "doctor": "ore_core.cli.doctor:doctor",
     "link": "ore_core.cli.link:link",
     "migrate": "ore_core.cli.migrate:migrate",
+    "send": "ore_core.cli.send:send",
     "serve": "ore_core.cli.serve:serve",
     "threads": "ore_core.cli.threads:threads",
     "top": "ore_core.cli.top:top",
