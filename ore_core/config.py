@@ -292,8 +292,9 @@ class GatewayEndpointSettings(_Section):
     conduit: str
     """The conduit's namespace (its name unless configured otherwise), e.g. `slack`."""
     key: str
-    """The conversation: the conduit's own key value (`C0123/1712.0001`, resolved by the
-    conduit's `conversation_key`) or `KEY=VALUE` in full (`slack.thread=C0123/...`;
+    """The conversation, spelt as the installed conduit declares it (its `key_form`,
+    checked at start: `-:T0123:C0123:1712.0001` for Slack, `-1001234567890:0:0` for
+    Telegram, `room` for NATS), or `KEY=VALUE` in full (`slack.thread=-:T0123:...`;
     `id=THREAD` for the terminal)."""
     direction: Direction = "inout"
     """`in` (its messages reach the thread), `out` (it is shown the thread) or `inout`."""

@@ -13,6 +13,7 @@ gateways (`ore_core.config`) validates endpoints with it, and the bridge
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -32,6 +33,7 @@ __all__ = [
     "Direction",
     "Endpoint",
     "EndpointError",
+    "KeyForm",
     "parse_endpoint",
 ]
 
@@ -111,20 +113,74 @@ def _check(namespace: str, key: str, value: str) -> None:
         )
 
 
-def parse_endpoint(text: str, conversation_key: Callable[[str], str | None]) -> Endpoint:
+@dataclass(frozen=True, slots=True)
+class KeyForm:
+    """How a conduit spells its `conversation_key`'s value: `spelling` names the parts
+    in capitals, joined by what separates them (`ENTERPRISE:TEAM:CHANNEL:THREAD_TS`),
+    `example` is one real value. A value matches when it has the same separators with
+    a non-empty part between each (the check of a gateway's or a link's endpoint)."""
+
+    spelling: str
+    example: str
+
+    def __post_init__(self) -> None:
+        if not self.matches(self.example):
+            raise ValueError(f"example {self.example!r} is not of the form {self.spelling!r}")
+
+    def matches(self, value: str) -> bool:
+        separators = "".join(sorted(set(re.sub(r"[A-Z0-9_]", "", self.spelling))))
+        part = f"[^{re.escape(separators)}]+" if separators else ".+"
+        pattern = re.sub(r"[A-Z][A-Z0-9_]*", lambda _: part, re.escape(self.spelling))
+        return re.fullmatch(pattern, value) is not None
+
+    def check(self, endpoint: Endpoint, conversation_key: str) -> None:
+        """EndpointError, naming the expected form, unless `endpoint` is a conversation
+        of its conduit as the conduit looks it up (its key, a value of this form)."""
+        namespace = endpoint.namespace
+        expected = (
+            f"write {namespace}:{self.spelling} (e.g. {namespace}:{self.example}), the "
+            f"{namespace} conduit's {conversation_key}"
+        )
+        if endpoint.key != conversation_key:
+            raise EndpointError(
+                f"endpoint {endpoint}: the {namespace} conduit looks conversations up by "
+                f"{conversation_key}, never by {endpoint.key}: {expected}"
+            )
+        if not self.matches(endpoint.value):
+            raise EndpointError(
+                f"endpoint {endpoint.namespace}:{endpoint.value[:80]} is not a {namespace} "
+                f"conversation: {expected}"
+            )
+
+
+def parse_endpoint(
+    text: str,
+    conversation_key: Callable[[str], str | None],
+    key_form: Callable[[str], KeyForm | None] = lambda namespace: None,
+) -> Endpoint:
     """`NS:KEY=VALUE` or `NS:VALUE` as an Endpoint.
 
     `conversation_key(NS)` names the key of the short form (the installed conduit's
     `conversation_key`); None means no installed conduit of that name declares one,
     which only the full form can do without. A `=` in the short form's value is fine
     when the conduit's key is known and the text before `=` is not a key of the
-    namespace.
+    namespace. `key_form(NS)` is the installed conduit's declared `KeyForm`: an
+    endpoint of a conduit that declares one must be a conversation of that form.
     """
+    endpoint = _parse(text, conversation_key)
+    form = key_form(endpoint.namespace)
+    named = conversation_key(endpoint.namespace)
+    if form is not None and named is not None:
+        form.check(endpoint, named)
+    return endpoint
+
+
+def _parse(text: str, conversation_key: Callable[[str], str | None]) -> Endpoint:
     namespace, colon, rest = text.partition(":")
     if not colon or not namespace or not rest:
         raise EndpointError(
             f"endpoint {text[:80]!r}: write CONDUIT:VALUE or CONDUIT:KEY=VALUE "
-            "(e.g. slack:C0123/1712.0001 or slack:slack.thread=C0123/1712.0001)"
+            "(e.g. nats:room or nats:nats.channel=room)"
         )
     key, equals, value = rest.partition("=")
     if equals and (key == ID_KEY or key.startswith(namespace + ".")):

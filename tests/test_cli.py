@@ -168,6 +168,16 @@ def test_bad_config_is_a_one_line_error_and_status_1(tmp_path: Path) -> None:
     assert result.stderr.startswith("Error: invalid configuration: log.format = 'xml' (from ")
 
 
+def test_an_unknown_store_key_fails_config_as_it_fails_doctor(tmp_path: Path) -> None:
+    config = write_config(tmp_path, "[store]\nbogus = 1\n")
+    result = ore("--config", config, "config")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-1] + "\n" == (
+        "Error: invalid [store] configuration: unknown key store.bogus (store 'sqlite', "
+        "known keys: path, fsync, busy_timeout, read_only)\n"
+    )  # after the warnings of the test environment's broken plugins
+
+
 # --- logging -----------------------------------------------------------------------
 
 

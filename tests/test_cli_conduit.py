@@ -133,9 +133,29 @@ async def test_list_shows_the_nats_conduit_with_its_distribution(
     listing = start_ore("conduit", "--list")
     assert await listing.exit_status() == 0
     out = listing.stdout().splitlines()
-    assert out[0].split() == ["NAME", "DISTRIBUTION", "DESCRIPTION"]
-    assert out[1].split()[:3] == ["nats", "ore-conduit-nats", "0.1.0"]
+    assert out[0].split() == ["NAME", "DISTRIBUTION", "ENDPOINT", "DESCRIPTION"]
+    assert out[1].split()[:4] == ["nats", "ore-conduit-nats", "0.1.0", "nats:CHANNEL"]
     assert "Plain NATS subjects" in out[1]
+
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+async def test_list_all_shows_every_conduit_of_the_checkout_with_its_install_line(
+    start_ore: Callable[..., Process],
+) -> None:
+    listing = start_ore("conduit", "--list", "--all")
+    assert await listing.exit_status() == 0
+    rows = {line.split()[0]: line.split()[1:] for line in listing.stdout().splitlines()[5:]}
+    assert rows == {
+        name: [
+            "yes" if name == "nats" else "no",
+            "ore",
+            "install",
+            str(CHECKOUT / "conduits" / name),
+        ]
+        for name in ("nats", "slack", "stdin", "telegram", "web")
+    }
 
 
 async def test_the_conduit_bridges_a_raw_nats_client_to_ore_serve(

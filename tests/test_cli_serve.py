@@ -476,6 +476,35 @@ async def test_chat_uses_the_running_core_on_the_same_store(
     assert [str(turn.role) for turn in thread.turns()] == ["user", "assistant"]
 
 
+async def test_a_model_key_set_for_a_chat_next_to_an_echo_serve_is_said_unused(
+    start_serve: Callable[..., Served], ore_isolated_env: Path
+) -> None:
+    served = start_serve()
+    await read_until(served, "ore core ready: NATS ")
+    env = {
+        **os.environ,
+        "ORE_LOAD_PLUGINS": "ore-conduit-stdin",
+        "ORE_STORE__PATH": str(served.store_path),
+        "OPENAI_API_KEY": "sk-x",
+    }
+    chat = await asyncio.to_thread(
+        subprocess.run,
+        [str(ORE), "chat", "hello"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=EXIT_TIMEOUT,
+        check=False,
+    )
+    assert chat.returncode == 0, chat.stderr
+    assert chat.stderr.splitlines()[1] == (
+        f"OPENAI_API_KEY is set here, but the core that answers is ore serve (pid "
+        f"{served.process.pid}), with echo: set it where `ore serve` runs, or type /model "
+        "NAME in the chat"
+    )
+    assert await served.terminate() == 0
+
+
 async def test_a_second_serve_on_the_same_store_is_refused_naming_the_first(
     start_serve: Callable[..., Served],
 ) -> None:
@@ -489,6 +518,58 @@ async def test_a_second_serve_on_the_same_store_is_refused_naming_the_first(
         .startswith(f"Error: ore serve (pid {first.process.pid}) at nats://127.0.0.1:")
     )
     assert await first.terminate() == 0
+
+
+def test_a_gateway_endpoint_of_another_form_than_its_conduit_s_stops_the_start(
+    start_serve: Callable[..., Served], tmp_path: Path
+) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        '[[gateway]]\nname = "support"\n'
+        '[[gateway.endpoints]]\nconduit = "nats"\nkey = "room"\n'
+        '[[gateway.endpoints]]\nconduit = "slack"\nkey = "C0123/1712.0001"\n'
+    )
+    served = start_serve(
+        config=config, env={"ORE_LOAD_PLUGINS": "ore-conduit-nats,ore-conduit-slack"}
+    )
+    assert served.process.wait(EXIT_TIMEOUT) == 1
+    errors = [line for line in served.stderr().splitlines() if not line.startswith("{")]
+    assert errors == [
+        "Error: gateway 'support': endpoint slack:C0123/1712.0001 is not a slack "
+        "conversation: write slack:ENTERPRISE:TEAM:CHANNEL:THREAD_TS (e.g. "
+        "slack:-:T0123:C0123:1712.0001), the slack conduit's slack.thread"
+    ]
+    assert served.process.stdout is not None
+    assert "Embedded NATS server" not in served.process.stdout.read()  # nothing started
+
+
+async def test_the_bridging_walk_through_sends_with_ore_send_and_attaches_to_that_thread(
+    start_serve: Callable[..., Served],
+) -> None:
+    plugins = {"ORE_LOAD_PLUGINS": "ore-conduit-nats,ore-conduit-stdin"}
+    served = start_serve(env=plugins)
+    await read_until(served, "ore core ready: NATS ")
+    env = {**os.environ, **plugins, "ORE_STORE__PATH": str(served.store_path)}
+
+    def ore(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(ORE), *args],
+            input="",
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=EXIT_TIMEOUT,
+            check=False,
+        )
+
+    sent = await asyncio.to_thread(ore, "send", "nats:room", "hi", "--name", "Bo")
+    assert sent.returncode == 0, sent.stderr
+    thread = sent.stdout.split()[3]
+    assert sent.stdout == f"sent to thread {thread} as nats:room\n"
+    attached = await asyncio.to_thread(ore, "chat", "--attach", "nats:room")
+    assert attached.returncode == 0, attached.stderr
+    assert f"Attached to thread {thread} (nats)" in attached.stderr
+    assert await served.terminate() == 0
 
 
 def test_a_health_port_in_use_is_one_error_line(start_serve: Callable[..., Served]) -> None:

@@ -96,7 +96,9 @@ def describe(thread_id: str, links: LinkSet) -> dict[str, Any]:
 
 
 class LinkAdmin:
-    """The handlers; `home_of(T)` names a thread's namespace (ThreadNotFound if none),
+    """The handlers; `resolve(T)` is the full id of the thread `T` names (an id or a
+    unique prefix of one, as `ore threads` takes them; ThreadNotFound if none),
+    `home_of(T)` names a thread's namespace (ThreadNotFound if none),
     `set_metadata(T, key, value)` and `delete_metadata(T, key)` change its metadata
     the way the control API's meta methods do, `metadata(T)` reads it."""
 
@@ -104,30 +106,33 @@ class LinkAdmin:
         self,
         store: LinkStore,
         *,
+        resolve: Callable[[str], Awaitable[str]],
         home_of: Callable[[str], Awaitable[str]],
         metadata: Callable[[str], Awaitable[dict[str, str]]],
         set_metadata: Callable[[str, str, str], Awaitable[object]],
         delete_metadata: Callable[[str, str], Awaitable[object]],
     ) -> None:
         self._store = store
+        self._resolve = resolve
         self._home_of = home_of
         self._metadata = metadata
         self._set = set_metadata
         self._delete = delete_metadata
 
     async def add(self, body: LinkAdd) -> dict[str, Any]:
-        home = await self._home_of(body.thread)
+        thread_id = await self._resolve(body.thread)
+        home = await self._home_of(thread_id)
         settings = LinkSettings(gateway=body.gateway, answer=body.answer, label=body.label)
         links = await self._store.add(
-            body.thread,
+            thread_id,
             home,
             body.endpoint.endpoint,
             body.direction,
             settings,
             exist_ok=body.exist_ok,
         )
-        await self._mirror(body.thread, links)
-        return describe(body.thread, links)
+        await self._mirror(thread_id, links)
+        return describe(thread_id, links)
 
     async def remove(self, body: LinkRef) -> dict[str, Any]:
         thread_id = await self._store.remove(body.endpoint.endpoint)
@@ -144,8 +149,9 @@ class LinkAdmin:
 
     async def list(self, body: LinkList) -> dict[str, Any]:
         if body.thread is not None:
-            found = await self._store.link_set(body.thread)
-            threads = {} if found is None else {body.thread: found[0]}
+            thread_id = await self._resolve(body.thread)
+            found = await self._store.link_set(thread_id)
+            threads = {} if found is None else {thread_id: found[0]}
         else:
             threads = await self._store.threads()
         listed = [

@@ -15,12 +15,12 @@ import structlog
 
 from ore_core.bridge.admin import EndpointBody, LinkAdd, LinkAdmin
 from ore_core.config import GatewaySettings
-from ore_core.endpoint import Endpoint, parse_endpoint
+from ore_core.endpoint import Endpoint, KeyForm, parse_endpoint
 from ore_core.errors import OreError, ThreadExists
 from ore_core.ids import NAMESPACE_KEY
 from ore_core.session.manager import Manager
 
-__all__ = ["GatewayError", "apply_gateways", "gateway_endpoints"]
+__all__ = ["GatewayError", "apply_gateways", "check_gateways", "gateway_endpoints"]
 
 log = structlog.get_logger("ore.bridge")
 
@@ -29,15 +29,29 @@ class GatewayError(OreError):
     """A `[[gateway]]` of the configuration cannot be applied."""
 
 
+def check_gateways(
+    gateways: Sequence[GatewaySettings],
+    conversation_key: Callable[[str], str | None],
+    key_form: Callable[[str], KeyForm | None],
+) -> None:
+    """GatewayError naming the expected form for an endpoint that is no conversation of
+    its installed conduit (`ore serve` refuses to start: linked, such an endpoint would
+    never be looked up, and each platform would silently get a thread of its own)."""
+    for gateway in gateways:
+        gateway_endpoints(gateway, conversation_key, key_form)
+
+
 def gateway_endpoints(
-    gateway: GatewaySettings, conversation_key: Callable[[str], str | None]
+    gateway: GatewaySettings,
+    conversation_key: Callable[[str], str | None],
+    key_form: Callable[[str], KeyForm | None] = lambda namespace: None,
 ) -> list[tuple[Endpoint, str]]:
     """The gateway's endpoints (resolved) with their directions; GatewayError if one is
-    invalid or two are the same endpoint."""
+    invalid (not of its conduit's `key_form`) or two are the same endpoint."""
     resolved: list[tuple[Endpoint, str]] = []
     for entry in gateway.endpoints:
         try:
-            endpoint = parse_endpoint(f"{entry.conduit}:{entry.key}", conversation_key)
+            endpoint = parse_endpoint(f"{entry.conduit}:{entry.key}", conversation_key, key_form)
         except ValueError as exc:
             raise GatewayError(f"gateway {gateway.name!r}: {exc}") from None
         if any(endpoint == other for other, _ in resolved):

@@ -183,6 +183,9 @@ class _Lookup(RequestBody):
 
 class _AdminLookup(_Lookup):
     namespace: _Namespace = DEFAULT_NAMESPACE
+    create: bool = True
+    """False: only find the thread (404 when there is none), as `ore chat --attach`
+    asks before it makes a thread for a conversation no conduit has seen."""
 
 
 class _Fork(_ThreadRef):
@@ -626,6 +629,9 @@ class ControlAPI:
         return {"threads": page, "next": page[-1] if len(ids) > body.limit else None}
 
     async def _admin_lookup(self, body: _AdminLookup) -> Reply:
+        if not body.create:
+            found = await self._manager.store.get_by(body.key, body.value)
+            return {"id": found.id, "created": False}
         metadata = {NAMESPACE_KEY: body.namespace, **body.metadata}
         thread, created = await self._manager.lookup_thread(body.key, body.value, metadata)
         self._resolved(thread.id, namespace_of(thread))

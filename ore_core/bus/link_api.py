@@ -21,7 +21,9 @@ from ore_core.bridge.deliveries import DeliveryGet, DeliveryLookup, DeliveryMap,
 from ore_core.bridge.links import LinkStore
 from ore_core.bus.api_base import ApiFailure, Reply
 from ore_core.endpoint import Endpoint, EndpointError
+from ore_core.errors import ThreadCorrupt, ThreadNotFound
 from ore_core.events import DeliveryEvent, EventContext
+from ore_core.id_prefix import resolve_thread_id
 from ore_core.ledger.thread import Thread
 from ore_core.session.manager import Manager
 from ore_core.subjects import Subjects
@@ -132,17 +134,35 @@ class LinkApi:
             async def home_of(thread_id: str) -> str:
                 return namespace_of(await manager.get_thread(thread_id))
 
+            async def resolve(typed: str) -> str:
+                return await resolve_thread_id(
+                    typed, self._thread_exists, self._thread_ids, "the store of the core"
+                )
+
             async def metadata(thread_id: str) -> dict[str, str]:
                 return (await manager.get_thread(thread_id)).meta().all()
 
             self._admin = LinkAdmin(
                 await self._store(),
+                resolve=resolve,
                 home_of=home_of,
                 metadata=metadata,
                 set_metadata=self._meta_set,
                 delete_metadata=self._meta_delete,
             )
         return self._admin
+
+    async def _thread_exists(self, thread_id: str) -> bool:
+        try:
+            await self._manager.get_thread(thread_id)
+        except ThreadNotFound:
+            return False
+        except ThreadCorrupt:
+            return True  # it exists; what uses it reports what is wrong with it
+        return True
+
+    async def _thread_ids(self, after: str, limit: int) -> list[str]:
+        return list(await self._manager.store.list_ids(after=after, limit=limit))
 
     # -- deliveries ------------------------------------------------------------------
 

@@ -21,8 +21,9 @@ import asyncio
 import logging
 import os
 import signal
+import sys
 import tempfile
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Mapping
 from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ import pluggy
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
 from ore_core.cli.app import build_runtime
-from ore_core.cli.link import conversation_keys
+from ore_core.cli.link import parse_typed_endpoint
 from ore_core.cli.options import (
     CliState,
     bus_config,
@@ -43,7 +44,12 @@ from ore_core.cli.options import (
     nats_option,
     nats_settings,
 )
-from ore_core.cli.processor import answering_line, choose_processor, turn_processors
+from ore_core.cli.processor import (
+    MODEL_ENDPOINT_ENV,
+    answering_line,
+    choose_processor,
+    turn_processors,
+)
 from ore_core.cli.processor_file import processor_option, use_processor_file
 from ore_core.cli.running import (
     CHAT_NATS_PREFIX,
@@ -60,10 +66,11 @@ from ore_core.cli.running import (
 from ore_core.conduit.base import Conduit, ConduitConfig
 from ore_core.conduit.client import ConduitClient
 from ore_core.config import NatsSettings, OreSettings, ProcessorSettings
-from ore_core.endpoint import ID_KEY, Endpoint, parse_endpoint
+from ore_core.endpoint import ID_KEY, Endpoint
 from ore_core.errors import ApiError, InvalidThreadId, OreError
 from ore_core.ids import validate_thread_id
 from ore_core.logging import configure_logging
+from ore_core.plugins.builtin.processors import ECHO
 from ore_core.plugins.registry import Registrations, collect_registrations
 from ore_core.subjects import Subjects
 
@@ -129,9 +136,16 @@ class ChatError(OreError):
     "--attach",
     "attach_to",
     metavar="CONDUIT:KEY",
-    help="Join the thread an endpoint is linked to (`slack:C0123/1712.0001`): the terminal "
-    "is linked to it (stdin:id=THREAD) and what is typed shows there with its label. "
+    help="Join the thread an endpoint is linked to (`nats:room`, "
+    "`slack:-:T0123:C0123:1712.0001`; `ore conduit --list` shows each conduit's form): "
+    "the terminal is linked to it (stdin:id=THREAD) and what is typed shows there with its label. "
     "Needs a running `ore serve`.",
+)
+@click.option(
+    "--create",
+    is_flag=True,
+    help="With --attach: start a thread for a conversation no conduit has seen yet, "
+    "without asking.",
 )
 @nats_option(
     help="NATS of a running `ore serve`; `auto` finds the one `ore serve` recorded; repeat "
@@ -147,6 +161,7 @@ def chat(
     continue_last: bool,
     processor_spec: str | None,
     attach_to: str | None,
+    create: bool,
     nats_urls: tuple[str, ...],
 ) -> None:
     """Chat with ore in the terminal; on a pipe, answer each input line.
@@ -182,9 +197,7 @@ def chat(
         if thread_id is not None or new_thread:
             raise click.UsageError("--attach chooses the thread: leave out --thread and --new")
         try:
-            endpoint = parse_endpoint(
-                attach_to, conversation_keys(state.plugin_manager, state.settings)
-            )
+            endpoint = parse_typed_endpoint(attach_to, state.plugin_manager, state.settings)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--attach") from None
         if attach is None and not nats_urls and not settings.nats.url:
@@ -215,8 +228,13 @@ def chat(
         if attach is not None:
             answers = f"; answering with {attach.processor}" if attach.processor else ""
             click.echo(f"Using {attach.describe()}{answers}", err=True)
+            unused = _unused_model_env(attach, os.environ)
+            if unused is not None:
+                click.echo(unused, err=True)
         if endpoint is not None:
-            run_attached = _conduit_only(settings, state.plugin_manager, overrides, endpoint)
+            run_attached = _conduit_only(
+                settings, state.plugin_manager, overrides, endpoint, create
+            )
             asyncio.run(_guarded(run_attached))
             return
         if nats.url:
@@ -271,6 +289,18 @@ def _model_settings(
         )
         raise click.UsageError(f"{what}, but echo answers: {echo.echo_reason}")
     return settings
+
+
+def _unused_model_env(running: RunningCore, environ: Mapping[str, str]) -> str | None:
+    """The line saying a model variable set for this chat is not what answers: the core
+    that answers is the running `ore serve`, which read its own environment."""
+    named = [name for name in MODEL_ENDPOINT_ENV if environ.get(name)]
+    if not named or not running.processor.startswith(f"{ECHO}:"):
+        return None
+    return (
+        f"{named[0]} is set here, but the core that answers is ore serve (pid {running.pid}), "
+        "with echo: set it where `ore serve` runs, or type /model NAME in the chat"
+    )
 
 
 def _running_core(settings: OreSettings, nats_urls: tuple[str, ...]) -> RunningCore | None:
@@ -412,18 +442,42 @@ async def _conduit_only(
     plugins: pluggy.PluginManager,
     overrides: dict[str, Any],
     attach: Endpoint | None = None,
+    create: bool = False,
 ) -> None:
     """The conduit alone, against the `ore serve` at the configured NATS."""
     conduit = _conduit_class(collect_registrations(plugins, settings))
     nats = settings.nats
     async with await connect_conduit(conduit.name, nats, CONNECT_TIMEOUT) as client:
         if attach is not None:
-            overrides = {**overrides, "thread": await _attach(client, attach)}
+            overrides = {**overrides, "thread": await _attach(client, attach, create)}
         config = _conduit_config(conduit, settings, overrides)
         await conduit().run(client, config)
 
 
-async def _attach(client: ConduitClient, endpoint: Endpoint) -> str:
+async def _conversation_thread(client: ConduitClient, endpoint: Endpoint, create: bool) -> str:
+    """The thread of the conversation `endpoint` names, as its conduit's lookup finds it;
+    one no conduit has seen is made only with `create` or a yes at the terminal (a typo
+    must not make a thread and a stray link)."""
+    body = {"namespace": endpoint.namespace, "key": endpoint.key, "value": endpoint.value}
+    if not create:
+        try:
+            return str((await client.admin_call("threads.lookup", {**body, "create": False}))["id"])
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+        question = (
+            f"No {endpoint.namespace} conduit has seen {endpoint.namespace}:{endpoint.value}; "
+            "start a thread for it?"
+        )
+        if not (sys.stdin.isatty() and click.confirm(question, err=True)):
+            raise ChatError(
+                f"--attach: no {endpoint.namespace} conduit has seen "
+                f"{endpoint.namespace}:{endpoint.value} (a typo?); --create starts a thread for it"
+            )
+    return str((await client.admin_call("threads.lookup", body))["id"])
+
+
+async def _attach(client: ConduitClient, endpoint: Endpoint, create: bool = False) -> str:
     """The thread of `endpoint` (the one it is linked to, else the conversation's own, as
     its conduit's lookup finds or makes it), now linked to this terminal too: an
     operator's act, through the admin API with the chat's credentials."""
@@ -434,7 +488,7 @@ async def _attach(client: ConduitClient, endpoint: Endpoint) -> str:
         except ApiError as exc:
             if exc.status != 404:
                 raise
-            thread = str((await client.admin_call("threads.lookup", body))["id"])
+            thread = await _conversation_thread(client, endpoint, create)
     except ApiError as exc:
         raise ChatError(f"--attach: {exc}") from None
     terminal = {"namespace": client.namespace, "key": ID_KEY, "value": thread}

@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from ore_core import tracing
 from ore_core.bus.health import HealthServer
+from ore_core.cli.checkout import checkout_conduits, checkout_root
 from ore_core.cli.options import (
     cli_state,
     connect_conduit,
@@ -39,6 +40,7 @@ from ore_core.conduit import ConduitClient
 from ore_core.conduit.counters import CONTENT_TYPE
 from ore_core.conduit.counters import render as render_metrics
 from ore_core.config import NatsSettings, OreSettings
+from ore_core.endpoint import KeyForm
 from ore_core.errors import OreError
 from ore_core.plugins.manager import BUILTIN_PLUGINS, OrePluginManager, plugin_callers
 from ore_core.plugins.registry import collect_registrations
@@ -106,6 +108,13 @@ def _settings_help(name: str) -> str:
 @click.argument("name", required=False)
 @click.option("--list", "list_only", is_flag=True, help="List the installed conduits.")
 @click.option(
+    "--all",
+    "list_all",
+    is_flag=True,
+    help="With --list: also the conduits of the checkout ore was installed from, with "
+    "the line that installs each.",
+)
+@click.option(
     "--set",
     "overrides",
     multiple=True,
@@ -132,6 +141,7 @@ def conduit(
     ctx: click.Context,
     name: str | None,
     list_only: bool,
+    list_all: bool,
     overrides: tuple[str, ...],
     nats_urls: tuple[str, ...],
     connect_timeout: float,
@@ -145,6 +155,8 @@ def conduit(
     state = cli_state()
     if list_only:
         _list_conduits(state.plugin_manager, state.settings)
+        if list_all:
+            _list_checkout(collect_registrations(state.plugin_manager, state.settings).conduits)
         return
     if name is None:
         raise click.UsageError("name the conduit to run (`ore conduit --list` shows them)")
@@ -332,9 +344,32 @@ def _list_conduits(plugins: OrePluginManager, settings: OreSettings) -> None:
         click.echo("No conduits installed (from a checkout: `ore install ./conduits/nats`).")
         return
     owners = _owners(plugins)
-    rows = [("NAME", "DISTRIBUTION", "DESCRIPTION")]
+    rows = [("NAME", "DISTRIBUTION", "ENDPOINT", "DESCRIPTION")]
     for name, cls in sorted(classes.items()):
-        rows.append((name, _distribution(plugins, owners.get(cls)), _description(cls)))
+        distribution = _distribution(plugins, owners.get(cls))
+        rows.append((name, distribution, _endpoint_form(name, cls), _description(cls)))
+    click.echo("\n".join(table_columns(rows)))
+
+
+def _endpoint_form(name: str, cls: type[Any]) -> str:
+    """How an endpoint of the conduit is typed (`slack:ENTERPRISE:TEAM:CHANNEL:THREAD_TS`)."""
+    key = getattr(cls, "conversation_key", "")
+    form = getattr(cls, "key_form", None)
+    if not key:
+        return f"{name}:{name}.KEY=VALUE"
+    return f"{name}:{form.spelling if isinstance(form, KeyForm) else 'VALUE'}"
+
+
+def _list_checkout(installed: Mapping[str, type[Any]]) -> None:
+    """The conduits of the checkout ore came from, installed or not, with install lines."""
+    root = checkout_root()
+    if root is None:
+        click.echo("\nore was not installed from a checkout: no other conduits to list.")
+        return
+    rows = [("NAME", "INSTALLED", "INSTALL")]
+    for found in checkout_conduits(root):
+        rows.append((found.name, "yes" if found.name in installed else "no", found.install_line))
+    click.echo(f"\nConduits of the checkout at {root}:")
     click.echo("\n".join(table_columns(rows)))
 
 

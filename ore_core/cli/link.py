@@ -21,13 +21,13 @@ from ore_core._nats.connection import NatsCredentials
 from ore_core.cli.options import cli_state, nats_settings, table_columns
 from ore_core.cli.running import find_running
 from ore_core.config import OreSettings
-from ore_core.endpoint import ANSWERS, DIRECTIONS, Endpoint, parse_endpoint
+from ore_core.endpoint import ANSWERS, DIRECTIONS, Endpoint, KeyForm, parse_endpoint
 from ore_core.errors import OreError
 from ore_core.plugins.manager import OrePluginManager
 from ore_core.plugins.registry import collect_registrations
 from ore_core.subjects import Subjects
 
-__all__ = ["conversation_keys", "link"]
+__all__ = ["conversation_keys", "key_forms", "link", "parse_typed_endpoint"]
 
 _TIMEOUT = 10.0
 
@@ -47,9 +47,25 @@ def conversation_keys(
     return key_of
 
 
+def key_forms(plugins: OrePluginManager, settings: OreSettings) -> Callable[[str], KeyForm | None]:
+    """`key_form` of each installed conduit, by name; None when it declares none."""
+    classes = collect_registrations(plugins, settings).conduits
+
+    def form_of(namespace: str) -> KeyForm | None:
+        form = getattr(classes.get(namespace), "key_form", None)
+        return form if isinstance(form, KeyForm) else None
+
+    return form_of
+
+
+def parse_typed_endpoint(text: str, plugins: OrePluginManager, settings: OreSettings) -> Endpoint:
+    """An endpoint a person typed, as the installed conduits declare theirs."""
+    return parse_endpoint(text, conversation_keys(plugins, settings), key_forms(plugins, settings))
+
+
 def _endpoint(text: str) -> Endpoint:
     state = cli_state()
-    return parse_endpoint(text, conversation_keys(state.plugin_manager, state.settings))
+    return parse_typed_endpoint(text, state.plugin_manager, state.settings)
 
 
 def _request(method: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -125,7 +141,8 @@ def link() -> None:
 def add_command(
     thread: str, endpoint: str, direction: str, answer: str | None, label: str | None
 ) -> None:
-    """Link ENDPOINT (CONDUIT:VALUE or CONDUIT:KEY=VALUE) to THREAD."""
+    """Link ENDPOINT (CONDUIT:VALUE or CONDUIT:KEY=VALUE) to THREAD (an id or a
+    unique prefix of one, as `ore threads list` shows them)."""
     body: dict[str, Any] = {
         "thread": thread,
         "endpoint": _endpoint(endpoint).as_dict(),
@@ -136,13 +153,13 @@ def add_command(
     if label is not None:
         body["label"] = label
     links = _request("links.add", body)
-    click.echo(f"linked {endpoint} to thread {thread} ({direction})")
-    click.echo("\n".join(table_columns([("THREAD", "ENDPOINT", "DIR", "GATEWAY", "ANSWER")])))
-    click.echo("\n".join(table_columns(_show(links))))
+    click.echo(f"linked {endpoint} to thread {links['thread']} ({direction})")
+    header = ("THREAD", "ENDPOINT", "DIR", "GATEWAY", "ANSWER")
+    click.echo("\n".join(table_columns([header, *_show(links)])))
 
 
 @link.command("list")
-@click.option("--thread", help="Only this thread's links.")
+@click.option("--thread", help="Only this thread's links (an id or a unique prefix).")
 @click.option("--conduit", "namespace", help="Only threads linked to this conduit namespace.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_command(thread: str | None, namespace: str | None, as_json: bool) -> None:

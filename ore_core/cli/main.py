@@ -30,6 +30,7 @@ from ore_core.cli.options import cli_state, table_columns
 from ore_core.cli.processor import choose_processor, turn_processors
 from ore_core.config import ConfigValue
 from ore_core.errors import OreError
+from ore_core.plugins.manager import PluginError
 from ore_core.plugins.registry import Registrations, collect_registrations
 
 __all__ = ["LAZY_COMMANDS", "OreGroup", "main"]
@@ -42,6 +43,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "link": "ore_core.cli.link:link",
     "migrate": "ore_core.cli.migrate:migrate",
     "models": "ore_core.cli.models:models",
+    "send": "ore_core.cli.send:send",
     "serve": "ore_core.cli.serve:serve",
     "threads": "ore_core.cli.threads:threads",
     "top": "ore_core.cli.top:top",
@@ -234,6 +236,7 @@ def config_command(as_json: bool) -> None:
         described = collect_registrations(state.plugin_manager, state.settings)
     except OreError:
         described = Registrations()
+    _check_store_keys(described, state.settings.store.model_dump())
     values += [
         ConfigValue(f"plugins.{name}", text, "effective")
         for name, text in described.interceptor_descriptions().items()
@@ -244,6 +247,17 @@ def config_command(as_json: bool) -> None:
     rows = [("KEY", "VALUE", "SOURCE")]
     rows += [(value.key, _text(value.value), value.source) for value in values]
     click.echo("\n".join(table_columns(rows)))
+
+
+def _check_store_keys(registrations: Registrations, section: dict[str, Any]) -> None:
+    """Raise the store factory's ConfigError for a key of `[store]` it does not take,
+    as `ore doctor` and `ore serve` would (a factory builds the store without opening
+    it); a store no plugin offers is `ore plugins`' to report."""
+    try:
+        factory = registrations.store_factory(str(section["name"]))
+    except PluginError:
+        return
+    factory(section)
 
 
 def _pip(*args: str) -> None:

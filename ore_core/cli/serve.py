@@ -26,10 +26,11 @@ import click
 
 from ore_core import tracing
 from ore_core._nats.connection import NatsCredentials
+from ore_core.bridge.gateways import check_gateways
 from ore_core.bus.embedded import default_store_dir, stop_orphan
 from ore_core.bus.service import CoreService, run
 from ore_core.cli.app import build_runtime, start_embedded_nats
-from ore_core.cli.link import conversation_keys
+from ore_core.cli.link import conversation_keys, key_forms
 from ore_core.cli.options import bus_config, cli_state, nats_option, nats_settings
 from ore_core.cli.processor import (
     ProcessorChoice,
@@ -216,6 +217,9 @@ async def _core(
     `answering` the line that says which processor answers.
     """
     nats = settings.nats
+    check_gateways(
+        settings.gateway, conversation_keys(plugins, settings), key_forms(plugins, settings)
+    )
     async with AsyncExitStack() as stack:
         servers[:] = list(nats.url or [])
         if not servers:

@@ -10,10 +10,11 @@ worker slower than the window keeps its last answer on screen, marked stale (`Bo
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TextIO
 
 import click
 import nats as nats_py
@@ -38,6 +39,7 @@ from ore_core.subjects import Subjects
 __all__ = ["Board", "Snapshot", "gather", "percentile", "render", "top"]
 
 _CONNECT_TIMEOUT = 10.0
+_PIPED_WIDTH = 1000  # no table of `ore top` is wider: piped output is never cut
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,15 @@ def render(snapshot: Snapshot, rates: Mapping[str, float] | None = None) -> Grou
     return Group(workers, dead)
 
 
+def print_snapshot(snapshot: Snapshot, file: TextIO) -> None:
+    """`--once`: the tables at the terminal's width, or whole when piped (a script
+    reading them must not get rows cut at a width nobody chose)."""
+    console = Console(file=file)
+    if not console.is_terminal:
+        console = Console(file=file, width=_PIPED_WIDTH)
+    console.print(render(snapshot))
+
+
 @click.command()
 @nats_option(help="NATS server URL (default: nats.url, else the running `ore serve`'s).")
 @click.option("--once", is_flag=True, help="Print one snapshot and exit.")
@@ -236,7 +247,7 @@ async def _top(
                 click.echo(jsonutil.dumps(asdict(snapshot)).decode())
                 return
             if once:
-                console.print(render(snapshot))
+                print_snapshot(snapshot, sys.stdout)
                 return
             with Live(render(snapshot), console=console, auto_refresh=False) as live:
                 while True:

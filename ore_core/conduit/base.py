@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from ore_core.conduit.capabilities import Capabilities
+from ore_core.endpoint import KeyForm
 from ore_core.errors import OreError, describe_validation_error
 
 if TYPE_CHECKING:
@@ -82,9 +83,13 @@ class Conduit(ABC):
     capabilities: ClassVar[Capabilities] = Capabilities()
     conversation_key: ClassVar[str] = ""
     """The metadata key naming a platform conversation (`slack.thread`): a link's
-    endpoint is this key's value (`ore link add T slack:C0123/1712.0001`); `id` for a
-    conduit whose conversation is the thread id itself; empty (the default): none, a
-    link names the key in full (`NS:KEY=VALUE`)."""
+    endpoint is this key's value (`ore link add T slack:-:T0123:C0123:1712.0001`); `id`
+    for a conduit whose conversation is the thread id itself; empty (the default): none,
+    a link names the key in full (`NS:KEY=VALUE`)."""
+    key_form: ClassVar[KeyForm | None] = None
+    """How the `conversation_key`'s value is spelt (`ENTERPRISE:TEAM:CHANNEL:THREAD_TS`):
+    `ore serve` refuses a gateway, `ore link` an endpoint, of another spelling; the
+    help and the docs show it. None: any value."""
 
     @classmethod
     def load_config(cls, section: Mapping[str, Any]) -> ConduitConfig:

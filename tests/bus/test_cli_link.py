@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -108,3 +109,53 @@ async def test_the_list_shows_each_endpoint_s_last_delivery_status(
         "sequence": 1,
         "detail": "gone",
     }
+
+
+async def _thread_with_a_message(client: Client, thread: str) -> None:
+    alpha = await watch(client, "alpha", thread)
+    await publish(client, thread, user_message("hi", f"{thread}-1", "alpha"), namespace="alpha")
+    await wait_for(lambda: alpha.done() == 1)
+
+
+async def test_link_add_takes_a_unique_prefix_of_the_thread_id_as_ore_threads_does(
+    start_core: CoreFactory, ore_nats_client: Client, ore_nats_url: str, tmp_path: Path
+) -> None:
+    await start_core()
+    await _thread_with_a_message(ore_nats_client, "ab258e56cafe")
+    status, out, err = await ore(
+        ore_nats_url, tmp_path, "link", "add", "ab258e", "web:web.thread=w-1"
+    )
+    assert status == 0, err
+    assert out.splitlines()[0] == "linked web:web.thread=w-1 to thread ab258e56cafe (inout)"
+    status, out, err = await ore(
+        ore_nats_url, tmp_path, "link", "list", "--thread", "ab25", "--json"
+    )
+    assert [links["thread"] for links in json.loads(out)] == ["ab258e56cafe"], err
+
+
+async def test_an_ambiguous_thread_prefix_is_refused_naming_the_candidates(
+    start_core: CoreFactory, ore_nats_client: Client, ore_nats_url: str, tmp_path: Path
+) -> None:
+    await start_core()
+    for thread in ("ab1-one", "ab2-two"):
+        await _thread_with_a_message(ore_nats_client, thread)
+    status, _, err = await ore(ore_nats_url, tmp_path, "link", "add", "ab", "web:web.thread=w-1")
+    assert status == 1
+    assert err.strip().splitlines() == [
+        "Error: ore link: thread id ab is ambiguous in the store of the core (ab1-one, "
+        "ab2-two): type more of it"
+    ]
+
+
+async def test_link_add_prints_its_table_with_the_header_over_the_columns(
+    start_core: CoreFactory, ore_nats_client: Client, ore_nats_url: str, tmp_path: Path
+) -> None:
+    await start_core()
+    await _thread_with_a_message(ore_nats_client, "t-table")
+    status, out, err = await ore(
+        ore_nats_url, tmp_path, "link", "add", "t-table", "web:web.thread=a-long-web-thread"
+    )
+    assert status == 0, err
+    header, row = out.splitlines()[1:]
+    starts = [[m.start() for m in re.finditer(r"\S+", line)] for line in (header, row)]
+    assert starts[0] == starts[1]

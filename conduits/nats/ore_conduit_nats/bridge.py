@@ -73,6 +73,7 @@ from ore_core.conduit import (
     subscriptions_registered,
     until_answered,
 )
+from ore_core.endpoint import KeyForm
 from ore_core.events import MAX_EVENT_ID_LENGTH, DeliveryEvent, new_event_id
 
 __all__ = ["CHANNEL_KEY", "NatsBridge"]
@@ -110,6 +111,7 @@ class NatsBridge(Conduit):
     description = "Plain NATS subjects (text or JSON, pub/sub or request-reply) <-> ore threads"
     config_model = NatsBridgeConfig
     conversation_key = CHANNEL_KEY
+    key_form = KeyForm("CHANNEL", "room")
 
     @classmethod
     def own_subjects(cls, config: ConduitConfig) -> OwnSubjects:

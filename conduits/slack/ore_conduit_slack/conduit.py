@@ -31,6 +31,7 @@ from ore_conduit_slack.inbound import Identity, Inbound, Lanes
 from ore_conduit_slack.inbox import Inbox
 from ore_conduit_slack.outbound import Clock, Outbound
 from ore_core.conduit import Conduit, ConduitClient, ConduitConfig
+from ore_core.endpoint import KeyForm
 
 __all__ = ["MonotonicClock", "SlackConduit"]
 
@@ -59,6 +60,8 @@ class SlackConduit(Conduit):
     description = "Slack (Socket Mode or the Events API): a Slack thread is an ore thread"
     config_model = SlackConfig
     conversation_key = THREAD_KEY
+    key_form = KeyForm("ENTERPRISE:TEAM:CHANNEL:THREAD_TS", "-:T0123:C0123:1712.0001")
+    """`SlackThread.key`: ENTERPRISE is `-` outside Enterprise Grid."""
     clock: ClassVar[Clock] = MonotonicClock()
     on_http_ready: ClassVar[Callable[[str], None] | None] = None
 

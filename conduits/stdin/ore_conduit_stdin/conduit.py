@@ -32,6 +32,7 @@ from ore_core.conduit import (
     ConduitConfig,
     ThreadInfo,
 )
+from ore_core.endpoint import KeyForm
 from ore_core.errors import ThreadNotFound
 from ore_core.id_prefix import AmbiguousThreadId, resolve_thread_id
 
@@ -131,6 +132,7 @@ class StdinConduit(Conduit):
     description: ClassVar[str] = "Terminal chat: streamed Markdown replies; piped input works too"
     config_model: ClassVar[type[ConduitConfig]] = StdinConfig
     conversation_key: ClassVar[str] = "id"
+    key_form: ClassVar[KeyForm | None] = KeyForm("THREAD", "ab258e56")
     # A terminal shows text as it comes: deltas every 30 ms, not the core's 100 ms.
     capabilities: ClassVar[Capabilities] = Capabilities(
         streaming=True, markup="markdown", delta_interval=0.03

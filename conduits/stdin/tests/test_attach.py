@@ -83,3 +83,37 @@ async def test_a_message_from_the_platform_shows_while_the_prompt_waits_keeping_
                 if relayed.action == "relayed":
                     break
     assert relayed.text == "half a line"
+
+
+async def test_attach_to_a_conversation_no_conduit_has_seen_is_refused_off_a_terminal(
+    start_core: Callable[[TurnProcessor], Awaitable[None]],
+    ore_nats_url: str,
+    run_chat: RunChat,
+) -> None:
+    await start_core(EchoProcessor())
+    env = {"ORE_LOAD_PLUGINS": "ore-conduit-stdin,ore-conduit-nats"}
+    done = await asyncio.to_thread(
+        run_chat, "--attach", "nats:roon", "--nats", ore_nats_url, input="hi\n", env=env
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (
+        "Error: --attach: no nats conduit has seen nats:roon (a typo?); --create starts a "
+        "thread for it"
+    )
+    async with await ConduitClient.connect(ore_nats_url, name="nats") as platform:
+        links = await platform.admin_call("links.list", {})
+    assert links == {"links": []}  # no stray link
+
+
+async def test_attach_with_create_starts_a_thread_for_a_new_conversation(
+    start_core: Callable[[TurnProcessor], Awaitable[None]],
+    ore_nats_url: str,
+    run_chat: RunChat,
+) -> None:
+    await start_core(EchoProcessor())
+    env = {"ORE_LOAD_PLUGINS": "ore-conduit-stdin,ore-conduit-nats"}
+    done = await asyncio.to_thread(
+        run_chat, "--attach", "nats:fresh", "--create", "--nats", ore_nats_url, input="", env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Attached to thread " in done.stderr

@@ -26,6 +26,7 @@ from ore_conduit_telegram.outbound import Notes, Outbound
 from ore_conduit_telegram.state import State
 from ore_core import OreError
 from ore_core.conduit import Capabilities, Conduit, ConduitClient, ConduitConfig
+from ore_core.endpoint import KeyForm
 
 __all__ = ["COMMANDS", "TelegramConduit"]
 
@@ -52,6 +53,9 @@ class TelegramConduit(Conduit):
     )
     config_model = TelegramConfig
     conversation_key = THREAD_KEY
+    key_form = KeyForm("CHAT:TOPIC:ROOT", "-1001234567890:0:0")
+    """`Conversation.key`: TOPIC 0 outside forum topics, ROOT 0 for the chat's first
+    conversation."""
     capabilities = Capabilities(
         edit=True,
         delete=True,

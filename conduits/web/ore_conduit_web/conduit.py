@@ -19,6 +19,7 @@ from ore_conduit_web.server import bind, serve, url_of
 from ore_conduit_web.threads import CONVERSATION, WebThreads
 from ore_conduit_web.tokens import Tokens
 from ore_core.conduit import Capabilities, Conduit, ConduitClient, ConduitConfig
+from ore_core.endpoint import KeyForm
 
 __all__ = ["WebConduit"]
 
@@ -31,6 +32,7 @@ class WebConduit(Conduit):
     config_model = WebConfig
     conversation_key = CONVERSATION
     """An endpoint `web:ID` is the web thread ID (its `web.thread` metadata)."""
+    key_form = KeyForm("WEB_THREAD", "w-1")
     capabilities = Capabilities(
         edit=True,
         delete=True,

@@ -181,6 +181,9 @@ class History:
             self.deleted.add(event.turn)
         elif isinstance(event, DeliveryEvent):
             per_endpoint = self.deliveries.setdefault(event.turn, {})
+            if event.status == "delivered":  # after a retry: nothing left to say
+                per_endpoint.pop(event.endpoint, None)
+                return
             per_endpoint[event.endpoint] = DeliveryView(
                 endpoint=event.endpoint, status=event.status, detail=event.detail
             )
