@@ -21,11 +21,15 @@ from click.testing import CliRunner, Result
 from ore_core import Role, Text, Thread, ThreadNotFound, UserMessageEvent
 from ore_core.cli import main
 from ore_core.cli.app import build_runtime
+from ore_core.cli.threads import UNANSWERED
 from ore_core.config import OreSettings
+from ore_core.errors import TurnFailed
 from ore_core.plugins.manager import create_plugin_manager
 from ore_core.session.compaction import BoundaryInfo, plan_cut, store_compaction
+from ore_core.session.manager import Manager
 from ore_core.session.stores import JSONStore, SQLiteStore
 from ore_core.session.thread_ops import BOUNDARY_INFO_KEY
+from ore_core.session.turn_context import TurnContext
 
 ORE = Path(sys.executable).with_name("ore")
 
@@ -160,6 +164,27 @@ def test_show_prints_the_active_path_oldest_first_without_other_branches(
     assert "first try" not in text
     assert f"tip {populated.turn('second try', 'assistant')}: 4 of 6 turns" in text
     assert "title = Demo" in text
+
+
+def test_show_says_that_a_last_message_got_no_answer(populated: Populated) -> None:
+    async def fail_a_turn() -> None:
+        async def broken_model(ctx: TurnContext) -> None:
+            raise RuntimeError("the model server is down")
+
+        store = SQLiteStore(populated.store["path"])
+        manager = Manager(store, broken_model)
+        try:
+            stream = await manager.attach("other")
+            with pytest.raises(TurnFailed):
+                await stream.process(UserMessageEvent(content="are you there?"))
+        finally:
+            await manager.aclose()
+            await store.close()
+
+    assert not ore("threads", "show", "other").stdout.rstrip().endswith(f"({UNANSWERED})")
+    asyncio.run(fail_a_turn())
+    lines = ore("threads", "show", "other").stdout.splitlines()
+    assert lines[-2:] == ["  are you there?", f"  ({UNANSWERED})"]
 
 
 def test_show_json_lists_the_active_path_turns(populated: Populated) -> None:

@@ -40,8 +40,9 @@ from ore_core.errors import OreError, ThreadCorrupt, ThreadNotFound, TurnNotFoun
 from ore_core.id_prefix import resolve_thread_id, short_id
 from ore_core.ids import validate_thread_id
 from ore_core.ledger.thread import Thread
+from ore_core.session.bridging import is_relay
 from ore_core.session.compaction import boundary_info, path_tokens
-from ore_core.turn import Turn, format_timestamp, turn_to_dict
+from ore_core.turn import Role, Turn, format_timestamp, turn_to_dict
 
 __all__ = ["served_store_section", "threads"]
 
@@ -300,12 +301,20 @@ def _compaction_lines(thread: Thread, path: list[Turn]) -> list[str]:
 
 
 def _path_lines(thread: Thread) -> Iterator[str]:
-    for turn in thread.turns():
+    path = thread.turns()
+    for turn in path:
         yield ""
         yield f"{turn.role}  {turn.id}  {_local_time(turn.timestamp)}"
         for artifact in _shown(turn):
             for line in _artifact_text(artifact).splitlines() or [""]:
                 yield f"  {line}"
+    if path and path[-1].role == Role.USER and not is_relay(thread):
+        yield f"  ({UNANSWERED})"
+
+
+UNANSWERED = "no answer: its turn failed or was stopped; send the message again to retry"
+"""What `show` says under a last user message without an answer (the error itself was
+told to the conduit that sent it, and is in the core's log; a relay thread answers none)."""
 
 
 def _format_options(
