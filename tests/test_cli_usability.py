@@ -110,14 +110,14 @@ def test_a_record_is_removed_only_by_its_own_process() -> None:
     assert find_running() is None
 
 
-def test_the_default_port_is_used_only_when_it_is_free(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_default_port_is_used_only_when_it_is_free() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        monkeypatch.setattr(serve_module, "DEFAULT_PORT", port)
-        assert serve_module._embedded_port(None) is None  # taken: any free port instead
-    assert serve_module._embedded_port(None) == port  # free again
+        # taken: any free port instead
+        assert serve_module._embedded_port(None, default=port) is None
+    assert serve_module._embedded_port(None, default=port) == port  # free again
     assert serve_module._embedded_port(0) is None
     assert serve_module._embedded_port(5555) == 5555
 

@@ -10,6 +10,17 @@ import ore_core
 MAX_CLASS_LINES = 500
 PACKAGE = Path(ore_core.__file__).parent
 
+REVIEWED_LONGER = {
+    "bus/ingress.py:Ingress": (
+        "two jobs, a partition's life (acquire, claim back, recycle, release) and a "
+        "message's admission (attach, bind, submit, retry): the seam the bus/ingress room "
+        "of docs/design/conduit-shape.md cuts along; listed, not squeezed, until then"
+    ),
+}
+"""Classes allowed over the budget, each with the reason it was reviewed for: the one place
+an exception is written, so no class is ever cut in the middle or a docstring shortened
+only to pass the test below."""
+
 
 def class_sizes(root: Path) -> dict[str, int]:
     """Lines of every class below `root`, by `path:Class`."""
@@ -26,7 +37,13 @@ def test_no_class_in_ore_core_is_longer_than_500_lines() -> None:
     sizes = class_sizes(PACKAGE)
     assert "session/stream.py:Stream" in sizes  # the walk sees the tree
     too_long = {name: size for name, size in sizes.items() if size > MAX_CLASS_LINES}
-    assert too_long == {}
+    assert {name: size for name, size in too_long.items() if name not in REVIEWED_LONGER} == {}
+
+
+def test_every_reviewed_exception_is_still_needed() -> None:
+    """An exception whose class came back under the budget (or is gone) is taken off."""
+    sizes = class_sizes(PACKAGE)
+    assert [name for name in REVIEWED_LONGER if sizes.get(name, 0) <= MAX_CLASS_LINES] == []
 
 
 def test_class_sizes_count_a_class_from_its_line_to_its_last(tmp_path: Path) -> None:

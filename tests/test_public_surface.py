@@ -33,6 +33,7 @@ SDK_MODULES = {
     "ore_core.conduit.counters": "the conduit metrics (issue 33)",
     "ore_core.conduit.feed": "EventFeed: a thread's output, live and caught up",
     "ore_core.conduit.waiting": "the one retry policy while the core is away (issue 36)",
+    "ore_core.endpoint": "the endpoint grammar: a conduit declares its key's form (issue 41)",
 }
 """Every module `from ore_core import Conduit, ConduitClient, ...` may load, each with the
 reason it was reviewed for: a module that is not listed fails the test below, so the SDK
