@@ -1,7 +1,8 @@
 """The model path: first token and last token through ore against calling the model directly.
 
 Run: `python bench/model_path.py [--quick] [--concurrency 1,50,200] [--per-thread N]
-[--history 200] [--profile DIR]`.
+[--history 200] [--profile DIR] [--sync always]` (`--sync`: the nats-server's fsync
+policy, as `nats.sync`).
 
 Processes, each on its own: a nats-server (embedded, file storage), the OpenAI-compatible
 mock (`python -m ore_openai.testing`: 50 chunks of 4 characters, 20 ms before each,
@@ -386,11 +387,13 @@ async def scenarios(
 
 
 async def measure(args: argparse.Namespace, tmp: Path) -> list[Phase]:
+    from ore_core.bus.durability import SyncPolicy
     from ore_core.bus.embedded import EmbeddedNatsServer
 
     mock, mock_url = start_mock()
     try:
-        async with EmbeddedNatsServer(tmp / "nats") as server:
+        config = SyncPolicy(args.sync).server_config()
+        async with EmbeddedNatsServer(tmp / "nats", config=config) as server:
             core = start_core(server.url, mock_url, tmp)
             try:
                 await wait_ready(server.url, core)
@@ -425,6 +428,9 @@ def main() -> None:
     parser.add_argument("--per-thread", type=int, default=20, help="turns at 1 thread")
     parser.add_argument("--history", type=int, default=200, help="turns of the long thread")
     parser.add_argument("--profile", metavar="DIR", help="py-spy `ore serve` into DIR")
+    parser.add_argument(
+        "--sync", default="always", help="nats-server fsync policy, as nats.sync (default always)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.concurrency, args.per_thread, args.history = "1,5", 2, 10

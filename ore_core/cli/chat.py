@@ -33,7 +33,7 @@ import pluggy
 
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
-from ore_core.cli.app import build_runtime
+from ore_core.cli.app import build_runtime, embedded_config
 from ore_core.cli.link import conversation_keys
 from ore_core.cli.options import (
     CliState,
@@ -310,7 +310,7 @@ async def _everything(
         )
         nats = settings.nats
         store_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix=CHAT_NATS_PREFIX))
-        server = EmbeddedNatsServer(store_dir, config=f"max_payload: {int(nats.max_payload)}\n")
+        server = EmbeddedNatsServer(store_dir, config=embedded_config(nats))
         await server.astart()
         stack.push_async_callback(server.astop)
         record_chat_server(ChatServer(os.getpid(), server.pid, store_dir))
