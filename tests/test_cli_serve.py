@@ -28,7 +28,7 @@ from ore_core.cli.running import RunningCore, find_running
 from ore_core.session.stores import SQLiteStore
 from ore_core.subjects import partition_of
 from ore_openai.testing import MockOpenAIServer
-from tests.test_durability import INTERVAL_LINE, OPERATOR_R1_LINE, jetstream_config
+from tests.test_nats_sync import INTERVAL_LINE, OPERATOR_R1_LINE, jetstream_config
 
 pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
 

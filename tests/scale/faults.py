@@ -75,6 +75,8 @@ class RunResult:
     node_states: dict[str, dict[str, Any]]
     faults: list[FaultRecord] = field(default_factory=list)
     drain_seconds: float = 0.0
+    bad_answers: dict[str, list[int]] = field(default_factory=dict)
+    sent_at: dict[tuple[str, int], float] = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
@@ -289,6 +291,7 @@ async def fault_run(
         directory,
         delay=0.05,
         partitions=PARTITIONS,
+        ready_timeout=120.0,  # a fault run shares a loaded machine
         env={"ORE_NATS__REPLICAS": "3", "ORE_NATS__LEASE_TTL": str(LEASE_TTL)},
     )
     nc: Client | None = None
@@ -329,6 +332,12 @@ async def fault_run(
             node_states=states,
             faults=nemesis.records,
             drain_seconds=drain_seconds,
+            bad_answers={thread_id: answers.get(thread_id, []) for thread_id in bad},
+            sent_at={
+                key: acked - nemesis.started
+                for key, (_, acked) in load.sent_at.items()
+                if key[0] in bad
+            },
         )
     finally:
         if nc is not None:

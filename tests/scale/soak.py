@@ -138,7 +138,9 @@ async def soak_run(
     rng = random.Random(seed)
     server = EmbeddedNatsServer(directory / "nats", config=SyncPolicy(sync).server_config())
     await server.astart()
-    workers = Workers([server.url], directory, delay=0.05, partitions=PARTITIONS)
+    workers = Workers(
+        [server.url], directory, delay=0.05, partitions=PARTITIONS, ready_timeout=120.0
+    )
     nc: nats.NATS | None = None
     try:
         for _ in range(WORKERS):
