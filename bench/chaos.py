@@ -40,16 +40,18 @@ def report(result: RunResult) -> None:
         f"{store.store_doubled} / {store.store_order_violations} |"
     )
     print(f"| nodes agree after the heal | {'yes' if result.nodes_agree else 'NO'} |")
+    print(f"| workers that stopped by themselves | {len(result.stopped_by_themselves)} |")
+    for worker in result.stopped_by_themselves:
+        print(f"  {worker}")
     if not result.nodes_agree:
         print(result.node_states)
     for record in result.faults:
         print(f"  {record.at:7.1f}s {record.kind} {record.target} ({record.took:.1f}s)")
     for thread_id, verdict in list(result.bad_threads.items())[:10]:
         print(f"  {thread_id}: {verdict.as_dict()} answers {result.bad_answers[thread_id]}")
-        missing = sorted(
-            set(range(1, max(result.bad_answers[thread_id] or [0]) + 1))
-            - set(result.bad_answers[thread_id])
-        )
+        answered = set(result.bad_answers[thread_id])
+        last = max([n for (t, n) in result.sent_at if t == thread_id] or [0])
+        missing = sorted(set(range(1, last + 1)) - answered)
         acked = [f"{n}@{result.sent_at.get((thread_id, n), -1):.1f}s" for n in missing]
         print(f"    missing, publish acked at: {acked}")
     for line in result.store_report.details[:10]:

@@ -14,8 +14,9 @@ the same `Nats-Msg-Id` until JetStream acknowledges it). Faults, one at a time:
   pause-worker    SIGSTOP of one worker for longer than its lease, then SIGCONT
   kill-worker     kill -9 of one worker (a third of three), a new one started at once
 
-Then the heal (everything resumed, restarted, three workers serving), the drain (until
-every sent message is answered, or `drain` seconds), and the checker
+A worker that stops by itself (a crash) fails the run: every fault must end without an
+operator's step. Then the heal (everything resumed, restarted, three workers serving),
+the drain (until every sent message is answered, or `drain` seconds), and the checker
 (tests/scale/checker.py) on what `ORE_EVENTS` stored, plus whether every node holds the
 same `ORE_IN` and `ORE_EVENTS` (messages, first and last sequence) after the heal.
 """
@@ -23,6 +24,7 @@ same `ORE_IN` and `ORE_EVENTS` (messages, first and last sequence) after the hea
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -75,12 +77,18 @@ class RunResult:
     node_states: dict[str, dict[str, Any]]
     faults: list[FaultRecord] = field(default_factory=list)
     drain_seconds: float = 0.0
+    stopped_by_themselves: list[str] = field(default_factory=list)
     bad_answers: dict[str, list[int]] = field(default_factory=dict)
     sent_at: dict[tuple[str, int], float] = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
-        return self.verdict.clean and self.store_report.clean and self.nodes_agree
+        return (
+            self.verdict.clean
+            and self.store_report.clean
+            and self.nodes_agree
+            and not self.stopped_by_themselves
+        )
 
 
 class FixedRate:
@@ -90,6 +98,7 @@ class FixedRate:
         self._load = load
         self._period = period
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
         self.failed_publishes = 0
 
     def start(self) -> None:
@@ -100,17 +109,19 @@ class FixedRate:
     async def _run(self, thread_id: str, offset: float) -> None:
         await asyncio.sleep(offset)
         next_at = time.monotonic()
-        while True:
+        while not self._stopping.is_set():
             try:
                 await self._load.send(thread_id)
             except RuntimeError:  # never acknowledged: indeterminate, sent again as is
                 self.failed_publishes += 1
             next_at += self._period
-            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), max(0.0, next_at - time.monotonic()))
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
+        """Stop sending; a publish under way finishes first (a cancelled one may have been
+        stored without this side knowing its number)."""
+        self._stopping.set()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
@@ -332,6 +343,11 @@ async def fault_run(
             node_states=states,
             faults=nemesis.records,
             drain_seconds=drain_seconds,
+            stopped_by_themselves=[
+                f"worker pid {w.pid} (exit status {w.process.returncode})"
+                for w in workers.started
+                if w.process.poll() is not None and w.process.returncode != -signal.SIGKILL
+            ],
             bad_answers={thread_id: answers.get(thread_id, []) for thread_id in bad},
             sent_at={
                 key: acked - nemesis.started
