@@ -10,7 +10,7 @@ import pytest
 
 from tests.scale.faults import EVERY_KIND, RunResult, fault_run
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 async def run(directory: Path, kinds: list[str], drain: float) -> RunResult:

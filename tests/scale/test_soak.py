@@ -10,7 +10,7 @@ import pytest
 
 from tests.scale.soak import soak_run
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 async def test_a_short_soak_with_worker_kills_loses_doubles_and_reorders_nothing(
