@@ -1,7 +1,7 @@
 """The hot path: what one turn costs in `ore serve` against the fastest raw nats-py loop.
 
 Run: `python bench/hotpath.py [--threads 100] [--per-thread 30] [--latency 1000] [--rounds 1]
-[--before PATH/TO/OTHER/ore] [--floor] [--profile DIR] [--instructions] [--syscalls]
+[--sync always] [--before PATH/TO/OTHER/ore] [--floor] [--profile DIR] [--instructions] [--syscalls]
 [--libraries]`.
 
 One nats-server (file storage, monitoring port) serves both sides; each side runs as
@@ -1061,6 +1061,13 @@ def report_instructions(rounds: list[dict[str, float]], args: argparse.Namespace
         )
 
 
+def sync_config(sync: str) -> str:
+    """The nats-server's fsync policy as `ore serve`'s embedded server would get it."""
+    from ore_core.bus.durability import SyncPolicy
+
+    return SyncPolicy(sync).server_config()
+
+
 def main(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from ore_core.bus.embedded import EmbeddedNatsServer
@@ -1104,7 +1111,7 @@ def main(args: argparse.Namespace) -> None:
     rounds = []
     with tempfile.TemporaryDirectory(prefix="ore-hotpath-") as name:
         tmp = Path(name)
-        with EmbeddedNatsServer(tmp / "nats") as server:
+        with EmbeddedNatsServer(tmp / "nats", config=sync_config(args.sync)) as server:
             for index in range(args.rounds):
                 result = {}
                 for side in sides:
@@ -1128,6 +1135,9 @@ if __name__ == "__main__":
     parser.add_argument("--per-thread", type=int, default=30)
     parser.add_argument("--latency", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--sync", default="always", help="nats-server fsync policy, as nats.sync (default always)"
+    )
     parser.add_argument("--store", default="sqlite", help="the core's store (default sqlite)")
     parser.add_argument(
         "--before",

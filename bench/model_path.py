@@ -2,7 +2,8 @@
 
 Run: `python bench/model_path.py [--quick] [--concurrency 1,50,200] [--per-thread N]
 [--history 200] [--profile DIR] [--compaction-turns 500] [--window 8000]
-[--only-compaction]`.
+[--only-compaction] [--sync always]` (`--sync`: the nats-server's fsync policy, as
+`nats.sync`).
 
 Processes, each on its own: a nats-server (embedded, file storage), the OpenAI-compatible
 mock (`python -m ore_openai.testing`: 50 chunks of 4 characters, 20 ms before each,
@@ -400,11 +401,13 @@ async def scenarios(
 
 
 async def measure(args: argparse.Namespace, tmp: Path) -> list[Phase]:
+    from ore_core.bus.durability import SyncPolicy
     from ore_core.bus.embedded import EmbeddedNatsServer
 
     mock, mock_url = start_mock()
     try:
-        async with EmbeddedNatsServer(tmp / "nats") as server:
+        config = SyncPolicy(args.sync).server_config()
+        async with EmbeddedNatsServer(tmp / "nats", config=config) as server:
             core = start_core(server.url, mock_url, tmp)
             try:
                 await wait_ready(server.url, core)
@@ -442,6 +445,9 @@ def main() -> None:
     parser.add_argument("--compaction-turns", type=int, default=500, help="turns of that row")
     parser.add_argument("--window", type=int, default=8000, help="its context window")
     parser.add_argument("--only-compaction", action="store_true", help="just that row")
+    parser.add_argument(
+        "--sync", default="always", help="nats-server fsync policy, as nats.sync (default always)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.concurrency, args.per_thread, args.history = "1,5", 2, 10

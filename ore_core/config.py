@@ -77,6 +77,7 @@ _MAX_PAYLOAD_LIMIT = 64 * 1024 * 1024  # nats-server refuses max_payload above m
 _SUBJECT_PREFIX = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
 _NAMESPACE = re.compile(r"[a-z0-9_-]{1,32}")
 _NATS_SCHEMES = ("nats", "tls", "ws", "wss")
+_SYNC = re.compile(r"always|interval:[1-9][0-9]*(ms|s|m|h)")
 # Free-form tables (plugins, store, processor) cannot type their secrets: mask by name.
 _SECRET_NAME = re.compile(r"password|passwd|secret|token|api_?key|credential", re.IGNORECASE)
 _PATH_NAME = re.compile(r"_(file|path|dir)$")
@@ -142,6 +143,11 @@ class NatsSettings(_Section):
     store_probe_interval: PositiveFloat = 5.0
     """Seconds between checks that the store takes writes; `/readyz` answers 503 while it
     does not."""
+    sync: str = "always"
+    """When the private nats-server writes what it acknowledged to disk: `always` (fsync
+    before every acknowledgement) or `interval:DURATION` (e.g. `interval:2m`,
+    nats-server's own default: a power loss or OS crash loses what was acknowledged
+    since the last fsync). An operator's server (`url`) keeps its own `sync_interval`."""
     lease_ttl: float = 4.0
     """Seconds a worker's partition lease outlives its last renewal: after a worker dies,
     the others take its threads over after about this long (1 to 60)."""
@@ -192,6 +198,13 @@ class NatsSettings(_Section):
         if not 1.0 <= ttl <= 60.0:
             raise ValueError("must be from 1 to 60 seconds (failover takes about this long)")
         return ttl
+
+    @field_validator("sync")
+    @classmethod
+    def _check_sync(cls, sync: str) -> str:
+        if not _SYNC.fullmatch(sync):
+            raise ValueError("must be always or interval:DURATION (e.g. interval:10s, interval:2m)")
+        return sync
 
     @field_validator("max_payload")
     @classmethod

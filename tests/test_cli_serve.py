@@ -28,6 +28,7 @@ from ore_core.cli.running import RunningCore, find_running
 from ore_core.session.stores import SQLiteStore
 from ore_core.subjects import partition_of
 from ore_openai.testing import MockOpenAIServer
+from tests.test_nats_sync import INTERVAL_LINE, OPERATOR_R1_LINE, jetstream_config
 
 pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
 
@@ -322,6 +323,36 @@ async def test_without_a_url_serve_starts_an_embedded_server_and_prints_its_url(
     port = int(url.rsplit(":", 1)[1])
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=5).close()  # stopped with the core
+
+
+async def test_serve_says_the_embedded_servers_durability_and_the_server_runs_with_it(
+    start_serve: Callable[..., Served], ore_isolated_env: Path
+) -> None:
+    served = start_serve(env={"ORE_NATS__SYNC": "interval:10s"})
+    lines = await read_until(served, "Durability: ")
+    assert lines[-1] == f"Durability: {INTERVAL_LINE}"
+    store_dir = ore_isolated_env / "state" / "ore" / "nats"
+    config = jetstream_config(monitor_url_of(store_dir))
+    assert "sync_always" not in config
+    assert config["sync_interval"] == 10_000_000_000
+    await read_until(served, "ore core ready: NATS ")
+    assert await served.terminate() == 0
+
+
+async def test_serve_on_an_operators_server_says_what_its_replicas_mean(
+    ore_nats_server: EmbeddedNatsServer, start_serve: Callable[..., Served]
+) -> None:
+    served = start_serve("--nats", ore_nats_server.url)
+    lines = await read_until(served, "Durability: ")
+    assert lines[-1] == f"Durability: {OPERATOR_R1_LINE}"
+    await read_until(served, "ore core ready: NATS ")
+    assert await served.terminate() == 0
+
+
+def monitor_url_of(store_dir: Path) -> str:
+    """The monitoring URL in the ports file the embedded server wrote in `store_dir`."""
+    (ports_file,) = store_dir.glob("*.ports")
+    return str(json.loads(ports_file.read_text())["monitoring"][0])
 
 
 # --- the processor, the known address, one-line errors -------------------------------

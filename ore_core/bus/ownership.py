@@ -299,8 +299,10 @@ class Ownership:
         assert self._kv is not None
         loop = asyncio.get_running_loop()
         while True:
-            watcher = self._watcher or await self._kv.watchall()
+            watcher = self._watcher or await self._open_watch()
             self._watcher = None
+            if watcher is None:
+                continue
             try:
                 while True:
                     try:
@@ -317,6 +319,17 @@ class Ownership:
                     await watcher.stop()  # type: ignore[no-untyped-call]
                 except NatsError:
                     pass
+
+    async def _open_watch(self) -> KeyValue.KeyWatcher | None:
+        """A new watch of the bucket; None (after a pause) while JetStream cannot open
+        one: every node of a cluster restarting, no stream leader elected yet."""
+        assert self._kv is not None
+        try:
+            return await self._kv.watchall()
+        except (NatsError, TimeoutError) as exc:
+            log.info("worker bucket not watchable yet; trying again", error=repr(exc))
+            await asyncio.sleep(min(1.0, self._ttl / 4))
+            return None
 
     async def _count_keys(self, now: float) -> None:
         """Add the keys an exact listing finds and the watch's first read missed.

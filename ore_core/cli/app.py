@@ -19,6 +19,7 @@ from typing import Any
 import pluggy
 import structlog
 
+from ore_core.bus.durability import SyncPolicy, operator_durability
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.config import NatsSettings, OreSettings, StoreSettings
 from ore_core.plugins.builtin.processors import ECHO
@@ -33,6 +34,8 @@ __all__ = [
     "Runtime",
     "build_processor",
     "build_runtime",
+    "deployment_durability",
+    "embedded_config",
     "open_store",
     "opened_processor",
     "start_embedded_nats",
@@ -152,15 +155,29 @@ async def start_embedded_nats(
 ) -> EmbeddedNatsServer:
     """A started private nats-server (loopback, JetStream, data under the user state dir).
 
-    Its `max_payload` follows `nats.max_payload`; `port` fixes the client port (None:
-    any free port); `auth` is an `authorization` block (`ore auth`'s nats-auth.conf).
-    The caller owns it: `await astop()`; it also ends when this process dies, and an
-    orphan of an earlier process on the same data directory is stopped first.
+    Its `max_payload` follows `nats.max_payload`, its fsync policy `nats.sync`; `port`
+    fixes the client port (None: any free port); `auth` is an `authorization` block
+    (`ore auth`'s nats-auth.conf). The caller owns it: `await astop()`; it also ends
+    when this process dies, and an orphan of an earlier process on the same data
+    directory is stopped first.
     """
-    config = f"max_payload: {int(settings.max_payload)}\n" + (auth or "")
+    config = embedded_config(settings) + (auth or "")
     server = EmbeddedNatsServer(config=config, port=port, die_with_parent=True)
     await server.astart()
     return server
+
+
+def embedded_config(settings: NatsSettings) -> str:
+    """The nats-server config every embedded server of ore gets from the settings."""
+    return f"max_payload: {int(settings.max_payload)}\n" + SyncPolicy(settings.sync).server_config()
+
+
+def deployment_durability(settings: NatsSettings) -> str:
+    """What the bus keeps through a crash: the embedded server's `nats.sync`, or what an
+    operator's server (`nats.url`) and ore's stream replicas mean."""
+    if settings.url:
+        return operator_durability(settings.replicas)
+    return SyncPolicy(settings.sync).describe()
 
 
 def build_processor(

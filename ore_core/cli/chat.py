@@ -34,7 +34,7 @@ import pluggy
 
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
-from ore_core.cli.app import build_runtime
+from ore_core.cli.app import build_runtime, embedded_config
 from ore_core.cli.link import parse_typed_endpoint
 from ore_core.cli.options import (
     CliState,
@@ -414,9 +414,7 @@ async def _everything(
         nats = settings.nats
         store_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix=CHAT_NATS_PREFIX))
         # die_with_parent: a chat killed with SIGKILL leaves no server running.
-        server = EmbeddedNatsServer(
-            store_dir, config=f"max_payload: {int(nats.max_payload)}\n", die_with_parent=True
-        )
+        server = EmbeddedNatsServer(store_dir, config=embedded_config(nats), die_with_parent=True)
         await server.astart()
         stack.push_async_callback(server.astop)
         record_chat_server(ChatServer(os.getpid(), server.pid, store_dir))

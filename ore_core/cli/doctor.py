@@ -23,8 +23,9 @@ from urllib.parse import urlsplit
 import click
 
 from ore_core._nats.connection import NatsCredentials, connect_nats
+from ore_core.bus.durability import SyncPolicy
 from ore_core.bus.embedded import data_dir_holder, default_store_dir
-from ore_core.cli.app import opened_processor
+from ore_core.cli.app import deployment_durability, opened_processor
 from ore_core.cli.control_store import open_threads
 from ore_core.cli.failures import one_line
 from ore_core.cli.options import CliState, cli_state
@@ -89,6 +90,7 @@ def _checks(state: CliState) -> list[Check]:
     checks.append(_store(state))
     checks.append(_processor(state))
     checks += _plugins(state)
+    checks.append(_durability(settings.nats))
     if settings.nats.url:
         checks.append(_nats(settings.nats))
     checks.append(_running(store_key(settings)))
@@ -245,6 +247,21 @@ def _running(our_store: str) -> Check:
         )
     same = " (the configured store)" if running.store == our_store else ""
     return Check("running core", "ok", f"{running.describe()}{same}; NATS answers")
+
+
+def _durability(nats: NatsSettings) -> Check:
+    """What an acknowledged message survives; a warning where a crash can lose it."""
+    found = deployment_durability(nats)
+    if nats.url and nats.replicas == 1:
+        todo = (
+            "give the server `sync_interval: always` in its jetstream block, or run a "
+            "3-node cluster with nats.replicas = 3 (`ore migrate`); docs/operating-nats.md"
+        )
+        return Check("durability", "warn", found, todo)
+    if not nats.url and not SyncPolicy(nats.sync).always:
+        todo = 'set nats.sync = "always" unless losing that window is fine'
+        return Check("durability", "warn", found, todo)
+    return Check("durability", "ok", found)
 
 
 def _nats(nats: NatsSettings) -> Check:

@@ -29,7 +29,7 @@ from ore_core._nats.connection import NatsCredentials
 from ore_core.bridge.gateways import check_gateways
 from ore_core.bus.embedded import default_store_dir, stop_orphan
 from ore_core.bus.service import CoreService, run
-from ore_core.cli.app import build_runtime, start_embedded_nats
+from ore_core.cli.app import build_runtime, deployment_durability, start_embedded_nats
 from ore_core.cli.link import conversation_keys, key_forms
 from ore_core.cli.options import bus_config, cli_state, nats_option, nats_settings
 from ore_core.cli.processor import (
@@ -234,6 +234,7 @@ async def _core(
                 f"Embedded NATS server listening on {embedded.url} (data in {embedded.store_dir})"
             )
             servers[:] = [embedded.url]
+        click.echo(f"Durability: {deployment_durability(nats)}")
         runtime = await build_runtime(settings, plugins)
         stack.push_async_callback(runtime.aclose)
         for notice in runtime.notices:

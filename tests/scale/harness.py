@@ -80,8 +80,10 @@ class Workers:
         delay: float = 0.3,
         partitions: int = 32,
         env: dict[str, str] | None = None,
+        ready_timeout: float = READY_TIMEOUT,
     ) -> None:
         self.servers = servers
+        self.ready_timeout = ready_timeout
         self.directory = directory
         self.store_path = directory / "threads.db"
         self.delay = delay
@@ -119,7 +121,7 @@ class Workers:
         return worker
 
     async def wait_serving(self, worker: Worker) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT
+        deadline = time.monotonic() + self.ready_timeout
         while not any(line.get("event") == "ore core serving" for line in worker.log()):
             if not worker.alive:
                 raise RuntimeError(f"ore serve exited early:\n{worker.log_path.read_text()}")
