@@ -31,7 +31,7 @@ from ore_core.session.compaction import (
     uncompact,
 )
 from ore_core.session.protocols import InterceptResult
-from ore_core.session.slash import parse_command
+from ore_core.session.slash import SlashCommands, parse_command
 from ore_core.session.thread_ops import APP_CONTEXT
 from ore_core.turn import Turn
 
@@ -39,7 +39,14 @@ if TYPE_CHECKING:
     from ore_core.config import CompactionSettings
     from ore_core.session.stream import Stream
 
-__all__ = ["DEFAULT_CONTEXT_WINDOW", "SUMMARY_PROMPT", "Compactor", "Summariser", "summary_prompt"]
+__all__ = [
+    "COMMANDS",
+    "DEFAULT_CONTEXT_WINDOW",
+    "SUMMARY_PROMPT",
+    "Compactor",
+    "Summariser",
+    "summary_prompt",
+]
 
 log = structlog.get_logger("ore.compaction")
 
@@ -54,6 +61,12 @@ SUMMARY_PROMPT = (
     "Write plain prose and lists, no preamble; say only what the conversation says."
 )
 """What the summariser is asked (with the focus of `/compact FOCUS` appended)."""
+
+COMMANDS = {
+    "compact": "Summarise the earlier conversation now: /compact [FOCUS]",
+    "uncompact": "Restore the turns the last compaction summarised",
+}
+"""The commands this step runs itself (ahead of the slash commands), as `/help` lists them."""
 
 MESSAGE_OVERHEAD = 16
 """Tokens counted for a new message beside its text (role, framing)."""
@@ -81,6 +94,11 @@ class Compactor:
         self.settings = settings
         self.summariser = summariser
         self._paused: dict[str, int] = {}  # thread id -> messages until the next try
+
+    def list_commands(self, commands: SlashCommands) -> None:
+        """Have `/help` of `commands` list `/compact` and `/uncompact`."""
+        for name, description in COMMANDS.items():
+            commands.mention(name, description)
 
     async def intercept(self, event: IngressEvent, stream: Stream) -> InterceptResult:
         """Handle `/compact`, `/uncompact`, `/undo` after a compaction; compact when due."""
