@@ -94,6 +94,7 @@ class Compactor:
         self.settings = settings
         self.summariser = summariser
         self._paused: dict[str, int] = {}  # thread id -> messages until the next try
+        self._warned: set[str] = set()  # threads told they near the threshold
 
     def list_commands(self, commands: SlashCommands) -> None:
         """Have `/help` of `commands` list `/compact` and `/uncompact`."""
@@ -151,9 +152,26 @@ class Compactor:
             self._paused[stream.id] = paused - 1
             return None
         size = path_tokens(stream.turns()) + _message_tokens(event)
-        if size <= window * self.settings.threshold:
+        if size > window * self.settings.threshold:
+            self._warned.discard(stream.id)
+            return await self._run(stream, summariser, "", auto=True)
+        return self._warning(stream.id, size / window)
+
+    def _warning(self, thread_id: str, share: float) -> Notice | None:
+        """The notice, once per crossing, that the thread is past `warn_at` of the window."""
+        warn_at = self.settings.warn_at
+        if not warn_at or share <= warn_at:
+            self._warned.discard(thread_id)  # below again (compacted): warn at the next crossing
             return None
-        return await self._run(stream, summariser, "", auto=True)
+        if thread_id in self._warned:
+            return None
+        self._warned.add(thread_id)
+        return Notice(
+            f"This thread fills ~{share:.0%} of the model's context window; at "
+            f"{self.settings.threshold:.0%} its earlier conversation will be summarised "
+            "(/compact [FOCUS] does it now).",
+            Severity.WARN,
+        )
 
     async def _run(
         self, stream: Stream, summariser: Summariser, focus: str, *, auto: bool = False
