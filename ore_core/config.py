@@ -32,6 +32,7 @@ from pydantic import (
     PrivateAttr,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 from pydantic_settings import (
@@ -281,6 +282,9 @@ class CompactionSettings(_Section):
     threshold: Annotated[float, Field(gt=0, le=1)] = 0.8
     """Share of the context window the thread (with the new message) may fill before it is
     compacted."""
+    warn_at: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    """Share of the context window at which the thread is told, once, that it will soon
+    be compacted (below `threshold`); 0: no warning."""
     context_window: NonNegativeInt = 0
     """Tokens the model accepts; 0 asks the processor (a table of known models, else
     128000)."""
@@ -294,6 +298,16 @@ class CompactionSettings(_Section):
     retry_after: PositiveInt = 10
     """After a failed compaction, messages that pass before it is tried again (a failing
     summariser is not called on every message)."""
+
+    @field_validator("warn_at")
+    @classmethod
+    def _warn_before_compacting(cls, warn_at: float, info: ValidationInfo) -> float:
+        threshold = info.data.get("threshold", 0.8)
+        if warn_at >= threshold:
+            raise ValueError(
+                f"must be below compaction.threshold ({threshold}), or 0 for no warning"
+            )
+        return warn_at
 
 
 _GATEWAY_NAME = re.compile(r"[a-z0-9_-]{1,64}")

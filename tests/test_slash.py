@@ -15,6 +15,9 @@ from ore_core import (
     Stream,
     UserMessageEvent,
 )
+from ore_core.config import OreSettings
+from ore_core.plugins.manager import create_plugin_manager
+from ore_core.plugins.registry import collect_registrations
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.slash import (
     Command,
@@ -284,3 +287,13 @@ async def test_non_message_events_pass_through_unchanged() -> None:
     result = await commands.intercept(event, None)  # type: ignore[arg-type]
     assert result.event is event
     assert isinstance(UserMessageEvent(content="x"), UserMessageEvent)
+
+
+async def test_help_lists_the_compaction_commands_the_compaction_step_runs() -> None:
+    pm = create_plugin_manager(load_entry_points=False)
+    registrations = collect_registrations(pm, OreSettings())
+    (commands,) = [i for i in registrations.interceptors if isinstance(i, SlashCommands)]
+    notices, _ = await _run(commands, "/help")
+    lines = {line.split()[0]: line for line in notices[0].content.splitlines()[1:]}
+    assert lines["/compact"].endswith("  Summarise the earlier conversation now: /compact [FOCUS]")
+    assert "/uncompact" in lines

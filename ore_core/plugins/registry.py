@@ -202,6 +202,7 @@ def _register_compactor(
 ) -> None:
     """The compaction step, with the summariser a plugin offers (`ore_compact`), if any."""
     from ore_core.session.compactor import Compactor
+    from ore_core.session.slash import SlashCommands
 
     summariser = None
     for plugin, caller in plugin_callers(pm, "ore_compact"):
@@ -216,7 +217,11 @@ def _register_compactor(
                 f'plugin "{plugin}": ore_compact returned {summariser!r}, not a summariser'
             )
         break
-    registrations.register_interceptor(Compactor(config.compaction, summariser))
+    compactor = Compactor(config.compaction, summariser)
+    for interceptor in registrations.interceptors:
+        if isinstance(interceptor, SlashCommands):
+            compactor.list_commands(interceptor)
+    registrations.register_interceptor(compactor)
 
 
 def _by(plugin: str) -> str:

@@ -31,6 +31,7 @@ from ore_core.events import (
     UserMessageEvent,
 )
 from ore_core.ledger.thread import Thread
+from ore_core.session.compaction import COPY_OF
 from ore_core.turn import Role, TraversalControl, Turn, turn_text
 
 __all__ = [
@@ -85,9 +86,7 @@ def turn_extra(event: UserMessageEvent) -> tuple[tuple[str, str], ...]:
 def find_message(thread: Thread, ref: str) -> Turn | None:
     """The turn `ref` names (its id, or the event id a message was sent with), at its
     latest revision: an edited message is edited, deleted or answered as it reads now."""
-    turn = thread.get_turn(ref)
-    if turn is None:
-        turn = next((t for t in thread.all_turns() if t.event_id == ref), None)
+    turn = _named(thread, ref)
     if turn is None:
         return None
     revisions = {
@@ -98,6 +97,18 @@ def find_message(thread: Thread, ref: str) -> Turn | None:
         seen.add(newer.id)
         turn = newer
     return turn
+
+
+def _named(thread: Thread, ref: str) -> Turn | None:
+    """The turn `ref` names by id or event id. A compaction copies the turns it keeps
+    (same event id, `copy_of` naming the original), so several may answer: the one on
+    the active path wins, else the turn with that id, else the first with that event id."""
+    on_path = {turn.id for turn in thread.turns()}
+    named = [t for t in thread.all_turns() if ref in (t.id, t.event_id, dict(t.extra).get(COPY_OF))]
+    current = next((t for t in named if t.id in on_path), None)
+    if current is not None:
+        return current
+    return thread.get_turn(ref) or next((t for t in named if t.event_id == ref), None)
 
 
 def _unknown(thread: Thread, ref: str, what: str, context: EventContext) -> ErrorEvent:

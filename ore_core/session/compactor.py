@@ -31,7 +31,7 @@ from ore_core.session.compaction import (
     uncompact,
 )
 from ore_core.session.protocols import InterceptResult
-from ore_core.session.slash import parse_command
+from ore_core.session.slash import SlashCommands, parse_command
 from ore_core.session.thread_ops import APP_CONTEXT
 from ore_core.turn import Turn
 
@@ -39,7 +39,14 @@ if TYPE_CHECKING:
     from ore_core.config import CompactionSettings
     from ore_core.session.stream import Stream
 
-__all__ = ["DEFAULT_CONTEXT_WINDOW", "SUMMARY_PROMPT", "Compactor", "Summariser", "summary_prompt"]
+__all__ = [
+    "COMMANDS",
+    "DEFAULT_CONTEXT_WINDOW",
+    "SUMMARY_PROMPT",
+    "Compactor",
+    "Summariser",
+    "summary_prompt",
+]
 
 log = structlog.get_logger("ore.compaction")
 
@@ -54,6 +61,12 @@ SUMMARY_PROMPT = (
     "Write plain prose and lists, no preamble; say only what the conversation says."
 )
 """What the summariser is asked (with the focus of `/compact FOCUS` appended)."""
+
+COMMANDS = {
+    "compact": "Summarise the earlier conversation now: /compact [FOCUS]",
+    "uncompact": "Restore the turns the last compaction summarised",
+}
+"""The commands this step runs itself (ahead of the slash commands), as `/help` lists them."""
 
 MESSAGE_OVERHEAD = 16
 """Tokens counted for a new message beside its text (role, framing)."""
@@ -81,6 +94,12 @@ class Compactor:
         self.settings = settings
         self.summariser = summariser
         self._paused: dict[str, int] = {}  # thread id -> messages until the next try
+        self._warned: set[str] = set()  # threads told they near the threshold
+
+    def list_commands(self, commands: SlashCommands) -> None:
+        """Have `/help` of `commands` list `/compact` and `/uncompact`."""
+        for name, description in COMMANDS.items():
+            commands.mention(name, description)
 
     async def intercept(self, event: IngressEvent, stream: Stream) -> InterceptResult:
         """Handle `/compact`, `/uncompact`, `/undo` after a compaction; compact when due."""
@@ -133,9 +152,26 @@ class Compactor:
             self._paused[stream.id] = paused - 1
             return None
         size = path_tokens(stream.turns()) + _message_tokens(event)
-        if size <= window * self.settings.threshold:
+        if size > window * self.settings.threshold:
+            self._warned.discard(stream.id)
+            return await self._run(stream, summariser, "", auto=True)
+        return self._warning(stream.id, size / window)
+
+    def _warning(self, thread_id: str, share: float) -> Notice | None:
+        """The notice, once per crossing, that the thread is past `warn_at` of the window."""
+        warn_at = self.settings.warn_at
+        if not warn_at or share <= warn_at:
+            self._warned.discard(thread_id)  # below again (compacted): warn at the next crossing
             return None
-        return await self._run(stream, summariser, "", auto=True)
+        if thread_id in self._warned:
+            return None
+        self._warned.add(thread_id)
+        return Notice(
+            f"This thread fills ~{share:.0%} of the model's context window; at "
+            f"{self.settings.threshold:.0%} its earlier conversation will be summarised "
+            "(/compact [FOCUS] does it now).",
+            Severity.WARN,
+        )
 
     async def _run(
         self, stream: Stream, summariser: Summariser, focus: str, *, auto: bool = False

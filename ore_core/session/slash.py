@@ -74,7 +74,8 @@ def parse_command(text: str) -> tuple[str, str] | None:
 @dataclass(slots=True)
 class _Binding:
     description: str
-    handler: Handler
+    handler: Handler | None
+    """None for a command another interceptor runs (listed by `/help` only)."""
 
 
 @dataclass
@@ -92,6 +93,11 @@ class SlashCommands:
         """Bind (or rebind) `/name`."""
         self._commands[name] = _Binding(description, handler)
 
+    def mention(self, name: str, description: str) -> None:
+        """List `/name` in `/help` though an interceptor ahead of this one runs it (e.g.
+        compaction's `/compact`): what users can type is listed in one place."""
+        self._commands.setdefault(name, _Binding(description, None))
+
     def commands(self) -> dict[str, str]:
         """Name -> description of every bound command."""
         return {name: b.description for name, b in self._commands.items()}
@@ -105,7 +111,7 @@ class SlashCommands:
             return InterceptResult(event)
         name, raw_input = parsed
         binding = self._commands.get(name)
-        if binding is None:
+        if binding is None or binding.handler is None:
             return InterceptResult(
                 None,
                 [

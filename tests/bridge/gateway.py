@@ -27,7 +27,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from ore_conduit_slack.testing import FakeSlack
-from ore_core import TurnCompleteEvent
+from ore_core import NoticeEvent, TurnCompleteEvent
 from ore_core.conduit import ConduitClient, SettingsCache, classify
 from ore_core.events import DeliveryEvent
 from ore_core.testing.conduit_process import ConduitProcess
@@ -193,6 +193,8 @@ class Gateway:
                     self.lines["stdin"].append(relayed.shown)
                 elif relayed.action == "delivery":
                     self.notices["stdin"].append(relayed.text)
+                elif relayed.action == "answer" and isinstance(event, NoticeEvent):
+                    self.notices["stdin"].append(event.content)  # thread-wide (`app`)
                 await self._shown()
 
     def slack_lines(self) -> list[str]:

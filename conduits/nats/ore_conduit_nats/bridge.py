@@ -371,11 +371,20 @@ class _Bridge:
                 await self._publish(self.subject(channel, "out"), reply)
 
     async def _relay(self, delivery: Delivery) -> None:
-        """Show another endpoint's message (labelled), delete, report or answer."""
-        if delivery.kind not in _RELAYED_KINDS:
+        """Show another endpoint's message (labelled), delete, report or answer, and the
+        thread's own notices (provenance `app`, e.g. a compaction's one line)."""
+        event = delivery.event
+        thread_wide = isinstance(event, NoticeEvent) and event.context.provenance == "app"
+        if delivery.kind not in _RELAYED_KINDS and not thread_wide:
             return
         channel = await self._channel(delivery.thread_id)
         if channel is None:
+            return
+        if isinstance(event, NoticeEvent) and thread_wide:  # live-only: it comes once
+            notice = Reply(
+                "notice", event.content, delivery.thread_id, severity=event.severity.label
+            )
+            await self._publish(self.subject(channel, "out"), notice)
             return
         relayed = classify(delivery, self.name, self._settings.get(delivery.thread_id))
         reply: Reply | None = None
@@ -387,7 +396,6 @@ class _Bridge:
             text = f"a message from {relayed.origin} was deleted"
             reply = Reply("notice", text, delivery.thread_id, severity="info")
         elif relayed.action == "delivery":
-            event = delivery.event
             late = isinstance(event, DeliveryEvent) and event.status == "delivered"
             severity = "info" if late else "warn"  # delivered after all, else retrying/failed
             reply = Reply("notice", relayed.text, delivery.thread_id, severity=severity)

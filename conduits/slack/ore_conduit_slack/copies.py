@@ -78,6 +78,23 @@ class RelayedCopies:
         elif relayed.action == "delivery" and isinstance(event, DeliveryEvent):
             await self._show_status(event)
 
+    async def show_notice(self, text: str) -> None:
+        """Post a thread-wide notice (provenance `app`, e.g. a compaction's one line).
+        It is live-only, so it comes once and is posted once; a refusal is logged, not
+        retried (the thread's history holds what it says)."""
+        for part in split_message(neutralise(text), self.config.message_chars):
+            try:
+                await self.api.call(
+                    "chat.postMessage",
+                    self.slack.team,
+                    channel=self.slack.channel,
+                    thread_ts=self.slack.thread_ts,
+                    markdown_text=part,
+                )
+            except (SlackError, Ambiguous) as exc:
+                log.info("notice not shown", thread_id=self.thread_id, error=str(exc))
+                return
+
     def _parts(self, relayed: Relayed) -> list[str]:
         return split_message(neutralise(relayed.shown), self.config.message_chars)
 

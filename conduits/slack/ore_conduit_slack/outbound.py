@@ -287,8 +287,13 @@ class ThreadRenderer:
 
     async def _relay(self, delivery: Delivery) -> None:
         """Show another endpoint's event (`ore_conduit_slack.copies`)."""
-        if self._copies is None or delivery.sequence is None:
-            return  # not a Slack thread, or live-only (never a copy)
+        if self._copies is None:
+            return  # not a Slack thread
+        event = delivery.event
+        if delivery.sequence is None:  # live-only: never a copy, but the thread's notices
+            if isinstance(event, NoticeEvent) and event.context.provenance == "app":  # thread-wide
+                await self._copies.show_notice(event.content)
+            return
         relayed = classify(delivery, self.out.name, self.settings.get(self.thread_id))
         await self._copies.show(delivery, relayed, delivery.sequence)
 
