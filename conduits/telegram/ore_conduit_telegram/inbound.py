@@ -16,8 +16,10 @@ handled in order; chats are handled concurrently.
   replies to (a reply chain is a thread); another message continues the chat's
   current conversation, and `/new` starts a new one.
 - Commands: `/start` is answered with the greeting and `/new` with a confirmation, by
-  the conduit; `/stop` interrupts the answer being written; every other command
-  (`/help`, ...) goes to the core as text, without the `@botname` Telegram adds in groups.
+  the conduit; `/stop` interrupts the answer being written; `/retry` asks for another
+  answer (a core regenerate) to the question of the answer it replies to, or else to
+  the conversation's latest question; every other command (`/help`, ...) goes to the
+  core as text, without the `@botname` Telegram adds in groups.
 - Edits of the latest message of a conversation branch the ore thread (`on_edit`); the
   new message names the turn it replaces (`edit_of`), so linked endpoints edit their copy.
 - Every message carries the sender's display name (`user_name`), which linked endpoints
@@ -412,12 +414,16 @@ class Inbound:
         await self.client.regenerate(thread_id, question, id=retry, context=context)
 
     async def _question_of_answer(self, message: _Message) -> tuple[str, str | None]:
-        """(the thread, the user turn) of the bot's answer a `/retry` replies to, in the
-        answer's own conversation (a private chat may have moved on with `/new`); no
-        turn for a message of the bot's that is no answer (a greeting, a copy)."""
+        """(the thread, the turn) of the bot's answer a `/retry` replies to, in the
+        answer's own conversation (a private chat may have moved on with `/new`), or of
+        the relayed copy it replies to (another endpoint's answer or question); no turn
+        for a message of the bot's that is neither (a greeting)."""
         question = await self.state.question_of(message.chat, message.reply_to)
+        if question is None:
+            copied = await self.state.copied_turn(message.chat, message.reply_to)
+            return copied if copied is not None else ("", None)
         root = await self.state.chain(message.chat, message.reply_to)
-        if question is None or root is None:
+        if root is None:
             return "", None
         conversation = Conversation(message.chat, message.topic, root, message.kind)
         return await self._thread_id(conversation), question

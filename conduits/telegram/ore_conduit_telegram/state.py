@@ -277,6 +277,17 @@ class State:
             message,
         )
 
+    async def copied_turn(self, chat: int, message: int) -> tuple[str, str] | None:
+        """(thread, turn) of the relayed copy of which `message` in `chat` is a part
+        (None: no copy)."""
+        row = await self._one(
+            "SELECT c.thread, c.turn FROM copies c JOIN places p ON p.thread = c.thread"
+            " WHERE p.chat=? AND c.message=?",
+            chat,
+            message,
+        )
+        return (str(row[0]), str(row[1])) if row else None
+
     # -- plumbing -------------------------------------------------------------------
 
     def _connection(self) -> sqlite3.Connection:
