@@ -21,6 +21,7 @@ import structlog
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -30,6 +31,7 @@ from ore_conduit_slack.ids import THREAD_KEY
 from ore_conduit_slack.inbound import Identity, Inbound, Lanes
 from ore_conduit_slack.inbox import Inbox
 from ore_conduit_slack.outbound import Clock, Outbound
+from ore_conduit_slack.shortcut import REGENERATE
 from ore_core.conduit import Conduit, ConduitClient, ConduitConfig
 from ore_core.endpoint import KeyForm
 
@@ -182,8 +184,14 @@ def _bolt_app(
     async def acknowledge_only(body: dict[str, Any]) -> None:
         """Events of the AI-app split view that need no answer (no warning logged)."""
 
+    async def shortcut(ack: AsyncAck, body: dict[str, Any]) -> None:
+        """Kept (the inbox) before it is acknowledged, as an event is."""
+        await inbound.take(body)
+        await ack()
+
     for event in _EVENTS:
         app.event(event)(listener)
+    app.message_shortcut(REGENERATE)(shortcut)
     for event in _ACKNOWLEDGED:
         app.event(event)(acknowledge_only)
     return app

@@ -17,6 +17,10 @@ its work is done. At start, `replay()` queues what an earlier run left in the in
   repeats early; the core's de-duplication by event id is the durable guard (a message
   sent again after a crash is answered once). A retry is never dropped by its header
   alone: if the first delivery was never acknowledged, the retry is the message.
+- The `ore_regenerate` message shortcut on a question or an answer in a thread the bot
+  is part of is one core regenerate of that question (module `shortcut`): a sibling
+  answer in the same Slack thread, no second user message. It is kept in the inbox
+  like an event, so a crash after Slack's acknowledgement loses it not.
 - An edit is one core edit (`on_edit`): the core answers an edit of the latest message
   again and records an older one's in place on a linked thread (docs/bridging.md);
   a delete is a core delete (its copies elsewhere go too), after an interrupt when
@@ -45,6 +49,7 @@ from ore_conduit_slack.ids import (
 )
 from ore_conduit_slack.inbox import Inbox
 from ore_conduit_slack.names import UserNames
+from ore_conduit_slack.shortcut import REGENERATE, answer_turn, marked_turn
 from ore_core import (
     ApiError,
     BusError,
@@ -105,6 +110,11 @@ class TtlSet:
     def discard(self, key: str) -> None:
         """Forget `key` (its handling failed: a retry must be handled)."""
         self._expiry.pop(key, None)
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    """`value` if it is a JSON object, else an empty one (a payload's optional parts)."""
+    return value if isinstance(value, Mapping) else {}
 
 
 def _passing(error: BaseException) -> bool:
@@ -209,6 +219,8 @@ class Inbound:
         return len(pending)
 
     def _decide(self, body: Mapping[str, Any]) -> Work | None:
+        if body.get("type") == "message_action" and body.get("callback_id") == REGENERATE:
+            return self._regenerate(body)
         event = body.get("event")
         if not isinstance(event, Mapping):
             return None
@@ -334,6 +346,67 @@ class Inbound:
                 self._owned.add(thread.key)
                 return True
         return False  # remembered in _foreign for a while
+
+    # -- the regenerate shortcut ----------------------------------------------------
+
+    def _regenerate(self, body: Mapping[str, Any]) -> Work | None:
+        message, channel = body.get("message"), body.get("channel")
+        if not isinstance(message, Mapping) or not isinstance(channel, Mapping):
+            return None
+        team_of, enterprise_of = _mapping(body.get("team")), _mapping(body.get("enterprise"))
+        team = str(team_of.get("id") or self.identity.team_id)
+        enterprise = str(enterprise_of.get("id") or team_of.get("enterprise_id") or "")
+        channel_id, ts = str(channel.get("id") or ""), str(message.get("ts") or "")
+        thread = SlackThread(enterprise, team, channel_id, str(message.get("thread_ts") or ts))
+        asked_on = event_id(enterprise, team, channel_id, ts)
+        action_id = f"{asked_on}:regenerate:{body.get('action_ts') or body.get('trigger_id')}"
+        if not channel_id or not ts or not self.seen.add(action_id):
+            return None
+        user = str(_mapping(body.get("user")).get("id") or "")
+
+        async def regenerate() -> None:
+            if not await self._owns(thread):
+                log.info("regenerate shortcut outside the bot's threads", channel=channel_id)
+                return
+            thread_id = await self._thread_id(thread)
+            turn = await self._turn_of(thread, thread_id, message, asked_on)
+            if turn is None:
+                log.info("regenerate shortcut on a message ore has no turn for", ts=ts)
+                return
+            context = await self._context(action_id, team, user)
+            await self.client.regenerate(thread_id, turn, id=action_id, context=context)
+
+        return Work(thread.key, regenerate, action_id)
+
+    async def _turn_of(
+        self, thread: SlackThread, thread_id: str, message: Mapping[str, Any], asked_on: str
+    ) -> str | None:
+        """The turn a message stands for (module `shortcut`): a person's message its own,
+        the bot's answer its answer turn, a relayed copy the turn it copies."""
+        own = message.get("user") == self.identity.user_id or (
+            bool(message.get("bot_id")) and message.get("bot_id") == self.identity.bot_id
+        )
+        if not own:
+            return asked_on
+        kind, ref = marked_turn(message)
+        if not kind:
+            kind, ref = marked_turn(await self._read_back(thread, str(message.get("ts"))))
+        if kind == "answer":
+            return await answer_turn(self.client, thread_id, ref)
+        return ref or None
+
+    async def _read_back(self, thread: SlackThread, ts: str) -> Mapping[str, Any]:
+        """The bot's message `ts` as the thread lists it, with its metadata ({}: gone)."""
+        replies = await self.api.call(
+            "conversations.replies",
+            thread.team,
+            channel=thread.channel,
+            ts=thread.thread_ts,
+            include_all_metadata=True,
+            limit=1000,
+        )
+        listed = replies.get("messages") or []
+        return next((m for m in listed if m.get("ts") == ts), {})
 
     # -- edits and deletes ---------------------------------------------------------
 

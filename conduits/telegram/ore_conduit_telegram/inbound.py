@@ -16,8 +16,10 @@ handled in order; chats are handled concurrently.
   replies to (a reply chain is a thread); another message continues the chat's
   current conversation, and `/new` starts a new one.
 - Commands: `/start` is answered with the greeting and `/new` with a confirmation, by
-  the conduit; `/stop` interrupts the answer being written; every other command
-  (`/help`, ...) goes to the core as text, without the `@botname` Telegram adds in groups.
+  the conduit; `/stop` interrupts the answer being written; `/retry` asks for another
+  answer (a core regenerate) to the question of the answer it replies to, or else to
+  the conversation's latest question; every other command (`/help`, ...) goes to the
+  core as text, without the `@botname` Telegram adds in groups.
 - Edits of the latest message of a conversation branch the ore thread (`on_edit`); the
   new message names the turn it replaces (`edit_of`), so linked endpoints edit their copy.
 - Every message carries the sender's display name (`user_name`), which linked endpoints
@@ -63,6 +65,7 @@ log = structlog.get_logger("ore.conduit.telegram")
 
 _COMMANDS = ("/start", "/new", "/stop", "/retry")
 NOTHING_TO_RETRY = "Nothing to answer again yet."
+NOT_AN_ANSWER = "That message is not one of my answers: reply /retry to an answer."
 NEW_CONVERSATION = "New conversation started."
 TOO_LARGE_FOR_BUS = (
     "I did not read the image: it is too large for ore's message limit (lower "
@@ -338,7 +341,7 @@ class Inbound:
         if command == "/retry":
             await self._retry(thread_id, message)
             return
-        await self.state.set_asked(traceparent_of(event), message.message_id)
+        await self.state.set_asked(traceparent_of(event), message.message_id, event)
         await self._send(thread_id, message, self._event(message, event, text, images))
 
     async def _send(self, thread_id: str, message: _Message, event: UserMessageEvent) -> None:
@@ -377,7 +380,7 @@ class Inbound:
             return
         edit = edit_event_id(message.chat, message.message_id, update_id)
         text, images = await self._read_file(message, text)
-        await self.state.set_asked(traceparent_of(edit), message.message_id)
+        await self.state.set_asked(traceparent_of(edit), message.message_id, original)
         context = self._event(message, edit, text).context
         await self.client.edit(thread_id, original, text, id=edit, images=images, context=context)
 
@@ -390,17 +393,40 @@ class Inbound:
         )
 
     async def _retry(self, thread_id: str, message: _Message) -> None:
-        """`/retry`: another answer to the conversation's latest question (a sibling
-        answer in the core; nothing is relayed again)."""
-        turns = await self.client.turns(thread_id)
-        question = next((t for t in reversed(turns) if t.role == Role.USER), None)
+        """`/retry`: another answer (a sibling answer in the core; nothing is relayed
+        again) to the question of the bot's answer it replies to, or else to the
+        conversation's latest question."""
+        if message.reply_to_sender == self.identity.id:
+            thread_id, question = await self._question_of_answer(message)
+            if question is None:
+                await self._note(message, "retry", NOT_AN_ANSWER)
+                return
+        else:
+            turns = await self.client.turns(thread_id)
+            latest = next((t for t in reversed(turns) if t.role == Role.USER), None)
+            question = latest.id if latest is not None else None
         if question is None:
             await self._note(message, "retry", NOTHING_TO_RETRY)
             return
         retry = event_id(message.chat, message.message_id)
-        await self.state.set_asked(traceparent_of(retry), message.message_id)
+        await self.state.set_asked(traceparent_of(retry), message.message_id, question)
         context = self._event(message, retry, "").context
-        await self.client.regenerate(thread_id, question.id, id=retry, context=context)
+        await self.client.regenerate(thread_id, question, id=retry, context=context)
+
+    async def _question_of_answer(self, message: _Message) -> tuple[str, str | None]:
+        """(the thread, the turn) of the bot's answer a `/retry` replies to, in the
+        answer's own conversation (a private chat may have moved on with `/new`), or of
+        the relayed copy it replies to (another endpoint's answer or question); no turn
+        for a message of the bot's that is neither (a greeting)."""
+        question = await self.state.question_of(message.chat, message.reply_to)
+        if question is None:
+            copied = await self.state.copied_turn(message.chat, message.reply_to)
+            return copied if copied is not None else ("", None)
+        root = await self.state.chain(message.chat, message.reply_to)
+        if root is None:
+            return "", None
+        conversation = Conversation(message.chat, message.topic, root, message.kind)
+        return await self._thread_id(conversation), question
 
 
 async def poll(api: BotApi, inbound: Inbound, config: TelegramConfig) -> None:

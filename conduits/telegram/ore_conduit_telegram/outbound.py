@@ -410,6 +410,7 @@ class ThreadRenderer:
         answer.messages[index : index + 1] = [posted]
         self._save(answer)
         await self.out.state.add_to_chain(self.place.chat, posted, self.place.root)
+        await self.out.state.add_answered(self.place.chat, posted, answer.trace)
 
     async def _post(self, answer: _Answer, text: str, *, html: bool, first: bool = True) -> int:
         """Send one message (the answer's first replies to the user's); its id. HTML

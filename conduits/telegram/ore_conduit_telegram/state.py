@@ -3,7 +3,9 @@
 - the current conversation of each chat (and topic): `/new` moves it;
 - which conversation each message belongs to, so a reply continues its chain and an
   edit finds its thread;
-- the Telegram message each answer replies to;
+- the Telegram message each answer replies to, the user turn it answers, and the
+  answer each of the bot's messages belongs to (so `/retry` as a reply to an answer
+  answers that answer's question again);
 - the answer last rendered in each ore thread (its messages, whether it is finished, and
   the stored sequence up to which every answer of the thread was shown), so a restarted
   conduit finishes what it started and never shows an answer twice from ore's side;
@@ -46,6 +48,9 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS chains (chat INTEGER, message INTEGER, root TEXT NOT NULL,"
     " PRIMARY KEY (chat, message))",
     "CREATE TABLE IF NOT EXISTS asked (trace TEXT PRIMARY KEY, message INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS questions (trace TEXT PRIMARY KEY, turn TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS answered (chat INTEGER, message INTEGER, trace TEXT NOT NULL,"
+    " PRIMARY KEY (chat, message))",
     "CREATE TABLE IF NOT EXISTS answers (thread TEXT PRIMARY KEY, record TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS notes (id TEXT PRIMARY KEY, chat INTEGER, topic INTEGER,"
     " reply_to INTEGER, text TEXT NOT NULL, sent INTEGER NOT NULL DEFAULT 0)",
@@ -137,11 +142,47 @@ class State:
             root,
         )
 
-    async def set_asked(self, trace: str, message: int) -> None:
-        """The answer with `trace` replies to Telegram message `message`."""
+    async def set_asked(self, trace: str, message: int, question: str) -> None:
+        """The answer with `trace` replies to Telegram message `message` and answers the
+        user turn `question` (its turn id or the event id it was sent with)."""
+
+        def write() -> None:
+            db = self._connection()
+            try:
+                with db:  # one transaction: both or neither
+                    db.execute("BEGIN")
+                    db.execute(
+                        "INSERT OR REPLACE INTO asked (trace, message) VALUES (?, ?)",
+                        (trace, message),
+                    )
+                    db.execute(
+                        "INSERT OR REPLACE INTO questions (trace, turn) VALUES (?, ?)",
+                        (trace, question),
+                    )
+            except sqlite3.Error as exc:
+                raise StateError(f"cannot write the Telegram state {self.path}: {exc}") from exc
+
+        await self._run(write)
+
+    async def add_answered(self, chat: int, message: int, trace: str) -> None:
+        """The bot's message `message` is (a part of) the answer with `trace`."""
         await self._write(
-            "INSERT OR REPLACE INTO asked (trace, message) VALUES (?, ?)", trace, message
+            "INSERT OR IGNORE INTO answered (chat, message, trace) VALUES (?, ?, ?)",
+            chat,
+            message,
+            trace,
         )
+
+    async def question_of(self, chat: int, message: int) -> str | None:
+        """The user turn whose answer the bot's message `message` is (None: not known as
+        an answer, e.g. a greeting or a relayed copy)."""
+        row = await self._one(
+            "SELECT q.turn FROM answered a JOIN questions q ON q.trace = a.trace"
+            " WHERE a.chat=? AND a.message=?",
+            chat,
+            message,
+        )
+        return str(row[0]) if row else None
 
     async def asked(self, trace: str) -> int:
         """The Telegram message the answer with `trace` replies to (0: unknown)."""
@@ -235,6 +276,17 @@ class State:
             part,
             message,
         )
+
+    async def copied_turn(self, chat: int, message: int) -> tuple[str, str] | None:
+        """(thread, turn) of the relayed copy of which `message` in `chat` is a part
+        (None: no copy)."""
+        row = await self._one(
+            "SELECT c.thread, c.turn FROM copies c JOIN places p ON p.thread = c.thread"
+            " WHERE p.chat=? AND c.message=?",
+            chat,
+            message,
+        )
+        return (str(row[0]), str(row[1])) if row else None
 
     # -- plumbing -------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ore_conduit_telegram.inbound import NOT_AN_ANSWER
 from ore_core import Role, Text
 
 if TYPE_CHECKING:
@@ -70,6 +71,39 @@ async def test_retry_answers_the_latest_question_again_as_a_sibling(tg: Harness)
     assert len(answers) == 2
     assert answers[0].parent_id == answers[1].parent_id
     assert len(thread.all_turns()) == 3  # no second user turn
+
+
+async def test_retry_as_a_reply_to_an_older_answer_answers_that_answers_question_again(
+    tg: Harness,
+) -> None:
+    await tg.start()
+    await tg.fake.user_says(DM, "one")
+    await tg.shows(DM, ["echo: one"])
+    await tg.fake.user_says(DM, "two")
+    await tg.shows(DM, ["echo: one", "echo: two"])
+    first_answer = tg.fake.bot_messages(DM)[0]
+    await tg.fake.user_says(DM, "/retry", reply_to=first_answer)
+    await tg.shows(DM, ["echo: one", "echo: two", "echo: one"])
+    (thread,) = await tg.threads()
+    one = next(t for t in thread.all_turns() if user_texts([t]) == ["one"])
+    answers_to_one = [t for t in thread.all_turns() if t.parent_id == one.id]
+    assert len(answers_to_one) == 2
+    assert sorted(user_texts(thread.all_turns())) == ["one", "two"]  # no second user turn
+
+
+async def test_retry_as_a_reply_to_a_message_of_the_bots_that_is_no_answer_says_so(
+    tg: Harness,
+) -> None:
+    await tg.start()
+    await tg.fake.user_says(DM, "one")
+    await tg.shows(DM, ["echo: one"])
+    greeting = await tg.fake.user_says(DM, "/start")
+    await tg.until(lambda: len(tg.fake.bot_messages(DM)) == 2)
+    await tg.fake.user_says(DM, "/retry", reply_to=tg.fake.replies_to(greeting)[0])
+    await tg.until(lambda: len(tg.fake.bot_messages(DM)) == 3)
+    assert tg.fake.bot_texts(DM)[-1] == NOT_AN_ANSWER
+    (thread,) = await tg.threads()
+    assert len(thread.all_turns()) == 2  # nothing answered again
 
 
 async def test_edits_are_ignored_when_configured(tg: Harness) -> None:

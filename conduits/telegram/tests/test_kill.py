@@ -6,7 +6,11 @@ delay standing in for a model) and `ore conduit telegram` are real processes kil
 pid at random moments and started again; the fake Bot API and NATS keep running.
 Telegram cannot be asked what a chat shows, so a conduit killed between Telegram
 accepting a message and the conduit recording it sends that message again after the
-restart: at most one per chat being answered at the kill. Scripted 502s and dropped
+restart: at most one per chat whose send was under way at the kill. Every send's intent
+is recorded before the call, so a restart names each such send (logged, `in_flight` in
+the chat's answer record): every double must be one of those. Several chats may be
+sending at one kill (after a restart the answers the core wrote meanwhile go out in a
+burst), so a kill can show more than one double. Scripted 502s and dropped
 connections are retried, and the conduit's log never shows the token. The counts are printed
 (`-s` shows them); `KILL_SEED=N` picks another run.
 """
@@ -38,6 +42,7 @@ MESSAGES = 10  # per chat, each sent once the previous one is answered
 KILLS = 8  # half of them the conduit, half the core
 CONDUIT_KILLS = 4
 PATIENCE = 150.0  # seconds the whole load may take (bounds a hang)
+UNDER_WAY = "a send was under way when the conduit stopped"
 
 
 def expected(text: str) -> str:
@@ -142,6 +147,11 @@ class Run:
     details: list[object]
     log: str
 
+    @property
+    def under_way(self) -> int:
+        """Sends the restarted conduit found under way at a kill (it logs each)."""
+        return self.log.count(UNDER_WAY)
+
 
 async def run_under_kills(url: str, tmp_path: Path, plan: list[str], seed: int) -> Run:
     """The load of 20 chats while `plan` kills the conduit or the core, in order."""
@@ -195,7 +205,9 @@ async def run_under_kills(url: str, tmp_path: Path, plan: list[str], seed: int) 
     for detail in details[:5]:
         print(detail)
     log = (tmp_path / "conduit.log").read_text().replace(fake.token.split(":")[1], "<TOKEN>")
-    return Run(plan, sent, answered, lost, doubled, disorder, details, log)
+    run = Run(plan, sent, answered, lost, doubled, disorder, details, log)
+    print(f"sends found under way at a restart: {run.under_way}")
+    return run
 
 
 @pytest.mark.timeout(PATIENCE + 150)  # the load may take PATIENCE, then restarts
@@ -208,22 +220,22 @@ async def test_kill_9_of_the_conduit_and_the_core_loses_no_update_and_keeps_orde
     run = await run_under_kills(ore_nats_server.url, tmp_path, plan, seed)
     assert run.sent == len(CHATS) * MESSAGES
     assert (run.answered, run.lost, run.disorder) == (run.sent, 0, 0), run.details[:3]
-    assert run.doubled <= len(plan), run.details[:3]  # at most one send in flight per kill
+    assert run.doubled <= run.under_way, run.details[:3]  # each double a send under way
     assert "telegram call failed" in run.log
     assert "<TOKEN>" not in run.log
 
 
 @pytest.mark.timeout(PATIENCE + 150)  # the load may take PATIENCE, then restarts
-async def test_kill_9_of_the_conduit_shows_at_most_one_answer_twice_per_kill(
+async def test_kill_9_of_the_conduit_shows_twice_only_sends_it_found_under_way(
     ore_nats_server: EmbeddedNatsServer, tmp_path: Path
 ) -> None:
-    # Only the conduit is killed: each kill may catch one send Telegram carried out and
-    # the conduit had not recorded (the record is committed right after each answer).
+    # Only the conduit is killed: a kill may catch sends Telegram carried out and the
+    # conduit had not recorded; each was recorded as under way before its call.
     seed = int(os.environ.get("KILL_SEED", "7"))
     plan = ["conduit"] * CONDUIT_KILLS
     run = await run_under_kills(ore_nats_server.url, tmp_path, plan, seed)
     assert (run.sent, run.answered, run.lost) == (len(CHATS) * MESSAGES, run.sent, 0)
-    assert run.doubled <= len(plan), run.details[:3]
+    assert run.doubled <= run.under_way, run.details[:3]
 
 
 async def test_a_send_under_way_at_a_kill_is_marked_in_the_chats_answer_record(

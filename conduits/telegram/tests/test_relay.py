@@ -261,3 +261,22 @@ async def test_with_answer_origin_only_the_chat_s_own_answers_show_in_it(tg: Har
         await terminal.says("question", id="s-1")
         await tg.fake.user_says(CHAT, "mine")
         await tg.shows(CHAT, ["echo: hello", "cy (stdin): question", "echo: mine"])
+
+
+async def test_retry_as_a_reply_to_a_relayed_answer_answers_its_question_again(
+    tg: Harness,
+) -> None:
+    async with linked_chat(tg, answer="all") as terminal:
+        await tg.until(lambda: "echo: hello" in tg.fake.bot_texts(CHAT))
+        await terminal.says("question", id="s-1")
+        await tg.shows(CHAT, ["echo: hello", "cy (stdin): question", "echo: question"])
+        copy = tg.fake.bot_messages(CHAT)[-1]
+        await tg.fake.user_says(CHAT, "/retry", reply_to=copy)
+        await tg.shows(
+            CHAT, ["echo: hello", "cy (stdin): question", "echo: question", "echo: question"]
+        )
+        questions = [t for t in await terminal.client.turns(THREAD) if t.role == "user"]
+        assert [t.id for t in questions] == [
+            await terminal.turn_of("hello"),
+            await terminal.turn_of("question"),
+        ]  # no second user turn

@@ -23,7 +23,8 @@ What it serves:
   a lost response commits the call (the message is posted) and then drops the
   connection without answering.
 - **Socket Mode**: `apps.connections.open` (app token) returns `ws://.../link`; the
-  socket says `hello`; `deliver(payload)` sends an `events_api` envelope and
+  socket says `hello`; `deliver(payload)` sends an `events_api` envelope (an
+  `interactive` one for `message_shortcut(message, callback_id)`, a message shortcut) and
   `wait_ack(envelope_id)` waits for the app's ack; `disconnect()` asks the app to
   reconnect, `drop_sockets()` cuts the connections. An envelope sent while no socket is
   open is queued and delivered after the next connect as a retry (`retry_attempt` + 1),
@@ -423,6 +424,31 @@ class FakeSlack:
             await self.deliver(self.callback(self.message_event(message, event_type=event_type)))
         return message
 
+    async def message_shortcut(
+        self, message: FakeMessage, callback_id: str, *, user: str = "UALICE"
+    ) -> str:
+        """A user picks the message shortcut `callback_id` on `message`: its
+        `message_action` payload goes over the socket as Slack sends it (the message as
+        `conversations.replies` shows it, without its metadata, which Slack does not
+        promise there). Returns the envelope id."""
+        shown = {k: v for k, v in message.to_json().items() if k != "metadata"}
+        payload = {
+            "type": "message_action",
+            "callback_id": callback_id,
+            "trigger_id": f"trigger-{next(self._event_ids)}",
+            "action_ts": f"{time.time():.6f}",
+            "message_ts": message.ts,
+            "message": shown,
+            "channel": {"id": message.channel, "name": message.channel.lower()},
+            "team": {"id": self.team, "domain": "fake"},
+            "user": {"id": user, "name": user.lower(), "team_id": self.team},
+            "response_url": f"http://127.0.0.1:{self.port}/response/{message.ts}",
+            "token": "unused-verification-token",
+            "is_enterprise_install": False,
+            "enterprise": None,
+        }
+        return await self.deliver(payload, kind="interactive")
+
     def edit_event(self, message: FakeMessage, text: str, *, user: str = "") -> dict[str, Any]:
         """Change a message's text; the `message_changed` event saying so."""
         previous = message.to_json()
@@ -508,14 +534,20 @@ class FakeSlack:
         await self.wait_until(lambda: self.connections >= connections and self.connected, within)
 
     async def deliver(
-        self, payload: Mapping[str, Any], *, retry_attempt: int = 0, retry_reason: str = ""
+        self,
+        payload: Mapping[str, Any],
+        *,
+        retry_attempt: int = 0,
+        retry_reason: str = "",
+        kind: str = "events_api",
     ) -> str:
-        """Send an `events_api` envelope over the socket (queued if none is open)."""
+        """Send an envelope over the socket (queued if none is open): `events_api`, or
+        `interactive` for a shortcut (which the app may answer in its ack)."""
         envelope_id = f"env-{next(self._envelopes)}"
         envelope = {
             "envelope_id": envelope_id,
-            "type": "events_api",
-            "accepts_response_payload": False,
+            "type": kind,
+            "accepts_response_payload": kind == "interactive",
             "retry_attempt": retry_attempt,
             "retry_reason": retry_reason,
             "payload": dict(payload),
