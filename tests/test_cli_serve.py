@@ -25,6 +25,7 @@ from nats.errors import TimeoutError as NatsTimeout
 
 from ore_core.bus.embedded import EmbeddedNatsServer, data_dir_holder, runs_in
 from ore_core.cli.running import RunningCore, find_running
+from ore_core.conduit import ConduitClient
 from ore_core.session.stores import SQLiteStore
 from ore_core.subjects import partition_of
 from ore_openai.testing import MockOpenAIServer
@@ -766,9 +767,48 @@ async def test_a_second_embedded_serve_never_opens_the_data_dir_of_a_running_one
 
 ORPHAN_STARTER = """
 import sys, time
+from ore_core.conduit import ConduitClient
 from ore_core.bus.embedded import EmbeddedNatsServer, data_dir_holder, runs_in
 server = EmbeddedNatsServer(sys.argv[1])
 server.start()
 print(server.pid, flush=True)
 time.sleep(600)
 """
+
+
+async def test_the_control_api_lists_the_models_the_processor_s_server_offers(
+    start_serve: Callable[..., Served], client_of: Any
+) -> None:
+    with MockOpenAIServer(models=("small-1", "big-2")) as model:
+        served = start_serve(
+            env={
+                "ORE_LOAD_PLUGINS": "ore-openai",
+                "ORE_OPENAI_BASE_URL": model.base_url,
+                "ORE_PROCESSOR__MODEL": "big-2",
+            }
+        )
+        lines = await read_until(served, "ore core ready: NATS ")
+        client = await ConduitClient.connect([lines[-1].split()[4]], name="picker", namespace="raw")
+        try:
+            offer = await client.models()
+            await client.models()  # answered from the worker's short cache
+        finally:
+            await client.close()
+        listed = [r.path for r in model.recorded]
+    assert offer == {"processor": "openai", "model": "big-2", "models": ["big-2", "small-1"]}
+    assert listed == ["/v1/models"]
+    assert await served.terminate() == 0
+
+
+async def test_the_control_api_says_echo_offers_no_models(
+    start_serve: Callable[..., Served],
+) -> None:
+    served = start_serve()
+    lines = await read_until(served, "ore core ready: NATS ")
+    client = await ConduitClient.connect([lines[-1].split()[4]], name="picker", namespace="raw")
+    try:
+        offer = await client.models()
+    finally:
+        await client.close()
+    assert offer == {"processor": "echo", "model": None, "models": []}
+    assert await served.terminate() == 0

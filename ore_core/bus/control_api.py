@@ -49,6 +49,7 @@ from ore_core.bridge.links import LinkConflict, LinkError, LinkNotFound
 from ore_core.bus.api_base import ApiFailure, RawReply, Reply, RequestBody, ThreadId
 from ore_core.bus.forwarding import Forwarding
 from ore_core.bus.link_api import LinkApi
+from ore_core.bus.model_offer import ModelOffer
 from ore_core.bus.stored_reads import CursorRef, CursorSet, Read, StoredReads
 from ore_core.endpoint import EndpointError
 from ore_core.errors import (
@@ -109,6 +110,7 @@ CONDUIT_METHODS = (
     "deliveries.report",
     "deliveries.lookup",
     "deliveries.get",
+    "models",
 )
 """Methods under `P.api.NS.`: a conduit's own threads (never deleting one)."""
 ADMIN_METHODS = (
@@ -302,6 +304,7 @@ class ControlAPI:
     applied through the attached stream, so it is announced like any other.
     `links` (the core's link cache) makes the conduit methods reach linked threads;
     without it the admin link methods open `ORE_LINKS` themselves.
+    `offer` answers `models` (default: the manager's processor, named `processor`).
     """
 
     def __init__(
@@ -319,8 +322,10 @@ class ControlAPI:
         owns: Callable[[str], bool] | None = None,
         worker_id: str | None = None,
         links: LinkCache | None = None,
+        offer: ModelOffer | None = None,
     ) -> None:
         self._nc = nc
+        self._offer = offer or ModelOffer(manager.processor, "processor")
         self._links = links
         self._manager = manager
         self._subjects = subjects
@@ -425,6 +430,7 @@ class ControlAPI:
             ("deliveries.report", DeliveryReport, self._link_api.delivery_report),
             ("deliveries.lookup", DeliveryLookup, self._link_api.delivery_lookup),
             ("deliveries.get", DeliveryGet, self._link_api.delivery_get),
+            ("models", _Empty, self._models),
         ]
         admin_methods: list[tuple[str, type[Any], Callable[[Any], Awaitable[Reply]]]] = [
             ("threads.create", _AdminCreate, self._admin_create),
@@ -611,6 +617,10 @@ class ControlAPI:
 
     async def _ns_health(self, body: _Empty, namespace: str) -> Reply:
         return await self._health(body)
+
+    async def _models(self, body: _Empty, namespace: str) -> Reply:
+        """What answers on this worker and the models its processor offers (the picker)."""
+        return await self._offer.describe()
 
     # -- admin handlers (every namespace) -----------------------------------------
 

@@ -53,6 +53,7 @@ from ore_core.bus.health import HealthServer
 from ore_core.bus.ingress import Ingress
 from ore_core.bus.layout import build_layout
 from ore_core.bus.metrics import CONTENT_TYPE, TURN_KINDS, CoreMetrics, Readings
+from ore_core.bus.model_offer import ModelOffer
 from ore_core.bus.ownership import Ownership
 from ore_core.bus.pipeline import Pipeline
 from ore_core.bus.stats import StatsResponder
@@ -99,7 +100,8 @@ class CoreService:
     as `ConduitClient.connect` takes) are passed to nats-py.
     `health_port` (0 = any free port) serves `/healthz`, `/readyz` and `/metrics` on
     `health_host`. `metrics` keeps the worker's metrics (`/metrics`, `ore.admin.stats`
-    for `ore top`); False only to measure what they cost.
+    for `ore top`); False only to measure what they cost. `processor_name` is what the
+    control API's `models` calls the manager's processor (the picker shows it).
     `stop()` (and a failed `start()`) closes `manager`: its streams must stop for
     their unfinished messages to be redelivered. The store stays the caller's.
     """
@@ -126,6 +128,7 @@ class CoreService:
         gateways: Sequence[GatewaySettings] = (),
         conversation_keys: Callable[[str], str | None] = lambda namespace: None,
         metrics: bool = True,
+        processor_name: str = "processor",
     ) -> None:
         if not servers:
             raise BusError("CoreService needs at least one NATS server URL")
@@ -146,6 +149,7 @@ class CoreService:
         self._pull_batch = pull_batch
         self._publish_window = publish_window
         self._version = version
+        self._processor_name = processor_name
         self._nc: NatsClient | None = None
         self._links: LinkCache | None = None
         self._gateways = list(gateways)
@@ -364,6 +368,7 @@ class CoreService:
             owns=ownership.owns_thread,
             worker_id=ownership.worker_id,
             links=self._links,
+            offer=ModelOffer(self.manager.processor, self._processor_name),
         )
         await self._control.start()
         if self._gateways:

@@ -425,6 +425,7 @@ async def _everything(
             subjects=Subjects(nats.subject_prefix),
             config=bus_config(nats),
             store_probe_interval=nats.store_probe_interval,
+            processor_name=runtime.processor,
         )
         await service.start()
         stack.push_async_callback(service.stop, DRAIN_GRACE)

@@ -253,4 +253,5 @@ async def _core(
             credentials=NatsCredentials.from_settings(nats),
             gateways=settings.gateway,
             conversation_keys=conversation_keys(plugins, settings),
+            processor_name=runtime.processor,
         )

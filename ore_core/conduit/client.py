@@ -502,6 +502,11 @@ class ConduitClient(MessagesIn):
         """`{"status": "ok", "version": ..., "streams": ...}` from one worker."""
         return await self._call("health", {})
 
+    async def models(self) -> dict[str, Any]:
+        """`{"processor": name, "model": configured or None, "models": [...]}`: what
+        answers and the models it offers (a thread picks one with `ore.model.name`)."""
+        return await self._call("models", {})
+
     async def fork(self, thread_id: str, turn_id: str) -> str:
         """Make `turn_id` the thread's tip (the next message branches from it)."""
         reply = await self._call("threads.fork", {"id": thread_id, "turn_id": turn_id})

@@ -106,6 +106,23 @@ class Me(BaseModel):
     max_message_length: int
 
 
+class Models(BaseModel):
+    """Which turn processor answers, its configured model (null: it has none, as echo)
+    and the models a thread may pick (empty: nothing to pick); `error` says why the
+    processor could not be asked."""
+
+    processor: str
+    model: str | None
+    models: list[str]
+    error: str | None = None
+
+
+class ChosenModel(BaseModel):
+    """The model a thread answers with; `""` goes back to the processor's configured one."""
+
+    model: str = Field(max_length=200)
+
+
 _EVENT_FRAME: dict[str, Any] = {
     "description": "One server-sent event (OpenAPI 3.1: the schema of each event)",
     "type": "object",
@@ -322,6 +339,10 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
     async def me(user: User) -> Me:
         return Me(user=user, max_message_length=config.max_message_length)
 
+    @api.get("/models", summary="Which processor answers and the models it offers")
+    async def models(user: User) -> Models:
+        return Models.model_validate(await threads.client.models())
+
     @api.get("/threads", summary="List threads (search by title and text with q)")
     async def list_threads(user: User, q: Annotated[str, Query(max_length=200)] = "") -> ThreadList:
         return ThreadList(threads=await threads.find(user, q))
@@ -337,6 +358,10 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
     @api.patch("/threads/{thread_id}", summary="Rename a thread")
     async def rename_thread(user: User, thread_id: Owned, body: Rename) -> ThreadSummary:
         return await threads.rename(user, thread_id, body.title)
+
+    @api.put("/threads/{thread_id}/model", summary="Choose the model that answers the thread")
+    async def choose_model(user: User, thread_id: Owned, body: ChosenModel) -> ChosenModel:
+        return ChosenModel(model=await threads.choose_model(user, thread_id, body.model))
 
     @api.delete("/threads/{thread_id}", status_code=204, summary="Delete a thread")
     async def delete_thread(user: User, thread_id: Owned) -> Response:
@@ -426,7 +451,7 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
         description="Stored events carry the id `SEQUENCE.INDEX`; reconnect with "
         "`Last-Event-ID` (or `after`) to resume exactly there. Frames: `stored` (an ore "
         "output event), `live` (a delta), `partial` (the answer so far, first), "
-        "`pending` (a message sent), `changed` (title or branch). On a thread linked to "
+        "`pending` (a message sent), `changed` (title, branch or model). On a thread linked to "
         "other endpoints (bridging), a stored `turn_complete`, `turn_deleted` or "
         "`delivery` event, and every event of another endpoint, carries `relay` (a "
         "RelayView: `action`, `origin`, `sender`, `label`, `edit_of`, `reply_to`); "

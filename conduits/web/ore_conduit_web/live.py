@@ -201,7 +201,7 @@ class LiveHub:
         self._publish(thread_id, Frame("pending", json.dumps({"event_id": event_id, "text": text})))
 
     def notify(self, thread_id: str, what: str) -> None:
-        """Tell the thread's pages that something they show changed (`title`, `branch`)."""
+        """Tell the thread's pages that something they show changed (`title`, `branch`, `model`)."""
         self._publish(thread_id, Frame("changed", json.dumps({"what": what})))
 
     async def _report(self, thread_id: str, relayed: Relayed, position: Position) -> None:

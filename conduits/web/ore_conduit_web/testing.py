@@ -12,8 +12,10 @@ end-to-end suite does), so browser and API tests know what each message does:
 - `E2E_TOOL:x` calls the tool `search` with `{"q": "x"}` in its answer, then answers `x`;
 - anything else is answered `You said: <text>`.
 
-`WebStack` runs a nats-server, a core (`CoreService`, memory store) with that model,
-and the web conduit serving on a free loopback port, all in the caller's event loop.
+`WebStack` runs a nats-server, a core (`CoreService`, memory store) with that model
+(or the `processor` given, named `processor_name`: a model server's processor, as the
+model picker's tests use), and the web conduit serving on a free loopback port, all in
+the caller's event loop.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig
 from ore_core.conduit import ConduitClient
+from ore_core.session.protocols import TurnProcessor
 from ore_core.session.stores.memory import MemoryStore
 
 __all__ = [
@@ -124,8 +127,17 @@ def _pieces(text: str) -> list[str]:
 class WebStack:
     """nats-server, core and web conduit on loopback; `url` is the signed-in page URL."""
 
-    def __init__(self, directory: Path, **settings: Any) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        processor: TurnProcessor | None = None,
+        processor_name: str = "scripted",
+        **settings: Any,
+    ) -> None:
         self.directory = directory
+        self.processor = processor
+        self.processor_name = processor_name
         self.settings = {"host": "127.0.0.1", "port": 0, "state_dir": str(directory / "web")}
         self.settings.update(settings)
         self.model = ScriptedModel()
@@ -141,9 +153,13 @@ class WebStack:
         self._nats = EmbeddedNatsServer(self.directory / "nats")
         await asyncio.to_thread(self._nats.start)
         self.nats_url = self._nats.url
-        manager = Manager(MemoryStore(), self.model)
+        manager = Manager(MemoryStore(), self.processor or self.model)
         self._service = CoreService(
-            manager, servers=[self.nats_url], config=BusConfig(partitions=2), reconnect_wait=0.05
+            manager,
+            servers=[self.nats_url],
+            config=BusConfig(partitions=2),
+            reconnect_wait=0.05,
+            processor_name=self.processor_name,
         )
         await self._service.start()
         await self.start_conduit()

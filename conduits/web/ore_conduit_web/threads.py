@@ -41,6 +41,7 @@ from ore_core import (
 )
 from ore_core.conduit import ApiError, ConduitClient, ThreadInfo, ThreadSettings
 from ore_core.events import BATCH_KIND, new_event_id
+from ore_core.session.spec import KEY_MODEL_NAME
 
 __all__ = ["ThreadSummary", "WebError", "WebThreads"]
 
@@ -194,6 +195,23 @@ class WebThreads:
         self.hub.notify(thread_id, "title")
         return _summary(await self.client.get_thread(thread_id))
 
+    async def choose_model(self, user: str, thread_id: str, model: str) -> str:
+        """Answer the thread's next messages with `model`, one the processor offers (""
+        goes back to the configured one); the pages showing it are told."""
+        await self.owned(user, thread_id)
+        if not model:
+            await self.client.delete_metadata(thread_id, KEY_MODEL_NAME)
+        else:
+            offered = (await self.client.models())["models"]
+            if model not in offered:
+                choices = ", ".join(offered) or "none"
+                raise WebError(
+                    400, "bad_request", f"model {model!r} is not offered (offered: {choices})"
+                )
+            await self.client.set_metadata(thread_id, KEY_MODEL_NAME, model)
+        self.hub.notify(thread_id, "model")
+        return model
+
     async def delete(self, user: str, thread_id: str) -> None:
         """Hide the thread from its owner for good (ore keeps its history)."""
         await self.owned(user, thread_id)
@@ -327,6 +345,7 @@ class WebThreads:
         title = info.metadata.get(TITLE) or DEFAULT_TITLE
         found = build_tree(thread_id, title, turns, path, str(cursor) if cursor else "", history)
         found.gateway, found.answer, found.label = settings.gateway, settings.answer, settings.label
+        found.model = info.metadata.get(KEY_MODEL_NAME, "")
         return found
 
     async def _all_turns(self, thread_id: str) -> list[Turn]:

@@ -66,7 +66,7 @@ class ThreadTree(BaseModel):
     """A thread's turns (all known), its active path (oldest first) and metadata.
 
     `gateway`, `answer` and `label`: the thread's bridging settings (a thread without
-    links: no gateway, `origin`, the default label).
+    links: no gateway, `origin`, the default label). `model`: see the field.
     """
 
     id: str
@@ -77,6 +77,8 @@ class ThreadTree(BaseModel):
     gateway: str = ""
     answer: str = "origin"
     label: str = "{name} ({conduit})"
+    model: str = ""
+    """The model the thread chose (`ore.model.name`); empty: the processor's configured one."""
 
 
 def _view(turn: Turn, parent_id: str) -> TurnView:

@@ -1,6 +1,7 @@
 """What users of chat pages expect, in a real browser: dates, rename and delete in the
-thread list, authors and times on messages, errors in plain words that can be dismissed,
-and the message length limit counted in the composer before the server refuses it."""
+thread list, which processor answers, authors and times on messages, errors in plain
+words that can be dismissed, and the message length limit counted in the composer before
+the server refuses it."""
 
 from __future__ import annotations
 
@@ -47,6 +48,13 @@ async def test_each_thread_in_the_list_shows_when_it_was_last_active(page: Page)
     await expect(when).to_have_count(1)
     assert await when.get_attribute("datetime")
     await expect(when).not_to_be_empty()
+
+
+async def test_the_header_names_what_answers_when_there_is_no_model_to_pick(
+    page: Page,
+) -> None:
+    await expect(page.get_by_label("Model answering")).to_have_text("scripted")
+    await expect(page.get_by_label("Model", exact=True)).to_be_hidden()
 
 
 async def test_a_thread_is_renamed_from_its_item_in_the_list(page: Page) -> None:

@@ -76,7 +76,7 @@ CHECKS = [
     checks.response_schema_conformance,
     checks.response_headers_conformance,
 ]
-ROUTES = 14  # every documented operation, `/api/threads/{id}/events` and the message
+ROUTES = 16  # every documented operation, `/api/threads/{id}/events` and the message
 # delete route included
 
 

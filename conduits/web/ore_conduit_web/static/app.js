@@ -14,6 +14,7 @@ const state = {
   editing: null,
   renderQueued: false,
   me: null, // {user, max_message_length}
+  offer: null, // {processor, model, models}: what answers and the models a thread may pick
 };
 
 // On a thread linked to other endpoints (bridging), stored events and turns carry
@@ -165,6 +166,46 @@ async function deleteThread(threadId, title) {
   if (threadId === state.threadId) closeThread();
   loadThreads();
 }
+
+// -- the model (which one answers the thread; a picker when several are offered) ----
+
+// The model the open thread answers with: its own choice, else the configured one
+// (echo has none: the processor's name is shown).
+function answeringModel() {
+  const offer = state.offer;
+  if (!offer || !state.tree) return "";
+  return state.tree.model || offer.model || offer.processor;
+}
+
+function renderModel() {
+  const offer = state.offer;
+  const label = $("model");
+  const picker = $("model-picker");
+  const current = answeringModel();
+  const choices = offer && state.tree ? offer.models : [];
+  picker.hidden = choices.length < 2;
+  label.hidden = !current || !picker.hidden;
+  label.textContent = current;
+  label.title = offer ? `${offer.processor} answers` : "";
+  if (picker.hidden) return;
+  const names = choices.includes(current) ? choices : [current, ...choices];
+  if (picker.dataset.names !== names.join("\n")) {
+    picker.replaceChildren(...names.map((name) => new Option(name, name)));
+    picker.dataset.names = names.join("\n");
+  }
+  picker.value = current;
+}
+
+async function chooseModel(model) {
+  const threadId = state.threadId;
+  if (!threadId) return;
+  const chosen = await attempt(() => api("PUT", `/api/threads/${threadId}/model`, { model }));
+  if (!chosen) { renderModel(); return; } // refused: the picker shows the model as it was
+  if (state.tree && threadId === state.threadId) state.tree.model = chosen.model;
+  renderModel();
+}
+
+$("model-picker").addEventListener("change", (event) => chooseModel(event.target.value));
 
 // -- one thread -----------------------------------------------------------------
 
@@ -419,6 +460,7 @@ function render() {
   const tree = state.tree;
   $("title").textContent = tree ? tree.title : "ore";
   for (const id of ["rename", "delete", "export-md", "export-json"]) $(id).hidden = !tree;
+  renderModel();
   const messages = $("messages");
   const streaming = messages.querySelector(".message.streaming .body");
   const keepStreaming = streaming && state.live.running;
@@ -625,6 +667,7 @@ $("sidebar").addEventListener("keydown", (event) => { if (event.key === "Escape"
   const me = await attempt(() => api("GET", "/api/me"));
   if (!me) return;
   state.me = me;
+  state.offer = await attempt(() => api("GET", "/api/models")) || null;
   await loadThreads();
   const wanted = location.hash.slice(1);
   if (wanted) await openThread(wanted);
