@@ -69,7 +69,7 @@ def test_a_wrong_key_is_one_error_line(
     result = models()
     assert result.exit_code == 1
     assert len(result.stderr.splitlines()) == 1
-    assert result.stderr.startswith("Error: openai at ")
+    assert result.stderr.startswith("Error: openai could not list its models: openai at ")
 
 
 def test_echo_says_it_has_no_models(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -619,8 +619,12 @@ class ControlAPI:
         return await self._health(body)
 
     async def _models(self, body: _Empty, namespace: str) -> Reply:
-        """What answers on this worker and the models its processor offers (the picker)."""
-        return await self._offer.describe()
+        """What answers on this worker and the models its processor offers (the picker);
+        a model server that could not be asked is told in the answer and logged here."""
+        described = await self._offer.describe()
+        if "error" in described:
+            log.warning("processor could not list its models", error=described["error"])
+        return described
 
     # -- admin handlers (every namespace) -----------------------------------------
 

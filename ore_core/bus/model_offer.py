@@ -15,16 +15,12 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-import structlog
-
 __all__ = ["DEFAULT_TTL", "ModelOffer"]
 
 DEFAULT_TTL = 60.0
 """Seconds a listed set of models is answered from memory."""
 ASK_TIMEOUT = 10.0
 """Seconds the processor may take to list its models."""
-
-log = structlog.get_logger("ore.bus.models")
 
 
 class ModelOffer:
@@ -52,8 +48,7 @@ class ModelOffer:
         body: dict[str, Any] = {"processor": self._name, "model": configured or None}
         try:
             body["models"] = await self._models()
-        except Exception as exc:  # the model server's trouble, not the caller's
-            log.warning("processor could not list its models", error=str(exc))
+        except Exception as exc:  # the model server's trouble, told to the caller
             body["models"] = []
             body["error"] = f"{self._name} could not list its models: {exc}"
         return body

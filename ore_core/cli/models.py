@@ -10,20 +10,18 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Callable, Coroutine
 from typing import Any
 
 import click
 
+from ore_core.bus.model_offer import ModelOffer
 from ore_core.cli.app import opened_processor
 from ore_core.cli.options import CliState, cli_state
 from ore_core.cli.processor import choose_processor, turn_processors
 from ore_core.config import OreSettings
+from ore_core.plugins.builtin.processors import ECHO
 
 __all__ = ["models"]
-
-ASK_TIMEOUT = 10.0
-"""Seconds the processor may take to list its models."""
 
 
 @click.command()
@@ -33,41 +31,35 @@ def models(as_json: bool) -> None:
 
     The processor is asked with this command's settings, the ones `ore serve` and `ore
     chat` use when they share its config; set the model with `processor.model`
-    (`ORE_PROCESSOR__MODEL`) or `ore chat -m`.
+    (`ORE_PROCESSOR__MODEL`) or `ore chat -m`. The control API's `models` method gives a
+    conduit the same answer from the running core (`ModelOffer`).
     """
     state = cli_state()
     choice = choose_processor(state.settings, turn_processors(state.plugin_manager), os.environ)
     name = choice.settings.processor.name
-    configured = str(choice.settings.processor.model_dump().get("model") or "")
-    offered: list[str] | None = []
-    if choice.echo_reason is None:
-        offered = asyncio.run(_offered(state, choice.settings))
+    if choice.echo_reason is not None:
+        body: dict[str, Any] = {"processor": ECHO, "model": None, "models": []}
+    else:
+        body = asyncio.run(_described(state, choice.settings, name))
     if as_json:
-        body = {"processor": name, "model": configured or None, "models": offered}
         click.echo(json.dumps(body, indent=2))
         return
+    if "error" in body:
+        raise click.ClickException(body["error"])
     if choice.echo_reason is not None:
         click.echo(f"echo answers ({choice.echo_reason}): it has no models to choose from")
         return
+    configured, offered = body["model"] or "", body["models"]
     click.echo(f"{name} answers" + (f" with model {configured}" if configured else ""))
-    if offered is None:
-        click.echo(f"{name} does not list the models it offers")
-        return
     if not offered:
-        click.echo("its server lists no models")
+        click.echo(f"{name} offers no models to choose from")
     for model in offered:
         click.echo(f"{'*' if model == configured else ' '} {model}")
     if configured and offered and configured not in offered:
         click.echo(f"model {configured} is not among them: set processor.model to one that is")
 
 
-async def _offered(state: CliState, settings: OreSettings) -> list[str] | None:
-    """The models the processor offers; None for a processor that cannot say."""
+async def _described(state: CliState, settings: OreSettings, name: str) -> dict[str, Any]:
+    """What the processor offers, as the core's `models` method says it."""
     async with opened_processor(state.plugin_manager, settings) as processor:
-        ask: Callable[[], Coroutine[Any, Any, list[str]]] | None = getattr(
-            processor, "models", None
-        )
-        if ask is None:
-            return None
-        async with asyncio.timeout(ASK_TIMEOUT):
-            return list(await ask())
+        return await ModelOffer(processor, name).describe()
