@@ -53,6 +53,31 @@ async def test_a_terminal_attached_to_a_conversation_shows_there_with_its_label(
     assert f"Attached to thread {thread}" in done.stderr
 
 
+async def test_attach_to_a_terminal_thread_takes_a_unique_prefix_of_its_id(
+    start_core: Callable[[TurnProcessor], Awaitable[None]],
+    ore_nats_url: str,
+    run_chat: RunChat,
+) -> None:
+    """`stdin:id=PREFIX` names the thread as `ore threads` does (issue 41)."""
+    await start_core(EchoProcessor())
+    env = {"ORE_LOAD_PLUGINS": "ore-conduit-stdin", "USER": "ana"}
+    async with await ConduitClient.connect(ore_nats_url, name="stdin") as core:
+        thread = await core.create_thread()
+        done = await asyncio.to_thread(
+            run_chat,
+            "--attach",
+            f"stdin:id={thread[:8]}",
+            "--nats",
+            ore_nats_url,
+            input="",
+            env=env,
+        )
+        listed = await core.admin_call("threads.list", {"namespace": "stdin"})
+    assert done.returncode == 0, done.stderr
+    assert f"Attached to thread {thread}" in done.stderr
+    assert listed["threads"] == [thread]  # no second thread named by the prefix
+
+
 async def test_attach_without_a_running_core_is_refused(run_chat: RunChat) -> None:
     done = await asyncio.to_thread(run_chat, "--attach", "stdin:id=t1", input="")
     assert done.returncode != 0
