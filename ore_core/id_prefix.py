@@ -9,10 +9,17 @@ here: an exact id wins, else the one id that starts with it. Listings print
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
-from ore_core.errors import ThreadNotFound
+from ore_core.errors import ApiError, ThreadNotFound
 
-__all__ = ["SHORT_ID", "AmbiguousThreadId", "resolve_thread_id", "short_id"]
+if TYPE_CHECKING:
+    from ore_core.conduit import ConduitClient
+
+__all__ = ["SHORT_ID", "AmbiguousThreadId", "resolve_on_core", "resolve_thread_id", "short_id"]
+
+_BAD_REQUEST = 400
+_NOT_FOUND = 404
 
 SHORT_ID = 8
 """Characters of a thread id shown in listings."""
@@ -49,3 +56,22 @@ async def resolve_thread_id(
         raise ThreadNotFound(f"thread {typed} not found in {where}: `ore threads list` shows them")
     shown = ", ".join(candidates[:2]) + (", ..." if len(candidates) > 2 else "")
     raise AmbiguousThreadId(f"thread id {typed} is ambiguous in {where} ({shown}): type more of it")
+
+
+async def resolve_on_core(client: ConduitClient, typed: str) -> str:
+    """The full id of the thread `typed` names, asked of the core's control API (what a
+    conduit or `ore chat` has; `ore threads` reads its store instead)."""
+
+    async def exists(thread_id: str) -> bool:
+        try:
+            await client.get_thread(thread_id)
+        except ApiError as exc:
+            if exc.status in (_BAD_REQUEST, _NOT_FOUND):
+                return False
+            raise
+        return True
+
+    async def list_ids(after: str, limit: int) -> list[str]:
+        return (await client.list_threads(after=after, limit=limit)).threads
+
+    return await resolve_thread_id(typed, exists, list_ids, "the store of the core")

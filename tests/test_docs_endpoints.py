@@ -47,14 +47,18 @@ def typed_examples() -> list[str]:
     return sorted(example for example in found if example.split(":")[0] in CONDUITS)
 
 
-def gateway_examples() -> list[dict[str, object]]:
-    blocks = [
-        tomllib.loads(block)
+def gateway_blocks() -> list[str]:
+    """Each TOML block of the docs that declares a `[[gateway]]`, as written."""
+    return [
+        block
         for doc in DOCS
         for block in re.findall(r"```toml\n(.*?)```", doc.read_text(encoding="utf-8"), re.DOTALL)
         if "[[gateway]]" in block
     ]
-    return [gateway for block in blocks for gateway in block["gateway"]]
+
+
+def gateway_examples() -> list[dict[str, object]]:
+    return [gateway for block in gateway_blocks() for gateway in tomllib.loads(block)["gateway"]]
 
 
 def test_the_docs_show_examples_of_every_conduit_s_endpoint() -> None:

@@ -25,6 +25,7 @@ import sys
 import tempfile
 from collections.abc import Coroutine, Iterator, Mapping
 from contextlib import AsyncExitStack, contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,8 @@ from ore_core.conduit.base import Conduit, ConduitConfig
 from ore_core.conduit.client import ConduitClient
 from ore_core.config import NatsSettings, OreSettings, ProcessorSettings
 from ore_core.endpoint import ID_KEY, Endpoint
-from ore_core.errors import ApiError, InvalidThreadId, OreError
+from ore_core.errors import ApiError, InvalidThreadId, OreError, ThreadNotFound
+from ore_core.id_prefix import resolve_on_core
 from ore_core.ids import validate_thread_id
 from ore_core.logging import configure_logging
 from ore_core.plugins.builtin.processors import ECHO
@@ -480,15 +482,21 @@ async def _attach(client: ConduitClient, endpoint: Endpoint, create: bool = Fals
     """The thread of `endpoint` (the one it is linked to, else the conversation's own, as
     its conduit's lookup finds or makes it), now linked to this terminal too: an
     operator's act, through the admin API with the chat's credentials."""
-    body = {"namespace": endpoint.namespace, "key": endpoint.key, "value": endpoint.value}
     try:
+        if endpoint.key == ID_KEY:  # a thread id, typed as `ore threads` takes it: a prefix
+            endpoint = replace(endpoint, value=await resolve_on_core(client, endpoint.value))
+        body = {"namespace": endpoint.namespace, "key": endpoint.key, "value": endpoint.value}
         try:
             thread = str((await client.admin_call("links.lookup", {"endpoint": body}))["thread"])
         except ApiError as exc:
             if exc.status != 404:
                 raise
-            thread = await _conversation_thread(client, endpoint, create)
-    except ApiError as exc:
+            thread = (
+                endpoint.value
+                if endpoint.key == ID_KEY  # the thread it names, which exists
+                else await _conversation_thread(client, endpoint, create)
+            )
+    except (ApiError, ThreadNotFound) as exc:
         raise ChatError(f"--attach: {exc}") from None
     terminal = {"namespace": client.namespace, "key": ID_KEY, "value": thread}
     try:

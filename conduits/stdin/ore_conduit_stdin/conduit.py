@@ -34,7 +34,7 @@ from ore_core.conduit import (
 )
 from ore_core.endpoint import KeyForm
 from ore_core.errors import ThreadNotFound
-from ore_core.id_prefix import AmbiguousThreadId, resolve_thread_id
+from ore_core.id_prefix import AmbiguousThreadId, resolve_on_core
 
 __all__ = ["StdinConduit", "open_thread"]
 
@@ -49,7 +49,6 @@ async def _single(message: str) -> AsyncIterator[str]:
     yield message
 
 
-_BAD_REQUEST = 400
 _NOT_FOUND = 404
 _EXISTS = 409
 _NOTHING_TO_CONTINUE = "-c: no thread to continue yet: start one with `ore chat` or `ore chat TEXT`"
@@ -68,7 +67,7 @@ async def open_thread(
     metadata = {"stdin.mode": mode, **({"stdin.user": config.user} if config.user else {})}
     if config.thread is not None:
         try:
-            found = await _resolve(client, config.thread)
+            found = await resolve_on_core(client, config.thread)
         except ThreadNotFound as exc:
             if not config.new or isinstance(exc, AmbiguousThreadId):
                 hint = "" if isinstance(exc, AmbiguousThreadId) else ", or add --new to start it"
@@ -102,24 +101,6 @@ async def _pipe_thread(client: ConduitClient, config: StdinConfig) -> str:
     thread_id, _ = await open_thread(client, config, "pipe", remembered)
     last_thread.save(thread_id)
     return thread_id
-
-
-async def _resolve(client: ConduitClient, typed: str) -> str:
-    """The full id of the thread `typed` names, asked of the core's control API."""
-
-    async def exists(thread_id: str) -> bool:
-        try:
-            await client.get_thread(thread_id)
-        except ApiError as exc:
-            if exc.status in (_BAD_REQUEST, _NOT_FOUND):
-                return False
-            raise
-        return True
-
-    async def list_ids(after: str, limit: int) -> list[str]:
-        return (await client.list_threads(after=after, limit=limit)).threads
-
-    return await resolve_thread_id(typed, exists, list_ids, "the store of the core")
 
 
 class StdinConduit(Conduit):

@@ -53,6 +53,31 @@ async def test_a_terminal_attached_to_a_conversation_shows_there_with_its_label(
     assert f"Attached to thread {thread}" in done.stderr
 
 
+async def test_attach_to_a_terminal_thread_takes_a_unique_prefix_of_its_id(
+    start_core: Callable[[TurnProcessor], Awaitable[None]],
+    ore_nats_url: str,
+    run_chat: RunChat,
+) -> None:
+    """`stdin:id=PREFIX` names the thread as `ore threads` does (issue 41)."""
+    await start_core(EchoProcessor())
+    env = {"ORE_LOAD_PLUGINS": "ore-conduit-stdin", "USER": "ana"}
+    async with await ConduitClient.connect(ore_nats_url, name="stdin") as core:
+        thread = await core.create_thread()
+        done = await asyncio.to_thread(
+            run_chat,
+            "--attach",
+            f"stdin:id={thread[:8]}",
+            "--nats",
+            ore_nats_url,
+            input="",
+            env=env,
+        )
+        listed = await core.admin_call("threads.list", {"namespace": "stdin"})
+    assert done.returncode == 0, done.stderr
+    assert f"Attached to thread {thread}" in done.stderr
+    assert listed["threads"] == [thread]  # no second thread named by the prefix
+
+
 async def test_attach_without_a_running_core_is_refused(run_chat: RunChat) -> None:
     done = await asyncio.to_thread(run_chat, "--attach", "stdin:id=t1", input="")
     assert done.returncode != 0
@@ -83,6 +108,29 @@ async def test_a_message_from_the_platform_shows_while_the_prompt_waits_keeping_
                 if relayed.action == "relayed":
                     break
     assert relayed.text == "half a line"
+
+
+async def test_a_terminal_attached_where_the_agent_answers_all_shows_another_endpoint_s_answer(
+    start_core: Callable[[TurnProcessor], Awaitable[None]],
+    ore_nats_url: str,
+    spawn_chat: Callable[..., pexpect.spawn],
+) -> None:
+    """`answer = all`: the agent's answer to the room is shown whole in the terminal too
+    (`TerminalView.answer`), after the room's message it answers."""
+    await start_core(EchoProcessor(prefix="echo: "))
+    env = {"ORE_LOAD_PLUGINS": "ore-conduit-stdin,ore-conduit-nats", "USER": "ana"}
+    async with await ConduitClient.connect(ore_nats_url, name="nats") as platform:
+        thread, _ = await platform.lookup_or_create("nats.channel", "room")
+        room = {"namespace": "nats", "key": "nats.channel", "value": "room"}
+        await platform.admin_call(
+            "links.add", {"thread": thread, "endpoint": room, "answer": "all", "exist_ok": True}
+        )
+        child = spawn_chat("--attach", "nats:room", "--nats", ore_nats_url, env=env)
+        await asyncio.to_thread(child.expect, f"Attached to thread {thread}")
+        await asyncio.to_thread(child.expect, "you>")
+        await platform.send(thread, "a question from the room", id="room-1", user_name="Bob")
+        await asyncio.to_thread(child.expect, re.escape("Bob (nats): a question from the room"))
+        await asyncio.to_thread(child.expect, re.escape("echo: a question from the room"))
 
 
 async def test_attach_to_a_conversation_no_conduit_has_seen_is_refused_off_a_terminal(
