@@ -45,9 +45,10 @@ without saving and hand their messages back: another worker owns those threads n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import structlog
 from nats.aio.client import Client as NatsClient
@@ -132,6 +133,8 @@ class Ingress:
         self._terms: dict[int, int] = {}
         self._term_count = itertools.count(1)
         self._recycling: set[int] = set()
+        # Partitions whose puller is being stopped: its pull requests may still deliver.
+        self._draining: set[int] = set()
         self.tasks = TaskScope("ingress")
         """The ack, progress and closed-stream loops and, as children, the pullers'
         watchdogs, partition recycles and the retries of parked threads (the core adopts
@@ -146,7 +149,7 @@ class Ingress:
             config,
             admit=self._admit,
             owns=owns,
-            pulled=lambda partition: partition in self._pullers and not self._stopping,
+            pulled=self._pulled,
             stopping=lambda: self._stopping,
             retries=self._retries,
         )
@@ -239,13 +242,32 @@ class Ingress:
         The lease is still ours meanwhile, so finished turns are saved and acked;
         turns still running after `handover_grace` are cut and handed back.
         """
-        puller = self._pullers.pop(partition, None)
-        if puller is not None:
-            await puller.stop()
+        async with self._unpulled(partition) as puller:
+            if puller is not None:
+                await puller.stop()
         await self._wait_handled(partition)
         for stream in self._streams_of(partition):
             await stream.close()
         await self._hand_back(partition)
+
+    @contextlib.asynccontextmanager
+    async def _unpulled(self, partition: int) -> AsyncIterator[Puller | None]:
+        """Take the partition's puller out (for the caller to stop) while its open pull
+        requests may still deliver: what arrives meanwhile for a partition no longer
+        owned is held (`_not_owned`), and the caller hands it back once the puller has
+        stopped. A NAK sent while a pull request is still open comes straight back to
+        it, again and again: after `max_deliver` round trips (milliseconds) the server
+        gives the message up for good, acknowledged to its sender and never handled."""
+        puller = self._pullers.pop(partition, None)
+        self._draining.add(partition)
+        try:
+            yield puller
+        finally:
+            self._draining.discard(partition)
+
+    def _pulled(self, partition: int) -> bool:
+        """Whether a pull of `partition` may still deliver here (and we are not stopping)."""
+        return (partition in self._pullers or partition in self._draining) and not self._stopping
 
     async def _wait_handled(self, partition: int) -> None:
         try:
@@ -261,10 +283,10 @@ class Ingress:
         it will drop that output (the threads left), so the next owner answers them
         (the stored answer, found by `Egress.prime`) instead of nobody.
         """
-        puller = self._pullers.pop(partition, None)
-        await self._drop_streams(partition)  # first: nothing of it may be written any more
-        if puller is not None:
-            await puller.stop()
+        async with self._unpulled(partition) as puller:
+            await self._drop_streams(partition)  # first: nothing of it may be written any more
+            if puller is not None:
+                await puller.stop()
         await self._hand_back(partition)
         count = self._partitions
         emitted = self._egress.emitted
@@ -366,10 +388,10 @@ class Ingress:
         `ack_wait`, behind newer messages of its thread."""
         self._recycling.add(partition)
         try:
-            puller = self._pullers.pop(partition, None)
-            if puller is None:
-                return
-            await puller.stop()
+            async with self._unpulled(partition) as puller:
+                if puller is None:
+                    return
+                await puller.stop()
             await self._wait_handled(partition)
             await self._hand_back(partition, forget=False)
             await self._acks.flush()  # so the consumer's ack floor is as high as it can be
@@ -445,11 +467,12 @@ class Ingress:
         return self._admit(msg, thread_id, partition)
 
     async def _not_owned(self, partition: int, msg: Msg, thread_id: str) -> None:
-        if partition in self._pullers and not self._stopping:
-            # Still ours, overdue for a moment (a pause): a NAK would come back at once,
-            # again and again until `max_deliver` drops it for good. It waits here
-            # instead, in order, until the lease is renewed or lost (`abandon` hands it
-            # back then).
+        if self._pulled(partition):
+            # Still ours, overdue for a moment (a pause), or being dropped with its pull
+            # requests still open: a NAK would come back at once, again and again until
+            # `max_deliver` drops it for good. It waits here instead, in order, until
+            # the lease is renewed or lost (`abandon` hands it back once the puller has
+            # stopped).
             self._parking.hold(msg, thread_id, stream_sequence(msg))
             return
         # A pull that outlived our lease (or a handover): the owner gets it now.
