@@ -157,6 +157,8 @@ def serve(
         processor = answering[0].removeprefix("answering with ")
         record_running(RunningCore(os.getpid(), servers[0], store_key(settings), processor))
         click.echo(answering[0])
+        # Said once the core serves: a server refused at the start gets its one line only.
+        click.echo(f"Durability: {deployment_durability(settings.nats)}")
         for other in running_cores():
             if other.nats_url == servers[0] and other.processor not in ("", processor):
                 click.echo(
@@ -234,7 +236,6 @@ async def _core(
                 f"Embedded NATS server listening on {embedded.url} (data in {embedded.store_dir})"
             )
             servers[:] = [embedded.url]
-        click.echo(f"Durability: {deployment_durability(nats)}")
         runtime = await build_runtime(settings, plugins)
         stack.push_async_callback(runtime.aclose)
         for notice in runtime.notices:

@@ -94,8 +94,11 @@ async def test_a_phone_shows_the_thread_list_as_a_drawer_that_opens_and_closes(
     await page.get_by_label("Show threads").click()
     await expect(threads).to_be_visible()
     await expect(page.get_by_label("Show threads")).to_have_attribute("aria-expanded", "true")
-    # The drawer slides in (a short transition): measure it once it has come to rest.
-    await page.wait_for_function("document.getElementById('sidebar').getAnimations().length === 0")
+    # The drawer slides in (a short transition that may not have started yet when the
+    # button's state changed): wait for it to come to rest at the left edge.
+    await page.wait_for_function(
+        "document.getElementById('sidebar').getBoundingClientRect().x === 0"
+    )
     drawer = await box_of(page, "#sidebar")
     assert drawer["x"] == 0
     assert drawer["width"] <= PHONE["width"]
