@@ -32,6 +32,11 @@ class Capabilities(BaseModel):
     `markup`: the dialect text is rendered in.
     `edits_arrive` / `deletes_arrive`: the platform tells the conduit when a user edits
     or deletes a message (Telegram reports edits but never deletes to a bot).
+    `reactions`: the platform shows and reports reactions on messages.
+    `idempotency`: how a repeated post is recognised after a crash: "key" (the platform
+    takes an idempotency key: Discord's nonce, Matrix's txnId), "read_back" (the adapter
+    can find what it posted, `ReadsBack`), "none" (the engine records the intent before
+    the call and the outcome after it).
     `delta_interval`: the pacing of live deltas the platform wants, in seconds (a
     terminal or a web page shows text as it comes: ~0.03); None keeps the core's
     `session.delta_interval` (0.1 s, right for chat APIs with rate limits). `ore serve`
@@ -49,4 +54,6 @@ class Capabilities(BaseModel):
     markup: Markup = "plain"
     edits_arrive: bool = False
     deletes_arrive: bool = False
+    reactions: bool = False
+    idempotency: Literal["key", "read_back", "none"] = "none"
     delta_interval: float | None = Field(default=None, ge=0)
