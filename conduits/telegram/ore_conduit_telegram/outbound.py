@@ -496,7 +496,8 @@ class ThreadRenderer:
             except TelegramError:
                 metrics.delivery_failed(self.out.name)  # refused for good: logged by the lane
                 raise
-            metrics.delivered(self.out.name)
+            if parts:  # the `done` of a relay without answers shows nothing: no delivery
+                metrics.delivered(self.out.name)
             self._save(answer, final=True)
             self.out.mark_finished(answer.trace)
         finally:
