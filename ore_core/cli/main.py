@@ -43,6 +43,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "link": "ore_core.cli.link:link",
     "migrate": "ore_core.cli.migrate:migrate",
     "models": "ore_core.cli.models:models",
+    "new": "ore_core.cli.new:new",
     "send": "ore_core.cli.send:send",
     "serve": "ore_core.cli.serve:serve",
     "threads": "ore_core.cli.threads:threads",
