@@ -22,7 +22,7 @@ __all__ = ["new"]
 @click.command()
 @click.argument("kind", metavar=f"{{{'|'.join(KINDS)}}}")
 @click.argument("name")
-@click.argument("directory", required=False, type=click.Path(path_type=Path))
+@click.argument("directory", metavar="[DIR]", required=False, type=click.Path(path_type=Path))
 @click.option("--description", help="One line saying what the plugin does (README, PyPI).")
 @click.option("--force", is_flag=True, help="Write into DIR even when it exists.")
 @click.option("-y", "--yes", is_flag=True, help="Ask nothing: take the defaults.")
