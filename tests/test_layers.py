@@ -50,7 +50,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
     "sdk": ("ore_core.conduit.*", "ore_core._nats.*"),
     "bus": ("ore_core.bus.*", "ore_core.bridge.*"),
     "plugins": ("ore_core.plugins.*",),
-    "cli": ("ore_core.cli.*", "ore_core.cli_entry"),
+    "cli": ("ore_core.cli.*", "ore_core.cli_entry", "ore_core.scaffold.*"),
     "testing": ("ore_core.testing.*",),
 }
 """Floor -> its modules: a module's name, or `package.*` for a package and all below it

@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from ore_core import tracing
 from ore_core.bus.health import HealthServer
+from ore_core.cli.capabilities import capability_rows, conduits_page
 from ore_core.cli.checkout import checkout_conduits, checkout_root
 from ore_core.cli.options import (
     cli_state,
@@ -35,6 +36,7 @@ from ore_core.cli.options import (
     nats_settings,
     table_columns,
 )
+from ore_core.cli.packages import canonical
 from ore_core.cli.running import find_running
 from ore_core.conduit import ConduitClient
 from ore_core.conduit.counters import CONTENT_TYPE
@@ -115,6 +117,18 @@ def _settings_help(name: str) -> str:
     "the line that installs each.",
 )
 @click.option(
+    "--capabilities",
+    "list_capabilities",
+    is_flag=True,
+    help="With --list: what each conduit's platform can do (edit, threads, streaming, ...).",
+)
+@click.option(
+    "--markdown",
+    is_flag=True,
+    help="With --list --capabilities: the page docs/conduits.md, for the conduits of the "
+    "checkout ore was installed from.",
+)
+@click.option(
     "--set",
     "overrides",
     multiple=True,
@@ -142,6 +156,8 @@ def conduit(
     name: str | None,
     list_only: bool,
     list_all: bool,
+    list_capabilities: bool,
+    markdown: bool,
     overrides: tuple[str, ...],
     nats_urls: tuple[str, ...],
     connect_timeout: float,
@@ -153,6 +169,9 @@ def conduit(
     `--set port=9000`.
     """
     state = cli_state()
+    if list_only and list_capabilities:
+        _list_capabilities(state.plugin_manager, state.settings, markdown)
+        return
     if list_only:
         _list_conduits(state.plugin_manager, state.settings)
         if list_all:
@@ -349,6 +368,34 @@ def _list_conduits(plugins: OrePluginManager, settings: OreSettings) -> None:
         distribution = _distribution(plugins, owners.get(cls))
         rows.append((name, distribution, _endpoint_form(name, cls), _description(cls)))
     click.echo("\n".join(table_columns(rows)))
+
+
+def _list_capabilities(plugins: OrePluginManager, settings: OreSettings, markdown: bool) -> None:
+    """The capability matrix of the installed conduits, or (`markdown`) docs/conduits.md."""
+    classes = collect_registrations(plugins, settings).conduits
+    if not markdown:
+        click.echo("\n".join(table_columns(capability_rows(classes))))
+        return
+    root = checkout_root()
+    if root is None:
+        raise OreError(
+            "--markdown documents the conduits of a checkout of ore; ore was not installed from one"
+        )
+    owners = _owners(plugins)
+    by_distribution = {
+        canonical(_distribution(plugins, owners.get(cls)).split(" ")[0]): (name, cls)
+        for name, cls in classes.items()
+    }
+    page: dict[str, type[Any]] = {}
+    for found in checkout_conduits(root):
+        if canonical(found.distribution) not in by_distribution:
+            raise OreError(
+                f"conduit {found.name} of the checkout is not installed: {found.install_line}, "
+                "then run this again"
+            )
+        name, cls = by_distribution[canonical(found.distribution)]
+        page[name] = cls
+    click.echo(conduits_page(page), nl=False)
 
 
 def _endpoint_form(name: str, cls: type[Any]) -> str:

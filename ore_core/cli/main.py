@@ -43,6 +43,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "link": "ore_core.cli.link:link",
     "migrate": "ore_core.cli.migrate:migrate",
     "models": "ore_core.cli.models:models",
+    "new": "ore_core.cli.new:new",
     "send": "ore_core.cli.send:send",
     "serve": "ore_core.cli.serve:serve",
     "threads": "ore_core.cli.threads:threads",
@@ -127,9 +128,16 @@ def main(ctx: click.Context, config_path: Path | None, log_level: str | None, de
 @main.command()
 @click.option("--all", "include_all", is_flag=True, help="Include the built-in plugins.")
 @click.option("--hooks", is_flag=True, help="List each hook with its plugins, in call order.")
+@click.option(
+    "--available", is_flag=True, help="List the plugins and conduits you can install instead."
+)
+@click.option("--markdown", is_flag=True, help="With --available: the page docs/plugins.md.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def plugins(include_all: bool, hooks: bool, as_json: bool) -> None:
+def plugins(include_all: bool, hooks: bool, available: bool, markdown: bool, as_json: bool) -> None:
     """Show installed plugins: distribution, version, hooks and load errors."""
+    if available:
+        _available(markdown, as_json)
+        return
     manager = cli_state().plugin_manager
     if hooks:
         table = manager.hook_implementers(include_builtins=include_all)
@@ -152,6 +160,21 @@ def plugins(include_all: bool, hooks: bool, as_json: bool) -> None:
             click.echo(f"  error: {entry['error']}")
         else:
             click.echo(f"  hooks: {', '.join(entry['hooks']) or '-'}")
+
+
+def _available(markdown: bool, as_json: bool) -> None:
+    """The plugin directory: a table, the Markdown page, or JSON."""
+    from ore_core.cli.directory import directory_page, listings
+
+    entries = listings()
+    if markdown:
+        click.echo(directory_page(entries), nl=False)
+    elif as_json:
+        click.echo(json.dumps([entry.model_dump() for entry in entries], indent=2))
+    else:
+        rows = [("NAME", "KIND", "INSTALL", "ADDS")]
+        rows += [(entry.name, entry.kind, entry.install, entry.adds) for entry in entries]
+        click.echo("\n".join(table_columns(rows)))
 
 
 @main.command()
