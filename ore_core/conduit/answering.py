@@ -130,8 +130,10 @@ class AnswerLane:
             severity = "info" if event.status == "delivered" else "warn"
             notice = Part(relayed.text, kind="notice", severity=severity)
             await self._post(notice, _Answer(f"delivery.{delivery.sequence}"))
-        elif relayed.action in ("own", "answer"):
+        elif relayed.action in ("own", "answer") and relayed.origin == self.out.name:
             await self._own(delivery)
+        elif isinstance(event, NoticeEvent) and relayed.origin == "app":
+            await self._own(delivery)  # the thread's own notice (a compaction's one line)
 
     async def _own(self, delivery: Delivery) -> None:
         """An event of this conduit's own conversation (or the thread's own notice)."""

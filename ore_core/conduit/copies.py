@@ -112,6 +112,11 @@ class Copies:
         elif relayed.action == "deleted" and self.capabilities.delete:
             for platform_id in await self.platform_ids(copy.thread_id, relayed.turn_id):
                 await self._call(copy, partial(self._delete, copy, platform_id))
+        elif relayed.action == "deleted":  # a platform that cannot delete says so
+            text = f"a message from {relayed.origin} was deleted"
+            notice = Part(text, kind="notice", severity="info")
+            key = part_key(f"{copy.thread_id}.{relayed.turn_id}.deleted", 0)
+            await self._call(copy, partial(self.platform.post, copy.conversation, notice, key))
 
     async def platform_ids(self, thread_id: str, turn: str) -> list[str]:
         """The platform ids of the copy of `turn` reported before (none: not shown)."""

@@ -11,9 +11,10 @@ adapter (its wire, ids and formatting); `run` builds the engine around it:
   thread (`Copies`), every platform call paced (`Pacing`).
 
 A conduit with more to do than the adapter contract says (the NATS bridge answers
-requests on their reply inbox) overrides the hooks: `forward` (one inbound event to the
-core), `not_forwarded` (what the sender is told of a failure), `traceparent` (the
-sender's trace, continued), `feed_kinds`, `durable` and `patience`.
+requests on their reply inbox) overrides the hooks: `admit` (bad input refused first),
+`forward` (one inbound event to the core), `not_forwarded` (what the sender is told of
+a failure), `traceparent` (the sender's trace, continued), `feed_kinds`, `durable` and
+`patience`.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ from ore_core.conduit.counters import metrics
 from ore_core.conduit.inbound import Forwarder, SerialByKey, derived_traceparent
 from ore_core.conduit.lanes import ThreadLanes
 from ore_core.conduit.pacing import Pacing
-from ore_core.conduit.platform import Inbound, Platform
+from ore_core.conduit.platform import Inbound, Message, Platform
 from ore_core.errors import ApiError, BusError, OreError
+from ore_core.events import UserMessageEvent
 from ore_core.tasks import TaskScope
 
 __all__ = ["Engine", "PlatformConduit", "PlatformContext"]
@@ -95,6 +97,11 @@ class PlatformConduit(Conduit):
         """The sender's traceparent of `inbound`, continued by the conduit's span
         ("" where the platform carries none: a new trace)."""
         return ""
+
+    async def admit(self, engine: Engine, inbound: Inbound) -> bool:
+        """Before anything else: False when the conduit dealt with `inbound` itself
+        (bad input told to its sender), which is then confirmed and not forwarded."""
+        return True
 
     async def forward(self, engine: Engine, thread_id: str, inbound: Inbound) -> None:
         """Send one inbound event to its thread (the engine confirms it after)."""
@@ -170,6 +177,9 @@ class Engine:
         """Forward one event, then confirm it; a refusal is told and confirmed (it would
         be refused again), a core still away after `patience` is told and not."""
         metrics.received(self.name)
+        if not await self.conduit.admit(self, inbound):
+            await inbound.done()
+            return
         try:
             patience = self.conduit.patience(self.config)
             thread_id = await self.conversations.thread_of(inbound.conversation, patience=patience)
@@ -186,5 +196,12 @@ class Engine:
     async def forward(self, thread_id: str, inbound: Inbound) -> Sent | None:
         """Send `inbound` to the thread in the core's words, with the conduit's span of
         it as its traceparent; what the core acknowledged."""
-        traceparent = derived_traceparent(self.conduit.traceparent(inbound))
-        return await self.forwarder.forward(thread_id, inbound, traceparent=traceparent)
+        return await self.forwarder.forward(thread_id, inbound, traceparent=self._trace(inbound))
+
+    def message(self, inbound: Message) -> UserMessageEvent:
+        """The core's event for a user message, as `forward` sends it (for a conduit
+        that sends it itself: the NATS bridge opens a request's answer feed first)."""
+        return self.forwarder.message(inbound, self._trace(inbound))
+
+    def _trace(self, inbound: Inbound) -> str:
+        return derived_traceparent(self.conduit.traceparent(inbound))
