@@ -4,13 +4,18 @@ run as a conduit against a real core on a real nats-server, and the pacing of it
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from ore_core.conduit import (
+    Capabilities,
     ConduitClient,
     Message,
+    PlatformConduit,
     RateLimited,
     Refused,
     Sender,
@@ -228,3 +233,17 @@ def _answer(value: str) -> Callable[[], Awaitable[str]]:
         return value
 
     return call
+
+
+def test_the_adapter_example_of_writing_a_conduit_is_a_platform_conduit() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "writing-a-conduit.md").read_text("utf-8")
+    match = re.search(r'```python\n("""ore_echo_room.*?)```', page, re.DOTALL)
+    assert match is not None, "writing-a-conduit.md must show the adapter example"
+    module = ModuleType("ore_echo_room_example")
+    exec(compile(match.group(1), "writing-a-conduit.md", "exec"), module.__dict__)
+    conduit = module.EchoRoomConduit
+    assert issubclass(conduit, PlatformConduit)
+    adapter = conduit().platform(conduit.load_config({"token": "t"}), None)
+    for method in ("connect", "close", "events", "post", "edit", "delete"):
+        assert callable(getattr(adapter, method))
+    assert isinstance(adapter.capabilities, Capabilities)
