@@ -1,0 +1,1 @@
+"""The pluggy plugin (entry point `ore: discord = "ore_conduit_discord.plugin"`)."""
