@@ -49,7 +49,7 @@ class Webhook:
         match = _WEBHOOK.fullmatch(url)
         if match is None:
             raise ValueError(f"{url!r} is not a webhook URL (…/api/webhooks/ID/TOKEN)")
-        self.id = int(match["id"])
+        self.id = match["id"]
         self.token = match["token"]
 
 

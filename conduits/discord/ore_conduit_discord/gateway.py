@@ -124,6 +124,7 @@ class Gateway:
         self._identify_delay = identify_delay
         self._socket: aiohttp.ClientWebSocketResponse | None = None
         self._last_seq: int | None = None
+        self._acked = True
         self.connections = 0
         self.ready = asyncio.Event()
 
@@ -180,6 +181,8 @@ class Gateway:
             return Dispatch(kind, data, seq)
         if op == 1 and self._socket is not None:
             await self._socket.send_json({"op": 1, "d": self._last_seq})
+        elif op == 11:
+            self._acked = True
         elif op == 7:
             raise _Reconnect("Discord asked for a reconnect")
         elif op == 9:
@@ -198,8 +201,15 @@ class Gateway:
         raise _Reconnect(f"the socket closed ({code})")
 
     async def _beat(self, socket: aiohttp.ClientWebSocketResponse, interval: float) -> None:
+        """Beat every `interval`; a beat unanswered by the next one means a dead connection
+        (Discord's zombie rule): close it, and the loop resumes."""
+        self._acked = True
         while not socket.closed:
             await asyncio.sleep(interval)
+            if not self._acked:
+                await socket.close(code=_KEEP_SESSION)
+                return
+            self._acked = False
             await socket.send_json({"op": 1, "d": self._last_seq})
 
     def _identify(self) -> dict[str, Any]:

@@ -44,9 +44,9 @@ def conversation_of(guild: str | None, channel: str) -> str:
     return f"{guild or DM}:{channel}"
 
 
-def split_conversation(conversation: str) -> tuple[str, int]:
+def split_conversation(conversation: str) -> tuple[str, str]:
     guild, _, channel = conversation.rpartition(":")
-    return guild, int(channel)
+    return guild, channel
 
 
 def sender_of(author: dict[str, Any], member: dict[str, Any] | None) -> Sender:
@@ -79,8 +79,8 @@ class DiscordPlatform:
         """Log in (MissingToken for a refused token), register the slash commands and
         open the gateway (its first event then arrives through `events`)."""
         me = await self.rest.start()
-        self.me = str(me.id)
-        await self.rest.register_commands(me.id)
+        self.me = str(me["id"])
+        await self.rest.register_commands(self.me)  # a bot's application id is its user id
         url = await self.rest.gateway_url()
         self._http = aiohttp.ClientSession()
         self.gateway = Gateway(
@@ -117,21 +117,21 @@ class DiscordPlatform:
         _, channel = split_conversation(conversation)
         hook = self._hook(channel) if part.sender is not None else None
         if hook is not None:
-            await self.rest.edit_as(hook[0], hook[1], int(platform_id), part.text)
+            await self.rest.edit_as(hook[0], hook[1], platform_id, part.text)
         else:
-            await self.rest.edit(channel, int(platform_id), part.text)
+            await self.rest.edit(channel, platform_id, part.text)
 
     async def delete(self, conversation: str, platform_id: str) -> None:
         _, channel = split_conversation(conversation)
         self._deleting.add(platform_id)
-        await self.rest.delete(channel, int(platform_id))
+        await self.rest.delete(channel, platform_id)
 
-    def _hook(self, channel: int) -> tuple[Webhook, int | None] | None:
+    def _hook(self, channel: str) -> tuple[Webhook, str] | None:
         """The webhook for `channel` (or for the channel a thread is in, with the thread)."""
-        hook = self.config.webhook(str(channel))
+        hook = self.config.webhook(channel)
         if hook is not None:
-            return hook, None
-        parent = self._parents.get(str(channel))
+            return hook, ""
+        parent = self._parents.get(channel)
         hook = self.config.webhook(parent) if parent else None
         return (hook, channel) if hook is not None else None
 

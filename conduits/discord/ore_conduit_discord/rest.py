@@ -1,28 +1,29 @@
-"""Discord's REST API through hikari, every failure classified once.
+"""Discord's REST API: the few calls the conduit makes, every failure classified once.
 
-hikari keeps the per-route buckets from the `X-RateLimit-*` headers and waits out a
-short one itself; a wait longer than `WAIT_INSIDE` (a bucket that is empty for a
-while, or a 429's `retry_after`) comes back as `RateLimited(wait)`, so the engine waits
-that conversation alone and reports it. hikari retries nothing else (`max_retries=0`):
-a 5xx or a dropped connection is `Transient`, and the engine's one retry policy
-decides. Every post asks Discord for no mentions, so relayed text never pings anyone.
+A small aiohttp client rather than hikari's (see the README): the engine must learn
+Discord's own wait. A 429 is `RateLimited(retry_after)` as Discord's body says it; a
+bucket the `X-RateLimit-*` headers show empty (per route and channel, as Discord counts
+them) is waited out here when it refills within `WAIT_INSIDE`, else `RateLimited` with
+the time to its reset, before any request is made. Nothing is retried here: a 5xx or a
+dropped connection is `Transient` and the engine's one retry policy decides. Every post
+asks for no mentions, so relayed text never pings anyone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
-from typing import Any, TypeVar
+import asyncio
+import time
+from typing import Any
 
 import aiohttp
-import hikari
 
 from ore_conduit_discord.config import MissingToken, Webhook
-from ore_core.conduit import Part, RateLimited, Refused, Transient
+from ore_core.conduit import Part, PlatformError, RateLimited, Refused, Transient
 
 __all__ = ["COMMANDS", "DiscordRest", "classify"]
 
 WAIT_INSIDE = 1.0
-"""Longest rate-limit wait hikari sits out itself; longer ones go to the engine."""
+"""Longest wait for a bucket to refill sat out here; longer ones go to the engine."""
 COMMANDS = {
     "new": "Start a new conversation in this channel",
     "stop": "Stop the answer being written",
@@ -30,110 +31,131 @@ COMMANDS = {
 """The core's commands offered as slash commands."""
 _TOO_LONG = "BASE_TYPE_MAX_LENGTH"
 _UNKNOWN_MESSAGE = 10008
-_QUIET: dict[str, Any] = {"mentions_everyone": False, "user_mentions": False, "role_mentions": False}
-T = TypeVar("T")
+_QUIET = {"allowed_mentions": {"parse": []}}
+_TIMEOUT = aiohttp.ClientTimeout(total=30)
 
 
-def classify(exc: BaseException) -> Exception:
-    """The contract's failure class for a hikari or connection error."""
-    if isinstance(exc, hikari.RateLimitTooLongError):
-        return RateLimited(f"Discord rate limit on {exc.route}", wait=exc.retry_after)
-    if isinstance(exc, hikari.InternalServerError):
-        return Transient(f"Discord answered {exc.status}")
-    if isinstance(exc, hikari.BadRequestError):
-        reason = "refused_too_large" if _TOO_LONG in str(exc.errors) else "refused_unsupported"
-        return Refused(f"Discord refused the message: {exc.message}", reason)
-    if isinstance(exc, hikari.NotFoundError) and exc.code == _UNKNOWN_MESSAGE:
+def classify(status: int, body: dict[str, Any]) -> PlatformError:
+    """The contract's failure class for an answer of Discord's that is not a success."""
+    message = str(body.get("message", ""))
+    if status == 429:
+        return RateLimited(f"Discord rate limit: {message}", wait=float(body.get("retry_after", 1.0)))
+    if status >= 500:
+        return Transient(f"Discord answered {status}")
+    if status == 400:
+        reason = "refused_too_large" if _TOO_LONG in str(body.get("errors", "")) else "refused_unsupported"
+        return Refused(f"Discord refused the message: {message} ({body.get('code')})", reason)
+    if status == 404 and body.get("code") == _UNKNOWN_MESSAGE:
         return Refused("the message is gone (Unknown Message)", "refused_unsupported")
-    if isinstance(exc, hikari.ClientHTTPResponseError):
-        return Refused(f"Discord refused ({exc.status} {exc.message})", "refused_permission")
-    if isinstance(exc, (hikari.HTTPError, aiohttp.ClientError, ConnectionError, TimeoutError)):
-        return Transient(f"Discord unreachable: {exc}")
-    return exc if isinstance(exc, Exception) else RuntimeError(str(exc))
-
-
-async def _classified(call: Awaitable[T]) -> T:
-    try:
-        return await call
-    except (hikari.HikariError, aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
-        raise classify(exc) from exc
+    return Refused(f"Discord refused ({status} {message})", "refused_permission")
 
 
 class DiscordRest:
-    """The few REST calls the conduit makes, on one hikari client."""
+    """One aiohttp session against `api_url`, with Discord's rate-limit buckets."""
 
     def __init__(self, api_url: str, token: str) -> None:
-        self._app = hikari.RESTApp(url=api_url, max_rate_limit=WAIT_INSIDE, max_retries=0)
+        self._base = api_url.rstrip("/")
         self._token = token
-        self.client: hikari.impl.RESTClientImpl | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self._buckets: dict[str, str] = {}  # route -> Discord's bucket
+        self._refills: dict[tuple[str, str], float] = {}  # (bucket, channel) -> refill time
 
-    async def start(self) -> hikari.OwnUser:
+    async def start(self) -> dict[str, Any]:
         """Log in: the bot's own user; MissingToken (one line) if Discord refuses the token."""
-        await self._app.start()
-        self.client = self._app.acquire(self._token, hikari.TokenType.BOT)
-        self.client.start()
+        self._http = aiohttp.ClientSession(timeout=_TIMEOUT)
         try:
-            return await self.client.fetch_my_user()
-        except hikari.UnauthorizedError as exc:
-            raise MissingToken(
-                "Discord refused the bot token (401): copy it again from the developer portal"
-            ) from exc
+            return await self._call("GET", "/users/@me")
+        except Refused as exc:
+            if "401" in exc.detail:
+                raise MissingToken("Discord refused the bot token (401): copy it again from "
+                                   "the developer portal's Bot page") from exc  # fmt: skip
+            raise
 
     async def close(self) -> None:
-        if self.client is not None:
-            await self.client.close()
-        await self._app.close()
-
-    @property
-    def rest(self) -> hikari.impl.RESTClientImpl:
-        assert self.client is not None, "DiscordRest.start() first"
-        return self.client
+        if self._http is not None:
+            await self._http.close()
 
     async def gateway_url(self) -> str:
-        return (await _classified(self.rest.fetch_gateway_bot_info())).url
+        return str((await self._call("GET", "/gateway/bot"))["url"])
 
-    async def register_commands(self, application: int) -> None:
-        builders = [self.rest.slash_command_builder(name, text) for name, text in COMMANDS.items()]
-        await _classified(self.rest.set_application_commands(application, builders))
+    async def register_commands(self, application: str) -> None:
+        commands = [{"name": name, "description": text, "type": 1} for name, text in COMMANDS.items()]
+        await self._call("PUT", f"/applications/{application}/commands", json=commands)
 
-    async def post(self, channel: int, part: Part, key: str) -> str:
-        reply = int(part.reply_to) if part.reply_to else hikari.UNDEFINED
-        message = await _classified(
-            self.rest.create_message(channel, part.text, nonce=key, reply=reply,
-                                     reply_must_exist=False, **_QUIET)  # fmt: skip
-        )
-        return str(message.id)
+    async def post(self, channel: str, part: Part, key: str) -> str:
+        body: dict[str, Any] = {"content": part.text, "nonce": key, "enforce_nonce": True, **_QUIET}
+        if part.reply_to:
+            body["message_reference"] = {"message_id": part.reply_to, "fail_if_not_exists": False}
+        return str((await self._call("POST", f"/channels/{channel}/messages", channel, json=body))["id"])
 
-    async def edit(self, channel: int, message: int, text: str) -> None:
-        await _classified(self.rest.edit_message(channel, message, text, **_QUIET))
+    async def edit(self, channel: str, message: str, text: str) -> None:
+        body = {"content": text, **_QUIET}
+        await self._call("PATCH", f"/channels/{channel}/messages/{message}", channel, json=body)
 
-    async def delete(self, channel: int, message: int) -> None:
-        await _classified(self.rest.delete_message(channel, message))
+    async def delete(self, channel: str, message: str) -> None:
+        await self._call("DELETE", f"/channels/{channel}/messages/{message}", channel)
 
-    async def post_as(self, hook: Webhook, thread: int | None, part: Part) -> str:
-        """Post through a webhook, showing the part's sender (name, avatar)."""
+    async def post_as(self, hook: Webhook, thread: str, part: Part) -> str:
+        """Post through a webhook, showing the part's sender (name, avatar). Webhooks
+        take no nonce: see the README on what a crash can double here."""
         sender = part.sender
         assert sender is not None
-        message = await _classified(
-            self.rest.execute_webhook(
-                hook.id, hook.token, part.text, thread=thread or hikari.UNDEFINED,
-                username=sender.name[:80] or hikari.UNDEFINED,
-                avatar_url=sender.avatar or hikari.UNDEFINED, **_QUIET,
-            )
-        )  # fmt: skip
-        return str(message.id)
+        body: dict[str, Any] = {"content": part.text, "username": sender.name[:80], **_QUIET}
+        if sender.avatar:
+            body["avatar_url"] = sender.avatar
+        query = {"wait": "true"} | ({"thread_id": thread} if thread else {})
+        path = f"/webhooks/{hook.id}/{hook.token}"
+        return str((await self._call("POST", path, str(hook.id), json=body, params=query))["id"])
 
-    async def edit_as(self, hook: Webhook, thread: int | None, message: int, text: str) -> None:
-        await _classified(
-            self.rest.edit_webhook_message(hook.id, hook.token, message, text,
-                                           thread=thread or hikari.UNDEFINED, **_QUIET)  # fmt: skip
-        )
+    async def edit_as(self, hook: Webhook, thread: str, message: str, text: str) -> None:
+        query = {"thread_id": thread} if thread else {}
+        path = f"/webhooks/{hook.id}/{hook.token}/messages/{message}"
+        await self._call("PATCH", path, str(hook.id), json={"content": text, **_QUIET}, params=query)
 
     async def answer_command(self, interaction: str, token: str, text: str) -> None:
         """Answer a slash command (only its user sees it), as Discord needs within 3 s."""
-        await _classified(
-            self.rest.create_interaction_response(
-                int(interaction), token, hikari.ResponseType.MESSAGE_CREATE, text,
-                flags=hikari.MessageFlag.EPHEMERAL,
-            )
-        )  # fmt: skip
+        body = {"type": 4, "data": {"content": text, "flags": 64}}
+        await self._call("POST", f"/interactions/{interaction}/{token}/callback", json=body)
+
+    async def _call(
+        self, method: str, path: str, channel: str = "", **request: Any
+    ) -> dict[str, Any]:
+        assert self._http is not None, "DiscordRest.start() first"
+        route = f"{method} {_template(path)}"
+        await self._wait_for_bucket(route, channel)
+        headers = {"Authorization": f"Bot {self._token}"}
+        try:
+            async with self._http.request(method, self._base + path, headers=headers, **request) as answer:
+                self._note_bucket(route, channel, answer.headers)
+                body = await answer.json() if answer.content_type == "application/json" else {}
+                status = answer.status
+        except (aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
+            raise Transient(f"Discord unreachable: {exc or type(exc).__name__}") from exc
+        if status >= 300:
+            raise classify(status, body if isinstance(body, dict) else {})
+        return body if isinstance(body, dict) else {"items": body}
+
+    async def _wait_for_bucket(self, route: str, channel: str) -> None:
+        bucket = self._buckets.get(route)
+        refill = self._refills.get((bucket, channel), 0.0) if bucket else 0.0
+        wait = refill - time.monotonic()
+        if wait > WAIT_INSIDE:
+            raise RateLimited(f"Discord bucket {bucket} is empty", wait=wait)
+        if wait > 0:
+            await asyncio.sleep(wait)
+
+    def _note_bucket(self, route: str, channel: str, headers: Any) -> None:
+        bucket = headers.get("X-RateLimit-Bucket")
+        if not bucket:
+            return
+        self._buckets[route] = bucket
+        if headers.get("X-RateLimit-Remaining") == "0":
+            reset_after = float(headers.get("X-RateLimit-Reset-After", "0"))
+            self._refills[(bucket, channel)] = time.monotonic() + reset_after
+        else:
+            self._refills.pop((bucket, channel), None)
+
+
+def _template(path: str) -> str:
+    """The route of `path` as Discord counts its buckets: ids replaced by a placeholder."""
+    return "/".join("{id}" if piece.isdigit() else piece for piece in path.split("/"))

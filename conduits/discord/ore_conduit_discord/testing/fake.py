@@ -63,6 +63,11 @@ LIMIT = 2000
 _STAMP = "2026-12-07T12:00:00.000000+00:00"
 
 
+def _stamp(counter: int) -> str:
+    """A distinct ISO timestamp per edit (Discord's edited_timestamp)."""
+    return f"2026-12-07T12:00:00.{counter % 1_000_000:06d}+00:00"
+
+
 def _user(uid: str, name: str, *, bot: bool = False) -> dict[str, Any]:
     return {"id": uid, "username": name, "global_name": name.title(), "discriminator": "0",
             "avatar": None, "bot": bot, "public_flags": 0}  # fmt: skip
@@ -180,7 +185,7 @@ class FakeDiscord:
     async def user_edits(self, channel: str, message_id: str, text: str) -> None:
         payload = self.messages[channel][message_id].payload
         payload["content"] = text
-        payload["edited_timestamp"] = f"2026-12-07T12:{len(self.calls) % 60:02d}:00.000000+00:00"
+        payload["edited_timestamp"] = _stamp(next(self._ids))
         await self.gateway.dispatch("MESSAGE_UPDATE", self._with_member(payload))
 
     async def user_deletes(self, channel: str, message_id: str) -> None:
@@ -208,8 +213,11 @@ class FakeDiscord:
         parts = path.split("/")
         self.calls.append((request.method, path))
         if parts[0] == "interactions":
-            self.interaction_replies[parts[1]] = await request.json()
-            return web.Response(status=204)
+            self.interaction_replies[parts[1]] = reply = await request.json()
+            if request.query.get("with_response") not in ("true", "True"):
+                return web.Response(status=204)
+            answer = {"id": parts[1], "type": 2, "response_message_ephemeral": True}
+            return _json({"interaction": answer, "resource": {"type": reply["type"]}})
         if parts[0] == "webhooks":
             return await self._webhook(request, parts)
         if request.headers.get("Authorization") != f"Bot {self.token}":
@@ -278,7 +286,7 @@ class FakeDiscord:
             return _error(403, 50005, "Cannot edit a message authored by another user")
         if "content" in body:
             message.payload["content"] = body["content"]
-        message.payload["edited_timestamp"] = _STAMP
+        message.payload["edited_timestamp"] = _stamp(next(self._ids))
         await self.gateway.dispatch("MESSAGE_UPDATE", message.payload)
         return _json(message.payload, bucket=f"channel-{channel}")
 
