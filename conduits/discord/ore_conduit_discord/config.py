@@ -30,7 +30,9 @@ ENV_TOKEN = "DISCORD_BOT_TOKEN"
 
 _BOT_TOKEN = re.compile(r"[A-Za-z0-9_-]{18,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{20,}")
 """The shape of a bot token from the developer portal: three parts joined by dots."""
-_WEBHOOK = re.compile(r"(?P<base>https?://.+?)/api(?:/v\d+)?/webhooks/(?P<id>\d+)/(?P<token>[\w-]+)")
+_WEBHOOK = re.compile(
+    r"(?P<base>https?://.+?)/api(?:/v\d+)?/webhooks/(?P<id>\d+)/(?P<token>[\w-]+)"
+)
 
 
 def default_state_dir() -> Path:
@@ -97,13 +99,19 @@ class DiscordConfig(ConduitConfig):
     def bot_token(self) -> str:
         """The token from this table, else DISCORD_BOT_TOKEN; MissingToken if neither or
         if it is not shaped like a bot token (never sent to Discord then)."""
-        value = self.token.get_secret_value() if self.token is not None else os.environ.get(ENV_TOKEN, "")
+        value = (
+            self.token.get_secret_value()
+            if self.token is not None
+            else os.environ.get(ENV_TOKEN, "")
+        )
         token = value.strip().removeprefix("Bot ")
         if not token:
-            raise MissingToken(f"{ENV_TOKEN} is not set: export it (or set token in [plugins.discord])")
+            raise MissingToken(
+                f"{ENV_TOKEN} is not set: export it (or set token in [plugins.discord])"
+            )
         if not _BOT_TOKEN.fullmatch(token):
             raise MissingToken(
-                f"{ENV_TOKEN} is not a bot token (three parts joined by dots): copy the token "
-                "from the developer portal's Bot page (Reset Token), not the application id or secret"
+                f"{ENV_TOKEN} is not a bot token (three parts joined by dots): copy it from "
+                "the developer portal's Bot page (Reset Token), not the application's id or secret"
             )
         return token

@@ -38,7 +38,7 @@ _KEEP_SESSION = 4900
 _FATAL = {
     4004: "Discord refused the bot token (close 4004): copy it again from the developer portal",
     4010: "Discord refused the shard (close 4010)",
-    4011: "Discord wants this bot sharded (close 4011): it is in too many guilds for one connection",
+    4011: "Discord wants this bot sharded (close 4011): too many guilds for one connection",
     4012: "Discord refused the gateway version (close 4012)",
     4013: "Discord refused the intents (close 4013)",
     4014: "Discord refused the Message Content intent (close 4014): switch on MESSAGE CONTENT "
@@ -101,7 +101,9 @@ class Session:
     def _save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"id": self.id, "resume_url": self.resume_url, "seq": self.seq}))
+        temporary.write_text(
+            json.dumps({"id": self.id, "resume_url": self.resume_url, "seq": self.seq})
+        )
         os.replace(temporary, self.path)
 
 
@@ -113,9 +115,14 @@ class Gateway:
     """Connects, identifies or resumes, beats, and yields dispatches until closed."""
 
     def __init__(
-        self, http: aiohttp.ClientSession, url: str, token: str, intents: int, session: Session,
+        self,
+        http: aiohttp.ClientSession,
+        url: str,
+        token: str,
+        intents: int,
+        session: Session,
         identify_delay: float = 2.0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._http = http
         self._url = url
         self._token = token

@@ -60,9 +60,16 @@ class DiscordPlatform:
     """Discord's gateway and REST API in the engine's words."""
 
     capabilities: ClassVar[Capabilities] = Capabilities(
-        edit=True, delete=True, threads=True, streaming=True, max_message_length=2000,
-        markup="markdown", edits_arrive=True, deletes_arrive=True, idempotency="key",
-    )  # fmt: skip
+        edit=True,
+        delete=True,
+        threads=True,
+        streaming=True,
+        max_message_length=2000,
+        markup="markdown",
+        edits_arrive=True,
+        deletes_arrive=True,
+        idempotency="key",
+    )
 
     def __init__(self, config: DiscordConfig) -> None:
         self.config = config
@@ -84,9 +91,13 @@ class DiscordPlatform:
         url = await self.rest.gateway_url()
         self._http = aiohttp.ClientSession()
         self.gateway = Gateway(
-            self._http, url, self.config.bot_token(), intents(self.config.message_content),
-            self.session, self.config.identify_delay,
-        )  # fmt: skip
+            self._http,
+            url,
+            self.config.bot_token(),
+            intents(self.config.message_content),
+            self.session,
+            self.config.identify_delay,
+        )
 
     async def close(self) -> None:
         if self.gateway is not None:
@@ -150,8 +161,12 @@ class DiscordPlatform:
             if data["id"] in self._deleting:  # the echo of the engine's own delete
                 self._deleting.discard(data["id"])
                 return None
-            return Delete(conversation=conversation_of(data.get("guild_id"), data["channel_id"]),
-                          platform_id=f"{data['id']}:deleted", target=data["id"], done=done)  # fmt: skip
+            return Delete(
+                conversation=conversation_of(data.get("guild_id"), data["channel_id"]),
+                platform_id=f"{data['id']}:deleted",
+                target=data["id"],
+                done=done,
+            )
         elif dispatch.kind in {"MESSAGE_CREATE", "MESSAGE_UPDATE"} and self._from_a_user(data):
             return self._message(dispatch)
         return None
@@ -169,17 +184,35 @@ class DiscordPlatform:
         data, done = dispatch.data, functools.partial(self._done, dispatch.seq)
         conversation = conversation_of(data.get("guild_id"), data["channel_id"])
         sender = sender_of(data["author"], data.get("member"))
-        text = "\n".join([data["content"], *(a["url"] for a in data.get("attachments", []))]).strip()
+        text = "\n".join(
+            [data["content"], *(a["url"] for a in data.get("attachments", []))]
+        ).strip()
         if dispatch.kind == "MESSAGE_UPDATE":
             if not data.get("edited_timestamp"):
                 return None  # an embed unfurled, not an edit
             edit_id = f"{data['id']}:{data['edited_timestamp']}"
-            return Edit(conversation=conversation, platform_id=edit_id, sender=sender,
-                        target=data["id"], text=text, done=done)  # fmt: skip
+            return Edit(
+                conversation=conversation,
+                platform_id=edit_id,
+                sender=sender,
+                target=data["id"],
+                text=text,
+                done=done,
+            )
         reference = data.get("message_reference") or {}
-        reply_to = str(reference.get("message_id", "")) if reference.get("channel_id") == data["channel_id"] else ""
-        return Message(conversation=conversation, platform_id=str(data["id"]), sender=sender,
-                       text=text, reply_to=reply_to, done=done)  # fmt: skip
+        reply_to = (
+            str(reference.get("message_id", ""))
+            if reference.get("channel_id") == data["channel_id"]
+            else ""
+        )
+        return Message(
+            conversation=conversation,
+            platform_id=str(data["id"]),
+            sender=sender,
+            text=text,
+            reply_to=reply_to,
+            done=done,
+        )
 
     def _command(self, dispatch: Dispatch) -> Inbound | None:
         data = dispatch.data
@@ -191,9 +224,14 @@ class DiscordPlatform:
         args = " ".join(str(option.get("value", "")) for option in options)
         name = data["data"]["name"]
         done = functools.partial(self._answered, dispatch.seq, data["id"], data["token"], name)
-        return Command(conversation=conversation_of(data.get("guild_id"), data["channel_id"]),
-                       platform_id=str(data["id"]), sender=sender_of(author, member), name=name,
-                       args=args, done=done)  # fmt: skip
+        return Command(
+            conversation=conversation_of(data.get("guild_id"), data["channel_id"]),
+            platform_id=str(data["id"]),
+            sender=sender_of(author, member),
+            name=name,
+            args=args,
+            done=done,
+        )
 
     async def _done(self, seq: int) -> None:
         self.session.acknowledge(seq)

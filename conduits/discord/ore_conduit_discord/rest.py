@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 
 from ore_conduit_discord.config import MissingToken, Webhook
-from ore_core.conduit import Part, PlatformError, RateLimited, Refused, Transient
+from ore_core.conduit import FailureReason, Part, PlatformError, RateLimited, Refused, Transient
 
 __all__ = ["COMMANDS", "DiscordRest", "classify"]
 
@@ -31,7 +31,7 @@ COMMANDS = {
 """The core's commands offered as slash commands."""
 _TOO_LONG = "BASE_TYPE_MAX_LENGTH"
 _UNKNOWN_MESSAGE = 10008
-_QUIET = {"allowed_mentions": {"parse": []}}
+_QUIET: dict[str, Any] = {"allowed_mentions": {"parse": []}}
 _TIMEOUT = aiohttp.ClientTimeout(total=30)
 
 
@@ -39,11 +39,14 @@ def classify(status: int, body: dict[str, Any]) -> PlatformError:
     """The contract's failure class for an answer of Discord's that is not a success."""
     message = str(body.get("message", ""))
     if status == 429:
-        return RateLimited(f"Discord rate limit: {message}", wait=float(body.get("retry_after", 1.0)))
+        return RateLimited(
+            f"Discord rate limit: {message}", wait=float(body.get("retry_after", 1.0))
+        )
     if status >= 500:
         return Transient(f"Discord answered {status}")
     if status == 400:
-        reason = "refused_too_large" if _TOO_LONG in str(body.get("errors", "")) else "refused_unsupported"
+        too_long = _TOO_LONG in str(body.get("errors", ""))
+        reason: FailureReason = "refused_too_large" if too_long else "refused_unsupported"
         return Refused(f"Discord refused the message: {message} ({body.get('code')})", reason)
     if status == 404 and body.get("code") == _UNKNOWN_MESSAGE:
         return Refused("the message is gone (Unknown Message)", "refused_unsupported")
@@ -67,8 +70,10 @@ class DiscordRest:
             return await self._call("GET", "/users/@me")
         except Refused as exc:
             if "401" in exc.detail:
-                raise MissingToken("Discord refused the bot token (401): copy it again from "
-                                   "the developer portal's Bot page") from exc  # fmt: skip
+                raise MissingToken(
+                    "Discord refused the bot token (401): copy it again from "
+                    "the developer portal's Bot page"
+                ) from exc
             raise
 
     async def close(self) -> None:
@@ -79,14 +84,18 @@ class DiscordRest:
         return str((await self._call("GET", "/gateway/bot"))["url"])
 
     async def register_commands(self, application: str) -> None:
-        commands = [{"name": name, "description": text, "type": 1} for name, text in COMMANDS.items()]
+        commands = [
+            {"name": name, "description": text, "type": 1} for name, text in COMMANDS.items()
+        ]
         await self._call("PUT", f"/applications/{application}/commands", json=commands)
 
     async def post(self, channel: str, part: Part, key: str) -> str:
         body: dict[str, Any] = {"content": part.text, "nonce": key, "enforce_nonce": True, **_QUIET}
         if part.reply_to:
             body["message_reference"] = {"message_id": part.reply_to, "fail_if_not_exists": False}
-        return str((await self._call("POST", f"/channels/{channel}/messages", channel, json=body))["id"])
+        return str(
+            (await self._call("POST", f"/channels/{channel}/messages", channel, json=body))["id"]
+        )
 
     async def edit(self, channel: str, message: str, text: str) -> None:
         body = {"content": text, **_QUIET}
@@ -110,7 +119,9 @@ class DiscordRest:
     async def edit_as(self, hook: Webhook, thread: str, message: str, text: str) -> None:
         query = {"thread_id": thread} if thread else {}
         path = f"/webhooks/{hook.id}/{hook.token}/messages/{message}"
-        await self._call("PATCH", path, str(hook.id), json={"content": text, **_QUIET}, params=query)
+        await self._call(
+            "PATCH", path, str(hook.id), json={"content": text, **_QUIET}, params=query
+        )
 
     async def answer_command(self, interaction: str, token: str, text: str) -> None:
         """Answer a slash command (only its user sees it), as Discord needs within 3 s."""
@@ -125,7 +136,9 @@ class DiscordRest:
         await self._wait_for_bucket(route, channel)
         headers = {"Authorization": f"Bot {self._token}"}
         try:
-            async with self._http.request(method, self._base + path, headers=headers, **request) as answer:
+            async with self._http.request(
+                method, self._base + path, headers=headers, **request
+            ) as answer:
                 self._note_bucket(route, channel, answer.headers)
                 body = await answer.json() if answer.content_type == "application/json" else {}
                 status = answer.status

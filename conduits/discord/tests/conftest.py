@@ -33,14 +33,20 @@ class Harness:
 
     def config(self, **settings: Any) -> DiscordConfig:
         values: dict[str, Any] = {
-            "token": TOKEN, "api_url": f"{self.fake.url}/api/v10", "state_dir": self.state,
-            "webhooks": {GENERAL: self.fake.webhook_url}, "identify_delay": 0,
-        }  # fmt: skip
+            "token": TOKEN,
+            "api_url": f"{self.fake.url}/api/v10",
+            "state_dir": self.state,
+            "webhooks": {GENERAL: self.fake.webhook_url},
+            "identify_delay": 0,
+        }
         return DiscordConfig(**(values | settings))
+
+    def platform_for(self, **settings: Any) -> DiscordPlatform:
+        return DiscordPlatform(self.config(**settings))
 
     async def start(self, **settings: Any) -> DiscordPlatform:
         await self.stop()
-        self.platform = DiscordPlatform(self.config(**settings))
+        self.platform = self.platform_for(**settings)
         await self.platform.connect()
         self._reader = asyncio.create_task(self._read(self.platform))
         assert self.platform.gateway is not None

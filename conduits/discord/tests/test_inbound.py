@@ -31,7 +31,8 @@ async def test_a_reply_names_the_message_it_answers(discord: Any) -> None:
     await discord.fake.user_says(GENERAL, "two", reply_to=first)
     await discord.next_event()
     reply = await discord.next_event()
-    assert isinstance(reply, Message) and reply.reply_to == first
+    assert isinstance(reply, Message)
+    assert reply.reply_to == first
 
 
 async def test_two_edits_of_a_message_are_two_edit_events(discord: Any) -> None:
@@ -52,7 +53,8 @@ async def test_a_deleted_message_arrives_as_a_delete(discord: Any) -> None:
     await discord.next_event()
     await discord.fake.user_deletes(GENERAL, sent)
     event = await discord.next_event()
-    assert isinstance(event, Delete) and event.target == sent
+    assert isinstance(event, Delete)
+    assert event.target == sent
 
 
 async def test_the_bots_own_posts_webhook_copies_and_deletes_are_no_events(discord: Any) -> None:
@@ -64,7 +66,8 @@ async def test_the_bots_own_posts_webhook_copies_and_deletes_are_no_events(disco
     await platform.delete(conversation, answer)
     await discord.fake.user_says(GENERAL, "mine")
     event = await discord.next_event()
-    assert isinstance(event, Message) and event.text == "mine"
+    assert isinstance(event, Message)
+    assert event.text == "mine"
 
 
 async def test_the_core_commands_are_registered_as_slash_commands(discord: Any) -> None:
@@ -76,7 +79,8 @@ async def test_a_slash_command_is_answered_once_the_core_has_it(discord: Any) ->
     await discord.start()
     interaction = await discord.fake.user_command(GENERAL, "new")
     event = await discord.next_event()
-    assert isinstance(event, Command) and event.name == "new"
+    assert isinstance(event, Command)
+    assert event.name == "new"
     await asyncio.sleep(0)
     assert interaction not in discord.fake.interaction_replies
     await event.done()

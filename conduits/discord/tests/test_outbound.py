@@ -29,7 +29,9 @@ async def test_posts_of_other_parts_are_other_messages(discord: Any) -> None:
     assert discord.fake.bot_texts(GENERAL) == ["part 0", "part 1", "part 2"]
 
 
-async def test_a_post_dropped_after_discord_made_it_is_not_doubled_by_its_retry(discord: Any) -> None:
+async def test_a_post_dropped_after_discord_made_it_is_not_doubled_by_its_retry(
+    discord: Any,
+) -> None:
     platform = await discord.start()
     discord.fake.drop_next("post", commit=True)
     with pytest.raises(Transient):
@@ -49,7 +51,9 @@ async def test_a_relayed_copy_shows_its_senders_name_through_the_webhook(discord
     platform = await discord.start()
     copy = await platform.post(HERE, Part("hi from slack", sender=Sender("Bob")), "k")
     await platform.edit(HERE, copy, Part("hi from slack, edited", sender=Sender("Bob")))
-    assert [(s.author, s.text) for s in discord.fake.seen(GENERAL)] == [("Bob", "hi from slack, edited")]
+    assert [(s.author, s.text) for s in discord.fake.seen(GENERAL)] == [
+        ("Bob", "hi from slack, edited")
+    ]
 
 
 async def test_an_answer_is_edited_and_deleted_in_place(discord: Any) -> None:

@@ -69,8 +69,15 @@ def _stamp(counter: int) -> str:
 
 
 def _user(uid: str, name: str, *, bot: bool = False) -> dict[str, Any]:
-    return {"id": uid, "username": name, "global_name": name.title(), "discriminator": "0",
-            "avatar": None, "bot": bot, "public_flags": 0}  # fmt: skip
+    return {
+        "id": uid,
+        "username": name,
+        "global_name": name.title(),
+        "discriminator": "0",
+        "avatar": None,
+        "bot": bot,
+        "public_flags": 0,
+    }
 
 
 @dataclass
@@ -147,7 +154,9 @@ class FakeDiscord:
 
     # ---------------------------------------------------------------- faults
 
-    def fail_next(self, route: str, status: int, *, retry_after: float = 0.0, times: int = 1) -> None:
+    def fail_next(
+        self, route: str, status: int, *, retry_after: float = 0.0, times: int = 1
+    ) -> None:
         self._faults.setdefault(route, []).extend(
             _Fault(status=status, retry_after=retry_after) for _ in range(times)
         )
@@ -165,19 +174,33 @@ class FakeDiscord:
 
     def seen(self, channel: str) -> list[Shown]:
         return [
-            Shown(m.payload["id"], m.shown_as, m.payload["content"],
-                  (m.payload.get("message_reference") or {}).get("message_id", ""))
+            Shown(
+                m.payload["id"],
+                m.shown_as,
+                m.payload["content"],
+                (m.payload.get("message_reference") or {}).get("message_id", ""),
+            )
             for m in self.messages.get(channel, {}).values()
-        ]  # fmt: skip
+        ]
 
     def bot_texts(self, channel: str) -> list[str]:
-        return [m.payload["content"] for m in self.messages.get(channel, {}).values()
-                if m.author_id == BOT_ID]  # fmt: skip
+        return [
+            m.payload["content"]
+            for m in self.messages.get(channel, {}).values()
+            if m.author_id == BOT_ID
+        ]
 
     # ---------------------------------------------------------------- users
 
-    async def user_says(self, channel: str, text: str, *, reply_to: str = "",
-                        author: str = ALICE, name: str = "alice") -> str:  # fmt: skip
+    async def user_says(
+        self,
+        channel: str,
+        text: str,
+        *,
+        reply_to: str = "",
+        author: str = ALICE,
+        name: str = "alice",
+    ) -> str:
         message = self._store(channel, _user(author, name), text, reply_to)
         await self.gateway.dispatch("MESSAGE_CREATE", self._with_member(message.payload))
         return str(message.payload["id"])
@@ -195,9 +218,14 @@ class FakeDiscord:
     async def user_command(self, channel: str, name: str, *, author: str = ALICE) -> str:
         interaction = str(next(self._ids))
         data: dict[str, Any] = {
-            "id": interaction, "application_id": BOT_ID, "type": 2, "token": f"itoken-{interaction}",
-            "version": 1, "channel_id": channel, "data": {"id": "1", "name": name, "type": 1},
-        }  # fmt: skip
+            "id": interaction,
+            "application_id": BOT_ID,
+            "type": 2,
+            "token": f"itoken-{interaction}",
+            "version": 1,
+            "channel_id": channel,
+            "data": {"id": "1", "name": name, "type": 1},
+        }
         guild = self.channels[channel]
         if guild:
             data |= {"guild_id": guild, "member": {"user": _user(author, "alice"), "nick": None}}
@@ -231,15 +259,25 @@ class FakeDiscord:
             return _json({"id": BOT_ID, "name": "ore", "flags": 0, "bot_public": False})
         if parts[0] == "applications" and parts[-1] == "commands":
             commands = await request.json()
-            self.commands = [{**c, "id": str(next(self._ids)), "application_id": BOT_ID,
-                              "version": "1", "default_member_permissions": None,
-                              "type": c.get("type", 1)} for c in commands]  # fmt: skip
+            self.commands = [
+                {
+                    **c,
+                    "id": str(next(self._ids)),
+                    "application_id": BOT_ID,
+                    "version": "1",
+                    "default_member_permissions": None,
+                    "type": c.get("type", 1),
+                }
+                for c in commands
+            ]
             return _json(self.commands)
         if parts[0] == "channels" and len(parts) >= 3 and parts[2] == "messages":
             return await self._messages(request, parts[1], parts[3] if len(parts) > 3 else "")
         return _error(404, 0, "404: Not Found")
 
-    async def _messages(self, request: web.Request, channel: str, message_id: str) -> web.StreamResponse:
+    async def _messages(
+        self, request: web.Request, channel: str, message_id: str
+    ) -> web.StreamResponse:
         route = {"POST": "post", "PATCH": "edit", "DELETE": "delete"}.get(request.method, "")
         fault = self._fault(route)
         if fault is not None and not fault.drop:
@@ -259,8 +297,11 @@ class FakeDiscord:
             invalid = _check_content(body)
             if invalid is not None:
                 return invalid
-            answer = await (self._edit(channel, message_id, body, BOT_ID) if message_id
-                            else self._post(channel, body))  # fmt: skip
+            answer = await (
+                self._edit(channel, message_id, body, BOT_ID)
+                if message_id
+                else self._post(channel, body)
+            )
         return _dropped(request) if fault is not None else answer
 
     async def _post(self, channel: str, body: dict[str, Any]) -> web.Response:
@@ -280,7 +321,9 @@ class FakeDiscord:
         await self.gateway.dispatch("MESSAGE_CREATE", message.payload)
         return _json(message.payload, bucket=f"channel-{channel}")
 
-    async def _edit(self, channel: str, message_id: str, body: dict[str, Any], editor: str) -> web.Response:
+    async def _edit(
+        self, channel: str, message_id: str, body: dict[str, Any], editor: str
+    ) -> web.Response:
         message = self.messages[channel][message_id]
         if message.author_id != editor:
             return _error(403, 50005, "Cannot edit a message authored by another user")
@@ -330,12 +373,23 @@ class FakeDiscord:
     def _store(self, channel: str, author: dict[str, Any], text: str, reply_to: str) -> _Message:
         mid = str(next(self._ids))
         payload: dict[str, Any] = {
-            "id": mid, "channel_id": channel, "author": author, "content": text,
-            "timestamp": _STAMP, "edited_timestamp": None, "tts": False,
-            "mention_everyone": False, "mentions": [], "mention_roles": [],
-            "attachments": [], "embeds": [], "pinned": False, "type": 19 if reply_to else 0,
-            "flags": 0, "components": [],
-        }  # fmt: skip
+            "id": mid,
+            "channel_id": channel,
+            "author": author,
+            "content": text,
+            "timestamp": _STAMP,
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": [],
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": [],
+            "pinned": False,
+            "type": 19 if reply_to else 0,
+            "flags": 0,
+            "components": [],
+        }
         if self.channels[channel]:
             payload["guild_id"] = self.channels[channel]
         if reply_to:
@@ -356,15 +410,31 @@ class FakeDiscord:
         await self.gateway.dispatch("MESSAGE_DELETE", data)
 
     def _ready(self) -> dict[str, Any]:
-        return {"v": 10, "user": _user(BOT_ID, "ore", bot=True), "private_channels": [],
-                "guilds": [{"id": GUILD, "unavailable": True}],
-                "application": {"id": BOT_ID, "flags": 0}}  # fmt: skip
+        return {
+            "v": 10,
+            "user": _user(BOT_ID, "ore", bot=True),
+            "private_channels": [],
+            "guilds": [{"id": GUILD, "unavailable": True}],
+            "application": {"id": BOT_ID, "flags": 0},
+        }
 
     def _guilds(self) -> list[dict[str, Any]]:
-        channels = [{"id": c, "type": 0, "name": f"channel-{c[-1]}", "guild_id": GUILD}
-                    for c, g in self.channels.items() if g]  # fmt: skip
-        return [{"id": GUILD, "name": "ore test guild", "unavailable": False,
-                 "channels": channels, "threads": [], "members": [], "roles": []}]  # fmt: skip
+        channels = [
+            {"id": c, "type": 0, "name": f"channel-{c[-1]}", "guild_id": GUILD}
+            for c, g in self.channels.items()
+            if g
+        ]
+        return [
+            {
+                "id": GUILD,
+                "name": "ore test guild",
+                "unavailable": False,
+                "channels": channels,
+                "threads": [],
+                "members": [],
+                "roles": [],
+            }
+        ]
 
 
 def _dropped(request: web.Request) -> web.Response:
@@ -386,25 +456,35 @@ def _check_content(body: dict[str, Any]) -> web.Response | None:
     if content is None or 1 <= len(content) <= LIMIT:
         return None
     problem = "BASE_TYPE_MAX_LENGTH" if content else "BASE_TYPE_REQUIRED"
-    errors = {"content": {"_errors": [{"code": problem, "message": "Must be 2000 or fewer in length."}]}}
+    errors = {
+        "content": {"_errors": [{"code": problem, "message": "Must be 2000 or fewer in length."}]}
+    }
     return _error(400, 50035, "Invalid Form Body", errors=errors)
 
 
 def _json(payload: Any, *, bucket: str = "", status: int = 200) -> web.Response:
     headers = _limits(bucket, remaining=4) if bucket else {}
-    return web.Response(status=status, text=json.dumps(payload), headers=headers,
-                        content_type="application/json")  # fmt: skip
+    return web.Response(
+        status=status, text=json.dumps(payload), headers=headers, content_type="application/json"
+    )
 
 
 def _limits(bucket: str, *, remaining: int, reset_after: float = 1.0) -> dict[str, str]:
-    return {"X-RateLimit-Limit": "5", "X-RateLimit-Remaining": str(remaining),
-            "X-RateLimit-Reset": f"{time.time() + reset_after:.3f}",
-            "X-RateLimit-Reset-After": f"{reset_after:.3f}", "X-RateLimit-Bucket": bucket}  # fmt: skip
+    return {
+        "X-RateLimit-Limit": "5",
+        "X-RateLimit-Remaining": str(remaining),
+        "X-RateLimit-Reset": f"{time.time() + reset_after:.3f}",
+        "X-RateLimit-Reset-After": f"{reset_after:.3f}",
+        "X-RateLimit-Bucket": bucket,
+    }
 
 
 def _error(status: int, code: int, message: str, **extra: Any) -> web.Response:
-    return web.Response(status=status, text=json.dumps({"code": code, "message": message, **extra}),
-                        content_type="application/json")  # fmt: skip
+    return web.Response(
+        status=status,
+        text=json.dumps({"code": code, "message": message, **extra}),
+        content_type="application/json",
+    )
 
 
 def _failure(fault: _Fault, bucket: str) -> web.Response:
@@ -412,5 +492,11 @@ def _failure(fault: _Fault, bucket: str) -> web.Response:
         return _error(fault.status, 0, f"{fault.status}: scripted failure")
     headers = _limits(bucket, remaining=0, reset_after=fault.retry_after)
     headers |= {"Retry-After": str(max(1, round(fault.retry_after))), "X-RateLimit-Scope": "user"}
-    body = {"message": "You are being rate limited.", "retry_after": fault.retry_after, "global": False}
-    return web.Response(status=429, text=json.dumps(body), headers=headers, content_type="application/json")
+    body = {
+        "message": "You are being rate limited.",
+        "retry_after": fault.retry_after,
+        "global": False,
+    }
+    return web.Response(
+        status=429, text=json.dumps(body), headers=headers, content_type="application/json"
+    )

@@ -58,6 +58,8 @@ class FakeGateway:
         self.close_codes: list[int] = []
         self.message_content_allowed = True
         self.url = ""
+        self.session_started = asyncio.Event()
+        """Set by every IDENTIFY that starts a session (a test clears it to wait for one)."""
         self._ids = itertools.count(1)
         self._live: dict[web.WebSocketResponse, Any] = {}  # socket -> its transport
 
@@ -93,7 +95,9 @@ class FakeGateway:
             return await self._resume(socket, data or {})
         return None
 
-    async def _identify(self, socket: web.WebSocketResponse, data: dict[str, Any]) -> GatewaySession | None:
+    async def _identify(
+        self, socket: web.WebSocketResponse, data: dict[str, Any]
+    ) -> GatewaySession | None:
         if data.get("token") != self.token:
             await self._close(socket, 4004, "Authentication failed.")
             return None
@@ -104,6 +108,7 @@ class FakeGateway:
         self.identified += 1
         session = GatewaySession(id=f"fake-session-{next(self._ids)}", intents=intents)
         self.sessions[session.id] = session
+        self.session_started.set()
         session.socket = socket
         ready = {**self._ready(), "session_id": session.id, "resume_gateway_url": self.url}
         await self._send(session, "READY", ready)
@@ -111,7 +116,9 @@ class FakeGateway:
             await self._send(session, "GUILD_CREATE", guild)
         return session
 
-    async def _resume(self, socket: web.WebSocketResponse, data: dict[str, Any]) -> GatewaySession | None:
+    async def _resume(
+        self, socket: web.WebSocketResponse, data: dict[str, Any]
+    ) -> GatewaySession | None:
         session = self.sessions.get(str(data.get("session_id")))
         if data.get("token") != self.token or session is None:
             await socket.send_json({"op": 9, "d": False})
