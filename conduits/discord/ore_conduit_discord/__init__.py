@@ -5,7 +5,8 @@ DISCORD_BOT_TOKEN and the `[plugins.discord]` table (see `DiscordConfig` and the
 README). `ore_conduit_discord.testing` has a fake Discord (REST and gateway) for tests.
 """
 
+from ore_conduit_discord.conduit import CHANNEL_KEY, DiscordConduit
 from ore_conduit_discord.config import DiscordConfig, MissingToken
 from ore_conduit_discord.platform import DiscordPlatform
 
-__all__ = ["DiscordConfig", "DiscordPlatform", "MissingToken"]
+__all__ = ["CHANNEL_KEY", "DiscordConduit", "DiscordConfig", "DiscordPlatform", "MissingToken"]

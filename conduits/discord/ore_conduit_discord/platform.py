@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import aiohttp
@@ -38,6 +39,8 @@ __all__ = ["DM", "DiscordPlatform", "conversation_of", "split_conversation"]
 DM = "@me"
 _SHOWN = {0, 19}  # a message, a reply (not joins, pins, thread notices)
 _AVATARS = "https://cdn.discordapp.com/avatars"
+_SIGNS = {"error": "⚠️ ", "notice": "-# "}  # a notice as Discord's small grey subtext
+LIMIT = 2000
 
 
 def conversation_of(guild: str | None, channel: str) -> str:
@@ -56,6 +59,17 @@ def sender_of(author: dict[str, Any], member: dict[str, Any] | None) -> Sender:
     return Sender(name=name, id=str(author["id"]), avatar=avatar)
 
 
+def shown(part: Part) -> str:
+    """The text the bot posts for `part`: a relayed copy without a webhook starts with
+    its sender's label in bold, an error or a notice with its sign. The engine split the
+    text at 2,000 characters; where the label would push a part over, it goes without."""
+    if part.sender is not None:
+        text = f"**{part.sender.name}:** {part.text}"
+    else:
+        text = f"{_SIGNS.get(part.kind, '')}{part.text}"
+    return text if len(text) <= LIMIT else part.text
+
+
 class DiscordPlatform:
     """Discord's gateway and REST API in the engine's words."""
 
@@ -64,7 +78,7 @@ class DiscordPlatform:
         delete=True,
         threads=True,
         streaming=True,
-        max_message_length=2000,
+        max_message_length=LIMIT,
         markup="markdown",
         edits_arrive=True,
         deletes_arrive=True,
@@ -122,7 +136,7 @@ class DiscordPlatform:
         hook = self._hook(channel) if part.sender is not None else None
         if hook is not None:
             return await self.rest.post_as(hook[0], hook[1], part)
-        return await self.rest.post(channel, part, key)
+        return await self.rest.post(channel, replace(part, text=shown(part)), key)
 
     async def edit(self, conversation: str, platform_id: str, part: Part) -> None:
         _, channel = split_conversation(conversation)
@@ -130,7 +144,7 @@ class DiscordPlatform:
         if hook is not None:
             await self.rest.edit_as(hook[0], hook[1], platform_id, part.text)
         else:
-            await self.rest.edit(channel, platform_id, part.text)
+            await self.rest.edit(channel, platform_id, shown(part))
 
     async def delete(self, conversation: str, platform_id: str) -> None:
         _, channel = split_conversation(conversation)

@@ -38,10 +38,12 @@ answered only with callbacks (no follow-ups), snowflakes that are plain counters
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -122,7 +124,8 @@ class FakeDiscord:
     url: str = ""
 
     def __post_init__(self) -> None:
-        self.gateway = FakeGateway(self.token, self._ready, self._guilds)
+        self.gateway = FakeGateway(self.token, self._ready, self._guilds, self._notify)
+        self._change = asyncio.Condition()
         self._ids = itertools.count(1500000000000000001)
         self._nonces: dict[tuple[str, str, str], tuple[str, float]] = {}
         self._faults: dict[str, list[_Fault]] = {}
@@ -151,6 +154,21 @@ class FakeDiscord:
     @property
     def webhook_url(self) -> str:
         return f"{self.url}/api/webhooks/{WEBHOOK}/{WEBHOOK_TOKEN}"
+
+    def add_channel(self, *, guild: str = GUILD) -> str:
+        """A new text channel of `guild` ("" : a DM), its id."""
+        channel = str(next(self._ids))
+        self.channels[channel] = guild
+        return channel
+
+    async def wait_until(self, predicate: Callable[[], bool], within: float = 10.0) -> None:
+        """Until `predicate()` holds, checked on every change the fake sees."""
+        async with asyncio.timeout(within), self._change:
+            await self._change.wait_for(predicate)
+
+    async def _notify(self) -> None:
+        async with self._change:
+            self._change.notify_all()
 
     # ---------------------------------------------------------------- faults
 
@@ -202,14 +220,19 @@ class FakeDiscord:
         name: str = "alice",
     ) -> str:
         message = self._store(channel, _user(author, name), text, reply_to)
-        await self.gateway.dispatch("MESSAGE_CREATE", self._with_member(message.payload))
+        await self._dispatch("MESSAGE_CREATE", self._with_member(message.payload))
         return str(message.payload["id"])
+
+    async def hand_over_again(self, channel: str, message_id: str) -> None:
+        """Dispatch MESSAGE_CREATE of a message again (a platform's redelivery)."""
+        payload = self.messages[channel][message_id].payload
+        await self._dispatch("MESSAGE_CREATE", self._with_member(payload))
 
     async def user_edits(self, channel: str, message_id: str, text: str) -> None:
         payload = self.messages[channel][message_id].payload
         payload["content"] = text
         payload["edited_timestamp"] = _stamp(next(self._ids))
-        await self.gateway.dispatch("MESSAGE_UPDATE", self._with_member(payload))
+        await self._dispatch("MESSAGE_UPDATE", self._with_member(payload))
 
     async def user_deletes(self, channel: str, message_id: str) -> None:
         del self.messages[channel][message_id]
@@ -231,7 +254,7 @@ class FakeDiscord:
             data |= {"guild_id": guild, "member": {"user": _user(author, "alice"), "nick": None}}
         else:
             data["user"] = _user(author, "alice")
-        await self.gateway.dispatch("INTERACTION_CREATE", data)
+        await self._dispatch("INTERACTION_CREATE", data)
         return interaction
 
     # ---------------------------------------------------------------- REST
@@ -242,6 +265,7 @@ class FakeDiscord:
         self.calls.append((request.method, path))
         if parts[0] == "interactions":
             self.interaction_replies[parts[1]] = reply = await request.json()
+            await self._notify()
             if request.query.get("with_response") not in ("true", "True"):
                 return web.Response(status=204)
             answer = {"id": parts[1], "type": 2, "response_message_ephemeral": True}
@@ -318,7 +342,7 @@ class FakeDiscord:
         if nonce:
             message.payload["nonce"] = nonce
             self._nonces[key] = (message.payload["id"], time.monotonic())
-        await self.gateway.dispatch("MESSAGE_CREATE", message.payload)
+        await self._dispatch("MESSAGE_CREATE", message.payload)
         return _json(message.payload, bucket=f"channel-{channel}")
 
     async def _edit(
@@ -330,7 +354,7 @@ class FakeDiscord:
         if "content" in body:
             message.payload["content"] = body["content"]
         message.payload["edited_timestamp"] = _stamp(next(self._ids))
-        await self.gateway.dispatch("MESSAGE_UPDATE", message.payload)
+        await self._dispatch("MESSAGE_UPDATE", message.payload)
         return _json(message.payload, bucket=f"channel-{channel}")
 
     async def _delete(self, channel: str, message_id: str) -> web.Response:
@@ -364,7 +388,7 @@ class FakeDiscord:
                 author["avatar_url"] = body.get("avatar_url", "")
                 message = self._store(channel, author, body["content"], "")
                 message.payload["webhook_id"] = WEBHOOK
-                await self.gateway.dispatch("MESSAGE_CREATE", message.payload)
+                await self._dispatch("MESSAGE_CREATE", message.payload)
                 answer = _json(message.payload)
         return _dropped(request) if fault is not None else answer
 
@@ -403,11 +427,15 @@ class FakeDiscord:
             return payload
         return {**payload, "member": {"nick": None, "roles": [], "joined_at": _STAMP}}
 
+    async def _dispatch(self, kind: str, data: dict[str, Any]) -> None:
+        await self.gateway.dispatch(kind, data)
+        await self._notify()
+
     async def _deleted(self, channel: str, message_id: str) -> None:
         data = {"id": message_id, "channel_id": channel}
         if self.channels[channel]:
             data["guild_id"] = self.channels[channel]
-        await self.gateway.dispatch("MESSAGE_DELETE", data)
+        await self._dispatch("MESSAGE_DELETE", data)
 
     def _ready(self) -> dict[str, Any]:
         return {

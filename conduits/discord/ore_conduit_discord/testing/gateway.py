@@ -47,10 +47,11 @@ class GatewaySession:
 class FakeGateway:
     """The websocket side of `FakeDiscord` (`GET /gateway`)."""
 
-    def __init__(self, token: str, ready: Any, guilds: Any) -> None:
+    def __init__(self, token: str, ready: Any, guilds: Any, changed: Any) -> None:
         self.token = token
         self._ready = ready  # () -> READY payload without the session fields
         self._guilds = guilds  # () -> GUILD_CREATE payloads
+        self._changed = changed  # async () -> None: wakes the fake's waiters
         self.sessions: dict[str, GatewaySession] = {}
         self.identified = 0
         self.resumed = 0
@@ -58,6 +59,7 @@ class FakeGateway:
         self.close_codes: list[int] = []
         self.message_content_allowed = True
         self.url = ""
+        self.readied = 0  # READY or RESUMED sent: a client is listening
         self.session_started = asyncio.Event()
         """Set by every IDENTIFY that starts a session (a test clears it to wait for one)."""
         self._ids = itertools.count(1)
@@ -114,6 +116,8 @@ class FakeGateway:
         await self._send(session, "READY", ready)
         for guild in self._guilds():
             await self._send(session, "GUILD_CREATE", guild)
+        self.readied += 1
+        await self._changed()
         return session
 
     async def _resume(
@@ -129,6 +133,8 @@ class FakeGateway:
         for event in session.events[after:]:
             await socket.send_json(event)
         await self._send(session, "RESUMED", {})
+        self.readied += 1
+        await self._changed()
         return session
 
     async def _send(self, session: GatewaySession, kind: str, data: dict[str, Any]) -> None:
