@@ -42,8 +42,8 @@ import asyncio
 import itertools
 import json
 import time
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -98,6 +98,7 @@ class _Fault:
     retry_after: float = 0.0
     drop: bool = False
     commit: bool = False
+    hold: bool = False
 
 
 @dataclass
@@ -126,6 +127,8 @@ class FakeDiscord:
     def __post_init__(self) -> None:
         self.gateway = FakeGateway(self.token, self._ready, self._guilds, self._notify)
         self._change = asyncio.Condition()
+        self._release = asyncio.Event()
+        self.held = 0
         self._ids = itertools.count(1500000000000000001)
         self._nonces: dict[tuple[str, str, str], tuple[str, float]] = {}
         self._faults: dict[str, list[_Fault]] = {}
@@ -181,6 +184,14 @@ class FakeDiscord:
 
     def drop_next(self, route: str, *, commit: bool = False) -> None:
         self._faults.setdefault(route, []).append(_Fault(drop=True, commit=commit))
+
+    def hold_next(self, route: str) -> None:
+        """The next call of `route` is carried out, then its answer waits (`held` counts
+        such calls) until `let_go()`: a client killed meanwhile never learns the outcome."""
+        self._faults.setdefault(route, []).append(_Fault(hold=True))
+
+    def let_go(self) -> None:
+        self._release.set()
 
     def _fault(self, route: str) -> _Fault | None:
         for name in (route, "*"):
@@ -304,9 +315,9 @@ class FakeDiscord:
     ) -> web.StreamResponse:
         route = {"POST": "post", "PATCH": "edit", "DELETE": "delete"}.get(request.method, "")
         fault = self._fault(route)
-        if fault is not None and not fault.drop:
+        if fault is not None and fault.status:
             return _failure(fault, f"channel-{channel}")
-        if fault is not None and not fault.commit:
+        if fault is not None and fault.drop and not fault.commit:
             return _dropped(request)
         if channel not in self.channels:
             return _error(404, 10003, "Unknown Channel")
@@ -326,7 +337,7 @@ class FakeDiscord:
                 if message_id
                 else self._post(channel, body)
             )
-        return _dropped(request) if fault is not None else answer
+        return await self._answer(request, fault, answer)
 
     async def _post(self, channel: str, body: dict[str, Any]) -> web.Response:
         nonce = str(body.get("nonce") or "")
@@ -366,9 +377,9 @@ class FakeDiscord:
         if parts[1:3] != [WEBHOOK, WEBHOOK_TOKEN]:
             return _error(404, 10015, "Unknown Webhook")
         fault = self._fault("webhook")
-        if fault is not None and not fault.drop:
+        if fault is not None and fault.status:
             return _failure(fault, f"webhook-{WEBHOOK}")
-        if fault is not None and not fault.commit:
+        if fault is not None and fault.drop and not fault.commit:
             return _dropped(request)
         channel = request.query.get("thread_id") or GENERAL
         message_id = parts[4] if len(parts) > 4 else ""
@@ -390,7 +401,20 @@ class FakeDiscord:
                 message.payload["webhook_id"] = WEBHOOK
                 await self._dispatch("MESSAGE_CREATE", message.payload)
                 answer = _json(message.payload)
-        return _dropped(request) if fault is not None else answer
+        return await self._answer(request, fault, answer)
+
+    async def _answer(
+        self, request: web.Request, fault: _Fault | None, answer: web.StreamResponse
+    ) -> web.StreamResponse:
+        """The answer of a call carried out, unless a fault drops or holds it."""
+        if fault is not None and fault.hold:
+            self.held += 1
+            await self._notify()
+            await self._release.wait()
+            self._release.clear()
+        if fault is not None and fault.drop:
+            return _dropped(request)
+        return answer
 
     # ---------------------------------------------------------------- state
 
