@@ -13,7 +13,6 @@ per channel: sent, answered, lost, doubled, out of order.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
