@@ -12,7 +12,7 @@ __all__ = ["CHANNEL_KEY", "DiscordConduit"]
 
 CHANNEL_KEY = "discord.channel"
 """The thread metadata key naming a Discord conversation: `GUILD:CHANNEL` (`@me:CHANNEL`
-for a DM), also the endpoint of a link (`ore link add T discord:-:GUILD:CHANNEL`)."""
+for a DM), also the endpoint of a link (`ore link add T discord:GUILD:CHANNEL`)."""
 
 
 class DiscordConduit(PlatformConduit):

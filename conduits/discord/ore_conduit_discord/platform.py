@@ -99,10 +99,14 @@ class DiscordPlatform:
     async def connect(self) -> None:
         """Log in (MissingToken for a refused token), register the slash commands and
         open the gateway (its first event then arrives through `events`)."""
-        me = await self.rest.start()
-        self.me = str(me["id"])
-        await self.rest.register_commands(self.me)  # a bot's application id is its user id
-        url = await self.rest.gateway_url()
+        try:
+            me = await self.rest.start()
+            self.me = str(me["id"])
+            await self.rest.register_commands(self.me)  # a bot's application id is its user id
+            url = await self.rest.gateway_url()
+        except BaseException:
+            await self.rest.close()  # the engine closes only what connected
+            raise
         self._http = aiohttp.ClientSession()
         self.gateway = Gateway(
             self._http,
