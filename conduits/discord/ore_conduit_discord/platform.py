@@ -59,12 +59,19 @@ def sender_of(author: dict[str, Any], member: dict[str, Any] | None) -> Sender:
     return Sender(name=name, id=str(author["id"]), avatar=avatar)
 
 
+def unlabelled(part: Part) -> str:
+    """A relayed copy's text without the `label: ` the engine starts it with (the
+    webhook shows the label as the author, or `shown` sets it in bold)."""
+    label = f"{part.sender.name}: " if part.sender is not None else ""
+    return part.text.removeprefix(label) if label else part.text
+
+
 def shown(part: Part) -> str:
     """The text the bot posts for `part`: a relayed copy without a webhook starts with
     its sender's label in bold, an error or a notice with its sign. The engine split the
-    text at 2,000 characters; where the label would push a part over, it goes without."""
+    text at 2,000 characters; where the sign would push a part over, it goes without."""
     if part.sender is not None:
-        text = f"**{part.sender.name}:** {part.text}"
+        text = f"**{part.sender.name}:** {unlabelled(part)}"
     else:
         text = f"{_SIGNS.get(part.kind, '')}{part.text}"
     return text if len(text) <= LIMIT else part.text
@@ -139,14 +146,14 @@ class DiscordPlatform:
         _, channel = split_conversation(conversation)
         hook = self._hook(channel) if part.sender is not None else None
         if hook is not None:
-            return await self.rest.post_as(hook[0], hook[1], part)
+            return await self.rest.post_as(hook[0], hook[1], replace(part, text=unlabelled(part)))
         return await self.rest.post(channel, replace(part, text=shown(part)), key)
 
     async def edit(self, conversation: str, platform_id: str, part: Part) -> None:
         _, channel = split_conversation(conversation)
         hook = self._hook(channel) if part.sender is not None else None
         if hook is not None:
-            await self.rest.edit_as(hook[0], hook[1], platform_id, part.text)
+            await self.rest.edit_as(hook[0], hook[1], platform_id, unlabelled(part))
         else:
             await self.rest.edit(channel, platform_id, shown(part))
 

@@ -396,6 +396,7 @@ class FakeDiscord:
                 answer = await self._edit(channel, message_id, body, WEBHOOK)
             else:
                 author = _user(WEBHOOK, body.get("username") or "Captain Hook", bot=True)
+                author["global_name"] = None  # a webhook's copy shows the username as given
                 author["avatar_url"] = body.get("avatar_url", "")
                 message = self._store(channel, author, body["content"], "")
                 message.payload["webhook_id"] = WEBHOOK
