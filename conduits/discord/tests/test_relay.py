@@ -108,3 +108,16 @@ async def test_without_a_webhook_a_copy_carries_its_label_in_bold(
         await terminal_says(ore_conduit_core, "hi from the desk", "s-1")
         await fake.wait_until(lambda: len(fake.bot_texts(RANDOM)) == 1, TIMEOUT)
         assert fake.bot_texts(RANDOM) == ["**cy (stdin):** hi from the desk"]
+
+
+async def test_a_copy_longer_than_2000_characters_is_split_without_breaking_its_code_block(
+    ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit, tmp_path: Path
+) -> None:
+    async with linked(ore_conduit_core, ore_start_conduit, tmp_path, GENERAL) as (fake, _):
+        code = "\n".join(f"print({n})  # " + "x" * 60 for n in range(70))  # ~5,300 characters
+        await terminal_says(ore_conduit_core, f"look:\n```python\n{code}\n```", "s-long")
+        await fake.wait_until(lambda: len(fake.seen(GENERAL)) == 3, TIMEOUT)
+        parts = [s.text for s in fake.seen(GENERAL)]
+        assert all(len(part) <= 2000 for part in parts)
+        assert all(part.count("```") % 2 == 0 for part in parts)  # each renders on its own
+        assert parts[0].startswith("look:\n```python\n")
