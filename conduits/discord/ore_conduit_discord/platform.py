@@ -2,8 +2,8 @@
 
 A conversation is a Discord channel: a text channel, a thread (Discord's threads are
 channels too) or a DM, keyed `GUILD:CHANNEL` (`@me:CHANNEL` for a DM). A message in a
-channel continues that channel's ore thread; `/new` starts a fresh one there, and a
-Discord thread opened from a message is a conversation of its own. Everything else
+channel continues that channel's ore thread, and a Discord thread opened from a message
+is a conversation of its own. Everything else
 (order, acknowledgement, streaming, copies, retries) is the engine's.
 """
 

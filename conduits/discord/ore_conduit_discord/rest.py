@@ -25,7 +25,7 @@ __all__ = ["COMMANDS", "DiscordRest", "classify"]
 WAIT_INSIDE = 1.0
 """Longest wait for a bucket to refill sat out here; longer ones go to the engine."""
 COMMANDS = {
-    "new": "Start a new conversation in this channel",
+    "new": "Start a new thread (the core's /new)",
     "stop": "Stop the answer being written",
 }
 """The core's commands offered as slash commands."""
