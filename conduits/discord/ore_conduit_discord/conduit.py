@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ore_conduit_discord.config import DiscordConfig
 from ore_conduit_discord.platform import DiscordPlatform
-from ore_core.conduit import Command, ConduitConfig, Inbound
+from ore_conduit_discord.rest import check_token
+from ore_core.conduit import Command, ConduitClient, ConduitConfig, Inbound
 from ore_core.conduit.engine import Engine, PlatformConduit, PlatformContext
 from ore_core.endpoint import KeyForm
 
@@ -24,6 +25,13 @@ class DiscordConduit(PlatformConduit):
     capabilities = DiscordPlatform.capabilities
     conversation_key = CHANNEL_KEY
     key_form = KeyForm("GUILD:CHANNEL", "1200000000000000001:1300000000000000001")
+
+    async def run(self, client: ConduitClient, config: ConduitConfig) -> None:
+        """Ask Discord about the token first: the engine opens its feed (which waits for
+        the core) before it connects the adapter, and a refused token is said at once."""
+        if isinstance(config, DiscordConfig):
+            await check_token(config.api_url, config.bot_token())
+        await super().run(client, config)
 
     async def forward(self, engine: Engine, thread_id: str, inbound: Inbound) -> None:
         """`/stop` interrupts the answer being written (the core has no `/stop` command:

@@ -20,7 +20,7 @@ import aiohttp
 from ore_conduit_discord.config import MissingToken, Webhook
 from ore_core.conduit import FailureReason, Part, PlatformError, RateLimited, Refused, Transient
 
-__all__ = ["COMMANDS", "DiscordRest", "classify"]
+__all__ = ["COMMANDS", "DiscordRest", "check_token", "classify"]
 
 WAIT_INSIDE = 1.0
 """Longest wait for a bucket to refill sat out here; longer ones go to the engine."""
@@ -33,6 +33,18 @@ _TOO_LONG = "BASE_TYPE_MAX_LENGTH"
 _UNKNOWN_MESSAGE = 10008
 _QUIET: dict[str, Any] = {"allowed_mentions": {"parse": []}}
 _TIMEOUT = aiohttp.ClientTimeout(total=30)
+
+
+async def check_token(api_url: str, token: str) -> None:
+    """MissingToken (one line) if Discord refuses `token`; any other failure is left to
+    the connection that follows."""
+    rest = DiscordRest(api_url, token)
+    try:
+        await rest.start()
+    except PlatformError:
+        pass
+    finally:
+        await rest.close()
 
 
 def classify(status: int, body: dict[str, Any]) -> PlatformError:
