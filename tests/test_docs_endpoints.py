@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from ore_conduit_discord import DiscordConduit
 from ore_conduit_nats.bridge import NatsBridge
 from ore_conduit_slack.conduit import SlackConduit
 from ore_conduit_stdin.conduit import StdinConduit
@@ -24,7 +25,8 @@ from ore_core.endpoint import parse_endpoint
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "docs" / "configuration.md", ROOT / "docs" / "bridging.md"]
 CONDUITS = {
-    c.name: c for c in (NatsBridge, SlackConduit, StdinConduit, TelegramConduit, WebConduit)
+    c.name: c
+    for c in (DiscordConduit, NatsBridge, SlackConduit, StdinConduit, TelegramConduit, WebConduit)
 }
 TYPED = re.compile(r"(?:--attach|ore link add \S+|ore link remove|ore send) `?([a-z]+:[^\s`'\"]+)")
 """An endpoint as typed after the commands that take one."""
