@@ -1,0 +1,1 @@
+"""The pluggy plugin (entry point `ore: matrix = "ore_conduit_matrix.plugin"`)."""
