@@ -62,6 +62,7 @@ __all__ = [
     "ArtifactEvent",
     "DeleteEvent",
     "DeliveryEvent",
+    "FailureReason",
     "EditEvent",
     "DeliveryStatus",
     "ReportStatus",
@@ -626,6 +627,15 @@ class ActivityEvent(_Event):
 
 
 DeliveryStatus = Literal["delivered", "retrying", "failed"]
+FailureReason = Literal[
+    "rate_limited",
+    "platform_unavailable",
+    "refused_permission",
+    "refused_too_large",
+    "refused_unsupported",
+]
+"""Why a copy is retrying or failed: one list for every platform (mautrix's message
+statuses, mapped), carried in delivery reports so an operator can count them."""
 ReportStatus = Literal["sending", "delivered", "retrying", "failed"]
 """What a conduit reports of a copy (`deliveries.report`): `sending` claims the copy
 before it is published, on a platform whose messages cannot be read back."""
@@ -634,13 +644,15 @@ before it is published, on a platform whose messages cannot be read back."""
 class DeliveryEvent(_Event):
     """How the copy of `turn` fared on `endpoint` (a linked namespace), as its conduit
     reported it (`retrying`, `failed`; issue 29): the origin endpoint shows it.
-    `origin` names the namespace the turn came from, when the reporter said it."""
+    `origin` names the namespace the turn came from, when the reporter said it;
+    `reason` why it is retrying or failed (`FailureReason`; empty in older reports)."""
 
     kind: Literal["delivery"] = "delivery"
     turn: str
     endpoint: str
     status: DeliveryStatus
     detail: str = Field(default="", exclude_if=_is_empty)
+    reason: FailureReason | Literal[""] = Field(default="", exclude_if=_is_empty)
     origin: str = Field(default="", exclude_if=_is_empty)
     context: _Context = _NO_CONTEXT
 

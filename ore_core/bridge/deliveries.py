@@ -19,7 +19,7 @@ namespace reaches only its own map entries and threads it may reach (its own, or
 from __future__ import annotations
 
 import hashlib
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
@@ -27,7 +27,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from ore_core import jsonutil
 from ore_core.errors import OreError
-from ore_core.events import ReportStatus
+from ore_core.events import FailureReason, ReportStatus
 from ore_core.ids import validate_thread_id
 
 __all__ = [
@@ -66,6 +66,7 @@ class DeliveryReport(_Body):
     status: ReportStatus
     platform_ids: list[_PlatformId] = Field(default_factory=list, max_length=MAX_PLATFORM_IDS)
     detail: str = Field(default="", max_length=MAX_DETAIL_LENGTH)
+    reason: FailureReason | Literal[""] = ""  # why it is retrying or failed
     origin: _Origin = ""  # the namespace the turn came from (its `delivery` event shows there)
 
 
@@ -144,6 +145,8 @@ class DeliveryMap:
         last = {"status": report.status, "turn": report.turn, "sequence": report.sequence}
         if report.detail:
             last["detail"] = report.detail
+        if report.reason:
+            last["reason"] = report.reason
         await self.kv.put(_last_key(namespace, report.thread), jsonutil.dumps(last))
         return previous
 

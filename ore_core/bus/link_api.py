@@ -194,6 +194,7 @@ class LinkApi:
                 endpoint=namespace,
                 status=body.status,
                 detail=body.detail,
+                reason=body.reason,
                 origin=body.origin,
                 context=EventContext(provenance=namespace),
             )

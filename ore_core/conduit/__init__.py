@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ore_core.conduit.capabilities import Capabilities, Markup
     from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
     from ore_core.conduit.counters import metrics
+    from ore_core.conduit.engine import Engine, PlatformConduit, PlatformContext
     from ore_core.conduit.feed import DURABLE_NAME, Delivery, DurableName, EventFeed, Hold
     from ore_core.conduit.lanes import Lane, ThreadLanes
     from ore_core.conduit.platform import (
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
         Inbound,
         Message,
         Part,
+        PartKind,
         Platform,
         PlatformError,
         RateLimited,
@@ -86,6 +88,10 @@ _EXPORTS: dict[str, str] = {
     "Inbound": "ore_core.conduit.platform",
     "Message": "ore_core.conduit.platform",
     "Part": "ore_core.conduit.platform",
+    "PartKind": "ore_core.conduit.platform",
+    "Engine": "ore_core.conduit.engine",
+    "PlatformConduit": "ore_core.conduit.engine",
+    "PlatformContext": "ore_core.conduit.engine",
     "Platform": "ore_core.conduit.platform",
     "PlatformError": "ore_core.conduit.platform",
     "RateLimited": "ore_core.conduit.platform",
@@ -138,7 +144,11 @@ __all__ = [
     "Inbound",
     "Message",
     "Part",
+    "PartKind",
     "Platform",
+    "PlatformConduit",
+    "PlatformContext",
+    "Engine",
     "PlatformError",
     "RateLimited",
     "Reaction",

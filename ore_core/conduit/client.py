@@ -52,6 +52,7 @@ from ore_core.events import (
     DeleteEvent,
     EditEvent,
     EventContext,
+    FailureReason,
     InterruptEvent,
     RegenerateEvent,
     ReportStatus,
@@ -524,6 +525,7 @@ class ConduitClient(MessagesIn):
         platform_ids: Sequence[str] = (),
         detail: str | None = None,
         origin: str = "",
+        reason: FailureReason | None = None,
     ) -> dict[str, Any]:
         """Report what the conduit did with a relayed copy of `turn` (batch `sequence`).
 
@@ -534,7 +536,8 @@ class ConduitClient(MessagesIn):
         claims the copy for a platform whose messages cannot be read back: the reply
         `{"recorded": bool, "status", "platform_ids"}` says whether this claim is the
         first (`recorded`), else what was recorded before (`delivered`: skip it;
-        `sending`: a run killed while sending it may have published it).
+        `sending`: a run killed while sending it may have published it). `reason`
+        says why a copy is `retrying` or `failed` (`FailureReason`).
         """
         body: dict[str, Any] = {
             "thread": thread_id,
@@ -545,6 +548,8 @@ class ConduitClient(MessagesIn):
         }
         if detail:
             body["detail"] = detail
+        if reason:
+            body["reason"] = reason
         if origin:
             body["origin"] = origin
         return await self._call("deliveries.report", body)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 from ore_core.conduit.capabilities import Capabilities
+from ore_core.events import FailureReason
 
 __all__ = [
     "Command",
@@ -28,6 +29,7 @@ __all__ = [
     "Inbound",
     "Message",
     "Part",
+    "PartKind",
     "Platform",
     "PlatformError",
     "RateLimited",
@@ -38,16 +40,6 @@ __all__ = [
     "Transient",
     "part_key",
 ]
-
-FailureReason = Literal[
-    "rate_limited",
-    "platform_unavailable",
-    "refused_permission",
-    "refused_too_large",
-    "refused_unsupported",
-]
-"""Why a copy is retrying or failed: one list for every platform (mautrix's message
-statuses, mapped), carried in delivery reports so an operator can count them."""
 
 KEY_LENGTH = 25
 """Discord's `nonce` takes at most 25 characters, the tightest of the platforms' keys."""
@@ -138,16 +130,26 @@ class Command(Inbound):
     args: str = ""
 
 
+PartKind = Literal["text", "error", "notice"]
+"""What a part is: answer or copy text, an error of the core, or a notice (with its
+severity); an adapter shows an error or a notice its own way (a prefix, a colour)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Part:
     """One platform message's worth of what the engine shows: text already in the
     platform's markup and at most its `max_message_length`; `reply_to` a platform id to
     thread under; `sender` the author a relayed copy shows (a webhook's name and
-    avatar), None for the bot's own answers."""
+    avatar), None for the bot's own answers. `kind` and `severity` (a notice's:
+    "info", "warn"...) say what it is. `repeat`: this post may have been made before,
+    by a run killed before it could record it (a platform without keys marks it)."""
 
     text: str
     reply_to: str = ""
     sender: Sender | None = None
+    kind: PartKind = "text"
+    severity: str = ""
+    repeat: bool = False
 
 
 class PlatformError(Exception):

@@ -13,8 +13,6 @@ carries `Nats-Msg-Id` (one per copy) and, when it is published again after a kil
 
 from __future__ import annotations
 
-import re
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -23,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ore_conduit_nats.config import OutputFormat
 from ore_core import OreError, describe_validation_error, jsonutil
+from ore_core.conduit.inbound import derived_traceparent
 from ore_core.events import MAX_USER_NAME_LENGTH
 from ore_core.subjects import HEADER_KIND, HEADER_MSG_ID, HEADER_TRACEPARENT
 
@@ -51,8 +50,6 @@ MAX_ID_LENGTH = 128
 
 ReplyKind = Literal["text", "error", "notice", "relayed"]
 """`relayed`: a message of another endpoint of a linked thread, with its label."""
-
-_TRACEPARENT = re.compile(r"00-(?P<trace>[0-9a-f]{32})-[0-9a-f]{16}-(?P<flags>[0-9a-f]{2})")
 
 
 class MalformedMessage(OreError):
@@ -162,13 +159,6 @@ def encode_reply(reply: Reply, output: OutputFormat) -> tuple[bytes, dict[str, s
 
 
 def child_traceparent(headers: Mapping[str, str] | None) -> str:
-    """A W3C traceparent for the bridge's span of one message.
-
-    It continues the sender's trace (its `traceparent` header) when there is one, else
-    starts a trace that is not sampled (the bridge records no spans itself). The span
-    id is always new, so it also tells the events of one message apart (see answers).
-    """
-    found = _TRACEPARENT.fullmatch((headers or {}).get(HEADER_TRACEPARENT, "").strip())
-    trace = found["trace"] if found else secrets.token_hex(16)
-    flags = found["flags"] if found else "00"
-    return f"00-{trace}-{secrets.token_hex(8)}-{flags}"
+    """The bridge's span of one message: the sender's `traceparent` header continued
+    (`derived_traceparent`), else a new trace that is not sampled."""
+    return derived_traceparent((headers or {}).get(HEADER_TRACEPARENT, ""))

@@ -8,7 +8,7 @@ import json
 
 from ore_conduit_nats.testing import PlainNatsClient
 from ore_core import Role, TurnCompleteEvent
-from ore_core.conduit import ConduitClient
+from ore_core.conduit import ConduitClient, part_key
 from ore_core.testing.conduit_conformance import ConduitCore, RunningConduit
 
 from .conftest import RunBridge
@@ -118,7 +118,7 @@ async def test_a_copy_is_published_with_its_message_id_and_reported_delivered(
     await run_bridge(output="json")
     turn = await recorded(web, "hi", "w-1")
     msg = await raw.next_out(CHANNEL)
-    message_id = f"ore-{THREAD}-{turn}"
+    message_id = part_key(f"{THREAD}.{turn}", 0)
     assert msg.headers is not None
     assert msg.headers["Nats-Msg-Id"] == message_id
     assert "Ore-Resent" not in msg.headers
@@ -149,7 +149,7 @@ async def test_a_copy_claimed_by_a_killed_run_is_sent_again_marked_resent(
     bridge = await run_bridge(output="json")
     await bridge.stop()  # its durable cursor is saved: it reads on from there
     turn = await recorded(web, "maybe out", "w-1")
-    message_id = f"ore-{THREAD}-{turn}"
+    message_id = part_key(f"{THREAD}.{turn}", 0)
     nats_side = ore_conduit_core.client_for("nats")
     claim = await nats_side.report_delivery(
         THREAD, sequence=1, turn=turn, status="sending", platform_ids=[message_id]
@@ -184,6 +184,6 @@ async def test_another_endpoint_s_answer_is_published_once_when_the_gateway_answ
     answer = (await web.turns(THREAD))[-1]
     assert json.loads(msg.data)["text"] == "echo: hi"
     assert msg.headers is not None
-    assert msg.headers["Nats-Msg-Id"] == f"ore-{THREAD}-{answer.id}"
+    assert msg.headers["Nats-Msg-Id"] == part_key(f"{THREAD}.{answer.id}", 0)
     await web.send(THREAD, "again", id="w-2", user_name="Ana")
     assert (await json_out(raw))["relayed"] == "Ana (web): again"  # nothing in between

@@ -1,0 +1,221 @@
+"""Answer rendering: a thread's output on the platform, one lane per thread (`ThreadLanes`).
+
+The conduit's own conversation shows its answers: on a platform that edits and streams,
+the text as it comes, by editing the answer's message at most once per
+`stream_interval` (a second by default: chat APIs limit edits), split into more
+messages at `max_message_length` without breaking code fences; elsewhere each finished
+text once. Errors and notices are parts of their own kind; each part replies to the
+user message it answers (`Part.reply_to`: that message's platform id).
+
+Everything else of a linked thread goes to the copy engine (`Copies`): another
+endpoint's messages, edits and deletes, and its answers when the gateway answers `all`;
+a delivery report about one of this endpoint's messages is shown as a notice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TypeVar
+
+import structlog
+
+from ore_core.artifacts.kinds import Text, TextDelta
+from ore_core.conduit.capabilities import Capabilities
+from ore_core.conduit.conversations import Conversations
+from ore_core.conduit.copies import COPY_DEADLINE, Copies, Copy
+from ore_core.conduit.feed import Delivery
+from ore_core.conduit.pacing import Pacing
+from ore_core.conduit.platform import Part, Platform, PlatformError, part_key
+from ore_core.conduit.relay import classify, split_message
+from ore_core.events import (
+    ArtifactEvent,
+    DeliveryEvent,
+    ErrorEvent,
+    LifecycleEvent,
+    NoticeEvent,
+    PropertiesEvent,
+    TurnCompleteEvent,
+)
+from ore_core.turn import Role
+
+__all__ = ["STREAM_INTERVAL", "AnswerLane", "Outbound"]
+
+log = structlog.get_logger("ore.conduit.answering")
+
+_T = TypeVar("_T")
+
+STREAM_INTERVAL = 1.0
+"""Seconds between two edits of a streamed answer at most (without `delta_interval`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outbound:
+    """What every thread's lane shares: the conduit's name, its platform and the engine
+    parts that act on it."""
+
+    name: str
+    platform: Platform
+    capabilities: Capabilities
+    conversations: Conversations
+    copies: Copies
+    pacing: Pacing
+    stream_interval: float = STREAM_INTERVAL
+
+    @property
+    def streams(self) -> bool:
+        """Is text shown as it comes (by editing the answer's message)?"""
+        return self.capabilities.streaming and self.capabilities.edit
+
+
+@dataclass(slots=True)
+class _Answer:
+    """One answer being shown: its trace, whom it replies to, its text so far and its
+    messages; `posts` counts its posts (each post's key is its trace and number)."""
+
+    trace: str
+    reply_to: str = ""
+    posts: int = 0
+    text: str = ""
+    messages: list[str] = field(default_factory=list)
+    shown: str = ""  # the text the messages show
+    flushed: float = 0.0  # loop time of the last edit
+
+
+class AnswerLane:
+    """The `Lane` of one thread (see the module docstring)."""
+
+    def __init__(self, thread_id: str, out: Outbound) -> None:
+        self.thread_id = thread_id
+        self.out = out
+        self.conversation: str | None = None
+        self._answers: dict[str, _Answer] = {}  # traceparent -> the answer to that message
+        self._streaming: _Answer | None = None
+
+    async def open(self) -> None:
+        self.conversation = await self.out.conversations.conversation_of(self.thread_id)
+
+    def busy(self) -> bool:
+        return self._streaming is not None
+
+    def due(self) -> float | None:
+        answer = self._streaming
+        if answer is None or answer.text == answer.shown:
+            return None
+        loop = asyncio.get_running_loop()
+        return max(0.0, answer.flushed + self.out.stream_interval - loop.time())
+
+    async def tick(self) -> None:
+        if self._streaming is not None and self.due() == 0.0:
+            await self._show(self._streaming)
+
+    async def handle(self, delivery: Delivery) -> None:
+        event = delivery.event
+        if isinstance(event, PropertiesEvent):
+            self.out.conversations.settings.update(delivery.thread_id, event)
+            return
+        if self.conversation is None:
+            return  # a thread of no conversation of this conduit
+        settings = self.out.conversations.settings.get(self.thread_id)
+        relayed = classify(delivery, self.out.name, settings)
+        if relayed.action in ("relayed", "edited", "deleted") or (
+            relayed.action == "answer" and relayed.turn_id and relayed.origin != self.out.name
+        ):
+            if delivery.sequence is not None:  # live-only: a copy comes with a stored batch
+                copy = Copy(self.thread_id, self.conversation, delivery.sequence, relayed)
+                await self.out.copies.show(copy)
+        elif relayed.action == "delivery" and isinstance(event, DeliveryEvent):
+            severity = "info" if event.status == "delivered" else "warn"
+            notice = Part(relayed.text, kind="notice", severity=severity)
+            await self._post(notice, _Answer(f"delivery.{delivery.sequence}"))
+        elif relayed.action in ("own", "answer") and relayed.origin == self.out.name:
+            await self._own(delivery)
+        elif isinstance(event, NoticeEvent) and relayed.origin == "app":
+            await self._own(delivery)  # the thread's own notice (a compaction's one line)
+
+    async def _own(self, delivery: Delivery) -> None:
+        """An event of this conduit's own conversation (or the thread's own notice)."""
+        event = delivery.event
+        trace = getattr(getattr(event, "context", None), "traceparent", "")
+        if isinstance(event, TurnCompleteEvent):
+            if event.turn.role == Role.USER:
+                self._answers[trace] = _Answer(trace, event.turn.event_id)
+            return
+        answer = self._answers.get(trace) or _Answer(trace)
+        if isinstance(event, LifecycleEvent):
+            if event.phase in ("done", "cancelled"):
+                await self._finish(self._answers.pop(trace, None))
+        elif isinstance(event, ArtifactEvent) and isinstance(event.artifact, TextDelta):
+            if self.out.streams:
+                self._answers[trace] = answer
+                answer.text += event.artifact.content
+                self._streaming = answer
+        elif isinstance(event, ArtifactEvent) and isinstance(event.artifact, Text):
+            if self.out.streams and self._streaming is answer:
+                answer.text = event.artifact.content
+                await self._show(answer)
+                # the next text of the answer: new messages
+                self._answers[trace] = _Answer(trace, answer.reply_to, answer.posts)
+                self._streaming = None
+            else:
+                await self._post(Part(event.artifact.content), answer)
+        elif isinstance(event, ErrorEvent):
+            await self._post(Part(event.message, kind="error"), answer)
+        elif isinstance(event, NoticeEvent):
+            notice = Part(event.content, kind="notice", severity=event.severity.label)
+            await self._post(notice, answer)
+
+    async def _finish(self, answer: _Answer | None) -> None:
+        if answer is not None and answer is self._streaming:
+            await self._show(answer)
+            self._streaming = None
+
+    async def _show(self, answer: _Answer) -> None:
+        """Edit the streamed answer's messages to its text so far (posting more parts)."""
+        loop = asyncio.get_running_loop()
+        answer.flushed = loop.time()
+        if not answer.text.strip() or answer.text == answer.shown:
+            return
+        limit = self.out.capabilities.max_message_length
+        for index, text in enumerate(split_message(answer.text, limit)):
+            part = Part(text, reply_to=answer.reply_to)
+            if index < len(answer.messages):
+                message = answer.messages[index]
+                await self._paced(partial(self._edit, message, part))
+            else:
+                key = self._key(answer)
+                answer.messages.append(await self._paced(partial(self._post_one, part, key)))
+        answer.shown = answer.text
+
+    async def _post(self, part: Part, answer: _Answer) -> None:
+        limit = self.out.capabilities.max_message_length
+        for text in split_message(part.text, limit):
+            piece = Part(text, answer.reply_to, part.sender, part.kind, part.severity)
+            key = self._key(answer)
+            try:
+                await self._paced(partial(self._post_one, piece, key))
+            except PlatformError as exc:
+                log.warning("answer not shown", thread_id=self.thread_id, error=exc.detail)
+                return
+
+    @staticmethod
+    def _key(answer: _Answer) -> str:
+        """The key of the answer's next post: the same after a restart that shows it again."""
+        answer.posts += 1
+        return part_key(answer.trace, answer.posts - 1)
+
+    async def _post_one(self, part: Part, key: str) -> str:
+        assert self.conversation is not None
+        return await self.out.platform.post(self.conversation, part, key)
+
+    async def _edit(self, message: str, part: Part) -> None:
+        assert self.conversation is not None
+        await self.out.platform.edit(self.conversation, message, part)
+
+    async def _paced(self, call: Callable[[], Awaitable[_T]]) -> _T:
+        assert self.conversation is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + COPY_DEADLINE
+        return await self.out.pacing.call(self.conversation, call, deadline=deadline)
