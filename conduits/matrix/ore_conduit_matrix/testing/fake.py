@@ -228,6 +228,11 @@ class FakeMatrix:
         """Any event of Alice's (an m.room.encrypted one, a reaction)."""
         return await self._user_event(room_id, ALICE, type_, content)
 
+    async def replay(self, event_id: str) -> None:
+        """Hand an event over again (the same event id, later in the stream)."""
+        self.stream.replay(event_id)
+        await self._notify()
+
     def view(self, room_id: str, thread: str | None = None) -> list[Shown]:
         """What a member sees in the room's main timeline (or in a thread)."""
         return self.stream.view(room_id, thread)

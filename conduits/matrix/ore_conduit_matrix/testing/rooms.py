@@ -32,10 +32,11 @@ class Event:
     state_key: str | None = None
     redacted_by: str = ""
     txn: tuple[str, str] | None = None  # (access token, txnId) of the send, if any
+    replays: str = ""  # the event id of the event this entry hands over again
 
     @property
     def event_id(self) -> str:
-        return f"${self.position}"
+        return self.replays or f"${self.position}"
 
     def to_json(self, token: str = "") -> dict[str, Any]:
         """The event as /sync carries it; its sender's own token sees the txnId."""
@@ -137,6 +138,15 @@ class Stream:
                 target.redacted_by = event.event_id
         return event
 
+    def replay(self, event_id: str) -> None:
+        """Hand `event_id` over again, as a homeserver does to a client that syncs
+        from an older token (the same event id, once more in the stream)."""
+        event = self.find(event_id)
+        assert event is not None, f"no event {event_id}"
+        again = Event(len(self.events) + 1, event.room_id, event.type, event.sender, event.content)
+        again.replays = event.event_id
+        self.events.append(again)
+
     def find(self, event_id: str) -> Event | None:
         if not event_id.startswith("$") or not event_id[1:].isdigit():
             return None
@@ -157,7 +167,7 @@ class Stream:
                 edits.setdefault(str(event.relation.get("event_id")), []).append(event)
         shown = []
         for event in messages:
-            if event.redacted_by or event.relation.get("rel_type") == "m.replace":
+            if event.replays or event.redacted_by or event.relation.get("rel_type") == "m.replace":
                 continue
             in_thread = (
                 str(event.relation.get("event_id", ""))
