@@ -22,7 +22,8 @@ What it serves (client-server API, `/_matrix/client/v3/...`, JSON):
   `join`, `event`): `fail_next(name, status=429, errcode="M_LIMIT_EXCEEDED",
   retry_after_ms=...)` (any status and errcode: 5xx, `M_UNKNOWN_TOKEN`, ...) and
   `drop_next(name, commit=...)` (the connection closes without an answer, after
-  carrying the call out or not).
+  carrying the call out or not); `hold_next(name)` carries the next call out and keeps
+  its answer until `let_go()`.
 
 Where it simplifies: one homeserver, no federation, no filters (`filter` is ignored),
 no ephemeral events, presence, to-device or account data; room versions and auth rules
@@ -86,6 +87,9 @@ class FakeMatrix:
         self.waiting = 0  # syncs waiting for news now (long polling)
         self._txns: dict[tuple[str, str], str] = {}  # (token, path) -> event id
         self._faults: dict[str, deque[_Fault]] = {}
+        self._holds: dict[str, int] = {}
+        self._let_go = asyncio.Event()
+        self.holding = 0  # calls held by `hold_next` so far
         self._devices = itertools.count(1)
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
@@ -117,8 +121,9 @@ class FakeMatrix:
         return self
 
     async def close(self) -> None:
-        """Stop serving; a waiting sync returns."""
+        """Stop serving; a waiting sync returns, a held call is let go."""
         self._closing = True
+        self._let_go.set()
         await self._notify()
         if self._runner is not None:
             await self._runner.cleanup()
@@ -281,6 +286,16 @@ class FakeMatrix:
         fault = _Fault(0, "", "", None, drop=True, commit=commit)
         self._faults.setdefault(name, deque()).extend([fault] * times)
 
+    def hold_next(self, name: str) -> None:
+        """The next call of `name` is carried out, then its answer waits for `let_go()`:
+        a client killed meanwhile never learns the outcome (`holding` counts them)."""
+        self._holds[name] = self._holds.get(name, 0) + 1
+        self._let_go.clear()
+
+    def let_go(self) -> None:
+        """Answer the held calls."""
+        self._let_go.set()
+
     # -- the HTTP side ------------------------------------------------------------------
 
     def _endpoint(self, name: str, handler: Handler) -> Callable[[web.Request], Awaitable[Any]]:
@@ -295,6 +310,11 @@ class FakeMatrix:
                     return _drop(request)
                 user = "" if name == "login" else self._user(request)
                 response = await handler(request, user)
+                if self._holds.get(name):
+                    self._holds[name] -= 1
+                    self.holding += 1
+                    await self._notify()
+                    await self._let_go.wait()
             except _MatrixError as exc:
                 body: dict[str, Any] = {"errcode": exc.errcode, "error": exc.error}
                 if fault is not None and fault.retry_after_ms is not None:

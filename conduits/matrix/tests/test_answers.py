@@ -1,0 +1,33 @@
+"""The conduit with the real core: answers land where the question was asked."""
+
+from __future__ import annotations
+
+import pytest
+
+from ore_conduit_matrix import MatrixConduit
+from ore_conduit_matrix.testing import BOT, MatrixKit
+from ore_core.testing.conduit_conformance import ECHO_PREFIX, StartConduit
+
+pytestmark = pytest.mark.asyncio
+
+
+async def test_a_question_in_a_thread_is_answered_in_that_thread_replying_to_it(
+    ore_start_conduit: StartConduit,
+) -> None:
+    kit = await MatrixKit.start()
+    hs = kit.fake
+    try:
+        room = await hs.create_room()
+        await ore_start_conduit(MatrixConduit, kit.settings())
+        await kit.wait_until_ready()
+        root = await hs.user_says(room, "root")
+        asked = await hs.user_says(room, "in the thread", thread=root)
+
+        def answers() -> list[tuple[str, str]]:
+            return [(s.text, s.reply_to) for s in hs.view(room, root) if s.sender == BOT]
+
+        await hs.wait_until(lambda: answers() == [(f"{ECHO_PREFIX}in the thread", asked)])
+        await hs.wait_until(lambda: f"{ECHO_PREFIX}root" in hs.bot_texts(room))
+        assert hs.bot_texts(room) == [f"{ECHO_PREFIX}root"]
+    finally:
+        await kit.close()
