@@ -31,3 +31,21 @@ async def test_a_question_in_a_thread_is_answered_in_that_thread_replying_to_it(
         assert hs.bot_texts(room) == [f"{ECHO_PREFIX}root"]
     finally:
         await kit.close()
+
+
+async def test_an_answer_rate_limited_once_arrives_once_after_the_wait(
+    ore_start_conduit: StartConduit,
+) -> None:
+    kit = await MatrixKit.start()
+    hs = kit.fake
+    try:
+        room = await hs.create_room()
+        await ore_start_conduit(MatrixConduit, kit.settings())
+        await kit.wait_until_ready()
+        hs.fail_next("send", retry_after_ms=50)
+        await hs.user_says(room, "slow down")
+        await hs.wait_until(lambda: hs.bot_texts(room) == [f"{ECHO_PREFIX}slow down"])
+        throttled = [path for name, path in hs.calls if name == "send"]
+        assert len(throttled) >= 2  # the 429, then the post that made it
+    finally:
+        await kit.close()

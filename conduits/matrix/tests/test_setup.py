@@ -54,3 +54,14 @@ async def test_a_kept_session_that_was_revoked_logs_in_again(hs: FakeMatrix, ada
     again = await adapters(read=False)
     assert again.platform.client.access_token not in ("", token)
     assert [name for name, _ in hs.calls].count("login") == 2
+
+
+async def test_a_token_revoked_while_running_ends_the_events_with_one_line(
+    hs: FakeMatrix, adapters
+) -> None:
+    adapter = await adapters()
+    hs.revoke(adapter.platform.client.access_token)
+    await hs.create_room()  # news: the waiting sync answers, the next one is refused
+    assert adapter.reader is not None
+    with pytest.raises(MissingCredentials, match="revoked the bot's access token"):
+        await adapter.reader
