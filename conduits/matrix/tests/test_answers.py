@@ -6,7 +6,8 @@ import pytest
 
 from ore_conduit_matrix import MatrixConduit
 from ore_conduit_matrix.testing import BOT, MatrixKit
-from ore_core.testing.conduit_conformance import ECHO_PREFIX, StartConduit
+from ore_core import Text
+from ore_core.testing.conduit_conformance import ECHO_PREFIX, ConduitCore, StartConduit
 
 pytestmark = pytest.mark.asyncio
 
@@ -47,5 +48,41 @@ async def test_an_answer_rate_limited_once_arrives_once_after_the_wait(
         await hs.wait_until(lambda: hs.bot_texts(room) == [f"{ECHO_PREFIX}slow down"])
         throttled = [path for name, path in hs.calls if name == "send"]
         assert len(throttled) >= 2  # the 429, then the post that made it
+    finally:
+        await kit.close()
+
+
+async def test_an_edited_question_is_answered_again(ore_start_conduit: StartConduit) -> None:
+    kit = await MatrixKit.start()
+    hs = kit.fake
+    try:
+        room = await hs.create_room()
+        await ore_start_conduit(MatrixConduit, kit.settings())
+        await kit.wait_until_ready()
+        asked = await hs.user_says(room, "hello")
+        await hs.wait_until(lambda: hs.bot_texts(room) == [f"{ECHO_PREFIX}hello"])
+        await hs.user_edits(room, asked, "goodbye")
+        await hs.wait_until(lambda: f"{ECHO_PREFIX}goodbye" in hs.bot_texts(room))
+    finally:
+        await kit.close()
+
+
+async def test_a_redacted_question_reaches_the_core_and_the_room_goes_on(
+    ore_start_conduit: StartConduit, ore_conduit_core: ConduitCore
+) -> None:
+    kit = await MatrixKit.start()
+    hs = kit.fake
+    try:
+        room = await hs.create_room()
+        await ore_start_conduit(MatrixConduit, kit.settings())
+        await kit.wait_until_ready()
+        asked = await hs.user_says(room, "regret")
+        await hs.wait_until(lambda: hs.bot_texts(room) == [f"{ECHO_PREFIX}regret"])
+        await hs.user_redacts(room, asked)
+        await hs.user_says(room, "next")
+        await hs.wait_until(lambda: f"{ECHO_PREFIX}next" in hs.bot_texts(room))
+        thread = await ore_conduit_core.thread_holding("next")
+        said = [a.content for turn in thread.turns() for a in turn.artifacts if isinstance(a, Text)]
+        assert "regret" not in said
     finally:
         await kit.close()
