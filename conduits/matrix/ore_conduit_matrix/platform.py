@@ -103,17 +103,23 @@ class MatrixPlatform:
 
     async def connect(self) -> None:
         """Log in (a kept session, the configured token, or the password) and check who
-        the bot is; MissingCredentials (one line) for refused credentials."""
+        the bot is; MissingCredentials (one line) for refused credentials, after which
+        nothing is left open."""
         self._state = State.open(self.config.state_dir / f"state-{self.config.durable}.db")
+        try:
+            await self._sign_in()
+        except BaseException:
+            await self.close()
+            raise
+        log.info("matrix conduit connected", user=self.user_id, homeserver=self.config.homeserver)
+
+    async def _sign_in(self) -> None:
         token = self.config.token()
         kept = self.state.session()
         if token:
             await self._use(token, "")
-        elif kept is not None and await self._use(kept[2], kept[1], kept_session=True):
-            pass
-        else:
+        elif kept is None or not await self._use(kept[2], kept[1], kept_session=True):
             await self._login()
-        log.info("matrix conduit connected", user=self.user_id, homeserver=self.config.homeserver)
 
     async def _use(self, token: str, device: str, *, kept_session: bool = False) -> bool:
         """Sign in with `token`; False when a kept session's token has been revoked."""

@@ -28,22 +28,17 @@ def test_a_password_without_the_user_id_is_one_line() -> None:
 async def test_a_wrong_password_is_refused_in_one_line(hs: FakeMatrix, tmp_path: Path) -> None:
     settings = hs.conduit_settings(str(tmp_path), password="wrong")
     platform = MatrixPlatform(MatrixConfig.model_validate(settings))
-    try:
-        with pytest.raises(MissingCredentials, match="refused the password of @ore:fake"):
-            await platform.connect()
-    finally:
-        await platform.close()
+    with pytest.raises(MissingCredentials, match="refused the password of @ore:fake"):
+        await platform.connect()
+    assert platform.client.client_session is None or platform.client.client_session.closed
 
 
 async def test_a_revoked_token_is_refused_in_one_line(hs: FakeMatrix, tmp_path: Path) -> None:
     hs.revoke(hs.token)
     settings = hs.conduit_settings(str(tmp_path), password=None, access_token=hs.token)
     platform = MatrixPlatform(MatrixConfig.model_validate(settings))
-    try:
-        with pytest.raises(MissingCredentials, match="access token was refused"):
-            await platform.connect()
-    finally:
-        await platform.close()
+    with pytest.raises(MissingCredentials, match="access token was refused"):
+        await platform.connect()
 
 
 async def test_a_kept_session_that_was_revoked_logs_in_again(hs: FakeMatrix, adapters) -> None:
