@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import replace
 from typing import Any, ClassVar, TypeVar
@@ -85,6 +86,9 @@ class MatrixPlatform:
 
     def __init__(self, config: MatrixConfig) -> None:
         self.config = config
+        # nio warns of every error answer that it is no success ("Error validating
+        # response"): the adapter classifies and logs those itself, in one line.
+        logging.getLogger("nio").setLevel(logging.ERROR)
         self.client = AsyncClient(
             config.homeserver,
             config.user_id,
