@@ -158,9 +158,9 @@ class Engine:
             stream_interval=interval,
         )
         feed = self.client.events(kinds=conduit.feed_kinds(config), durable=conduit.durable(config))
-        await self.platform.connect()
         try:
-            async with feed:
+            async with feed:  # open first: what comes once the platform listens is seen
+                await self.platform.connect()
                 lanes = ThreadLanes(lambda thread: AnswerLane(thread, outbound), name=self.name)
                 async with asyncio.TaskGroup() as group:
                     group.create_task(lanes.run(feed), name=f"{self.name}-out")
