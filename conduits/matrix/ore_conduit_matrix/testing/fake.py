@@ -167,10 +167,16 @@ class FakeMatrix:
         self.tokens.pop(token, None)
 
     async def create_room(
-        self, *, members: tuple[str, ...] = (ALICE,), bot: str = "join", encrypted: bool = False
+        self,
+        *,
+        members: tuple[str, ...] = (ALICE,),
+        bot: str = "join",
+        encrypted: bool = False,
+        name: str = "",
     ) -> str:
-        """A room made by the first member; the bot `join`ed, `invite`d or not (``)."""
-        room = self.stream.new_room(members[0], SERVER)
+        """A room made by the first member; the bot `join`ed, `invite`d or not (``);
+        its id `!<name>:fake.local` when named."""
+        room = self.stream.new_room(members[0], SERVER, name)
         for user in members[1:]:
             self._member(room, user, "join", user)
         if encrypted:

@@ -1,6 +1,7 @@
 """MatrixKit: the fake homeserver as a `FakePlatform` of ore's conduit conformance kit.
 
-A kit conversation is a room of its own (Alice and the bot). A repeated message id is
+A kit conversation is a room of its own (Alice and the bot), `!<conversation>:fake.local`
+(`room_id`: a gateway of the bridging kit names it before it exists). A repeated message id is
 the same event handed over again. Interrupting is `!stop`.
 """
 
@@ -10,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ore_conduit_matrix.testing.fake import FakeMatrix
+from ore_conduit_matrix.testing.fake import SERVER, FakeMatrix
 
 __all__ = ["MatrixKit"]
 
@@ -34,9 +35,13 @@ class MatrixKit:
         """The conduit's `[plugins.matrix]` table for this platform."""
         return self.fake.conduit_settings(str(self.state_dir), **extra)
 
+    @staticmethod
+    def room_id(conversation: str) -> str:
+        return f"!{conversation}:{SERVER}"
+
     async def room(self, conversation: str) -> str:
         if conversation not in self._rooms:
-            self._rooms[conversation] = await self.fake.create_room()
+            self._rooms[conversation] = await self.fake.create_room(name=conversation)
         return self._rooms[conversation]
 
     async def wait_until_ready(self) -> None:

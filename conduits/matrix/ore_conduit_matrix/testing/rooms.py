@@ -108,8 +108,8 @@ class Stream:
     def position(self) -> int:
         return len(self.events)
 
-    def new_room(self, creator: str, server: str) -> Room:
-        room = Room(f"!room{next(self._room_ids)}:{server}")
+    def new_room(self, creator: str, server: str, name: str = "") -> Room:
+        room = Room(f"!{name or f'room{next(self._room_ids)}'}:{server}")
         self.rooms[room.room_id] = room
         self.add(room, "m.room.create", creator, {"creator": creator}, state_key="")
         member = {"membership": "join", "displayname": display_name(creator)}
