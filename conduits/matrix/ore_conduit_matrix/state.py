@@ -1,0 +1,91 @@
+"""State: what the conduit keeps across restarts, in one SQLite file.
+
+- the session a password login made (user, device, access token): a login makes a new
+  device, and a transaction id is only recognised under the token it was sent with, so
+  a restarted conduit must send with the same token for a repeated send to be one;
+- the sync token (`next_batch`) up to which the core stored every event;
+- the conversation of each message seen or sent, so an edit or a redaction (which
+  names only its target) finds its thread;
+- the encrypted rooms already told that the bot cannot read them.
+
+Each write is one short statement committed at once (WAL: it survives the process
+being killed), done on the event loop: they are microseconds, a few per sync.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from ore_core import OreError
+
+__all__ = ["Session", "State", "StateError"]
+
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS session (id INTEGER PRIMARY KEY CHECK (id = 1),"
+    " user_id TEXT NOT NULL, device_id TEXT NOT NULL, access_token TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS cursor (id INTEGER PRIMARY KEY CHECK (id = 1), token TEXT)",
+    "CREATE TABLE IF NOT EXISTS events (event_id TEXT PRIMARY KEY, conversation TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS told (room TEXT PRIMARY KEY)",
+)
+
+Session = tuple[str, str, str]
+"""(user id, device id, access token)."""
+
+
+class StateError(OreError):
+    """The state file cannot be opened or written."""
+
+
+class State:
+    """See the module docstring. `State.open(path)`, then its methods, `close()`."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self._db = db
+
+    @classmethod
+    def open(cls, path: Path) -> State:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(path, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            for statement in _SCHEMA:
+                db.execute(statement)
+        except (OSError, sqlite3.Error) as exc:
+            raise StateError(f"cannot open the Matrix conduit's state {path}: {exc}") from exc
+        path.chmod(0o600)  # it holds the access token
+        return cls(db)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def session(self) -> Session | None:
+        row = self._db.execute("SELECT user_id, device_id, access_token FROM session").fetchone()
+        return (str(row[0]), str(row[1]), str(row[2])) if row else None
+
+    def keep_session(self, session: Session | None) -> None:
+        self._db.execute("DELETE FROM session")
+        if session is not None:
+            self._db.execute("INSERT INTO session VALUES (1, ?, ?, ?)", session)
+
+    def sync_token(self) -> str:
+        row = self._db.execute("SELECT token FROM cursor").fetchone()
+        return str(row[0]) if row and row[0] else ""
+
+    def keep_sync_token(self, token: str) -> None:
+        self._db.execute("INSERT OR REPLACE INTO cursor VALUES (1, ?)", (token,))
+
+    def conversation_of(self, event_id: str) -> str | None:
+        row = self._db.execute(
+            "SELECT conversation FROM events WHERE event_id = ?", (event_id,)
+        ).fetchone()
+        return str(row[0]) if row else None
+
+    def note(self, event_id: str, conversation: str) -> None:
+        self._db.execute("INSERT OR IGNORE INTO events VALUES (?, ?)", (event_id, conversation))
+
+    def was_told(self, room: str) -> bool:
+        return self._db.execute("SELECT 1 FROM told WHERE room = ?", (room,)).fetchone() is not None
+
+    def keep_told(self, room: str) -> None:
+        self._db.execute("INSERT OR IGNORE INTO told VALUES (?)", (room,))
