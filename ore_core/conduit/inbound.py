@@ -8,7 +8,8 @@ platform's id is the event id, so the repeat is stored once.
 
 `Forwarder` says each event in the core's words: a `Message` is sent, an `Edit` is
 the core's edit of the message it names, a `Delete` the core's delete, a `Command` the
-command's text (`/name args`, which the core reads like a typed one). Reactions have no
+command's text (`/name args`, which the core reads like a typed one), except `stop`,
+the core's interrupt. Reactions have no
 core event yet: they are confirmed and dropped.
 """
 
@@ -90,6 +91,9 @@ class Forwarder:
             )
         if isinstance(inbound, Delete):
             return await client.delete(thread_id, inbound.target, id=inbound.platform_id)
+        if isinstance(inbound, Command) and inbound.name == "stop":
+            # Stop is no command the core reads: it is the interrupt every conduit sends.
+            return await client.interrupt(thread_id, id=inbound.platform_id)
         if isinstance(inbound, Command):
             text = f"/{inbound.name} {inbound.args}".rstrip()
             command = Message(

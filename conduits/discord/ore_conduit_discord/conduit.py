@@ -5,8 +5,8 @@ from __future__ import annotations
 from ore_conduit_discord.config import DiscordConfig
 from ore_conduit_discord.platform import DiscordPlatform
 from ore_conduit_discord.rest import check_token
-from ore_core.conduit import Command, ConduitClient, ConduitConfig, Inbound
-from ore_core.conduit.engine import Engine, PlatformConduit, PlatformContext
+from ore_core.conduit import ConduitClient, ConduitConfig
+from ore_core.conduit.engine import PlatformConduit, PlatformContext
 from ore_core.endpoint import KeyForm
 
 __all__ = ["CHANNEL_KEY", "DiscordConduit"]
@@ -32,14 +32,6 @@ class DiscordConduit(PlatformConduit):
         if isinstance(config, DiscordConfig):
             await check_token(config.api_url, config.bot_token())
         await super().run(client, config)
-
-    async def forward(self, engine: Engine, thread_id: str, inbound: Inbound) -> None:
-        """`/stop` interrupts the answer being written (the core has no `/stop` command:
-        a conduit interrupts); every other event goes as the engine sends it."""
-        if isinstance(inbound, Command) and inbound.name == "stop":
-            await engine.client.interrupt(thread_id, id=inbound.platform_id)
-        else:
-            await engine.forward(thread_id, inbound)
 
     def platform(self, config: ConduitConfig, context: PlatformContext) -> DiscordPlatform:
         if not isinstance(config, DiscordConfig):

@@ -2,8 +2,8 @@
 
 The engine does the rest (the order of each conversation's events, confirming them
 after the core stored them, streaming answers by edits, relayed copies); this module
-only names the conduit and hands the engine its adapter, and makes `!stop` an
-interrupt (the core reads `/new` and its other commands as text, but not `/stop`).
+only names the conduit and hands the engine its adapter (`!stop` is the engine's
+interrupt, like every platform's stop command).
 """
 
 from __future__ import annotations
@@ -12,10 +12,7 @@ from ore_conduit_matrix.config import MatrixConfig
 from ore_conduit_matrix.ids import CONVERSATION_KEY
 from ore_conduit_matrix.platform import MatrixPlatform
 from ore_core.conduit import (
-    Command,
     ConduitConfig,
-    Engine,
-    Inbound,
     PlatformConduit,
     PlatformContext,
 )
@@ -40,10 +37,3 @@ class MatrixConduit(PlatformConduit):
         if not isinstance(config, MatrixConfig):
             raise TypeError(f"the matrix conduit needs a MatrixConfig, got {config!r}")
         return MatrixPlatform(config)
-
-    async def forward(self, engine: Engine, thread_id: str, inbound: Inbound) -> None:
-        """`!stop` interrupts the turn being written; every other event as the engine sends it."""
-        if isinstance(inbound, Command) and inbound.name == "stop":
-            await engine.client.interrupt(thread_id, id=inbound.platform_id)
-            return
-        await super().forward(engine, thread_id, inbound)
