@@ -21,8 +21,10 @@ traceparent) becomes one or more Telegram messages, the first replying to the us
   again what it had not confirmed) finishes the messages it started, and skips answers
   it showed.
 
-Telegram cannot be asked what a chat shows, so a conduit killed between Telegram
-accepting a message and the record of it sends that part again after a restart.
+Telegram cannot be asked what a chat shows: the record names each send before its
+call (the intent), and a conduit restarted after a kill between Telegram accepting a
+message and the record of it looks for that part in the chat before it sends it again
+(`landed`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from ore_conduit_telegram.api import BotApi, TelegramError
 from ore_conduit_telegram.config import TelegramConfig
 from ore_conduit_telegram.copies import Copies
 from ore_conduit_telegram.ids import Conversation
+from ore_conduit_telegram.landed import Intent, find_landed
 from ore_conduit_telegram.shield import uninterrupted
 from ore_conduit_telegram.state import State
 from ore_conduit_telegram.text import split_text, to_html
@@ -279,25 +282,41 @@ class ThreadRenderer:
         answer.after = record.upto
         answer.messages = [int(m) for m in record.messages]
         answer.in_flight = [int(p) for p in record.extra.get("in_flight", ())]
-        sending = record.extra.get("sending")
-        if isinstance(sending, int):  # the send after the intent; its outcome unknown
-            answer.in_flight.append(sending)
-            log.warning(
-                "a send was under way when the conduit stopped: Telegram may show it twice",
-                thread_id=self.thread_id,
-                part=sending,
-            )
-            self._save(answer)
+        intent = Intent.of_record(dict(record.extra))
+        if intent is not None:  # the send after the intent; its outcome unknown
+            await self._look_for(answer, intent)
         answer.shown = _UNKNOWN  # unknown: rewritten when the answer is done
         answer.drafts = answer.drafts and not answer.messages
         return True
 
-    def _save(self, answer: _Answer, *, final: bool = False, sending: int | None = None) -> None:
+    async def _look_for(self, answer: _Answer, intent: Intent) -> None:
+        """Find the part of a send under way when an earlier run stopped (`landed`):
+        kept when it is in the chat, sent again when it is not or cannot be told."""
+        assert self.place is not None
+        found = await find_landed(self, intent)
+        if found.outcome == "unknown":
+            answer.in_flight.append(intent.part)
+            log.warning(
+                "a send was under way when the conduit stopped: Telegram may show it twice",
+                thread_id=self.thread_id,
+                part=intent.part,
+            )
+        elif found.outcome == "absent":
+            log.info("a send under way at the stop did not land", thread_id=self.thread_id)
+        else:
+            answer.messages[intent.part : intent.part + 1] = [found.message]
+            log.info("a send under way at the stop had landed", thread_id=self.thread_id)
+        self._save(answer)
+        if found.message:
+            await self.out.state.add_to_chain(self.place.chat, found.message, self.place.root)
+            await self.out.state.add_answered(self.place.chat, found.message, answer.trace)
+
+    def _save(self, answer: _Answer, *, final: bool = False, sending: Intent | None = None) -> None:
         """Record the answer now (committed on the loop: see State). `sending`: the part
-        about to be sent (the intent, so a restart knows that send was under way)."""
+        about to be sent (the intent, so a restart can look for it: `landed`)."""
         extra: dict[str, Any] = {"in_flight": answer.in_flight} if answer.in_flight else {}
         if sending is not None:
-            extra["sending"] = sending
+            extra.update(sending.to_record())
         record = AnswerRecord.of(
             answer.trace,
             answer.messages,
@@ -401,7 +420,9 @@ class ThreadRenderer:
     async def _post_part(self, answer: _Answer, index: int, text: str, *, html: bool) -> None:
         """Send part `index` of the answer and record it before anything else happens."""
         assert self.place is not None
-        self._save(answer, sending=index)
+        before = answer.messages[index - 1] if 0 < index <= len(answer.messages) else 0
+        after = before or await self.out.state.asked(answer.trace)
+        self._save(answer, sending=Intent(index, text, html, after))
         try:
             posted = await self._post(answer, text, html=html, first=index == 0)
         except TelegramError:  # refused: Telegram shows nothing of it

@@ -450,7 +450,8 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
         summary="The thread's events, live (server-sent events)",
         description="Stored events carry the id `SEQUENCE.INDEX`; reconnect with "
         "`Last-Event-ID` (or `after`) to resume exactly there. Frames: `stored` (an ore "
-        "output event), `live` (a delta), `partial` (the answer so far, first), "
+        "output event), `live` (a delta or a notice), `partial` (the answer so far, "
+        "first, and again when a message ended without being stored), "
         "`pending` (a message sent), `changed` (title, branch or model). On a thread linked to "
         "other endpoints (bridging), a stored `turn_complete`, `turn_deleted` or "
         "`delivery` event, and every event of another endpoint, carries `relay` (a "

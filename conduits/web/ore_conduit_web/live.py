@@ -33,6 +33,7 @@ from ore_core import (
     ArtifactEvent,
     EventDecodeError,
     LifecycleEvent,
+    NoticeEvent,
     OreError,
     Role,
     TurnCompleteEvent,
@@ -116,6 +117,7 @@ class _Partial:
     reasoning: str = ""
     running: bool = False
     pending: dict[str, str] = field(default_factory=dict)  # event id -> text
+    stored_message: bool = False  # a user turn was stored since the last `done`
 
     def value(self) -> dict[str, Any]:
         return {
@@ -224,10 +226,13 @@ class LiveHub:
         event = delivery.event
         sequence = delivery.sequence
         partial = self._partials.get(thread_id)
+        own = event.context.provenance == self._client.namespace
         if sequence is None:
-            own = event.context.provenance == self._client.namespace
             if not own and self.relays.classify(delivery).action == "hidden":
                 return None  # an answer to another endpoint the gateway shows there only
+            if isinstance(event, NoticeEvent):  # a line for the pages, not an answer
+                self._publish(thread_id, Frame("live", encode_event(event).decode()))
+                return None
             if partial is None:
                 partial = self._partials[thread_id] = _Partial()
             partial.running = True
@@ -243,16 +248,23 @@ class LiveHub:
         index = last.index + 1 if last is not None and last.sequence == sequence else 0
         position = self._last[thread_id] = Position(sequence, index)
         ends = isinstance(event, LifecycleEvent) and event.phase in _ENDS
+        settled = False
         if partial is not None:
             if isinstance(event, TurnCompleteEvent) and event.turn.role == Role.USER:
                 partial.pending.pop(event.turn.event_id, None)
+                partial.stored_message = True
             if ends:
                 partial.text = partial.reasoning = ""
                 partial.running = False
+            if isinstance(event, LifecycleEvent) and event.phase == "done":
+                settled = _settle(partial, own=own)
             if not partial.running and not partial.pending:
                 del self._partials[thread_id]
         data = with_relay(encode_event(event).decode(), view)
         self._publish(thread_id, Frame("stored", data, position, ends))
+        if settled:  # the pages drop the message they show as pending
+            value = partial.value() if partial is not None else _Partial().value()
+            self._publish(thread_id, Frame("partial", json.dumps(value)))
         if relayed.action in _COPIES:
             metrics.delivered(self._client.namespace)
             return thread_id, relayed, position
@@ -272,6 +284,23 @@ class LiveHub:
                 sub.queue.get_nowait()
                 sub.queue.put_nowait(None)
                 log.info("a page fell behind and was cut off", thread_id=thread_id)
+
+
+def _settle(partial: _Partial, *, own: bool) -> bool:
+    """At a `done`: True when it ended the oldest pending message (`own`: one of the
+    conduit's events) without storing it (a command such as `/compact`, which the
+    core answers with a notice), which is then no longer pending.
+
+    The core handles a thread's events one at a time, in order, and a message it takes
+    stores its user turn before its `done`; a `done` with no user turn stored since
+    the last one ended an event that stored none. A regenerate's `done` with a
+    message queued behind it drops that message early (it shows again once stored).
+    """
+    stored, partial.stored_message = partial.stored_message, False
+    if not own or stored or not partial.pending:
+        return False
+    del partial.pending[next(iter(partial.pending))]
+    return True
 
 
 async def catch_up(

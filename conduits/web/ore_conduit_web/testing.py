@@ -12,10 +12,14 @@ end-to-end suite does), so browser and API tests know what each message does:
 - `E2E_TOOL:x` calls the tool `search` with `{"q": "x"}` in its answer, then answers `x`;
 - anything else is answered `You said: <text>`.
 
+Its `summarise` writes a compaction's summary: `summary` (Markdown, with HTML the page
+must escape).
+
 `WebStack` runs a nats-server, a core (`CoreService`, memory store) with that model
 (or the `processor` given, named `processor_name`: a model server's processor, as the
-model picker's tests use), and the web conduit serving on a free loopback port, all in
-the caller's event loop.
+model picker's tests use), with the compaction step when `compaction` settings are
+given, and the web conduit serving on a free loopback port, all in the caller's event
+loop.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -32,12 +36,14 @@ import httpx
 from httpx_sse import aconnect_sse
 
 from ore_conduit_web.conduit import WebConduit
-from ore_core import Manager, Reasoning, Text, ToolCall, TurnContext
+from ore_core import Manager, Reasoning, Text, ToolCall, Turn, TurnContext
 from ore_core.artifacts import Artifact, TextDelta
 from ore_core.bus.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
 from ore_core.bus.streams import BusConfig
 from ore_core.conduit import ConduitClient
+from ore_core.config import CompactionSettings
+from ore_core.session.compactor import Compactor
 from ore_core.session.protocols import TurnProcessor
 from ore_core.session.stores.memory import MemoryStore
 
@@ -60,6 +66,7 @@ class ScriptedModel:
     """A turn processor driven by markers in the user's message (see the module)."""
 
     def __init__(self) -> None:
+        self.summary = 'Decided: **ship it**. <img src=x onerror="window.injected = 1">'
         self.answered: Counter[str] = Counter()
         self.cancelled = 0
         self.started = 0
@@ -81,6 +88,10 @@ class ScriptedModel:
         """Make the next slow answer hold again."""
         self._release.clear()
         self.holding.clear()
+
+    async def summarise(self, turns: Sequence[Turn], prompt: str, model: str) -> str:
+        """A compaction's summary of `turns` (the compaction step asks the processor)."""
+        return self.summary
 
     async def __call__(self, ctx: TurnContext) -> None:
         said = " ".join(a.content for a in ctx.turns()[-1].artifacts if isinstance(a, Text))
@@ -133,11 +144,13 @@ class WebStack:
         *,
         processor: TurnProcessor | None = None,
         processor_name: str = "scripted",
+        compaction: CompactionSettings | None = None,
         **settings: Any,
     ) -> None:
         self.directory = directory
         self.processor = processor
         self.processor_name = processor_name
+        self.compaction = compaction
         self.settings = {"host": "127.0.0.1", "port": 0, "state_dir": str(directory / "web")}
         self.settings.update(settings)
         self.model = ScriptedModel()
@@ -153,7 +166,8 @@ class WebStack:
         self._nats = EmbeddedNatsServer(self.directory / "nats")
         await asyncio.to_thread(self._nats.start)
         self.nats_url = self._nats.url
-        manager = Manager(MemoryStore(), self.processor or self.model)
+        interceptors = [Compactor(self.compaction)] if self.compaction is not None else []
+        manager = Manager(MemoryStore(), self.processor or self.model, interceptors=interceptors)
         self._service = CoreService(
             manager,
             servers=[self.nats_url],

@@ -29,6 +29,7 @@ from ore_conduit_web.tree import (
     ThreadTree,
     build_tree,
     leaf_under,
+    mark_compaction,
     text_of,
 )
 from ore_core import (
@@ -40,8 +41,11 @@ from ore_core import (
     turn_from_dict,
 )
 from ore_core.conduit import ApiError, ConduitClient, ThreadInfo, ThreadSettings
+from ore_core.errors import OreError
 from ore_core.events import BATCH_KIND, new_event_id
+from ore_core.session.compaction import BoundaryInfo
 from ore_core.session.spec import KEY_MODEL_NAME
+from ore_core.session.thread_ops import BOUNDARY_INFO_KEY
 
 __all__ = ["ThreadSummary", "WebError", "WebThreads"]
 
@@ -67,6 +71,15 @@ class WebError(Exception):
         self.status = status
         self.code = code
         self.message = message
+
+
+def _boundary(info: ThreadInfo) -> BoundaryInfo | None:
+    """The thread's compaction as the core recorded it; None for none or a damaged
+    record (the summary is then shown as the plain system message it is)."""
+    try:
+        return BoundaryInfo.decode(info.metadata.get(BOUNDARY_INFO_KEY))
+    except OreError:
+        return None
 
 
 def _not_found(thread_id: str) -> WebError:
@@ -346,6 +359,7 @@ class WebThreads:
         found = build_tree(thread_id, title, turns, path, str(cursor) if cursor else "", history)
         found.gateway, found.answer, found.label = settings.gateway, settings.answer, settings.label
         found.model = info.metadata.get(KEY_MODEL_NAME, "")
+        mark_compaction(found, _boundary(info))
         return found
 
     async def _all_turns(self, thread_id: str) -> list[Turn]:

@@ -2,7 +2,9 @@
 
 The core keeps a tree of turns and the page shows it as it is: a regenerated answer is
 the core's sibling answer under the same question (`2/2` on the answer), an edit a
-sibling of the message it replaces.
+sibling of the message it replaces. A compacted thread's active path starts at the
+summary turn (the boundary): its view carries `compaction`, which the page shows as
+one collapsible line instead of a message.
 """
 
 from __future__ import annotations
@@ -13,14 +15,17 @@ from pydantic import BaseModel
 
 from ore_conduit_web.relays import DeliveryView, History, RelayView
 from ore_core import Reasoning, Text, ToolCall, ToolResult, Turn
+from ore_core.session.compaction import BoundaryInfo, summary_text
 from ore_core.turn import format_timestamp
 
 __all__ = [
+    "CompactionView",
     "ThreadTree",
     "ToolStep",
     "TurnView",
     "build_tree",
     "leaf_under",
+    "mark_compaction",
     "text_of",
 ]
 
@@ -37,6 +42,15 @@ class ToolStep(BaseModel):
     name: str = ""
     content: str = ""
     is_error: bool = False
+
+
+class CompactionView(BaseModel):
+    """A compaction's summary turn: how many turns it stands for, and the summary."""
+
+    turns: int
+    """The turns the summary replaced (`/uncompact` restores them)."""
+    summary: str
+    """The summary the model is sent instead of them (Markdown, as the model wrote it)."""
 
 
 class TurnView(BaseModel):
@@ -60,6 +74,8 @@ class TurnView(BaseModel):
     relay: RelayView | None = None
     deleted: bool = False
     deliveries: list[DeliveryView] = []
+    compaction: CompactionView | None = None
+    """Set on the summary turn of the thread's compaction (the start of the active path)."""
 
 
 class ThreadTree(BaseModel):
@@ -128,6 +144,16 @@ def build_tree(
     hidden = {v.id for v in views if v.deleted or (v.relay and v.relay.action == "hidden")}
     shown_path = [turn.id for turn in path if turn.id not in hidden]
     return ThreadTree(id=thread_id, title=title, turns=views, path=shown_path, cursor=cursor)
+
+
+def mark_compaction(tree: ThreadTree, info: BoundaryInfo | None) -> None:
+    """Mark the summary turn of `info` (the thread's compaction) in `tree`, if it is on
+    the active path: after `/uncompact` it is not, and nothing is marked."""
+    if info is None or info.summary_turn_id not in tree.path:
+        return
+    view = next(v for v in tree.turns if v.id == info.summary_turn_id)
+    summary = view.text.removeprefix(summary_text("", info.dropped_turn_count))
+    view.compaction = CompactionView(turns=info.dropped_turn_count, summary=summary)
 
 
 def leaf_under(tree: ThreadTree, turn_id: str) -> str:

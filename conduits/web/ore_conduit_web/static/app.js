@@ -15,6 +15,8 @@ const state = {
   renderQueued: false,
   me: null, // {user, max_message_length}
   offer: null, // {processor, model, models}: what answers and the models a thread may pick
+  notice: null, // {content, severity}: the thread's latest notice, until the next message
+  expanded: new Set(), // compaction lines the reader opened (kept across renders)
 };
 
 // On a thread linked to other endpoints (bridging), stored events and turns carry
@@ -217,6 +219,7 @@ async function openThread(threadId) {
   state.error = null;
   state.stopped = false;
   state.editing = null;
+  state.notice = null;
   if (location.hash !== `#${threadId}`) history.replaceState(null, "", `#${threadId}`);
   const tree = await attempt(() => api("GET", `/api/threads/${threadId}`));
   if (!tree) { state.threadId = null; render(); return; }
@@ -269,6 +272,7 @@ function listen(threadId, cursor) {
   source.addEventListener("live", (message) => {
     if (!mine()) return;
     const event = JSON.parse(message.data);
+    if (event.kind === "notice") { state.notice = event; queueRender(); return; } // not an answer
     state.live.running = true;
     if (event.kind === "text_delta") state.live.text += event.content;
     else if (event.kind === "reasoning_delta") state.live.reasoning += event.content;
@@ -405,7 +409,40 @@ function metaLine(view) {
   return line;
 }
 
+// A compaction's summary turn (the start of the active path): one line that opens to
+// the summary, rendered as answers are (escaped Markdown). The summarised turns stay in
+// the thread; /uncompact brings them back and the line goes.
+function compactionLine(view) {
+  const line = document.createElement("details");
+  line.className = "compaction";
+  line.dataset.turn = view.id;
+  line.open = state.expanded.has(view.id);
+  line.addEventListener("toggle", () => {
+    if (line.open) state.expanded.add(view.id);
+    else state.expanded.delete(view.id);
+  });
+  const title = document.createElement("summary");
+  const count = view.compaction.turns;
+  title.textContent = `earlier conversation summarised (${count} turn${count === 1 ? "" : "s"})`;
+  const body = document.createElement("div");
+  body.className = "body";
+  body.innerHTML = OreMarkdown.render(view.compaction.summary);
+  line.append(title, body);
+  return line;
+}
+
+// A notice of the thread (a compaction, a restore, a warning): one line under the
+// messages, read out by screen readers, until the next message is sent.
+function noticeLine(notice) {
+  const line = document.createElement("p");
+  line.className = `notice ${String(notice.severity).toLowerCase()}`;
+  line.setAttribute("role", "status");
+  line.textContent = notice.content;
+  return line;
+}
+
 function renderTurn(view) {
+  if (view.compaction) return compactionLine(view);
   const from = relayed(view.relay);
   const article = messageElement(view.role, from ? `message from ${view.relay.label}` : `${view.role} message`);
   article.dataset.turn = view.id;
@@ -506,6 +543,7 @@ function render() {
     note.textContent = "Stopped.";
     fresh.push(note);
   }
+  if (state.notice) fresh.push(noticeLine(state.notice));
   messages.replaceChildren(...fresh);
   $("stop").hidden = !state.live.running;
   if (atBottom) messages.scrollTop = messages.scrollHeight;
@@ -531,6 +569,7 @@ async function send() {
   // Cleared before sending: the answer (or its failure) may arrive before the reply.
   state.error = null;
   state.stopped = false;
+  state.notice = null;
   const sent = await attempt(() => api("POST", `/api/threads/${state.threadId}/messages`, { text, client_id: clientId() }));
   if (sent) { input.value = ""; updateCount(); } // kept when sending failed: nothing typed is lost
 }
