@@ -18,6 +18,7 @@ SDK_MODULES = {
     "ore_core.files.policy": "which files are taken: size and media types (issue 39)",
     "ore_core.files.store": "uploads stored once by content (issue 39)",
     "ore_core.files.remote": "ConduitFiles: a conduit writes, and reads through the core",
+    "ore_core.files.reading": "the reader processors use in the core (issue 39)",
     "ore_core.errors": "the OreError tree",
     "ore_core.events": "the wire schema of every event",
     "ore_core.ids": "thread and event ids",

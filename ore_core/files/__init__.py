@@ -9,6 +9,7 @@ contract for raw clients.
 
 from ore_core.artifacts.attachment import Attachment
 from ore_core.files.policy import FilePolicy, FileRefused
+from ore_core.files.reading import FileReader, current_reader, use_reader
 from ore_core.files.remote import ConduitFiles
 from ore_core.files.store import FileCorrupt, FileMissing, FileStore, guess_media_type
 
@@ -18,7 +19,10 @@ __all__ = [
     "FileCorrupt",
     "FileMissing",
     "FilePolicy",
+    "FileReader",
     "FileRefused",
     "FileStore",
+    "current_reader",
     "guess_media_type",
+    "use_reader",
 ]

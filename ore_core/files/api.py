@@ -4,7 +4,9 @@ A conduit writes its uploads straight into the bucket but reads nothing of it it
 NATS permission cannot pin a read to one object. `files.stat` says whether a file is
 stored (so an upload stores it once); `files.read` checks that the file is attached to
 a thread the namespace reaches (its own, or linked to it) and has the server send the
-chunks to the conduit's own inbox. docs/protocol.md, "Files", is the contract.
+chunks to the conduit's own inbox. docs/protocol.md, "Files", is the contract. It also
+installs the core's `FileStore` as this process's reader for turn processors
+(`ore_core.files.reading`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from pydantic import Field
 from ore_core._nats.object_store import NamedReads
 from ore_core.artifacts.attachment import Attachment
 from ore_core.bus.api_base import ApiFailure, Reply, RequestBody, ThreadId
+from ore_core.files.reading import use_reader
+from ore_core.files.store import FileStore
 from ore_core.ledger.thread import Thread
 from ore_core.subjects import Subjects
 
@@ -55,6 +59,7 @@ class FileApi:
         self._subjects = subjects
         self._objects = NamedReads(subjects.files_bucket, nc.jetstream())
         self._own_thread = own_thread
+        use_reader(FileStore(nc.jetstream(), subjects.files_bucket))  # for processors
 
     def conduit_methods(self) -> list[tuple[str, type[Any], Handler]]:
         """(method, request model, handler) of each conduit method, for the control API."""
