@@ -35,6 +35,7 @@ from ore_core import (
     TurnCompleteEvent,
     UserMessageEvent,
 )
+from ore_core.artifacts import Attachment
 from ore_core.conduit import (
     ApiError,
     BusError,
@@ -190,8 +191,16 @@ class ChatSession:
         else:
             self._settings.load(self._thread_id, info.metadata)
 
-    async def turn(self, text: str, view: View) -> TurnResult:
-        """Send `text` and show what it causes until the core reports it handled."""
+    @property
+    def client(self) -> ConduitClient:
+        """The conduit's connection (uploads go through it)."""
+        return self._client
+
+    async def turn(
+        self, text: str, view: View, attachments: tuple[Attachment, ...] = ()
+    ) -> TurnResult:
+        """Send `text` (and `attachments`) and show what it causes until the core reports
+        it handled."""
         if self._feed is None:
             raise BusError("the chat session is not open: use `async with ChatSession(...)`")
         name = self._client.namespace
@@ -199,6 +208,7 @@ class ChatSession:
         message = UserMessageEvent(
             id=f"{name}-{secrets.token_hex(16)}",
             content=text,
+            attachments=attachments,
             context=EventContext(
                 provenance=name, user=self._user, user_name=self._user, traceparent=trace
             ),
