@@ -56,6 +56,7 @@ from ore_core import (
     TurnCompleteEvent,
     UserMessageEvent,
 )
+from ore_core.artifacts import Attachment
 from ore_core.conduit import (
     ApiError,
     BusError,
@@ -229,6 +230,7 @@ class _Bridge:
         event = UserMessageEvent(
             id=f"{self.name}-{channel}-{external}",
             content=inbound.text,
+            attachments=inbound.attachments,
             context=EventContext(
                 provenance=self.name,
                 user=inbound.user,
@@ -439,7 +441,10 @@ class _Bridge:
             if not claim["recorded"] and claim["status"] == "delivered":
                 return  # published and reported before a restart
             resent = not claim["recorded"]
-        reply = Reply(kind, text, thread_id, message_id=message_id, resent=resent)
+        files = _files_of(delivery.event)
+        reply = Reply(
+            kind, text, thread_id, message_id=message_id, resent=resent, attachments=files
+        )
         await self._publish(self.subject(channel, "out"), reply)
         if sequence is not None:
             await _patiently(lambda: report("delivered"), thread_id)
@@ -479,6 +484,13 @@ class _Bridge:
             await self.client.nc.publish(subject, body, headers=headers)
         except NatsError as exc:
             raise BusError(f"cannot publish to {subject}: {exc}") from exc
+
+
+def _files_of(event: OutputEvent) -> tuple[Attachment, ...]:
+    """The files of a relayed message (its turn's attachments)."""
+    if not isinstance(event, TurnCompleteEvent):
+        return ()
+    return tuple(a for a in event.turn.artifacts if isinstance(a, Attachment))
 
 
 def _reply_of(event: OutputEvent, thread_id: str, in_reply_to: str | None) -> Reply | None:
