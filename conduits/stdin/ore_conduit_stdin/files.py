@@ -16,12 +16,14 @@ from rich.console import Console
 from rich.text import Text
 
 from ore_core.errors import OreError
+from ore_core.events import NoticeEvent, Severity
+from ore_core.files.store import save_file
 
 if TYPE_CHECKING:
     from ore_core.artifacts import Attachment
     from ore_core.conduit import ConduitClient
 
-__all__ = ["ATTACH", "attach"]
+__all__ = ["ATTACH", "attach", "received_file"]
 
 ATTACH = "/attach"
 
@@ -55,3 +57,19 @@ def _parse(line: str) -> tuple[Path, str] | str:
     if not words:
         return f"usage: {ATTACH} PATH [TEXT]"
     return Path(words[0]).expanduser(), " ".join(words[1:])
+
+
+async def received_file(
+    client: ConduitClient, thread_id: str, attachment: Attachment, directory: Path | None
+) -> NoticeEvent:
+    """Save a file another endpoint sent into `directory`; the line that says where (or
+    why not: it is gone, or the transfer failed)."""
+    named = f"file {attachment.describe()}"
+    if directory is None:
+        return NoticeEvent(content=named, severity=Severity.INFO)
+    try:
+        data = await client.fetch(thread_id, attachment)
+        path = await save_file(directory, attachment.name, data)
+    except (OSError, OreError) as exc:
+        return NoticeEvent(content=f"{named} could not be saved: {exc}", severity=Severity.WARN)
+    return NoticeEvent(content=f"{named} saved to {path}", severity=Severity.INFO)
