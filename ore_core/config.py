@@ -46,6 +46,7 @@ from pydantic_settings import (
 
 from ore_core.endpoint import Answer, Direction, Endpoint, EndpointError
 from ore_core.errors import SECRET_MASK, OreError, describe_validation_error
+from ore_core.files.policy import DEFAULT_ALLOWED_TYPES, DEFAULT_MAX_SIZE
 from ore_core.session.policy import DoubleTexting
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "ConfigError",
     "CompactionSettings",
     "ConfigValue",
+    "FilesSettings",
     "GatewayEndpointSettings",
     "GatewaySettings",
     "LogFormat",
@@ -396,6 +398,33 @@ class GatewaySettings(_Section):
         return self.thread or f"gateway-{self.name}"
 
 
+class FilesSettings(_Section):
+    """Attachments: which files are taken and how large (docs/protocol.md, "Files")."""
+
+    max_size: ByteSize = ByteSize(DEFAULT_MAX_SIZE)
+    """Largest file a conduit uploads or the core accepts in a message (e.g. `25MiB`); a
+    larger one is refused with a notice and the message's text still goes."""
+    allowed_types: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOWED_TYPES))
+    """Media types a file may have (`type/subtype`, or `type/*` for all of a type); any
+    other is refused with a notice and the message's text still goes."""
+    bucket_max_bytes: ByteSize = ByteSize(0)
+    """Size limit of the object store bucket that holds the files (`ORE_FILES`); 0: no
+    limit beyond the server's. A full bucket refuses new files, never drops stored ones."""
+
+    @field_validator("allowed_types")
+    @classmethod
+    def _check_types(cls, types: list[str]) -> list[str]:
+        wrong = [item for item in types if not _MEDIA_PATTERN.fullmatch(item)]
+        if wrong:
+            raise ValueError(
+                f"{', '.join(map(repr, wrong))}: use type/subtype or type/* (e.g. image/*)"
+            )
+        return types
+
+
+_MEDIA_PATTERN = re.compile(r"[a-z0-9][a-z0-9!#$&^_.+-]*/(\*|[a-z0-9][a-z0-9!#$&^_.+-]*)")
+
+
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 LogFormat = Literal["auto", "console", "json"]
 
@@ -448,6 +477,8 @@ class OreSettings(BaseSettings):
     """How a thread handles messages."""
     compaction: CompactionSettings = CompactionSettings()
     """Summarising the older turns of long threads."""
+    files: FilesSettings = FilesSettings()
+    """Attachments: size limit and allowed media types."""
     log: LogSettings = LogSettings()
     """Logging."""
     plugins: dict[str, dict[str, Any]] = Field(default_factory=dict)

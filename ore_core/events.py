@@ -46,7 +46,9 @@ from pydantic_core import CoreSchema
 from ore_core import jsonutil
 from ore_core.artifacts import (
     Artifact,
+    Attachment,
     Delta,
+    Image,
     Reasoning,
     ReasoningDelta,
     Text,
@@ -204,6 +206,50 @@ _Images = Annotated[
 ]
 
 
+MAX_ATTACHMENTS = 16  # files of one user message: references, their bytes are elsewhere
+
+
+def _attachment(value: object) -> Attachment:
+    """An `Attachment` from its artifact JSON (`kind` optional), or the object itself."""
+    if isinstance(value, Attachment):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError("an attachment is an object: name, media_type, size, sha256, bucket")
+    try:
+        return Attachment.from_dict(value)
+    except ArtifactError as exc:
+        raise ValueError(str(exc)) from None
+
+
+_ATTACHMENT_SCHEMA: JsonSchemaValue = {
+    "type": "object",
+    "description": "A file's reference (docs/protocol.md, Files): its bytes are in the bucket",
+    "properties": {
+        "kind": {"const": "attachment"},
+        "name": {"type": "string"},
+        "media_type": {"type": "string"},
+        "size": {"type": "integer", "minimum": 0},
+        "sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+        "bucket": {"type": "string"},
+    },
+    "required": ["name", "media_type", "size", "sha256", "bucket"],
+}
+
+_Attachments = Annotated[
+    tuple[
+        Annotated[
+            Attachment,
+            PlainValidator(_attachment),
+            PlainSerializer(Attachment.to_dict),
+            WithJsonSchema(_ATTACHMENT_SCHEMA),
+        ],
+        ...,
+    ],
+    BeforeValidator(_list_as_tuple),
+    Field(max_length=MAX_ATTACHMENTS, exclude_if=_is_empty),
+]
+
+
 def _check_message_metadata(value: dict[str, str]) -> dict[str, str]:
     unknown = sorted(set(value) - set(USER_TURN_METADATA))
     if unknown:
@@ -233,7 +279,9 @@ class UserMessageEvent(_Event):
     the message without asking the processor (an edit saved without a new answer).
     `images` (at most MAX_IMAGES, each a `data:image/...;base64,` or http(s) URL)
     become `Image` artifacts of the user turn, after its text; absent from the JSON
-    when empty.
+    when empty. `attachments` (at most MAX_ATTACHMENTS) are files uploaded to the
+    object store (docs/protocol.md, "Files"): they become `Attachment` artifacts of
+    the user turn after the images; absent from the JSON when empty.
     """
 
     model_config = _STRICT_INGRESS
@@ -246,7 +294,13 @@ class UserMessageEvent(_Event):
     ] = Field(default_factory=dict)
     answer: Annotated[bool, Field(exclude_if=_answered)] = True
     images: _Images = ()
+    attachments: _Attachments = ()
     context: _Context = _NO_CONTEXT
+
+    def artifacts(self) -> tuple[Artifact, ...]:
+        """What the user turn of this message holds: the text, images, then files."""
+        images = tuple(Image(url) for url in self.images)
+        return (Text(self.content), *images, *self.attachments)
 
 
 class InterruptEvent(_Event):
@@ -801,7 +855,7 @@ def encode_event(event: IngressEvent | OutputEvent) -> bytes:
         except TypeError:  # a plugin artifact's value orjson cannot write
             return event.__pydantic_serializer__.to_json(event)
         return _TURN_COMPLETE_HEAD + turn + _context_tail(event.context)
-    if cls is UserMessageEvent and not event.images:  # type: ignore[union-attr]
+    if cls is UserMessageEvent and not event.images and not event.attachments:  # type: ignore[union-attr]
         return (
             _USER_MESSAGE_HEAD
             + _dumps(event.id)  # type: ignore[union-attr]

@@ -327,6 +327,11 @@ class Subjects:
         """KV bucket of links between endpoints and threads (core only): `ORE_LINKS`."""
         return self._stream("LINKS")
 
+    @property
+    def files_bucket(self) -> str:
+        """Object store bucket of attachments' bytes, by sha256: `ORE_FILES`."""
+        return self._stream("FILES")
+
     def thread_of(self, subject: str) -> tuple[str | None, str]:
         """(namespace, thread id) of a per-thread subject of this prefix.
 

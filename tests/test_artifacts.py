@@ -33,6 +33,7 @@ from ore_core.artifacts import (
     STOP_REASONS,
     Accumulable,
     ArtifactRegistry,
+    Attachment,
     LLMRenderer,
     MarkdownRenderer,
     StatusContributor,
@@ -67,6 +68,7 @@ SAMPLES: dict[str, Artifact] = {
     "usage": Usage(10, 20, 30, cache_read_tokens=4, thinking_tokens=0),
     "stop_reason": StopReason("tool_use"),
     "reasoning_signature": ReasoningSignature("anthropic", "signature", "c2ln"),
+    "attachment": Attachment("a.pdf", "application/pdf", 3, "ab" * 32, "ORE_FILES"),
 }
 """One persistable artifact of every built-in kind."""
 

@@ -40,6 +40,7 @@ BUILTINS = {
     "ore_core.bus.store_plugin": {"ore_register_stores"},
     "ore_core.plugins.builtin.processors": {"ore_register_turn_processors"},
     "ore_core.plugins.builtin.commands": {"ore_register_interceptors"},
+    "ore_core.plugins.builtin.files": {"ore_configure", "ore_register_interceptors"},
     "ore_core.plugins.builtin.log_sink": {"ore_register_sinks"},
 }
 LOCAL_STORES = ["memory", "json", "journal", "sqlite"]
@@ -113,11 +114,13 @@ def test_builtins_pass_pluggys_check_pending(pm: OrePluginManager) -> None:
     assert pm.load_errors == []
 
 
-def test_builtins_register_stores_echo_slash_commands_and_log_sink(pm: OrePluginManager) -> None:
+def test_builtins_register_stores_echo_slash_commands_files_and_log_sink(
+    pm: OrePluginManager,
+) -> None:
     registrations = collect_registrations(pm, OreSettings())
     assert sorted(registrations.stores) == sorted(STORES)
     assert list(registrations.turn_processors) == ["echo"]
-    assert [i.name for i in registrations.interceptors] == ["compaction", "slash"]
+    assert [i.name for i in registrations.interceptors] == ["files", "compaction", "slash"]
     assert [s.name for s in registrations.sinks] == ["log"]
 
 

@@ -35,6 +35,7 @@ from ore_core import (
     TurnCompleteEvent,
     UserMessageEvent,
 )
+from ore_core.artifacts import Attachment
 from ore_core.events import _encode_with_pydantic, encode_event
 from ore_core.jsonutil import loads
 from ore_core.turn import turn_from_dict, turn_json, turn_to_dict
@@ -59,6 +60,8 @@ def value_for(annotation: Any, name: str) -> Any:
         item = get_args(annotation)[0]
         if name == "images":  # validated: a data URL or an http(s) URL
             return ("data:image/png;base64,iVBORw0KGgo=", "https://example.com/a.png")
+        if name == "attachments":  # validated: a sha256, a media type, a bucket name
+            return (Attachment('a "é" ☃.txt', "text/plain", 3, "ab" * 32, "ORE_FILES"),)
         if item is Artifact:
             return (Text(f'{name} "é"'), Reasoning(f"{name} ☃"))
         return (value_for(item, name),)

@@ -13,6 +13,12 @@ SDK_MODULES = {
     "ore_core.artifacts": "the artifacts' face",
     "ore_core.artifacts.base": "Artifact and its registry",
     "ore_core.artifacts.kinds": "Text, Image, ...: what a message carries",
+    "ore_core.artifacts.attachment": "Attachment: a file a message refers to (issue 39)",
+    "ore_core.files": "upload and fetch attachments (issue 39)",
+    "ore_core.files.policy": "which files are taken: size and media types (issue 39)",
+    "ore_core.files.store": "uploads stored once by content (issue 39)",
+    "ore_core.files.remote": "ConduitFiles: a conduit writes, and reads through the core",
+    "ore_core.files.reading": "the reader processors use in the core (issue 39)",
     "ore_core.errors": "the OreError tree",
     "ore_core.events": "the wire schema of every event",
     "ore_core.ids": "thread and event ids",
@@ -23,6 +29,7 @@ SDK_MODULES = {
     "ore_core._nats": "the face of the one place that knows nats-py's internals",
     "ore_core._nats.connection": "connect, credentials, TLS (issue 27)",
     "ore_core._nats.publisher": "acked sends (issue 27)",
+    "ore_core._nats.object_store": "object store reads by name only (issue 39)",
     "ore_core.tracing": "the publish and delivery spans (issue 33; OpenTelemetry loads only "
     "once tracing is enabled)",
     # The SDK itself.

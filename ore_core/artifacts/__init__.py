@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from ore_core.artifacts.attachment import Attachment
 from ore_core.artifacts.base import (
     OMIT_EMPTY,
     Accumulable,
@@ -50,6 +51,7 @@ __all__ = [
     "Accumulable",
     "Artifact",
     "ArtifactRegistry",
+    "Attachment",
     "Delta",
     "Image",
     "LLMRenderer",
@@ -133,12 +135,23 @@ PERSISTABLE_KINDS: frozenset[str] = frozenset(
         "reasoning",
         "stop_reason",
         "reasoning_signature",
+        "attachment",
     }
 )
 """The built-in kinds that may be persisted: exactly what the default registry holds."""
 
 registry = ArtifactRegistry(
-    [Text, Reasoning, Image, ToolCall, ToolResult, Usage, StopReason, ReasoningSignature]
+    [
+        Text,
+        Reasoning,
+        Image,
+        ToolCall,
+        ToolResult,
+        Usage,
+        StopReason,
+        ReasoningSignature,
+        Attachment,
+    ]
 )
 
 _DELTA_CLASSES: dict[str, type[Delta]] = {

@@ -61,6 +61,7 @@ from ore_core.errors import (
     ThreadNotFound,
     TurnNotFound,
 )
+from ore_core.files.api import FileApi
 from ore_core.ledger.thread import Thread
 from ore_core.session.manager import Manager
 from ore_core.session.stream import Stream
@@ -354,6 +355,7 @@ class ControlAPI:
         self._route = route
         self._owns = owns
         self._forwarding = Forwarding(nc, subjects, worker_id)
+        self._files = FileApi(nc, subjects, self._own_thread)
 
     @property
     def endpoints(self) -> dict[str, str]:
@@ -431,6 +433,7 @@ class ControlAPI:
             ("deliveries.lookup", DeliveryLookup, self._link_api.delivery_lookup),
             ("deliveries.get", DeliveryGet, self._link_api.delivery_get),
             ("models", _Empty, self._models),
+            *self._files.conduit_methods(),
         ]
         admin_methods: list[tuple[str, type[Any], Callable[[Any], Awaitable[Reply]]]] = [
             ("threads.create", _AdminCreate, self._admin_create),

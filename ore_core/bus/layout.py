@@ -58,6 +58,7 @@ __all__ = [
     "consumer_name",
     "journal_stream",
     "kv_bucket",
+    "object_bucket",
     "threads_bucket",
 ]
 
@@ -197,6 +198,30 @@ def kv_bucket(
     )
 
 
+def object_bucket(bucket: str, *, purpose: str, max_bytes: int, replicas: int) -> StreamEntry:
+    """An object store bucket as the stream nats-py's `create_object_store` makes for it
+    (`OBJ_<bucket>`: chunks under `$O.<bucket>.C.>`, descriptions under `.M.>`)."""
+    config = StreamConfig(
+        name=f"OBJ_{bucket}",
+        description=purpose,
+        subjects=[f"$O.{bucket}.C.>", f"$O.{bucket}.M.>"],
+        allow_rollup_hdrs=True,
+        discard=DiscardPolicy.NEW,
+        max_bytes=max_bytes,
+        allow_direct=True,
+        num_replicas=replicas,
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+    )
+    return StreamEntry(
+        config,
+        purpose=purpose,
+        fixed=("subjects", "storage", "retention"),
+        tunable=("max_bytes", "allow_direct", "discard"),
+        features=(JETSTREAM, DIRECT_GET),
+    )
+
+
 def build_layout(subjects: Subjects, config: BusConfig) -> Layout:
     """Everything a deployment with this prefix and bus configuration needs."""
     common = ("subjects", "storage", "retention")
@@ -303,11 +328,17 @@ def build_layout(subjects: Subjects, config: BusConfig) -> Layout:
         purpose="links: which conduit endpoints reach which thread (core only)",
         replicas=config.replicas,
     )
+    files = object_bucket(
+        subjects.files_bucket,
+        purpose="attachments' bytes, one object per sha256 (conduits read by name)",
+        max_bytes=config.files_max_bytes,
+        replicas=config.replicas,
+    )
     store = (
         journal_stream(subjects, config.replicas),
         threads_bucket(subjects, config.replicas),
     )
-    return Layout((ingress, events, dlq, cursors, workers, links, *store), consumers)
+    return Layout((ingress, events, dlq, cursors, workers, links, files, *store), consumers)
 
 
 def journal_stream(subjects: Subjects, replicas: int) -> StreamEntry:

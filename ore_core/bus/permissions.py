@@ -11,10 +11,11 @@ writes into a nats-server `authorization` block:
 - a conduit of namespace NS may publish only `P.in.NS.>` (its messages) and
   `P.api.NS.>` (its threads, its catch-up reads, its durable cursors) and subscribe
   only to `P.out.NS.>` (its output) and `_INBOX_NS.>` (its replies and JetStream
-  publish acks). It has no `$JS.API` access at all: reading stored events goes
-  through the core's `events.read`, which only reads `P.ev.NS.*`. Everything else is
-  denied because it is not allowed: other namespaces, `_INBOX.>`, `P.admin.>`,
-  `$JS.API.>` (consumers, direct gets, purges, deletes), `$SRV.>`.
+  publish acks). Its only `$` subjects are the writes of an upload to the files
+  bucket (`file_permissions`); reading stored events goes through the core's
+  `events.read`, which only reads `P.ev.NS.*`, and reading files through `files.read`.
+  Everything else is denied because it is not allowed: other namespaces, `_INBOX.>`,
+  `P.admin.>`, every `$JS.API` call (streams, consumers, listing, purges, deletes), `$SRV.>`.
 
 The identity a conduit's message carries is the NS of the subject it was allowed to
 publish on: that is why the namespace is in every subject.
@@ -28,7 +29,13 @@ from dataclasses import dataclass, field
 
 from ore_core.subjects import Subjects, validate_namespace
 
-__all__ = ["NatsUser", "admin_permissions", "authorization_block", "conduit_permissions"]
+__all__ = [
+    "NatsUser",
+    "admin_permissions",
+    "authorization_block",
+    "conduit_permissions",
+    "file_permissions",
+]
 
 
 def conduit_permissions(
@@ -44,10 +51,24 @@ def conduit_permissions(
     prefix = subjects.prefix
     return {
         "publish": {
-            "allow": [f"{prefix}.in.{ns}.>", subjects.api_namespace_wildcard(ns), *publish]
+            "allow": [
+                f"{prefix}.in.{ns}.>",
+                subjects.api_namespace_wildcard(ns),
+                *file_permissions(subjects.files_bucket),
+                *publish,
+            ]
         },
         "subscribe": {"allow": [f"{prefix}.out.{ns}.>", f"{subjects.inbox(ns)}.>", *subscribe]},
     }
+
+
+def file_permissions(bucket: str) -> list[str]:
+    """What a conduit publishes to upload files into bucket `bucket` with the object
+    store's API: chunks and descriptions. Nothing of the bucket is readable directly
+    (a permission cannot pin a read to one object: a `*` in it also matches a literal
+    `>`); reads go through the core's `files.stat` and `files.read`, which check that
+    the file reached the namespace (docs/protocol.md, "Files")."""
+    return [f"$O.{bucket}.C.>", f"$O.{bucket}.M.>"]
 
 
 def admin_permissions(subjects: Subjects) -> dict[str, dict[str, list[str]]]:

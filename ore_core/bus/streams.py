@@ -109,6 +109,7 @@ class BusConfig:
     retry_delay_max: float = 30.0
     lease_ttl: float = 4.0
     workers_bucket: str = "ORE_WORKERS"
+    files_max_bytes: int = -1
 
     def __post_init__(self) -> None:
         count = self.partitions

@@ -425,7 +425,7 @@ async def _everything(
             runtime.manager,
             servers=[server.url],
             subjects=Subjects(nats.subject_prefix),
-            config=bus_config(nats),
+            config=bus_config(nats, settings.files),
             store_probe_interval=nats.store_probe_interval,
             processor_name=runtime.processor,
         )

@@ -25,7 +25,14 @@ from pydantic import ValidationError
 from ore_core._nats.connection import NatsCredentials
 from ore_core.bus.streams import BusConfig
 from ore_core.conduit.client import ConduitClient
-from ore_core.config import ConfigError, LogSettings, NatsSettings, OreSettings, load_settings
+from ore_core.config import (
+    ConfigError,
+    FilesSettings,
+    LogSettings,
+    NatsSettings,
+    OreSettings,
+    load_settings,
+)
 from ore_core.errors import BusError, validation_message
 from ore_core.logging import configure_logging
 from ore_core.plugins.manager import OrePluginManager, create_plugin_manager, plugin_callers
@@ -133,9 +140,11 @@ def nats_settings(
         raise click.BadParameter(validation_message(error["msg"]), param_hint=option) from None
 
 
-def bus_config(nats: NatsSettings) -> BusConfig:
-    """The core's bus configuration (partitions, payload limit, store retry delays)."""
+def bus_config(nats: NatsSettings, files: FilesSettings | None = None) -> BusConfig:
+    """The core's bus configuration (partitions, payload limit, store retry delays, the
+    files bucket's size)."""
     return BusConfig(
+        files_max_bytes=int(files.bucket_max_bytes or -1) if files else -1,
         partitions=nats.partitions,
         max_payload=int(nats.max_payload),
         replicas=nats.replicas,

@@ -248,7 +248,7 @@ async def _core(
             runtime.manager,
             servers=servers,
             subjects=Subjects(nats.subject_prefix),
-            config=bus_config(nats),
+            config=bus_config(nats, settings.files),
             store_probe_interval=nats.store_probe_interval,
             health_port=health_port,
             credentials=NatsCredentials.from_settings(nats),

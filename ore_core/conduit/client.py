@@ -20,6 +20,7 @@ import hashlib
 import hmac
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import structlog
@@ -60,6 +61,7 @@ from ore_core.events import (
     encode_event,
     new_event_id,
 )
+from ore_core.files import Attachment, ConduitFiles
 from ore_core.ids import validate_thread_id
 from ore_core.subjects import (
     DEFAULT_PREFIX,
@@ -181,6 +183,7 @@ class MessagesIn:
         user_name: str | None = None,
         answer: bool = True,
         images: Sequence[str] = (),
+        attachments: Sequence[Attachment] = (),
     ) -> Sent:
         """Send a user message to the thread (created on first message if unknown).
 
@@ -192,13 +195,15 @@ class MessagesIn:
         `answer` false records the message without asking the processor. `images` are
         `data:image/...;base64,` or http(s) URLs (see UserMessageEvent); the whole
         event must fit the core's ingress limit (`nats.max_payload`): a larger one
-        raises ApiError 413 `too_large` at once.
+        raises ApiError 413 `too_large` at once. `attachments` are files `upload`
+        returned: the message carries their references, never their bytes.
         """
         if isinstance(message, UserMessageEvent):
             named = (id, user, user_name)
-            if any(value is not None for value in named) or not answer or images:
+            if any(value is not None for value in named) or not answer or images or attachments:
                 raise ValueError(
-                    "set id, user, user_name, answer and images on the UserMessageEvent itself"
+                    "set id, user, user_name, answer, images and attachments on the "
+                    "UserMessageEvent itself"
                 )
             event = message
         else:
@@ -207,6 +212,7 @@ class MessagesIn:
                 content=message,
                 answer=answer,
                 images=tuple(images),
+                attachments=tuple(attachments),
                 context=self._sender(user, user_name),
             )
         return await self._publish(thread_id, event)
@@ -322,6 +328,7 @@ class ConduitClient(MessagesIn):
         self._publisher = AckedPublisher(nc, self.permissions, request_timeout)
         self._owns_connection = owns_connection
         self._feeds: set[EventFeed] = set()
+        self.files = ConduitFiles(nc, self.subjects.files_bucket, self._call)
         # A send's subject is this head + the (checked) thread id, and its header block
         # is the codec's `ingress_block`. The codec is imported here, not with the SDK
         # (tests/test_public_surface.py).
@@ -443,6 +450,20 @@ class ConduitClient(MessagesIn):
         await self.close()
 
     # -- control API ----------------------------------------------------------
+
+    async def upload(
+        self, source: bytes | Path, name: str | None = None, media_type: str | None = None
+    ) -> Attachment:
+        """Store a file (stored once by content) and return the reference to send with a
+        message (`send(..., attachments=[...])`); see `FileStore.upload`. A file the
+        policy refuses raises `FileRefused` before any byte is sent."""
+        return await self.files.upload(source, name, media_type)
+
+    async def fetch(self, thread_id: str, attachment: Attachment) -> bytes:
+        """The bytes of an attachment of thread `thread_id` (one this conduit reaches),
+        checked against its sha256; `FileMissing` or `FileCorrupt` when they cannot be
+        had (see `ConduitFiles.fetch`)."""
+        return await self.files.fetch(thread_id, attachment)
 
     async def lookup_or_create(
         self, key: str, value: str, metadata: Mapping[str, str] | None = None

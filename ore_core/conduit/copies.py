@@ -150,10 +150,12 @@ class Copies:
             return  # posted and reported before a restart
         sender = Sender(relayed.label) if relayed.label else None
         try:
-            ids = [
-                await self._part(copy, index, Part(text, sender=sender, repeat=repeat), replacing)
-                for index, text in enumerate(parts)
-            ]
+            last = len(parts) - 1
+            ids = []
+            for index, text in enumerate(parts):
+                files = relayed.attachments if index == last else ()
+                part = Part(text, sender=sender, repeat=repeat, attachments=files)
+                ids.append(await self._part(copy, index, part, replacing))
             for extra in replacing[len(parts) :]:
                 await self._call(copy, partial(self._delete, copy, extra))
         except _Failed as failure:

@@ -112,6 +112,7 @@ class Forwarder:
         return UserMessageEvent(
             id=inbound.platform_id,
             content=inbound.text,
+            attachments=inbound.attachments,
             metadata=metadata,
             context=self.context(inbound.sender.id, inbound.sender.name, traceparent),
         )

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, Protocol, runtime_checkable
 
+from ore_core.artifacts import Attachment
 from ore_core.conduit.capabilities import Capabilities
 from ore_core.events import FailureReason
 
@@ -85,11 +86,14 @@ class Inbound:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message(Inbound):
-    """A user's message; `reply_to` is the platform id of the message it answers."""
+    """A user's message; `reply_to` is the platform id of the message it answers,
+    `attachments` the files it carries, already in ore's files bucket
+    (`ConduitClient.upload`)."""
 
     sender: Sender
     text: str
     reply_to: str = ""
+    attachments: tuple[Attachment, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -142,7 +146,8 @@ class Part:
     thread under; `sender` the author a relayed copy shows (a webhook's name and
     avatar), None for the bot's own answers. `kind` and `severity` (a notice's:
     "info", "warn"...) say what it is. `repeat`: this post may have been made before,
-    by a run killed before it could record it (a platform without keys marks it)."""
+    by a run killed before it could record it (a platform without keys marks it).
+    `attachments`: the files a relayed message carries (on its last part), by reference."""
 
     text: str
     reply_to: str = ""
@@ -150,6 +155,7 @@ class Part:
     kind: PartKind = "text"
     severity: str = ""
     repeat: bool = False
+    attachments: tuple[Attachment, ...] = ()
 
 
 class PlatformError(Exception):

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
+from ore_core.artifacts import Attachment
 from ore_core.events import (
     DeliveryEvent,
     PropertiesEvent,
@@ -164,6 +165,9 @@ class Relayed:
     text: str = ""
     edit_of: str = ""
     reply_to: str = ""
+    attachments: tuple[Attachment, ...] = ()
+    """The files a relayed message carries, by reference (stored once in the files
+    bucket; a conduit fetches what its platform can show)."""
 
     @property
     def shown(self) -> str:
@@ -209,6 +213,7 @@ def classify(delivery: Delivery, namespace: str, settings: ThreadSettings) -> Re
             text=turn_text(turn),
             edit_of=edit_of,
             reply_to=extra.get("reply_to", ""),
+            attachments=tuple(a for a in turn.artifacts if isinstance(a, Attachment)),
         )
     if isinstance(event, TurnDeletedEvent):
         return Relayed("deleted", origin, turn_id=event.turn)

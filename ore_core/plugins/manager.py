@@ -56,6 +56,7 @@ BUILTIN_PLUGINS: list[str] = [
     "ore_core.bus.store_plugin",
     "ore_core.plugins.builtin.processors",
     "ore_core.plugins.builtin.commands",
+    "ore_core.plugins.builtin.files",
     "ore_core.plugins.builtin.log_sink",
 ]
 """Modules registered as plugins before any entry point, in this order.

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ore_core.artifacts import Image, Text
 from ore_core.endpoint import GATEWAY_ANSWER_KEY
 from ore_core.events import (
     DeleteEvent,
@@ -190,9 +189,8 @@ def revise_in_place(thread: Thread, revision: Revision) -> Turn:
     message, replaced = revision.message, revision.replaced
     tip = thread.current_tip
     thread.fork(replaced.parent_id)
-    images = (Image(url) for url in message.images)
     revised = thread.append(
-        Role.USER, Text(message.content), *images, event_id=message.id, extra=turn_extra(message)
+        Role.USER, *message.artifacts(), event_id=message.id, extra=turn_extra(message)
     )
     for child in thread.all_turns():
         if child.parent_id == replaced.id:

@@ -70,22 +70,28 @@ class Pending:
 
 def collect(item: Pending, queue: deque[Pending]) -> Pending:
     """`item` with the user messages queued right behind it merged into it (taken off
-    `queue`), their texts joined by blank lines and their images kept in order: they
+    `queue`), their texts joined by blank lines and their images and files kept in order: they
     are answered as one."""
     if not isinstance(item.event, UserMessageEvent):
         return item
     parts = [item.event.content]
     images = list(item.event.images)
+    attachments = list(item.event.attachments)
     merged: list[Pending] = []
     while queue and isinstance(queue[0].event, UserMessageEvent):
         later = queue.popleft()
         assert isinstance(later.event, UserMessageEvent)
         parts.append(later.event.content)
         images.extend(later.event.images)
+        attachments.extend(later.event.attachments)
         merged.append(later)
     if merged:
         item.merged = tuple(merged)
-        update = {"content": "\n\n".join(parts), "images": tuple(images)}
+        update = {
+            "content": "\n\n".join(parts),
+            "images": tuple(images),
+            "attachments": tuple(attachments),
+        }
         item.event = item.event.model_copy(update=update)
     return item
 

@@ -39,7 +39,6 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 import structlog
 
 from ore_core import tracing
-from ore_core.artifacts import Image, Text
 from ore_core.errors import (
     Interrupted,
     OreError,
@@ -430,9 +429,8 @@ class Stream(ThreadOps):
         While the store is failing it is saved first instead: a store still down gives
         the message up here, before the processor spends a model call on it.
         """
-        images = (Image(url) for url in event.images)
         user_turn = self._thread.append(
-            Role.USER, Text(event.content), *images, event_id=event.id, extra=turn_extra(event)
+            Role.USER, *event.artifacts(), event_id=event.id, extra=turn_extra(event)
         )
         if not self._health.usable:
             await self._save_thread()

@@ -202,7 +202,7 @@ async def test_other_replicas_are_refused_not_quietly_changed(ore_nats_client: C
 
     with pytest.raises(
         BusConfigError,
-        match=r"stream ORE_IN: num_replicas is 1, configured 3 \(and 7 more\); set "
+        match=r"stream ORE_IN: num_replicas is 1, configured 3 \(and 8 more\); set "
         r"nats.replicas to keep it, or run `ore migrate --dry-run`",
     ):
         await ensure_streams(js, Subjects(), BusConfig(partitions=4, replicas=3))

@@ -134,7 +134,9 @@ accounts {
           "$JS.API.CONSUMER.CREATE.ORE_IN.>", "$JS.API.CONSUMER.DURABLE.CREATE.ORE_IN.*",
           "$JS.API.CONSUMER.DELETE.ORE_IN.*",
           "$KV.ORE_LINKS.>", "$JS.API.CONSUMER.CREATE.KV_ORE_LINKS",
-          "$JS.API.CONSUMER.CREATE.KV_ORE_LINKS.>", "$JS.API.CONSUMER.DELETE.KV_ORE_LINKS.*"
+          "$JS.API.CONSUMER.CREATE.KV_ORE_LINKS.>", "$JS.API.CONSUMER.DELETE.KV_ORE_LINKS.*",
+          "$O.ORE_FILES.>", "$JS.API.CONSUMER.CREATE.OBJ_ORE_FILES.>",
+          "$JS.API.STREAM.PURGE.OBJ_ORE_FILES"
         ]}
         subscribe: {allow: ["_INBOX.>", "ore.>", "$SRV.>"]}
         allow_responses: true

@@ -33,6 +33,7 @@ from ore_core.bus.streams import BusConfig
 from ore_core.cli.auth import write_auth
 from ore_core.conduit import NatsCredentials
 from ore_core.conduit.client import message_id
+from ore_core.files import Attachment, FileMissing
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.subjects import Subjects
@@ -202,6 +203,7 @@ SUBSCRIPTIONS = {
     "admin requests": lambda d: "ore.admin.>",
     "dead letters": lambda d: "ore.dlq.>",
     "JetStream advisories": lambda d: "$JS.EVENT.>",
+    "uploads as they are written": lambda d: "$O.ORE_FILES.>",
     "everything": lambda d: ">",
 }
 
@@ -263,6 +265,33 @@ JETSTREAM_API = {
     ),
     "purge the store's journal": lambda d: ("$JS.API.STREAM.PURGE.ORE_JOURNAL", b""),
     "service discovery": lambda d: ("$SRV.INFO.ore", b""),
+    "list the files (stream info by subject)": lambda d: (
+        "$JS.API.STREAM.INFO.OBJ_ORE_FILES",
+        b'{"subjects_filter":"$O.ORE_FILES.M.>"}',
+    ),
+    "read a file's description by sequence": lambda d: (
+        "$JS.API.STREAM.MSG.GET.OBJ_ORE_FILES",
+        b'{"seq":1}',
+    ),
+    "direct get of the files by sequence": lambda d: (
+        "$JS.API.DIRECT.GET.OBJ_ORE_FILES",
+        b'{"seq":1}',
+    ),
+    "a consumer on every file's description": lambda d: (
+        "$JS.API.CONSUMER.CREATE.OBJ_ORE_FILES.spy.$O.ORE_FILES.M.>",
+        b"{}",
+    ),
+    "a consumer on every chunk": lambda d: (
+        "$JS.API.CONSUMER.CREATE.OBJ_ORE_FILES.spy.$O.ORE_FILES.C.>",
+        b"{}",
+    ),
+    "an unnamed consumer on the files": lambda d: ("$JS.API.CONSUMER.CREATE.OBJ_ORE_FILES", b"{}"),
+    "purge the files": lambda d: ("$JS.API.STREAM.PURGE.OBJ_ORE_FILES", b""),
+    "delete a file's message": lambda d: (
+        "$JS.API.STREAM.MSG.DELETE.OBJ_ORE_FILES",
+        b'{"seq":1}',
+    ),
+    "delete the files bucket": lambda d: ("$JS.API.STREAM.DELETE.OBJ_ORE_FILES", b""),
 }
 
 
@@ -608,3 +637,48 @@ async def test_a_linked_alpha_reaches_the_linked_thread_and_still_not_beta_s_oth
         assert error.code == "unknown_thread"
     finally:
         await d.admin.admin_call("links.remove", {"endpoint": room})
+
+
+# -- files (issue 39): a conduit writes its uploads and reads through the core ------------
+
+
+async def send_file(client: ConduitClient, thread: str, data: bytes, name: str) -> Attachment:
+    """Upload `data` as `client` and send it in `thread`; wait for its turn."""
+    attachment = await client.upload(data, name, "text/plain")
+    async with client.events(thread) as feed:
+        await client.send(thread, f"here is {name}", attachments=[attachment])
+        async with asyncio.timeout(TIMEOUT):
+            async for delivery in feed:
+                if delivery.kind == "lifecycle" and delivery.event.phase == "done":
+                    return attachment
+    raise AssertionError("feed ended before done")
+
+
+async def test_alpha_uploads_and_fetches_a_file_of_its_own_thread(
+    deployment: Deployment,
+) -> None:
+    alpha = deployment.alpha
+    thread, _ = await alpha.lookup_or_create("alpha.files", "own")
+    attachment = await send_file(alpha, thread, b"alpha's notes " * 20_000, "notes.txt")
+    assert await alpha.fetch(thread, attachment) == b"alpha's notes " * 20_000
+
+
+async def test_alpha_cannot_fetch_a_file_of_beta_s_thread(deployment: Deployment) -> None:
+    secret = await send_file(deployment.beta, deployment.beta_thread, b"beta's plan", "plan.txt")
+    alpha = deployment.alpha
+    with pytest.raises(FileMissing, match="not found in namespace alpha"):
+        await alpha.fetch(deployment.beta_thread, secret)
+    thread, _ = await alpha.lookup_or_create("alpha.files", "borrow")
+    with pytest.raises(FileMissing, match="no file"):
+        await alpha.fetch(thread, secret)
+
+
+async def test_alpha_cannot_have_a_file_sent_to_beta_s_inbox(deployment: Deployment) -> None:
+    alpha = deployment.alpha
+    thread, _ = await alpha.lookup_or_create("alpha.files", "inbox")
+    attachment = await send_file(alpha, thread, b"to beta?", "x.txt")
+    body = {"thread": thread, "sha256": attachment.sha256, "inbox": "_INBOX_beta.x"}
+    reply = await alpha.nc.request(
+        SUBJECTS.api("alpha", "files.read"), json.dumps(body).encode(), timeout=TIMEOUT
+    )
+    assert json.loads(reply.data)["error"]["code"] == "bad_inbox"

@@ -172,6 +172,7 @@ class NatsPlatform:
             platform_id=self.event_id(channel, external),
             sender=Sender(inbound.name, inbound.user),
             text=inbound.text,
+            attachments=inbound.attachments,
             external=external,
             inbox=msg.reply,
             traceparent=(msg.headers or {}).get(HEADER_TRACEPARENT, ""),
@@ -188,6 +189,7 @@ class NatsPlatform:
             part.severity,
             message_id=key,
             resent=part.repeat,
+            attachments=part.attachments,
         )
         await self.publish(self.subject(conversation, "out"), reply)
         return key

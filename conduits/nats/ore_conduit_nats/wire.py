@@ -1,11 +1,14 @@
 """What travels on the bridge's plain subjects: inbound bodies and outbound replies.
 
 Inbound (`<prefix>.<channel>.in`): a plain UTF-8 text body, or a JSON object
-`{"text": str, "user"?: str, "id"?: str}` (any body starting with `{` is read as JSON).
-Outbound (`.out`, and the answer to a request): the reply text itself, or JSON
-`{"text", "thread_id", "in_reply_to"}`; errors and notices have `error` / `notice`
-instead of `text`. Every outbound message carries the headers `Ore-Kind`
-(`text`, `error`, `notice`, `relayed`) and, when known, `Ore-Thread-Id` and
+`{"text": str, "user"?: str, "id"?: str, "attachments"?: [ref, ...]}` (any body
+starting with `{` is read as JSON; a ref is a file already in ore's files bucket, the
+`attachment` artifact of docs/protocol.md "Files"). Outbound (`.out`, and the answer to
+a request): the reply text itself, or JSON `{"text", "thread_id", "in_reply_to"}`;
+errors and notices have `error` / `notice` instead of `text`, and a relayed message
+with files has `attachments` (refs; in text output, a `[file: ...]` line each). Every
+outbound message carries the headers `Ore-Kind` (`text`, `error`, `notice`, `relayed`)
+and, when known, `Ore-Thread-Id` and
 `Ore-In-Reply-To`, so plain-text consumers can tell them apart too. A relayed copy also
 carries `Nats-Msg-Id` (one per copy) and, when it is published again after a kill,
 `Ore-Resent: true`.
@@ -15,14 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ore_conduit_nats.config import OutputFormat
 from ore_core import OreError, describe_validation_error, jsonutil
+from ore_core.artifacts import Attachment
 from ore_core.conduit.inbound import derived_traceparent
-from ore_core.events import MAX_USER_NAME_LENGTH
+from ore_core.errors import ArtifactError
+from ore_core.events import MAX_ATTACHMENTS, MAX_USER_NAME_LENGTH
 from ore_core.subjects import HEADER_KIND, HEADER_MSG_ID, HEADER_TRACEPARENT
 
 __all__ = [
@@ -65,6 +70,8 @@ class Inbound:
     id: str | None = None
     name: str = ""
     """The sender's display name (linked endpoints label the message with it)."""
+    attachments: tuple[Attachment, ...] = ()
+    """Files the sender put in ore's files bucket, by reference."""
 
 
 class _JsonBody(BaseModel):
@@ -76,6 +83,7 @@ class _JsonBody(BaseModel):
     user: str = ""
     name: str = Field(default="", max_length=MAX_USER_NAME_LENGTH)
     id: str | None = Field(default=None, min_length=1, max_length=MAX_ID_LENGTH)
+    attachments: list[dict[str, Any]] = Field(default_factory=list, max_length=MAX_ATTACHMENTS)
 
 
 def parse_inbound(
@@ -94,7 +102,8 @@ def parse_inbound(
         raise MalformedMessage(f"{HEADER_MSG_ID} is longer than {MAX_ID_LENGTH} characters")
     if data.lstrip()[:1] == b"{":
         body = _parse_json(data)
-        return Inbound(body.text, body.user, body.id or header_id, body.name)
+        files = _attachments(body.attachments)
+        return Inbound(body.text, body.user, body.id or header_id, body.name, files)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -115,8 +124,15 @@ def _parse_json(data: bytes) -> _JsonBody:
         problems = describe_validation_error(exc, whole="(body)")
         raise MalformedMessage(
             f"invalid JSON message ({problems}); send "
-            '{"text": str, "user"?: str, "name"?: str, "id"?: str}'
+            '{"text": str, "user"?: str, "name"?: str, "id"?: str, "attachments"?: [ref]}'
         ) from None
+
+
+def _attachments(refs: list[dict[str, Any]]) -> tuple[Attachment, ...]:
+    try:
+        return tuple(Attachment.from_dict(ref) for ref in refs)
+    except ArtifactError as exc:
+        raise MalformedMessage(f"invalid JSON message: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +148,8 @@ class Reply:
     """`Nats-Msg-Id` of a relayed copy: one per copy, the same when it is sent again."""
     resent: bool = False
     """A copy sent again after a kill: it may have been published before."""
+    attachments: tuple[Attachment, ...] = ()
+    """The files of a relayed message, by reference."""
 
 
 def encode_reply(reply: Reply, output: OutputFormat) -> tuple[bytes, dict[str, str]]:
@@ -146,16 +164,19 @@ def encode_reply(reply: Reply, output: OutputFormat) -> tuple[bytes, dict[str, s
     if reply.resent:
         headers[HEADER_RESENT] = "true"
     if output == "json":
-        body: dict[str, str | None] = {reply.kind: reply.content}
+        body: dict[str, Any] = {reply.kind: reply.content}
         if reply.kind == "notice":
             body["severity"] = reply.severity
         body |= {"thread_id": reply.thread_id, "in_reply_to": reply.in_reply_to}
+        if reply.attachments:
+            body["attachments"] = [a.to_dict() for a in reply.attachments]
         return jsonutil.dumps(body), headers
     if reply.kind == "error":
         return f"error: {reply.content}".encode(), headers
     if reply.kind == "notice":
         return f"{reply.severity}: {reply.content}".encode(), headers
-    return reply.content.encode(), headers
+    files = "".join(f"\n[file: {a.describe()} sha256 {a.sha256}]" for a in reply.attachments)
+    return (reply.content + files).encode(), headers
 
 
 def child_traceparent(headers: Mapping[str, str] | None) -> str:

@@ -147,7 +147,9 @@ class StdinConduit(Conduit):
             if first is None:
                 return  # an empty pipe: nothing to say, so no thread either
             thread_id = await _pipe_thread(client, config)
-            async with ChatSession(client, thread_id, user=config.user) as session:
+            async with ChatSession(
+                client, thread_id, user=config.user, files_dir=config.state_dir / "files"
+            ) as session:
                 await answer_lines(session, _chain(first, lines), PlainView(stdout, stderr))
 
     async def _one_shot(
@@ -164,7 +166,9 @@ class StdinConduit(Conduit):
         if not message.strip():
             raise StdinError("nothing to send: the prompt and the input are empty")
         thread_id = await _pipe_thread(client, config)
-        async with ChatSession(client, thread_id, user=config.user) as session:
+        async with ChatSession(
+            client, thread_id, user=config.user, files_dir=config.state_dir / "files"
+        ) as session:
             await answer_lines(session, _single(message), PlainView(stdout, stderr))
 
     async def _interactive(
@@ -199,7 +203,9 @@ class StdinConduit(Conduit):
                 style="dim",
             )
         )
-        async with ChatSession(client, thread_id, user=settings.user) as session:
+        async with ChatSession(
+            client, thread_id, user=settings.user, files_dir=settings.state_dir / "files"
+        ) as session:
             prompt: PromptSession[str] = PromptSession(
                 history=FileHistory(str(history_file(settings.state_dir))),
                 input=create_input(stdin),

@@ -23,9 +23,11 @@ from prompt_toolkit.application import run_in_terminal
 from rich.console import Console
 from rich.text import Text
 
+from ore_conduit_stdin.files import ATTACH, attach
 from ore_conduit_stdin.session import ChatSession
 from ore_conduit_stdin.state import LastThread
 from ore_conduit_stdin.terminal import TerminalView
+from ore_core.artifacts import Attachment
 
 __all__ = ["PROMPT", "chat", "quiet_terminal", "sigint_calls"]
 
@@ -110,8 +112,13 @@ async def chat(
         interrupts = 0
         if not line.strip():
             continue
+        attachments: tuple[Attachment, ...] = ()
+        if line.split(maxsplit=1)[0] == ATTACH:
+            line, attachments = await attach(session.client, line, err)
+            if not line and not attachments:
+                continue
         with sigint_calls(session.interrupt), quiet_terminal(stdin) as dropped:
-            result = await session.turn(line, view)
+            result = await session.turn(line, view, attachments)
         if dropped:
             err.print(Text(_TYPED_AHEAD, style="dim"))
         if result.switched_to is not None:

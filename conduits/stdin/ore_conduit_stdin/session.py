@@ -15,13 +15,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
 import structlog
 
+from ore_conduit_stdin.files import received_file
 from ore_core import (
     ErrorEvent,
     EventContext,
@@ -35,6 +37,7 @@ from ore_core import (
     TurnCompleteEvent,
     UserMessageEvent,
 )
+from ore_core.artifacts import Attachment
 from ore_core.conduit import (
     ApiError,
     BusError,
@@ -108,7 +111,16 @@ class ChatSession:
     the session to the new thread once the turn is over.
     """
 
-    def __init__(self, client: ConduitClient, thread_id: str, *, user: str = "") -> None:
+    def __init__(
+        self,
+        client: ConduitClient,
+        thread_id: str,
+        *,
+        user: str = "",
+        files_dir: Path | None = None,
+    ) -> None:
+        self.files_dir = files_dir
+        """Where files other endpoints send are saved (None: only named)."""
         self._client = client
         self._thread_id = thread_id
         self._user = user
@@ -176,7 +188,8 @@ class ChatSession:
             if provenance == name and not isinstance(delivery.event, PropertiesEvent):
                 continue  # our own, late (an interrupt's done): nothing to show now
             if provenance or isinstance(delivery.event, PropertiesEvent):
-                await show(functools.partial(self._relay, delivery, view, view.answer))
+                files = await self._received_files(delivery)
+                await show(functools.partial(self._relay, delivery, view, view.answer, files))
 
     async def _open_feed(self) -> None:
         feed = self._client.events(self._thread_id)
@@ -190,8 +203,16 @@ class ChatSession:
         else:
             self._settings.load(self._thread_id, info.metadata)
 
-    async def turn(self, text: str, view: View) -> TurnResult:
-        """Send `text` and show what it causes until the core reports it handled."""
+    @property
+    def client(self) -> ConduitClient:
+        """The conduit's connection (uploads go through it)."""
+        return self._client
+
+    async def turn(
+        self, text: str, view: View, attachments: tuple[Attachment, ...] = ()
+    ) -> TurnResult:
+        """Send `text` (and `attachments`) and show what it causes until the core reports
+        it handled."""
         if self._feed is None:
             raise BusError("the chat session is not open: use `async with ChatSession(...)`")
         name = self._client.namespace
@@ -199,6 +220,7 @@ class ChatSession:
         message = UserMessageEvent(
             id=f"{name}-{secrets.token_hex(16)}",
             content=text,
+            attachments=attachments,
             context=EventContext(
                 provenance=name, user=self._user, user_name=self._user, traceparent=trace
             ),
@@ -220,7 +242,7 @@ class ChatSession:
                 if ours or not context.provenance:
                     self._observe(event, result, view)
                 elif context.provenance != name or isinstance(event, PropertiesEvent):
-                    self._relay(delivery, view)
+                    self._relay(delivery, view, None, await self._received_files(delivery))
             else:
                 raise BusError(f"the event feed of thread {self._thread_id} closed mid-turn")
         finally:
@@ -241,11 +263,27 @@ class ChatSession:
             and not context.traceparent
         )
 
+    async def _received_files(self, delivery: Delivery) -> list[NoticeEvent]:
+        """A line for each file of another endpoint's message, saved to `files_dir`."""
+        event = delivery.event
+        if not isinstance(event, TurnCompleteEvent) or event.turn.role != Role.USER:
+            return []
+        return [
+            await received_file(self._client, delivery.thread_id, file, self.files_dir)
+            for file in event.turn.artifacts
+            if isinstance(file, Attachment)
+        ]
+
     def _relay(
-        self, delivery: Delivery, view: View, answer: Callable[[str], None] | None = None
+        self,
+        delivery: Delivery,
+        view: View,
+        answer: Callable[[str], None] | None = None,
+        files: Sequence[NoticeEvent] = (),
     ) -> None:
-        """Another endpoint's event on a linked thread: its messages with their label;
-        with `answer` (no turn shown), its answers as whole texts once finished."""
+        """Another endpoint's event on a linked thread: its messages with their label
+        (and a line per file, `files`); with `answer` (no turn shown), its answers as
+        whole texts once finished."""
         event = delivery.event
         if isinstance(event, PropertiesEvent):
             self._settings.update(delivery.thread_id, event)
@@ -254,6 +292,8 @@ class ChatSession:
         if relayed.action in ("relayed", "edited"):
             edited = " (edited)" if relayed.action == "edited" else ""
             view.show(NoticeEvent(content=relayed.shown + edited, severity=Severity.INFO))
+            for line in files:
+                view.show(line)
         elif relayed.action in ("deleted", "delivery"):
             text = relayed.text or f"a message from {relayed.origin} was deleted"
             view.show(NoticeEvent(content=text, severity=Severity.WARN))

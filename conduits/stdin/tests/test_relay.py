@@ -4,6 +4,7 @@ their label, the terminal's own are never shown twice. Real core and nats-server
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ore_conduit_stdin.session import ChatSession
@@ -41,3 +42,27 @@ async def test_another_endpoint_s_message_shows_with_its_label(
     notices = [e.content for e in view.events if isinstance(e, NoticeEvent)]
     assert notices == ["Ana (web): hi from the web"]
     assert view.texts() == ["hello"]  # the terminal's own answer; the web's is not shown
+
+
+async def test_a_file_another_endpoint_sends_is_saved_and_its_path_shown(
+    start_core: Callable[[TurnProcessor], Awaitable[None]],
+    ore_nats_url: str,
+    stdin_client: ConduitClient,
+    make_view: type[RecordingView],
+    tmp_path: Path,
+) -> None:
+    await start_core(EchoProcessor())
+    web = await link_terminal(ore_nats_url, stdin_client)
+    data = b"%PDF-1.7 the report" * 1000
+    async with web, ChatSession(stdin_client, THREAD, files_dir=tmp_path) as session:
+        report = await web.upload(data, "q3.pdf")
+        await web.send(THREAD, "the report", id="w-2", user_name="Ana", attachments=[report])
+        view = make_view()
+        await session.turn("thanks", view)
+    notices = [e.content for e in view.events if isinstance(e, NoticeEvent)]
+    saved = tmp_path / "q3.pdf"
+    assert notices == [
+        "Ana (web): the report",
+        f"file q3.pdf (application/pdf, 19.0 kB) saved to {saved}",
+    ]
+    assert saved.read_bytes() == data

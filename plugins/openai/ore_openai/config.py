@@ -38,7 +38,9 @@ class OpenAIConfig(BaseModel):
     per attempt; no wait is longer than `retry_max_wait`. `timeout` bounds each request
     and each silence between streamed chunks. `tools` names the registered tools to
     offer (None: all of them). `max_tokens_param` is the request field carrying the
-    output limit (`max_tokens` for older servers).
+    output limit (`max_tokens` for older servers). A message's text-like file (text/*,
+    JSON, XML, YAML) up to `max_text_file_bytes` is sent to the model as text, an image
+    up to `max_image_file_bytes` as an image part, any other file as a line naming it.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -56,6 +58,8 @@ class OpenAIConfig(BaseModel):
     retry_max_wait: float = Field(default=60.0, ge=0)
     timeout: float = Field(default=120.0, gt=0)
     tools: tuple[str, ...] | None = None
+    max_text_file_bytes: int = Field(default=100_000, ge=0)
+    max_image_file_bytes: int = Field(default=20 * 1024 * 1024, ge=0)
 
     @classmethod
     def load(

@@ -10,10 +10,12 @@ call goes unanswered.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from ore_core import Image, Role, Text, Tool, ToolCall, ToolResult, Turn
+from ore_core.artifacts import Attachment
+from ore_openai.files import describe
 
 if TYPE_CHECKING:
     from openai.types.chat import (
@@ -29,8 +31,15 @@ __all__ = ["UNANSWERED_TOOL_CALL", "to_messages", "to_tool_params"]
 UNANSWERED_TOOL_CALL = "error: this tool call was interrupted before it returned a result"
 
 
-def to_messages(turns: Iterable[Turn], system_prompt: str = "") -> list[ChatCompletionMessageParam]:
+def to_messages(
+    turns: Iterable[Turn],
+    system_prompt: str = "",
+    files: Mapping[str, ChatCompletionContentPartParam] | None = None,
+) -> list[ChatCompletionMessageParam]:
     """The request messages for `turns` (oldest first), `system_prompt` first if set.
+
+    `files` is the content part of each attachment by sha256 (`ore_openai.files`); an
+    attachment without one is described in a line.
 
     One pass, one message dict per turn (a long thread's request is rebuilt for every
     model call: bench/request_build.py keeps it within 2x of serialising the turns).
@@ -61,7 +70,7 @@ def to_messages(turns: Iterable[Turn], system_prompt: str = "") -> list[ChatComp
             if text:
                 messages.append({"role": "system", "content": text})
         else:
-            content = _user_content(turn)
+            content = _user_content(turn, files or {})
             if content:
                 messages.append({"role": "user", "content": content})
     messages += _answer(unanswered)
@@ -87,7 +96,9 @@ def _text_of(turn: Turn) -> str:
     return "\n\n".join(a.content for a in turn.artifacts if isinstance(a, Text) and a.content)
 
 
-def _user_content(turn: Turn) -> str | list[ChatCompletionContentPartParam]:
+def _user_content(
+    turn: Turn, files: Mapping[str, ChatCompletionContentPartParam]
+) -> str | list[ChatCompletionContentPartParam]:
     """Plain text when there is no image (the form every compatible server accepts),
     else the parts in order; empty when the turn has nothing to send."""
     artifacts = turn.artifacts
@@ -99,6 +110,8 @@ def _user_content(turn: Turn) -> str | list[ChatCompletionContentPartParam]:
             parts.append({"type": "text", "text": artifact.content})
         elif isinstance(artifact, Image) and artifact.url:
             parts.append({"type": "image_url", "image_url": {"url": artifact.url}})
+        elif isinstance(artifact, Attachment):
+            parts.append(files.get(artifact.sha256) or describe(artifact))
     if all(part["type"] == "text" for part in parts):
         return "\n\n".join(part["text"] for part in parts)  # type: ignore[typeddict-item]
     return parts

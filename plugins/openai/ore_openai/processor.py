@@ -38,6 +38,7 @@ from ore_openai import summary
 from ore_openai.chunks import Chunk, chunk_artifacts
 from ore_openai.config import ENV_API_KEY, ENV_BASE_URL, OpenAIConfig
 from ore_openai.errors import ModelCallFailed, OpenAIConfigError
+from ore_openai.files import FileParts
 from ore_openai.request import request_body
 from ore_openai.retry import RetryPolicy, is_retryable, retry_after_seconds
 from ore_openai.tool_runner import run_tool_calls
@@ -83,6 +84,7 @@ class OpenAIProcessor:
             self.config.max_retries, self.config.retry_backoff, self.config.retry_max_wait
         )
         self._client: openai.AsyncOpenAI | None = None
+        self._files = FileParts(self.config.max_text_file_bytes, self.config.max_image_file_bytes)
 
     @property
     def default_model(self) -> str:
@@ -190,7 +192,9 @@ class OpenAIProcessor:
 
     async def _answer(self, ctx: TurnContext) -> AsyncGenerator[Artifact, None]:
         """One model call: the request is rebuilt from the thread each time."""
-        body = request_body(self.config, ctx.spec, ctx.view(), self.tools.values())
+        turns = ctx.view()
+        files = await self._files.of(turns)
+        body = request_body(self.config, ctx.spec, turns, self.tools.values(), files)
         where = f"openai model {body['model']!r} at {self.config.base_url}"
         with tracing.span("ore.model.call", _span_attributes(body, self.config.base_url)):
             stream = await self._open(ctx, dumps(body), where)

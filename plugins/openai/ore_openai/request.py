@@ -11,7 +11,7 @@ never runs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ore_core import ModelSpec, Tool, Turn
@@ -32,12 +32,17 @@ model can switch reasoning off, and non-reasoning models reject the field)."""
 
 
 def request_body(
-    config: OpenAIConfig, spec: ModelSpec, turns: Sequence[Turn], tools: Iterable[Tool] = ()
+    config: OpenAIConfig,
+    spec: ModelSpec,
+    turns: Sequence[Turn],
+    tools: Iterable[Tool] = (),
+    files: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The body to POST to `/chat/completions` (streaming, usage included)."""
+    """The body to POST to `/chat/completions` (streaming, usage included); `files` are
+    the attachments' content parts (`ore_openai.files`)."""
     body: dict[str, Any] = {
         "model": spec.name or config.model,
-        "messages": to_messages(turns, config.system_prompt),
+        "messages": to_messages(turns, config.system_prompt, files),
         "stream": True,
         "stream_options": {"include_usage": True},
     }
