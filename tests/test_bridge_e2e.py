@@ -28,9 +28,9 @@ from nats.aio.msg import Msg
 from ore_conduit_nats.testing import PlainNatsClient
 from ore_conduit_slack.testing import FakeSlack
 from ore_core import Manager
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
 from ore_core.conduit import ConduitClient, SettingsCache, classify
 from ore_core.config import load_settings
 from ore_core.session.echo import EchoProcessor

@@ -33,7 +33,7 @@ import click
 import platformdirs
 import pluggy
 
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
 from ore_core.cli.app import build_runtime, embedded_config
 from ore_core.cli.link import parse_typed_endpoint

@@ -38,11 +38,11 @@ from ore_core import (
     UserMessageEvent,
 )
 from ore_core._nats.codec import output_headers
-from ore_core.bus.control_api import ControlAPI
-from ore_core.bus.embedded import EmbeddedNatsServer
-from ore_core.bus.permissions import conduit_permissions
+from ore_core.bus.api.control_api import ControlAPI
+from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.bus.server.permissions import conduit_permissions
+from ore_core.bus.server.streams import BusConfig, ensure_streams
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig, ensure_streams
 from ore_core.conduit.client import message_id
 from ore_core.events import decode_ingress, encode_batch, encode_event
 from ore_core.session.echo import EchoProcessor

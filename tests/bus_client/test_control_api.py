@@ -14,7 +14,7 @@ from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
 from structlog.testing import capture_logs
 
 from ore_core import ApiError, ConduitClient, Manager, PropertiesEvent, Role, Text, jsonutil
-from ore_core.bus.control_api import ControlAPI
+from ore_core.bus.api.control_api import ControlAPI
 from ore_core.errors import ThreadCorrupt
 from ore_core.ids import is_valid_thread_id
 from ore_core.session.echo import EchoProcessor

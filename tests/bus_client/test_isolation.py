@@ -27,9 +27,9 @@ from nats.errors import NoRespondersError
 from nats.js.errors import NotFoundError
 
 from ore_core import ApiError, ConduitClient, Manager, PermissionDenied
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
 from ore_core.cli.auth import write_auth
 from ore_core.conduit import NatsCredentials
 from ore_core.conduit.client import message_id

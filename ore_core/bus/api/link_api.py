@@ -19,7 +19,7 @@ from ore_core.bridge.admin import LinkAdd, LinkAdmin, LinkList, LinkRef
 from ore_core.bridge.cache import LinkCache
 from ore_core.bridge.deliveries import DeliveryGet, DeliveryLookup, DeliveryMap, DeliveryReport
 from ore_core.bridge.links import LinkStore
-from ore_core.bus.api_base import ApiFailure, Reply
+from ore_core.bus.api.api_base import ApiFailure, Reply
 from ore_core.endpoint import Endpoint, EndpointError
 from ore_core.errors import ThreadCorrupt, ThreadNotFound
 from ore_core.events import DeliveryEvent, EventContext

@@ -46,11 +46,11 @@ from ore_core.bridge.admin import GATEWAY_KEY, LinkAdd, LinkAdmin
 from ore_core.bridge.cache import LinkCache
 from ore_core.bridge.deliveries import DeliveryGet, DeliveryLookup, DeliveryReport, MappingNotFound
 from ore_core.bridge.links import LinkConflict, LinkError, LinkNotFound
-from ore_core.bus.api_base import ApiFailure, RawReply, Reply, RequestBody, ThreadId
-from ore_core.bus.forwarding import Forwarding
-from ore_core.bus.link_api import LinkApi
-from ore_core.bus.model_offer import ModelOffer
-from ore_core.bus.stored_reads import CursorRef, CursorSet, Read, StoredReads
+from ore_core.bus.api.api_base import ApiFailure, RawReply, Reply, RequestBody, ThreadId
+from ore_core.bus.api.forwarding import Forwarding
+from ore_core.bus.api.link_api import LinkApi
+from ore_core.bus.api.model_offer import ModelOffer
+from ore_core.bus.api.stored_reads import CursorRef, CursorSet, Read, StoredReads
 from ore_core.endpoint import EndpointError
 from ore_core.errors import (
     InvalidThreadId,
