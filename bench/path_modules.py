@@ -20,7 +20,7 @@ from typing import Any
 
 import nats
 
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.manager import Manager
