@@ -44,7 +44,7 @@ from nats.aio.msg import Msg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from tests.scale.harness import Workers
 
 COPIES = ("beta", "gamma", "delta", "epsilon")  # namespaces a relayed thread is shown on

@@ -35,9 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ore_core import ConduitClient, Manager, TurnCompleteEvent
 from ore_core.artifacts import Text
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
+from ore_core.conduit.control import ControlClient
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.sqlite_store import SQLiteStore
 from tests.scale.harness import Workers
@@ -116,9 +117,11 @@ class Reader:
 
 
 async def link(a: ConduitClient, thread: str) -> None:
-    await a.admin_call("threads.create", {"id": thread, "namespace": "a"})
+    await ControlClient.beside(a).call("threads.create", {"id": thread, "namespace": "a"})
     endpoint = {"namespace": "b", "key": "b.room", "value": thread}
-    await a.admin_call("links.add", {"thread": thread, "endpoint": endpoint, "answer": "none"})
+    await ControlClient.beside(a).call(
+        "links.add", {"thread": thread, "endpoint": endpoint, "answer": "none"}
+    )
 
 
 async def send(a: ConduitClient, thread: str, first: int, count: int) -> None:

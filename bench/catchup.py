@@ -20,9 +20,9 @@ import nats
 from ore_core import ConduitClient, Manager
 from ore_core._nats.codec import output_headers
 from ore_core.artifacts import Text
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
 from ore_core.events import ArtifactEvent, EventContext, encode_event
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore

@@ -1063,14 +1063,14 @@ def report_instructions(rounds: list[dict[str, float]], args: argparse.Namespace
 
 def sync_config(sync: str) -> str:
     """The nats-server's fsync policy as `ore serve`'s embedded server would get it."""
-    from ore_core.bus.durability import SyncPolicy
+    from ore_core.bus.server.durability import SyncPolicy
 
     return SyncPolicy(sync).server_config()
 
 
 def main(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from ore_core.bus.embedded import EmbeddedNatsServer
+    from ore_core.bus.server.embedded import EmbeddedNatsServer
 
     sides = ["raw", "ore"] + ["before"] * bool(args.before) + ["floor"] * args.floor
     if args.bytecodes:

@@ -74,7 +74,7 @@ def main() -> None:
     code, per_thread, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     store = sys.argv[4] if len(sys.argv) > 4 else "sqlite"
     sys.path.insert(0, code)
-    from ore_core.bus.embedded import EmbeddedNatsServer
+    from ore_core.bus.server.embedded import EmbeddedNatsServer
 
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)

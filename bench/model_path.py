@@ -401,8 +401,8 @@ async def scenarios(
 
 
 async def measure(args: argparse.Namespace, tmp: Path) -> list[Phase]:
-    from ore_core.bus.durability import SyncPolicy
-    from ore_core.bus.embedded import EmbeddedNatsServer
+    from ore_core.bus.server.durability import SyncPolicy
+    from ore_core.bus.server.embedded import EmbeddedNatsServer
 
     mock, mock_url = start_mock()
     try:

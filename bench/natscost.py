@@ -546,7 +546,7 @@ def run_side(
 
 
 def main(args: argparse.Namespace) -> None:
-    from ore_core.bus.embedded import EmbeddedNatsServer
+    from ore_core.bus.server.embedded import EmbeddedNatsServer
 
     variants = args.variants.split(",")
     results: dict[str, list[dict[str, Any]]] = {variant: [] for variant in variants}

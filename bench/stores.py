@@ -19,8 +19,8 @@ from pathlib import Path
 import nats
 
 from ore_core import Role, Store, Text
-from ore_core.bus.embedded import EmbeddedNatsServer
-from ore_core.bus.jetstream_store import JetStreamStore
+from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.bus.store.jetstream_store import JetStreamStore
 from ore_core.session.stores import JournalStore, JSONStore, MemoryStore, SQLiteStore
 
 

@@ -32,9 +32,9 @@ import httpx
 
 from ore_core import Manager, TurnContext
 from ore_core.artifacts import Artifact, TextDelta
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
 from ore_core.session.stores.memory import MemoryStore
 
 _MARK = re.compile(r"@(\d{19})@")

@@ -33,7 +33,7 @@ import nats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.subjects import partition_of
 from tests.scale.harness import Load, Workers, held_by, leases
 

@@ -19,7 +19,7 @@ import nats
 import pytest
 from click.testing import CliRunner
 
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.cli.main import main
 from tests.test_cli_conduit import Process, start_ore, until_answered
 

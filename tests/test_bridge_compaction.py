@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from ore_core import Manager
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
 from ore_core.config import CompactionSettings
 from ore_core.session.compaction import SUMMARY_MARK
 from ore_core.session.compactor import Compactor

@@ -28,10 +28,10 @@ from nats.aio.msg import Msg
 from ore_conduit_nats.testing import PlainNatsClient
 from ore_conduit_slack.testing import FakeSlack
 from ore_core import Manager
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
-from ore_core.conduit import ConduitClient, SettingsCache, classify
+from ore_core.conduit import ConduitClient, ControlClient, SettingsCache, classify
 from ore_core.config import load_settings
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
@@ -182,13 +182,15 @@ async def test_three_endpoints_each_show_the_others_once_in_order_and_never_thei
         await fake.wait_connected(1, PATIENCE)
         root = await fake.user_says(CHANNEL, "start")
         await fake.wait_until(lambda: len(fake.answers(CHANNEL, root.ts)) == 1, PATIENCE)
-        (thread,) = (await terminal.admin_call("threads.list", {"namespace": "slack"}))["threads"]
+        (thread,) = (
+            await ControlClient.beside(terminal).call("threads.list", {"namespace": "slack"})
+        )["threads"]
         for link in (
             {"namespace": "nats", "key": "nats.channel", "value": ROOM},
             {"namespace": "stdin", "key": "id", "value": thread},
         ):
             body = {"thread": thread, "endpoint": link, "answer": "none"}
-            await terminal.admin_call("links.add", body)
+            await ControlClient.beside(terminal).call("links.add", body)
 
         room = RoomOut()
         killed = asyncio.Event()

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from ore_core import Manager
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
 from tests.bridge.gateway import ENDPOINTS, Gateway, clean, expected

@@ -37,7 +37,7 @@ from ore_core.testing.processors import ScriptedProcessor
 
 BUILTINS = {
     "ore_core.plugins.builtin.stores": {"ore_register_stores"},
-    "ore_core.bus.store_plugin": {"ore_register_stores"},
+    "ore_core.bus.store.store_plugin": {"ore_register_stores"},
     "ore_core.plugins.builtin.processors": {"ore_register_turn_processors"},
     "ore_core.plugins.builtin.commands": {"ore_register_interceptors"},
     "ore_core.plugins.builtin.files": {"ore_configure", "ore_register_interceptors"},

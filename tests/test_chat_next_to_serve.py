@@ -22,7 +22,7 @@ import nats
 import pytest
 
 from ore_core import Role, Text, Thread
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.session.stores import SQLiteStore
 
 pytest.importorskip("ore_conduit_stdin")

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from nats.errors import Error as NatsError
 
 from ore_core import ConduitClient, PermissionDenied
-from ore_core.bus.embedded import EmbeddedNatsServer, _get_json
+from ore_core.bus.server.embedded import EmbeddedNatsServer, _get_json
 from ore_core.cli.main import main
 from ore_core.cli.options import connect_conduit
 from ore_core.config import load_settings

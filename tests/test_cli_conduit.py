@@ -19,7 +19,7 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 
 pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
 

@@ -23,7 +23,7 @@ from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from ore_core.bus.embedded import EmbeddedNatsServer, data_dir_holder, runs_in
+from ore_core.bus.server.embedded import EmbeddedNatsServer, data_dir_holder, runs_in
 from ore_core.cli.running import RunningCore, find_running
 from ore_core.conduit import ConduitClient
 from ore_core.session.stores import SQLiteStore
@@ -768,7 +768,7 @@ async def test_a_second_embedded_serve_never_opens_the_data_dir_of_a_running_one
 ORPHAN_STARTER = """
 import sys, time
 from ore_core.conduit import ConduitClient
-from ore_core.bus.embedded import EmbeddedNatsServer, data_dir_holder, runs_in
+from ore_core.bus.server.embedded import EmbeddedNatsServer, data_dir_holder, runs_in
 server = EmbeddedNatsServer(sys.argv[1])
 server.start()
 print(server.pid, flush=True)

@@ -11,7 +11,7 @@ MAX_CLASS_LINES = 500
 PACKAGE = Path(ore_core.__file__).parent
 
 REVIEWED_LONGER = {
-    "bus/ingress.py:Ingress": (
+    "bus/ingress/ingress.py:Ingress": (
         "two jobs, a partition's life (acquire, claim back, recycle, release) and a "
         "message's admission (attach, bind, submit, retry): the seam the bus/ingress room "
         "of docs/design/conduit-shape.md cuts along; listed, not squeezed, until then"

@@ -15,7 +15,7 @@ _PATH = re.compile(r"`((?:ore_core|plugins|conduits|tests|docs|bench)/[\w./-]*)`
 
 
 def named_paths() -> list[str]:
-    """Every repository path the page writes in backticks (`ore_core/bus/egress.py`)."""
+    """Every repository path the page writes in backticks (`ore_core/bus/egress/egress.py`)."""
     return sorted(set(_PATH.findall(PAGE)))
 
 

@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from ore_core.bus.metrics import reference_table
+from ore_core.bus.ops.metrics import reference_table
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 

@@ -15,7 +15,7 @@ import pytest
 import structlog
 from click.testing import CliRunner
 
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.cli import main
 from ore_openai.testing import DEFAULT_MODEL, MockOpenAIServer
 

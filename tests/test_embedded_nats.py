@@ -11,7 +11,7 @@ import platformdirs
 import pytest
 from nats.aio.client import Client
 
-from ore_core.bus.embedded import (
+from ore_core.bus.server.embedded import (
     EmbeddedNatsServer,
     NatsPortInUse,
     NatsServerError,

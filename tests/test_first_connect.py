@@ -18,7 +18,7 @@ import pytest
 
 from ore_core._nats.connection import connect_nats
 from ore_core._nats.first_connect import NatsRefused
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 
 ORE = Path(sys.executable).with_name("ore")
 PATIENCE = 60.0

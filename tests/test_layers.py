@@ -1,7 +1,8 @@
 """The floors of ore_core: importing a floor loads nothing above it.
 
 What each floor holds and why they are in this order: docs/architecture.md, "The
-floors" (keep that page's table in step with `FLOORS` and `MAY_LOAD`). Each test imports
+floors" (keep that page's table in step with `FLOORS` and `MAY_LOAD`; its "The rooms
+of the bus" with `ROOMS` and `ROOM_MAY_IMPORT`). Each test imports
 every module of one floor in a fresh interpreter and lists what got loaded: a module
 of a higher floor among them (through an import or a package `__init__` that loads
 its siblings) fails the test, naming it.
@@ -9,6 +10,7 @@ its siblings) fails the test, naming it.
 
 from __future__ import annotations
 
+import ast
 import importlib
 from pathlib import Path
 
@@ -146,6 +148,13 @@ def test_the_plugin_manager_module_loads_nothing_of_the_bus() -> None:
 
 
 FACES = [
+    "ore_core.bus.api",
+    "ore_core.bus.cluster",
+    "ore_core.bus.egress",
+    "ore_core.bus.ingress",
+    "ore_core.bus.ops",
+    "ore_core.bus.server",
+    "ore_core.bus.store",
     "ore_core.conduit",
     "ore_core.ledger",
     "ore_core.plugins",
@@ -166,3 +175,94 @@ def test_every_name_a_face_exports_resolves(package: str, name: str) -> None:
 def test_an_unknown_name_of_a_face_is_an_attribute_error(package: str) -> None:
     with pytest.raises(AttributeError, match="no_such_name"):
         _ = importlib.import_module(package).no_such_name
+
+
+ROOMS: dict[str, tuple[str, ...]] = {
+    "ingress": ("ore_core.bus.ingress.*",),
+    "egress": ("ore_core.bus.egress.*",),
+    "api": ("ore_core.bus.api.*",),
+    "cluster": ("ore_core.bus.cluster.*",),
+    "server": ("ore_core.bus.server.*",),
+    "store": ("ore_core.bus.store.*",),
+    "ops": ("ore_core.bus.ops.*",),
+    "service": ("ore_core.bus.service", "ore_core.bus"),
+    "bridge": ("ore_core.bridge.*",),
+}
+"""The rooms of the bus floor (docs/design/conduit-shape.md, section 2) -> their modules,
+written as in `FLOORS`. Below the bus, the floors are the rooms, but the SDK floor is
+two: `_nats` (the transport every side shares) and `conduit` (what a conduit process
+imports)."""
+
+_BELOW = ("vocabulary", "ledger", "session")
+
+ROOM_MAY_IMPORT: dict[str, tuple[str, ...]] = {
+    "server": ("vocabulary", "config", "_nats"),
+    "cluster": (*_BELOW, "_nats", "server"),
+    "store": (*_BELOW, "config", "_nats", "cluster", "server"),
+    "bridge": (*_BELOW, "config", "_nats"),
+    "egress": (*_BELOW, "_nats", "bridge"),
+    "ingress": (*_BELOW, "_nats", "bridge", "cluster", "server", "egress"),
+    "api": (*_BELOW, "_nats", "bridge", "cluster"),
+    "ops": (*_BELOW, "config", "_nats", "conduit", *(room for room in ROOMS if room != "service")),
+    "service": (*_BELOW, "config", "_nats", "conduit", "plugins", *ROOMS),
+}
+"""Room -> what its modules may import (besides their own room): every import counts,
+also one inside a function or under `TYPE_CHECKING`, so a dependency is never hidden."""
+
+
+def room_of(module: str) -> str | None:
+    """The bus room of `module`, or the floor below the bus that holds it."""
+    if module == "ore_core._nats" or module.startswith("ore_core._nats."):
+        return "_nats"
+    if module == "ore_core.conduit" or module.startswith("ore_core.conduit."):
+        return "conduit"
+    for room, names in ROOMS.items():
+        for name in names:
+            package = name.removesuffix(".*")
+            if module == package or (name.endswith(".*") and module.startswith(package + ".")):
+                return room
+    return floor_of(module)
+
+
+def imports_of(module: str) -> set[str]:
+    """Every module of ore_core that `module`'s source imports, wherever the import is."""
+    spec = importlib.util.find_spec(module)
+    assert spec is not None
+    assert spec.origin is not None
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(Path(spec.origin).read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{module}: ore_core imports absolutely"
+            found.add(node.module or "")
+    return {name for name in found if name == "ore_core" or name.startswith("ore_core.")}
+
+
+def test_every_module_of_the_bus_floor_is_in_a_room() -> None:
+    assert [module for module in modules_of("bus") if room_of(module) not in ROOMS] == []
+
+
+@pytest.mark.parametrize("room", list(ROOM_MAY_IMPORT))
+def test_a_room_imports_only_what_its_face_allows(room: str) -> None:
+    allowed = {room, *ROOM_MAY_IMPORT[room]}
+    modules = [module for module in modules_of("bus") if room_of(module) == room]
+    assert modules
+    wrong = {
+        f"{module} imports {name}": room_of(name)
+        for module in modules
+        for name in sorted(imports_of(module))
+        if room_of(name) not in allowed
+    }
+    assert wrong == {}
+
+
+def test_the_room_check_sees_an_import_inside_a_function(tmp_path: Path) -> None:
+    (tmp_path / "late.py").write_text("def f() -> None:\n    from ore_core.bus.service import x\n")
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        assert imports_of("late") == {"ore_core.bus.service"}
+    finally:
+        sys.path.remove(str(tmp_path))

@@ -22,7 +22,7 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from tests.test_serve_kill_restart import TIMEOUT, _Served, _wait_for_streams
 
 THREADS = 6

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from tests.test_cli_conduit import Process, raw, start_ore, until_answered
 from tests.test_cli_serve import (
     Served,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 
-from ore_core.bus.model_offer import ModelOffer
+from ore_core.bus.api.model_offer import ModelOffer
 from ore_openai.config import OpenAIConfig
 from ore_openai.processor import OpenAIProcessor
 

@@ -37,6 +37,8 @@ SDK_MODULES = {
     "ore_core.conduit.base": "Conduit, ConduitConfig",
     "ore_core.conduit.capabilities": "what a platform can show",
     "ore_core.conduit.client": "ConduitClient",
+    "ore_core.conduit.requests": "one control API request and its errors, shared by "
+    "ConduitClient and ControlClient (issue 37)",
     "ore_core.conduit.counters": "the conduit metrics (issue 33)",
     "ore_core.conduit.feed": "EventFeed: a thread's output, live and caught up",
     "ore_core.conduit.waiting": "the one retry policy while the core is away (issue 36)",

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from tests.test_cli_serve import Served, client_of, free_port, start_serve, wait_until_serving
 
 __all__ = ["client_of", "start_serve"]  # fixtures, imported for pytest

@@ -25,8 +25,8 @@ import pytest
 from nats.aio.msg import Msg
 
 from ore_core import Role, Store, Thread
-from ore_core.bus.embedded import EmbeddedNatsServer
-from ore_core.bus.jetstream_store import JetStreamStore
+from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.bus.store.jetstream_store import JetStreamStore
 from ore_core.session.stores import SQLiteStore
 
 ORE = Path(sys.executable).with_name("ore")

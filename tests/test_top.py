@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.cli.top import Board, Snapshot
 from ore_core.subjects import Subjects
 from tests.test_cli_serve import ORE, Served, client_of, start_serve, wait_until_serving

@@ -36,7 +36,7 @@ features need, and the core asks JetStream for the account's info (`check_jetstr
 conduits may have no `$JS.API` permission at all, so for them the server's INFO flag
 must do). Every refusal is one line: the server's version, the minimum, what to do.
 The features are declared here, next to the versions that brought them; the core's
-stream layout (`ore_core.bus.layout`) says which of them each stream uses.
+stream layout (`ore_core.bus.server.layout`) says which of them each stream uses.
 """
 
 from __future__ import annotations

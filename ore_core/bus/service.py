@@ -46,18 +46,18 @@ from ore_core._nats.connection import (
 from ore_core.bridge.cache import LinkCache
 from ore_core.bridge.gateways import apply_gateways
 from ore_core.bridge.links import LinkStore
-from ore_core.bus.control_api import ControlAPI
-from ore_core.bus.egress import Egress
-from ore_core.bus.fencing import FencedStore
-from ore_core.bus.health import HealthServer
-from ore_core.bus.ingress import Ingress
-from ore_core.bus.layout import build_layout
-from ore_core.bus.metrics import CONTENT_TYPE, TURN_KINDS, CoreMetrics, Readings
-from ore_core.bus.model_offer import ModelOffer
-from ore_core.bus.ownership import Ownership
-from ore_core.bus.pipeline import Pipeline
-from ore_core.bus.stats import StatsResponder
-from ore_core.bus.streams import BusConfig, adopt_partitions, ensure_layout, setup_summary
+from ore_core.bus.api.control_api import ControlAPI
+from ore_core.bus.api.model_offer import ModelOffer
+from ore_core.bus.cluster.fencing import FencedStore
+from ore_core.bus.cluster.ownership import Ownership
+from ore_core.bus.egress.egress import Egress
+from ore_core.bus.egress.pipeline import Pipeline
+from ore_core.bus.ingress.ingress import Ingress
+from ore_core.bus.ops.health import HealthServer
+from ore_core.bus.ops.metrics import CONTENT_TYPE, TURN_KINDS, CoreMetrics, Readings
+from ore_core.bus.ops.stats import StatsResponder
+from ore_core.bus.server.layout import build_layout
+from ore_core.bus.server.streams import BusConfig, adopt_partitions, ensure_layout, setup_summary
 from ore_core.config import GatewaySettings
 from ore_core.errors import BusError
 from ore_core.session.manager import Manager

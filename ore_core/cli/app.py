@@ -19,8 +19,8 @@ from typing import Any
 import pluggy
 import structlog
 
-from ore_core.bus.durability import SyncPolicy, operator_durability
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.durability import SyncPolicy, operator_durability
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.config import NatsSettings, OreSettings, StoreSettings
 from ore_core.plugins.builtin.processors import ECHO
 from ore_core.plugins.manager import shutdown_plugins, startup_plugins

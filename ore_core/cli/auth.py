@@ -4,7 +4,7 @@ Writes into one directory (files readable by the owner only):
 
 - `nats-auth.conf`: a nats-server `authorization` block: the core's user (everything),
   an admin user (the whole control API, operators' tools) and one user per conduit,
-  limited to its namespace (see `ore_core.bus.permissions`). Include it in the
+  limited to its namespace (see `ore_core.bus.server.permissions`). Include it in the
   server's configuration, or run `ore serve --auth nats-auth.conf`.
 - `core.toml`, `admin.toml`: the `[nats]` settings of `ore serve` and of operators'
   tools (the admin user may call `P.admin.*` and every `P.api.NS.*`, e.g. with the
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import click
 
-from ore_core.bus.permissions import (
+from ore_core.bus.server.permissions import (
     NatsUser,
     admin_permissions,
     authorization_block,

@@ -33,7 +33,7 @@ import click
 import platformdirs
 import pluggy
 
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
 from ore_core.cli.app import build_runtime, embedded_config
 from ore_core.cli.link import parse_typed_endpoint
@@ -66,6 +66,7 @@ from ore_core.cli.running import (
 )
 from ore_core.conduit.base import Conduit, ConduitConfig
 from ore_core.conduit.client import ConduitClient
+from ore_core.conduit.control import ControlClient
 from ore_core.config import NatsSettings, OreSettings, ProcessorSettings
 from ore_core.endpoint import ID_KEY, Endpoint
 from ore_core.errors import ApiError, InvalidThreadId, OreError, ThreadNotFound
@@ -459,10 +460,11 @@ async def _conversation_thread(client: ConduitClient, endpoint: Endpoint, create
     """The thread of the conversation `endpoint` names, as its conduit's lookup finds it;
     one no conduit has seen is made only with `create` or a yes at the terminal (a typo
     must not make a thread and a stray link)."""
+    admin = ControlClient.beside(client)
     body = {"namespace": endpoint.namespace, "key": endpoint.key, "value": endpoint.value}
     if not create:
         try:
-            return str((await client.admin_call("threads.lookup", {**body, "create": False}))["id"])
+            return str((await admin.call("threads.lookup", {**body, "create": False}))["id"])
         except ApiError as exc:
             if exc.status != 404:
                 raise
@@ -475,19 +477,20 @@ async def _conversation_thread(client: ConduitClient, endpoint: Endpoint, create
                 f"--attach: no {endpoint.namespace} conduit has seen "
                 f"{endpoint.namespace}:{endpoint.value} (a typo?); --create starts a thread for it"
             )
-    return str((await client.admin_call("threads.lookup", body))["id"])
+    return str((await admin.call("threads.lookup", body))["id"])
 
 
 async def _attach(client: ConduitClient, endpoint: Endpoint, create: bool = False) -> str:
     """The thread of `endpoint` (the one it is linked to, else the conversation's own, as
     its conduit's lookup finds or makes it), now linked to this terminal too: an
     operator's act, through the admin API with the chat's credentials."""
+    admin = ControlClient.beside(client)
     try:
         if endpoint.key == ID_KEY:  # a thread id, typed as `ore threads` takes it: a prefix
             endpoint = replace(endpoint, value=await resolve_on_core(client, endpoint.value))
         body = {"namespace": endpoint.namespace, "key": endpoint.key, "value": endpoint.value}
         try:
-            thread = str((await client.admin_call("links.lookup", {"endpoint": body}))["thread"])
+            thread = str((await admin.call("links.lookup", {"endpoint": body}))["thread"])
         except ApiError as exc:
             if exc.status != 404:
                 raise
@@ -500,9 +503,7 @@ async def _attach(client: ConduitClient, endpoint: Endpoint, create: bool = Fals
         raise ChatError(f"--attach: {exc}") from None
     terminal = {"namespace": client.namespace, "key": ID_KEY, "value": thread}
     try:
-        await client.admin_call(
-            "links.add", {"thread": thread, "endpoint": terminal, "exist_ok": True}
-        )
+        await admin.call("links.add", {"thread": thread, "endpoint": terminal, "exist_ok": True})
     except ApiError as exc:
         raise ChatError(f"--attach: cannot link the terminal to thread {thread}: {exc}") from None
     click.echo(f"Attached to thread {thread} ({endpoint.namespace})", err=True)

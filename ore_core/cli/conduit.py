@@ -26,7 +26,7 @@ import structlog
 from pydantic import BaseModel
 
 from ore_core import tracing
-from ore_core.bus.health import HealthServer
+from ore_core.bus.ops.health import HealthServer
 from ore_core.cli.capabilities import capability_rows, conduits_page
 from ore_core.cli.checkout import checkout_conduits, checkout_root
 from ore_core.cli.options import (

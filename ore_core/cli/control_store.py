@@ -20,7 +20,7 @@ import pluggy
 from ore_core._nats.connection import NatsCredentials
 from ore_core.cli.app import open_store
 from ore_core.cli.running import find_running
-from ore_core.conduit.client import ConduitClient
+from ore_core.conduit.control import ControlClient
 from ore_core.config import OreSettings
 from ore_core.errors import ApiError, OreError, ThreadNotFound
 from ore_core.ledger.thread import Thread
@@ -41,7 +41,7 @@ _PAGE = 1000
 class ControlStore:
     """`ore serve`'s threads through its operator API (see the module docstring)."""
 
-    def __init__(self, client: ConduitClient, name: str, location: str) -> None:
+    def __init__(self, client: ControlClient, name: str, location: str) -> None:
         self._client = client
         self.name = name
         self.location = location
@@ -55,11 +55,10 @@ class ControlStore:
                 f"`ore serve --store {name}`, or set nats.url to the NATS of the one running"
             )
         nats = settings.nats
-        client = await ConduitClient.connect(
+        client = await ControlClient.connect(
             servers,
             name="ore-threads",
             prefix=nats.subject_prefix,
-            inbox_prefix="_INBOX",  # an operator's user may listen there (`ore auth`)
             credentials=NatsCredentials.from_settings(nats),
             connect_timeout=CONNECT_TIMEOUT,
         )
@@ -73,7 +72,7 @@ class ControlStore:
             body: dict[str, Any] = {"limit": _PAGE if limit is None else min(_PAGE, limit)}
             if cursor:
                 body["after"] = cursor
-            page = await self._client.admin_call("threads.list", body)
+            page = await self._client.call("threads.list", body)
             ids += [str(thread_id) for thread_id in page["threads"]]
             cursor = page.get("next")
             if not cursor:
@@ -83,8 +82,8 @@ class ControlStore:
     async def get(self, thread_id: str) -> Thread:
         """The thread with its metadata, tip and active path; ThreadNotFound if unknown."""
         try:
-            info = await self._client.admin_call("threads.get", {"id": thread_id})
-            path = await self._client.admin_call("threads.turns", {"id": thread_id})
+            info = await self._client.call("threads.get", {"id": thread_id})
+            path = await self._client.call("threads.turns", {"id": thread_id})
         except ApiError as exc:
             if exc.status == 404:
                 raise ThreadNotFound(f"thread {thread_id} not found in {self.location}") from exc
@@ -104,12 +103,10 @@ class ControlStore:
 
     async def save(self, thread: Thread) -> None:
         """Move the stored thread's tip to `thread`'s (the only change `ore threads` makes)."""
-        await self._client.admin_call(
-            "threads.fork", {"id": thread.id, "turn_id": thread.current_tip}
-        )
+        await self._client.call("threads.fork", {"id": thread.id, "turn_id": thread.current_tip})
 
     async def delete(self, thread_id: str) -> bool:
-        reply = await self._client.admin_call("threads.delete", {"id": thread_id})
+        reply = await self._client.call("threads.delete", {"id": thread_id})
         return bool(reply["deleted"])
 
     async def close(self) -> None:

@@ -23,8 +23,8 @@ from urllib.parse import urlsplit
 import click
 
 from ore_core._nats.connection import NatsCredentials, connect_nats
-from ore_core.bus.durability import SyncPolicy
-from ore_core.bus.embedded import data_dir_holder, default_store_dir
+from ore_core.bus.server.durability import SyncPolicy
+from ore_core.bus.server.embedded import data_dir_holder, default_store_dir
 from ore_core.cli.app import deployment_durability, opened_processor
 from ore_core.cli.control_store import open_threads
 from ore_core.cli.failures import one_line

@@ -1,4 +1,4 @@
-"""`ore migrate`: move the server's ore streams to this version's layout (see bus/migrate.py).
+"""`ore migrate`: bring the server's ore streams to this layout (bus/server/migrate.py).
 
 `--dry-run` prints what would change and changes nothing. Without it, every change is
 printed as it is made. The core must be stopped: the command refuses while a consumer
@@ -21,10 +21,10 @@ from ore_core._nats.connection import (
     check_jetstream,
     check_server,
 )
-from ore_core.bus.layout import build_layout
-from ore_core.bus.migrate import migrate as run_migration
-from ore_core.bus.migrate import plan_migration
-from ore_core.bus.streams import BusConfig, adopt_partitions
+from ore_core.bus.server.layout import build_layout
+from ore_core.bus.server.migrate import migrate as run_migration
+from ore_core.bus.server.migrate import plan_migration
+from ore_core.bus.server.streams import BusConfig, adopt_partitions
 from ore_core.cli.app import start_embedded_nats
 from ore_core.cli.options import cli_state, nats_option, nats_settings
 from ore_core.config import NatsSettings

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from ore_core.bus.model_offer import ModelOffer
+from ore_core.bus.api.model_offer import ModelOffer
 from ore_core.cli.app import opened_processor
 from ore_core.cli.options import CliState, cli_state
 from ore_core.cli.processor import choose_processor, turn_processors

@@ -23,7 +23,7 @@ import structlog
 from pydantic import ValidationError
 
 from ore_core._nats.connection import NatsCredentials
-from ore_core.bus.streams import BusConfig
+from ore_core.bus.server.streams import BusConfig
 from ore_core.conduit.client import ConduitClient
 from ore_core.config import (
     ConfigError,

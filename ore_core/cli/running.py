@@ -26,8 +26,8 @@ from pathlib import Path
 
 import platformdirs
 
-from ore_core.bus.embedded import pid_alive as _alive
-from ore_core.bus.embedded import runs_in as _runs_in
+from ore_core.bus.server.embedded import pid_alive as _alive
+from ore_core.bus.server.embedded import runs_in as _runs_in
 from ore_core.config import OreSettings
 
 __all__ = [

@@ -16,7 +16,7 @@ import click
 from ore_core.cli.link import parse_typed_endpoint
 from ore_core.cli.options import cli_state, connect_conduit, nats_settings
 from ore_core.cli.running import find_running
-from ore_core.conduit import ConduitClient
+from ore_core.conduit import ConduitClient, ControlClient
 from ore_core.config import NatsSettings
 from ore_core.endpoint import ID_KEY, Endpoint
 from ore_core.errors import ApiError, OreError
@@ -59,7 +59,7 @@ async def _thread_of(client: ConduitClient, target: Endpoint) -> str:
         return target.value
     body = {"endpoint": target.as_dict()}
     try:
-        return str((await client.admin_call("links.lookup", body))["thread"])
+        return str((await ControlClient.beside(client).call("links.lookup", body))["thread"])
     except ApiError as exc:
         if exc.status != 404:
             raise

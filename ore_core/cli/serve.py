@@ -27,7 +27,7 @@ import click
 from ore_core import tracing
 from ore_core._nats.connection import NatsCredentials
 from ore_core.bridge.gateways import check_gateways
-from ore_core.bus.embedded import default_store_dir, stop_orphan
+from ore_core.bus.server.embedded import default_store_dir, stop_orphan
 from ore_core.bus.service import CoreService, run
 from ore_core.cli.app import build_runtime, deployment_durability, start_embedded_nats
 from ore_core.cli.link import conversation_keys, key_forms

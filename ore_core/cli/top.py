@@ -1,6 +1,6 @@
 """`ore top`: the workers of a deployment, live: partitions, turns, latency, errors, DLQ.
 
-It asks `ore.admin.stats` (every worker answers: `ore_core.bus.stats`), collects the
+It asks `ore.admin.stats` (every worker answers: `ore_core.bus.ops.stats`), collects the
 replies for a short window, and reads the dead-letter stream's count per reason.
 `--once` prints one snapshot and exits (for scripts and tests); otherwise the table
 is redrawn every `--interval` seconds, turns per second from the difference, and a
@@ -29,7 +29,7 @@ from rich.table import Table
 
 from ore_core import jsonutil
 from ore_core._nats.connection import NatsCredentials
-from ore_core.bus.stats import STATS_ENDPOINT
+from ore_core.bus.ops.stats import STATS_ENDPOINT
 from ore_core.cli.options import cli_state, nats_option, nats_settings
 from ore_core.cli.running import find_running
 from ore_core.config import NatsSettings

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     )
     from ore_core.conduit.capabilities import Capabilities, Markup
     from ore_core.conduit.client import ConduitClient, ThreadInfo, ThreadPage
+    from ore_core.conduit.control import ControlClient
     from ore_core.conduit.counters import metrics
     from ore_core.conduit.engine import Engine, PlatformConduit, PlatformContext
     from ore_core.conduit.feed import DURABLE_NAME, Delivery, DurableName, EventFeed, Hold
@@ -68,6 +69,7 @@ _EXPORTS: dict[str, str] = {
     "Capabilities": "ore_core.conduit.capabilities",
     "Markup": "ore_core.conduit.capabilities",
     "ConduitClient": "ore_core.conduit.client",
+    "ControlClient": "ore_core.conduit.control",
     "ThreadInfo": "ore_core.conduit.client",
     "ThreadPage": "ore_core.conduit.client",
     "NatsCredentials": "ore_core._nats.connection",
@@ -127,6 +129,7 @@ __all__ = [
     "Capabilities",
     "Conduit",
     "ConduitClient",
+    "ControlClient",
     "ConduitConfig",
     "ConduitConfigError",
     "Delivery",

@@ -25,18 +25,15 @@ from typing import Any, TypeVar
 
 import structlog
 from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
 from nats.errors import (
     ConnectionReconnectingError,
-    NoRespondersError,
     OutboundBufferLimitError,
 )
 from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import APIError, NoStreamResponseError
-from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
 
-from ore_core import jsonutil, tracing
+from ore_core import tracing
 from ore_core._nats.connection import (
     CONDUIT_FEATURES,
     LIMIT_ERROR_CODES,
@@ -48,6 +45,7 @@ from ore_core._nats.connection import (
 from ore_core._nats.publisher import AckedPublisher
 from ore_core.conduit.counters import metrics
 from ore_core.conduit.feed import Delivery, EventFeed
+from ore_core.conduit.requests import ApiRequests
 from ore_core.errors import ApiError, BusError
 from ore_core.events import (
     DeleteEvent,
@@ -148,6 +146,17 @@ class ThreadInfo:
     metadata: dict[str, str]
     turns: int
     namespace: str = ""
+
+    @classmethod
+    def from_reply(cls, reply: Mapping[str, Any]) -> ThreadInfo:
+        """The thread of a `threads.get` reply."""
+        return cls(
+            id=str(reply["id"]),
+            current_tip=str(reply["current_tip"]),
+            metadata=dict(reply["metadata"]),
+            turns=int(reply["turns"]),
+            namespace=str(reply.get("namespace", "")),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,6 +335,7 @@ class ConduitClient(MessagesIn):
         self._send_deadline = send_deadline
         self.permissions = permissions or PermissionWatch()
         self._publisher = AckedPublisher(nc, self.permissions, request_timeout)
+        self._requests = ApiRequests(nc, self.permissions, prefix, request_timeout)
         self._owns_connection = owns_connection
         self._feeds: set[EventFeed] = set()
         self.files = ConduitFiles(nc, self.subjects.files_bucket, self._call)
@@ -491,7 +501,7 @@ class ConduitClient(MessagesIn):
 
     async def get_thread(self, thread_id: str) -> ThreadInfo:
         """The thread's tip, metadata and size; ApiError 404 if unknown (or another's)."""
-        return _thread_info(await self._call("threads.get", {"id": thread_id}))
+        return ThreadInfo.from_reply(await self._call("threads.get", {"id": thread_id}))
 
     async def list_threads(self, *, after: str | None = None, limit: int = 100) -> ThreadPage:
         """Thread ids of this namespace in ascending order after `after`, at most `limit`.
@@ -598,13 +608,6 @@ class ConduitClient(MessagesIn):
             return []
         return [str(pid) for pid in reply["platform_ids"]]
 
-    # Operator methods: `P.admin.*`, refused (PermissionDenied) for a conduit's user.
-
-    async def delete_thread(self, thread_id: str) -> bool:
-        """Admin: delete the thread; False if it did not exist."""
-        reply = await self._admin("threads.delete", {"id": thread_id})
-        return bool(reply["deleted"])
-
     async def set_metadata(self, thread_id: str, key: str, value: str) -> dict[str, str]:
         """Set one metadata key (announced as a `properties` event); the new metadata."""
         reply = await self._call("threads.meta.set", {"id": thread_id, "key": key, "value": value})
@@ -615,37 +618,8 @@ class ConduitClient(MessagesIn):
         reply = await self._call("threads.meta.delete", {"id": thread_id, "key": key})
         return dict(reply["metadata"])
 
-    async def admin_get_thread(self, thread_id: str) -> ThreadInfo:
-        """Admin: any thread of any namespace."""
-        return _thread_info(await self._admin("threads.get", {"id": thread_id}))
-
-    async def admin_call(self, method: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """Admin: call `P.admin.<method>` (protocol.md lists them)."""
-        return await self._admin(method, body)
-
     async def _call(self, endpoint: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        return await self._request(self.subjects.api(self.namespace, endpoint), body)
-
-    async def _admin(self, endpoint: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        return await self._request(self.subjects.admin(endpoint), body)
-
-    async def _request(self, subject: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        request = self._nc.request(subject, jsonutil.dumps(body), timeout=self._request_timeout)
-        try:
-            reply = await self.permissions.guard(subject, request)
-        except NoRespondersError as exc:
-            raise BusError(
-                f"nothing answers {subject}: is `ore serve` running with prefix "
-                f"{self.subjects.prefix!r}?"
-            ) from exc
-        except NatsTimeoutError as exc:
-            raise BusError(
-                f"no reply from {subject} within {self._request_timeout}s: the core is "
-                "overloaded or unreachable"
-            ) from exc
-        except NatsError as exc:
-            raise BusError(f"request to {subject} failed: {exc}") from exc
-        return _decode_reply(subject, reply)
+        return await self._requests(self.subjects.api(self.namespace, endpoint), body)
 
     # -- messages in ----------------------------------------------------------
 
@@ -752,34 +726,3 @@ class ConduitClient(MessagesIn):
         """
         for feed in self._feeds:
             feed.resync()
-
-
-def _thread_info(reply: Mapping[str, Any]) -> ThreadInfo:
-    return ThreadInfo(
-        id=str(reply["id"]),
-        current_tip=str(reply["current_tip"]),
-        metadata=dict(reply["metadata"]),
-        turns=int(reply["turns"]),
-        namespace=str(reply.get("namespace", "")),
-    )
-
-
-def _decode_reply(subject: str, reply: Msg) -> dict[str, Any]:
-    headers = reply.headers or {}
-    status = headers.get(ERROR_CODE_HEADER)
-    try:
-        body = jsonutil.loads(reply.data) if reply.data else {}
-    except ValueError:
-        body = {}
-    if status is not None:
-        error = body.get("error") if isinstance(body, dict) else None
-        error = error if isinstance(error, dict) else {}
-        raise ApiError(
-            int(status) if status.isdigit() else 500,
-            str(error.get("code") or "error"),
-            str(error.get("message") or headers.get(ERROR_HEADER, "")),
-            subject=subject,
-        )
-    if not isinstance(body, dict):
-        raise BusError(f"reply from {subject} is not a JSON object: {reply.data[:200]!r}")
-    return body

@@ -20,7 +20,8 @@ from pydantic import Field
 
 from ore_core._nats.object_store import NamedReads
 from ore_core.artifacts.attachment import Attachment
-from ore_core.bus.api_base import ApiFailure, Reply, RequestBody, ThreadId
+from ore_core.bus.api.access import ThreadAccess
+from ore_core.bus.api.api_base import ApiFailure, Reply, RequestBody, ThreadId
 from ore_core.files.reading import use_reader
 from ore_core.files.store import FileStore
 from ore_core.ledger.thread import Thread
@@ -54,11 +55,11 @@ class FileApi:
         self,
         nc: NatsClient,
         subjects: Subjects,
-        own_thread: Callable[[str, str], Awaitable[Thread]],
+        access: ThreadAccess,
     ) -> None:
         self._subjects = subjects
         self._objects = NamedReads(subjects.files_bucket, nc.jetstream())
-        self._own_thread = own_thread
+        self._access = access
         use_reader(FileStore(nc.jetstream(), subjects.files_bucket))  # for processors
 
     def conduit_methods(self) -> list[tuple[str, type[Any], Handler]]:
@@ -79,7 +80,7 @@ class FileApi:
             raise ApiFailure(
                 400, "files.read delivers to the namespace's own inbox only", "bad_inbox"
             )
-        thread = await self._own_thread(body.thread, namespace)
+        thread = await self._access.own_thread(body.thread, namespace)
         if not _attached(thread, body.sha256):
             raise ApiFailure(404, f"no file {body.sha256[:12]} in thread {thread.id}")
         try:

@@ -53,7 +53,7 @@ __all__ = [
 
 BUILTIN_PLUGINS: list[str] = [
     "ore_core.plugins.builtin.stores",
-    "ore_core.bus.store_plugin",
+    "ore_core.bus.store.store_plugin",
     "ore_core.plugins.builtin.processors",
     "ore_core.plugins.builtin.commands",
     "ore_core.plugins.builtin.files",

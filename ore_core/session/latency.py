@@ -1,5 +1,5 @@
 """A latency histogram in plain ints, counted where the work is timed and read by the
-metrics (`ore_core.bus.metrics`) when Prometheus scrapes.
+metrics (`ore_core.bus.ops.metrics`) when Prometheus scrapes.
 
 A bisect and two additions per observation: prometheus-client's histogram takes a lock
 and walks its buckets, and these run once per turn or per save.

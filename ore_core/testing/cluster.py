@@ -1,6 +1,6 @@
 """A loopback JetStream cluster of embedded nats-servers, for replication tests.
 
-Built from `ore_core.bus.embedded.EmbeddedNatsServer` nodes; it lives in the testing
+Built from `ore_core.bus.server.embedded.EmbeddedNatsServer` nodes; it lives in the testing
 kit because nothing but tests runs a cluster on one machine (`ore serve` runs one
 server). The `ore_nats_cluster` fixture (`ore_core.testing.nats`) starts one per test.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 # The cluster drives its nodes through the server's own start-up steps.
-from ore_core.bus.embedded import (
+from ore_core.bus.server.embedded import (
     _POLL_INTERVAL,
     LOOPBACK,
     EmbeddedNatsServer,

@@ -25,6 +25,7 @@ from itertools import pairwise
 from typing import ClassVar
 
 from ore_core.conduit.client import ConduitClient
+from ore_core.conduit.control import ControlClient
 from ore_core.conduit.feed import EventFeed
 from ore_core.conduit.relay import turn_text
 from ore_core.events import TurnCompleteEvent, new_event_id
@@ -101,7 +102,7 @@ class BridgingConformance:
             "value": self.endpoint_value(conversation),
         }
         body = {"thread": thread, "endpoint": endpoint, "answer": "none"}
-        await ore_conduit_core.client.admin_call("links.add", body)
+        await ControlClient.beside(ore_conduit_core.client).call("links.add", body)
         count = self.bridged_messages
         async with reference.events(thread, kinds={"turn_complete"}) as feed:
             await asyncio.gather(

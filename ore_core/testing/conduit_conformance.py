@@ -42,8 +42,8 @@ import pytest
 import pytest_asyncio
 
 from ore_core.artifacts import Text
+from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
 from ore_core.conduit.base import Conduit, ConduitConfig, ConduitConfigError
 from ore_core.conduit.client import ConduitClient
 from ore_core.events import EventContext, LifecycleEvent, UserMessageEvent, new_event_id

@@ -19,7 +19,7 @@ import pytest
 import pytest_asyncio
 from nats.aio.client import Client
 
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.testing.cluster import EmbeddedNatsCluster
 
 __all__ = ["ore_nats_client", "ore_nats_cluster", "ore_nats_server", "ore_nats_url"]

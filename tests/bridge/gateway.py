@@ -28,7 +28,7 @@ from nats.aio.msg import Msg
 
 from ore_conduit_slack.testing import FakeSlack
 from ore_core import NoticeEvent, TurnCompleteEvent
-from ore_core.conduit import ConduitClient, SettingsCache, classify
+from ore_core.conduit import ConduitClient, ControlClient, SettingsCache, classify
 from ore_core.events import DeliveryEvent
 from ore_core.testing.conduit_process import ConduitProcess
 
@@ -132,14 +132,16 @@ class Gateway:
         root = await self.fake.user_says(CHANNEL, "start")
         self.root_ts = root.ts
         await self.fake.wait_until(lambda: len(self.fake.answers(CHANNEL, root.ts)) == 1, PATIENCE)
-        listed = await self.terminal.admin_call("threads.list", {"namespace": "slack"})
+        listed = await ControlClient.beside(self.terminal).call(
+            "threads.list", {"namespace": "slack"}
+        )
         (self.thread,) = listed["threads"]
         for link in (
             {"namespace": "nats", "key": "nats.channel", "value": ROOM},
             {"namespace": "stdin", "key": "id", "value": self.thread},
         ):
             body = {"thread": self.thread, "endpoint": link, "answer": "none"}
-            await self.terminal.admin_call("links.add", body)
+            await ControlClient.beside(self.terminal).call("links.add", body)
         await self.raw.subscribe(f"bridge.{ROOM}.out", cb=self._on_room)
         ready = asyncio.Event()
         self._tasks.append(asyncio.create_task(self._read_terminal(ready)))

@@ -18,8 +18,8 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerInfo
 
 from ore_core import Manager, Store, TurnProcessor
+from ore_core.bus.server.streams import BusConfig, consumer_name
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig, consumer_name
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.subjects import Subjects, partition_of

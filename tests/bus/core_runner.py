@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from ore_core import Artifact, Manager, TextDelta, TurnContext
+from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService, run
-from ore_core.bus.streams import BusConfig
 from ore_core.session.stores.sqlite_store import SQLiteStore
 
 

@@ -22,7 +22,7 @@ import json
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from ore_core.bus.streams import BusConfig
+from ore_core.bus.server.streams import BusConfig
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.turn_context import TurnContext
 from ore_core.subjects import partition_of

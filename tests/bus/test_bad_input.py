@@ -12,8 +12,8 @@ from nats.aio.client import Client
 from nats.js.errors import APIError, NotFoundError
 
 from ore_core._nats.codec import DEAD_LETTER_LIMIT
+from ore_core.bus.server.streams import HEADER_ALLOWANCE, BusConfig
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import HEADER_ALLOWANCE, BusConfig
 from tests.bus.conftest import (
     PARTITIONS,
     CoreFactory,

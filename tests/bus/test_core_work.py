@@ -33,15 +33,15 @@ from ore_core import (
     TurnCompleteEvent,
 )
 from ore_core._nats.connection import OreNatsClient, connect_nats
-from ore_core.bus import acks as acks_module
-from ore_core.bus import decoding as decoding_module
-from ore_core.bus import ingress as ingress_module
-from ore_core.bus import ownership as ownership_module
-from ore_core.bus.egress import Egress
-from ore_core.bus.pipeline import Pipeline
-from ore_core.bus.puller import Puller
+from ore_core.bus.cluster import ownership as ownership_module
+from ore_core.bus.egress.egress import Egress
+from ore_core.bus.egress.pipeline import Pipeline
+from ore_core.bus.ingress import acks as acks_module
+from ore_core.bus.ingress import decoding as decoding_module
+from ore_core.bus.ingress import ingress as ingress_module
+from ore_core.bus.ingress.puller import Puller
+from ore_core.bus.server.streams import BusConfig, consumer_name, ensure_streams
 from ore_core.bus.service import SERVING_GC_THRESHOLD, CoreService, run
-from ore_core.bus.streams import BusConfig, consumer_name, ensure_streams
 from ore_core.ledger.thread import Thread
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore

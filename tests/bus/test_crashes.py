@@ -17,13 +17,13 @@ import pytest
 from structlog.testing import capture_logs
 
 from ore_core import Manager
-from ore_core.bus.acks import AckBatcher
-from ore_core.bus.ingress import Ingress
-from ore_core.bus.ownership import Ownership
-from ore_core.bus.pipeline import Pipeline
-from ore_core.bus.puller import Puller
+from ore_core.bus.cluster.ownership import Ownership
+from ore_core.bus.egress.pipeline import Pipeline
+from ore_core.bus.ingress.acks import AckBatcher
+from ore_core.bus.ingress.ingress import Ingress
+from ore_core.bus.ingress.puller import Puller
+from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.manager import _SinkRunner
 from ore_core.session.stores.memory import MemoryStore

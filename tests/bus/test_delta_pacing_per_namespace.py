@@ -14,8 +14,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from ore_core import Manager
+from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
 from tests.bus.conftest import PARTITIONS, TIMEOUT, publish, unpack, user_message

@@ -12,9 +12,9 @@ import pytest
 from nats.aio.client import Client
 
 from ore_core import Role
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.bus.server.streams import BusConfig, ensure_streams
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig, ensure_streams
 from ore_core.session.stores.sqlite_store import SQLiteStore
 from ore_core.subjects import Subjects
 from ore_core.testing.processors import GatedProcessor

@@ -11,8 +11,8 @@ from nats.aio.msg import Msg
 from nats.js.api import StreamConfig
 
 from ore_core import Text
-from ore_core.bus.embedded import EmbeddedNatsServer
-from ore_core.bus.pipeline import Pipeline
+from ore_core.bus.egress.pipeline import Pipeline
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.testing.processors import ScriptedProcessor
 from tests.bus.conftest import (
     CoreFactory,

@@ -23,10 +23,10 @@ from nats.js.api import DiscardPolicy, StreamConfig
 
 from ore_core import ConduitClient, Role, Text
 from ore_core._nats.wire import header_block
-from ore_core.bus.egress import Egress, EventsNotRead
-from ore_core.bus.embedded import EmbeddedNatsServer
-from ore_core.bus.pipeline import Pipeline
-from ore_core.bus.streams import BusConfig, ensure_streams
+from ore_core.bus.egress.egress import Egress, EventsNotRead
+from ore_core.bus.egress.pipeline import Pipeline
+from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.bus.server.streams import BusConfig, ensure_streams
 from ore_core.events import LifecycleEvent, TurnCompleteEvent
 from ore_core.ledger.thread import Thread
 from ore_core.session.protocols import Store

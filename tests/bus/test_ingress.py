@@ -9,8 +9,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from ore_core import Role
-from ore_core.bus.puller import Puller
-from ore_core.bus.streams import BusConfig, consumer_name, ensure_streams
+from ore_core.bus.ingress.puller import Puller
+from ore_core.bus.server.streams import BusConfig, consumer_name, ensure_streams
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.subjects import Subjects
 from ore_core.testing.processors import GatedProcessor

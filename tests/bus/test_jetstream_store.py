@@ -11,8 +11,8 @@ import pytest
 from nats.aio.client import Client
 
 from ore_core import ArtifactError, Role, StaleThread, Text
-from ore_core.bus.embedded import EmbeddedNatsServer
-from ore_core.bus.jetstream_store import JetStreamStore
+from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.bus.store.jetstream_store import JetStreamStore
 from ore_core.session.protocols import Store
 from ore_core.subjects import Subjects
 from ore_core.testing.store_conformance import StoreConformance

@@ -14,8 +14,8 @@ import nats
 from nats.aio.client import Client
 from nats.js.api import KeyValueConfig
 
-from ore_core.bus.jetstream_store import JetStreamStore
-from ore_core.bus.kv_keys import live_keys
+from ore_core.bus.cluster.kv_keys import live_keys
+from ore_core.bus.store.jetstream_store import JetStreamStore
 
 TIMEOUT = 30.0  # bounds a hang only
 ROUNDS = 40

@@ -22,8 +22,8 @@ from typing import Any
 from nats.aio.client import Client
 from nats.js.errors import NotFoundError
 
+from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
 from ore_core.ledger.thread import Thread
 from ore_core.session.protocols import Store
 from ore_core.session.stores.memory import MemoryStore

@@ -15,8 +15,8 @@ from nats.js.api import DiscardPolicy, StreamConfig
 from nats.js.client import JetStreamContext
 from nats.js.errors import ServiceUnavailableError
 
-from ore_core.bus.egress import STORAGE_FULL
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.egress.egress import STORAGE_FULL
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.conduit.client import ConduitClient
 from ore_core.errors import BusError
 from ore_core.events import UserMessageEvent

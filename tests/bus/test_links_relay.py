@@ -19,7 +19,7 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.js.errors import NotFoundError
 
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
 from tests.bus.conftest import (
     TIMEOUT,

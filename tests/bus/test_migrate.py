@@ -15,9 +15,9 @@ import pytest
 from nats.aio.client import Client
 from nats.js.api import RetentionPolicy, StreamConfig
 
-from ore_core.bus.layout import build_layout
-from ore_core.bus.migrate import migrate, plan_migration, subject_matches
-from ore_core.bus.streams import BusConfig, BusConfigError, diff_layout, ensure_streams
+from ore_core.bus.server.layout import build_layout
+from ore_core.bus.server.migrate import migrate, plan_migration, subject_matches
+from ore_core.bus.server.streams import BusConfig, BusConfigError, diff_layout, ensure_streams
 from ore_core.subjects import Subjects
 from ore_core.testing.cluster import EmbeddedNatsCluster
 
@@ -176,7 +176,7 @@ async def test_an_interrupted_migration_resumes_from_its_backup(ore_nats_client:
     layout = build_layout(Subjects(), NEW)
     plan = await plan_migration(js, layout)
     # Simulate a crash after the old stream was deleted: the backup is all that is left.
-    from ore_core.bus.migrate import _fill_backup
+    from ore_core.bus.server.migrate import _fill_backup
 
     await _fill_backup(js, plan.moves[0])
     await js.delete_stream("ORE_IN")

@@ -16,9 +16,9 @@ import pytest
 import structlog.testing
 from nats.aio.client import Client
 
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.bus.server.streams import BusConfig, ensure_streams
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig, ensure_streams
 from ore_core.subjects import Subjects
 from tests.bus.conftest import PARTITIONS, CoreFactory, Outbox, publish, user_message, wait_for
 

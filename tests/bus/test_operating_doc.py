@@ -13,9 +13,9 @@ from ore_core._nats.connection import (
     TESTED_SERVER_VERSIONS,
     format_version,
 )
-from ore_core.bus.layout import build_layout
-from ore_core.bus.operator_doc import BEGIN, END, default_section
-from ore_core.bus.streams import BusConfig, diff_layout
+from ore_core.bus.server.layout import build_layout
+from ore_core.bus.server.operator_doc import BEGIN, END, default_section
+from ore_core.bus.server.streams import BusConfig, diff_layout
 from ore_core.subjects import Subjects
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operating-nats.md"
@@ -30,7 +30,7 @@ def _section() -> str:
 def test_the_reference_section_is_generated_from_the_layout() -> None:
     assert _section() == default_section(), (
         "docs/operating-nats.md is out of date: run "
-        "`python -m ore_core.bus.operator_doc docs/operating-nats.md`"
+        "`python -m ore_core.bus.server.operator_doc docs/operating-nats.md`"
     )
 
 

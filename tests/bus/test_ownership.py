@@ -12,11 +12,11 @@ from nats.js.api import ConsumerConfig
 from nats.js.client import JetStreamContext
 
 from ore_core.artifacts import Text
-from ore_core.bus.egress import Egress
-from ore_core.bus.ownership import Ownership, ensure_workers_bucket
-from ore_core.bus.pipeline import Pipeline
+from ore_core.bus.cluster.ownership import Ownership, ensure_workers_bucket
+from ore_core.bus.egress.egress import Egress
+from ore_core.bus.egress.pipeline import Pipeline
+from ore_core.bus.server.streams import BusConfig, consumer_name, ensure_streams, reset_consumer
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig, consumer_name, ensure_streams, reset_consumer
 from ore_core.events import LifecycleEvent, TurnCompleteEvent
 from ore_core.ledger.thread import Thread
 from ore_core.subjects import NAMESPACE_KEY, Subjects, partition_of

@@ -19,7 +19,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
-from ore_core.bus.puller import Puller
+from ore_core.bus.ingress.puller import Puller
 
 STREAM, CONSUMER = "GAP", "gap-p0"
 NEXT = f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{CONSUMER}"

@@ -11,9 +11,9 @@ from __future__ import annotations
 from nats.aio.client import Client
 
 from ore_core.artifacts import Text
-from ore_core.bus.egress import Egress
-from ore_core.bus.pipeline import Pipeline
-from ore_core.bus.streams import BusConfig, ensure_streams
+from ore_core.bus.egress.egress import Egress
+from ore_core.bus.egress.pipeline import Pipeline
+from ore_core.bus.server.streams import BusConfig, ensure_streams
 from ore_core.endpoint import GATEWAY_ANSWER_KEY
 from ore_core.events import LifecycleEvent, TurnCompleteEvent
 from ore_core.ledger.thread import Thread

@@ -22,12 +22,12 @@ from ore_core._nats.connection import (
     format_version,
     parse_version,
 )
-from ore_core.bus.embedded import EmbeddedNatsServer
-from ore_core.bus.jetstream_store import JetStreamStore
-from ore_core.bus.kv_keys import live_keys
-from ore_core.bus.layout import build_layout
+from ore_core.bus.cluster.kv_keys import live_keys
+from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.bus.server.layout import build_layout
+from ore_core.bus.server.streams import BusConfig, ensure_streams
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig, ensure_streams
+from ore_core.bus.store.jetstream_store import JetStreamStore
 from ore_core.conduit.client import ConduitClient
 from ore_core.errors import BusError
 from ore_core.session.echo import EchoProcessor

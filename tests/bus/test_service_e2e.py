@@ -8,7 +8,7 @@ import json
 from nats.aio.client import Client
 
 from ore_core import Role
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.testing.processors import GatedProcessor

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from nats.aio.client import Client
 
-from ore_core.bus.layout import build_layout
-from ore_core.bus.streams import BusConfig, ensure_layout, setup_summary
+from ore_core.bus.server.layout import build_layout
+from ore_core.bus.server.streams import BusConfig, ensure_layout, setup_summary
 from ore_core.subjects import Subjects
 
 

@@ -21,9 +21,9 @@ import structlog.testing
 from nats.aio.client import Client
 
 from ore_core import Role, Store
-from ore_core.bus.jetstream_store import JetStreamStore
+from ore_core.bus.server.streams import BusConfig, consumer_name
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig, consumer_name
+from ore_core.bus.store.jetstream_store import JetStreamStore
 from ore_core.errors import ThreadCorrupt
 from ore_core.session.store_health import DELAYED_NOTICE
 from ore_core.session.stores import JournalStore, JSONStore, SQLiteStore

@@ -9,8 +9,8 @@ from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StreamConfig
 from nats.js.errors import APIError
 
-from ore_core.bus.layout import build_layout
-from ore_core.bus.streams import (
+from ore_core.bus.server.layout import build_layout
+from ore_core.bus.server.streams import (
     DEFAULT_PARTITIONS,
     HEADER_ALLOWANCE,
     BusConfig,

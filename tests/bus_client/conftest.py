@@ -12,8 +12,8 @@ import pytest
 from nats.aio.client import Client
 
 from ore_core import ConduitClient, Manager
-from ore_core.bus.control_api import ControlAPI
-from ore_core.bus.streams import BusConfig, ensure_streams
+from ore_core.bus.api.control_api import ControlAPI
+from ore_core.bus.server.streams import BusConfig, ensure_streams
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.subjects import Subjects

@@ -38,12 +38,13 @@ from ore_core import (
     UserMessageEvent,
 )
 from ore_core._nats.codec import output_headers
-from ore_core.bus.control_api import ControlAPI
-from ore_core.bus.embedded import EmbeddedNatsServer
-from ore_core.bus.permissions import conduit_permissions
+from ore_core.bus.api.control_api import ControlAPI
+from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.bus.server.permissions import conduit_permissions
+from ore_core.bus.server.streams import BusConfig, ensure_streams
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig, ensure_streams
 from ore_core.conduit.client import message_id
+from ore_core.conduit.control import ControlClient
 from ore_core.events import decode_ingress, encode_batch, encode_event
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
@@ -696,7 +697,7 @@ async def test_a_conduit_user_gets_permission_denied_from_the_admin_api_at_once(
         loop = asyncio.get_running_loop()
         started = loop.time()
         with pytest.raises(PermissionDenied) as denied:
-            await conduit.delete_thread("anything")
+            await ControlClient.beside(conduit).delete_thread("anything")
         assert loop.time() - started < 5, "a refusal must not wait for the request timeout"
     assert denied.value.subject == "ore.admin.threads.delete"
     assert "ore.admin.threads.delete" in str(denied.value)

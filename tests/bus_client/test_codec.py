@@ -12,7 +12,7 @@ from nats.errors import NotJSMessageError
 from nats.js.errors import APIError, NoStreamResponseError
 
 from ore_core._nats.codec import read_publish_ack, redelivered, stream_sequence
-from ore_core.bus.decoding import IngressDecoder
+from ore_core.bus.ingress.decoding import IngressDecoder
 from ore_core.errors import BusError
 
 V1_ACK = "$JS.ACK.ORE_IN.ore-core-p3.2.9876.41.1732960000000000000.5"

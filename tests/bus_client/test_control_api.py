@@ -14,7 +14,8 @@ from nats.micro.request import ERROR_CODE_HEADER, ERROR_HEADER
 from structlog.testing import capture_logs
 
 from ore_core import ApiError, ConduitClient, Manager, PropertiesEvent, Role, Text, jsonutil
-from ore_core.bus.control_api import ControlAPI
+from ore_core.bus.api.control_api import ControlAPI
+from ore_core.conduit.control import ControlClient
 from ore_core.errors import ThreadCorrupt
 from ore_core.ids import is_valid_thread_id
 from ore_core.session.echo import EchoProcessor
@@ -367,8 +368,8 @@ async def test_delete_removes_the_thread_and_reports_whether_it_existed(
     client: ConduitClient,
 ) -> None:
     await client.create_thread("t-1")
-    assert await client.delete_thread("t-1") is True
-    assert await client.delete_thread("t-1") is False
+    assert await ControlClient.beside(client).delete_thread("t-1") is True
+    assert await ControlClient.beside(client).delete_thread("t-1") is False
     assert (await api_error(client.get_thread("t-1"))).status == 404
 
 

@@ -14,6 +14,7 @@ import pytest
 from ore_core.conduit import (
     Capabilities,
     ConduitClient,
+    ControlClient,
     Message,
     PlatformConduit,
     RateLimited,
@@ -36,7 +37,9 @@ async def linked(core: ConduitCore) -> ConduitClient:
     web = core.client_for("web")
     await web.create_thread(THREAD)
     endpoint = {"namespace": "memo", "key": "memo.room", "value": ROOM}
-    await core.client.admin_call("links.add", {"thread": THREAD, "endpoint": endpoint})
+    await ControlClient.beside(core.client).call(
+        "links.add", {"thread": THREAD, "endpoint": endpoint}
+    )
     return web
 
 

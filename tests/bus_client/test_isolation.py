@@ -27,11 +27,11 @@ from nats.errors import NoRespondersError
 from nats.js.errors import NotFoundError
 
 from ore_core import ApiError, ConduitClient, Manager, PermissionDenied
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
 from ore_core.cli.auth import write_auth
-from ore_core.conduit import NatsCredentials
+from ore_core.conduit import ControlClient, NatsCredentials
 from ore_core.conduit.client import message_id
 from ore_core.files import Attachment, FileMissing
 from ore_core.session.echo import EchoProcessor
@@ -338,26 +338,30 @@ async def test_alpha_may_not_publish(
 
 
 ADMIN_CALLS: dict[str, Callable[[ConduitClient, str], Awaitable[object]]] = {
-    "threads.delete": lambda c, t: c.delete_thread(t),
-    "threads.turns (any namespace)": lambda c, t: c.admin_call("threads.turns", {"id": t}),
-    "threads.meta.set (any namespace)": lambda c, t: c.admin_call(
+    "threads.delete": lambda c, t: ControlClient.beside(c).delete_thread(t),
+    "threads.turns (any namespace)": lambda c, t: ControlClient.beside(c).call(
+        "threads.turns", {"id": t}
+    ),
+    "threads.meta.set (any namespace)": lambda c, t: ControlClient.beside(c).call(
         "threads.meta.set", {"id": t, "key": "title", "value": "pwned"}
     ),
-    "threads.meta.delete (any namespace)": lambda c, t: c.admin_call(
+    "threads.meta.delete (any namespace)": lambda c, t: ControlClient.beside(c).call(
         "threads.meta.delete", {"id": t, "key": "beta.channel"}
     ),
-    "threads.fork (any namespace)": lambda c, t: c.admin_call(
+    "threads.fork (any namespace)": lambda c, t: ControlClient.beside(c).call(
         "threads.fork", {"id": t, "turn_id": ""}
     ),
-    "threads.get (any namespace)": lambda c, t: c.admin_get_thread(t),
-    "threads.list (every namespace)": lambda c, t: c.admin_call("threads.list", {}),
-    "threads.create (in beta)": lambda c, t: c.admin_call("threads.create", {"namespace": "beta"}),
-    "links.add (link itself to beta's thread)": lambda c, t: c.admin_call(
+    "threads.get (any namespace)": lambda c, t: ControlClient.beside(c).get_thread(t),
+    "threads.list (every namespace)": lambda c, t: ControlClient.beside(c).call("threads.list", {}),
+    "threads.create (in beta)": lambda c, t: ControlClient.beside(c).call(
+        "threads.create", {"namespace": "beta"}
+    ),
+    "links.add (link itself to beta's thread)": lambda c, t: ControlClient.beside(c).call(
         "links.add",
         {"thread": t, "endpoint": {"namespace": "alpha", "key": "alpha.room", "value": "x"}},
     ),
-    "links.list": lambda c, t: c.admin_call("links.list", {}),
-    "links.remove": lambda c, t: c.admin_call(
+    "links.list": lambda c, t: ControlClient.beside(c).call("links.list", {}),
+    "links.remove": lambda c, t: ControlClient.beside(c).call(
         "links.remove", {"endpoint": {"namespace": "beta", "key": "beta.channel", "value": "x"}}
     ),
 }
@@ -403,7 +407,7 @@ async def test_alpha_s_own_thread_methods_do_not_reach_beta_s_thread(
         404,
         f"thread {deployment.beta_thread} not found in namespace alpha",
     )
-    info = await deployment.admin.admin_get_thread(deployment.beta_thread)
+    info = await ControlClient.beside(deployment.admin).get_thread(deployment.beta_thread)
     assert "title" not in info.metadata
     assert info.metadata["beta.channel"] == "C-secret"
 
@@ -480,7 +484,7 @@ async def test_a_user_message_to_beta_s_thread_on_alpha_s_subject_is_an_unknown_
     deployment: Deployment,
 ) -> None:
     d = deployment
-    before = (await d.admin.admin_get_thread(d.beta_thread)).turns
+    before = (await ControlClient.beside(d.admin).get_thread(d.beta_thread)).turns
     error = await rejected(
         d.alpha, d.beta_thread, lambda: d.alpha.send(d.beta_thread, "let me in", id="a-in")
     )
@@ -488,7 +492,7 @@ async def test_a_user_message_to_beta_s_thread_on_alpha_s_subject_is_an_unknown_
     assert f"thread {d.beta_thread} does not exist in namespace alpha" in error.message
     record = await dead_letter(d.core, "unknown_thread")
     assert record["subject"] == SUBJECTS.inbound("alpha", d.beta_thread)
-    assert (await d.admin.admin_get_thread(d.beta_thread)).turns == before
+    assert (await ControlClient.beside(d.admin).get_thread(d.beta_thread)).turns == before
 
 
 async def test_an_interrupt_to_beta_s_thread_on_alpha_s_subject_is_an_unknown_thread(
@@ -570,36 +574,51 @@ async def test_alpha_s_own_conversation_keeps_working(deployment: Deployment) ->
 async def test_the_admin_can_use_the_whole_control_api(deployment: Deployment) -> None:
     d = deployment
     admin, thread = d.admin, d.beta_thread
-    info = await admin.admin_get_thread(thread)
+    info = await ControlClient.beside(admin).get_thread(thread)
     assert info.namespace == "beta"
     turns = [
         turn_from_dict(t)
-        for t in (await admin.admin_call("threads.turns", {"id": thread}))["turns"]
+        for t in (await ControlClient.beside(admin).call("threads.turns", {"id": thread}))["turns"]
     ]
     assert [t.role.value for t in turns][:2] == ["user", "assistant"]
     meta_set = {"id": thread, "key": "title", "value": "plan"}
-    assert (await admin.admin_call("threads.meta.set", meta_set))["metadata"]["title"] == "plan"
+    assert (await ControlClient.beside(admin).call("threads.meta.set", meta_set))["metadata"][
+        "title"
+    ] == "plan"
     meta_delete = {"id": thread, "key": "title"}
-    assert "title" not in (await admin.admin_call("threads.meta.delete", meta_delete))["metadata"]
+    assert (
+        "title"
+        not in (await ControlClient.beside(admin).call("threads.meta.delete", meta_delete))[
+            "metadata"
+        ]
+    )
     fork = {"id": thread, "turn_id": turns[0].id}
-    assert (await admin.admin_call("threads.fork", fork))["current_tip"] == turns[0].id
-    listed = await admin.admin_call("threads.list", {"limit": 1000})
+    assert (await ControlClient.beside(admin).call("threads.fork", fork))["current_tip"] == turns[
+        0
+    ].id
+    listed = await ControlClient.beside(admin).call("threads.list", {"limit": 1000})
     assert thread in listed["threads"]
-    assert (await admin.admin_call("threads.list", {"namespace": "alpha"}))["threads"]
-    made = await admin.admin_call("threads.create", {"namespace": "beta", "id": "by-admin"})
+    assert (await ControlClient.beside(admin).call("threads.list", {"namespace": "alpha"}))[
+        "threads"
+    ]
+    made = await ControlClient.beside(admin).call(
+        "threads.create", {"namespace": "beta", "id": "by-admin"}
+    )
     assert made["id"] == "by-admin"
     assert (await d.beta.get_thread("by-admin")).namespace == "beta"
-    found = await admin.admin_call("threads.lookup", {"key": "beta.channel", "value": "C-secret"})
+    found = await ControlClient.beside(admin).call(
+        "threads.lookup", {"key": "beta.channel", "value": "C-secret"}
+    )
     assert found == {"id": thread, "created": False}
     with pytest.raises(ApiError, match="never changes"):
-        await admin.admin_call(
+        await ControlClient.beside(admin).call(
             "threads.meta.set", {"id": thread, "key": "ore.namespace", "value": "alpha"}
         )
     # Admins may also call any namespace's conduit API (a support tool reading beta's events).
     beta_view = ConduitClient(admin.nc, name="admin", namespace="beta")
     assert (await beta_view.read_events(thread))["events"]
-    assert (await admin.admin_call("health", {}))["status"] == "ok"
-    assert await admin.delete_thread("by-admin") is True
+    assert (await ControlClient.beside(admin).call("health", {}))["status"] == "ok"
+    assert await ControlClient.beside(admin).delete_thread("by-admin") is True
 
 
 # -- links (issue 29): an operator's link reaches one thread, nothing more ------------
@@ -620,9 +639,13 @@ async def test_a_linked_alpha_reaches_the_linked_thread_and_still_not_beta_s_oth
     deployment: Deployment,
 ) -> None:
     d = deployment
-    await d.admin.admin_call("threads.create", {"namespace": "beta", "id": "beta-shared"})
+    await ControlClient.beside(d.admin).call(
+        "threads.create", {"namespace": "beta", "id": "beta-shared"}
+    )
     room = {"namespace": "alpha", "key": "alpha.room", "value": "R-shared"}
-    await d.admin.admin_call("links.add", {"thread": "beta-shared", "endpoint": room})
+    await ControlClient.beside(d.admin).call(
+        "links.add", {"thread": "beta-shared", "endpoint": room}
+    )
     try:
         found, created = await d.alpha.lookup_or_create("alpha.room", "R-shared")
         assert (found, created) == ("beta-shared", False)
@@ -636,7 +659,7 @@ async def test_a_linked_alpha_reaches_the_linked_thread_and_still_not_beta_s_oth
         )
         assert error.code == "unknown_thread"
     finally:
-        await d.admin.admin_call("links.remove", {"endpoint": room})
+        await ControlClient.beside(d.admin).call("links.remove", {"endpoint": room})
 
 
 # -- files (issue 39): a conduit writes its uploads and reads through the core ------------

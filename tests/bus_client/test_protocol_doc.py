@@ -23,9 +23,9 @@ from ore_core._nats.codec import (
     TOO_LARGE,
     UNKNOWN_THREAD,
 )
-from ore_core.bus.control_api import ERROR_CODES, ControlAPI
+from ore_core.bus.api.control_api import ERROR_CODES, ControlAPI
+from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
 from ore_core.events import (
     decode_batch,
     decode_ingress,

@@ -17,7 +17,7 @@ import pytest_asyncio
 from nats.aio.client import Client
 
 from ore_core._nats.object_store import chunk_subject, object_stream
-from ore_core.bus.streams import BusConfig, ensure_streams
+from ore_core.bus.server.streams import BusConfig, ensure_streams
 from ore_core.files import (
     Attachment,
     FileCorrupt,

@@ -39,8 +39,8 @@ from typing import Any
 import nats
 from nats.aio.client import Client
 
-from ore_core.bus.durability import SyncPolicy
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.durability import SyncPolicy
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.testing.cluster import EmbeddedNatsCluster
 from tests.scale.checker import Verdict, check
 from tests.scale.harness import Load, Workers, stored_answers

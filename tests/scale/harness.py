@@ -26,7 +26,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
-from ore_core.bus.kv_keys import live_keys
+from ore_core.bus.cluster.kv_keys import live_keys
 
 ORE = Path(sys.executable).with_name("ore")
 READY_TIMEOUT = 30.0  # a fresh interpreter imports ore first; the machine is shared

@@ -29,8 +29,8 @@ from typing import Any
 
 import nats
 
-from ore_core.bus.durability import SyncPolicy
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.durability import SyncPolicy
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from tests.scale.checker import Verdict, check
 from tests.scale.faults import FixedRate
 from tests.scale.harness import Load, Workers, stored_answers

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.subjects import partition_of
 from tests.bridge.gateway import ENDPOINTS, Gateway, clean, expected
 from tests.scale.harness import Worker, Workers, held_by, leases

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from nats.aio.client import Client
 
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.session.stores import SQLiteStore
 from tests.scale.harness import Load, Worker, Workers, held_by, leases
 from tests.scale.test_workers import until

@@ -26,8 +26,8 @@ import pytest
 from nats.aio.client import Client
 from nats.js.api import DeliverPolicy
 
-from ore_core.bus.embedded import EmbeddedNatsServer
-from ore_core.bus.streams import consumer_name
+from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.bus.server.streams import consumer_name
 from ore_core.session.stores import SQLiteStore
 from ore_core.subjects import partition_of
 from tests.scale.harness import Load, Workers, held_by, leases

@@ -18,7 +18,7 @@ import pytest
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.subjects import partition_of
 from tests.scale.harness import Load, Worker, Workers, held_by, leases
 

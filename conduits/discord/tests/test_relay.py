@@ -14,7 +14,7 @@ from pathlib import Path
 from ore_conduit_discord import CHANNEL_KEY, DiscordConduit
 from ore_conduit_discord.testing import GENERAL, GUILD, RANDOM, FakeDiscord
 from ore_core import UserMessageEvent
-from ore_core.conduit import SettingsCache, classify
+from ore_core.conduit import ControlClient, SettingsCache, classify
 from ore_core.events import EventContext
 from ore_core.testing.conduit_conformance import ConduitCore, StartConduit
 
@@ -55,7 +55,7 @@ async def linked(
         client = core.client_for("stdin")
         await client.create_thread(THREAD)
         endpoint = {"namespace": "discord", "key": CHANNEL_KEY, "value": f"{GUILD}:{channel}"}
-        await client.admin_call(
+        await ControlClient.beside(client).call(
             "links.add", {"thread": THREAD, "endpoint": endpoint, "answer": "none"}
         )
         cache = SettingsCache()

@@ -13,7 +13,7 @@ import pytest
 
 from ore_conduit_discord import DiscordConduit, DiscordConfig, MissingToken
 from ore_conduit_discord.testing import FakeDiscord
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.conduit import ConduitConfigError
 
 ORE = Path(sys.executable).with_name("ore")

@@ -23,8 +23,8 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from ore_core import ConduitClient, Manager, Role
+from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.testing.conduit_process import ConduitProcess
 from ore_core.testing.processors import SlowEcho

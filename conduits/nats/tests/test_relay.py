@@ -8,7 +8,7 @@ import json
 
 from ore_conduit_nats.testing import PlainNatsClient
 from ore_core import Role, TurnCompleteEvent
-from ore_core.conduit import ConduitClient, part_key
+from ore_core.conduit import ConduitClient, ControlClient, part_key
 from ore_core.testing.conduit_conformance import ConduitCore, RunningConduit
 
 from .conftest import RunBridge
@@ -22,7 +22,9 @@ async def linked(core: ConduitCore) -> ConduitClient:
     web = core.client_for("web")
     await web.create_thread(THREAD)
     endpoint = {"namespace": "nats", "key": "nats.channel", "value": CHANNEL}
-    await core.client.admin_call("links.add", {"thread": THREAD, "endpoint": endpoint})
+    await ControlClient.beside(core.client).call(
+        "links.add", {"thread": THREAD, "endpoint": endpoint}
+    )
     return web
 
 
@@ -168,7 +170,7 @@ async def test_another_endpoint_s_answer_is_published_once_when_the_gateway_answ
     ore_conduit_core: ConduitCore, raw: PlainNatsClient, run_bridge: RunBridge
 ) -> None:
     web = await linked(ore_conduit_core)
-    await ore_conduit_core.client.admin_call(
+    await ControlClient.beside(ore_conduit_core.client).call(
         "links.add",
         {
             "thread": THREAD,

@@ -20,8 +20,8 @@ import pytest_asyncio
 from ore_conduit_slack import SlackConduit
 from ore_conduit_slack.testing import FakeClock, FakeMessage, FakeSlack
 from ore_core import Manager, Role, Text, TextDelta, Thread, TurnContext
+from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.testing.conduit_conformance import ConduitCore, KitProcessor, RunningConduit
 

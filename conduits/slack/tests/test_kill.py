@@ -18,9 +18,9 @@ import pytest
 
 from ore_conduit_slack.testing import FakeSlack
 from ore_core import Manager
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.testing.conduit_process import ConduitProcess
 from ore_core.testing.processors import SlowEcho

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ore_conduit_slack.testing import FakeSlack
+from ore_core.conduit.control import ControlClient
 from ore_core.testing.conduit_conformance import ConduitCore
 from ore_core.testing.conduit_process import ConduitProcess, free_port
 
@@ -33,9 +34,13 @@ async def test_metrics_count_what_reached_slack_and_what_it_refused(
         await fake.wait_connected(1, PATIENCE)
         root = await fake.user_says(CHANNEL, "start")  # one answer
         await fake.wait_until(lambda: len(fake.answers(CHANNEL, root.ts)) == 1, PATIENCE)
-        (thread,) = (await terminal.admin_call("threads.list", {"namespace": "slack"}))["threads"]
+        (thread,) = (
+            await ControlClient.beside(terminal).call("threads.list", {"namespace": "slack"})
+        )["threads"]
         endpoint = {"namespace": "stdin", "key": "id", "value": thread}
-        await terminal.admin_call("links.add", {"thread": thread, "endpoint": endpoint})
+        await ControlClient.beside(terminal).call(
+            "links.add", {"thread": thread, "endpoint": endpoint}
+        )
         fake.fail_next("chat.postMessage", error="channel_not_found")
         await terminal.send(thread, "refused", id="s-1", user_name="cy")
         await terminal.send(thread, "copied", id="s-2", user_name="cy")

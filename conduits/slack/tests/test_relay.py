@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ore_core import Role, Turn, TurnCompleteEvent, UserMessageEvent
-from ore_core.conduit import ConduitClient, split_message, turn_text
+from ore_core.conduit import ConduitClient, ControlClient, split_message, turn_text
 from ore_core.events import EventContext
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ async def linked_terminal(
     thread = (await slack.core.thread_holding("hi")).id
     endpoint = {"namespace": "stdin", "key": "id", "value": thread}
     link = {"thread": thread, "endpoint": endpoint, "answer": answer}
-    await slack.core.client.admin_call("links.add", link)
+    await ControlClient.beside(slack.core.client).call("links.add", link)
     return slack.core.client_for("stdin"), thread, root
 
 
@@ -200,7 +200,9 @@ async def test_a_slack_thread_linked_to_a_terminal_thread_shows_what_is_typed_th
     thread = await terminal.create_thread()
     key = f"-:{slack.fake.team}:{CHANNEL}:{root.ts}"
     endpoint = {"namespace": "slack", "key": "slack.thread", "value": key}
-    await slack.core.client.admin_call("links.add", {"thread": thread, "endpoint": endpoint})
+    await ControlClient.beside(slack.core.client).call(
+        "links.add", {"thread": thread, "endpoint": endpoint}
+    )
     await terminal.send(thread, "from the terminal", id="s-1", user_name="ana")
     shown = "ana (stdin): from the terminal"
     await slack.wait_for(lambda: shown in slack.fake.rendered_thread(CHANNEL, root.ts))

@@ -22,8 +22,8 @@ import pexpect
 import pytest
 
 from ore_core import ArtifactEvent, Manager, OutputEvent, Text, TurnProcessor
+from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
 from ore_core.conduit import ConduitClient
 from ore_core.session.slash import default_commands
 from ore_core.session.stores.memory import MemoryStore

@@ -13,7 +13,7 @@ import pexpect
 import pytest
 
 from ore_core import TurnProcessor
-from ore_core.conduit import ConduitClient, SettingsCache, classify
+from ore_core.conduit import ConduitClient, ControlClient, SettingsCache, classify
 from ore_core.events import LifecycleEvent
 from ore_core.session.echo import EchoProcessor
 
@@ -72,7 +72,7 @@ async def test_attach_to_a_terminal_thread_takes_a_unique_prefix_of_its_id(
             input="",
             env=env,
         )
-        listed = await core.admin_call("threads.list", {"namespace": "stdin"})
+        listed = await ControlClient.beside(core).call("threads.list", {"namespace": "stdin"})
     assert done.returncode == 0, done.stderr
     assert f"Attached to thread {thread}" in done.stderr
     assert listed["threads"] == [thread]  # no second thread named by the prefix
@@ -122,7 +122,7 @@ async def test_a_terminal_attached_where_the_agent_answers_all_shows_another_end
     async with await ConduitClient.connect(ore_nats_url, name="nats") as platform:
         thread, _ = await platform.lookup_or_create("nats.channel", "room")
         room = {"namespace": "nats", "key": "nats.channel", "value": "room"}
-        await platform.admin_call(
+        await ControlClient.beside(platform).call(
             "links.add", {"thread": thread, "endpoint": room, "answer": "all", "exist_ok": True}
         )
         child = spawn_chat("--attach", "nats:room", "--nats", ore_nats_url, env=env)
@@ -149,7 +149,7 @@ async def test_attach_to_a_conversation_no_conduit_has_seen_is_refused_off_a_ter
         "thread for it"
     )
     async with await ConduitClient.connect(ore_nats_url, name="nats") as platform:
-        links = await platform.admin_call("links.list", {})
+        links = await ControlClient.beside(platform).call("links.list", {})
     assert links == {"links": []}  # no stray link
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ore_core import TurnProcessor
-from ore_core.bus.embedded import runs_in
+from ore_core.bus.server.embedded import runs_in
 from ore_core.cli.processor import choose_processor
 from ore_core.config import OreSettings, load_settings
 from ore_core.testing.processors import ScriptedProcessor

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ore_conduit_stdin.session import ChatSession
 from ore_core import NoticeEvent, TurnProcessor
-from ore_core.conduit import ConduitClient
+from ore_core.conduit import ConduitClient, ControlClient
 from ore_core.session.echo import EchoProcessor
 
 if TYPE_CHECKING:
@@ -23,7 +23,9 @@ async def link_terminal(ore_nats_url: str, stdin_client: ConduitClient) -> Condu
     web = await ConduitClient.connect(ore_nats_url, name="web", request_timeout=5.0)
     await web.create_thread(THREAD)
     endpoint = {"namespace": "stdin", "key": "id", "value": THREAD}
-    await stdin_client.admin_call("links.add", {"thread": THREAD, "endpoint": endpoint})
+    await ControlClient.beside(stdin_client).call(
+        "links.add", {"thread": THREAD, "endpoint": endpoint}
+    )
     return web
 
 

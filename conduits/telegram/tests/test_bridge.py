@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from ore_conduit_telegram.testing import FakeTelegram
-from ore_core.conduit import SettingsCache, classify
+from ore_core.conduit import ControlClient, SettingsCache, classify
 from ore_core.testing.conduit_conformance import ConduitCore
 from ore_core.testing.conduit_process import ConduitProcess
 
@@ -100,7 +100,7 @@ async def test_telegram_and_the_terminal_each_show_the_other_once_in_order_and_n
         await terminal.create_thread(THREAD)
         endpoint = {"namespace": "telegram", "key": "telegram.thread", "value": f"{CHAT}:0:0"}
         link = {"thread": THREAD, "endpoint": endpoint, "answer": "none"}
-        await terminal.admin_call("links.add", link)
+        await ControlClient.beside(terminal).call("links.add", link)
         cache = SettingsCache()
         cache.load(THREAD, (await terminal.get_thread(THREAD)).metadata)
         reader = asyncio.create_task(read_terminal(cache))

@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from ore_conduit_telegram.testing import FakeTelegram
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.testing.conduit_process import ConduitProcess
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from ore_conduit_telegram.testing import FakeTelegram
+from ore_core.conduit.control import ControlClient
 from ore_core.testing.conduit_conformance import ConduitCore
 from ore_core.testing.conduit_process import ConduitProcess, free_port
 
@@ -39,7 +40,7 @@ async def test_metrics_count_what_reached_telegram_and_what_it_refused(
         await terminal.create_thread(THREAD)
         endpoint = {"namespace": "telegram", "key": "telegram.thread", "value": f"{LINKED}:0:0"}
         link = {"thread": THREAD, "endpoint": endpoint, "answer": "none"}
-        await terminal.admin_call("links.add", link)
+        await ControlClient.beside(terminal).call("links.add", link)
         async with terminal.events(THREAD, kinds={"turn_complete"}) as feed:
             await fake.user_says(LINKED, "here")  # the linked chat's first message
             await anext(aiter(feed))  # recorded (no answer): the conduit knows the chat

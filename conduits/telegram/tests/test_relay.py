@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ore_core import UserMessageEvent
-from ore_core.conduit import ConduitClient, Relayed, SettingsCache, classify
+from ore_core.conduit import ConduitClient, ControlClient, Relayed, SettingsCache, classify
 from ore_core.events import DeliveryEvent, EventContext
 
 if TYPE_CHECKING:
@@ -70,7 +70,9 @@ async def linked_chat(
     client = tg.core.client_for("stdin")
     await client.create_thread(THREAD)
     endpoint = {"namespace": "telegram", "key": "telegram.thread", "value": f"{CHAT}:0:0"}
-    await client.admin_call("links.add", {"thread": THREAD, "endpoint": endpoint, "answer": answer})
+    await ControlClient.beside(client).call(
+        "links.add", {"thread": THREAD, "endpoint": endpoint, "answer": answer}
+    )
     terminal = Terminal(client, THREAD)
     cache = SettingsCache()
     cache.load(THREAD, (await client.get_thread(THREAD)).metadata)

@@ -16,7 +16,7 @@ from ore_conduit_telegram.testing import FakeTelegram
 from ore_core import ConduitConfigError
 
 if TYPE_CHECKING:
-    from ore_core.bus.embedded import EmbeddedNatsServer
+    from ore_core.bus.server.embedded import EmbeddedNatsServer
     from tests.conftest import Harness
 
 ORE = Path(sys.executable).with_name("ore")

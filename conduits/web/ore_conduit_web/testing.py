@@ -38,9 +38,9 @@ from httpx_sse import aconnect_sse
 from ore_conduit_web.conduit import WebConduit
 from ore_core import Manager, Reasoning, Text, ToolCall, Turn, TurnContext
 from ore_core.artifacts import Artifact, TextDelta
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
-from ore_core.bus.streams import BusConfig
 from ore_core.conduit import ConduitClient
 from ore_core.config import CompactionSettings
 from ore_core.session.compactor import Compactor

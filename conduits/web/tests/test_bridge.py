@@ -21,7 +21,7 @@ import pytest_asyncio
 from ore_conduit_web.conduit import WebConduit
 from ore_conduit_web.testing import TIMEOUT, Events, WebStack, properties_stored, read_events
 from ore_core import EventContext, PropertiesEvent, UserMessageEvent
-from ore_core.conduit import ConduitClient, Relayed, SettingsCache, classify
+from ore_core.conduit import ConduitClient, ControlClient, Relayed, SettingsCache, classify
 from ore_core.conduit.counters import REGISTRY
 from ore_core.endpoint import parse_endpoint
 
@@ -52,7 +52,7 @@ class Linked:
     async def link(self, answer: str) -> None:
         """Link the room (with `answer`) and start reading what it is shown."""
         body = {"thread": self.thread, "endpoint": ROOM, "answer": answer}
-        await self.room.admin_call("links.add", body)
+        await ControlClient.beside(self.room).call("links.add", body)
         found, created = await self.room.lookup_or_create("room.chan", "lobby")
         assert (found, created) == (self.thread, False)
         # see LINK_SETTINGS
@@ -182,7 +182,7 @@ class Tally:
 async def test_a_web_thread_is_found_by_its_conversation_key(linked: Linked) -> None:
     endpoint = parse_endpoint(f"web:{linked.thread}", lambda ns: WebConduit.conversation_key)
     body = {**endpoint.as_dict()}
-    found = await linked.room.admin_call("threads.lookup", body)
+    found = await ControlClient.beside(linked.room).call("threads.lookup", body)
     assert found == {"id": linked.thread, "created": False}
 
 
@@ -392,7 +392,10 @@ async def test_a_thread_made_before_bridging_gets_its_conversation_key_when_open
         await web.close()
     assert (await linked.http.get(f"/api/threads/{old}")).status_code == 200
     body = {"namespace": "web", "key": "web.thread", "value": old}
-    assert await linked.room.admin_call("threads.lookup", body) == {"id": old, "created": False}
+    assert await ControlClient.beside(linked.room).call("threads.lookup", body) == {
+        "id": old,
+        "created": False,
+    }
 
 
 async def test_messages_relayed_while_the_conduit_is_down_reach_the_page_once_in_order(
@@ -430,7 +433,7 @@ async def test_a_thread_of_another_conduit_linked_to_the_web_is_the_operator_s(
     assert created
     endpoint = {"namespace": "web", "key": "web.thread", "value": foreign}
     body = {"thread": foreign, "endpoint": endpoint, "answer": "none"}
-    await linked.room.admin_call("links.add", body)
+    await ControlClient.beside(linked.room).call("links.add", body)
     async with asyncio.timeout(TIMEOUT):
         await read_events(linked.http, foreign, properties_stored(LINK_SETTINGS), after="0")
     await linked.room_says_in(foreign, "hello, web", "e1")
@@ -458,7 +461,9 @@ async def test_a_thread_of_another_conduit_is_not_shown_to_other_web_users(
         try:
             foreign, _ = await room.lookup_or_create("room.chan", "elsewhere")
             endpoint = {"namespace": "web", "key": "web.thread", "value": foreign}
-            await room.admin_call("links.add", {"thread": foreign, "endpoint": endpoint})
+            await ControlClient.beside(room).call(
+                "links.add", {"thread": foreign, "endpoint": endpoint}
+            )
         finally:
             await room.close()
         headers = {"Authorization": "Bearer eve-token-0123456789"}

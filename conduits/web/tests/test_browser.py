@@ -18,7 +18,7 @@ from playwright.async_api import Browser, BrowserContext, Page, expect
 
 from ore_conduit_web.testing import TIMEOUT, WebStack, properties_stored, read_events
 from ore_core import EventContext, UserMessageEvent
-from ore_core.conduit import ConduitClient
+from ore_core.conduit import ConduitClient, ControlClient
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 expect.set_options(timeout=TIMEOUT * 1000)
@@ -294,7 +294,7 @@ async def test_a_relayed_message_shows_with_its_label_its_edit_and_its_delete(
     room = await ConduitClient.connect(stack.nats_url, name="room", request_timeout=TIMEOUT)
     try:
         endpoint = {"namespace": "room", "key": "room.chan", "value": f"page-{thread}"}
-        await room.admin_call(
+        await ControlClient.beside(room).call(
             "links.add", {"thread": thread, "endpoint": endpoint, "answer": "none"}
         )
         headers = {"Authorization": f"Bearer {stack.token}"}
@@ -326,7 +326,7 @@ async def test_regenerate_on_a_linked_thread_relays_no_second_question(
     room = await ConduitClient.connect(stack.nats_url, name="room", request_timeout=TIMEOUT)
     try:
         endpoint = {"namespace": "room", "key": "room.chan", "value": f"regen-{thread}"}
-        await room.admin_call(
+        await ControlClient.beside(room).call(
             "links.add", {"thread": thread, "endpoint": endpoint, "answer": "all"}
         )
         headers = {"Authorization": f"Bearer {stack.token}"}

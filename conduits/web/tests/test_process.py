@@ -14,7 +14,7 @@ import pytest_asyncio
 
 from ore_conduit_web.testing import TIMEOUT, Events, answered, properties_stored, read_events
 from ore_core import EventContext, UserMessageEvent
-from ore_core.conduit import SettingsCache, classify
+from ore_core.conduit import ControlClient, SettingsCache, classify
 from ore_core.testing.conduit_conformance import ConduitCore
 from ore_core.testing.conduit_process import ConduitProcess
 
@@ -134,7 +134,7 @@ async def test_a_bridge_survives_a_kill_of_the_web_conduit_counted_both_ways(
         user = (await http.get("/api/me")).json()["user"]
         endpoint = {"namespace": "room", "key": "room.chan", "value": "lobby"}
         link = {"thread": thread_id, "endpoint": endpoint, "answer": "none"}
-        await ore_conduit_core.client.admin_call("links.add", link)
+        await ControlClient.beside(ore_conduit_core.client).call("links.add", link)
         async with asyncio.timeout(TIMEOUT):  # see test_bridge.LINK_SETTINGS: a core race
             await read_events(http, thread_id, properties_stored("ore.gateway.label"), after="0")
         on_room: list[str] = []

@@ -14,7 +14,7 @@ import pytest
 from ore_conduit_web import WebConduit
 from ore_conduit_web.server import bind
 from ore_conduit_web.tokens import TOKENS_FILE, Tokens, TokensError
-from ore_core.bus.embedded import EmbeddedNatsServer
+from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.conduit import ConduitConfigError
 
 ORE = str(Path(sys.executable).with_name("ore"))

@@ -14,7 +14,7 @@ any configuration:
 | `jetstream` | none (threads live in NATS JetStream) | `replicas` |
 
 `jetstream`, the store for several `ore serve` workers, is the bus's: its factory is
-registered by the built-in plugin `ore_core.bus.store_plugin`.
+registered by the built-in plugin `ore_core.bus.store.store_plugin`.
 
 `name` (the `store.name` that chose the factory) is accepted and ignored.
 """

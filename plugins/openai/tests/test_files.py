@@ -16,7 +16,7 @@ from nats.aio.client import Client
 
 from ore_core import EventContext, Manager, UserMessageEvent
 from ore_core.artifacts import Attachment
-from ore_core.bus.streams import BusConfig, ensure_streams
+from ore_core.bus.server.streams import BusConfig, ensure_streams
 from ore_core.files import FilePolicy, FileStore, use_reader
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.subjects import Subjects

@@ -175,7 +175,7 @@ async def ore_startup(manager: Any) -> None:
 
 
 def _crash_the_ingress_ack_loop() -> None:
-    from ore_core.bus.acks import AckBatcher
+    from ore_core.bus.ingress.acks import AckBatcher
 
     async def crashing_ack_loop(self: Any) -> None:
         await self._wakeup.wait()  # the first message handled: an ack to send

@@ -20,7 +20,7 @@ pipelined (see `Pipeline`), so the sink never waits for the server.
 `emitted` counts the events taken from the manager (a turn's held events count when
 taken, and its `done` is taken only with its batch handed to the pipeline), so the
 ingress acknowledges a message once `emitted` passed its position and the pipeline
-stored everything published up to then (`AckBatcher.run`, bus/acks.py).
+stored everything published up to then (`AckBatcher.run`, bus/ingress/acks.py).
 
 Ownership (issue 10b): a worker whose partition lease is overdue (`may_write` false:
 it was paused or cut off) publishes nothing for the partition's threads (a turn's held
@@ -74,9 +74,9 @@ from ore_core._nats.codec import (
 from ore_core._nats.wire import publish_now, wait_flushed
 from ore_core.artifacts import Delta
 from ore_core.bridge.cache import LinkCache
-from ore_core.bus.copies import StoredCopies
-from ore_core.bus.pipeline import Pipeline
-from ore_core.bus.space_notices import STORAGE_FULL, SpaceNotices
+from ore_core.bus.egress.copies import StoredCopies
+from ore_core.bus.egress.pipeline import Pipeline
+from ore_core.bus.egress.space_notices import STORAGE_FULL, SpaceNotices
 from ore_core.errors import BusError, SessionNotFound
 from ore_core.events import (
     BATCH_KIND,

@@ -12,10 +12,10 @@ import structlog
 from nats.aio.msg import Msg
 
 from ore_core._nats.codec import BAD_NAMESPACE, BAD_THREAD_ID, dead_letter
-from ore_core.bus.acks import settle
-from ore_core.bus.decoding import Rejected
-from ore_core.bus.egress import Egress
-from ore_core.bus.pipeline import Pipeline
+from ore_core.bus.egress.egress import Egress
+from ore_core.bus.egress.pipeline import Pipeline
+from ore_core.bus.ingress.acks import settle
+from ore_core.bus.ingress.decoding import Rejected
 from ore_core.events import ErrorEvent, LifecycleEvent
 from ore_core.subjects import Subjects
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 from nats.aio.msg import Msg
 
-from ore_core.bus.acks import settle
-from ore_core.bus.egress import EventsNotRead
-from ore_core.bus.streams import BusConfig
+from ore_core.bus.egress.egress import EventsNotRead
+from ore_core.bus.ingress.acks import settle
+from ore_core.bus.server.streams import BusConfig
 from ore_core.errors import OreError, StaleThread
 from ore_core.session.store_health import is_store_failure
 from ore_core.subjects import partition_of

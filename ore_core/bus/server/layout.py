@@ -47,7 +47,7 @@ from ore_core.ids import validate_thread_id
 from ore_core.subjects import DEFAULT_NAMESPACE, SubjectError, Subjects
 
 if TYPE_CHECKING:
-    from ore_core.bus.streams import BusConfig
+    from ore_core.bus.server.streams import BusConfig
 
 __all__ = [
     "HEADER_ALLOWANCE",

@@ -24,8 +24,8 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 
 from ore_core._nats.wire import settle_now, wait_flushed, wake_flusher
-from ore_core.bus.egress import Egress
-from ore_core.bus.pipeline import Pipeline
+from ore_core.bus.egress.egress import Egress
+from ore_core.bus.egress.pipeline import Pipeline
 
 __all__ = ["ACK_LINGER", "AckBatcher", "settle"]
 

@@ -19,12 +19,13 @@ from ore_core.bridge.admin import LinkAdd, LinkAdmin, LinkList, LinkRef
 from ore_core.bridge.cache import LinkCache
 from ore_core.bridge.deliveries import DeliveryGet, DeliveryLookup, DeliveryMap, DeliveryReport
 from ore_core.bridge.links import LinkStore
-from ore_core.bus.api_base import ApiFailure, Reply
+from ore_core.bus.api.access import ThreadAccess
+from ore_core.bus.api.api_base import ApiFailure, Reply
+from ore_core.bus.api.changes import ThreadChanges
 from ore_core.endpoint import Endpoint, EndpointError
 from ore_core.errors import ThreadCorrupt, ThreadNotFound
 from ore_core.events import DeliveryEvent, EventContext
 from ore_core.id_prefix import resolve_thread_id
-from ore_core.ledger.thread import Thread
 from ore_core.session.manager import Manager
 from ore_core.subjects import Subjects
 
@@ -36,7 +37,9 @@ Handler = Callable[[Any], Awaitable[Reply]]
 class LinkApi:
     """Link answers for the control API. `links` is the core's link cache (None: a
     service without bridging, whose admin link methods open `ORE_LINKS` themselves);
-    the callables are the control API's own thread checks and metadata writes."""
+    `access` says which threads a namespace may use, `changes` writes a thread's link
+    metadata, and `on_resolve(T, NS)` hears of a thread a delivery report resolves (the
+    egress binds its subjects), as the control API's own `on_resolve` does."""
 
     def __init__(
         self,
@@ -45,26 +48,20 @@ class LinkApi:
         subjects: Subjects,
         links: LinkCache | None,
         *,
-        own_thread: Callable[[str, str], Awaitable[Thread]],
-        resolved: Callable[[str, str], None],
-        meta_set: Callable[[str, str, str], Awaitable[object]],
-        meta_delete: Callable[[str, str], Awaitable[object]],
+        access: ThreadAccess,
+        changes: ThreadChanges,
+        on_resolve: Callable[[str, str], object] | None = None,
     ) -> None:
         self._js = nc.jetstream()
         self._manager = manager
         self._subjects = subjects
         self._links = links
-        self._own_thread = own_thread
-        self._resolved = resolved
-        self._meta_set = meta_set
-        self._meta_delete = meta_delete
+        self._access = access
+        self._changes = changes
+        self._on_resolve = on_resolve
         self._admin: LinkAdmin | None = None
 
     # -- what links show a namespace -------------------------------------------------
-
-    async def linked(self, namespace: str, thread_id: str) -> bool:
-        """Whether a link lets `namespace` reach `thread_id` (another's thread)."""
-        return self._links is not None and await self._links.reaches(namespace, thread_id)
 
     async def linked_endpoint(self, namespace: str, key: str, value: str) -> str | None:
         """The thread a conduit's lookup key is linked to, if any (asked first)."""
@@ -147,8 +144,8 @@ class LinkApi:
                 resolve=resolve,
                 home_of=home_of,
                 metadata=metadata,
-                set_metadata=self._meta_set,
-                delete_metadata=self._meta_delete,
+                set_metadata=self._changes.set_metadata,
+                delete_metadata=self._changes.delete_metadata,
             )
         return self._admin
 
@@ -170,7 +167,7 @@ class LinkApi:
         """Record a delivered copy's platform ids, or store a `delivery` event on the
         thread for a copy that is retrying or failed, or delivered after it was retrying
         (bridging.md "Delivery status")."""
-        thread = await self._own_thread(body.thread, namespace)
+        thread = await self._access.own_thread(body.thread, namespace)
         deliveries = DeliveryMap((await self._store()).kv)
         if body.status == "sending":
             claimed, entry = await deliveries.claim(
@@ -186,7 +183,8 @@ class LinkApi:
                 body.turn,
             ):
                 return {"recorded": True}
-        self._resolved(thread.id, namespace_of(thread))
+        if self._on_resolve is not None:
+            self._on_resolve(thread.id, namespace_of(thread))
         stream = await self._manager.attach(thread.id)
         await stream.emit(
             DeliveryEvent(
@@ -206,7 +204,7 @@ class LinkApi:
         return await deliveries.turn_of(namespace, body.platform_id)
 
     async def delivery_get(self, body: DeliveryGet, namespace: str) -> Reply:
-        await self._own_thread(body.thread, namespace)
+        await self._access.own_thread(body.thread, namespace)
         deliveries = DeliveryMap((await self._store()).kv)
         return await deliveries.entry(namespace, body.thread, body.turn)
 

@@ -46,11 +46,13 @@ from ore_core.bridge.admin import GATEWAY_KEY, LinkAdd, LinkAdmin
 from ore_core.bridge.cache import LinkCache
 from ore_core.bridge.deliveries import DeliveryGet, DeliveryLookup, DeliveryReport, MappingNotFound
 from ore_core.bridge.links import LinkConflict, LinkError, LinkNotFound
-from ore_core.bus.api_base import ApiFailure, RawReply, Reply, RequestBody, ThreadId
-from ore_core.bus.forwarding import Forwarding
-from ore_core.bus.link_api import LinkApi
-from ore_core.bus.model_offer import ModelOffer
-from ore_core.bus.stored_reads import CursorRef, CursorSet, Read, StoredReads
+from ore_core.bus.api.access import ThreadAccess
+from ore_core.bus.api.api_base import ApiFailure, RawReply, Reply, RequestBody, ThreadId
+from ore_core.bus.api.changes import ThreadChanges
+from ore_core.bus.api.forwarding import Forwarding
+from ore_core.bus.api.link_api import LinkApi
+from ore_core.bus.api.model_offer import ModelOffer
+from ore_core.bus.api.stored_reads import CursorRef, CursorSet, Read, StoredReads
 from ore_core.endpoint import EndpointError
 from ore_core.errors import (
     InvalidThreadId,
@@ -338,24 +340,20 @@ class ControlAPI:
         self._namespace_at = subjects.prefix.count(".") + 2  # token index of NS in P.api.NS.m
         self._service: Service | None = None
         self._reads = StoredReads(nc, subjects)
+        self._access = ThreadAccess(manager, links)
+        self._changes = ThreadChanges(manager, owns)
         self._link_api = LinkApi(
             nc,
             manager,
             subjects,
             links,
-            own_thread=self._own_thread,
-            resolved=self._resolved,
-            meta_set=lambda thread_id, key, value: self._meta_set(
-                _MetaSet(id=thread_id, key=key, value=value)
-            ),
-            meta_delete=lambda thread_id, key: self._meta_delete(
-                _MetaDelete(id=thread_id, key=key)
-            ),
+            access=self._access,
+            changes=self._changes,
+            on_resolve=on_resolve,
         )
         self._route = route
-        self._owns = owns
         self._forwarding = Forwarding(nc, subjects, worker_id)
-        self._files = FileApi(nc, subjects, self._own_thread)
+        self._files = FileApi(nc, subjects, self._access)
 
     @property
     def endpoints(self) -> dict[str, str]:
@@ -513,34 +511,6 @@ class ControlAPI:
         if self._on_resolve is not None:
             self._on_resolve(thread_id, namespace)
 
-    async def _own_thread(
-        self, thread_id: str, namespace: str, *, unusable: bool = False
-    ) -> Thread:
-        """The thread if it belongs to `namespace`; else the same 404 as an unknown one.
-
-        `unusable`: the id was asked for a new thread; another namespace's is answered
-        as an id `namespace` may not use (409), saying nothing of the thread.
-        """
-        try:
-            thread = await self._manager.get_thread(thread_id)
-        except ThreadNotFound:
-            thread = None
-        if (
-            thread is not None
-            and namespace_of(thread) != namespace
-            and not unusable
-            and await self._link_api.linked(namespace, thread_id)
-        ):
-            return thread  # another's thread, reached through a link
-        if thread is None or namespace_of(thread) != namespace:
-            if unusable:
-                raise ApiFailure(
-                    409,
-                    f"thread id {thread_id} cannot be used in namespace {namespace}: pick another",
-                )
-            raise ApiFailure(404, f"thread {thread_id} not found in namespace {namespace}")
-        return thread
-
     @staticmethod
     def _with_namespace(metadata: Mapping[str, str], namespace: str) -> dict[str, str]:
         claimed = metadata.get(NAMESPACE_KEY, namespace)
@@ -558,13 +528,13 @@ class ControlAPI:
             thread = await self._manager.create_thread(metadata, body.id)
         except ThreadExists:
             if body.id is not None:
-                await self._own_thread(body.id, namespace, unusable=True)
+                await self._access.own_thread(body.id, namespace, unusable=True)
             raise
         self._resolved(thread.id, namespace)
         return {"id": thread.id, "created": True}
 
     async def _get(self, body: _ThreadRef, namespace: str) -> Reply:
-        thread = await self._own_thread(body.id, namespace)
+        thread = await self._access.own_thread(body.id, namespace)
         described = _describe(thread)
         view = await self._link_api.endpoint_view(namespace, thread.id, namespace_of(thread))
         described["metadata"] = {**view, **described["metadata"]}  # stored keys win
@@ -591,21 +561,21 @@ class ControlAPI:
         return {"id": thread.id, "created": created}
 
     async def _own_turns(self, body: _ThreadRef, namespace: str) -> Reply:
-        thread = await self._own_thread(body.id, namespace)
+        thread = await self._access.own_thread(body.id, namespace)
         return {"id": thread.id, "turns": [turn_to_dict(turn) for turn in thread.turns()]}
 
     async def _own_fork(self, body: _Fork, namespace: str) -> Reply:
-        await self._own_thread(body.id, namespace)
+        await self._access.own_thread(body.id, namespace)
         return await self._fork(body)
 
     async def _own_meta_set(self, body: _MetaSet, namespace: str) -> Reply:
         _check_conduit_key(body.key)
-        await self._own_thread(body.id, namespace)
+        await self._access.own_thread(body.id, namespace)
         return await self._meta_set(body)
 
     async def _own_meta_delete(self, body: _MetaDelete, namespace: str) -> Reply:
         _check_conduit_key(body.key)
-        await self._own_thread(body.id, namespace)
+        await self._access.own_thread(body.id, namespace)
         return await self._meta_delete(body)
 
     async def _read(self, body: Read, namespace: str) -> Reply:
@@ -685,7 +655,7 @@ class ControlAPI:
             stream.state().fork(body.turn_id)
             await stream.save()
 
-        thread = await self._change(body.id, live, lambda thread: thread.fork(body.turn_id))
+        thread = await self._changes.apply(body.id, live, lambda thread: thread.fork(body.turn_id))
         return {"id": thread.id, "current_tip": thread.current_tip}
 
     async def _delete(self, body: _ThreadRef) -> Reply:
@@ -696,29 +666,12 @@ class ControlAPI:
             self._on_delete(body.id)
         return {"id": body.id, "deleted": deleted}
 
-    @staticmethod
-    def _check_key(key: str) -> None:
-        if key == NAMESPACE_KEY:
-            raise ApiFailure(
-                400, f"key: {NAMESPACE_KEY} is set when a thread is created and never changes"
-            )
-
     async def _meta_set(self, body: _MetaSet) -> Reply:
-        self._check_key(body.key)
-        thread = await self._change(
-            body.id,
-            lambda stream: stream.set_metadata(body.key, body.value),
-            lambda thread: thread.meta().set(body.key, body.value),
-        )
+        thread = await self._changes.set_metadata(body.id, body.key, body.value)
         return {"id": thread.id, "metadata": thread.meta().all()}
 
     async def _meta_delete(self, body: _MetaDelete) -> Reply:
-        self._check_key(body.key)
-        thread = await self._change(
-            body.id,
-            lambda stream: stream.delete_metadata(body.key),
-            lambda thread: thread.meta().delete(body.key),
-        )
+        thread = await self._changes.delete_metadata(body.id, body.key)
         return {"id": thread.id, "metadata": thread.meta().all()}
 
     async def _turns(self, body: _ThreadRef) -> Reply:
@@ -727,22 +680,3 @@ class ControlAPI:
 
     async def _health(self, body: _Empty) -> Reply:
         return {"status": "ok", "version": self._version, "streams": len(self._manager.list())}
-
-    async def _change(
-        self,
-        thread_id: str,
-        live: Callable[[Stream], Awaitable[None]],
-        stored: Callable[[Thread], object],
-    ) -> Thread:
-        """Apply a change through the stream (which announces it): the active one, or the
-        one attached here when this worker owns the thread; else to the store, unannounced."""
-        stream = self._manager.stream_of(thread_id)
-        if stream is None and self._owns is not None and self._owns(thread_id):
-            stream = await self._manager.attach(thread_id)
-        if stream is not None:
-            await live(stream)
-            return stream.state()
-        thread = await self._manager.store.get(thread_id)
-        stored(thread)
-        await self._manager.store.save(thread)
-        return thread

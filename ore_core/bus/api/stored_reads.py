@@ -13,7 +13,7 @@ from nats.js.kv import KeyValue
 from pydantic import Field
 
 from ore_core import jsonutil
-from ore_core.bus.api_base import ApiFailure, RawReply, Reply, RequestBody, ThreadId
+from ore_core.bus.api.api_base import ApiFailure, RawReply, Reply, RequestBody, ThreadId
 from ore_core.subjects import HEADER_KIND, Subjects
 
 __all__ = ["CursorRef", "CursorSet", "Read", "StoredReads"]

@@ -46,8 +46,8 @@ from nats.js.errors import (
 from nats.js.kv import KeyValue
 
 from ore_core import jsonutil
-from ore_core.bus.kv_keys import live_keys
-from ore_core.bus.layout import journal_stream
+from ore_core.bus.cluster.kv_keys import live_keys
+from ore_core.bus.server.layout import journal_stream
 from ore_core.errors import ArtifactError, LedgerError, StoreError, ThreadCorrupt, ThreadNotFound
 from ore_core.ids import generate_thread_id
 from ore_core.ledger.clock import SystemClock

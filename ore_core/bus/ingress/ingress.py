@@ -18,11 +18,11 @@ NS; the core fills it in), and a thread of another namespace is answered exactly
 an unknown thread, so a conduit can neither write into nor learn about other threads.
 
 The jobs around it have modules of their own: decoding and its checks
-(`bus/decoding.py`), bad input answered and recorded on `P.dlq.REASON`
-(`bus/rejections.py`; a stored thread that cannot be decoded is treated the same way,
+(`bus/ingress/decoding.py`), bad input answered and recorded on `P.dlq.REASON`
+(`bus/ingress/rejections.py`; a stored thread that cannot be decoded is treated the same way,
 reason `corrupt_thread`, at once), the threads whose messages wait to be handled again
-(`bus/parking.py`), and acknowledging what is handled once its output is stored
-(`bus/acks.py`).
+(`bus/ingress/parking.py`), and acknowledging what is handled once its output is stored
+(`bus/ingress/acks.py`).
 
 Failures are retried, never acknowledged away. When the store refuses a stale copy or
 cannot save, the stream hands the message back and the thread is parked (the sender is
@@ -57,15 +57,15 @@ from nats.errors import Error as NatsError
 
 from ore_core._nats.codec import CORRUPT_THREAD, namespace_of, stream_sequence
 from ore_core.bridge.cache import LinkCache
-from ore_core.bus.acks import AckBatcher, settle
-from ore_core.bus.decoding import IngressDecoder, Rejected, unknown_thread
-from ore_core.bus.egress import Egress, EventsNotRead
-from ore_core.bus.inflight import Delivery, InFlight
-from ore_core.bus.parking import Parked, Parking
-from ore_core.bus.pipeline import Pipeline
-from ore_core.bus.puller import Puller
-from ore_core.bus.rejections import Rejections
-from ore_core.bus.streams import BusConfig, consumer_name, reset_consumer
+from ore_core.bus.egress.egress import Egress, EventsNotRead
+from ore_core.bus.egress.pipeline import Pipeline
+from ore_core.bus.ingress.acks import AckBatcher, settle
+from ore_core.bus.ingress.decoding import IngressDecoder, Rejected, unknown_thread
+from ore_core.bus.ingress.inflight import Delivery, InFlight
+from ore_core.bus.ingress.parking import Parked, Parking
+from ore_core.bus.ingress.puller import Puller
+from ore_core.bus.ingress.rejections import Rejections
+from ore_core.bus.server.streams import BusConfig, consumer_name, reset_consumer
 from ore_core.errors import (
     OreError,
     SessionClosed,

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import PositiveInt
 
-from ore_core.bus.jetstream_store import JetStreamStore
+from ore_core.bus.store.jetstream_store import JetStreamStore
 from ore_core.plugins.hookspecs import hookimpl
 from ore_core.session.protocols import StoreFactory
 from ore_core.store_options import StoreOptions, store_options

@@ -56,7 +56,7 @@ from nats.js.errors import APIError, NoStreamResponseError, NotFoundError
 from ore_core._nats.codec import fenced_block, open_block, read_publish_ack
 from ore_core._nats.connection import LIMIT_ERROR_CODES, subscribe_inline
 from ore_core._nats.wire import header_block, publish_now, wait_flushed
-from ore_core.bus.limit_listeners import LimitListeners, LimitReached
+from ore_core.bus.egress.limit_listeners import LimitListeners, LimitReached
 from ore_core.errors import BusError
 from ore_core.subjects import HEADER_MSG_ID
 from ore_core.tasks import Idle, TaskCrashed, TaskScope

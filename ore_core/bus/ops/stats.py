@@ -17,7 +17,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from ore_core import jsonutil
-from ore_core.bus.metrics import CoreMetrics
+from ore_core.bus.ops.metrics import CoreMetrics
 from ore_core.subjects import Subjects
 
 __all__ = ["STATS_ENDPOINT", "StatsResponder", "snapshot"]

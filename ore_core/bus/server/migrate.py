@@ -31,8 +31,8 @@ from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from ore_core.bus.layout import Layout, StreamEntry
-from ore_core.bus.streams import Difference, diff_layout, ensure_layout, jetstream_call
+from ore_core.bus.server.layout import Layout, StreamEntry
+from ore_core.bus.server.streams import Difference, diff_layout, ensure_layout, jetstream_call
 from ore_core.errors import BusError
 
 __all__ = ["MigrationPlan", "StreamMove", "migrate", "plan_migration"]

@@ -50,8 +50,8 @@ from nats.js.errors import (
 )
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
-from ore_core.bus.kv_keys import live_keys
-from ore_core.bus.streams import BusConfig
+from ore_core.bus.cluster.kv_keys import live_keys
+from ore_core.bus.server.streams import BusConfig
 from ore_core.subjects import partition_of
 from ore_core.tasks import TaskScope
 

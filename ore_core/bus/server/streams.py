@@ -27,7 +27,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy, RePublish, StreamConfig, 
 from nats.js.client import JetStreamContext
 from nats.js.errors import APIError, BadRequestError, NotFoundError, ServiceUnavailableError
 
-from ore_core.bus.layout import (
+from ore_core.bus.server.layout import (
     HEADER_ALLOWANCE,
     ConsumerEntry,
     Layout,
