@@ -120,11 +120,15 @@ def _show(links: dict[str, Any], *, deliveries: bool = False) -> list[tuple[str,
 
 
 def _last_delivery(last: dict[str, Any] | None) -> str:
-    """`failed: 429 Too Many Requests (turn 9a1b2c3d, #12)`, or `-` before any report."""
+    """`failed [refused_permission]: 403 Forbidden (turn 9a1b2c3d, #12)` (the reason
+    from the one list of docs/protocol.md when the conduit gave one), or `-` before any
+    report."""
     if not last:
         return "-"
+    reason = f" [{last['reason']}]" if last.get("reason") else ""
     detail = f": {last['detail']}" if last.get("detail") else ""
-    return f"{last['status']}{detail} (turn {str(last['turn'])[:8]}, #{last['sequence']})"
+    where = f"(turn {str(last['turn'])[:8]}, #{last['sequence']})"
+    return f"{last['status']}{reason}{detail} {where}"
 
 
 @click.group()

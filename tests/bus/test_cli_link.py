@@ -92,14 +92,21 @@ async def test_the_list_shows_each_endpoint_s_last_delivery_status(
         "ore.admin.threads.turns", b'{"id": "t-cli"}', timeout=TIMEOUT
     )
     turn = json.loads(turns.data)["turns"][0]["id"]
-    report = {"thread": "t-cli", "sequence": 1, "turn": turn, "status": "failed", "detail": "gone"}
+    report = {
+        "thread": "t-cli",
+        "sequence": 1,
+        "turn": turn,
+        "status": "failed",
+        "detail": "gone",
+        "reason": "refused_permission",
+    }
     await ore_nats_client.request(
         "ore.api.web.deliveries.report", json.dumps(report).encode(), timeout=TIMEOUT
     )
     status, out, _ = await ore(ore_nats_url, tmp_path, "link", "list")
     assert status == 0
     (row,) = [line for line in out.splitlines() if "web:web.thread=w-1" in line]
-    assert f"failed: gone (turn {turn[:8]}, #1)" in row
+    assert f"failed [refused_permission]: gone (turn {turn[:8]}, #1)" in row
     status, out, _ = await ore(ore_nats_url, tmp_path, "link", "list", "--json")
     (links,) = json.loads(out)
     (web,) = links["endpoints"]
@@ -108,6 +115,7 @@ async def test_the_list_shows_each_endpoint_s_last_delivery_status(
         "turn": turn,
         "sequence": 1,
         "detail": "gone",
+        "reason": "refused_permission",
     }
 
 
