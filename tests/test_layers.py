@@ -55,7 +55,7 @@ FLOORS: dict[str, tuple[str, ...]] = {
         "ore_core.store_options",
     ),
     "sdk": ("ore_core.conduit.*", "ore_core._nats.*", "ore_core.files.*"),
-    "bus": ("ore_core.bus.*", "ore_core.bridge.*", "ore_core.files.api"),
+    "bus": ("ore_core.bus.*", "ore_core.bridge.*"),
     "plugins": ("ore_core.plugins.*", "ore_core.files.interceptor"),
     "cli": ("ore_core.cli.*", "ore_core.cli_entry", "ore_core.scaffold.*"),
     "testing": ("ore_core.testing.*",),
@@ -190,8 +190,8 @@ ROOMS: dict[str, tuple[str, ...]] = {
 }
 """The rooms of the bus floor (docs/design/conduit-shape.md, section 2) -> their modules,
 written as in `FLOORS`. Below the bus, the floors are the rooms, but the SDK floor is
-two: `_nats` (the transport every side shares) and `conduit` (what a conduit process
-imports)."""
+three: `_nats` (the transport every side shares), `conduit` (what a conduit process
+imports) and `files` (the files bucket's access, shared by the core and conduits)."""
 
 _BELOW = ("vocabulary", "ledger", "session")
 
@@ -202,9 +202,9 @@ ROOM_MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "bridge": (*_BELOW, "config", "_nats"),
     "egress": (*_BELOW, "_nats", "bridge"),
     "ingress": (*_BELOW, "_nats", "bridge", "cluster", "server", "egress"),
-    "api": (*_BELOW, "_nats", "bridge", "cluster"),
+    "api": (*_BELOW, "_nats", "files", "bridge", "cluster"),
     "ops": (*_BELOW, "config", "_nats", "conduit", *(room for room in ROOMS if room != "service")),
-    "service": (*_BELOW, "config", "_nats", "conduit", "plugins", *ROOMS),
+    "service": (*_BELOW, "config", "_nats", "conduit", "files", "plugins", *ROOMS),
 }
 """Room -> what its modules may import (besides their own room): every import counts,
 also one inside a function or under `TYPE_CHECKING`, so a dependency is never hidden."""
@@ -216,6 +216,8 @@ def room_of(module: str) -> str | None:
         return "_nats"
     if module == "ore_core.conduit" or module.startswith("ore_core.conduit."):
         return "conduit"
+    if module == "ore_core.files" or module.startswith("ore_core.files."):
+        return "files"
     for room, names in ROOMS.items():
         for name in names:
             package = name.removesuffix(".*")

@@ -49,6 +49,7 @@ from ore_core.bridge.links import LinkConflict, LinkError, LinkNotFound
 from ore_core.bus.api.access import ThreadAccess
 from ore_core.bus.api.api_base import ApiFailure, RawReply, Reply, RequestBody, ThreadId
 from ore_core.bus.api.changes import ThreadChanges
+from ore_core.bus.api.files import FileApi
 from ore_core.bus.api.forwarding import Forwarding
 from ore_core.bus.api.link_api import LinkApi
 from ore_core.bus.api.model_offer import ModelOffer
@@ -63,7 +64,6 @@ from ore_core.errors import (
     ThreadNotFound,
     TurnNotFound,
 )
-from ore_core.files.api import FileApi
 from ore_core.ledger.thread import Thread
 from ore_core.session.manager import Manager
 from ore_core.session.stream import Stream
