@@ -154,7 +154,7 @@ async def test_list_all_shows_every_conduit_of_the_checkout_with_its_install_lin
             "install",
             str(CHECKOUT / "conduits" / name),
         ]
-        for name in ("nats", "slack", "stdin", "telegram", "web")
+        for name in ("discord", "matrix", "nats", "slack", "stdin", "telegram", "web")
     }
 
 

@@ -33,7 +33,6 @@ from ore_core.conduit.base import Conduit, ConduitConfig
 from ore_core.conduit.client import ConduitClient, Sent
 from ore_core.conduit.conversations import Conversations
 from ore_core.conduit.copies import COPY_DEADLINE, Copies
-from ore_core.conduit.counters import metrics
 from ore_core.conduit.inbound import Forwarder, SerialByKey, derived_traceparent
 from ore_core.conduit.lanes import ThreadLanes
 from ore_core.conduit.pacing import Pacing
@@ -175,8 +174,8 @@ class Engine:
 
     async def _receive(self, inbound: Inbound) -> None:
         """Forward one event, then confirm it; a refusal is told and confirmed (it would
-        be refused again), a core still away after `patience` is told and not."""
-        metrics.received(self.name)
+        be refused again), a core still away after `patience` is told and not. (The
+        client counts a message received once the core has it.)"""
         if not await self.conduit.admit(self, inbound):
             await inbound.done()
             return
