@@ -34,6 +34,11 @@ async def page(stack: WebStack, context: BrowserContext) -> Page:
     await box.fill("E2E_REPLY:hello there")
     await box.press("Enter")
     await expect(opened.locator("article.assistant .body")).to_have_text(["hello there"])
+    # The first message names the thread a moment after it is sent: the header and the
+    # list item show that title before a test reads either.
+    title = "E2E_REPLY:hello there"
+    await expect(opened.locator("h1")).to_have_text(title)
+    await expect(current_item(opened).get_by_label(f"Rename {title}", exact=True)).to_have_count(1)
     return opened
 
 
