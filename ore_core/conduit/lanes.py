@@ -177,7 +177,11 @@ class ThreadLanes:
             due = lane.due()
             timeout = self.idle if due is None else max(due, 0.0)
             try:
-                item = await asyncio.wait_for(queue.items.get(), timeout)
+                # `asyncio.timeout`, not `wait_for`: on Python 3.11 `wait_for` can swallow
+                # a cancellation that lands as the item arrives, and a conduit being
+                # stopped would go on rendering (seen once in CI: not stopped in 10 s).
+                async with asyncio.timeout(timeout):
+                    item = await queue.items.get()
             except TimeoutError:
                 if due is not None:
                     await self._safely(thread_id, lane.tick())
