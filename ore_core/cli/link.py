@@ -14,18 +14,16 @@ from collections.abc import Callable
 from typing import Any
 
 import click
-import nats
-from nats.errors import Error as NatsError
 
 from ore_core._nats.connection import NatsCredentials
 from ore_core.cli.options import cli_state, nats_settings, table_columns
 from ore_core.cli.running import find_running
+from ore_core.conduit.control import ControlClient
 from ore_core.config import OreSettings
 from ore_core.endpoint import ANSWERS, DIRECTIONS, Endpoint, KeyForm, parse_endpoint
-from ore_core.errors import OreError
+from ore_core.errors import ApiError, BusError, OreError
 from ore_core.plugins.manager import OrePluginManager
 from ore_core.plugins.registry import collect_registrations
-from ore_core.subjects import Subjects
 
 __all__ = ["conversation_keys", "key_forms", "link", "parse_typed_endpoint"]
 
@@ -80,27 +78,23 @@ def _request(method: str, body: dict[str, Any]) -> dict[str, Any]:
                 "start `ore serve`, or set nats.url (ORE_NATS__URL)"
             )
         nats_config = nats_settings(nats_config, [running.nats_url])
-    subject = Subjects(nats_config.subject_prefix).admin(method)
 
     async def call() -> dict[str, Any]:
-        options = NatsCredentials.from_settings(nats_config).connect_options()
         try:
-            nc = await nats.connect(
-                nats_config.url or [], allow_reconnect=False, connect_timeout=_TIMEOUT, **options
-            )
-        except (NatsError, OSError) as exc:
-            raise OreError(f"ore link: cannot reach NATS at {nats_config.url}: {exc}") from None
-        try:
-            reply = await nc.request(subject, json.dumps(body).encode(), timeout=_TIMEOUT)
-        except NatsError as exc:
-            raise OreError(f"ore link: {subject} not answered ({exc}); is `ore serve` running?")
-        finally:
-            await nc.close()
-        answer: dict[str, Any] = json.loads(reply.data or b"{}")
-        error = answer.get("error")
-        if isinstance(error, dict):
-            raise OreError(f"ore link: {error.get('message', error)}")
-        return answer
+            async with await ControlClient.connect(
+                nats_config.url or [],
+                name="ore-link",
+                prefix=nats_config.subject_prefix,
+                credentials=NatsCredentials.from_settings(nats_config),
+                request_timeout=_TIMEOUT,
+                connect_timeout=_TIMEOUT,
+                reconnect=False,
+            ) as control:
+                return await control.call(method, body)
+        except ApiError as exc:
+            raise OreError(f"ore link: {exc.message}") from None
+        except BusError as exc:
+            raise OreError(f"ore link: {exc}") from None
 
     return asyncio.run(call())
 

@@ -362,8 +362,10 @@ class ConduitClient(MessagesIn):
         send_deadline: float = 30.0,
         reconnect_wait: float = 2.0,
         connect_timeout: float = 10.0,
+        reconnect: bool = True,
     ) -> ConduitClient:
-        """Connect to NATS as conduit `name` (reconnects forever once connected).
+        """Connect to NATS as conduit `name` (reconnects forever once connected, or
+        never with `reconnect=False`: a one-shot command fails at once instead).
 
         The first connection must succeed within `connect_timeout` seconds, else
         BusError: nats-py would otherwise keep retrying an unreachable server forever.
@@ -383,7 +385,7 @@ class ConduitClient(MessagesIn):
         async def on_error(error: Exception) -> None:
             if permissions.observe(error):
                 log.warning("NATS refused a subject", conduit=name, error=str(error))
-            else:
+            elif reconnect:  # else the error is the caller's, raised once
                 log.info("NATS connection problem", conduit=name, error=str(error))
 
         async def on_reconnected() -> None:
@@ -395,8 +397,11 @@ class ConduitClient(MessagesIn):
             "name": name,
             "error_cb": on_error,
             "reconnected_cb": on_reconnected,
-            "max_reconnect_attempts": -1,
-            "reconnect_time_wait": reconnect_wait,
+            # nats-py's first connect tries each server until it has failed more than
+            # `max_reconnect_attempts` times (-1: forever); one-shot: twice, no pause.
+            "allow_reconnect": reconnect,
+            "max_reconnect_attempts": -1 if reconnect else 1,
+            "reconnect_time_wait": reconnect_wait if reconnect else 0,
             "inbox_prefix": inbox_prefix or Subjects(prefix).inbox(ns),
             **(credentials or NatsCredentials()).connect_options(),
         }

@@ -54,10 +54,13 @@ class ControlClient:
         credentials: NatsCredentials | None = None,
         request_timeout: float = 5.0,
         connect_timeout: float = 10.0,
+        reconnect: bool = True,
     ) -> ControlClient:
         """Connect to NATS as operator `name`, with replies on `_INBOX` (where an
         operator's user of `ore auth` may listen); the same checks and errors as
-        `ConduitClient.connect`, whose connection it opens and closes."""
+        `ConduitClient.connect`, whose connection it opens and closes. A one-shot
+        command passes `reconnect=False`: a lost or wrong server is then its one error
+        line at once, not a wait."""
         client = await ConduitClient.connect(
             servers,
             name=name,
@@ -66,6 +69,7 @@ class ControlClient:
             credentials=credentials,
             request_timeout=request_timeout,
             connect_timeout=connect_timeout,
+            reconnect=reconnect,
         )
         return cls(
             client.nc,

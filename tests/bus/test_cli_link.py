@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import re
+import socket
 import sys
 from pathlib import Path
 
@@ -68,6 +69,22 @@ async def test_a_bad_endpoint_is_one_error_line_and_exit_status_1(
     assert status == 1
     assert "no installed conduit named 'slack' declares a conversation_key" in err
     assert len(err.strip().splitlines()) == 1
+
+
+async def test_a_nats_url_where_no_server_listens_is_one_error_line_not_a_wait(
+    tmp_path: Path,
+) -> None:
+    # A port nothing listens on: the operator's one-shot client tries it and stops,
+    # where a reconnecting client would log each retry until its connect timeout.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        url = f"nats://127.0.0.1:{probe.getsockname()[1]}"
+    status, out, err = await ore(url, tmp_path, "link", "list")
+    assert (status, out) == (1, "")
+    assert err.splitlines() == [
+        f"Error: ore link: cannot connect conduit ore-link to NATS at ['{url}']: "
+        "nats: no servers available for connection"
+    ]
 
 
 async def test_linking_to_an_unknown_thread_says_so(
