@@ -61,6 +61,7 @@ class ControlStore:
             prefix=nats.subject_prefix,
             credentials=NatsCredentials.from_settings(nats),
             connect_timeout=CONNECT_TIMEOUT,
+            reconnect=False,  # a command: a lost server is its error, not a wait
         )
         return cls(client, name, f"{name} (through ore serve at {', '.join(servers)})")
 
