@@ -410,6 +410,10 @@ class FilesSettings(_Section):
     bucket_max_bytes: ByteSize = ByteSize(0)
     """Size limit of the object store bucket that holds the files (`ORE_FILES`); 0: no
     limit beyond the server's. A full bucket refuses new files, never drops stored ones."""
+    retention: NonNegativeFloat = 7 * 24 * 3600.0
+    """Seconds a stored file that no thread refers to any more (its threads deleted, or
+    uploaded and never sent) is kept before `ore files sweep` removes it. It also keeps
+    a file uploaded for a message not yet stored: keep it well above a turn's length."""
 
     @field_validator("allowed_types")
     @classmethod

@@ -369,6 +369,7 @@ class CoreService:
             worker_id=ownership.worker_id,
             links=self._links,
             offer=ModelOffer(self.manager.processor, self._processor_name),
+            files_retention=self.config.files_retention,
         )
         await self._control.start()
         if self._gateways:

@@ -8,26 +8,20 @@ credentials of `[nats]`), so every worker honours a change at once. An endpoint 
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
 
 import click
 
-from ore_core._nats.connection import NatsCredentials
-from ore_core.cli.options import cli_state, nats_settings, table_columns
-from ore_core.cli.running import find_running
-from ore_core.conduit.control import ControlClient
+from ore_core.cli.admin_call import admin_request
+from ore_core.cli.options import cli_state, table_columns
 from ore_core.config import OreSettings
 from ore_core.endpoint import ANSWERS, DIRECTIONS, Endpoint, KeyForm, parse_endpoint
-from ore_core.errors import ApiError, BusError, OreError
 from ore_core.plugins.manager import OrePluginManager
 from ore_core.plugins.registry import collect_registrations
 
 __all__ = ["conversation_keys", "key_forms", "link", "parse_typed_endpoint"]
-
-_TIMEOUT = 10.0
 
 
 def conversation_keys(
@@ -67,36 +61,7 @@ def _endpoint(text: str) -> Endpoint:
 
 
 def _request(method: str, body: dict[str, Any]) -> dict[str, Any]:
-    """`P.admin.<method>` on the configured NATS (or the running `ore serve`'s)."""
-    settings = cli_state().settings
-    nats_config = settings.nats
-    if not nats_config.url:
-        running = find_running()
-        if running is None:
-            raise OreError(
-                "ore link: no NATS server configured and no running `ore serve` recorded; "
-                "start `ore serve`, or set nats.url (ORE_NATS__URL)"
-            )
-        nats_config = nats_settings(nats_config, [running.nats_url])
-
-    async def call() -> dict[str, Any]:
-        try:
-            async with await ControlClient.connect(
-                nats_config.url or [],
-                name="ore-link",
-                prefix=nats_config.subject_prefix,
-                credentials=NatsCredentials.from_settings(nats_config),
-                request_timeout=_TIMEOUT,
-                connect_timeout=_TIMEOUT,
-                reconnect=False,
-            ) as control:
-                return await control.call(method, body)
-        except ApiError as exc:
-            raise OreError(f"ore link: {exc.message}") from None
-        except BusError as exc:
-            raise OreError(f"ore link: {exc}") from None
-
-    return asyncio.run(call())
+    return admin_request("ore link", method, body)
 
 
 def _show(links: dict[str, Any], *, deliveries: bool = False) -> list[tuple[str, ...]]:

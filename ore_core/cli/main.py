@@ -40,6 +40,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "chat": "ore_core.cli.chat:chat",
     "conduit": "ore_core.cli.conduit:conduit",
     "doctor": "ore_core.cli.doctor:doctor",
+    "files": "ore_core.cli.files:files",
     "link": "ore_core.cli.link:link",
     "migrate": "ore_core.cli.migrate:migrate",
     "models": "ore_core.cli.models:models",

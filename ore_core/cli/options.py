@@ -142,9 +142,10 @@ def nats_settings(
 
 def bus_config(nats: NatsSettings, files: FilesSettings | None = None) -> BusConfig:
     """The core's bus configuration (partitions, payload limit, store retry delays, the
-    files bucket's size)."""
+    files bucket's size and retention)."""
     return BusConfig(
         files_max_bytes=int(files.bucket_max_bytes or -1) if files else -1,
+        files_retention=(files or FilesSettings()).retention,
         partitions=nats.partitions,
         max_payload=int(nats.max_payload),
         replicas=nats.replicas,

@@ -14,11 +14,13 @@ import asyncio
 import base64
 import hashlib
 import mimetypes
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nats.js import api
-from nats.js.errors import ObjectNotFoundError
+from nats.js.errors import NotFoundError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
 from ore_core._nats.object_store import NamedReads
@@ -33,6 +35,7 @@ __all__ = [
     "FileCorrupt",
     "FileMissing",
     "FileStore",
+    "StoredFile",
     "Uploads",
     "checked",
     "guess_media_type",
@@ -41,6 +44,16 @@ __all__ = [
 ]
 
 DEFAULT_MEDIA_TYPE = "application/octet-stream"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredFile:
+    """One file in the bucket: its sha256, size and when it was stored (None when its
+    description does not say)."""
+
+    sha256: str
+    size: int
+    stored_at: datetime | None
 
 
 class FileMissing(OreError):
@@ -139,10 +152,29 @@ class FileStore(Uploads):
         """Remove one stored file (the core's; a conduit may not)."""
         await self._objects.delete(sha256)
 
+    async def stored_files(self) -> list[StoredFile]:
+        """Every file in the bucket (removed ones left out)."""
+        try:
+            infos = await self._objects.list(ignore_deletes=True)
+        except NotFoundError:  # nats-py's answer for an empty bucket
+            return []
+        return [
+            StoredFile(str(info.name), int(info.size or 0), _stored_at(info.mtime))
+            for info in infos
+            if not info.deleted
+        ]
+
     async def stored_bytes(self) -> int:
         """Bytes the bucket holds, chunks and descriptions (the core's; a conduit may not)."""
         status = await self._objects.status()
         return int(status.size)
+
+
+def _stored_at(mtime: str | None) -> datetime | None:
+    try:
+        return datetime.fromisoformat(mtime) if mtime else None
+    except ValueError:
+        return None
 
 
 def checked(attachment: Attachment, data: bytes, sha256: str) -> bytes:

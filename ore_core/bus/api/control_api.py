@@ -326,6 +326,7 @@ class ControlAPI:
         worker_id: str | None = None,
         links: LinkCache | None = None,
         offer: ModelOffer | None = None,
+        files_retention: float = 7 * 24 * 3600.0,
     ) -> None:
         self._nc = nc
         self._offer = offer or ModelOffer(manager.processor, "processor")
@@ -353,7 +354,7 @@ class ControlAPI:
         )
         self._route = route
         self._forwarding = Forwarding(nc, subjects, worker_id)
-        self._files = FileApi(nc, subjects, self._access)
+        self._files = FileApi(nc, subjects, self._access, manager.store, files_retention)
 
     @property
     def endpoints(self) -> dict[str, str]:
@@ -445,6 +446,7 @@ class ControlAPI:
             ("threads.turns", _ThreadRef, self._turns),
             ("health", _Empty, self._health),
             *self._link_api.admin_methods(),
+            *self._files.admin_methods(),
         ]
         api, adm = self._subjects.api, self._subjects.admin
         return [

@@ -1,4 +1,5 @@
-"""The core's file methods for conduits: `files.stat` and `files.read`.
+"""The core's file methods: `files.stat` and `files.read` for conduits, `files.sweep`
+for operators.
 
 A conduit writes its uploads straight into the bucket but reads nothing of it itself: a
 NATS permission cannot pin a read to one object. `files.stat` says whether a file is
@@ -12,6 +13,7 @@ installs the core's `FileStore` as this process's reader for turn processors
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from nats.aio.client import Client as NatsClient
@@ -24,10 +26,12 @@ from ore_core.bus.api.access import ThreadAccess
 from ore_core.bus.api.api_base import ApiFailure, Reply, RequestBody, ThreadId
 from ore_core.files.reading import use_reader
 from ore_core.files.store import FileStore
+from ore_core.files.sweep import SweepRefused, sweep
 from ore_core.ledger.thread import Thread
+from ore_core.session.protocols import Store
 from ore_core.subjects import Subjects
 
-__all__ = ["FileApi", "FileRead", "FileStat"]
+__all__ = ["FileApi", "FileRead", "FileStat", "FileSweep"]
 
 Handler = Callable[[Any, str], Awaitable[Reply]]
 
@@ -48,23 +52,51 @@ class FileRead(RequestBody):
     inbox: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)+$")]
 
 
+class FileSweep(RequestBody):
+    """`files.sweep` (operators): remove the files no thread refers to that were stored
+    more than `older_than` seconds ago (default: `files.retention`)."""
+
+    older_than: Annotated[float | None, Field(ge=0)] = None
+
+
 class FileApi:
-    """Answers the file methods of every namespace for the bucket of `subjects`."""
+    """Answers the file methods of every namespace for the bucket of `subjects`, and
+    the operators' `files.sweep` over the threads of `store`."""
 
     def __init__(
         self,
         nc: NatsClient,
         subjects: Subjects,
         access: ThreadAccess,
+        store: Store,
+        retention: float,
     ) -> None:
         self._subjects = subjects
         self._objects = NamedReads(subjects.files_bucket, nc.jetstream())
         self._access = access
-        use_reader(FileStore(nc.jetstream(), subjects.files_bucket))  # for processors
+        self._store = store
+        self._retention = retention
+        self._files = FileStore(nc.jetstream(), subjects.files_bucket)
+        use_reader(self._files)  # for processors
 
     def conduit_methods(self) -> list[tuple[str, type[Any], Handler]]:
         """(method, request model, handler) of each conduit method, for the control API."""
         return [("files.stat", FileStat, self.stat), ("files.read", FileRead, self.read)]
+
+    def admin_methods(self) -> list[tuple[str, type[Any], Callable[[Any], Awaitable[Reply]]]]:
+        """(method, request model, handler) of each operator method."""
+        return [("files.sweep", FileSweep, self.sweep)]
+
+    async def sweep(self, body: FileSweep) -> Reply:
+        """Mark and sweep (`ore_core.files.sweep`); what was kept and removed."""
+        older_than = self._retention if body.older_than is None else body.older_than
+        try:
+            swept = await sweep(
+                self._store, self._files, timedelta(seconds=older_than), datetime.now(UTC)
+            )
+        except SweepRefused as exc:
+            raise ApiFailure(409, str(exc), "conflict") from None
+        return swept.as_dict()
 
     async def stat(self, body: FileStat, namespace: str) -> Reply:
         """`{"stored": bool, "size": n}`: whether the bytes of `sha256` are stored."""

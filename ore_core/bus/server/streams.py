@@ -110,6 +110,7 @@ class BusConfig:
     lease_ttl: float = 4.0
     workers_bucket: str = "ORE_WORKERS"
     files_max_bytes: int = -1
+    files_retention: float = 7 * _DAY
 
     def __post_init__(self) -> None:
         count = self.partitions
