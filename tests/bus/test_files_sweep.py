@@ -134,3 +134,26 @@ async def test_a_thread_the_store_cannot_read_stops_the_sweep_before_it_removes_
     assert refused.value.status == 409
     assert "thread broken cannot be read" in refused.value.message
     assert len(await files.stored_files()) == 1
+
+
+async def test_a_5_mb_file_sent_100_times_is_stored_once_and_freed_with_its_threads(
+    start_core: CoreFactory, ore_nats_client: Client, store: MemoryStore
+) -> None:
+    await start_core()
+    files, admin = files_of(ore_nats_client), ControlClient(ore_nats_client)
+    empty = await files.stored_bytes()
+    report = bytes(range(256)) * (5 * 1024 * 4)  # 5 MiB
+    threads = [f"t-pdf-{n}" for n in range(10)]
+    for n in range(100):
+        sent = await files.upload(report, "report.pdf")
+        await send_with(ore_nats_client, threads[n % 10], f"m-{n}", sent)
+    for thread_id in threads:
+        await stored_turns(store, thread_id, 20)  # ten messages, ten answers
+    stored = await files.stored_bytes() - empty
+    assert len(report) <= stored < len(report) + 64 * 1024  # the bytes once, and a header
+
+    for thread_id in threads:
+        assert await admin.delete_thread(thread_id)
+    swept = await admin.call("files.sweep", {"older_than": 0})
+    assert (swept["removed"], swept["freed"]) == (1, len(report))
+    assert await files.stored_bytes() - empty < 4 * 1024  # the removed file's description
