@@ -1,6 +1,6 @@
 """What a relay hop costs: latency from endpoint A to endpoint B, and the core's CPU per copy.
 
-Run: `python bench/bridge.py [--gateways 1,100] [--samples N]` (not a test)
+Run: `python bench/bridge.py [--gateways 1,100] [--samples N] [--media 1,20]` (not a test)
 
 One embedded nats-server and one real `ore serve` process (SQLite store, echo processor
 without delay, via tests/scale/harness.py). Endpoints are raw protocol.md clients in
@@ -23,6 +23,10 @@ per relayed message (recorded + one copy), and per copy: the extra CPU of thread
 linked to four namespaces over threads linked to one, divided by the three extra copies
 (goal: a copy at most half a turn). Absolute numbers on a shared machine are noise;
 compare the columns of one run.
+
+Media (issue 39): a 1 MB and a 20 MB file from `alpha`'s upload to `beta` holding its
+bytes (the copy's turn arrived and `files.read` fetched it), against putting the same
+size into the bucket and reading it back once, in the same run.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -44,7 +49,12 @@ from nats.aio.msg import Msg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ore_core import ConduitClient
+from ore_core.artifacts.attachment import Attachment
 from ore_core.bus.server.embedded import EmbeddedNatsServer
+from ore_core.files.policy import FilePolicy
+from ore_core.files.store import FileStore
+from ore_core.subjects import Subjects
 from tests.scale.harness import Workers
 
 COPIES = ("beta", "gamma", "delta", "epsilon")  # namespaces a relayed thread is shown on
@@ -83,9 +93,13 @@ class Endpoints:
                 if waiter is not None and not waiter.done():
                     waiter.set_result(time.perf_counter())
 
-    async def send(self, namespace: str, thread: str, text: str) -> None:
+    async def send(
+        self, namespace: str, thread: str, text: str, attachments: tuple[Attachment, ...] = ()
+    ) -> None:
         event_id = uuid.uuid4().hex
-        body = {"kind": "user_message", "id": event_id, "content": text}
+        body: dict[str, Any] = {"kind": "user_message", "id": event_id, "content": text}
+        if attachments:
+            body["attachments"] = [file.to_dict() for file in attachments]
         await self.js.publish(
             f"ore.in.{namespace}.{thread}",
             json.dumps(body).encode(),
@@ -93,13 +107,15 @@ class Endpoints:
             timeout=30,
         )
 
+    def expect(self, receiver: str, thread: str, role: str) -> asyncio.Future[float]:
+        """When the next `role` turn of `thread` arrives on `receiver`'s subject."""
+        waiter: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+        self._waiting[(receiver, thread, role)] = waiter
+        return waiter
+
     async def hop(self, sender: str, thread: str, *waits: tuple[str, str]) -> list[float]:
         """Seconds from `sender`'s publish to each (receiver, role) turn on its subject."""
-        loop = asyncio.get_running_loop()
-        waiters = []
-        for receiver, role in waits:
-            waiters.append(loop.create_future())
-            self._waiting[(receiver, thread, role)] = waiters[-1]
+        waiters = [self.expect(receiver, thread, role) for receiver, role in waits]
         started = time.perf_counter()
         await self.send(sender, thread, "hello")
         async with asyncio.timeout(60):
@@ -144,7 +160,41 @@ def quantiles(latencies: list[float]) -> tuple[float, float]:
     return cuts[49] * 1000, cuts[98] * 1000
 
 
-async def main(gateways: list[int], samples: int) -> None:
+async def media(url: str, endpoints: Endpoints, sizes_mb: list[int], samples: int) -> None:
+    """A file from `alpha`'s upload to its bytes fetched by `beta` on a linked thread (what
+    a conduit does before it posts the copy), against the same bytes put into the bucket
+    and read back once with the core's own `FileStore`: one copy in, one out."""
+    bucket = FileStore(endpoints.js, Subjects().files_bucket, FilePolicy(max_size=1 << 30))
+    alpha = await ConduitClient.connect(url, name="alpha")
+    beta = await ConduitClient.connect(url, name="beta")
+    (thread,) = await make_threads(endpoints.nc, "media", 1, copies=1)
+    print(f"\nmedia, alpha -> beta, against the bytes once through NATS (median of {samples})")
+    print(f"{'size':>6}  {'once ms':>9}  {'relayed ms':>10}  ratio")
+    try:
+        for size_mb in sizes_mb:
+            once: list[float] = []
+            relayed: list[float] = []
+            for _ in range(samples):
+                data = os.urandom(size_mb * 1_000_000)  # new bytes: nothing is stored yet
+                started = time.perf_counter()
+                await bucket.fetch(await bucket.upload(data, "once.pdf"))
+                once.append(time.perf_counter() - started)
+                data = os.urandom(size_mb * 1_000_000)
+                started = time.perf_counter()
+                sent = await alpha.upload(data, "report.pdf")
+                shown = endpoints.expect("beta", thread, "user")
+                await endpoints.send("alpha", thread, "the report", (sent,))
+                await shown
+                assert await beta.fetch(thread, sent) == data
+                relayed.append(time.perf_counter() - started)
+            o50, r50 = statistics.median(once) * 1000, statistics.median(relayed) * 1000
+            print(f"{size_mb:>4}MB  {o50:>9.1f}  {r50:>10.1f}  {r50 / o50:5.2f}x")
+    finally:
+        await alpha.close()
+        await beta.close()
+
+
+async def main(gateways: list[int], samples: int, media_mb: list[int]) -> None:
     with (
         tempfile.TemporaryDirectory(prefix="ore-bench-bridge-") as tmp,
         EmbeddedNatsServer(Path(tmp) / "nats") as server,
@@ -155,6 +205,10 @@ async def main(gateways: list[int], samples: int) -> None:
             nc = await nats.connect(server.url)
             try:
                 await measure(nc, worker.pid, gateways, samples)
+                if media_mb:
+                    endpoints = Endpoints(nc)
+                    await endpoints.listen()
+                    await media(server.url, endpoints, media_mb, max(3, samples // 60))
             finally:
                 await nc.close()
         finally:
@@ -207,5 +261,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gateways", default="1,100", help="concurrent gateways, comma-separated")
     parser.add_argument("--samples", type=int, default=300, help="hops measured per figure")
+    parser.add_argument(
+        "--media", default="1,20", help="file sizes in MB for the media row ('' for none)"
+    )
     args = parser.parse_args()
-    asyncio.run(main([int(n) for n in args.gateways.split(",")], args.samples))
+    sizes = [int(n) for n in args.media.split(",") if n]
+    asyncio.run(main([int(n) for n in args.gateways.split(",")], args.samples, sizes))
