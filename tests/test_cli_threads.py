@@ -25,10 +25,9 @@ from ore_core.cli.threads import UNANSWERED
 from ore_core.config import OreSettings
 from ore_core.errors import TurnFailed
 from ore_core.plugins.manager import create_plugin_manager
-from ore_core.session.compaction import BoundaryInfo, plan_cut, store_compaction
+from ore_core.session.compaction import BOUNDARY_INFO_KEY, BoundaryInfo, plan_cut, store_compaction
 from ore_core.session.manager import Manager
 from ore_core.session.stores import JSONStore, SQLiteStore
-from ore_core.session.thread_ops import BOUNDARY_INFO_KEY
 from ore_core.session.turn_context import TurnContext
 
 ORE = Path(sys.executable).with_name("ore")

@@ -7,6 +7,7 @@ import pytest
 from ore_core import Role, Text, Thread, ToolCall, ToolResult
 from ore_core.errors import OreError
 from ore_core.session.compaction import (
+    BOUNDARY_INFO_KEY,
     COPY_OF,
     BoundaryInfo,
     estimate_tokens,
@@ -14,7 +15,6 @@ from ore_core.session.compaction import (
     store_compaction,
     uncompact,
 )
-from ore_core.session.thread_ops import BOUNDARY_INFO_KEY
 
 
 def exchange(thread: Thread, number: int) -> None:

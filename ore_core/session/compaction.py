@@ -25,8 +25,10 @@ from ore_core.artifacts import Text, ToolCall, Usage
 from ore_core.errors import OreError
 from ore_core.jsonutil import dumps
 from ore_core.ledger.thread import Thread
-from ore_core.session.thread_ops import BOUNDARY_INFO_KEY
 from ore_core.turn import Role, Turn
+
+BOUNDARY_INFO_KEY = "ore.compaction.boundary.info"
+"""Metadata key of the compaction boundary's `BoundaryInfo` (what was summarised)."""
 
 __all__ = [
     "BYTES_PER_TOKEN",

@@ -32,7 +32,7 @@ from ore_core.session.compaction import (
 )
 from ore_core.session.protocols import InterceptResult
 from ore_core.session.slash import SlashCommands, parse_command
-from ore_core.session.thread_ops import APP_CONTEXT
+from ore_core.session.stream import APP_CONTEXT
 from ore_core.turn import Turn
 
 if TYPE_CHECKING:

@@ -35,10 +35,12 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from time import perf_counter
 
 import structlog
 
 from ore_core import tracing
+from ore_core.artifacts import Artifact
 from ore_core.errors import (
     Interrupted,
     OreError,
@@ -51,11 +53,14 @@ from ore_core.events import (
     DeleteEvent,
     EditEvent,
     ErrorEvent,
+    EventContext,
     IngressEvent,
     InterruptEvent,
     LifecycleEvent,
     NoticeEvent,
     OutputEvent,
+    PropertiesEvent,
+    PropertyOperation,
     RegenerateEvent,
     SessionSwitchEvent,
     Severity,
@@ -70,30 +75,41 @@ from ore_core.session.bridging import (
     turn_extra,
     unanswered,
 )
+from ore_core.session.compaction import BOUNDARY_INFO_KEY
 from ore_core.session.fanout import Subscription
 from ore_core.session.interception import intercept
 from ore_core.session.pending import HandledCallback, Pending, RetryCallback, collect, reject
 from ore_core.session.policy import DoubleTexting
 from ore_core.session.protocols import Interceptor, Store, TurnProcessor
 from ore_core.session.redelivery import Redeliveries
+from ore_core.session.spec import KEY_MODEL_NAME, ModelSpec
 from ore_core.session.store_health import DELAYED_NOTICE, StoreHealth, is_store_failure
-from ore_core.session.thread_ops import BOUNDARY_INFO_KEY, ThreadOps
 from ore_core.session.turn_context import Transform, TurnContext
 from ore_core.tasks import TaskCrashed, TaskScope
-from ore_core.turn import Role
+from ore_core.turn import Role, TraversalControl, Turn
 
-__all__ = ["BOUNDARY_INFO_KEY", "NewThread", "Stream"]
+__all__ = ["APP_CONTEXT", "BOUNDARY_INFO_KEY", "NewThread", "Stream"]
 
 
 log = structlog.get_logger("ore.session")
+
+APP_CONTEXT = EventContext(provenance="app")
+"""The context of what the application says on a thread (its metadata changes, notices)."""
+_NO_SPEC = ModelSpec()
 
 
 NewThread = Callable[[], Awaitable[str]]
 """Starts a new thread beside this one and returns its id (what `/new` needs)."""
 
 
-class Stream(ThreadOps):
-    """The live session of one thread. Create through `Manager`, not directly."""
+class Stream:
+    """The live session of one thread. Create through `Manager`, not directly.
+
+    One class, longer than the budget, on purpose (tests/test_code_shape.py lists it):
+    the thread operations that interceptors and processors call (append a turn, set
+    metadata, mark a compaction boundary, save) check the stream's open state and
+    publish through its fan-out, so cut apart they were a base class with hooks back
+    into this one."""
 
     def __init__(
         self,
@@ -173,6 +189,87 @@ class Stream(ThreadOps):
     def processor(self) -> TurnProcessor:
         """The turn processor that answers (what `/model` asks which models it has)."""
         return self._processor
+
+    # -- the thread: read, append, metadata, save ---------------------------------
+
+    @property
+    def id(self) -> str:
+        """The thread id (streams and threads share ids)."""
+        return self._thread.id
+
+    def state(self) -> Thread:
+        """The live thread (owned by the stream's worker: read, do not mutate concurrently)."""
+        return self._thread
+
+    def turns(self) -> list[Turn]:
+        """The active path, oldest first (a copy)."""
+        return self._thread.turns()
+
+    async def append_turn(
+        self, role: Role | str, *artifacts: Artifact, context: EventContext | None = None
+    ) -> Turn:
+        """Append a finished turn to the active path and announce it (not saved: call save())."""
+        self._check_open()
+        turn = self._thread.append(role, *artifacts)
+        self.publish(TurnCompleteEvent.of(turn, context or EventContext()))
+        return turn
+
+    def get_metadata(self, key: str) -> str | None:
+        """The metadata value for `key`, or None."""
+        return self._thread.meta().get(key)
+
+    def all_metadata(self) -> dict[str, str]:
+        """A copy of the thread metadata."""
+        return self._thread.meta().all()
+
+    async def set_metadata(self, key: str, value: str) -> None:
+        """Set a metadata key, announce it as a `properties` event and save."""
+        self._check_open()
+        self._thread.meta().set(key, value)
+        await self._announce_and_save(PropertyOperation(op="set", key=key, value=value))
+
+    async def delete_metadata(self, key: str) -> None:
+        """Delete a metadata key (missing is fine), announce it and save."""
+        self._check_open()
+        self._thread.meta().delete(key)
+        await self._announce_and_save(PropertyOperation(op="delete", key=key))
+
+    async def _announce_and_save(self, operation: PropertyOperation) -> None:
+        self.publish(PropertiesEvent(operations=[operation], context=APP_CONTEXT))
+        await self._save_thread()
+
+    def spec(self) -> ModelSpec:
+        """Model and sampling settings from the `ore.model.*` metadata keys."""
+        meta = self._thread.meta()
+        if not meta.get(KEY_MODEL_NAME):  # every turn asks: no copy of the metadata then
+            return _NO_SPEC
+        return ModelSpec.from_metadata(meta.all())
+
+    async def mark_boundary(
+        self, summary_turn_id: str, info: str = "", *, save: bool = True
+    ) -> None:
+        """Make `summary_turn_id` the start of the active path (compaction) and save.
+
+        `save=False` leaves the save to the turn in progress (an interceptor's change is
+        saved with the message's answer, so a failing store cannot lose the message).
+        """
+        self._check_open()
+        self._thread.set_control(summary_turn_id, TraversalControl.STOP)
+        if info:
+            self._thread.meta().set(BOUNDARY_INFO_KEY, info)
+        if save:
+            await self._save_thread()
+
+    async def save(self) -> None:
+        """Persist the thread now."""
+        await self._save_thread()
+
+    async def _save_thread(self) -> None:
+        """Save the thread; a success after store failures tells `StoreHealth`."""
+        work = self._store.save(self._thread)
+        started = perf_counter()
+        await (work if tracing.tracer is None else tracing.child("ore.store.save", work))
+        self._health.saved(self._thread.id, perf_counter() - started)
 
     # -- events in ------------------------------------------------------------
 

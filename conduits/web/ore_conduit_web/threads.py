@@ -43,9 +43,8 @@ from ore_core import (
 from ore_core.conduit import ApiError, ConduitClient, ThreadInfo, ThreadSettings
 from ore_core.errors import OreError
 from ore_core.events import BATCH_KIND, new_event_id
-from ore_core.session.compaction import BoundaryInfo
+from ore_core.session.compaction import BOUNDARY_INFO_KEY, BoundaryInfo
 from ore_core.session.spec import KEY_MODEL_NAME
-from ore_core.session.thread_ops import BOUNDARY_INFO_KEY
 
 __all__ = ["ThreadSummary", "WebError", "WebThreads"]
 

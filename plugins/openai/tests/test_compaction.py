@@ -14,11 +14,10 @@ from ore_core.conduit.relay import ThreadSettings, classify
 from ore_core.config import CompactionSettings
 from ore_core.events import UserMessageEvent
 from ore_core.jsonutil import dumps
-from ore_core.session.compaction import COPY_OF, SUMMARY_MARK, BoundaryInfo
+from ore_core.session.compaction import BOUNDARY_INFO_KEY, COPY_OF, SUMMARY_MARK, BoundaryInfo
 from ore_core.session.compactor import SUMMARY_PROMPT, Compactor
 from ore_core.session.slash import default_commands
 from ore_core.session.stores.memory import MemoryStore
-from ore_core.session.thread_ops import BOUNDARY_INFO_KEY
 from ore_core.turn import TraversalControl, Turn
 from ore_openai.config import OpenAIConfig
 from ore_openai.processor import OpenAIProcessor
