@@ -5,8 +5,6 @@ tests (the conformance kit against its fake) run in tests/test_new.py."""
 from __future__ import annotations
 
 import asyncio
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,18 +13,7 @@ from click.testing import CliRunner
 from ore_core.cli import main
 from ore_core.conduit import Edit, Message, PlatformConduit
 from ore_core.scaffold import PluginNames, plan, write
-from tests.docs_support import DOCS
-
-
-@pytest.fixture
-def generated(tmp_path: Path) -> Iterator[Path]:
-    """A directory on sys.path for one rendered package; its modules are forgotten after."""
-    sys.path.insert(0, str(tmp_path))
-    before = set(sys.modules)
-    yield tmp_path
-    sys.path.remove(str(tmp_path))
-    for name in set(sys.modules) - before:
-        del sys.modules[name]
+from tests.scaffold.guides import diff_of, patched
 
 
 def render(directory: Path, name: str) -> None:
@@ -54,34 +41,6 @@ def test_the_generated_conduit_is_a_platform_conduit_running_its_adapter(
     adapter = ShapeCheckConduit().platform(config, None)  # type: ignore[arg-type]
     assert type(adapter).__name__ == "ShapeCheckPlatform"
     assert type(adapter).capabilities == ShapeCheckConduit.capabilities
-
-
-def diff_of(page: str) -> list[list[str]]:
-    """The hunks (split at `@@` lines) of the first ```diff block of `page`."""
-    text = (DOCS / page).read_text().split("```diff\n", 1)[1].split("```", 1)[0]
-    hunks: list[list[str]] = []
-    for line in text.splitlines():
-        if line.startswith("@@"):
-            hunks.append([])
-        else:
-            hunks[-1].append(line)
-    return hunks
-
-
-def patched(source: str, hunks: list[list[str]]) -> str:
-    """`source` with the hunks applied in order: each hunk's context and removed lines
-    must stand together in the source, after the hunk before it."""
-    lines, done = source.splitlines(), 0
-    for hunk in hunks:
-        before = [line[1:] for line in hunk if line[0] in " -"]
-        after = [line[1:] for line in hunk if line[0] in " +"]
-        at = next(
-            (i for i in range(done, len(lines)) if lines[i : i + len(before)] == before), None
-        )
-        assert at is not None, f"the guide's hunk does not apply: {before}"
-        lines[at : at + len(before)] = after
-        done = at + len(after)
-    return "\n".join(lines) + "\n"
 
 
 async def test_the_conduit_guides_edit_applies_to_the_generated_adapter_and_yields_edits(
