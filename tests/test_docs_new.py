@@ -20,6 +20,7 @@ GUIDES = [
     ("writing-a-turn-processor.md", "processor", "parrot"),
     ("writing-a-store.md", "store", "folder"),
     ("writing-a-conduit.md", "conduit", "room"),
+    ("writing-a-sink.md", "sink", "audit"),
 ]
 
 
