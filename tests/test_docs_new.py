@@ -19,6 +19,8 @@ GUIDES = [
     ("writing-an-interceptor.md", "interceptor", "no-shouting"),
     ("writing-a-turn-processor.md", "processor", "parrot"),
     ("writing-a-store.md", "store", "folder"),
+    ("writing-a-conduit.md", "conduit", "room"),
+    ("writing-a-sink.md", "sink", "audit"),
 ]
 
 

@@ -50,7 +50,7 @@ def layered_venv(directory: Path) -> Path:
 
 
 @pytest.mark.slow  # starts pip, ore twice and pytest
-@pytest.mark.timeout(300)  # pip builds four packages
+@pytest.mark.timeout(300)  # pip builds five packages
 def test_every_kind_installs_shows_its_hook_and_passes_its_own_tests(tmp_path: Path) -> None:
     packages = {kind: tmp_path / f"ore-new-{kind}" for kind in KINDS}
     dirs = [str(directory) for directory in packages.values()]
@@ -78,7 +78,7 @@ def test_every_kind_installs_shows_its_hook_and_passes_its_own_tests(tmp_path: P
     assert {f"new-{kind}": hooks.get(f"new-{kind}") for kind in KINDS} == {
         f"new-{kind}": [spec.hook] for kind, spec in KINDS.items()
     }
-    # One pytest for the four packages (their [tool.pytest.ini_options] are the same).
+    # One pytest for the five packages (their [tool.pytest.ini_options] are the same).
     tests = subprocess.run(
         [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(config), *dirs],
         capture_output=True,
@@ -156,7 +156,7 @@ def test_an_unknown_kind_is_refused_in_one_line_naming_the_kinds(tmp_path: Path)
     result = ore("new", "widget", "shout", str(tmp_path / "out"), "--yes")
     assert result.exit_code == 1
     assert result.output == (
-        "Error: unknown kind 'widget': choose one of interceptor, processor, store, sink\n"
+        "Error: unknown kind 'widget': choose one of interceptor, processor, store, sink, conduit\n"
     )
     assert list(tmp_path.iterdir()) == []
 

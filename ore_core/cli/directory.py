@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter
 
+from ore_core.scaffold import KINDS
+
 __all__ = ["DIRECTORY_COMMAND", "Listing", "directory_page", "listings"]
 
 DIRECTORY_COMMAND = "ore plugins --available --markdown > docs/plugins.md"
@@ -57,7 +59,7 @@ def directory_page(entries: list[Listing]) -> str:
         "To list yours, add a `[[plugin]]` table to",
         "[`ore_core/plugins/directory.toml`](../ore_core/plugins/directory.toml) by pull",
         "request (its header names the keys) and regenerate this page. To start one:",
-        "`ore new interceptor|processor|store|sink NAME`.",
+        f"`ore new {'|'.join(KINDS)} NAME`.",
     ]
     for kind, title in (("conduit", "Conduits"), ("plugin", "Plugins")):
         lines += ["", f"## {title}", "", "| name | adds | install | home |", "|---|---|---|---|"]

@@ -25,11 +25,21 @@ __all__ = ["KINDS", "Kind", "PluginNames", "ScaffoldError", "plan", "write"]
 
 @dataclass(frozen=True)
 class Kind:
-    """A kind of plugin `ore new` makes: the hook it implements, and the README's line
-    that shows it at work (a template: `$$name` is the plugin's name)."""
+    """A kind of plugin `ore new` makes: the hook it implements, the README's line that
+    shows it at work (a template: `$$name` is the plugin's name), what the package needs
+    besides ore, and a stricter rule for NAME where the kind's name is also used elsewhere
+    (a conduit's name is its NATS namespace and its durable feed's name)."""
 
     hook: str
     run_line: str
+    requires: tuple[str, ...] = ()
+    name_rule: re.Pattern[str] | None = None
+    name_hint: str = ""
+
+    def check(self, names: PluginNames) -> None:
+        """ScaffoldError (one line) when NAME is a plugin name but not one of this kind."""
+        if self.name_rule is not None and not self.name_rule.fullmatch(names.name):
+            raise ScaffoldError(f"{names.name!r} is not a conduit name: {self.name_hint}")
 
 
 KINDS: dict[str, Kind] = {
@@ -45,6 +55,14 @@ KINDS: dict[str, Kind] = {
         'ORE_STORE__NAME=$name ore chat       # or [store] name = "$name" in ore.toml',
     ),
     "sink": Kind("ore_register_sinks", "ore chat                  # it sees every reply"),
+    "conduit": Kind(
+        "ore_register_conduits",
+        "ore conduit $name --set api_url=URL --set token=TOKEN",
+        requires=("aiohttp>=3.9",),
+        name_rule=re.compile(r"[a-z0-9-]{1,32}"),
+        name_hint="at most 32 lowercase letters, digits or '-' (it names the conduit's "
+        "NATS subjects and its durable feed, which take no '_')",
+    ),
 }
 """What `ore new` makes, by the word typed after it."""
 
@@ -111,9 +129,13 @@ def plan(kind: str, names: PluginNames) -> dict[PurePosixPath, str]:
     """The files of a `kind` plugin named `names`: relative path -> rendered text."""
     if kind not in KINDS:
         raise ScaffoldError(f"unknown kind {kind!r}: choose one of {', '.join(KINDS)}")
+    spec = KINDS[kind]
+    spec.check(names)
     root = resources.files(__package__ or "ore_core.scaffold") / _TEMPLATES
-    values = {**asdict(names), "kind": kind, "hook": KINDS[kind].hook, "ore_version": __version__}
-    values["run_line"] = Template(KINDS[kind].run_line).substitute(values)
+    values = {**asdict(names), "kind": kind, "hook": spec.hook, "ore_version": __version__}
+    values["run_line"] = Template(spec.run_line).substitute(values)
+    requires = (f"ore-core>={__version__}", *spec.requires)
+    values["dependencies"] = ", ".join(f'"{requirement}"' for requirement in requires)
     templates = {**_files(root / "common"), **_files(root / kind)}
     return {
         _target(path, names.module): Template(text).substitute(values)

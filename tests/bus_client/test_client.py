@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import nats
@@ -754,55 +752,3 @@ async def test_a_refused_output_subscription_fails_the_feed(tmp_path: Path) -> N
 async def test_a_feed_before_the_core_runs_says_so(client: ConduitClient) -> None:
     with pytest.raises(BusError, match="ore serve"):
         await client.events("t-1").start()
-
-
-# -- the example conduit of writing-a-conduit.md --------------------------------------
-
-
-def example_conduit_module() -> ModuleType:
-    """The complete conduit of docs/writing-a-conduit.md, imported as a module."""
-    page = (DOCS / "writing-a-conduit.md").read_text(encoding="utf-8")
-    match = re.search(r'```python\n("""ore_room.*?)```', page, re.DOTALL)
-    assert match is not None, "writing-a-conduit.md must show the complete conduit"
-    module = ModuleType("ore_room_example")
-    sys.modules[module.__name__] = module  # dataclasses look their module up
-    try:
-        exec(compile(match.group(1), "writing-a-conduit.md", "exec"), module.__dict__)
-    finally:
-        del sys.modules[module.__name__]
-    return module
-
-
-class FakeRoom:
-    """A platform with one incoming message that records what the conduit posts."""
-
-    def __init__(self, message: Any) -> None:
-        self.message = message
-        self.posted: asyncio.Queue[tuple[str, str, str]] = asyncio.Queue()
-
-    async def messages(self) -> AsyncIterator[Any]:
-        yield self.message
-        await asyncio.Event().wait()  # the platform stays connected
-
-    async def post(self, room: str, thread: str, text: str) -> None:
-        self.posted.put_nowait((room, thread, text))
-
-
-async def test_the_example_conduit_of_the_docs_answers_a_room_message(
-    ore_nats_url: str, manager: Manager
-) -> None:
-    example = example_conduit_module()
-    room = FakeRoom(example.RoomMessage("1712.1", "general", "1712.0", "U1", "hello room"))
-    service = CoreService(manager, servers=[ore_nats_url], config=BusConfig(partitions=2))
-    await service.start()
-    client = await ConduitClient.connect(ore_nats_url, name="room", request_timeout=2.0)
-    conduit = asyncio.ensure_future(example.RoomConduit(room).run(client, {}))
-    try:
-        posted = await asyncio.wait_for(room.posted.get(), 10)
-    finally:
-        conduit.cancel()
-        await asyncio.wait([conduit])
-        await client.close()
-        await service.stop(grace=0)
-    assert posted == ("general", "1712.0", "hello room")
-    assert room.posted.empty(), "the user's own message must not be echoed"
