@@ -22,6 +22,19 @@ async def test_a_post_repeated_with_its_key_shows_one_message(discord: Any) -> N
     assert discord.fake.bot_texts(GENERAL) == ["the answer"]
 
 
+async def test_a_post_repeated_with_its_key_and_a_longer_text_shows_the_longer_text(
+    discord: Any,
+) -> None:
+    # A crash after the first post of a streamed answer: the restart posts the whole
+    # answer with the same key, and Discord answers with the message the key made.
+    platform = await discord.start()
+    key = part_key("turn-1", 0)
+    first = await platform.post(HERE, Part("the"), key)
+    again = await platform.post(HERE, Part("the answer"), key)
+    assert first == again
+    assert discord.fake.bot_texts(GENERAL) == ["the answer"]
+
+
 async def test_posts_of_other_parts_are_other_messages(discord: Any) -> None:
     platform = await discord.start()
     for part in range(3):

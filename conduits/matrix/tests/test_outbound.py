@@ -37,6 +37,21 @@ async def test_a_post_whose_answer_was_lost_is_one_message_after_a_restart(
     assert [name for name, _ in hs.calls].count("login") == 1
 
 
+async def test_a_post_repeated_after_a_restart_with_a_longer_text_shows_the_longer_text(
+    hs: FakeMatrix, adapters
+) -> None:
+    # A crash after the first post of a streamed answer: the restart posts the whole
+    # answer with the same transaction id, which names the event made then.
+    room = await hs.create_room()
+    first = await adapters(read=False)
+    made = await first.platform.post(room, Part("the"), part_key("turn-1", 0))
+    await first.close()
+    restarted = await adapters(read=False)
+    again = await restarted.platform.post(room, Part("the answer"), part_key("turn-1", 0))
+    assert made == again
+    assert hs.bot_texts(room) == ["the answer"]
+
+
 async def test_an_answer_is_a_notice_with_html_and_its_markdown_as_fallback(
     hs: FakeMatrix, adapters
 ) -> None:
