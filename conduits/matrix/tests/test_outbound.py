@@ -132,6 +132,19 @@ async def test_a_failed_post_is_classified(
         assert raised.value.wait == 1.5
 
 
+async def test_the_fake_counts_a_send_made_inside_a_rate_limit_s_wait(
+    hs: FakeMatrix, adapters
+) -> None:
+    # The burst tests count `early` sends to show the engine waits: the count must see one.
+    room = await hs.create_room()
+    adapter = await adapters(read=False)
+    hs.fail_next("send", retry_after_ms=60_000)
+    with pytest.raises(RateLimited):
+        await adapter.platform.post(room, Part("x"), "k1")
+    await adapter.platform.post(room, Part("x"), "k1")  # the adapter leaves waiting to the engine
+    assert (hs.limited, hs.early) == (1, 1)
+
+
 async def test_a_post_where_the_bot_may_not_write_is_refused(hs: FakeMatrix, adapters) -> None:
     room = await hs.create_room()
     adapter = await adapters(read=False)
