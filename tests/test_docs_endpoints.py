@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from ore_conduit_discord import DiscordConduit
+from ore_conduit_matrix import MatrixConduit
 from ore_conduit_nats.bridge import NatsBridge
 from ore_conduit_slack.conduit import SlackConduit
 from ore_conduit_stdin.conduit import StdinConduit
@@ -26,7 +27,15 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "docs" / "configuration.md", ROOT / "docs" / "bridging.md"]
 CONDUITS = {
     c.name: c
-    for c in (DiscordConduit, NatsBridge, SlackConduit, StdinConduit, TelegramConduit, WebConduit)
+    for c in (
+        DiscordConduit,
+        MatrixConduit,
+        NatsBridge,
+        SlackConduit,
+        StdinConduit,
+        TelegramConduit,
+        WebConduit,
+    )
 }
 TYPED = re.compile(r"(?:--attach|ore link add \S+|ore link remove|ore send) `?([a-z]+:[^\s`'\"]+)")
 """An endpoint as typed after the commands that take one."""

@@ -32,7 +32,10 @@ from tests.test_docs_endpoints import gateway_blocks
 pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
 
 SENT = 3  # messages from each endpoint that may speak
-CONDUITS = "ore-conduit-nats,ore-conduit-slack,ore-conduit-telegram,ore-conduit-web"
+CONDUITS = (
+    "ore-conduit-nats,ore-conduit-slack,ore-conduit-telegram,ore-conduit-web,"
+    "ore-conduit-discord,ore-conduit-matrix"
+)
 
 
 class Endpoints:

@@ -105,9 +105,12 @@ class DiscordRest:
         body: dict[str, Any] = {"content": part.text, "nonce": key, "enforce_nonce": True, **_QUIET}
         if part.reply_to:
             body["message_reference"] = {"message_id": part.reply_to, "fail_if_not_exists": False}
-        return str(
-            (await self._call("POST", f"/channels/{channel}/messages", channel, json=body))["id"]
-        )
+        made = await self._call("POST", f"/channels/{channel}/messages", channel, json=body)
+        if made.get("content", part.text) != part.text:
+            # The nonce's message, made before a crash with the part's text of then (the
+            # start of a streamed answer): Discord answers it as it is; show the text now.
+            await self.edit(channel, str(made["id"]), part.text)
+        return str(made["id"])
 
     async def edit(self, channel: str, message: str, text: str) -> None:
         body = {"content": text, **_QUIET}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
 import pytest
 
 from ore_conduit_discord.testing import GENERAL, GUILD, RANDOM
@@ -17,6 +18,19 @@ async def test_a_post_repeated_with_its_key_shows_one_message(discord: Any) -> N
     platform = await discord.start()
     key = part_key("turn-1", 0)
     first = await platform.post(HERE, Part("the answer"), key)
+    again = await platform.post(HERE, Part("the answer"), key)
+    assert first == again
+    assert discord.fake.bot_texts(GENERAL) == ["the answer"]
+
+
+async def test_a_post_repeated_with_its_key_and_a_longer_text_shows_the_longer_text(
+    discord: Any,
+) -> None:
+    # A crash after the first post of a streamed answer: the restart posts the whole
+    # answer with the same key, and Discord answers with the message the key made.
+    platform = await discord.start()
+    key = part_key("turn-1", 0)
+    first = await platform.post(HERE, Part("the"), key)
     again = await platform.post(HERE, Part("the answer"), key)
     assert first == again
     assert discord.fake.bot_texts(GENERAL) == ["the answer"]
@@ -112,3 +126,17 @@ async def test_editing_a_message_that_is_gone_is_refused_as_unsupported(discord:
     with pytest.raises(Refused) as refused:
         await platform.edit(HERE, answer, Part("y"))
     assert refused.value.reason == "refused_unsupported"
+
+
+async def test_the_fake_counts_a_call_made_inside_a_429_s_retry_after(discord: Any) -> None:
+    # The burst test counts `early` calls to show the engine waits: the count must see one
+    # (made here without the adapter, which would not call before the bucket refills).
+    fake = discord.fake
+    fake.fail_next("post", 429, retry_after=60.0)
+    url = f"{fake.url}/api/v10/channels/{GENERAL}/messages"
+    headers = {"Authorization": f"Bot {fake.token}"}
+    async with aiohttp.ClientSession() as session:
+        for _ in range(2):
+            async with session.post(url, json={"content": "x"}, headers=headers) as answer:
+                await answer.read()
+    assert (fake.limited, fake.early) == (1, 1)

@@ -7,16 +7,18 @@ other endpoint is an SDK client of namespace `stdin` (the terminal)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
+
+import pytest
 
 from ore_conduit_discord import CHANNEL_KEY, DiscordConduit
 from ore_conduit_discord.testing import GENERAL, GUILD, RANDOM, FakeDiscord
 from ore_core import UserMessageEvent
 from ore_core.conduit import ControlClient, SettingsCache, classify
 from ore_core.events import EventContext
-from ore_core.testing.conduit_conformance import ConduitCore, StartConduit
+from ore_core.testing.conduit_conformance import ConduitCore, RunningConduit, StartConduit
 
 THREAD = "bridge-room"
 TIMEOUT = 10.0
@@ -69,8 +71,12 @@ async def linked(
                         cache.update(THREAD, delivery.event)  # type: ignore[arg-type]
                         continue
                     relayed = classify(delivery, "stdin", cache.get(THREAD))
-                    if relayed.action == "relayed":
+                    if relayed.action == "relayed" and relayed.reply_to:
+                        await terminal.shown(f"{relayed.shown} (reply to {relayed.reply_to})")
+                    elif relayed.action == "relayed":
                         await terminal.shown(relayed.shown)
+                    elif relayed.action == "edited":
+                        await terminal.shown(f"edited: {relayed.shown}")
 
         reader = asyncio.create_task(read())
         try:
@@ -121,3 +127,42 @@ async def test_a_copy_longer_than_2000_characters_is_split_without_breaking_its_
         assert all(len(part) <= 2000 for part in parts)
         assert all(part.count("```") % 2 == 0 for part in parts)  # each renders on its own
         assert parts[0].startswith("look:\n```python\n")
+
+
+@pytest.mark.parametrize("channel", [GENERAL, RANDOM], ids=["webhook", "bot"])
+async def test_after_a_restart_edits_deletes_and_replies_act_on_what_came_before(
+    ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit, tmp_path: Path, channel: str
+) -> None:
+    started: list[RunningConduit] = []
+
+    async def start(conduit: type[DiscordConduit], section: Mapping[str, object]) -> None:
+        started.append(await ore_start_conduit(conduit, section))
+
+    async with linked(ore_conduit_core, start, tmp_path, channel) as (fake, terminal):
+        await terminal_says(ore_conduit_core, "before the restart", "s-1")
+        await fake.wait_until(lambda: len(fake.seen(channel)) == 1, TIMEOUT)
+        (copy,) = fake.seen(channel)
+        asked = await fake.user_says(channel, "hello desk")
+        await terminal.shows("Alice (discord): hello desk")
+        (conduit,) = started
+        await conduit.stop()  # its state (the session, the copies' ids in the core) kept
+        readied = fake.gateway.readied
+        await conduit.start()
+        await fake.wait_until(lambda: fake.gateway.readied > readied, TIMEOUT)
+
+        stdin = ore_conduit_core.client_for("stdin")
+        await stdin.edit(THREAD, "s-1", "edited after the restart", id="s-1-edit", user_name="cy")
+        await fake.wait_until(
+            lambda: [s.text for s in fake.seen(channel) if s.id == copy.id] != [copy.text],
+            TIMEOUT,
+        )
+        assert [s.text for s in fake.seen(channel) if s.id == copy.id] == [
+            copy.text.replace("before the restart", "edited after the restart")
+        ]
+        await fake.user_edits(channel, asked, "hello again")
+        await terminal.shows("edited: Alice (discord): hello again")
+        await fake.user_says(channel, "about that", reply_to=copy.id)
+        await terminal.shows(f"Alice (discord): about that (reply to {copy.id})")
+        await stdin.delete(THREAD, "s-1", id="s-1-delete")
+        await fake.wait_until(lambda: copy.id not in {s.id for s in fake.seen(channel)}, TIMEOUT)
+        assert len(fake.seen(channel)) == 2  # Alice's two messages; the copy is gone

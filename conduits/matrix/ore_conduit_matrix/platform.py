@@ -289,11 +289,16 @@ class MatrixPlatform:
         where = Conversation.parse(conversation)
         self._writable(where.room)
         content = message_content(part, where)
+        before = self.state.sending(key, part.text)
         answer = await self._call(
             "send", self.client.room_send(where.room, "m.room.message", content, key)
         )
         assert isinstance(answer, RoomSendResponse)
         self.state.note(answer.event_id, conversation)
+        if before is not None and before != part.text:
+            # The event the key made before a crash, with the text of then (the start of
+            # a streamed answer): the homeserver names it as it is; show the text now.
+            await self.edit(conversation, str(answer.event_id), part)
         return str(answer.event_id)
 
     async def edit(self, conversation: str, platform_id: str, part: Part) -> None:

@@ -6,7 +6,9 @@
 - the sync token (`next_batch`) up to which the core stored every event;
 - the conversation of each message seen or sent, so an edit or a redaction (which
   names only its target) finds its thread;
-- the encrypted rooms already told that the bot cannot read them.
+- the encrypted rooms already told that the bot cannot read them;
+- the text each post's transaction id was last sent with: a post repeated after a
+  crash names the event made then, which shows the text of then.
 
 Each write is one short statement committed at once (WAL: it survives the process
 being killed), done on the event loop: they are microseconds, a few per sync.
@@ -27,6 +29,7 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS cursor (id INTEGER PRIMARY KEY CHECK (id = 1), token TEXT)",
     "CREATE TABLE IF NOT EXISTS events (event_id TEXT PRIMARY KEY, conversation TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS told (room TEXT PRIMARY KEY)",
+    "CREATE TABLE IF NOT EXISTS sends (txn TEXT PRIMARY KEY, text TEXT NOT NULL)",
 )
 
 Session = tuple[str, str, str]
@@ -89,3 +92,9 @@ class State:
 
     def keep_told(self, room: str) -> None:
         self._db.execute("INSERT OR IGNORE INTO told VALUES (?)", (room,))
+
+    def sending(self, txn: str, text: str) -> str | None:
+        """Keep `text` as what `txn` is sent with; the text it was sent with before."""
+        row = self._db.execute("SELECT text FROM sends WHERE txn = ?", (txn,)).fetchone()
+        self._db.execute("INSERT OR REPLACE INTO sends VALUES (?, ?)", (txn, text))
+        return str(row[0]) if row else None

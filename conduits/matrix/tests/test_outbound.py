@@ -37,6 +37,21 @@ async def test_a_post_whose_answer_was_lost_is_one_message_after_a_restart(
     assert [name for name, _ in hs.calls].count("login") == 1
 
 
+async def test_a_post_repeated_after_a_restart_with_a_longer_text_shows_the_longer_text(
+    hs: FakeMatrix, adapters
+) -> None:
+    # A crash after the first post of a streamed answer: the restart posts the whole
+    # answer with the same transaction id, which names the event made then.
+    room = await hs.create_room()
+    first = await adapters(read=False)
+    made = await first.platform.post(room, Part("the"), part_key("turn-1", 0))
+    await first.close()
+    restarted = await adapters(read=False)
+    again = await restarted.platform.post(room, Part("the answer"), part_key("turn-1", 0))
+    assert made == again
+    assert hs.bot_texts(room) == ["the answer"]
+
+
 async def test_an_answer_is_a_notice_with_html_and_its_markdown_as_fallback(
     hs: FakeMatrix, adapters
 ) -> None:
@@ -115,6 +130,19 @@ async def test_a_failed_post_is_classified(
     assert raised.value.reason == reason
     if isinstance(raised.value, RateLimited):
         assert raised.value.wait == 1.5
+
+
+async def test_the_fake_counts_a_send_made_inside_a_rate_limit_s_wait(
+    hs: FakeMatrix, adapters
+) -> None:
+    # The burst tests count `early` sends to show the engine waits: the count must see one.
+    room = await hs.create_room()
+    adapter = await adapters(read=False)
+    hs.fail_next("send", retry_after_ms=60_000)
+    with pytest.raises(RateLimited):
+        await adapter.platform.post(room, Part("x"), "k1")
+    await adapter.platform.post(room, Part("x"), "k1")  # the adapter leaves waiting to the engine
+    assert (hs.limited, hs.early) == (1, 1)
 
 
 async def test_a_post_where_the_bot_may_not_write_is_refused(hs: FakeMatrix, adapters) -> None:

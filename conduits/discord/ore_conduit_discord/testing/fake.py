@@ -27,9 +27,11 @@ name as shown, text); users act with `user_says`, `user_edits`, `user_deletes`,
 
 Scripted faults: `fail_next(route, status, retry_after=..., times=...)` (429 with
 `retry_after` in the body and `X-RateLimit-*`/`Retry-After` headers, a 5xx, any
-status) and `drop_next(route, commit=...)` (the connection closes without an answer,
-after carrying the call out or not), for route "post", "edit", "delete", "webhook"
-or "*"; the gateway's `drop`, `reconnect` and `invalidate` (see `FakeGateway`).
+status; `limited` counts the 429s served, `early` the calls of a channel that came
+while a 429 of that channel said to wait) and `drop_next(route, commit=...)` (the
+connection closes without an answer, after carrying the call out or not), for route
+"post", "edit", "delete", "webhook" or "*"; the gateway's `drop`, `reconnect` and
+`invalidate` (see `FakeGateway`).
 
 Simplifications: one guild, no roles or permissions besides `forbidden`, no rate
 limit of its own unless scripted, no embeds, attachments or reactions, interactions
@@ -132,6 +134,9 @@ class FakeDiscord:
         self._ids = itertools.count(1500000000000000001)
         self._nonces: dict[tuple[str, str, str], tuple[str, float]] = {}
         self._faults: dict[str, list[_Fault]] = {}
+        self._waits: dict[str, float] = {}  # bucket -> monotonic time its 429 ends
+        self.limited = 0  # 429s served
+        self.early = 0  # calls of a bucket made before its 429's retry_after passed
         self._runner: web.AppRunner | None = None
 
     # ---------------------------------------------------------------- server
@@ -313,10 +318,11 @@ class FakeDiscord:
     async def _messages(
         self, request: web.Request, channel: str, message_id: str
     ) -> web.StreamResponse:
+        self._arrived(f"channel-{channel}")
         route = {"POST": "post", "PATCH": "edit", "DELETE": "delete"}.get(request.method, "")
         fault = self._fault(route)
         if fault is not None and fault.status:
-            return _failure(fault, f"channel-{channel}")
+            return self._failure(fault, f"channel-{channel}")
         if fault is not None and fault.drop and not fault.commit:
             return _dropped(request)
         if channel not in self.channels:
@@ -376,9 +382,10 @@ class FakeDiscord:
     async def _webhook(self, request: web.Request, parts: list[str]) -> web.StreamResponse:
         if parts[1:3] != [WEBHOOK, WEBHOOK_TOKEN]:
             return _error(404, 10015, "Unknown Webhook")
+        self._arrived(f"webhook-{WEBHOOK}")
         fault = self._fault("webhook")
         if fault is not None and fault.status:
-            return _failure(fault, f"webhook-{WEBHOOK}")
+            return self._failure(fault, f"webhook-{WEBHOOK}")
         if fault is not None and fault.drop and not fault.commit:
             return _dropped(request)
         channel = request.query.get("thread_id") or GENERAL
@@ -403,6 +410,18 @@ class FakeDiscord:
                 await self._dispatch("MESSAGE_CREATE", message.payload)
                 answer = _json(message.payload)
         return await self._answer(request, fault, answer)
+
+    def _failure(self, fault: _Fault, bucket: str) -> web.Response:
+        """A scripted failure; a 429 opens its bucket's window, counted in `early`."""
+        if fault.status == 429:
+            self.limited += 1
+            self._waits[bucket] = time.monotonic() + fault.retry_after
+        return _failure(fault, bucket)
+
+    def _arrived(self, bucket: str) -> None:
+        """Count a call of `bucket` made inside a 429's window."""
+        if time.monotonic() < self._waits.get(bucket, 0.0):
+            self.early += 1
 
     async def _answer(
         self, request: web.Request, fault: _Fault | None, answer: web.StreamResponse

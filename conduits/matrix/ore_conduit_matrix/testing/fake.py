@@ -23,7 +23,9 @@ What it serves (client-server API, `/_matrix/client/v3/...`, JSON):
   retry_after_ms=...)` (any status and errcode: 5xx, `M_UNKNOWN_TOKEN`, ...) and
   `drop_next(name, commit=...)` (the connection closes without an answer, after
   carrying the call out or not); `hold_next(name)` carries the next call out and keeps
-  its answer until `let_go()`.
+  its answer until `let_go()`. `limited` counts the rate limits served (429 with
+  `retry_after_ms`), `early` the calls of an endpoint that came while one of its rate
+  limits said to wait.
 
 Where it simplifies: one homeserver, no federation, no filters (`filter` is ignored),
 no ephemeral events, presence, to-device or account data; room versions and auth rules
@@ -39,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -90,6 +93,9 @@ class FakeMatrix:
         self._holds: dict[str, int] = {}
         self._let_go = asyncio.Event()
         self.holding = 0  # calls held by `hold_next` so far
+        self._waits: dict[str, float] = {}  # endpoint -> monotonic time its limit ends
+        self.limited = 0  # rate limits served
+        self.early = 0  # calls of an endpoint made before its retry_after_ms passed
         self._devices = itertools.count(1)
         self._changed = asyncio.Condition()
         self._runner: web.AppRunner | None = None
@@ -307,8 +313,13 @@ class FakeMatrix:
     def _endpoint(self, name: str, handler: Handler) -> Callable[[web.Request], Awaitable[Any]]:
         async def serve(request: web.Request) -> web.StreamResponse:
             self.calls.append((name, request.path))
+            if time.monotonic() < self._waits.get(name, 0.0):
+                self.early += 1
             faults = self._faults.get(name)
             fault = faults.popleft() if faults else None
+            if fault is not None and fault.retry_after_ms is not None:
+                self.limited += 1
+                self._waits[name] = time.monotonic() + fault.retry_after_ms / 1000
             try:
                 if fault is not None and not fault.drop:
                     raise _MatrixError(fault.status, fault.errcode, fault.error)

@@ -102,6 +102,7 @@ class Stream:
     def __init__(self) -> None:
         self.events: list[Event] = []
         self.rooms: dict[str, Room] = {}
+        self._messages: dict[str, list[Event]] = {}  # room -> its m.room.message events
         self._room_ids = itertools.count(1)
 
     @property
@@ -129,7 +130,7 @@ class Stream:
         """Append an event (and apply it: state, a redaction)."""
         event = Event(len(self.events) + 1, room.room_id, type_, sender, content, state_key)
         event.txn = txn
-        self.events.append(event)
+        self._append(event)
         if state_key is not None:
             room.state[(type_, state_key)] = event
         if type_ == "m.room.redaction":
@@ -145,7 +146,12 @@ class Stream:
         assert event is not None, f"no event {event_id}"
         again = Event(len(self.events) + 1, event.room_id, event.type, event.sender, event.content)
         again.replays = event.event_id
-        self.events.append(again)
+        self._append(again)
+
+    def _append(self, event: Event) -> None:
+        self.events.append(event)
+        if event.type == "m.room.message":
+            self._messages.setdefault(event.room_id, []).append(event)
 
     def find(self, event_id: str) -> Event | None:
         if not event_id.startswith("$") or not event_id[1:].isdigit():
@@ -160,7 +166,7 @@ class Stream:
         """The room's messages as its members see them: edits (m.replace by the same
         sender) applied, redacted ones gone; `thread` a root: that thread's messages
         after the root; None: the main timeline (thread replies left out)."""
-        messages = [e for e in self.events if e.room_id == room_id and e.type == "m.room.message"]
+        messages = self._messages.get(room_id, [])
         edits: dict[str, list[Event]] = {}
         for event in messages:
             if event.relation.get("rel_type") == "m.replace" and not event.redacted_by:

@@ -1,0 +1,64 @@
+"""A burst of 100 messages into one channel under Discord's rate limits.
+
+A user writes 100 messages into one channel at once; the core (the kit's, echo) answers
+each in turn and the conduit (in process, on the fake Discord) shows every answer. Five
+times during the burst Discord answers a post or an edit with 429 and a `retry_after`.
+Counted: every message answered once, in order; the 429s the fake served; the calls of
+the channel made while a 429 said to wait (0: the conduit waited what Discord said).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ore_conduit_discord import DiscordConduit
+from ore_conduit_discord.testing import FakeDiscord
+from ore_core.testing.conduit_conformance import ECHO_PREFIX, StartConduit
+from ore_core.testing.long_run import audit
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
+
+MESSAGES = 100
+RETRY_AFTER = 0.3  # seconds each scripted 429 asks for
+LIMITS = {10: "post", 30: "*", 50: "post", 70: "*", 90: "post"}  # after N answers; "*": any call
+WITHIN = 60.0
+
+
+async def test_a_burst_of_100_under_429s_is_answered_once_in_order_waiting_as_told(
+    ore_start_conduit: StartConduit, tmp_path: Path
+) -> None:
+    async with FakeDiscord() as fake:
+        channel = fake.add_channel()
+        settings = {
+            "token": fake.token,
+            "api_url": f"{fake.url}/api/v10",
+            "state_dir": str(tmp_path / "state"),
+            "identify_delay": 0,
+        }
+        conduit = await ore_start_conduit(DiscordConduit, settings)
+        await fake.wait_until(lambda: fake.gateway.readied > 0, WITHIN)
+        texts = [f"burst {n}" for n in range(MESSAGES)]
+
+        def answered() -> int:
+            shown = set(fake.bot_texts(channel))
+            return sum(1 for text in texts if ECHO_PREFIX + text in shown)
+
+        for text in texts:
+            await fake.user_says(channel, text)
+        for after, route in LIMITS.items():
+            await fake.wait_until(lambda after=after: answered() >= after, WITHIN)
+            fake.fail_next(route, 429, retry_after=RETRY_AFTER)
+        await fake.wait_until(lambda: answered() == MESSAGES, WITHIN)
+        await conduit.stop()
+    counts = audit({channel: texts}, fake.bot_texts, lambda text: ECHO_PREFIX + text)
+    print(f"discord burst: {counts}, 429s served {fake.limited}, calls too early {fake.early}")
+    assert counts == {
+        "sent": MESSAGES,
+        "answered": MESSAGES,
+        "lost": 0,
+        "doubled": 0,
+        "out_of_order": 0,
+    }
+    assert (fake.limited, fake.early) == (len(LIMITS), 0)
