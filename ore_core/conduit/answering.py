@@ -142,6 +142,8 @@ class AnswerLane:
         if isinstance(event, TurnCompleteEvent):
             if event.turn.role == Role.USER:
                 self._answers[trace] = _Answer(trace, event.turn.event_id)
+            else:
+                self._settle(self._answers.get(trace), event)
             return
         answer = self._answers.get(trace) or _Answer(trace)
         if isinstance(event, LifecycleEvent):
@@ -166,6 +168,18 @@ class AnswerLane:
         elif isinstance(event, NoticeEvent):
             notice = Part(event.content, kind="notice", severity=event.severity.label)
             await self._post(notice, answer)
+
+    def _settle(self, answer: _Answer | None, event: TurnCompleteEvent) -> None:
+        """The stored answer is the whole text: a core killed after it stored the turn
+        but before its live `Text` went out is answered again with only `done`, so the
+        streamed message would keep the deltas that came before the kill."""
+        if answer is None or answer is not self._streaming:
+            return
+        texts = [
+            artifact.content for artifact in event.turn.artifacts if isinstance(artifact, Text)
+        ]
+        if texts:
+            answer.text = texts[-1]  # earlier texts of the turn ended their own messages
 
     async def _finish(self, answer: _Answer | None) -> None:
         if answer is not None and answer is self._streaming:

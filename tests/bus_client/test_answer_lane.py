@@ -1,0 +1,56 @@
+"""The answer lane shows the stored answer, whatever the live events missed."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from ore_core.artifacts.kinds import Text, TextDelta
+from ore_core.conduit.answering import AnswerLane, Outbound
+from ore_core.conduit.capabilities import Capabilities
+from ore_core.conduit.client import ConduitClient
+from ore_core.conduit.conversations import Conversations
+from ore_core.conduit.copies import Copies
+from ore_core.conduit.feed import Delivery
+from ore_core.conduit.pacing import Pacing
+from ore_core.events import ArtifactEvent, EventContext, LifecycleEvent, TurnCompleteEvent
+from ore_core.testing.scripted_platform import ScriptedPlatform
+from ore_core.turn import Role, Turn
+
+TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+CONTEXT = EventContext(provenance="memo", traceparent=TRACE)
+
+
+def lane_on(platform: ScriptedPlatform) -> AnswerLane:
+    # The lane's own answers use the platform and the pacing only: the client behind
+    # the conversations and the copy engine is never asked, so none is connected.
+    out = Outbound(
+        "memo",
+        platform,
+        Capabilities(edit=True, streaming=True),
+        Conversations(cast(ConduitClient, None), "memo.room"),
+        cast(Copies, None),
+        Pacing("memo"),
+        stream_interval=0.0,
+    )
+    lane = AnswerLane("t-1", out)
+    lane.conversation = "room-1"
+    return lane
+
+
+async def test_a_streamed_answer_shows_the_stored_text_when_its_live_text_never_came() -> None:
+    # A core killed after it stored the answer but before its live `Text` went out
+    # answers the redelivered message with `done` only: the stored turn is all the
+    # conduit gets of the rest of the answer.
+    platform = ScriptedPlatform()
+    lane = lane_on(platform)
+    user = Turn("u-1", Role.USER, (Text("hi"),), event_id="m-1")
+    await lane.handle(Delivery("t-1", TurnCompleteEvent.of(user, CONTEXT), 3))
+    delta = ArtifactEvent.of(TextDelta("answer "), CONTEXT)
+    await lane.handle(Delivery("t-1", delta, None))
+    await lane.tick()
+    assert await platform.wait_for("room-1", 1) == ["answer "]
+
+    answer = Turn("a-1", Role.ASSISTANT, (Text("answer to m-1"),), parent_id="u-1")
+    await lane.handle(Delivery("t-1", TurnCompleteEvent.of(answer, CONTEXT), 4))
+    await lane.handle(Delivery("t-1", LifecycleEvent(phase="done", context=CONTEXT), 4))
+    assert list(platform.shown["room-1"].values()) == ["answer to m-1"]
