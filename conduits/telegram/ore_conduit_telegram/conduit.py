@@ -23,9 +23,12 @@ from ore_conduit_telegram.ids import THREAD_KEY
 from ore_conduit_telegram.inbound import Identity, Inbound, poll
 from ore_conduit_telegram.media import MediaReader
 from ore_conduit_telegram.outbound import Notes, Outbound
+from ore_conduit_telegram.platform import TelegramPlatform
 from ore_conduit_telegram.state import State
 from ore_core import OreError
-from ore_core.conduit import Capabilities, Conduit, ConduitClient, ConduitConfig
+from ore_core.conduit import Conduit, ConduitClient, ConduitConfig, PlatformError
+from ore_core.conduit.pacing import passes
+from ore_core.conduit.waiting import until_answered
 from ore_core.endpoint import KeyForm
 
 __all__ = ["COMMANDS", "TelegramConduit"]
@@ -56,16 +59,7 @@ class TelegramConduit(Conduit):
     key_form = KeyForm("CHAT:TOPIC:ROOT", "-1001234567890:0:0")
     """`Conversation.key`: TOPIC 0 outside forum topics, ROOT 0 for the chat's first
     conversation."""
-    capabilities = Capabilities(
-        edit=True,
-        delete=True,
-        threads=True,
-        streaming=True,
-        markup="telegram_html",
-        max_message_length=4096,
-        edits_arrive=True,
-        deletes_arrive=False,
-    )
+    capabilities = TelegramPlatform.capabilities
     on_webhook_ready: ClassVar[Callable[[str], None] | None] = None
 
     async def run(self, client: ConduitClient, config: ConduitConfig) -> None:
@@ -97,9 +91,9 @@ class TelegramConduit(Conduit):
         secret: str,
     ) -> None:
         ready = asyncio.Event()
-        notes = Notes(api, state)
         async with asyncio.TaskGroup() as tasks:
             outbound = Outbound(name=self.name, client=client, api=api, config=config, state=state)
+            notes = Notes(outbound)
             inbound = Inbound(
                 name=self.name,
                 client=client,
@@ -119,7 +113,7 @@ class TelegramConduit(Conduit):
             await ready.wait()  # the feed exists: no answer can be missed
             await notes.flush()  # what an earlier run queued and did not send
             if config.mode == "polling":
-                await api.call("deleteWebhook")
+                await _setup(api, "deleteWebhook")
                 await poll(api, inbound, config)
             else:
                 await _serve_webhook(api, inbound, config, secret, type(self).on_webhook_ready)
@@ -139,12 +133,17 @@ async def _check_token(api: BotApi) -> Identity:
     return Identity(int(me["id"]), str(me.get("username") or ""))
 
 
+async def _setup(api: BotApi, method: str, **params: Any) -> None:
+    """A setup call, tried again while Telegram is away (the engine's one policy)."""
+    await until_answered(lambda: api.call(method, **params), f"telegram {method}", passing=passes)
+
+
 async def _set_commands(api: BotApi) -> None:
     commands = [{"command": name, "description": text} for name, text in COMMANDS]
     try:
-        await api.call("setMyCommands", commands=commands)
-    except TelegramError as exc:
-        log.info("commands not registered", error=exc.description)
+        await _setup(api, "setMyCommands", commands=commands)
+    except PlatformError as exc:
+        log.info("commands not registered", error=exc.detail)
 
 
 async def _serve_webhook(
@@ -179,7 +178,8 @@ async def _serve_webhook(
         await web.TCPSite(runner, config.listen_host, config.listen_port).start()
         port = int(runner.addresses[0][1])
         local = f"http://{config.listen_host}:{port}{config.listen_path}"
-        await api.call(
+        await _setup(
+            api,
             "setWebhook",
             url=config.webhook_url or local,
             secret_token=secret,

@@ -32,11 +32,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import structlog
 
-from ore_conduit_telegram.api import BotApi, TelegramError
+from ore_conduit_telegram.api import BotApi
 from ore_conduit_telegram.config import TelegramConfig
 from ore_conduit_telegram.ids import (
     THREAD_KEY,
@@ -47,6 +48,7 @@ from ore_conduit_telegram.ids import (
 )
 from ore_conduit_telegram.media import MediaReader, file_kinds
 from ore_conduit_telegram.outbound import Notes
+from ore_conduit_telegram.platform import platform_id
 from ore_conduit_telegram.state import State
 from ore_core import (
     ApiError,
@@ -58,6 +60,7 @@ from ore_core import (
     UserMessageEvent,
 )
 from ore_core.conduit import ConduitClient, until_answered
+from ore_core.conduit.pacing import passes
 
 __all__ = ["Identity", "Inbound"]
 
@@ -420,7 +423,8 @@ class Inbound:
         for a message of the bot's that is neither (a greeting)."""
         question = await self.state.question_of(message.chat, message.reply_to)
         if question is None:
-            copied = await self.state.copied_turn(message.chat, message.reply_to)
+            copy = platform_id(message.chat, message.reply_to)
+            copied = await self.client.delivery_lookup(copy)
             return copied if copied is not None else ("", None)
         root = await self.state.chain(message.chat, message.reply_to)
         if root is None:
@@ -431,22 +435,22 @@ class Inbound:
 
 async def poll(api: BotApi, inbound: Inbound, config: TelegramConfig) -> None:
     """Long polling until cancelled: each batch is handled before the next call confirms
-    it (the `offset`). The first call gets what an earlier run left unconfirmed."""
+    it (the `offset`). The first call gets what an earlier run left unconfirmed. A
+    getUpdates that fails while Telegram is away (or another poller still runs: 409) is
+    tried again on the engine's schedule."""
     offset: int | None = None
     while True:
-        try:
-            updates = await api.call(
+        updates = await until_answered(
+            partial(
+                api.call,
                 "getUpdates",
                 offset=offset,
                 timeout=config.poll_timeout,
                 allowed_updates=["message", "edited_message"],
-            )
-        except TelegramError as exc:
-            if exc.code != 409:
-                raise
-            log.warning("another getUpdates or a webhook is active; waiting", error=exc.description)
-            await asyncio.sleep(1.0)
-            continue
+            ),
+            "telegram getUpdates",
+            passing=passes,
+        )
         if not isinstance(updates, list) or not updates:
             continue
         updates = [u for u in updates if isinstance(u, Mapping) and "update_id" in u]

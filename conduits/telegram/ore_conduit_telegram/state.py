@@ -12,9 +12,7 @@
 - local replies (the greeting, "new conversation") waiting to be sent, so a crash
   neither loses nor repeats one;
 - the conversation of each linked thread of another conduit (bridging: its metadata is
-  its home's, so the chat it is shown in is known only from the messages written here);
-- the messages of each relayed copy, part by part, recorded as each is sent: a
-  restarted conduit sends only the parts it has no record of.
+  its home's, so the chat it is shown in is known only from the messages written here).
 
 Telegram keeps the update offset itself (confirmed by the next getUpdates), so it is
 not here. Writes are committed before the call returns (in the WAL, which survives the
@@ -56,8 +54,6 @@ _SCHEMA = (
     " reply_to INTEGER, text TEXT NOT NULL, sent INTEGER NOT NULL DEFAULT 0)",
     "CREATE TABLE IF NOT EXISTS places (thread TEXT PRIMARY KEY, chat INTEGER NOT NULL,"
     " topic INTEGER NOT NULL, root TEXT NOT NULL, kind TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS copies (thread TEXT, turn TEXT, part INTEGER,"
-    " message INTEGER NOT NULL, PRIMARY KEY (thread, turn, part))",
 )
 
 _RECORD_BUSY_MS = 5000  # the other connection's writes are single short statements
@@ -254,39 +250,6 @@ class State:
             conversation.root,
             conversation.kind,
         )
-
-    async def copy_parts(self, thread: str, turn: str) -> list[int]:
-        """The messages of the relayed copy of `turn` sent so far, part by part."""
-        rows = await self._run(
-            lambda: list(
-                self._connection().execute(
-                    "SELECT message FROM copies WHERE thread=? AND turn=? ORDER BY part",
-                    (thread, turn),
-                )
-            )
-        )
-        return [int(row[0]) for row in rows]
-
-    async def add_copy_part(self, thread: str, turn: str, part: int, message: int) -> None:
-        """Part `part` of the relayed copy of `turn` is Telegram message `message`."""
-        await self._write(
-            "INSERT OR REPLACE INTO copies (thread, turn, part, message) VALUES (?, ?, ?, ?)",
-            thread,
-            turn,
-            part,
-            message,
-        )
-
-    async def copied_turn(self, chat: int, message: int) -> tuple[str, str] | None:
-        """(thread, turn) of the relayed copy of which `message` in `chat` is a part
-        (None: no copy)."""
-        row = await self._one(
-            "SELECT c.thread, c.turn FROM copies c JOIN places p ON p.thread = c.thread"
-            " WHERE p.chat=? AND c.message=?",
-            chat,
-            message,
-        )
-        return (str(row[0]), str(row[1])) if row else None
 
     # -- plumbing -------------------------------------------------------------------
 
