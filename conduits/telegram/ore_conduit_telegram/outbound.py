@@ -32,20 +32,17 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
-from ore_conduit_telegram.api import BotApi, TelegramError
-from ore_conduit_telegram.config import TelegramConfig
+from ore_conduit_telegram.api import TelegramError
 from ore_conduit_telegram.ids import Conversation
 from ore_conduit_telegram.landed import Intent, find_landed
 from ore_conduit_telegram.platform import TelegramPlatform, message_of, platform_id
 from ore_conduit_telegram.shield import uninterrupted
-from ore_conduit_telegram.state import State
 from ore_conduit_telegram.text import split_text
 from ore_core import (
     ApiError,
@@ -60,21 +57,21 @@ from ore_core import (
 )
 from ore_core.conduit import (
     AnswerRecord,
-    ConduitClient,
     Delivery,
     PlatformError,
     RateLimited,
     SettingsCache,
-    ThreadLanes,
     classify,
     metrics,
     until_answered,
 )
-from ore_core.conduit.copies import COPY_DEADLINE, Copies, Copy
-from ore_core.conduit.pacing import Pacing
+from ore_core.conduit.copies import COPY_DEADLINE, Copy
 from ore_core.events import DeliveryEvent
 
-__all__ = ["OUTPUT_KINDS", "Notes", "Outbound", "ThreadRenderer"]
+if TYPE_CHECKING:
+    from ore_core.conduit.engine import Engine
+
+__all__ = ["OUTPUT_KINDS", "Outbound", "ThreadRenderer"]
 
 log = structlog.get_logger("ore.conduit.telegram")
 
@@ -86,9 +83,6 @@ OUTPUT_KINDS = frozenset(
 
 _TYPING_EVERY = 4.5  # seconds: Telegram shows a chat action for about 5
 _TYPING_AT_MOST = 600.0  # seconds of "typing" for one answer (its end may never come)
-_LANES = "telegram-render"
-_CONDUIT = "telegram"  # the metrics label of replies sent without a renderer
-_FINISHED = 4096  # answers remembered as finished, so repeats of their events are skipped
 _R = TypeVar("_R")
 _UNKNOWN = "\x00"  # what a message of an earlier run shows: never equal to a text
 
@@ -124,33 +118,19 @@ class _Answer:
 
 
 class Outbound:
-    """Routes the durable feed's events to one renderer per thread (module docstring)."""
+    """What every thread's renderer shares: the engine's parts and the adapter's."""
 
-    def __init__(
-        self,
-        *,
-        name: str,
-        client: ConduitClient,
-        api: BotApi,
-        config: TelegramConfig,
-        state: State,
-    ) -> None:
-        self.name = name
-        self.client = client
-        self.api = api
-        self.config = config
-        self.state = state
-        self.platform = TelegramPlatform(api)
-        self.pacing = Pacing(name)
-        self.copies = Copies(
-            name,
-            client,
-            self.platform,
-            TelegramPlatform.capabilities,
-            self.pacing,
-            deadline=config.relay_deadline,
-        )
-        self.finished: OrderedDict[str, None] = OrderedDict()  # traces
+    def __init__(self, engine: Engine, platform: TelegramPlatform) -> None:
+        self.name = engine.name
+        self.client = engine.client
+        self.platform = platform
+        self.api = platform.api
+        self.config = platform.config
+        self.state = platform.state
+        self.pacing = engine.pacing
+        self.copies = engine.copies
+        self.finished = platform.finished
+        self.mark_finished = platform.mark_finished
 
     async def paced(self, conversation: str, call: Callable[[], Awaitable[_R]]) -> _R:
         """`call()` through the engine's pacing of `conversation` (a 429's wait, an
@@ -158,25 +138,12 @@ class Outbound:
         deadline = asyncio.get_running_loop().time() + COPY_DEADLINE
         return await self.pacing.call(conversation, call, deadline=deadline)
 
-    def mark_finished(self, trace: str) -> None:
-        self.finished[trace] = None
-        while len(self.finished) > _FINISHED:
-            self.finished.popitem(last=False)
-
-    async def serve(self, ready: asyncio.Event) -> None:
-        """Open the durable feed (waiting for the core if it is away), set `ready`, and
-        render every delivery in its thread's lane (`ThreadLanes`), held until rendered."""
-        async with self.client.events(kinds=OUTPUT_KINDS, durable=self.config.durable) as feed:
-            ready.set()
-            lanes = ThreadLanes(lambda thread_id: ThreadRenderer(self, thread_id), name=_LANES)
-            await lanes.run(feed)
-
 
 class ThreadRenderer:
     """Renders one ore thread's events into its Telegram chat, in order (its `Lane`)."""
 
-    def __init__(self, outbound: Outbound, thread_id: str) -> None:
-        self.out = outbound
+    def __init__(self, engine: Engine, platform: TelegramPlatform, thread_id: str) -> None:
+        self.out = outbound = Outbound(engine, platform)
         self.api = outbound.api
         self.config = outbound.config
         self.thread_id = thread_id
@@ -206,7 +173,7 @@ class ThreadRenderer:
             raise
         self.settings.load(self.thread_id, info.metadata)
         place = Conversation.from_metadata(info.metadata)
-        return place or await self.out.state.place(self.thread_id)
+        return place
 
     async def while_away(self, call: Callable[[], Awaitable[_R]]) -> _R:
         """`call()`, tried again while the core is away."""
@@ -220,9 +187,6 @@ class ThreadRenderer:
         """Render one event of the thread."""
         try:
             event = delivery.event
-            if self.place is None and delivery.kind != "properties":
-                # A linked thread that no message here had reached when this began.
-                self.place = await self.out.state.place(self.thread_id)
             if isinstance(event, PropertiesEvent):
                 self.settings.update(self.thread_id, event)
             elif event.context.provenance in (self.out.name, "", "app"):
@@ -544,35 +508,3 @@ class ThreadRenderer:
         assert self.place is not None
         pid = platform_id(self.out.platform.chat(self.place.chat), message)
         await self.paced(lambda: self.out.platform.delete(self.key, pid))
-
-
-class Notes:
-    """Sends the conduit's own replies (the greeting, "new conversation") from the state,
-    each once: queued by the update that asked for it, and marked sent once Telegram has
-    it. `flush` sends what is queued, in order; the inbound side awaits it, so a local
-    reply comes before the answers to later messages of its chat."""
-
-    def __init__(self, outbound: Outbound) -> None:
-        self.out = outbound
-        self._lock = asyncio.Lock()
-
-    async def flush(self) -> None:
-        """Send every queued reply."""
-        async with self._lock:
-            for note_id, chat, topic, reply_to, text in await self.out.state.notes():
-                await uninterrupted(self._send(note_id, f"{chat}:{topic}:0", text, reply_to))
-
-    async def _send(self, note_id: str, conversation: str, text: str, reply_to: int) -> None:
-        chat, _, _ = conversation.partition(":")
-        replied = platform_id(int(chat), reply_to) if reply_to else ""
-        platform = self.out.platform
-        try:
-            await self.out.paced(
-                conversation,
-                lambda: platform.send(conversation, text, html=False, reply_to=replied),
-            )
-            metrics.delivered(_CONDUIT)
-        except PlatformError as exc:
-            log.warning("local reply refused", chat=chat, error=exc.detail)
-            metrics.delivery_failed(_CONDUIT)
-        await self.out.state.note_sent(note_id)
