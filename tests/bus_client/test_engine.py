@@ -129,7 +129,7 @@ async def test_a_copy_s_deadline_comes_from_the_conduit_s_settings(
 ) -> None:
     web = await linked(ore_conduit_core)
     platform = ScriptedPlatform()
-    platform.fail(ROOM, RateLimited("429", 60))  # past the deadline the settings give
+    platform.fail(ROOM, RateLimited("429", 5))  # within copy_deadline, past copy_patience
 
     class Impatient(conduit_for(platform)):  # type: ignore[misc]
         def copy_patience(self, config: ConduitConfig) -> float:
