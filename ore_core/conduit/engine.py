@@ -13,8 +13,10 @@ adapter (its wire, ids and formatting); `run` builds the engine around it:
 A conduit with more to do than the adapter contract says (the NATS bridge answers
 requests on their reply inbox) overrides the hooks: `admit` (bad input refused first),
 `forward` (one inbound event to the core), `not_forwarded` (what the sender is told of
-a failure), `traceparent` (the sender's trace, continued), `feed_kinds`, `durable` and
-`patience`.
+a failure), `traceparent` (the sender's trace, continued), `feed_kinds`, `durable`,
+`patience`, `copy_patience` (a copy's deadline from the settings) and `lane` (how one
+thread's output is shown: a platform that keeps its own record of each answer's
+messages across a kill brings its own lane, and still hands copies to `engine.copies`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from ore_core.conduit.client import ConduitClient, Sent
 from ore_core.conduit.conversations import Conversations
 from ore_core.conduit.copies import COPY_DEADLINE, Copies
 from ore_core.conduit.inbound import Forwarder, SerialByKey, derived_traceparent
-from ore_core.conduit.lanes import ThreadLanes
+from ore_core.conduit.lanes import Lane, ThreadLanes
 from ore_core.conduit.pacing import Pacing
 from ore_core.conduit.platform import Inbound, Message, Platform
 from ore_core.errors import ApiError, BusError, OreError
@@ -92,6 +94,16 @@ class PlatformConduit(Conduit):
         it takes; the platform's event stays unconfirmed meanwhile)."""
         return None
 
+    def copy_patience(self, config: ConduitConfig) -> float:
+        """Seconds a relayed copy is tried before it is reported failed (default:
+        `copy_deadline`; a conduit with a setting for it reads it here)."""
+        return self.copy_deadline
+
+    def lane(self, engine: Engine, thread_id: str, outbound: Outbound) -> Lane:
+        """The lane that shows one thread's output (default: the engine's `AnswerLane`:
+        answers streamed by edit, relayed copies through `engine.copies`)."""
+        return AnswerLane(thread_id, outbound)
+
     def traceparent(self, inbound: Inbound) -> str:
         """The sender's traceparent of `inbound`, continued by the conduit's span
         ("" where the platform carries none: a new trace)."""
@@ -136,7 +148,7 @@ class Engine:
             self.platform,
             self.capabilities,
             self.pacing,
-            deadline=conduit.copy_deadline,
+            deadline=conduit.copy_patience(config),
         )
         self.forwarder = Forwarder(client, self.name)
         self.tasks = TaskScope(f"conduit-{self.name}")
@@ -160,7 +172,9 @@ class Engine:
         try:
             async with feed:  # open first: what comes once the platform listens is seen
                 await self.platform.connect()
-                lanes = ThreadLanes(lambda thread: AnswerLane(thread, outbound), name=self.name)
+                lanes = ThreadLanes(
+                    lambda thread: conduit.lane(self, thread, outbound), name=self.name
+                )
                 async with asyncio.TaskGroup() as group:
                     group.create_task(lanes.run(feed), name=f"{self.name}-out")
                     group.create_task(self._inbound(), name=f"{self.name}-in")

@@ -22,6 +22,11 @@ from ore_core.conduit import (
     Sender,
     Transient,
 )
+from ore_core.conduit.answering import AnswerLane, Outbound
+from ore_core.conduit.base import ConduitConfig
+from ore_core.conduit.engine import Engine
+from ore_core.conduit.feed import Delivery
+from ore_core.conduit.lanes import Lane
 from ore_core.conduit.pacing import Pacing
 from ore_core.events import DeliveryEvent, decode_output
 from ore_core.testing.conduit_conformance import ConduitCore, StartConduit
@@ -92,6 +97,48 @@ async def test_an_answer_replies_to_the_message_it_answers(
     assert await asyncio.wait_for(platform.wait_for(ROOM, 1), TIMEOUT) == ["echo: hi"]
     (answer,) = platform.parts.values()
     assert answer.reply_to == "p-1"
+
+
+async def test_a_conduit_s_own_lane_shows_its_threads_output(
+    ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit
+) -> None:
+    platform = ScriptedPlatform()
+    seen: list[str] = []
+    answered = asyncio.Event()
+
+    class Recording(AnswerLane):
+        async def handle(self, delivery: Delivery) -> None:
+            seen.append(delivery.kind)
+            if delivery.kind == "lifecycle" and getattr(delivery.event, "phase", "") == "done":
+                answered.set()
+
+    class OwnLane(conduit_for(platform)):  # type: ignore[misc]
+        def lane(self, engine: Engine, thread_id: str, outbound: Outbound) -> Lane:
+            return Recording(thread_id, outbound)
+
+    await ore_start_conduit(OwnLane, {})
+    await asyncio.wait_for(platform.connected.wait(), TIMEOUT)
+    platform.receive(Message(conversation=ROOM, platform_id="p-1", sender=Sender("Ana"), text="hi"))
+    await asyncio.wait_for(answered.wait(), TIMEOUT)
+    assert "text" in seen
+    assert platform.shown[ROOM] == {}  # the lane showed nothing: the engine's did not run
+
+
+async def test_a_copy_s_deadline_comes_from_the_conduit_s_settings(
+    ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit
+) -> None:
+    web = await linked(ore_conduit_core)
+    platform = ScriptedPlatform()
+    platform.fail(ROOM, RateLimited("429", 5))  # within copy_deadline, past copy_patience
+
+    class Impatient(conduit_for(platform)):  # type: ignore[misc]
+        def copy_patience(self, config: ConduitConfig) -> float:
+            return 0.0
+
+    await ore_start_conduit(Impatient, {})
+    await asyncio.wait_for(platform.connected.wait(), TIMEOUT)
+    report = await asyncio.wait_for(delivery_report(web, "hi"), TIMEOUT)
+    assert (report.status, report.reason) == ("failed", "rate_limited")
 
 
 # -- relayed copies ------------------------------------------------------------------

@@ -1,20 +1,20 @@
-"""BotApi: every Bot API call of the conduit, with Telegram's limits honoured.
+"""BotApi: every Bot API call of the conduit, each failure classified once.
 
-- A refusal (`ok: false`) raises `TelegramError` with Telegram's code and description.
-- Flood control (429 with `parameters.retry_after`) pauses the sends and edits of that
-  chat (or, for another method, that method) for `retry_after` seconds, then the call is
-  tried again, as often as it takes: Telegram did not carry a throttled call out, and a
-  message is never dropped.
-- A call whose outcome is unknown (the connection dropped, a 5xx, a timeout) is tried
-  again after a pause. For `sendMessage` that may show a message twice, if Telegram had
-  carried it out: a bot cannot read a chat back to check, and losing the message is
-  worse. Every other method the conduit uses is safe to repeat.
-- `Limits` spaces sends and edits below Telegram's limits (per chat, per group, overall)
-  so that flood control is the exception. A group's limit is a sliding window (no 60 s
-  ever holds more than `group_per_minute`): a token bucket would let a full burst and
-  its refill into one minute, twice the limit.
-- The token is part of every URL: it never appears in an error, a log line, or anything
-  handed to the core (`redact`).
+- A refusal (`ok: false`) raises `TelegramError`, a `Refused` with Telegram's code and
+  description and the engine's reason (403: permission, "too long": too large).
+- Flood control (429 with `parameters.retry_after`) raises `FloodControl`, a
+  `RateLimited` with that wait; the pause is noted in `Limits`, so every send and edit
+  of that chat (or, for another method, that method) waits it out.
+- A call whose outcome is unknown (the connection dropped, a 5xx, a timeout, a 409 of
+  a getUpdates still running elsewhere) raises `Transient`.
+
+Nothing here tries again: the engine's pacing (`ore_core.conduit.pacing`) does, once
+for every platform. `Limits` spaces sends and edits below Telegram's limits (per chat,
+per group, overall) so that flood control is the exception. A group's limit is a
+sliding window (no 60 s ever holds more than `group_per_minute`): a token bucket would
+let a full burst and its refill into one minute, twice the limit. The token is part of
+every URL: it never appears in an error, a log line, or anything handed to the core
+(`redact`).
 """
 
 from __future__ import annotations
@@ -30,13 +30,15 @@ import aiohttp
 import structlog
 
 from ore_core import OreError
-from ore_core.conduit import metrics
+from ore_core.conduit import Refused, Transient
+from ore_core.conduit.platform import FailureReason, PlatformError, RateLimited
 
 __all__ = [
     "BotApi",
     "Bucket",
     "FileError",
     "FileTooLarge",
+    "FloodControl",
     "Limits",
     "SlidingWindow",
     "TelegramError",
@@ -46,7 +48,6 @@ log = structlog.get_logger("ore.conduit.telegram")
 
 SENDS = frozenset({"sendMessage", "editMessageText", "sendPhoto", "sendDocument"})
 """The methods that count against Telegram's message limits."""
-_RETRY_MAX = 5.0
 _LONG_POLL_MARGIN = 10.0  # seconds beyond a getUpdates timeout before the call is given up
 _DOWNLOAD_TIMEOUT = 60.0  # seconds one file download may take
 
@@ -59,27 +60,34 @@ class FileTooLarge(FileError):
     """A file is larger than the caller's limit; it was not (fully) read."""
 
 
-class TelegramError(OreError):
-    """Telegram refused a call: `code` (400, 401, 403, 404, 409, 429) and `description`."""
+class TelegramError(Refused):
+    """Telegram refused a call for good: `code` (400, 401, 403, 404) and `description`;
+    `migrate_to_chat_id` names the supergroup a group became."""
 
     def __init__(
-        self,
-        method: str,
-        code: int,
-        description: str,
-        retry_after: float = 0,
-        migrate_to_chat_id: int = 0,
+        self, method: str, code: int, description: str, migrate_to_chat_id: int = 0
     ) -> None:
-        super().__init__(f"{method}: {code} {description}")
+        super().__init__(f"{method}: {code} {description}", _reason(code, description))
         self.method = method
         self.code = code
         self.description = description
-        self.retry_after = retry_after
-        self.migrate_to_chat_id = migrate_to_chat_id  # a group that became a supergroup
+        self.migrate_to_chat_id = migrate_to_chat_id
 
     def says(self, words: str) -> bool:
         """Does the description contain `words` (case-insensitive)?"""
         return words.lower() in self.description.lower()
+
+
+class FloodControl(RateLimited):
+    """Telegram's 429: no call of its scope for `wait` (`retry_after`) seconds."""
+
+
+def _reason(code: int, description: str) -> FailureReason:
+    if code in (401, 403):
+        return "refused_permission"
+    if code == 413 or "too long" in description.lower():
+        return "refused_too_large"
+    return "refused_unsupported"
 
 
 class Bucket:
@@ -268,6 +276,8 @@ class BotApi:
             if exc.says("too big"):
                 raise FileTooLarge(exc.description) from None
             raise FileError(exc.description) from None
+        except PlatformError as exc:  # Telegram away or busy: the user sends it again
+            raise FileError(exc.detail) from None
         path = info.get("file_path") if isinstance(info, dict) else None
         if not isinstance(path, str) or not path:
             raise FileError("getFile gave no file_path")
@@ -302,40 +312,32 @@ class BotApi:
             raise OreError(self.redact(str(exc) or type(exc).__name__)) from None
         return dict(me)
 
-    async def call(self, method: str, *, patient: bool = True, **params: Any) -> Any:
-        """Call `method`; its `result`. See the module docstring for what is retried.
-
-        `patient=False` is for calls that may be skipped (a chat action, intermediate
-        text): flood control then raises TelegramError 429 at once, the pause noted.
-        """
+    async def call(self, method: str, **params: Any) -> Any:
+        """Call `method` once, within the limits; its `result`. A failure is raised as
+        `TelegramError`, `FloodControl` or `Transient` (see the module docstring)."""
         params = {k: v for k, v in params.items() if v is not None}
         chat = _chat_of(params)
-        pause = 0.1
-        while True:
+        if method in SENDS:
+            await self.limits.acquire(chat)
+        else:
+            await self.limits.unpaused(chat, method)
+        try:
+            return await self._send(method, params)
+        except TelegramError as exc:
+            if exc.code == 409:  # another getUpdates, or a webhook being removed
+                raise Transient(exc.detail) from None
+            raise
+        except FloodControl as exc:
+            log.info("telegram flood control", method=method, retry_after=exc.wait)
+            self.limits.pause(chat, exc.wait, _scope(method))
+            raise
+        except (aiohttp.ClientError, TimeoutError, _ServerError) as exc:
+            failure = self.redact(str(exc) or type(exc).__name__)
+            log.info("telegram call failed", method=method, error=failure)
+            raise Transient(f"{method}: {failure}") from None
+        finally:
             if method in SENDS:
-                await self.limits.acquire(chat)
-            else:
-                await self.limits.unpaused(chat, method)
-            try:
-                try:
-                    return await self._send(method, params)
-                finally:
-                    if method in SENDS:
-                        self.limits.sent(chat)
-            except TelegramError as exc:
-                if exc.code != 429:
-                    raise
-                log.info("telegram flood control", method=method, retry_after=exc.retry_after)
-                metrics.rate_limited("telegram")
-                self.limits.pause(chat, exc.retry_after or 1.0, _scope(method))
-                if not patient:
-                    raise
-                continue
-            except (aiohttp.ClientError, TimeoutError, _ServerError) as exc:
-                failure = self.redact(str(exc) or type(exc).__name__)
-            log.info("telegram call failed, trying again", method=method, error=failure)
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, _RETRY_MAX)
+                self.limits.sent(chat)
 
     async def _send(self, method: str, params: dict[str, Any]) -> Any:
         url = f"{self.base_url}/bot{self._token}/{method}"
@@ -355,12 +357,13 @@ class BotApi:
         if body.get("ok") is True:
             return body.get("result")
         parameters = body.get("parameters") or {}
+        code = int(body.get("error_code") or response.status)
+        description = self.redact(str(body.get("description") or ""))
+        if code == 429:
+            wait = float(parameters.get("retry_after") or 1.0)
+            raise FloodControl(f"{method}: {code} {description}", wait)
         raise TelegramError(
-            method,
-            int(body.get("error_code") or response.status),
-            self.redact(str(body.get("description") or "")),
-            float(parameters.get("retry_after") or 0),
-            int(parameters.get("migrate_to_chat_id") or 0),
+            method, code, description, int(parameters.get("migrate_to_chat_id") or 0)
         )
 
 

@@ -1,47 +1,36 @@
-"""TelegramConduit: `ore conduit telegram`.
+"""TelegramConduit: `ore conduit telegram`, the SDK's engine around `TelegramPlatform`.
 
-One run: check the token with `getMe` (one line if it is missing or refused), open the
-state, register the bot's commands, open the durable output feed (waiting for the core
-if it is away), then take updates by long polling or on a webhook until cancelled.
-Every task belongs to one TaskGroup, so cancelling `run` stops them all.
+The engine keeps each conversation's order, confirms an update once the core has it,
+relays copies of a linked thread and paces every call; the conduit adds what is
+Telegram's: its local replies and commands (`inbound.Forwarding`, the `admit` and
+`forward` hooks), and its own lane per thread (`outbound.ThreadRenderer`: drafts,
+typing, and an answer record that survives a kill -9, since Telegram has no
+idempotency key).
 """
 
 from __future__ import annotations
 
-import asyncio
-import hmac
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from collections.abc import Callable, Collection
+from typing import ClassVar
 
 import aiohttp
-import structlog
-from aiohttp import web
 
-from ore_conduit_telegram.api import BotApi, Limits, TelegramError
-from ore_conduit_telegram.config import ENV_TOKEN, MissingToken, TelegramConfig
+from ore_conduit_telegram.api import BotApi, Limits
+from ore_conduit_telegram.config import TelegramConfig
 from ore_conduit_telegram.ids import THREAD_KEY
-from ore_conduit_telegram.inbound import Identity, Inbound, poll
-from ore_conduit_telegram.media import MediaReader
-from ore_conduit_telegram.outbound import Notes, Outbound
-from ore_conduit_telegram.state import State
-from ore_core import OreError
-from ore_core.conduit import Capabilities, Conduit, ConduitClient, ConduitConfig
+from ore_conduit_telegram.inbound import Forwarding
+from ore_conduit_telegram.outbound import OUTPUT_KINDS, ThreadRenderer
+from ore_conduit_telegram.platform import TelegramPlatform, check_token
+from ore_core.conduit import ConduitClient, ConduitConfig, Inbound
+from ore_core.conduit.answering import Outbound
+from ore_core.conduit.engine import Engine, PlatformConduit, PlatformContext
+from ore_core.conduit.lanes import Lane
 from ore_core.endpoint import KeyForm
 
-__all__ = ["COMMANDS", "TelegramConduit"]
-
-log = structlog.get_logger("ore.conduit.telegram")
-
-COMMANDS = (
-    ("new", "Start a new conversation"),
-    ("stop", "Stop the answer being written"),
-    ("help", "List the commands"),
-)
-"""The commands shown in Telegram's menu (`setMyCommands`)."""
-_SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+__all__ = ["TelegramConduit"]
 
 
-class TelegramConduit(Conduit):
+class TelegramConduit(PlatformConduit):
     """The `telegram` conduit: see the package README.
 
     `on_webhook_ready` is called with the webhook's local URL once it listens (tests).
@@ -56,138 +45,39 @@ class TelegramConduit(Conduit):
     key_form = KeyForm("CHAT:TOPIC:ROOT", "-1001234567890:0:0")
     """`Conversation.key`: TOPIC 0 outside forum topics, ROOT 0 for the chat's first
     conversation."""
-    capabilities = Capabilities(
-        edit=True,
-        delete=True,
-        threads=True,
-        streaming=True,
-        markup="telegram_html",
-        max_message_length=4096,
-        edits_arrive=True,
-        deletes_arrive=False,
-    )
+    capabilities = TelegramPlatform.capabilities
     on_webhook_ready: ClassVar[Callable[[str], None] | None] = None
 
     async def run(self, client: ConduitClient, config: ConduitConfig) -> None:
-        """Bridge Telegram until cancelled; MissingToken (one line) for a bad token."""
+        """Check the token first (one line if it is missing or refused), then run the
+        engine until cancelled."""
         if not isinstance(config, TelegramConfig):
             raise TypeError(f"the telegram conduit needs a TelegramConfig, got {config!r}")
-        token = config.bot_token()
-        secret = config.secret() if config.mode == "webhook" else ""
+        config.check_secrets()
         async with aiohttp.ClientSession() as session:
-            limits = Limits(
-                config.chat_per_second, config.group_per_minute, config.overall_per_second
-            )
-            api = BotApi(session, config.api_url, token, limits)
-            identity = await _check_token(api)
-            state = await State.open(config.state_dir / f"state-{config.durable}.db")
-            log.info("telegram conduit starting", mode=config.mode, bot=identity.username)
-            try:
-                await self._serve(client, config, api, identity, state, secret)
-            finally:
-                await state.close()
+            limits = Limits(1.0, 20.0, 30.0)
+            await check_token(BotApi(session, config.api_url, config.bot_token(), limits))
+        await super().run(client, config)
 
-    async def _serve(
-        self,
-        client: ConduitClient,
-        config: TelegramConfig,
-        api: BotApi,
-        identity: Identity,
-        state: State,
-        secret: str,
-    ) -> None:
-        ready = asyncio.Event()
-        notes = Notes(api, state)
-        async with asyncio.TaskGroup() as tasks:
-            outbound = Outbound(name=self.name, client=client, api=api, config=config, state=state)
-            inbound = Inbound(
-                name=self.name,
-                client=client,
-                api=api,
-                config=config,
-                identity=identity,
-                state=state,
-                notes=notes,
-                media=MediaReader(
-                    api,
-                    max_image_bytes=config.max_image_bytes,
-                    max_text_bytes=config.max_text_bytes,
-                ),
-            )
-            tasks.create_task(outbound.serve(ready), name="telegram-outbound")
-            await _set_commands(api)
-            await ready.wait()  # the feed exists: no answer can be missed
-            await notes.flush()  # what an earlier run queued and did not send
-            if config.mode == "polling":
-                await api.call("deleteWebhook")
-                await poll(api, inbound, config)
-            else:
-                await _serve_webhook(api, inbound, config, secret, type(self).on_webhook_ready)
+    def platform(self, config: ConduitConfig, context: PlatformContext) -> TelegramPlatform:
+        assert isinstance(config, TelegramConfig)
+        return TelegramPlatform(config, type(self).on_webhook_ready)
 
+    def feed_kinds(self, config: ConduitConfig) -> Collection[str]:
+        return OUTPUT_KINDS
 
-async def _check_token(api: BotApi) -> Identity:
-    """Who the bot is (`getMe`); MissingToken naming the variable of a refused token."""
-    try:
-        me = await api.check()
-    except TelegramError as exc:
-        raise MissingToken(
-            f"{ENV_TOKEN} was refused by Telegram (getMe: {exc.code} {exc.description}); "
-            "use the token @BotFather gave you"
-        ) from None
-    except OreError as exc:
-        raise MissingToken(f"cannot reach Telegram to check {ENV_TOKEN}: {exc}") from None
-    return Identity(int(me["id"]), str(me.get("username") or ""))
+    def copy_patience(self, config: ConduitConfig) -> float:
+        assert isinstance(config, TelegramConfig)
+        return config.relay_deadline
 
+    def lane(self, engine: Engine, thread_id: str, outbound: Outbound) -> Lane:
+        assert isinstance(engine.platform, TelegramPlatform)
+        return ThreadRenderer(engine, engine.platform, thread_id)
 
-async def _set_commands(api: BotApi) -> None:
-    commands = [{"command": name, "description": text} for name, text in COMMANDS]
-    try:
-        await api.call("setMyCommands", commands=commands)
-    except TelegramError as exc:
-        log.info("commands not registered", error=exc.description)
+    async def admit(self, engine: Engine, inbound: Inbound) -> bool:
+        assert isinstance(engine.platform, TelegramPlatform)
+        return await Forwarding(engine, engine.platform).admit(inbound)
 
-
-async def _serve_webhook(
-    api: BotApi,
-    inbound: Inbound,
-    config: TelegramConfig,
-    secret: str,
-    ready: Callable[[str], None] | None,
-) -> None:
-    """Serve the webhook; an update is answered 200 only once it is handled (else
-    Telegram sends it again), and only with the right secret header."""
-
-    async def handle(request: web.Request) -> web.Response:
-        given = request.headers.get(_SECRET_HEADER, "")
-        if not hmac.compare_digest(given.encode(), secret.encode()):
-            log.warning("webhook call with a wrong secret refused", peer=request.remote)
-            return web.json_response({"error": "wrong secret token"}, status=401)
-        try:
-            update: Any = await request.json()
-        except ValueError:
-            return web.json_response({"error": "the body is not JSON"}, status=400)
-        if not isinstance(update, Mapping) or not isinstance(update.get("update_id"), int):
-            return web.json_response({"error": "not a Telegram update"}, status=400)
-        await inbound.take(update)
-        return web.json_response({})
-
-    app = web.Application(client_max_size=1024 * 1024)
-    app.router.add_post(config.listen_path, handle)
-    runner = web.AppRunner(app, handle_signals=False)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, config.listen_host, config.listen_port).start()
-        port = int(runner.addresses[0][1])
-        local = f"http://{config.listen_host}:{port}{config.listen_path}"
-        await api.call(
-            "setWebhook",
-            url=config.webhook_url or local,
-            secret_token=secret,
-            allowed_updates=["message", "edited_message"],
-        )
-        log.info("telegram webhook listening", url=local)
-        if ready is not None:
-            ready(local)
-        await asyncio.Event().wait()  # until cancelled
-    finally:
-        await asyncio.shield(runner.cleanup())
+    async def forward(self, engine: Engine, thread_id: str, inbound: Inbound) -> None:
+        assert isinstance(engine.platform, TelegramPlatform)
+        await Forwarding(engine, engine.platform).forward(thread_id, inbound)

@@ -13,10 +13,8 @@ import hashlib
 from dataclasses import dataclass
 
 __all__ = [
-    "CHAT_KEY",
     "KIND_KEY",
     "THREAD_KEY",
-    "TOPIC_KEY",
     "Conversation",
     "edit_event_id",
     "event_id",
@@ -25,9 +23,8 @@ __all__ = [
 
 THREAD_KEY = "telegram.thread"
 """The thread metadata key looked up for a conversation (value: `Conversation.key`)."""
-CHAT_KEY = "telegram.chat"
-TOPIC_KEY = "telegram.topic"
 KIND_KEY = "telegram.chat_type"
+"""Where threads of earlier versions kept the chat's type."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +41,6 @@ class Conversation:
     def key(self) -> str:
         """The value of `THREAD_KEY`."""
         return f"{self.chat}:{self.topic}:{self.root}"
-
-    def metadata(self) -> dict[str, str]:
-        """The ore thread metadata that says where to answer."""
-        return {CHAT_KEY: str(self.chat), TOPIC_KEY: str(self.topic), KIND_KEY: self.kind}
 
     @classmethod
     def from_metadata(cls, metadata: dict[str, str]) -> Conversation | None:

@@ -23,12 +23,14 @@ unknown and the part is sent again (Telegram may then show it twice, as before).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
 from ore_conduit_telegram.api import TelegramError
 from ore_conduit_telegram.text import to_html
+from ore_core.conduit import PlatformError
 
 if TYPE_CHECKING:
     from ore_conduit_telegram.outbound import ThreadRenderer
@@ -99,8 +101,8 @@ async def find_landed(renderer: ThreadRenderer, intent: Intent) -> Landed:
             continue
         try:
             probed = await _probe(renderer, message, intent)
-        except TelegramError as exc:  # refused for another reason: cannot be told
-            log.info("a send under way at the stop not looked for", error=exc.description)
+        except PlatformError as exc:  # refused for another reason: cannot be told
+            log.info("a send under way at the stop not looked for", error=exc.detail)
             return Landed("unknown")
         if probed == "here":
             return Landed("landed", message)
@@ -120,7 +122,7 @@ async def _probe(renderer: ThreadRenderer, message: int, intent: Intent) -> _Pro
         else:
             params.update(text=intent.text)
         try:
-            await renderer.api.call("editMessageText", **params)
+            await renderer.paced(partial(renderer.api.call, "editMessageText", **params))
         except TelegramError as exc:
             if exc.says("message is not modified"):
                 return "here"

@@ -13,8 +13,8 @@ traceparent) becomes one or more Telegram messages, the first replying to the us
 - at `lifecycle: done` the answer is shown for good: split into parts of at most
   `message_chars` characters (code fences balanced), each as Telegram HTML, or as plain
   text when Telegram refuses the entities; a cancelled or failed answer ends with a
-  marker. Final sends and edits wait for the limits (and for `retry_after`): they are
-  never dropped.
+  marker. Final sends and edits go through the engine's pacing (`retry_after` waited
+  out, an outage tried again) until the engine's deadline.
 - every message sent is recorded in the conduit's state before the next step, and the
   record names the answer, whether it is finished, and the stored sequence up to which
   every answer of the thread was shown: a restarted conduit (its durable feed gives it
@@ -24,29 +24,26 @@ traceparent) becomes one or more Telegram messages, the first replying to the us
 Telegram cannot be asked what a chat shows: the record names each send before its
 call (the intent), and a conduit restarted after a kill between Telegram accepting a
 message and the record of it looks for that part in the chat before it sends it again
-(`landed`).
+(`landed`). Another endpoint's messages on a linked thread are the engine's relayed
+copies (`ore_core.conduit.copies`), posted through `TelegramPlatform`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import hashlib
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
-from ore_conduit_telegram.api import BotApi, TelegramError
-from ore_conduit_telegram.config import TelegramConfig
-from ore_conduit_telegram.copies import Copies
+from ore_conduit_telegram.api import TelegramError
 from ore_conduit_telegram.ids import Conversation
 from ore_conduit_telegram.landed import Intent, find_landed
+from ore_conduit_telegram.platform import TelegramPlatform, message_of, platform_id
 from ore_conduit_telegram.shield import uninterrupted
-from ore_conduit_telegram.state import State
-from ore_conduit_telegram.text import split_text, to_html
+from ore_conduit_telegram.text import split_text
 from ore_core import (
     ApiError,
     ArtifactEvent,
@@ -60,16 +57,21 @@ from ore_core import (
 )
 from ore_core.conduit import (
     AnswerRecord,
-    ConduitClient,
     Delivery,
+    PlatformError,
+    RateLimited,
     SettingsCache,
-    ThreadLanes,
     classify,
     metrics,
     until_answered,
 )
+from ore_core.conduit.copies import COPY_DEADLINE, Copy
+from ore_core.events import DeliveryEvent
 
-__all__ = ["OUTPUT_KINDS", "Notes", "Outbound", "ThreadRenderer"]
+if TYPE_CHECKING:
+    from ore_core.conduit.engine import Engine
+
+__all__ = ["OUTPUT_KINDS", "Outbound", "ThreadRenderer"]
 
 log = structlog.get_logger("ore.conduit.telegram")
 
@@ -81,9 +83,6 @@ OUTPUT_KINDS = frozenset(
 
 _TYPING_EVERY = 4.5  # seconds: Telegram shows a chat action for about 5
 _TYPING_AT_MOST = 600.0  # seconds of "typing" for one answer (its end may never come)
-_LANES = "telegram-render"
-_CONDUIT = "telegram"  # the metrics label of replies sent without a renderer
-_FINISHED = 4096  # answers remembered as finished, so repeats of their events are skipped
 _R = TypeVar("_R")
 _UNKNOWN = "\x00"  # what a message of an earlier run shows: never equal to a text
 
@@ -119,43 +118,32 @@ class _Answer:
 
 
 class Outbound:
-    """Routes the durable feed's events to one renderer per thread (module docstring)."""
+    """What every thread's renderer shares: the engine's parts and the adapter's."""
 
-    def __init__(
-        self,
-        *,
-        name: str,
-        client: ConduitClient,
-        api: BotApi,
-        config: TelegramConfig,
-        state: State,
-    ) -> None:
-        self.name = name
-        self.client = client
-        self.api = api
-        self.config = config
-        self.state = state
-        self.finished: OrderedDict[str, None] = OrderedDict()  # traces
+    def __init__(self, engine: Engine, platform: TelegramPlatform) -> None:
+        self.name = engine.name
+        self.client = engine.client
+        self.platform = platform
+        self.api = platform.api
+        self.config = platform.config
+        self.state = platform.state
+        self.pacing = engine.pacing
+        self.copies = engine.copies
+        self.finished = platform.finished
+        self.mark_finished = platform.mark_finished
 
-    def mark_finished(self, trace: str) -> None:
-        self.finished[trace] = None
-        while len(self.finished) > _FINISHED:
-            self.finished.popitem(last=False)
-
-    async def serve(self, ready: asyncio.Event) -> None:
-        """Open the durable feed (waiting for the core if it is away), set `ready`, and
-        render every delivery in its thread's lane (`ThreadLanes`), held until rendered."""
-        async with self.client.events(kinds=OUTPUT_KINDS, durable=self.config.durable) as feed:
-            ready.set()
-            lanes = ThreadLanes(lambda thread_id: ThreadRenderer(self, thread_id), name=_LANES)
-            await lanes.run(feed)
+    async def paced(self, conversation: str, call: Callable[[], Awaitable[_R]]) -> _R:
+        """`call()` through the engine's pacing of `conversation` (a 429's wait, an
+        outage tried again) until the engine's deadline."""
+        deadline = asyncio.get_running_loop().time() + COPY_DEADLINE
+        return await self.pacing.call(conversation, call, deadline=deadline)
 
 
 class ThreadRenderer:
     """Renders one ore thread's events into its Telegram chat, in order (its `Lane`)."""
 
-    def __init__(self, outbound: Outbound, thread_id: str) -> None:
-        self.out = outbound
+    def __init__(self, engine: Engine, platform: TelegramPlatform, thread_id: str) -> None:
+        self.out = outbound = Outbound(engine, platform)
         self.api = outbound.api
         self.config = outbound.config
         self.thread_id = thread_id
@@ -163,7 +151,6 @@ class ThreadRenderer:
         self.answers: dict[str, _Answer] = {}
         self.last_sequence = 0
         self.settings = SettingsCache()  # a linked thread's label and answer settings
-        self.copies = Copies(self)
 
     # -- the lane ---------------------------------------------------------------------
 
@@ -186,7 +173,7 @@ class ThreadRenderer:
             raise
         self.settings.load(self.thread_id, info.metadata)
         place = Conversation.from_metadata(info.metadata)
-        return place or await self.out.state.place(self.thread_id)
+        return place
 
     async def while_away(self, call: Callable[[], Awaitable[_R]]) -> _R:
         """`call()`, tried again while the core is away."""
@@ -200,9 +187,6 @@ class ThreadRenderer:
         """Render one event of the thread."""
         try:
             event = delivery.event
-            if self.place is None and delivery.kind != "properties":
-                # A linked thread that no message here had reached when this began.
-                self.place = await self.out.state.place(self.thread_id)
             if isinstance(event, PropertiesEvent):
                 self.settings.update(self.thread_id, event)
             elif event.context.provenance in (self.out.name, "", "app"):
@@ -219,7 +203,24 @@ class ThreadRenderer:
         if self.place is None:
             return  # a linked thread that no message here has reached yet
         relayed = classify(delivery, self.out.name, self.settings.get(self.thread_id))
-        await self.copies.show(relayed, delivery)
+        event = delivery.event
+        if relayed.action == "delivery" and isinstance(event, DeliveryEvent):
+            if event.status == "failed":  # another endpoint could not show one of ours
+                await self._say(relayed.text)
+        elif delivery.sequence is not None and (
+            relayed.action in ("relayed", "edited", "deleted")
+            or (relayed.action == "answer" and relayed.turn_id)
+        ):  # live-only: a copy comes with a stored batch
+            copy = Copy(self.thread_id, self.place.key, delivery.sequence, relayed)
+            await self.out.copies.show(copy)
+
+    async def _say(self, text: str) -> None:
+        """A line of the conduit's own in the chat (plain text)."""
+        assert self.place is not None
+        try:
+            await self.paced(lambda: self.out.platform.send(self.key, text, html=False))
+        except PlatformError as exc:
+            log.info("delivery status not shown", thread_id=self.thread_id, error=exc.detail)
 
     async def _handle_event(self, event: OutputEvent, sequence: int | None) -> None:
         if self.place is None or event.context.provenance != self.out.name:
@@ -361,10 +362,20 @@ class ThreadRenderer:
 
     # -- Telegram ---------------------------------------------------------------------
 
-    def where(self) -> dict[str, Any]:
-        """Where the thread's messages go: its chat, and its topic if it has one."""
+    @property
+    def key(self) -> str:
+        """The thread's conversation, as the platform and the pacing name it."""
         assert self.place is not None
-        where: dict[str, Any] = {"chat_id": self.place.chat}
+        return self.place.key
+
+    async def paced(self, call: Callable[[], Awaitable[_R]]) -> _R:
+        """`call()` through the engine's pacing of this conversation."""
+        return await self.out.paced(self.key, call)
+
+    def where(self) -> dict[str, Any]:
+        """Where the thread's chat actions and drafts go: its chat, and its topic."""
+        assert self.place is not None
+        where: dict[str, Any] = {"chat_id": self.out.platform.chat(self.place.chat)}
         if self.place.topic:  # the General topic and plain chats: no thread id
             where["message_thread_id"] = self.place.topic
         return where
@@ -376,12 +387,13 @@ class ThreadRenderer:
         if self.api.limits.paused_for(self.place.chat, "sendChatAction") > 0:
             return
         try:
-            await self.api.call("sendChatAction", patient=False, action="typing", **self.where())
-        except TelegramError as exc:
-            log.info("chat action refused", thread_id=self.thread_id, error=exc.description)
+            await self.api.call("sendChatAction", action="typing", **self.where())
+        except PlatformError as exc:
+            log.info("chat action not shown", thread_id=self.thread_id, error=exc.detail)
 
     async def _progress(self, answer: _Answer) -> None:
-        """Show more of an answer that is still being written (plain text)."""
+        """Show more of an answer that is still being written (plain text), once: an
+        intermediate text that fails waits for the next flush."""
         assert self.place is not None
         parts = split_text(answer.raw, self.config.message_chars)
         if not parts:
@@ -389,43 +401,44 @@ class ThreadRenderer:
         answer.flushed_at = self.api.limits.now()
         try:
             if answer.drafts:
-                await self.api.call(
-                    "sendMessageDraft",
-                    patient=False,
-                    draft_id=_draft_id(answer.trace),
-                    text=parts[-1],
-                    **self.where(),
-                )
+                draft = {"draft_id": _draft_id(answer.trace), "text": parts[-1]}
+                await self.api.call("sendMessageDraft", **draft, **self.where())
                 answer.shown = answer.raw
                 return
             preview = parts[0]
             if not self.api.limits.has_room(self.place.chat):
                 return  # intermediate text waits: the final text must not
             if not answer.messages:
-                await uninterrupted(self._post_part(answer, 0, preview, html=False))
+                await uninterrupted(self._post_part(answer, 0, preview, html=False, paced=False))
             elif preview != answer.shown:
-                await self.edit(answer.messages[0], preview, html=False, patient=False)
+                await self.edit(answer.messages[0], preview, html=False, paced=False)
             answer.shown = preview if len(parts) > 1 else answer.raw
-        except TelegramError as exc:
-            if exc.code == 429:
-                return  # the chat is paused: the text waits for the next flush
-            if answer.drafts:
+        except RateLimited:
+            return  # the chat is paused: the text waits for the next flush
+        except PlatformError as exc:
+            if answer.drafts and isinstance(exc, TelegramError):
                 log.info("drafts refused: editing instead", error=exc.description)
                 answer.drafts = False
             else:
-                log.info(
-                    "intermediate text not shown", thread_id=self.thread_id, error=exc.description
-                )
+                log.info("intermediate text not shown", thread_id=self.thread_id, error=exc.detail)
 
-    async def _post_part(self, answer: _Answer, index: int, text: str, *, html: bool) -> None:
-        """Send part `index` of the answer and record it before anything else happens."""
+    async def _post_part(
+        self, answer: _Answer, index: int, text: str, *, html: bool, paced: bool = True
+    ) -> None:
+        """Send part `index` of the answer and record it before anything else happens
+        (the first part replies to the user's message)."""
         assert self.place is not None
         before = answer.messages[index - 1] if 0 < index <= len(answer.messages) else 0
-        after = before or await self.out.state.asked(answer.trace)
-        self._save(answer, sending=Intent(index, text, html, after))
+        asked = await self.out.state.asked(answer.trace)
+        self._save(answer, sending=Intent(index, text, html, before or asked))
+        reply_to = platform_id(self.place.chat, asked) if asked and index == 0 else ""
+
+        async def send() -> str:
+            return await self.out.platform.send(self.key, text, html=html, reply_to=reply_to)
+
         try:
-            posted = await self._post(answer, text, html=html, first=index == 0)
-        except TelegramError:  # refused: Telegram shows nothing of it
+            posted = message_of(await (self.paced(send) if paced else send()))
+        except PlatformError:  # refused, or never carried out: Telegram shows nothing
             self._save(answer)
             raise
         answer.messages[index : index + 1] = [posted]
@@ -433,68 +446,21 @@ class ThreadRenderer:
         await self.out.state.add_to_chain(self.place.chat, posted, self.place.root)
         await self.out.state.add_answered(self.place.chat, posted, answer.trace)
 
-    async def _post(self, answer: _Answer, text: str, *, html: bool, first: bool = True) -> int:
-        """Send one message (the answer's first replies to the user's); its id. HTML
-        that Telegram refuses goes again as plain text; a topic that is gone, to the chat."""
-        where = self.where()
-        if first:
-            asked = await self.out.state.asked(answer.trace)
-            if asked:
-                where["reply_parameters"] = {
-                    "message_id": asked,
-                    "allow_sending_without_reply": True,
-                }
-        while True:
-            try:
-                if html:
-                    sent = await self.api.call(
-                        "sendMessage", text=to_html(text), parse_mode="HTML", **where
-                    )
-                else:
-                    sent = await self.api.call("sendMessage", text=text, **where)
-                return int(sent["message_id"])
-            except TelegramError as exc:
-                if html and exc.says("can't parse entities"):
-                    log.info("formatting refused, sending plain text", error=exc.description)
-                    html = False
-                elif exc.migrate_to_chat_id and where["chat_id"] != exc.migrate_to_chat_id:
-                    log.info("the group became a supergroup", chat=exc.migrate_to_chat_id)
-                    where["chat_id"] = exc.migrate_to_chat_id
-                    where.pop("reply_parameters", None)
-                    assert self.place is not None
-                    self.place = dataclasses.replace(self.place, chat=exc.migrate_to_chat_id)
-                elif exc.says("thread not found") and "message_thread_id" in where:
-                    del where["message_thread_id"]
-                    log.warning("topic gone, answering in the chat", thread_id=self.thread_id)
-                else:
-                    raise
-
-    async def edit(self, message: int, text: str, *, html: bool, patient: bool = True) -> bool:
+    async def edit(self, message: int, text: str, *, html: bool, paced: bool = True) -> bool:
         """Make `message` show `text`; False if it is gone (deleted by someone)."""
         assert self.place is not None
-        while True:
-            where = {"chat_id": self.place.chat, "message_id": message}
-            try:
-                if html:
-                    await self.api.call(
-                        "editMessageText",
-                        patient=patient,
-                        text=to_html(text),
-                        parse_mode="HTML",
-                        **where,
-                    )
-                else:
-                    await self.api.call("editMessageText", patient=patient, text=text, **where)
-                return True
-            except TelegramError as exc:
-                if exc.says("message is not modified"):
-                    return True
-                if html and exc.says("can't parse entities"):
-                    html = False
-                    continue
-                if exc.says("message to edit not found") or exc.says("can't be edited"):
-                    return False
-                raise
+        pid = platform_id(self.out.platform.chat(self.place.chat), message)
+
+        async def change() -> None:
+            await self.out.platform.change(pid, text, html=html)
+
+        try:
+            await (self.paced(change) if paced else change())
+        except TelegramError as exc:
+            if exc.says("message to edit not found") or exc.says("can't be edited"):
+                return False
+            raise
+        return True
 
     async def _finish(self, answer: _Answer) -> None:
         """The answer is complete: show exactly it, in as many messages as it needs."""
@@ -514,7 +480,7 @@ class ThreadRenderer:
             answer.running = False
             try:
                 await self._show_final(answer, parts)
-            except TelegramError:
+            except PlatformError:
                 metrics.delivery_failed(self.out.name)  # refused for good: logged by the lane
                 raise
             if parts:  # the `done` of a relay without answers shows nothing: no delivery
@@ -540,42 +506,5 @@ class ThreadRenderer:
     async def delete(self, message: int) -> None:
         """Delete one of the bot's messages (one already gone is logged)."""
         assert self.place is not None
-        try:
-            await self.api.call("deleteMessage", chat_id=self.place.chat, message_id=message)
-        except TelegramError as exc:
-            log.info("message not deleted", message=message, error=exc.description)
-
-
-class Notes:
-    """Sends the conduit's own replies (the greeting, "new conversation") from the state,
-    each once: queued by the update that asked for it, and marked sent once Telegram has
-    it. `flush` sends what is queued, in order; the inbound side awaits it, so a local
-    reply comes before the answers to later messages of its chat."""
-
-    def __init__(self, api: BotApi, state: State) -> None:
-        self.api = api
-        self.state = state
-        self._lock = asyncio.Lock()
-
-    async def flush(self) -> None:
-        """Send every queued reply."""
-        async with self._lock:
-            for note_id, chat, topic, reply_to, text in await self.state.notes():
-                message: dict[str, Any] = {"chat_id": chat, "text": text}
-                if topic:
-                    message["message_thread_id"] = topic
-                if reply_to:
-                    message["reply_parameters"] = {
-                        "message_id": reply_to,
-                        "allow_sending_without_reply": True,
-                    }
-                await uninterrupted(self._send(note_id, message))
-
-    async def _send(self, note_id: str, message: dict[str, Any]) -> None:
-        try:
-            await self.api.call("sendMessage", **message)
-            metrics.delivered(_CONDUIT)
-        except TelegramError as exc:
-            log.warning("local reply refused", chat=message["chat_id"], error=exc.description)
-            metrics.delivery_failed(_CONDUIT)
-        await self.state.note_sent(note_id)
+        pid = platform_id(self.out.platform.chat(self.place.chat), message)
+        await self.paced(lambda: self.out.platform.delete(self.key, pid))

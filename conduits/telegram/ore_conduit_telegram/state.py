@@ -10,11 +10,7 @@
   the stored sequence up to which every answer of the thread was shown), so a restarted
   conduit finishes what it started and never shows an answer twice from ore's side;
 - local replies (the greeting, "new conversation") waiting to be sent, so a crash
-  neither loses nor repeats one;
-- the conversation of each linked thread of another conduit (bridging: its metadata is
-  its home's, so the chat it is shown in is known only from the messages written here);
-- the messages of each relayed copy, part by part, recorded as each is sent: a
-  restarted conduit sends only the parts it has no record of.
+  neither loses nor repeats one.
 
 Telegram keeps the update offset itself (confirmed by the next getUpdates), so it is
 not here. Writes are committed before the call returns (in the WAL, which survives the
@@ -35,7 +31,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ore_conduit_telegram.ids import Conversation
 from ore_core import OreError
 from ore_core.conduit import AnswerRecord
 
@@ -54,10 +49,6 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS answers (thread TEXT PRIMARY KEY, record TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS notes (id TEXT PRIMARY KEY, chat INTEGER, topic INTEGER,"
     " reply_to INTEGER, text TEXT NOT NULL, sent INTEGER NOT NULL DEFAULT 0)",
-    "CREATE TABLE IF NOT EXISTS places (thread TEXT PRIMARY KEY, chat INTEGER NOT NULL,"
-    " topic INTEGER NOT NULL, root TEXT NOT NULL, kind TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS copies (thread TEXT, turn TEXT, part INTEGER,"
-    " message INTEGER NOT NULL, PRIMARY KEY (thread, turn, part))",
 )
 
 _RECORD_BUSY_MS = 5000  # the other connection's writes are single short statements
@@ -232,61 +223,6 @@ class State:
     async def note_sent(self, note_id: str) -> None:
         """A local reply was sent."""
         await self._write("UPDATE notes SET sent=1 WHERE id=?", note_id)
-
-    # -- bridging -------------------------------------------------------------------
-
-    async def place(self, thread: str) -> Conversation | None:
-        """The conversation a linked thread of another conduit is shown in (None: none
-        written here yet)."""
-        row = await self._one("SELECT chat, topic, root, kind FROM places WHERE thread=?", thread)
-        if row is None:
-            return None
-        return Conversation(int(row[0]), int(row[1]), str(row[2]), str(row[3]))
-
-    async def set_place(self, thread: str, conversation: Conversation) -> None:
-        """`thread` is shown in `conversation` (a Telegram message reached it there)."""
-        await self._write(
-            "INSERT OR REPLACE INTO places (thread, chat, topic, root, kind)"
-            " VALUES (?, ?, ?, ?, ?)",
-            thread,
-            conversation.chat,
-            conversation.topic,
-            conversation.root,
-            conversation.kind,
-        )
-
-    async def copy_parts(self, thread: str, turn: str) -> list[int]:
-        """The messages of the relayed copy of `turn` sent so far, part by part."""
-        rows = await self._run(
-            lambda: list(
-                self._connection().execute(
-                    "SELECT message FROM copies WHERE thread=? AND turn=? ORDER BY part",
-                    (thread, turn),
-                )
-            )
-        )
-        return [int(row[0]) for row in rows]
-
-    async def add_copy_part(self, thread: str, turn: str, part: int, message: int) -> None:
-        """Part `part` of the relayed copy of `turn` is Telegram message `message`."""
-        await self._write(
-            "INSERT OR REPLACE INTO copies (thread, turn, part, message) VALUES (?, ?, ?, ?)",
-            thread,
-            turn,
-            part,
-            message,
-        )
-
-    async def copied_turn(self, chat: int, message: int) -> tuple[str, str] | None:
-        """(thread, turn) of the relayed copy of which `message` in `chat` is a part
-        (None: no copy)."""
-        row = await self._one(
-            "SELECT c.thread, c.turn FROM copies c JOIN places p ON p.thread = c.thread"
-            " WHERE p.chat=? AND c.message=?",
-            chat,
-            message,
-        )
-        return (str(row[0]), str(row[1])) if row else None
 
     # -- plumbing -------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ Interrupting is `/stop`.
 from __future__ import annotations
 
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,6 @@ class TelegramPlatform:
 
     def __init__(self, fake: FakeTelegram) -> None:
         self.fake = fake
-        self._chats: dict[str, int] = {}
         self._asked: dict[str, FakeMessage] = {}
         self._read: dict[str, int] = {}
         self._polls = 0
@@ -37,11 +37,17 @@ class TelegramPlatform:
         """The conduit's `[plugins.telegram]` table for this platform."""
         return self.fake.conduit_settings(str(self.state_dir), flush_interval=0.05, **extra)
 
+    @staticmethod
+    def chat_of(conversation: str) -> int:
+        """The private chat of a kit conversation: the same in every run, so a link can
+        name it before anyone wrote there (`endpoint_value`)."""
+        return 5000 + zlib.crc32(conversation.encode()) % 1_000_000
+
     def chat(self, conversation: str) -> int:
-        """The private chat of a kit conversation."""
-        if conversation not in self._chats:
-            self._chats[conversation] = 5000 + len(self._chats)
-        return self._chats[conversation]
+        """The private chat of a kit conversation (known to the fake from then on)."""
+        chat = self.chat_of(conversation)
+        self.fake.chat(chat, "private")
+        return chat
 
     async def wait_until_ready(self) -> None:
         """Until the conduit has polled (again) since the last call returned."""
