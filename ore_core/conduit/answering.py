@@ -143,7 +143,7 @@ class AnswerLane:
             if event.turn.role == Role.USER:
                 self._answers[trace] = _Answer(trace, event.turn.event_id)
             else:
-                self._settle(self._answers.get(trace), event)
+                await self._settle(trace, event)
             return
         answer = self._answers.get(trace) or _Answer(trace)
         if isinstance(event, LifecycleEvent):
@@ -162,6 +162,7 @@ class AnswerLane:
                 self._answers[trace] = _Answer(trace, answer.reply_to, answer.posts)
                 self._streaming = None
             else:
+                self._answers[trace] = answer  # its posts count: the stored turn adds none
                 await self._post(Part(event.artifact.content), answer)
         elif isinstance(event, ErrorEvent):
             await self._post(Part(event.message, kind="error"), answer)
@@ -169,17 +170,24 @@ class AnswerLane:
             notice = Part(event.content, kind="notice", severity=event.severity.label)
             await self._post(notice, answer)
 
-    def _settle(self, answer: _Answer | None, event: TurnCompleteEvent) -> None:
-        """The stored answer is the whole text: a core killed after it stored the turn
-        but before its live `Text` went out is answered again with only `done`, so the
-        streamed message would keep the deltas that came before the kill."""
-        if answer is None or answer is not self._streaming:
+    async def _settle(self, trace: str, event: TurnCompleteEvent) -> None:
+        """The stored answer is the whole text, whatever of it came live. A core killed
+        after it stored the turn but before its live `Text` went out answers again with
+        only `done`; a conduit restarted after the answer was stored gets only the
+        stored events. A streamed answer ends with the stored text; an answer nothing
+        of which this process posted is posted now, under the keys the first posts had,
+        so a platform that recognises a key edits what an earlier run posted."""
+        texts = [part.content for part in event.turn.artifacts if isinstance(part, Text)]
+        answer = self._answers.get(trace)
+        if not texts or (answer is not None and answer is not self._streaming and answer.posts):
             return
-        texts = [
-            artifact.content for artifact in event.turn.artifacts if isinstance(artifact, Text)
-        ]
-        if texts:
+        if answer is not None and answer is self._streaming:
             answer.text = texts[-1]  # earlier texts of the turn ended their own messages
+            return
+        answer = answer or _Answer(trace)
+        self._answers[trace] = answer
+        for text in texts:
+            await self._post(Part(text), answer)
 
     async def _finish(self, answer: _Answer | None) -> None:
         if answer is not None and answer is self._streaming:

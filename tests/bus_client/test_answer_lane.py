@@ -12,6 +12,7 @@ from ore_core.conduit.conversations import Conversations
 from ore_core.conduit.copies import Copies
 from ore_core.conduit.feed import Delivery
 from ore_core.conduit.pacing import Pacing
+from ore_core.conduit.platform import Part, part_key
 from ore_core.events import ArtifactEvent, EventContext, LifecycleEvent, TurnCompleteEvent
 from ore_core.testing.scripted_platform import ScriptedPlatform
 from ore_core.turn import Role, Turn
@@ -20,13 +21,13 @@ TRACE = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 CONTEXT = EventContext(provenance="memo", traceparent=TRACE)
 
 
-def lane_on(platform: ScriptedPlatform) -> AnswerLane:
+def lane_on(platform: ScriptedPlatform, *, streams: bool = True) -> AnswerLane:
     # The lane's own answers use the platform and the pacing only: the client behind
     # the conversations and the copy engine is never asked, so none is connected.
     out = Outbound(
         "memo",
         platform,
-        Capabilities(edit=True, streaming=True),
+        Capabilities(edit=True, streaming=streams),
         Conversations(cast(ConduitClient, None), "memo.room"),
         cast(Copies, None),
         Pacing("memo"),
@@ -54,3 +55,36 @@ async def test_a_streamed_answer_shows_the_stored_text_when_its_live_text_never_
     await lane.handle(Delivery("t-1", TurnCompleteEvent.of(answer, CONTEXT), 4))
     await lane.handle(Delivery("t-1", LifecycleEvent(phase="done", context=CONTEXT), 4))
     assert list(platform.shown["room-1"].values()) == ["answer to m-1"]
+
+
+def answered(text: str) -> TurnCompleteEvent:
+    answer = Turn("a-1", Role.ASSISTANT, (Text(text),), parent_id="u-1")
+    return TurnCompleteEvent.of(answer, CONTEXT)
+
+
+USER = TurnCompleteEvent.of(Turn("u-1", Role.USER, (Text("hi"),), event_id="m-1"), CONTEXT)
+DONE = LifecycleEvent(phase="done", context=CONTEXT)
+
+
+async def test_a_conduit_restarted_after_the_answer_was_stored_finishes_the_message_it_began() -> (
+    None
+):
+    # The run before the kill posted the first delta; the restarted conduit gets only
+    # the stored events, and posts the answer under the same key: the platform knows the
+    # key, so the message is edited to the whole answer, not posted twice.
+    platform = ScriptedPlatform()
+    await platform.post("room-1", Part("answer "), part_key(TRACE, 0))
+    lane = lane_on(platform)
+    for event in (USER, answered("answer to m-1"), DONE):
+        await lane.handle(Delivery("t-1", event, 4))
+    assert list(platform.shown["room-1"].values()) == ["answer to m-1"]
+
+
+async def test_an_answer_shown_from_its_live_text_is_not_posted_again_by_its_stored_turn() -> None:
+    platform = ScriptedPlatform()
+    lane = lane_on(platform, streams=False)
+    await lane.handle(Delivery("t-1", USER, 3))
+    await lane.handle(Delivery("t-1", ArtifactEvent.of(Text("answer to m-1"), CONTEXT), None))
+    await lane.handle(Delivery("t-1", answered("answer to m-1"), 4))
+    await lane.handle(Delivery("t-1", DONE, 4))
+    assert (list(platform.shown["room-1"].values()), platform.calls) == (["answer to m-1"], 1)
