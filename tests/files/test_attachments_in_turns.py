@@ -16,7 +16,7 @@ from ore_core.files.interceptor import FilePolicyInterceptor
 from ore_core.session.policy import DoubleTexting
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.testing.processors import GatedProcessor, ScriptedProcessor
-from tests.session_support import collect, message
+from tests.session.support import collect, message
 
 PNG = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUg=="
 PDF = Attachment("report.pdf", "application/pdf", 5_000_000, "ab" * 32, "ORE_FILES")

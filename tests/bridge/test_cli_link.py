@@ -1,0 +1,169 @@
+"""`ore link add|list|remove` as an operator runs it, against a real core (issue 29)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+from nats.aio.client import Client
+
+from tests.bridge.test_links_relay import watch
+from tests.bus.conftest import TIMEOUT, CoreFactory, publish, user_message, wait_for
+
+ORE = Path(sys.executable).with_name("ore")
+
+
+async def ore(url: str, home: Path, *args: str) -> tuple[int, str, str]:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.upper().startswith("ORE_")},
+        "ORE_NATS__URL": url,
+        "ORE_LOAD_PLUGINS": "",
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "XDG_STATE_HOME": str(home / "state"),
+    }
+    process = await asyncio.create_subprocess_exec(
+        str(ORE),
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(TIMEOUT):
+        out, err = await process.communicate()
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+async def test_an_operator_links_lists_and_unlinks_an_endpoint(
+    start_core: CoreFactory, ore_nats_client: Client, ore_nats_url: str, tmp_path: Path
+) -> None:
+    await start_core()
+    alpha = await watch(ore_nats_client, "alpha", "t-cli")
+    await publish(ore_nats_client, "t-cli", user_message("hi", "a-1", "alpha"), namespace="alpha")
+    await wait_for(lambda: alpha.done() == 1)
+    status, out, err = await ore(
+        ore_nats_url, tmp_path, "link", "add", "t-cli", "web:web.thread=w-1", "--answer", "all"
+    )
+    assert status == 0, err
+    assert "linked web:web.thread=w-1 to thread t-cli (inout)" in out
+    status, out, _ = await ore(ore_nats_url, tmp_path, "link", "list", "--json")
+    (links,) = json.loads(out)
+    assert (links["thread"], links["answer"], links["endpoints"][0]["value"]) == (
+        "t-cli",
+        "all",
+        "w-1",
+    )
+    status, out, _ = await ore(ore_nats_url, tmp_path, "link", "remove", "web:web.thread=w-1")
+    assert (status, out.strip()) == (0, "unlinked web:web.thread=w-1 from thread t-cli")
+
+
+async def test_a_bad_endpoint_is_one_error_line_and_exit_status_1(
+    start_core: CoreFactory, ore_nats_url: str, tmp_path: Path
+) -> None:
+    await start_core()
+    status, _, err = await ore(ore_nats_url, tmp_path, "link", "add", "t", "slack:C0123")
+    assert status == 1
+    assert "no installed conduit named 'slack' declares a conversation_key" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+async def test_linking_to_an_unknown_thread_says_so(
+    start_core: CoreFactory, ore_nats_url: str, tmp_path: Path
+) -> None:
+    await start_core()
+    status, _, err = await ore(ore_nats_url, tmp_path, "link", "add", "nope", "web:web.thread=1")
+    assert status == 1
+    assert "thread nope not found" in err
+
+
+async def test_the_list_shows_each_endpoint_s_last_delivery_status(
+    start_core: CoreFactory, ore_nats_client: Client, ore_nats_url: str, tmp_path: Path
+) -> None:
+    await start_core()
+    alpha = await watch(ore_nats_client, "alpha", "t-cli")
+    await publish(ore_nats_client, "t-cli", user_message("hi", "a-1", "alpha"), namespace="alpha")
+    await wait_for(lambda: alpha.done() == 1)
+    status, _, err = await ore(ore_nats_url, tmp_path, "link", "add", "t-cli", "web:web.thread=w-1")
+    assert status == 0, err
+    turns = await ore_nats_client.request(
+        "ore.admin.threads.turns", b'{"id": "t-cli"}', timeout=TIMEOUT
+    )
+    turn = json.loads(turns.data)["turns"][0]["id"]
+    report = {
+        "thread": "t-cli",
+        "sequence": 1,
+        "turn": turn,
+        "status": "failed",
+        "detail": "gone",
+        "reason": "refused_permission",
+    }
+    await ore_nats_client.request(
+        "ore.api.web.deliveries.report", json.dumps(report).encode(), timeout=TIMEOUT
+    )
+    status, out, _ = await ore(ore_nats_url, tmp_path, "link", "list")
+    assert status == 0
+    (row,) = [line for line in out.splitlines() if "web:web.thread=w-1" in line]
+    assert f"failed [refused_permission]: gone (turn {turn[:8]}, #1)" in row
+    status, out, _ = await ore(ore_nats_url, tmp_path, "link", "list", "--json")
+    (links,) = json.loads(out)
+    (web,) = links["endpoints"]
+    assert web["last_delivery"] == {
+        "status": "failed",
+        "turn": turn,
+        "sequence": 1,
+        "detail": "gone",
+        "reason": "refused_permission",
+    }
+
+
+async def _thread_with_a_message(client: Client, thread: str) -> None:
+    alpha = await watch(client, "alpha", thread)
+    await publish(client, thread, user_message("hi", f"{thread}-1", "alpha"), namespace="alpha")
+    await wait_for(lambda: alpha.done() == 1)
+
+
+async def test_link_add_takes_a_unique_prefix_of_the_thread_id_as_ore_threads_does(
+    start_core: CoreFactory, ore_nats_client: Client, ore_nats_url: str, tmp_path: Path
+) -> None:
+    await start_core()
+    await _thread_with_a_message(ore_nats_client, "ab258e56cafe")
+    status, out, err = await ore(
+        ore_nats_url, tmp_path, "link", "add", "ab258e", "web:web.thread=w-1"
+    )
+    assert status == 0, err
+    assert out.splitlines()[0] == "linked web:web.thread=w-1 to thread ab258e56cafe (inout)"
+    status, out, err = await ore(
+        ore_nats_url, tmp_path, "link", "list", "--thread", "ab25", "--json"
+    )
+    assert [links["thread"] for links in json.loads(out)] == ["ab258e56cafe"], err
+
+
+async def test_an_ambiguous_thread_prefix_is_refused_naming_the_candidates(
+    start_core: CoreFactory, ore_nats_client: Client, ore_nats_url: str, tmp_path: Path
+) -> None:
+    await start_core()
+    for thread in ("ab1-one", "ab2-two"):
+        await _thread_with_a_message(ore_nats_client, thread)
+    status, _, err = await ore(ore_nats_url, tmp_path, "link", "add", "ab", "web:web.thread=w-1")
+    assert status == 1
+    assert err.strip().splitlines() == [
+        "Error: ore link: thread id ab is ambiguous in the store of the core (ab1-one, "
+        "ab2-two): type more of it"
+    ]
+
+
+async def test_link_add_prints_its_table_with_the_header_over_the_columns(
+    start_core: CoreFactory, ore_nats_client: Client, ore_nats_url: str, tmp_path: Path
+) -> None:
+    await start_core()
+    await _thread_with_a_message(ore_nats_client, "t-table")
+    status, out, err = await ore(
+        ore_nats_url, tmp_path, "link", "add", "t-table", "web:web.thread=a-long-web-thread"
+    )
+    assert status == 0, err
+    header, row = out.splitlines()[1:]
+    starts = [[m.start() for m in re.finditer(r"\S+", line)] for line in (header, row)]
+    assert starts[0] == starts[1]
