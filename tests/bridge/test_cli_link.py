@@ -11,8 +11,9 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from tests.bridge.test_links_relay import watch
-from tests.bus.conftest import TIMEOUT, CoreFactory, publish, user_message, wait_for
+from tests.bridge.linked import answered_thread
+from tests.bus import raw
+from tests.bus.conftest import CoreFactory
 
 ORE = Path(sys.executable).with_name("ore")
 
@@ -32,7 +33,7 @@ async def ore(url: str, home: Path, *args: str) -> tuple[int, str, str]:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
-    async with asyncio.timeout(TIMEOUT):
+    async with asyncio.timeout(raw.TIMEOUT):
         out, err = await process.communicate()
     return process.returncode or 0, out.decode(), err.decode()
 
@@ -41,9 +42,7 @@ async def test_an_operator_links_lists_and_unlinks_an_endpoint(
     start_core: CoreFactory, ore_nats_client: Client, ore_nats_url: str, tmp_path: Path
 ) -> None:
     await start_core()
-    alpha = await watch(ore_nats_client, "alpha", "t-cli")
-    await publish(ore_nats_client, "t-cli", user_message("hi", "a-1", "alpha"), namespace="alpha")
-    await wait_for(lambda: alpha.done() == 1)
+    await answered_thread(ore_nats_client, "t-cli")
     status, out, err = await ore(
         ore_nats_url, tmp_path, "link", "add", "t-cli", "web:web.thread=w-1", "--answer", "all"
     )
@@ -83,13 +82,11 @@ async def test_the_list_shows_each_endpoint_s_last_delivery_status(
     start_core: CoreFactory, ore_nats_client: Client, ore_nats_url: str, tmp_path: Path
 ) -> None:
     await start_core()
-    alpha = await watch(ore_nats_client, "alpha", "t-cli")
-    await publish(ore_nats_client, "t-cli", user_message("hi", "a-1", "alpha"), namespace="alpha")
-    await wait_for(lambda: alpha.done() == 1)
+    await answered_thread(ore_nats_client, "t-cli")
     status, _, err = await ore(ore_nats_url, tmp_path, "link", "add", "t-cli", "web:web.thread=w-1")
     assert status == 0, err
     turns = await ore_nats_client.request(
-        "ore.admin.threads.turns", b'{"id": "t-cli"}', timeout=TIMEOUT
+        "ore.admin.threads.turns", b'{"id": "t-cli"}', timeout=raw.TIMEOUT
     )
     turn = json.loads(turns.data)["turns"][0]["id"]
     report = {
@@ -101,7 +98,7 @@ async def test_the_list_shows_each_endpoint_s_last_delivery_status(
         "reason": "refused_permission",
     }
     await ore_nats_client.request(
-        "ore.api.web.deliveries.report", json.dumps(report).encode(), timeout=TIMEOUT
+        "ore.api.web.deliveries.report", json.dumps(report).encode(), timeout=raw.TIMEOUT
     )
     status, out, _ = await ore(ore_nats_url, tmp_path, "link", "list")
     assert status == 0
@@ -119,17 +116,11 @@ async def test_the_list_shows_each_endpoint_s_last_delivery_status(
     }
 
 
-async def _thread_with_a_message(client: Client, thread: str) -> None:
-    alpha = await watch(client, "alpha", thread)
-    await publish(client, thread, user_message("hi", f"{thread}-1", "alpha"), namespace="alpha")
-    await wait_for(lambda: alpha.done() == 1)
-
-
 async def test_link_add_takes_a_unique_prefix_of_the_thread_id_as_ore_threads_does(
     start_core: CoreFactory, ore_nats_client: Client, ore_nats_url: str, tmp_path: Path
 ) -> None:
     await start_core()
-    await _thread_with_a_message(ore_nats_client, "ab258e56cafe")
+    await answered_thread(ore_nats_client, "ab258e56cafe")
     status, out, err = await ore(
         ore_nats_url, tmp_path, "link", "add", "ab258e", "web:web.thread=w-1"
     )
@@ -146,7 +137,7 @@ async def test_an_ambiguous_thread_prefix_is_refused_naming_the_candidates(
 ) -> None:
     await start_core()
     for thread in ("ab1-one", "ab2-two"):
-        await _thread_with_a_message(ore_nats_client, thread)
+        await answered_thread(ore_nats_client, thread, f"{thread}-1")
     status, _, err = await ore(ore_nats_url, tmp_path, "link", "add", "ab", "web:web.thread=w-1")
     assert status == 1
     assert err.strip().splitlines() == [
@@ -159,7 +150,7 @@ async def test_link_add_prints_its_table_with_the_header_over_the_columns(
     start_core: CoreFactory, ore_nats_client: Client, ore_nats_url: str, tmp_path: Path
 ) -> None:
     await start_core()
-    await _thread_with_a_message(ore_nats_client, "t-table")
+    await answered_thread(ore_nats_client, "t-table")
     status, out, err = await ore(
         ore_nats_url, tmp_path, "link", "add", "t-table", "web:web.thread=a-long-web-thread"
     )

@@ -10,7 +10,8 @@ from nats.aio.client import Client
 
 from ore_core.bridge.gateways import GatewayError
 from ore_core.config import GatewaySettings
-from tests.bus.conftest import TIMEOUT, CoreFactory
+from tests.bus import raw
+from tests.bus.conftest import CoreFactory
 
 KEYS = {"slack": "slack.thread", "stdin": "id"}
 
@@ -30,7 +31,7 @@ def team(**extra: Any) -> GatewaySettings:
 
 
 async def links(nc: Client) -> list[dict[str, Any]]:
-    reply = await nc.request("ore.admin.links.list", b"{}", timeout=TIMEOUT)
+    reply = await nc.request("ore.admin.links.list", b"{}", timeout=raw.TIMEOUT)
     found: list[dict[str, Any]] = json.loads(reply.data)["links"]
     return found
 
@@ -51,7 +52,7 @@ async def test_a_gateway_makes_its_thread_and_links_its_endpoints(
         ("stdin", "id", "gateway-team", "in"),
     ]
     reply = await ore_nats_client.request(
-        "ore.admin.threads.get", b'{"id": "gateway-team"}', timeout=TIMEOUT
+        "ore.admin.threads.get", b'{"id": "gateway-team"}', timeout=raw.TIMEOUT
     )
     metadata = json.loads(reply.data)["metadata"]
     assert (metadata["ore.gateway"], metadata["ore.gateway.answer"]) == ("team", "none")
@@ -62,7 +63,7 @@ async def test_a_gateway_s_home_namespace_is_shown_its_endpoint_key_before_any_m
 ) -> None:
     await start_core(gateways=[team()], conversation_keys=KEYS.get)
     reply = await ore_nats_client.request(
-        "ore.api.slack.threads.get", b'{"id": "gateway-team"}', timeout=TIMEOUT
+        "ore.api.slack.threads.get", b'{"id": "gateway-team"}', timeout=raw.TIMEOUT
     )
     assert json.loads(reply.data)["metadata"]["slack.thread"] == "C1/1712.0001"
 

@@ -19,13 +19,13 @@ from ore_core.events import LifecycleEvent, TurnCompleteEvent
 from ore_core.ledger.thread import Thread
 from ore_core.subjects import NAMESPACE_KEY, Subjects
 from ore_core.turn import Role
-from tests.bus.conftest import PARTITIONS, stored_messages
+from tests.bus import raw
 
 SUBJECTS = Subjects()
 
 
 async def relay_with_one_stored_message(nc: Client) -> tuple[Pipeline, Thread]:
-    await ensure_streams(nc.jetstream(), SUBJECTS, BusConfig(partitions=PARTITIONS))
+    await ensure_streams(nc.jetstream(), SUBJECTS, BusConfig(partitions=raw.PARTITIONS))
     pipeline = Pipeline(nc)
     await pipeline.start()
     thread = Thread("t1", metadata={NAMESPACE_KEY: "raw", GATEWAY_ANSWER_KEY: "none"})
@@ -47,7 +47,7 @@ async def test_the_next_owner_stores_a_relayed_message_saved_but_never_stored_on
         await Egress(ore_nats_client, SUBJECTS, pipeline).prime("t1", thread)
         await pipeline.flush()
 
-    batches = await stored_messages(ore_nats_client, "t1")
+    batches = await raw.stored_messages(ore_nats_client, "t1")
     assert [[e["kind"] for e in batch] for batch in batches] == [
         ["turn_complete", "lifecycle"],
         ["turn_complete", "lifecycle"],  # the message the dead owner saved
@@ -63,5 +63,5 @@ async def test_the_next_owner_stores_nothing_again_for_a_relay_whose_messages_ar
     await Egress(ore_nats_client, SUBJECTS, pipeline).prime("t1", thread)
     await pipeline.flush()
 
-    assert len(await stored_messages(ore_nats_client, "t1")) == 1
+    assert len(await raw.stored_messages(ore_nats_client, "t1")) == 1
     await pipeline.stop()

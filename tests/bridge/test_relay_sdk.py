@@ -10,7 +10,7 @@ from nats.aio.client import Client
 
 from ore_core.conduit import ConduitClient, Delivery, SettingsCache, classify
 from ore_core.events import LifecycleEvent, TurnCompleteEvent
-from tests.bridge.test_links_relay import BETA, THREAD, link
+from tests.bridge.linked import BETA, THREAD, link
 from tests.bus.conftest import CoreFactory
 
 

@@ -15,15 +15,8 @@ from nats.aio.client import Client
 
 from ore_core.bus.service import CoreService
 from ore_core.subjects import partition_of
-from tests.bus.conftest import (
-    PARTITIONS,
-    CoreFactory,
-    Outbox,
-    publish,
-    stored_events,
-    user_message,
-    wait_for,
-)
+from tests.bus import raw
+from tests.bus.conftest import CoreFactory, Outbox
 
 
 async def call(nc: Client, method: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -35,7 +28,7 @@ async def call(nc: Client, method: str, body: dict[str, Any]) -> dict[str, Any]:
 async def two_workers(start_core: CoreFactory) -> tuple[CoreService, CoreService]:
     first = await start_core(worker_id="w1")
     second = await start_core(worker_id="w2")
-    await wait_for(lambda: bool(second.ownership.held()) and bool(first.ownership.held()))
+    await raw.wait_for(lambda: bool(second.ownership.held()) and bool(first.ownership.held()))
     return first, second
 
 
@@ -50,7 +43,7 @@ async def stop_service(worker: CoreService) -> None:
 def owned_by(worker: CoreService) -> str:
     """A thread id whose partition `worker` holds."""
     held = set(worker.ownership.held())
-    return next(f"t{n}" for n in range(1000) if partition_of(f"t{n}", PARTITIONS) in held)
+    return next(f"t{n}" for n in range(1000) if partition_of(f"t{n}", raw.PARTITIONS) in held)
 
 
 async def test_a_write_reaching_another_worker_goes_through_the_owner_s_live_stream(
@@ -58,9 +51,9 @@ async def test_a_write_reaching_another_worker_goes_through_the_owner_s_live_str
 ) -> None:
     other, owner = await two_workers(start_core)
     thread_id = owned_by(owner)
-    await publish(ore_nats_client, thread_id, user_message("hi", "m-1"))
+    await raw.publish(ore_nats_client, thread_id, raw.user_message("hi", "m-1"))
     await outbox.done(thread_id)
-    await wait_for(lambda: other.ownership.other_holder(thread_id) == "w2")
+    await raw.wait_for(lambda: other.ownership.other_holder(thread_id) == "w2")
     await stop_service(owner)  # requests now reach `other` only
 
     reply = await call(
@@ -88,9 +81,9 @@ async def test_a_request_whose_owner_does_not_answer_is_answered_from_the_store(
 ) -> None:
     other, owner = await two_workers(start_core)
     thread_id = owned_by(owner)
-    await publish(ore_nats_client, thread_id, user_message("hi", "m-1"))
+    await raw.publish(ore_nats_client, thread_id, raw.user_message("hi", "m-1"))
     await outbox.done(thread_id)
-    await wait_for(lambda: other.ownership.other_holder(thread_id) == "w2")
+    await raw.wait_for(lambda: other.ownership.other_holder(thread_id) == "w2")
     assert owner._control is not None
     await owner._control.stop()  # neither its service nor its forwarded requests answer
 
@@ -128,7 +121,7 @@ async def test_a_message_racing_a_change_to_its_idle_thread_is_stored_and_answer
     for thread_id in threads:
         await asyncio.gather(
             call(ore_nats_client, "threads.meta.set", {"id": thread_id, "key": "k", "value": "v"}),
-            publish(ore_nats_client, thread_id, user_message("hi", f"m-{thread_id}")),
+            raw.publish(ore_nats_client, thread_id, raw.user_message("hi", f"m-{thread_id}")),
         )
     for thread_id in threads:
         await outbox.done(thread_id)
@@ -137,7 +130,7 @@ async def test_a_message_racing_a_change_to_its_idle_thread_is_stored_and_answer
         for thread_id in threads
         if [
             e["turn"]["role"]
-            for e in await stored_events(ore_nats_client, thread_id)
+            for e in await raw.stored_events(ore_nats_client, thread_id)
             if e["kind"] == "turn_complete"
         ]
         != ["user", "assistant"]

@@ -26,15 +26,8 @@ from ore_core.bus.server.streams import BusConfig
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.turn_context import TurnContext
 from ore_core.subjects import partition_of
-from tests.bus.conftest import (
-    PARTITIONS,
-    CoreFactory,
-    Outbox,
-    eventually,
-    publish,
-    stored_events,
-    user_message,
-)
+from tests.bus import raw
+from tests.bus.conftest import CoreFactory, Outbox
 
 HOLD = "hold"
 
@@ -83,7 +76,7 @@ async def test_a_message_arriving_while_a_lost_partition_is_dropped_is_handed_ba
 ) -> None:
     processor = SlowToUnwind()
     # The partition is claimed again once the lost lease's key expires (1.5 s).
-    config = BusConfig(partitions=PARTITIONS, lease_ttl=1.5)
+    config = BusConfig(partitions=raw.PARTITIONS, lease_ttl=1.5)
     core = await start_core(processor, config=config)
     gone: list[Msg] = []
 
@@ -92,26 +85,26 @@ async def test_a_message_arriving_while_a_lost_partition_is_dropped_is_handed_ba
 
     await ore_nats_client.subscribe("$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.>", cb=given_up)
     held = "t-bounce-held"
-    late = same_partition(held, PARTITIONS)
-    await publish(ore_nats_client, held, user_message(HOLD, "m-held"))
+    late = same_partition(held, raw.PARTITIONS)
+    await raw.publish(ore_nats_client, held, raw.user_message(HOLD, "m-held"))
     await processor.running.wait()
 
-    lease = core.ownership._leases[partition_of(held, PARTITIONS)]
+    lease = core.ownership._leases[partition_of(held, raw.PARTITIONS)]
     lease.renewed -= config.lease_ttl  # a pause past the whole lease: renewal fails
     lease.revision += 1000
     await processor.cancelled.wait()  # the worker is dropping the partition's threads
-    await publish(ore_nats_client, late, user_message("arrived late", "m-late"))
+    await raw.publish(ore_nats_client, late, raw.user_message("arrived late", "m-late"))
 
     async def settled() -> bool:  # held by the dropping worker, or bounced until given up
         return bool(gone) or any(m.subject.endswith(late) for m in core.ingress._parking.messages())
 
-    await eventually(settled)
+    await raw.eventually(settled)
     processor.unwound.set()
 
     async def answered() -> bool:
-        return bool(answers(await stored_events(ore_nats_client, late))) or bool(gone)
+        return bool(answers(await raw.stored_events(ore_nats_client, late))) or bool(gone)
 
-    await eventually(answered)
+    await raw.eventually(answered)
     assert [json.loads(m.data)["stream_seq"] for m in gone] == []
-    assert len(answers(await stored_events(ore_nats_client, late))) == 1
+    assert len(answers(await raw.stored_events(ore_nats_client, late))) == 1
     await outbox.done(held)

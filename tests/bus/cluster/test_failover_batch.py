@@ -15,14 +15,8 @@ from nats.aio.client import Client
 from ore_core import Role, Text
 from ore_core.session.stores import MemoryStore
 from ore_core.turn import turn_to_dict
-from tests.bus.conftest import (
-    CoreFactory,
-    all_acknowledged,
-    eventually,
-    publish,
-    stored_messages,
-    user_message,
-)
+from tests.bus import raw
+from tests.bus.conftest import CoreFactory
 
 CONTEXT = {
     "provenance": "raw",
@@ -32,7 +26,7 @@ CONTEXT = {
 
 
 def message(msg_id: str) -> dict[str, Any]:
-    return {**user_message("hello", msg_id), "context": CONTEXT}
+    return {**raw.user_message("hello", msg_id), "context": CONTEXT}
 
 
 def shape(batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -57,21 +51,21 @@ async def test_the_next_owner_stores_the_batch_the_dead_owner_would_have_stored(
     start_core: CoreFactory, store: MemoryStore, ore_nats_client: Client
 ) -> None:
     first = await start_core()
-    await publish(ore_nats_client, "t1", message("m-1"))
-    await eventually(lambda: _count(ore_nats_client, "t1", 1))
+    await raw.publish(ore_nats_client, "t1", message("m-1"))
+    await raw.eventually(lambda: _count(ore_nats_client, "t1", 1))
     await first.stop()
-    [normal] = await stored_messages(ore_nats_client, "t1")
+    [normal] = await raw.stored_messages(ore_nats_client, "t1")
 
     # The owner that died: "m-2" recorded and answered in the store, no batch, no ack.
     thread = await store.get("t1")
     user = thread.append(Role.USER, Text("hello"), event_id="m-2")
     answer = thread.append(Role.ASSISTANT, Text("hello"))
     await store.save(thread)
-    await publish(ore_nats_client, "t1", message("m-2"))
+    await raw.publish(ore_nats_client, "t1", message("m-2"))
 
     await start_core()  # takes the thread over; "m-2" comes to it again
-    await eventually(lambda: _count(ore_nats_client, "t1", 2))
-    recovered = (await stored_messages(ore_nats_client, "t1"))[1]
+    await raw.eventually(lambda: _count(ore_nats_client, "t1", 2))
+    recovered = (await raw.stored_messages(ore_nats_client, "t1"))[1]
 
     assert shape(recovered) == shape(normal)
     assert [e.get("turn") for e in recovered if e["kind"] == "turn_complete"] == [
@@ -79,9 +73,9 @@ async def test_the_next_owner_stores_the_batch_the_dead_owner_would_have_stored(
         turn_to_dict(answer),
     ]
     assert all(e["context"] == CONTEXT for e in recovered)
-    await eventually(lambda: all_acknowledged(ore_nats_client))  # "m-2" is handled
-    assert len(await stored_messages(ore_nats_client, "t1")) == 2  # its `done` was in it
+    await raw.eventually(lambda: raw.all_acknowledged(ore_nats_client))  # "m-2" is handled
+    assert len(await raw.stored_messages(ore_nats_client, "t1")) == 2  # its `done` was in it
 
 
 async def _count(nc: Client, thread_id: str, count: int) -> bool:
-    return len(await stored_messages(nc, thread_id)) >= count
+    return len(await raw.stored_messages(nc, thread_id)) >= count

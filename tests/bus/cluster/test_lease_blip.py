@@ -29,16 +29,8 @@ from ore_core.session.protocols import Store
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.session.stores.wrapper import StoreWrapper
 from ore_core.subjects import partition_of
-from tests.bus.conftest import (
-    PARTITIONS,
-    CoreFactory,
-    Outbox,
-    all_acknowledged,
-    eventually,
-    publish,
-    stored_events,
-    user_message,
-)
+from tests.bus import raw
+from tests.bus.conftest import CoreFactory, Outbox
 
 THREADS = 4
 MESSAGES = 6  # per thread
@@ -81,7 +73,7 @@ def blip(service: CoreService, thread_id: str, *, lost: bool = False) -> None:
     once the key expired.
     """
     ownership = service.ownership
-    lease = ownership._leases.get(partition_of(thread_id, PARTITIONS))
+    lease = ownership._leases.get(partition_of(thread_id, raw.PARTITIONS))
     if lease is None:
         return
     ttl = service.config.lease_ttl
@@ -126,7 +118,7 @@ async def send_all(nc: Client) -> list[tuple[str, list[str]]]:
     ]
     for i in range(MESSAGES):
         for thread_id, texts in threads:
-            await publish(nc, thread_id, user_message(texts[i], f"{thread_id}-m{i}"))
+            await raw.publish(nc, thread_id, raw.user_message(texts[i], f"{thread_id}-m{i}"))
     return threads
 
 
@@ -136,7 +128,7 @@ async def tally(nc: Client, outbox: Outbox, threads: list[tuple[str, list[str]]]
     for thread_id, texts in threads:
         answers = [
             text_of(e["turn"])
-            for e in await stored_events(nc, thread_id)
+            for e in await raw.stored_events(nc, thread_id)
             if e["kind"] == "turn_complete" and e["turn"].get("role") != "user"
         ]
         order = []
@@ -162,7 +154,7 @@ async def acknowledged(nc: Client) -> bool:
     """`all_acknowledged`, False while a partition's consumer is being reset (a worker
     that claims a partition again after losing it recreates the consumer)."""
     try:
-        return await all_acknowledged(nc)
+        return await raw.all_acknowledged(nc)
     except NotFoundError:
         return False
 
@@ -186,7 +178,7 @@ async def run_through(
     core = await start_core(store=blips, config=config)
     blips.service = core
     threads = await send_all(client)
-    await eventually(lambda: acknowledged(client))
+    await raw.eventually(lambda: acknowledged(client))
     await dones_or_timeout(outbox, threads)
     return core, await tally(client, outbox, threads)
 
@@ -213,7 +205,7 @@ async def test_a_lease_lost_between_a_save_and_the_egress_loses_no_answer(
     blips = LeaseBlip(store, every=3, limit=1, lost=True)
     # The partition is claimed again once the lost lease's key expires: after 1.5 s
     # instead of the default 4 s.
-    config = BusConfig(partitions=PARTITIONS, lease_ttl=1.5)
+    config = BusConfig(partitions=raw.PARTITIONS, lease_ttl=1.5)
     _core, counts = await run_through(blips, start_core, ore_nats_client, outbox, config)
     print(f"\nlost leases={blips.blips} {counts}")
     assert blips.blips == 1
@@ -224,7 +216,9 @@ async def test_a_lease_lost_between_a_save_and_the_egress_loses_no_answer(
 async def test_a_lease_blip_while_no_turn_runs_loses_nothing(
     core: CoreService, ore_nats_client: Client, outbox: Outbox
 ) -> None:
-    await publish(ore_nats_client, "t-blip-idle", user_message("warm up", "t-blip-idle-warm"))
+    await raw.publish(
+        ore_nats_client, "t-blip-idle", raw.user_message("warm up", "t-blip-idle-warm")
+    )
     await outbox.done("t-blip-idle")
     refused = core._egress.refused if core._egress else 0
     for partition in list(core.ownership._leases):
@@ -236,7 +230,7 @@ async def test_a_lease_blip_while_no_turn_runs_loses_nothing(
         lease.renewed += core.config.lease_ttl
     threads = await send_all(ore_nats_client)
 
-    await eventually(lambda: acknowledged(ore_nats_client))
+    await raw.eventually(lambda: acknowledged(ore_nats_client))
     await dones_or_timeout(outbox, threads)
     counts = await tally(ore_nats_client, outbox, threads)
     assert counts.lost == counts.doubled == counts.out_of_order == []

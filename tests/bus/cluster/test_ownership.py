@@ -21,16 +21,8 @@ from ore_core.events import LifecycleEvent, TurnCompleteEvent
 from ore_core.ledger.thread import Thread
 from ore_core.subjects import NAMESPACE_KEY, Subjects, partition_of
 from ore_core.turn import Role
-from tests.bus.conftest import (
-    PARTITIONS,
-    CoreFactory,
-    Outbox,
-    publish,
-    stored_events,
-    stored_messages,
-    user_message,
-    wait_for,
-)
+from tests.bus import raw
+from tests.bus.conftest import CoreFactory, Outbox
 
 SUBJECTS = Subjects()
 
@@ -39,20 +31,20 @@ async def test_two_services_share_the_partitions_and_a_stopped_one_hands_them_ov
     start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     first = await start_core()
-    assert first.ownership.held() == list(range(PARTITIONS))
+    assert first.ownership.held() == list(range(raw.PARTITIONS))
     second = await start_core()
 
-    await wait_for(lambda: len(second.ownership.held()) == PARTITIONS // 2)
-    await wait_for(lambda: len(first.ownership.held()) == PARTITIONS // 2)
+    await raw.wait_for(lambda: len(second.ownership.held()) == raw.PARTITIONS // 2)
+    await raw.wait_for(lambda: len(first.ownership.held()) == raw.PARTITIONS // 2)
     assert set(first.ownership.held()).isdisjoint(second.ownership.held())
     for thread in ("a", "b", "c", "d", "e", "f"):
-        await publish(ore_nats_client, thread, user_message("hi", f"{thread}-1"))
+        await raw.publish(ore_nats_client, thread, raw.user_message("hi", f"{thread}-1"))
     for thread in ("a", "b", "c", "d", "e", "f"):
         await outbox.done(thread)
 
     await first.stop()
-    await wait_for(lambda: second.ownership.held() == list(range(PARTITIONS)))
-    await publish(ore_nats_client, "a", user_message("again", "a-2"))
+    await raw.wait_for(lambda: second.ownership.held() == list(range(raw.PARTITIONS)))
+    await raw.publish(ore_nats_client, "a", raw.user_message("again", "a-2"))
     await outbox.done("a", 2)
 
 
@@ -64,15 +56,15 @@ async def three_messages_on_t1(
     js = nc.jetstream()
     await ensure_streams(js, SUBJECTS, config)
     for n in (1, 2, 3):
-        await publish(nc, "t1", user_message(f"m{n}", f"m-{n}"))
-    partition = partition_of("t1", PARTITIONS)
+        await raw.publish(nc, "t1", raw.user_message(f"m{n}", f"m-{n}"))
+    partition = partition_of("t1", raw.PARTITIONS)
     return partition, await js.pull_subscribe_bind(consumer_name(partition), stream="ORE_IN")
 
 
 async def test_reset_consumer_redelivers_the_unacknowledged_message_first_at_once(
     ore_nats_client: Client,
 ) -> None:
-    config = BusConfig(partitions=PARTITIONS, ack_wait=30.0)
+    config = BusConfig(partitions=raw.PARTITIONS, ack_wait=30.0)
     js = ore_nats_client.jetstream()
     partition, sub = await three_messages_on_t1(ore_nats_client, config)
     first = await sub.fetch(1, timeout=5)
@@ -95,7 +87,9 @@ async def test_reset_consumer_redelivers_the_unacknowledged_message_first_at_onc
 async def test_a_thread_that_left_publishes_nothing_until_attached_again(
     ore_nats_client: Client,
 ) -> None:
-    await ensure_streams(ore_nats_client.jetstream(), SUBJECTS, BusConfig(partitions=PARTITIONS))
+    await ensure_streams(
+        ore_nats_client.jetstream(), SUBJECTS, BusConfig(partitions=raw.PARTITIONS)
+    )
     pipeline = Pipeline(ore_nats_client)
     await pipeline.start()
     egress = Egress(ore_nats_client, SUBJECTS, pipeline)
@@ -106,7 +100,7 @@ async def test_a_thread_that_left_publishes_nothing_until_attached_again(
     await egress.prime("t1")  # attached here again
     await egress.emit("t1", LifecycleEvent(phase="done"))
     await pipeline.flush()
-    phases = [e.get("phase") for e in await stored_events(ore_nats_client, "t1")]
+    phases = [e.get("phase") for e in await raw.stored_events(ore_nats_client, "t1")]
     assert phases == ["done", "done"]
     assert egress.refused == 1
     await pipeline.stop()
@@ -116,10 +110,10 @@ async def test_a_worker_whose_lease_is_overdue_neither_saves_nor_appends(
     start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     service: CoreService = await start_core()
-    await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
+    await raw.publish(ore_nats_client, "t1", raw.user_message("hi", "m-1"))
     await outbox.done("t1")
-    before = len(await stored_events(ore_nats_client, "t1"))
-    partition = partition_of("t1", PARTITIONS)
+    before = len(await raw.stored_events(ore_nats_client, "t1"))
+    partition = partition_of("t1", raw.PARTITIONS)
     # As if the process had been paused past its lease: no renewal for lease_ttl.
     lease = service.ownership._leases[partition]
     lease.renewed -= service.config.lease_ttl
@@ -128,7 +122,7 @@ async def test_a_worker_whose_lease_is_overdue_neither_saves_nor_appends(
     stream = service.manager.get("t1")
     await stream.emit(LifecycleEvent(phase="done"))
     await asyncio.sleep(0.2)
-    assert len(await stored_events(ore_nats_client, "t1")) == before
+    assert len(await raw.stored_events(ore_nats_client, "t1")) == before
 
 
 async def test_the_next_owner_stores_an_answer_saved_but_never_stored_as_a_batch(
@@ -136,7 +130,9 @@ async def test_the_next_owner_stores_an_answer_saved_but_never_stored_as_a_batch
 ) -> None:
     """An owner died between saving an answer and appending its turn's batch: the last
     stored batch is the previous turn's. Attaching the thread stores the answer once."""
-    await ensure_streams(ore_nats_client.jetstream(), SUBJECTS, BusConfig(partitions=PARTITIONS))
+    await ensure_streams(
+        ore_nats_client.jetstream(), SUBJECTS, BusConfig(partitions=raw.PARTITIONS)
+    )
     pipeline = Pipeline(ore_nats_client)
     await pipeline.start()
     thread = Thread("t1", metadata={NAMESPACE_KEY: "raw"})
@@ -160,7 +156,7 @@ async def test_the_next_owner_stores_an_answer_saved_but_never_stored_as_a_batch
     await Egress(ore_nats_client, SUBJECTS, pipeline).prime("t1", thread)  # a third owner
     await pipeline.flush()
 
-    batches = await stored_messages(ore_nats_client, "t1")
+    batches = await raw.stored_messages(ore_nats_client, "t1")
     kinds = [[e["kind"] for e in batch] for batch in batches]
     assert kinds == [
         ["turn_complete", "turn_complete", "lifecycle"],
@@ -173,7 +169,9 @@ async def test_the_next_owner_stores_an_answer_saved_but_never_stored_as_a_batch
 
 
 async def test_a_first_answer_with_nothing_stored_is_stored_once(ore_nats_client: Client) -> None:
-    await ensure_streams(ore_nats_client.jetstream(), SUBJECTS, BusConfig(partitions=PARTITIONS))
+    await ensure_streams(
+        ore_nats_client.jetstream(), SUBJECTS, BusConfig(partitions=raw.PARTITIONS)
+    )
     pipeline = Pipeline(ore_nats_client)
     await pipeline.start()
     thread = Thread("t2", metadata={NAMESPACE_KEY: "raw"})
@@ -182,7 +180,7 @@ async def test_a_first_answer_with_nothing_stored_is_stored_once(ore_nats_client
     for _ in range(2):
         await Egress(ore_nats_client, SUBJECTS, pipeline).prime("t2", thread)
         await pipeline.flush()
-    events = await stored_events(ore_nats_client, "t2")
+    events = await raw.stored_events(ore_nats_client, "t2")
     assert [(e["kind"], (e.get("turn") or {}).get("id")) for e in events] == [
         ("turn_complete", question.id),
         ("text", None),
@@ -197,7 +195,7 @@ async def test_a_starting_worker_counts_every_worker_and_lease_the_server_holds(
 ) -> None:
     """The exact listing backs the watch's first read (whose "done" marker can come too
     early): a starting worker sees the other workers and leases the bucket holds."""
-    config = BusConfig(partitions=PARTITIONS)
+    config = BusConfig(partitions=raw.PARTITIONS)
     kv = await ensure_workers_bucket(ore_nats_client, config)
     for key, value in (("worker.w1", b"w1"), ("worker.w2", b"w2"), ("lease.3", b"w1")):
         await kv.put(key, value)
@@ -226,7 +224,7 @@ async def test_a_reset_cut_between_delete_and_create_resumes_from_the_floor_it_f
     """A takeover's reset that timed out after deleting the durable is finished by the
     next try from the start it found, not from the beginning of the stream (which would
     replay every acknowledged message)."""
-    config = BusConfig(partitions=PARTITIONS, ack_wait=30.0)
+    config = BusConfig(partitions=raw.PARTITIONS, ack_wait=30.0)
     js = ore_nats_client.jetstream()
     partition, sub = await three_messages_on_t1(ore_nats_client, config)
     (done,) = await sub.fetch(1, timeout=5)

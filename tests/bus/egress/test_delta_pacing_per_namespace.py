@@ -18,7 +18,7 @@ from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
-from tests.bus.conftest import PARTITIONS, TIMEOUT, publish, unpack, user_message
+from tests.bus import raw
 
 WORDS = "one two three four five six seven eight"
 HOUR = 3600.0
@@ -33,7 +33,7 @@ async def test_each_namespace_gets_its_own_delta_pacing(
 
     async def receive(msg: Msg) -> None:
         namespace = msg.subject.split(".")[2]
-        for event in unpack(msg.data):
+        for event in raw.unpack(msg.data):
             if event["kind"] == "text_delta":
                 deltas[namespace] += 1
             elif event["kind"] == "text":
@@ -45,13 +45,15 @@ async def test_each_namespace_gets_its_own_delta_pacing(
     manager = Manager(
         MemoryStore(), EchoProcessor(), delta_interval=HOUR, delta_intervals={"web": 0.0}
     )
-    service = CoreService(manager, servers=[ore_nats_url], config=BusConfig(partitions=PARTITIONS))
+    service = CoreService(
+        manager, servers=[ore_nats_url], config=BusConfig(partitions=raw.PARTITIONS)
+    )
     await service.start()
     try:
         for namespace in done:
-            message = user_message(WORDS, f"{namespace}-1", provenance=namespace)
-            await publish(ore_nats_client, f"{namespace}-t", message, namespace=namespace)
-        async with asyncio.timeout(TIMEOUT):
+            message = raw.user_message(WORDS, f"{namespace}-1", provenance=namespace)
+            await raw.publish(ore_nats_client, f"{namespace}-t", message, namespace=namespace)
+        async with asyncio.timeout(raw.TIMEOUT):
             for event in done.values():
                 await event.wait()
     finally:

@@ -14,7 +14,8 @@ from ore_core import Text
 from ore_core.bus.egress.pipeline import Pipeline
 from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.testing.processors import ScriptedProcessor
-from tests.bus.conftest import CoreFactory, Outbox, publish, stored_messages, unpack, user_message
+from tests.bus import raw
+from tests.bus.conftest import CoreFactory, Outbox
 
 
 async def test_a_turn_is_stored_as_one_batch_of_its_durable_events_ending_with_done(
@@ -22,10 +23,10 @@ async def test_a_turn_is_stored_as_one_batch_of_its_durable_events_ending_with_d
 ) -> None:
     await start_core()
 
-    await publish(ore_nats_client, "t1", user_message("hello there", "m-1"))
+    await raw.publish(ore_nats_client, "t1", raw.user_message("hello there", "m-1"))
     await outbox.done("t1")
 
-    (batch,) = await stored_messages(ore_nats_client, "t1")
+    (batch,) = await raw.stored_messages(ore_nats_client, "t1")
     assert [(e["kind"], e.get("phase")) for e in batch] == [
         ("turn_complete", None),
         ("text", None),
@@ -39,11 +40,11 @@ async def test_deltas_and_lifecycle_progress_are_published_live_without_a_sequen
 ) -> None:
     await start_core()
 
-    await publish(ore_nats_client, "t1", user_message("hello there", "m-1"))
+    await raw.publish(ore_nats_client, "t1", raw.user_message("hello there", "m-1"))
     await outbox.done("t1")
 
     live = [m for m in outbox.messages["t1"] if "Nats-Sequence" not in (m.headers or {})]
-    events = [event for m in live for event in unpack(m.data)]
+    events = [event for m in live for event in raw.unpack(m.data)]
     assert [e["content"] for e in events if e["kind"] == "text_delta"] == ["hello ", "there"]
     assert [e["phase"] for e in events if e["kind"] == "lifecycle"] == ["submitted", "streaming"]
     assert {e["kind"] for e in events} == {"lifecycle", "text_delta"}
@@ -53,14 +54,14 @@ async def test_a_metadata_change_on_an_idle_thread_is_stored_at_once(
     start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     service = await start_core()
-    await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
+    await raw.publish(ore_nats_client, "t1", raw.user_message("hi", "m-1"))
     await outbox.done("t1")
 
     stream = await service.manager.attach("t1")
     await stream.set_metadata("title", "greeting")
 
     await outbox.until(lambda: len(outbox.stored("t1")) == 2)
-    assert [e["kind"] for e in unpack(outbox.stored("t1")[1].data)] == ["properties"]
+    assert [e["kind"] for e in raw.unpack(outbox.stored("t1")[1].data)] == ["properties"]
 
 
 async def test_a_turn_too_large_for_one_message_is_stored_in_several_in_order(
@@ -69,10 +70,10 @@ async def test_a_turn_too_large_for_one_message_is_stored_in_several_in_order(
     words = ["x" * (ore_nats_client.max_payload // 3) for _ in range(4)]
     await start_core(ScriptedProcessor([[Text(word) for word in words]]))
 
-    await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
+    await raw.publish(ore_nats_client, "t1", raw.user_message("hi", "m-1"))
     await outbox.done("t1")
 
-    stored = await stored_messages(ore_nats_client, "t1")
+    stored = await raw.stored_messages(ore_nats_client, "t1")
     assert len(stored) > 1
     events = [event for batch in stored for event in batch]
     assert [e["content"] for e in events if e["kind"] == "text"] == words
@@ -86,7 +87,7 @@ async def test_an_event_too_large_to_publish_is_logged_and_the_turn_still_ends(
     await start_core(ScriptedProcessor([[huge]]))
 
     with structlog.testing.capture_logs() as logs:
-        await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
+        await raw.publish(ore_nats_client, "t1", raw.user_message("hi", "m-1"))
         events = await outbox.done("t1")
 
     assert "text" not in [e["kind"] for e in events]

@@ -33,18 +33,9 @@ from ore_core.session.protocols import Store
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.session.stores.wrapper import StoreWrapper
 from ore_core.subjects import partition_of
+from tests.bus import raw
 from tests.bus.cluster.test_lease_blip import acknowledged, dones_or_timeout, send_all, tally
-from tests.bus.conftest import (
-    PARTITIONS,
-    SUBJECTS,
-    CoreFactory,
-    Outbox,
-    eventually,
-    publish,
-    stored_events,
-    user_message,
-    wait_for,
-)
+from tests.bus.conftest import CoreFactory, Outbox
 
 HEADER = header_block({"Ore-Kind": "batch"})
 
@@ -160,9 +151,9 @@ async def test_a_retry_of_a_stored_message_is_taken_as_stored_not_as_another_wri
         pipeline.know("fen.a", 0)
         os.kill(ore_nats_server.pid, signal.SIGSTOP)
         try:
-            await wait_for(lambda: stopped(ore_nats_server.pid))
+            await raw.wait_for(lambda: stopped(ore_nats_server.pid))
             await pipeline.publish_fenced("FEN", "fen.a", b"one", HEADER, 1)
-            await wait_for(lambda: sent_again(pipeline))
+            await raw.wait_for(lambda: sent_again(pipeline))
         finally:
             os.kill(ore_nats_server.pid, signal.SIGCONT)
         await pipeline.flush()
@@ -222,7 +213,7 @@ class Takeover(StoreWrapper):
         pipeline = Pipeline(nc)
         await pipeline.start()
         try:
-            await Egress(nc, SUBJECTS, pipeline).prime(thread.id, thread)
+            await Egress(nc, raw.SUBJECTS, pipeline).prime(thread.id, thread)
             await pipeline.flush()
             assert pipeline.fenced == pipeline.lost == 0
         finally:
@@ -243,7 +234,7 @@ async def test_a_worker_whose_thread_was_taken_over_stores_nothing_and_answers_o
     takeover = Takeover(store, ore_nats_url, every=4, limit=3)
     core = await start_core(store=takeover)
     threads = await send_all(ore_nats_client)
-    await eventually(lambda: acknowledged(ore_nats_client))
+    await raw.eventually(lambda: acknowledged(ore_nats_client))
     await dones_or_timeout(outbox, threads)
     counts = await tally(ore_nats_client, outbox, threads)
     pipeline = core._pipeline
@@ -269,15 +260,15 @@ async def test_a_properties_event_on_a_thread_never_attached_here_is_stored(
         await core.manager.attach("t-idle")  # active here (its owner), never primed
         other = Pipeline(ore_nats_client)
         await other.start()
-        earlier = Egress(ore_nats_client, SUBJECTS, other)  # a worker that wrote it before
+        earlier = Egress(ore_nats_client, raw.SUBJECTS, other)  # a worker that wrote it before
         earlier.bind("t-idle", "raw")
         await earlier.emit("t-idle", LifecycleEvent(phase="done"))
         await other.stop()
-        before = [e["kind"] for e in await stored_events(ore_nats_client, "t-idle")]
+        before = [e["kind"] for e in await raw.stored_events(ore_nats_client, "t-idle")]
 
         await client.set_metadata("t-idle", "title", "greeting")
         await outbox.until(lambda: len(outbox.stored("t-idle")) == len(before) + 1)
-    kinds = [e["kind"] for e in await stored_events(ore_nats_client, "t-idle")]
+    kinds = [e["kind"] for e in await raw.stored_events(ore_nats_client, "t-idle")]
     assert kinds == [*before, "properties"]
     assert before[-1] == "lifecycle"
     assert core._pipeline is not None
@@ -291,10 +282,10 @@ async def test_a_thread_attached_again_while_its_batch_is_held_stores_its_answer
     down) while its last batch was still on its way: attaching it reads that batch
     first, so the answer in it is not taken for missing and stored a second time."""
     js = ore_nats_client.jetstream()
-    await ensure_streams(js, SUBJECTS, BusConfig(partitions=1))
+    await ensure_streams(js, raw.SUBJECTS, BusConfig(partitions=1))
     pipeline = Pipeline(ore_nats_client, hold_retry=0.05)
     await pipeline.start()
-    egress = Egress(ore_nats_client, SUBJECTS, pipeline)
+    egress = Egress(ore_nats_client, raw.SUBJECTS, pipeline)
     egress.bind("t-held", "raw")
     thread = Thread("t-held")
     try:
@@ -303,16 +294,16 @@ async def test_a_thread_attached_again_while_its_batch_is_held_stores_its_answer
             answer = thread.append(Role.ASSISTANT, Text(f"answer {n}"))
             events = [TurnCompleteEvent(turn=answer), LifecycleEvent(phase="done")]
             if n == 2:  # the stream is full: the second batch is held and sent again
-                config = (await js.stream_info(SUBJECTS.events_stream)).config
+                config = (await js.stream_info(raw.SUBJECTS.events_stream)).config
                 await js.update_stream(replace(config, max_msgs=1, discard=DiscardPolicy.NEW))
             await egress.emit_batch([("t-held", event) for event in events])
             if n == 1:
                 await pipeline.flush()
-        await wait_for(lambda: pipeline.full is not None)
+        await raw.wait_for(lambda: pipeline.full is not None)
 
         egress.release("t-held")
         attach = asyncio.ensure_future(egress.prime("t-held", thread))
-        await wait_for(lambda: pipeline.full is not None)  # still held: attaching waits
+        await raw.wait_for(lambda: pipeline.full is not None)  # still held: attaching waits
         await js.update_stream(replace(config, max_msgs=-1, discard=DiscardPolicy.OLD))
         async with asyncio.timeout(30):
             await attach
@@ -322,7 +313,7 @@ async def test_a_thread_attached_again_while_its_batch_is_held_stores_its_answer
 
     stored = [
         e["turn"]["id"]
-        for e in await stored_events(ore_nats_client, "t-held")
+        for e in await raw.stored_events(ore_nats_client, "t-held")
         if e["kind"] == "turn_complete"
     ]
     assert stored == [t.id for t in thread.all_turns() if t.role == Role.ASSISTANT]
@@ -338,7 +329,7 @@ async def test_an_answer_saved_after_a_batch_without_turns_is_restored_once(
     The third worker attaches the thread: answer 2 must be stored, once. A batch
     without turns names the last turn stored before it (`Ore-Last-Turn`)."""
     js = ore_nats_client.jetstream()
-    await ensure_streams(js, SUBJECTS, BusConfig(partitions=1))
+    await ensure_streams(js, raw.SUBJECTS, BusConfig(partitions=1))
     thread = Thread("t-tail")
     thread.append(Role.USER, Text("hi 1"))
     answer_1 = thread.append(Role.ASSISTANT, Text("answer 1"))
@@ -347,7 +338,7 @@ async def test_an_answer_saved_after_a_batch_without_turns_is_restored_once(
     async def worker(work: Callable[[Egress], Awaitable[None]]) -> Pipeline:
         pipeline = Pipeline(ore_nats_client)
         await pipeline.start()
-        egress = Egress(ore_nats_client, SUBJECTS, pipeline)
+        egress = Egress(ore_nats_client, raw.SUBJECTS, pipeline)
         egress.bind(thread.id, "raw")
         try:
             await work(egress)
@@ -376,7 +367,7 @@ async def test_an_answer_saved_after_a_batch_without_turns_is_restored_once(
 
     stored = [
         e["turn"]["id"]
-        for e in await stored_events(ore_nats_client, thread.id)
+        for e in await raw.stored_events(ore_nats_client, thread.id)
         if e["kind"] == "turn_complete" and e["turn"]["role"] == "assistant"
     ]
     assert stored == [t.id for t in thread.all_turns() if t.role == Role.ASSISTANT]
@@ -390,15 +381,15 @@ async def test_a_partition_back_from_another_worker_reads_its_threads_again(
     attach, not the one this worker knew before the handover (which the server would
     refuse: the answer stored late, after a round of refusals)."""
     core = await start_core()
-    partition = partition_of("t-back", PARTITIONS)
-    await publish(ore_nats_client, "t-back", user_message("hi 1", "m1"))
+    partition = partition_of("t-back", raw.PARTITIONS)
+    await raw.publish(ore_nats_client, "t-back", raw.user_message("hi 1", "m1"))
     await outbox.done("t-back")
 
     await core.ingress.release(partition)  # handed over: the other worker answers "m2"
     other = Pipeline(ore_nats_client)
     await other.start()
     try:
-        egress = Egress(ore_nats_client, SUBJECTS, other)
+        egress = Egress(ore_nats_client, raw.SUBJECTS, other)
         egress.bind("t-back", "raw")
         thread = await store.get("t-back")
         await egress.prime("t-back", thread)
@@ -411,12 +402,12 @@ async def test_a_partition_back_from_another_worker_reads_its_threads_again(
     finally:
         await other.stop()
     await core.ingress.acquire(partition)  # and back here
-    await publish(ore_nats_client, "t-back", user_message("hi 3", "m3"))
+    await raw.publish(ore_nats_client, "t-back", raw.user_message("hi 3", "m3"))
     await outbox.done("t-back", 3)
 
     stored = [
         e["turn"]["id"]
-        for e in await stored_events(ore_nats_client, "t-back")
+        for e in await raw.stored_events(ore_nats_client, "t-back")
         if e["kind"] == "turn_complete" and e["turn"]["role"] == "assistant"
     ]
     saved = await store.get("t-back")
@@ -432,14 +423,14 @@ async def test_a_batch_without_turns_names_the_last_turn_stored_by_another_worke
     """A worker that never attached the thread (a control API call) reads its last
     sequence before appending: it learns the last stored turn from the same read."""
     js = ore_nats_client.jetstream()
-    await ensure_streams(js, SUBJECTS, BusConfig(partitions=1))
+    await ensure_streams(js, raw.SUBJECTS, BusConfig(partitions=1))
     thread = Thread("t-named")
     thread.append(Role.USER, Text("hi"))
     answer = None
     for answers in (True, False):
         pipeline = Pipeline(ore_nats_client)
         await pipeline.start()
-        egress = Egress(ore_nats_client, SUBJECTS, pipeline)
+        egress = Egress(ore_nats_client, raw.SUBJECTS, pipeline)
         egress.bind(thread.id, "raw")
         try:
             if answers:  # the worker that answered
@@ -453,10 +444,10 @@ async def test_a_batch_without_turns_names_the_last_turn_stored_by_another_worke
         finally:
             await pipeline.stop()
         assert (pipeline.fenced, pipeline.lost) == (0, 0)
-    last = await js.get_last_msg(SUBJECTS.events_stream, SUBJECTS.events("raw", thread.id))
+    last = await js.get_last_msg(raw.SUBJECTS.events_stream, raw.SUBJECTS.events("raw", thread.id))
     assert answer is not None
     assert (last.headers or {}).get("Ore-Last-Turn") == answer.id
-    assert [e["kind"] for e in await stored_events(ore_nats_client, thread.id)] == [
+    assert [e["kind"] for e in await raw.stored_events(ore_nats_client, thread.id)] == [
         "turn_complete",
         "lifecycle",
         "lifecycle",
@@ -467,10 +458,10 @@ async def test_a_thread_whose_events_cannot_be_read_is_not_primed(ore_nats_url: 
     """Attaching reads the thread's last stored event; when NATS does not answer, the
     attach fails (the ingress retries the message later) instead of guessing."""
     nc = await nats.connect(ore_nats_url)
-    await ensure_streams(nc.jetstream(), SUBJECTS, BusConfig(partitions=1))
+    await ensure_streams(nc.jetstream(), raw.SUBJECTS, BusConfig(partitions=1))
     pipeline = Pipeline(nc)
     await pipeline.start()
-    egress = Egress(nc, SUBJECTS, pipeline)
+    egress = Egress(nc, raw.SUBJECTS, pipeline)
     thread = Thread("t-unread")
     thread.append(Role.USER, Text("hi"))
     thread.append(Role.ASSISTANT, Text("hello"))

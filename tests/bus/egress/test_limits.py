@@ -22,15 +22,8 @@ from ore_core.errors import BusError
 from ore_core.events import UserMessageEvent
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.turn_context import TurnContext
-from tests.bus.conftest import (
-    CoreFactory,
-    Outbox,
-    all_acknowledged,
-    eventually,
-    publish,
-    user_message,
-    wait_for,
-)
+from tests.bus import raw
+from tests.bus.conftest import CoreFactory, Outbox
 from tests.bus.test_service_e2e import http_status
 
 THREADS = [f"lim{index}" for index in range(12)]
@@ -61,7 +54,7 @@ async def _account_limit(server: EmbeddedNatsServer, nc: Client, max_file: int) 
         except ServiceUnavailableError:  # the account's JetStream is reloading
             return False
 
-    await eventually(applied)
+    await raw.eventually(applied)
 
 
 def _told(outbox: Outbox, thread_id: str) -> bool:
@@ -131,20 +124,20 @@ async def test_a_limit_reached_mid_load_tells_users_fails_readyz_and_loses_nothi
     core = await start_core(processor, health_port=0)
     js = ore_nats_client.jetstream()
     for thread in THREADS:
-        await publish(ore_nats_client, thread, user_message("first", f"{thread}-1"))
+        await raw.publish(ore_nats_client, thread, raw.user_message("first", f"{thread}-1"))
     for thread in THREADS:
         await outbox.done(thread)
     per_thread = len(outbox.stored(THREADS[0]))
     for thread in THREADS:
-        await publish(ore_nats_client, thread, user_message("second", f"{thread}-2"))
-    await wait_for(lambda: processor.waiting == len(THREADS))
+        await raw.publish(ore_nats_client, thread, raw.user_message("second", f"{thread}-2"))
+    await raw.wait_for(lambda: processor.waiting == len(THREADS))
 
     async def settled() -> bool:  # the first turns are stored (one batch each); the
         # running turns store nothing before they end, so the limit holds their batch
         counts = await _per_subject(js)
         return len(counts) == len(THREADS) and set(counts.values()) == {per_thread}
 
-    await eventually(settled)
+    await raw.eventually(settled)
 
     # The operator (or the account) leaves no room for another stored event.
     roomy = await _leave_no_room(js, limit, ore_nats_server, ore_nats_client)
@@ -155,7 +148,7 @@ async def test_a_limit_reached_mid_load_tells_users_fails_readyz_and_loses_nothi
     assert core.nc.is_connected
     assert await http_status(core.health_port or 0, "/readyz") == 503
     assert await http_status(core.health_port or 0, "/healthz") == 200
-    assert not await all_acknowledged(ore_nats_client)
+    assert not await raw.all_acknowledged(ore_nats_client)
     assert all(outbox.count_done(thread) == 1 for thread in THREADS)
 
     # Space frees: every held answer is stored and delivered, then everything is acked.
@@ -166,8 +159,8 @@ async def test_a_limit_reached_mid_load_tells_users_fails_readyz_and_loses_nothi
     for thread in THREADS:
         await outbox.done(thread, 2)
         assert _texts(outbox, thread) == ["first", "second"]
-    await eventually(lambda: all_acknowledged(ore_nats_client))
-    await eventually(lambda: _ready(core.health_port or 0))
+    await raw.eventually(lambda: raw.all_acknowledged(ore_nats_client))
+    await raw.eventually(lambda: _ready(core.health_port or 0))
     stored = await js.stream_info("ORE_EVENTS")
     assert stored.state.messages == 2 * per_thread * len(THREADS)
 
@@ -183,13 +176,13 @@ async def test_a_full_ingress_stream_refuses_the_publisher(
     js = ore_nats_client.jetstream()
     config = (await js.stream_info("ORE_IN")).config
     await js.update_stream(dataclasses.replace(config, max_msgs=1))
-    await publish(ore_nats_client, "full1", user_message("one", "f-1"))
+    await raw.publish(ore_nats_client, "full1", raw.user_message("one", "f-1"))
     await asyncio.sleep(0)
 
     # ORE_IN discards new messages when full: the oldest unhandled one is never dropped.
     assert (await js.stream_info("ORE_IN")).config.discard == DiscardPolicy.NEW
     with pytest.raises(Exception, match="maximum messages exceeded"):
-        await publish(ore_nats_client, "full2", user_message("two", "f-2"))
+        await raw.publish(ore_nats_client, "full2", raw.user_message("two", "f-2"))
 
     client = await ConduitClient.connect(ore_nats_url, name="probe", send_deadline=5)
     try:

@@ -14,15 +14,8 @@ from nats.js.errors import APIError, NotFoundError
 from ore_core._nats.codec import DEAD_LETTER_LIMIT
 from ore_core.bus.server.streams import HEADER_ALLOWANCE, BusConfig
 from ore_core.bus.service import CoreService
-from tests.bus.conftest import (
-    PARTITIONS,
-    CoreFactory,
-    Outbox,
-    all_acknowledged,
-    eventually,
-    publish,
-    user_message,
-)
+from tests.bus import raw
+from tests.bus.conftest import CoreFactory, Outbox
 
 LIMIT = 2048
 LONG_THREAD = "x" * 200
@@ -40,20 +33,20 @@ CASES = {
     "not json": Case("t1", b"not json", "bad_json"),
     "missing content": Case("t1", {"kind": "user_message", "id": "m-1"}, "bad_schema"),
     "unknown kind": Case("t1", {"kind": "dance", "id": "m-1"}, "bad_schema"),
-    "event id too long": Case("t1", user_message("hi", "i" * 300), "bad_schema"),
-    "newer schema": Case("t1", user_message("hi", "m-1"), "bad_schema", {"Ore-Schema": "3"}),
-    "thread id too long": Case(LONG_THREAD, user_message("hi", "m-1"), "bad_thread_id"),
+    "event id too long": Case("t1", raw.user_message("hi", "i" * 300), "bad_schema"),
+    "newer schema": Case("t1", raw.user_message("hi", "m-1"), "bad_schema", {"Ore-Schema": "3"}),
+    "thread id too long": Case(LONG_THREAD, raw.user_message("hi", "m-1"), "bad_thread_id"),
     "interrupt for unknown thread": Case(
         "t1", {"kind": "interrupt", "id": "i-1"}, "unknown_thread"
     ),
-    "over the size limit": Case("t1", user_message("x" * (LIMIT + 100), "m-1"), "too_large"),
+    "over the size limit": Case("t1", raw.user_message("x" * (LIMIT + 100), "m-1"), "too_large"),
 }
 
 
 @pytest.fixture
 async def small_core(start_core: CoreFactory) -> CoreService:
     """A core whose payload limit is small enough to exceed in a test."""
-    return await start_core(config=BusConfig(partitions=PARTITIONS, max_payload=LIMIT))
+    return await start_core(config=BusConfig(partitions=raw.PARTITIONS, max_payload=LIMIT))
 
 
 async def dead_letter(nc: Client, reason: str) -> dict[str, Any]:
@@ -69,7 +62,7 @@ async def dead_letter(nc: Client, reason: str) -> dict[str, Any]:
         found.append(json.loads(msg.data or b"{}"))
         return True
 
-    await eventually(stored)
+    await raw.eventually(stored)
     return found[-1]
 
 
@@ -77,7 +70,9 @@ async def dead_letter(nc: Client, reason: str) -> dict[str, Any]:
 async def test_bad_input_is_dead_lettered_with_its_reason(
     small_core: CoreService, ore_nats_client: Client, case: Case
 ) -> None:
-    await publish(ore_nats_client, case.thread, case.payload, msg_id="bad-1", headers=case.headers)
+    await raw.publish(
+        ore_nats_client, case.thread, case.payload, msg_id="bad-1", headers=case.headers
+    )
 
     record = await dead_letter(ore_nats_client, case.reason)
 
@@ -96,7 +91,9 @@ async def test_bad_input_is_dead_lettered_with_its_reason(
 async def test_bad_input_is_answered_with_an_error_then_done(
     small_core: CoreService, ore_nats_client: Client, outbox: Outbox, case: Case
 ) -> None:
-    await publish(ore_nats_client, case.thread, case.payload, msg_id="bad-1", headers=case.headers)
+    await raw.publish(
+        ore_nats_client, case.thread, case.payload, msg_id="bad-1", headers=case.headers
+    )
 
     events = await outbox.done(case.thread)
 
@@ -108,10 +105,12 @@ async def test_bad_input_is_answered_with_an_error_then_done(
 async def test_bad_input_is_acknowledged_and_the_worker_keeps_serving(
     small_core: CoreService, ore_nats_client: Client, outbox: Outbox, case: Case
 ) -> None:
-    await publish(ore_nats_client, case.thread, case.payload, msg_id="bad-1", headers=case.headers)
+    await raw.publish(
+        ore_nats_client, case.thread, case.payload, msg_id="bad-1", headers=case.headers
+    )
     good_thread = case.thread if case.reason != "bad_thread_id" else "t1"
 
-    await publish(ore_nats_client, good_thread, user_message("still there?", "good-1"))
+    await raw.publish(ore_nats_client, good_thread, raw.user_message("still there?", "good-1"))
 
     await outbox.until(
         lambda: any(
@@ -120,14 +119,14 @@ async def test_bad_input_is_acknowledged_and_the_worker_keeps_serving(
             if e["kind"] == "text"
         )
     )
-    await eventually(lambda: all_acknowledged(ore_nats_client))
+    await raw.eventually(lambda: raw.all_acknowledged(ore_nats_client))
 
 
 async def test_rejected_input_is_logged_with_its_reason(
     small_core: CoreService, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     with structlog.testing.capture_logs() as logs:
-        await publish(ore_nats_client, "t1", b"{oops", msg_id="bad-1")
+        await raw.publish(ore_nats_client, "t1", b"{oops", msg_id="bad-1")
         await outbox.done("t1")
 
     rejected = [line for line in logs if line["event"] == "ingress message rejected"]
@@ -137,16 +136,16 @@ async def test_rejected_input_is_logged_with_its_reason(
 async def test_a_publish_far_over_the_limit_is_refused_to_the_publisher(
     small_core: CoreService, ore_nats_client: Client
 ) -> None:
-    oversized = user_message("x" * (LIMIT + HEADER_ALLOWANCE + 100), "m-1")
+    oversized = raw.user_message("x" * (LIMIT + HEADER_ALLOWANCE + 100), "m-1")
 
     with pytest.raises(APIError, match="maximum"):
-        await publish(ore_nats_client, "t1", oversized)
+        await raw.publish(ore_nats_client, "t1", oversized)
 
 
 async def test_a_long_rejected_payload_is_cut_in_its_dead_letter_record(
     core: CoreService, ore_nats_client: Client
 ) -> None:
-    await publish(ore_nats_client, "t1", b"x" * (DEAD_LETTER_LIMIT + 1000), msg_id="bad-1")
+    await raw.publish(ore_nats_client, "t1", b"x" * (DEAD_LETTER_LIMIT + 1000), msg_id="bad-1")
 
     record = await dead_letter(ore_nats_client, "bad_json")
 
@@ -169,10 +168,10 @@ async def test_an_invalid_namespace_is_refused_every_time_a_valid_one_is_served(
         return bool(record["namespace"] == "Bad-NS" and event_id in record["data"])
 
     for index in range(2):
-        message = user_message(f"from nowhere {index}", f"bad-ns-{index}")
-        await publish(ore_nats_client, "t1", message, namespace="Bad-NS")
-        await eventually(lambda: dead_lettered(f"bad-ns-{index}"))  # noqa: B023 (awaited here)
+        message = raw.user_message(f"from nowhere {index}", f"bad-ns-{index}")
+        await raw.publish(ore_nats_client, "t1", message, namespace="Bad-NS")
+        await raw.eventually(lambda: dead_lettered(f"bad-ns-{index}"))  # noqa: B023 (awaited here)
     for index in range(2):
-        await publish(ore_nats_client, "t1", user_message("hi", f"good-{index}"))
+        await raw.publish(ore_nats_client, "t1", raw.user_message("hi", f"good-{index}"))
         await outbox.done("t1", count=index + 1)
-    await eventually(lambda: all_acknowledged(ore_nats_client))
+    await raw.eventually(lambda: raw.all_acknowledged(ore_nats_client))

@@ -14,16 +14,8 @@ from ore_core.bus.server.streams import BusConfig, consumer_name, ensure_streams
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.subjects import Subjects
 from ore_core.testing.processors import GatedProcessor
-from tests.bus.conftest import (
-    PARTITIONS,
-    CoreFactory,
-    Outbox,
-    all_acknowledged,
-    consumer_of,
-    eventually,
-    publish,
-    user_message,
-)
+from tests.bus import raw
+from tests.bus.conftest import CoreFactory, Outbox
 
 ACK_WAIT = 0.6
 
@@ -37,7 +29,7 @@ async def test_a_user_message_to_an_unknown_thread_creates_it(
 ) -> None:
     await start_core()
 
-    await publish(ore_nats_client, "new-thread", user_message("hi", "m-1"))
+    await raw.publish(ore_nats_client, "new-thread", raw.user_message("hi", "m-1"))
     await outbox.done("new-thread")
 
     thread = await store.get("new-thread")
@@ -49,29 +41,29 @@ async def test_a_message_is_acknowledged_only_once_it_is_handled(
 ) -> None:
     processor = GatedProcessor()
     await start_core(processor)
-    await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
+    await raw.publish(ore_nats_client, "t1", raw.user_message("hi", "m-1"))
     await asyncio.wait_for(processor.started.wait(), 10)
 
-    assert (await consumer_of(ore_nats_client, "t1")).num_ack_pending == 1
+    assert (await raw.consumer_of(ore_nats_client, "t1")).num_ack_pending == 1
     processor.release()
     await outbox.done("t1")
-    await eventually(lambda: all_acknowledged(ore_nats_client))
+    await raw.eventually(lambda: raw.all_acknowledged(ore_nats_client))
 
 
 async def test_running_and_queued_messages_are_not_redelivered_during_a_long_turn(
     start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     processor = GatedProcessor()
-    await start_core(processor, config=BusConfig(partitions=PARTITIONS, ack_wait=ACK_WAIT))
-    await publish(ore_nats_client, "t1", user_message("first", "m-1"))
-    await publish(ore_nats_client, "t1", user_message("second", "m-2"))
+    await start_core(processor, config=BusConfig(partitions=raw.PARTITIONS, ack_wait=ACK_WAIT))
+    await raw.publish(ore_nats_client, "t1", raw.user_message("first", "m-1"))
+    await raw.publish(ore_nats_client, "t1", raw.user_message("second", "m-2"))
     await asyncio.wait_for(processor.started.wait(), 10)
 
     await asyncio.sleep(ACK_WAIT * 3)  # time passing is the point: three ack waits
     processor.release()
     await outbox.done("t1", count=2)
 
-    info = await consumer_of(ore_nats_client, "t1")
+    info = await raw.consumer_of(ore_nats_client, "t1")
     assert info.delivered is not None
     assert info.delivered.consumer_seq == 2  # each of the two messages delivered once
     assert processor.calls == 2
@@ -82,15 +74,15 @@ async def test_an_interrupt_cancels_the_turn_and_acknowledges_the_messages_it_dr
 ) -> None:
     processor = GatedProcessor()
     await start_core(processor)
-    await publish(ore_nats_client, "t1", user_message("first", "m-1"))
-    await publish(ore_nats_client, "t1", user_message("queued", "m-2"))
+    await raw.publish(ore_nats_client, "t1", raw.user_message("first", "m-1"))
+    await raw.publish(ore_nats_client, "t1", raw.user_message("queued", "m-2"))
     await asyncio.wait_for(processor.started.wait(), 10)
 
-    await publish(ore_nats_client, "t1", {"kind": "interrupt", "id": "i-1"})
+    await raw.publish(ore_nats_client, "t1", {"kind": "interrupt", "id": "i-1"})
 
     events = await outbox.done("t1", count=2)
     assert {"kind": "lifecycle", "phase": "cancelled", "context": {"provenance": "raw"}} in events
-    await eventually(lambda: all_acknowledged(ore_nats_client))
+    await raw.eventually(lambda: raw.all_acknowledged(ore_nats_client))
     assert processor.calls == 1
 
 
@@ -98,11 +90,11 @@ async def test_a_duplicate_publish_is_stored_and_answered_once(
     start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     await start_core()
-    message = user_message("hi", "m-1")
+    message = raw.user_message("hi", "m-1")
 
-    first = await publish(ore_nats_client, "t1", message)
-    second = await publish(ore_nats_client, "t1", message)
-    await publish(ore_nats_client, "t1", user_message("next", "m-2"))
+    first = await raw.publish(ore_nats_client, "t1", message)
+    second = await raw.publish(ore_nats_client, "t1", message)
+    await raw.publish(ore_nats_client, "t1", raw.user_message("next", "m-2"))
     await outbox.done("t1", count=2)
 
     assert second.duplicate
@@ -114,11 +106,11 @@ async def test_an_event_id_published_again_after_the_dedup_window_is_answered_on
     start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox, store: MemoryStore
 ) -> None:
     await start_core()
-    message = user_message("hi", "m-1")
+    message = raw.user_message("hi", "m-1")
 
-    await publish(ore_nats_client, "t1", message, msg_id="first-publish")
-    await publish(ore_nats_client, "t1", message, msg_id="after-the-window")
-    await publish(ore_nats_client, "t1", user_message("next", "m-2"))
+    await raw.publish(ore_nats_client, "t1", message, msg_id="first-publish")
+    await raw.publish(ore_nats_client, "t1", message, msg_id="after-the-window")
+    await raw.publish(ore_nats_client, "t1", raw.user_message("next", "m-2"))
     await outbox.done("t1", count=3)
 
     assert texts(outbox, "t1") == ["hi", "next"]

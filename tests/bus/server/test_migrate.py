@@ -20,7 +20,8 @@ from ore_core.bus.server.migrate import migrate, plan_migration, subject_matches
 from ore_core.bus.server.streams import BusConfig, BusConfigError, diff_layout, ensure_streams
 from ore_core.subjects import Subjects
 from ore_core.testing.cluster import EmbeddedNatsCluster
-from tests.bus.conftest import CoreFactory, Outbox, publish, user_message
+from tests.bus import raw
+from tests.bus.conftest import CoreFactory, Outbox
 
 ORE = Path(sys.executable).with_name("ore")
 OLD = BusConfig(partitions=4)
@@ -49,12 +50,12 @@ async def _handled_then_queued(
     handled, queued = _threads(5), _threads(10)
     core = await start_core(config=OLD)
     for thread in handled:
-        await publish(ore_nats_client, thread, user_message("before", uuid.uuid4().hex))
+        await raw.publish(ore_nats_client, thread, raw.user_message("before", uuid.uuid4().hex))
     for thread in handled:
         await outbox.done(thread)
     await core.stop()
     for thread in queued:
-        await publish(ore_nats_client, thread, user_message("after", uuid.uuid4().hex))
+        await raw.publish(ore_nats_client, thread, raw.user_message("after", uuid.uuid4().hex))
     return handled, queued
 
 
@@ -150,7 +151,7 @@ async def test_an_older_layout_without_partitions_is_refused_then_migrated(
     threads = _threads(6)
     for thread in threads:  # schema 1 subjects: no namespace token
         await js.publish(
-            f"ore.in.{thread}", json.dumps(user_message("old", uuid.uuid4().hex)).encode()
+            f"ore.in.{thread}", json.dumps(raw.user_message("old", uuid.uuid4().hex)).encode()
         )
     layout = build_layout(Subjects(), OLD)
 
@@ -171,7 +172,7 @@ async def test_an_interrupted_migration_resumes_from_its_backup(ore_nats_client:
     await ensure_streams(js, Subjects(), OLD)
     threads = _threads(5)
     for thread in threads:
-        await publish(ore_nats_client, thread, user_message("x", uuid.uuid4().hex))
+        await raw.publish(ore_nats_client, thread, raw.user_message("x", uuid.uuid4().hex))
     layout = build_layout(Subjects(), NEW)
     plan = await plan_migration(js, layout)
     # Simulate a crash after the old stream was deleted: the backup is all that is left.
@@ -219,7 +220,7 @@ async def test_migrate_scales_replicas_in_place_keeping_messages(
         js = nc.jetstream(timeout=30)
         await ensure_streams(js, Subjects(), OLD)
         for thread in _threads(4):
-            await publish(nc, thread, user_message("kept", uuid.uuid4().hex))
+            await raw.publish(nc, thread, raw.user_message("kept", uuid.uuid4().hex))
         layout = build_layout(Subjects(), BusConfig(partitions=4, replicas=3))
 
         plan = await plan_migration(js, layout)

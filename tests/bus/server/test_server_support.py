@@ -35,7 +35,7 @@ from ore_core.session.manager import Manager
 from ore_core.session.protocols import Store
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.subjects import Subjects
-from tests.bus.conftest import publish, user_message
+from tests.bus import raw
 
 from .server_versions import FakeNatsServer, ServerUnavailable, server_binary
 
@@ -220,7 +220,7 @@ async def _converse(nc: nats.NATS) -> None:
             done.set()
 
     await nc.subscribe(Subjects().output("raw", thread), cb=on_event)
-    await publish(nc, thread, user_message("hello", uuid.uuid4().hex), namespace="raw")
+    await raw.publish(nc, thread, raw.user_message("hello", uuid.uuid4().hex), namespace="raw")
     await asyncio.wait_for(done.wait(), TIMEOUT)
 
 
