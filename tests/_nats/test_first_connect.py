@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
@@ -19,8 +18,8 @@ import pytest
 from ore_core._nats.connection import connect_nats
 from ore_core._nats.first_connect import NatsRefused
 from ore_core.bus.server.embedded import EmbeddedNatsServer
+from tests.ore_process import ORE
 
-ORE = Path(sys.executable).with_name("ore")
 PATIENCE = 60.0
 USERS = "authorization { users = [ {user: ore, password: right} ] }\n"
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -59,18 +58,6 @@ async def core(
         await service.start()
         yield service
         await service.stop(grace=0)
-
-
-@pytest.fixture
-async def gateway(
-    core: CoreService, ore_nats_server: EmbeddedNatsServer, tmp_path: Path
-) -> AsyncIterator[Gateway]:
-    bridge = Gateway(ore_nats_server.url, tmp_path, ore_nats_server.monitor_url)
-    try:
-        await bridge.start()
-        yield bridge
-    finally:
-        await bridge.close()
 
 
 def lines_shown(gateway: Gateway, endpoint: str) -> int:

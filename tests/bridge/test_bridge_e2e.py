@@ -13,11 +13,8 @@ delivered); printed with -s.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
-import re
-from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,17 +32,21 @@ from ore_core.conduit import ConduitClient, ControlClient, SettingsCache, classi
 from ore_core.config import load_settings
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
-from ore_core.testing.conduit_process import ConduitProcess
-from tests.bridge.gateway import bridge_listening
+from tests.bridge.gateway import (
+    CHANNEL,
+    ENDPOINTS,
+    PATIENCE,
+    ROOM,
+    bridge_listening,
+    clean,
+    count,
+    nats_conduit,
+    slack_conduit,
+)
 
 pytestmark = pytest.mark.slow
 
-CHANNEL = "CGENERAL"
-ROOM = "room"
 N = 10  # messages per endpoint
-PATIENCE = 60.0
-ENDPOINTS = ("slack", "nats", "stdin")
-_SHOWN = re.compile(r"^(?P<name>\S+) \((?P<conduit>[a-z]+)\): (?P<origin>[a-z]+) (?P<n>\d+)$")
 
 
 @dataclass
@@ -55,44 +56,8 @@ class Shown:
     lines: list[str] = field(default_factory=list)
 
     def counts(self, endpoint: str) -> dict[str, int]:
-        parsed = [m for m in map(_SHOWN.match, self.lines) if m is not None]
-        others = [o for o in ENDPOINTS if o != endpoint]
-        expected = {f"{origin} {n}" for origin in others for n in range(N)}
-        seen = Counter(f"{m['origin']} {m['n']}" for m in parsed if m["origin"] != endpoint)
-        out_of_order = 0
-        for origin in others:
-            numbers = [int(m["n"]) for m in parsed if m["origin"] == origin]
-            out_of_order += sum(1 for a, b in itertools.pairwise(numbers) if b <= a)
-        return {
-            "delivered": len(set(seen) & expected),
-            "lost": len(expected - set(seen)),
-            "doubled": sum(count - 1 for count in seen.values()),
-            "echoed": sum(1 for m in parsed if m["origin"] == endpoint),
-            "mislabelled": sum(1 for m in parsed if m["conduit"] != m["origin"]),
-            "out_of_order": out_of_order,
-        }
-
-
-def isolated(tmp_path: Path, plugin: str) -> dict[str, str]:
-    """A conduit process's environment: its own plugin, state and config dirs."""
-    return {
-        "ORE_LOAD_PLUGINS": plugin,
-        "XDG_STATE_HOME": str(tmp_path / plugin / "state"),
-        "XDG_CONFIG_HOME": str(tmp_path / plugin / "config"),
-    }
-
-
-@pytest.fixture
-async def core(ore_nats_server: EmbeddedNatsServer) -> AsyncIterator[CoreService]:
-    service = CoreService(
-        Manager(MemoryStore(), EchoProcessor()),
-        servers=[ore_nats_server.url],
-        config=BusConfig(partitions=2),
-        reconnect_wait=0.05,
-    )
-    await service.start()
-    yield service
-    await service.stop(grace=0)
+        others = {origin: range(N) for origin in ENDPOINTS if origin != endpoint}
+        return count(self.lines, endpoint, others)
 
 
 @dataclass
@@ -159,20 +124,8 @@ async def test_three_endpoints_each_show_the_others_once_in_order_and_never_thei
             await changed.wait_for(condition)
 
     fake = await FakeSlack().start()
-    slack = ConduitProcess(
-        "slack",
-        url,
-        tmp_path / "slack.log",
-        fake.conduit_settings(),
-        env=isolated(tmp_path, "ore-conduit-slack"),
-    )
-    bridge = ConduitProcess(
-        "nats",
-        url,
-        tmp_path / "nats.log",
-        {"output": "json"},
-        env=isolated(tmp_path, "ore-conduit-nats"),
-    )
+    slack = slack_conduit(url, tmp_path, fake.conduit_settings())
+    bridge = nats_conduit(url, tmp_path)
     raw = await nats.connect(url)
     terminal = await ConduitClient.connect(url, name="stdin", request_timeout=10.0)
     shown = {endpoint: Shown() for endpoint in ENDPOINTS}
@@ -304,14 +257,7 @@ async def test_three_endpoints_each_show_the_others_once_in_order_and_never_thei
         print(f"nats live: {live_nats}, resent={room.resent()}")
         assert room.unmarked_doubles() == 0
         for endpoint, tally in counts.items():
-            assert tally == {
-                "delivered": 2 * N,
-                "lost": 0,
-                "doubled": 0,
-                "echoed": 0,
-                "mislabelled": 0,
-                "out_of_order": 0,
-            }, endpoint
+            assert tally == clean(2 * N), endpoint
     finally:
         await terminal.close()
         await raw.close()
@@ -353,13 +299,7 @@ async def test_a_gateway_of_ore_toml_relays_to_a_nats_channel_that_never_spoke(
         conversation_keys={"nats": "nats.channel", "stdin": "id"}.get,
     )
     await service.start()
-    bridge = ConduitProcess(
-        "nats",
-        url,
-        tmp_path / "nats.log",
-        {"output": "json"},
-        env=isolated(tmp_path, "ore-conduit-nats"),
-    )
+    bridge = nats_conduit(url, tmp_path)
     raw = await PlainNatsClient.connect(url, patience=PATIENCE)
     terminal = await ConduitClient.connect(url, name="stdin", request_timeout=10.0)
     try:

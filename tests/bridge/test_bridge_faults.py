@@ -11,17 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
-from ore_core import Manager
 from ore_core.bus.server.embedded import EmbeddedNatsServer
-from ore_core.bus.server.streams import BusConfig
-from ore_core.bus.service import CoreService
-from ore_core.session.echo import EchoProcessor
-from ore_core.session.stores.memory import MemoryStore
 from tests.bridge.gateway import ENDPOINTS, Gateway, clean, expected
 
 pytestmark = pytest.mark.slow
@@ -29,31 +22,6 @@ pytestmark = pytest.mark.slow
 N = 10  # messages per endpoint
 STORM = 25  # chat.postMessage calls Slack refuses before the storm may end
 DOWN = 200  # messages sent while the NATS conduit is down
-
-
-@pytest.fixture
-async def core(ore_nats_server: EmbeddedNatsServer) -> AsyncIterator[CoreService]:
-    service = CoreService(
-        Manager(MemoryStore(), EchoProcessor()),
-        servers=[ore_nats_server.url],
-        config=BusConfig(partitions=2),
-        reconnect_wait=0.05,
-    )
-    await service.start()
-    yield service
-    await service.stop(grace=0)
-
-
-@pytest.fixture
-async def gateway(
-    core: CoreService, ore_nats_server: EmbeddedNatsServer, tmp_path: Path
-) -> AsyncIterator[Gateway]:
-    bridge = Gateway(ore_nats_server.url, tmp_path, ore_nats_server.monitor_url)
-    try:
-        await bridge.start()
-        yield bridge
-    finally:
-        await bridge.close()
 
 
 def report(name: str, counts: dict[str, dict[str, int]]) -> None:
@@ -68,11 +36,7 @@ async def test_a_429_storm_on_slack_delays_only_slack_which_then_catches_up_in_o
     refused_before = len(fake.throttled)
     fake.storm("chat.postMessage", retry_after=0.05)
     sent = expected(slack=range(N), nats=range(N), stdin=range(N))
-    await asyncio.gather(
-        gateway.send("slack", range(N)),
-        gateway.send("nats", range(1, N)),
-        gateway.send("stdin", range(N)),
-    )
+    await gateway.send_together(slack=range(N), nats=range(1, N), stdin=range(N))
 
     def others_have_all_and_slack_was_refused_long() -> bool:
         return (
@@ -117,11 +81,7 @@ async def test_a_nats_restart_mid_relay_loses_and_doubles_nothing_on_any_endpoin
 ) -> None:
     half = N // 2
     sent = expected(slack=range(N), nats=range(N), stdin=range(N))
-    await asyncio.gather(
-        gateway.send("slack", range(half)),
-        gateway.send("nats", range(1, half)),
-        gateway.send("stdin", range(half)),
-    )
+    await gateway.send_together(slack=range(half), nats=range(1, half), stdin=range(half))
     await ore_nats_server.arestart()  # copies of the messages above are under way
     # Slack's and the terminal's sends are acknowledged by the core (retried until
     # then); a plain NATS publish is not, so the NATS side goes on once the bridge's

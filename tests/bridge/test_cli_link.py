@@ -6,7 +6,6 @@ import asyncio
 import json
 import os
 import re
-import sys
 from pathlib import Path
 
 from nats.aio.client import Client
@@ -14,8 +13,7 @@ from nats.aio.client import Client
 from tests.bridge.linked import answered_thread
 from tests.bus import raw
 from tests.bus.conftest import CoreFactory
-
-ORE = Path(sys.executable).with_name("ore")
+from tests.ore_process import ORE
 
 
 async def ore(url: str, home: Path, *args: str) -> tuple[int, str, str]:

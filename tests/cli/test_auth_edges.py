@@ -8,9 +8,6 @@ with one line instead of running idle.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -22,10 +19,9 @@ from click.testing import CliRunner
 from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.cli.main import main
 from tests.cli.test_cli_conduit import Process, start_ore, until_answered
+from tests.ore_process import run_ore
 
 __all__ = ["start_ore"]  # the fixture, used below
-
-ORE = Path(sys.executable).with_name("ore")
 
 
 def auth(tmp_path: Path, *args: str, plugins: str = "ore-conduit-nats") -> tuple[Path, list[str]]:
@@ -61,14 +57,7 @@ def test_serve_refuses_an_open_embedded_server_when_the_settings_name_a_user(
     tmp_path: Path,
 ) -> None:
     out, _ = auth(tmp_path)
-    result = subprocess.run(
-        [str(ORE), "--config", str(out / "core.toml"), "serve", "--port", "0"],
-        env={**os.environ, "ORE_LOAD_PLUGINS": ""},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_ore("--config", str(out / "core.toml"), "serve", "--port", "0", timeout=60)
     assert result.returncode == 2
     assert "Embedded NATS server listening" not in result.stdout
     assert "would run without users and let anyone in: add --auth" in result.stderr

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-import structlog
 from click.testing import CliRunner, Result
 
 from ore_core.cli import main
 
 
 @pytest.fixture(autouse=True)
-def _plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ORE_LOAD_PLUGINS", "ore-conduit-stdin,ore-openai")
-    yield
-    structlog.reset_defaults()  # the CLI configures logging process-wide
 
 
 def chat(*args: str) -> Result:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 import uuid
 from pathlib import Path
 
@@ -24,10 +23,10 @@ import pytest
 from ore_core import Role, Text, Thread
 from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.session.stores import SQLiteStore
+from tests.ore_process import ORE
 
 pytest.importorskip("ore_conduit_stdin")
 
-ORE = Path(sys.executable).with_name("ore")
 TIMEOUT = 90.0
 ROUNDS = 8
 

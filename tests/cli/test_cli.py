@@ -12,25 +12,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import structlog
-from click.testing import CliRunner, Result
 
-from ore_core.cli import main
 from ore_core.config import SECRET_MASK
 from ore_core.plugins import manager as manager_module
+from tests.cli.conftest import ore
+from tests.ore_process import ORE
 
-ORE = Path(sys.executable).with_name("ore")
 FAKE_BUILTIN = "ore_cli_test_builtin"
 
 
 @pytest.fixture(autouse=True)
-def _isolated(ore_isolated_env: Path) -> Iterator[None]:
-    yield
-    structlog.reset_defaults()  # the CLI configures logging process-wide
-
-
-def ore(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args))
+def _isolated(ore_isolated_env: Path) -> None:
+    """Every test here runs in its own ore state and config directories."""
 
 
 def run_ore(*args: str) -> subprocess.CompletedProcess[str]:

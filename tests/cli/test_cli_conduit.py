@@ -7,7 +7,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -20,13 +19,10 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from ore_core.bus.server.embedded import EmbeddedNatsServer
+from tests.ore_process import EXIT_TIMEOUT, ORE, READY_TIMEOUT
 from tests.paths import ROOT
 
 pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
-
-ORE = Path(sys.executable).with_name("ore")
-READY_TIMEOUT = 60.0
-EXIT_TIMEOUT = 60.0
 
 
 @dataclass

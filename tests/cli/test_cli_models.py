@@ -7,7 +7,6 @@ import json
 from collections.abc import Iterator
 
 import pytest
-import structlog
 from click.testing import CliRunner, Result
 
 from ore_core.cli import main
@@ -15,10 +14,8 @@ from ore_openai.testing import MockOpenAIServer
 
 
 @pytest.fixture(autouse=True)
-def _plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ORE_LOAD_PLUGINS", "ore-openai")
-    yield
-    structlog.reset_defaults()  # the CLI configures logging process-wide
 
 
 @pytest.fixture

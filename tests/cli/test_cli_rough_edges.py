@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import structlog
 from click.testing import CliRunner, Result
 
 from ore_core.cli import main
 
 
 @pytest.fixture(autouse=True)
-def _isolated(ore_isolated_env: Path) -> Iterator[None]:
-    yield
-    structlog.reset_defaults()  # the CLI configures logging process-wide
+def _isolated(ore_isolated_env: Path) -> None:
+    """Every test here runs in its own ore state and config directories."""
 
 
 def ore(*args: str, **env: str) -> Result:

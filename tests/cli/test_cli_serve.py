@@ -30,12 +30,9 @@ from ore_core.session.stores import SQLiteStore
 from ore_core.subjects import partition_of
 from ore_openai.testing import MockOpenAIServer
 from tests.bus.server.test_nats_sync import INTERVAL_LINE, OPERATOR_R1_LINE, jetstream_config
+from tests.ore_process import EXIT_TIMEOUT, ORE, READY_TIMEOUT
 
 pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
-
-ORE = Path(sys.executable).with_name("ore")
-READY_TIMEOUT = 60.0
-EXIT_TIMEOUT = 60.0
 
 
 @dataclass

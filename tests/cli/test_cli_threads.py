@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,11 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
-from click.testing import CliRunner, Result
+from click.testing import Result
 
 from ore_core import Role, Text, Thread, ThreadNotFound, UserMessageEvent
-from ore_core.cli import main
 from ore_core.cli.app import build_runtime
 from ore_core.cli.threads import UNANSWERED
 from ore_core.config import OreSettings
@@ -30,8 +27,8 @@ from ore_core.session.manager import Manager
 from ore_core.session.stores import JSONStore, SQLiteStore
 from ore_core.session.thread_ops import BOUNDARY_INFO_KEY
 from ore_core.session.turn_context import TurnContext
-
-ORE = Path(sys.executable).with_name("ore")
+from tests.cli.conftest import ore
+from tests.ore_process import ORE
 
 
 @dataclass(frozen=True)
@@ -81,10 +78,8 @@ def stored(store: dict[str, Any], thread_id: str) -> Thread:
 
 
 @pytest.fixture(autouse=True)
-def _isolated(ore_isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _isolated(ore_isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ORE_LOAD_PLUGINS", "")  # no test plugins from the venv
-    yield
-    structlog.reset_defaults()  # the CLI configures logging process-wide
 
 
 @pytest.fixture
@@ -95,10 +90,6 @@ def populated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Populated:
     say(store, "demo", "hello there", "first try", "/undo", "second try", create=True)
     other = say(store, "other", "another conversation", create=True)
     return Populated(store, stored(store, "demo"), other)
-
-
-def ore(*args: str, input: str | None = None) -> Result:
-    return CliRunner().invoke(main, list(args), input=input)
 
 
 def assert_one_error_line(result: Result, *fragments: str) -> None:

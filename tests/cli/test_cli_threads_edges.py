@@ -5,27 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import structlog
-from click.testing import CliRunner, Result
 
 from ore_core import Role, StopReason, Text, Usage
-from ore_core.cli import main
 from ore_core.ledger.thread import Thread
 from ore_core.session.stores import SQLiteStore
 from ore_core.turn import Turn
+from tests.cli.conftest import ore
 
 
 @pytest.fixture(autouse=True)
-def _store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ORE_LOAD_PLUGINS", "")
     monkeypatch.setenv("ORE_STORE__NAME", "sqlite")
     monkeypatch.setenv("ORE_STORE__PATH", str(tmp_path / "threads.db"))
-    yield
-    structlog.reset_defaults()  # the CLI configures logging process-wide
 
 
 @pytest.fixture
@@ -49,10 +44,6 @@ def answered(tmp_path: Path) -> Thread:
             await store.close()
 
     return asyncio.run(write())
-
-
-def ore(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args))
 
 
 @pytest.mark.parametrize(

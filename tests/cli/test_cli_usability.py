@@ -6,15 +6,11 @@ import errno
 import json
 import os
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import structlog
-from click.testing import CliRunner, Result
 
 from ore_core import ThreadNotFound
-from ore_core.cli import main
 from ore_core.cli import serve as serve_module
 from ore_core.cli.failures import one_line
 from ore_core.cli.processor import answering_line, choose_processor
@@ -29,17 +25,12 @@ from ore_core.cli.running import (
 )
 from ore_core.config import OreSettings
 from ore_openai.testing import MockOpenAIServer
+from tests.cli.conftest import ore
 
 
 @pytest.fixture(autouse=True)
-def _isolated(ore_isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _isolated(ore_isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ORE_LOAD_PLUGINS", "ore-openai,ore-conduit-stdin")
-    yield
-    structlog.reset_defaults()  # the CLI configures logging process-wide
-
-
-def ore(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args))
 
 
 # --- one line per failure -----------------------------------------------------------

@@ -3,30 +3,22 @@ declare, and `ore conduit --list --capabilities` prints the same rows."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
-import structlog
-from click.testing import CliRunner, Result
 
-from ore_core.cli import main
 from ore_core.cli.capabilities import PAGE_COMMAND, capability_rows
 from ore_core.conduit import Capabilities, Conduit
+from tests.cli.conftest import ore
 from tests.paths import DOCS
 
 PAGE = DOCS / "conduits.md"
 
 
 @pytest.fixture(autouse=True)
-def _isolated(ore_isolated_env: Path) -> Iterator[None]:
-    yield
-    structlog.reset_defaults()  # the CLI configures logging process-wide
-
-
-def ore(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args))
+def _isolated(ore_isolated_env: Path) -> None:
+    """Every test here runs in its own ore state and config directories."""
 
 
 def test_the_page_matches_the_declared_capabilities_of_this_repositorys_conduits() -> None:

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import structlog
 from click.testing import CliRunner
 
 from ore_core.bus.server.embedded import EmbeddedNatsServer
@@ -23,10 +22,8 @@ Checks = dict[str, dict[str, str]]
 
 
 @pytest.fixture(autouse=True)
-def _plugins(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _plugins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ORE_LOAD_PLUGINS", "ore-openai,ore-conduit-stdin")
-    yield
-    structlog.reset_defaults()  # the CLI configures logging process-wide
 
 
 @pytest.fixture

@@ -6,28 +6,20 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import structlog
-from click.testing import CliRunner, Result
 
-from ore_core.cli import main
 from ore_core.cli.directory import DIRECTORY_COMMAND, listings
+from tests.cli.conftest import ore
 from tests.paths import ROOT
 
 PAGE = ROOT / "docs" / "plugins.md"
 
 
 @pytest.fixture(autouse=True)
-def _isolated(ore_isolated_env: Path) -> Iterator[None]:
-    yield
-    structlog.reset_defaults()  # the CLI configures logging process-wide
-
-
-def ore(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args))
+def _isolated(ore_isolated_env: Path) -> None:
+    """Every test here runs in its own ore state and config directories."""
 
 
 def test_the_page_is_the_directory_file_rendered() -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,8 +19,8 @@ from click.testing import CliRunner
 from ore_core.cli import main
 from tests.cli.test_cli_serve import Served, read_until, start_serve  # noqa: F401 (fixture)
 from tests.docs.support import page_blocks
+from tests.ore_process import ORE
 
-ORE = Path(sys.executable).with_name("ore")
 TIMEOUT = 120.0
 (FIRST_EXPERIMENT, _PLUGIN) = page_blocks("writing-a-turn-processor.md")
 

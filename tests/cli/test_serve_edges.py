@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # starts ore serve
+from tests.ore_process import ORE, run_ore
 
-ORE = Path(sys.executable).with_name("ore")
+pytestmark = pytest.mark.slow  # starts ore serve
 
 
 def test_a_taken_port_is_one_short_line_quoting_the_servers_error() -> None:
@@ -20,14 +18,7 @@ def test_a_taken_port_is_one_short_line_quoting_the_servers_error() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        result = subprocess.run(
-            [str(ORE), "serve", "--port", str(port)],
-            env={**os.environ, "ORE_LOAD_PLUGINS": ""},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        result = run_ore("serve", "--port", str(port))
     assert result.returncode == 1
     (line,) = result.stderr.splitlines()
     assert "another process holds one of its ports" in line

@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,8 +27,8 @@ from ore_core import Role, Store, Thread
 from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.bus.store.jetstream_store import JetStreamStore
 from ore_core.session.stores import SQLiteStore
+from tests.ore_process import ORE
 
-ORE = Path(sys.executable).with_name("ore")
 THREADS = 50
 TIMEOUT = 60.0
 

@@ -17,7 +17,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,9 +25,10 @@ import nats
 import pytest
 from nats.errors import NoRespondersError
 
+from tests.ore_process import ORE
+
 pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
 
-ORE = Path(sys.executable).with_name("ore")
 TIMEOUT = 60.0
 MESSAGES = 3  # per conduit and start of the core
 _WEB_URL = re.compile(r"ore web: open (http://\S+)")

@@ -4,47 +4,28 @@ item 8): they go through the running `ore serve`'s control API."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow  # starts ore serve
+from tests.ore_process import run_ore, start_serve_until_ready
 
-ORE = Path(sys.executable).with_name("ore")
+pytestmark = pytest.mark.slow  # starts ore serve
 
 
 def ore(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(ORE), *args],
-        env={**os.environ, "ORE_LOAD_PLUGINS": "ore-conduit-stdin"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_ore(*args, plugins="ore-conduit-stdin")
 
 
 @pytest.fixture
 def jetstream_serve(tmp_path: Path) -> Iterator[None]:
     """`ore serve --store jetstream`, ready, with one conversation; stopped after the test."""
     with (tmp_path / "serve.log").open("w") as log:
-        process = subprocess.Popen(
-            [str(ORE), "serve", "--port", "0", "--store", "jetstream"],
-            env={**os.environ, "ORE_LOAD_PLUGINS": ""},
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-        )
+        process = start_serve_until_ready(log, "--store", "jetstream")
     try:
-        assert process.stdout is not None
-        for line in process.stdout:
-            if line.startswith("ore core ready"):
-                break
         chat = ore("chat", "--nats", "auto", "hello from the test")
         assert chat.returncode == 0, chat.stderr
         yield

@@ -16,18 +16,11 @@ import pytest
 from nats.aio.client import Client
 
 from ore_core import ConduitClient
+from ore_core import subjects as ore_subjects
 from ore_core._nats import wire
 from ore_core._nats.wire import header_block, publish_now
 from ore_core.conduit.client import message_id
 from ore_core.events import EventContext, UserMessageEvent
-from ore_core.subjects import (
-    HEADER_KIND,
-    HEADER_MSG_ID,
-    HEADER_SCHEMA,
-    HEADER_TRACEPARENT,
-    SCHEMA_VERSION,
-    Subjects,
-)
 from tests.conduit.test_client import NS
 from tests.conduit.test_client_work import silent_ingress
 
@@ -45,7 +38,7 @@ from tests.conduit.test_client_work import silent_ingress
 async def test_a_send_writes_what_nats_py_would_write_for_its_headers(
     ore_nats_url: str,
     ore_nats_client: Client,
-    subjects: Subjects,
+    subjects: ore_subjects.Subjects,
     secret: str | None,
     traceparent: str,
     interrupt: bool,
@@ -69,12 +62,12 @@ async def test_a_send_writes_what_nats_py_would_write_for_its_headers(
             sending = asyncio.ensure_future(client.send("t-1", event))
         msg = await asyncio.wait_for(held.get(), 30)
         headers = {
-            HEADER_MSG_ID: message_id(NS, "t-1", event_id, secret),
-            HEADER_KIND: "interrupt" if interrupt else "user_message",
-            HEADER_SCHEMA: str(SCHEMA_VERSION),
+            ore_subjects.HEADER_MSG_ID: message_id(NS, "t-1", event_id, secret),
+            ore_subjects.HEADER_KIND: "interrupt" if interrupt else "user_message",
+            ore_subjects.HEADER_SCHEMA: str(ore_subjects.SCHEMA_VERSION),
         }
         if traceparent:
-            headers[HEADER_TRACEPARENT] = traceparent
+            headers[ore_subjects.HEADER_TRACEPARENT] = traceparent
         assert written == [(msg.subject, msg.data, msg.reply, header_block(headers))]
         assert msg.headers == {name: value.strip() for name, value in headers.items()}
         await ore_nats_client.publish(msg.reply, b'{"stream":"ORE_IN","seq":3}')

@@ -24,8 +24,7 @@ import pytest
 from ore_conduit_nats.testing import PlainNatsClient
 from ore_core.conduit import ConduitClient, SettingsCache, classify
 from ore_core.config import GatewaySettings
-from ore_core.testing.conduit_process import ConduitProcess
-from tests.bridge.gateway import PATIENCE, clean, count, isolated
+from tests.bridge.gateway import PATIENCE, clean, count, nats_conduit
 from tests.cli.test_cli_serve import Served, read_until, start_serve  # noqa: F401 (fixture)
 from tests.docs.test_docs_endpoints import gateway_blocks
 
@@ -102,13 +101,7 @@ async def test_each_gateway_example_of_the_docs_relays_between_its_endpoints_und
             namespace = endpoint.conduit
             if namespace == "nats":
                 channel = endpoint.key.rsplit("=", 1)[-1]
-                bridge = ConduitProcess(
-                    "nats",
-                    url,
-                    tmp_path / "nats.log",
-                    {"output": "json"},
-                    env=isolated(tmp_path, "ore-conduit-nats"),
-                )
+                bridge = nats_conduit(url, tmp_path)
                 raw = await PlainNatsClient.connect(url, patience=PATIENCE)
                 stack.push_async_callback(bridge.astop)
                 stack.push_async_callback(raw.close)

@@ -4,11 +4,9 @@ it prints and writes, and the interceptor guide's edit applies to the generated 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import structlog
 from click.testing import CliRunner
 
 from ore_core.cli import main
@@ -23,9 +21,8 @@ GUIDES = [
 
 
 @pytest.fixture(autouse=True)
-def _isolated(ore_isolated_env: Path) -> Iterator[None]:
-    yield
-    structlog.reset_defaults()  # the CLI configures logging process-wide
+def _isolated(ore_isolated_env: Path) -> None:
+    """Every test here runs in its own ore state and config directories."""
 
 
 @pytest.mark.parametrize(("page", "kind", "name"), GUIDES)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 from click.testing import CliRunner
 from structlog.testing import capture_logs
 
@@ -48,10 +47,8 @@ STORES = [*LOCAL_STORES, "jetstream"]
 
 
 @pytest.fixture(autouse=True)
-def _isolated(ore_isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _isolated(ore_isolated_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ORE_LOAD_PLUGINS", "")  # no test plugins from the venv
-    yield
-    structlog.reset_defaults()  # the CLI configures logging process-wide
 
 
 @pytest.fixture

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-ORE = Path(sys.executable).with_name("ore")
+from tests.ore_process import ORE
 
 
 def test_every_test_has_its_own_state_and_config_directories(tmp_path: Path) -> None:

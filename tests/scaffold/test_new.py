@@ -12,16 +12,11 @@ import venv
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 
-from ore_core.cli import main
 from ore_core.scaffold import KINDS, PluginNames, plan
+from tests.cli.conftest import ore
 
 RUN_ORE = "import sys; from ore_core.cli_entry import run; sys.argv[0] = 'ore'; run()"
-
-
-def ore(*args: str) -> Result:
-    return CliRunner().invoke(main, list(args))
 
 
 def tree(directory: Path) -> dict[str, str]:

@@ -11,7 +11,6 @@ say the same.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
 from collections.abc import AsyncIterator
@@ -80,19 +79,11 @@ async def test_a_worker_killed_mid_relay_leaves_every_endpoint_everything_once_i
         )
         half = N // 2
         sent = expected(slack=range(N), nats=range(N), stdin=range(N))
-        await asyncio.gather(
-            gateway.send("slack", range(half)),
-            gateway.send("nats", range(1, half)),
-            gateway.send("stdin", range(half)),
-        )
+        await gateway.send_together(slack=range(half), nats=range(1, half), stdin=range(half))
         owner.signal(signal.SIGKILL)  # copies of the messages above are under way
         await owner.wait()
         team = [w for w in team if w is not owner] + [await workers.start()]
-        await asyncio.gather(
-            gateway.send("slack", range(half, N)),
-            gateway.send("nats", range(half, N)),
-            gateway.send("stdin", range(half, N)),
-        )
+        await gateway.send_together(slack=range(half, N), nats=range(half, N), stdin=range(half, N))
         await gateway.until(lambda: all(gateway.has_all(e, sent) for e in ENDPOINTS), sent)
         counts = gateway.counts(sent)
         print(f"\nworker killed mid-relay: {json.dumps(counts)}")

@@ -8,12 +8,13 @@ from collections.abc import Sequence
 
 import pytest
 
-from ore_core import ConfigError, Manager, NoticeEvent
-from ore_core.config import CompactionSettings, load_settings
+from ore_core import Manager, NoticeEvent
+from ore_core.config import CompactionSettings
 from ore_core.session.compactor import Compactor
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.turn import Turn
+from tests.config_errors import assert_settings_error
 from tests.session.support import message
 
 WARNED = "of the model's context window"
@@ -59,10 +60,5 @@ async def test_no_warning_without_warn_at() -> None:
 def test_warn_at_not_below_the_threshold_is_one_clear_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("ORE_COMPACTION__WARN_AT", "0.9")
-    with pytest.raises(ConfigError) as raised:
-        load_settings()
-    message = str(raised.value)
-    assert "compaction.warn_at = '0.9' (from ORE_COMPACTION__WARN_AT)" in message
-    assert "must be below compaction.threshold (0.8)" in message
-    assert "\n" not in message
+    says = "compaction.warn_at = '0.9' (from ORE_COMPACTION__WARN_AT): must be below compaction"
+    assert_settings_error(monkeypatch, "ORE_COMPACTION__WARN_AT", "0.9", f"{says}.threshold (0.8)")

@@ -6,9 +6,7 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import nats
 import pytest
@@ -22,8 +20,8 @@ from ore_core.subjects import Subjects
 from ore_core.testing.cluster import EmbeddedNatsCluster
 from tests.bus import raw
 from tests.bus.conftest import CoreFactory, Outbox
+from tests.ore_process import ORE
 
-ORE = Path(sys.executable).with_name("ore")
 OLD = BusConfig(partitions=4)
 NEW = BusConfig(partitions=8)
 

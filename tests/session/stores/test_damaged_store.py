@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from ore_core.errors import StoreError
 from ore_core.session.stores import SQLiteStore
-
-ORE = Path(sys.executable).with_name("ore")
+from tests.ore_process import run_ore, start_serve_until_ready
 
 
 @pytest.fixture
@@ -37,14 +33,7 @@ async def test_a_damaged_file_is_named_with_what_to_do(damaged: Path) -> None:
 
 @pytest.mark.slow
 def test_serve_on_a_damaged_store_says_so_in_one_line_and_never_ready(damaged: Path) -> None:
-    result = subprocess.run(
-        [str(ORE), "serve", "--port", "0"],
-        env={**os.environ, "ORE_LOAD_PLUGINS": "", "ORE_STORE__PATH": str(damaged)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run_ore("serve", "--port", "0", ORE_STORE__PATH=str(damaged))
     assert result.returncode == 1
     assert "ready" not in result.stdout
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
@@ -55,14 +44,7 @@ def test_serve_on_a_damaged_store_says_so_in_one_line_and_never_ready(damaged: P
 
 @pytest.mark.slow
 def test_chat_on_a_damaged_store_says_so_in_one_line(damaged: Path) -> None:
-    result = subprocess.run(
-        [str(ORE), "chat", "hello"],
-        env={**os.environ, "ORE_LOAD_PLUGINS": "", "ORE_STORE__PATH": str(damaged)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run_ore("chat", "hello", ORE_STORE__PATH=str(damaged))
     assert result.returncode == 1
     assert result.stdout == ""
     assert result.stderr.strip().splitlines()[-1].startswith("Error: ")
@@ -75,18 +57,8 @@ def test_serve_with_the_jetstream_store_starts_without_a_store_error(tmp_path: P
     was bound to the core's NATS connection."""
     log = tmp_path / "serve.log"
     with log.open("w") as stderr:
-        process = subprocess.Popen(
-            [str(ORE), "serve", "--port", "0", "--store", "jetstream"],
-            env={**os.environ, "ORE_LOAD_PLUGINS": "", "ORE_LOG__FORMAT": "json"},
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-        )
+        process = start_serve_until_ready(stderr, "--store", "jetstream", ORE_LOG__FORMAT="json")
     try:
-        assert process.stdout is not None
-        for line in process.stdout:
-            if line.startswith("ore core ready"):
-                break
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
     finally:

@@ -1,0 +1,45 @@
+"""`ore` as a user runs it: the installed command, in a process of its own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import IO
+
+ORE = Path(sys.executable).with_name("ore")
+READY_TIMEOUT = 60.0  # seconds an `ore` process may take to say it is ready
+EXIT_TIMEOUT = 60.0  # and to exit once told to stop
+
+
+def start_serve_until_ready(log: IO[str], *args: str, **env: str) -> subprocess.Popen[str]:
+    """`ore serve --port 0 ARGS` (no plugins, `env` added), its stderr into `log`, returned
+    once it printed that it is ready; the caller stops it."""
+    process = subprocess.Popen(
+        [str(ORE), "serve", "--port", "0", *args],
+        env={**os.environ, "ORE_LOAD_PLUGINS": "", **env},
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("ore core ready"):
+            break
+    return process
+
+
+def run_ore(
+    *args: str, plugins: str = "", timeout: float = 120, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """`ore ARGS` run to its end, loading only `plugins`, with `env` added to the test's
+    environment (its own XDG directories); what it printed, as text."""
+    return subprocess.run(
+        [str(ORE), *args],
+        env={**os.environ, "ORE_LOAD_PLUGINS": plugins, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
