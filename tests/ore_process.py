@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO
 
@@ -43,3 +44,11 @@ def run_ore(
         timeout=timeout,
         check=False,
     )
+
+
+def kill_all(processes: Iterable[subprocess.Popen[str]]) -> None:
+    """Kill every process of `processes` still running, and reap it."""
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

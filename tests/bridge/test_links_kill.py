@@ -23,7 +23,8 @@ import pytest
 from nats.aio.msg import Msg
 
 from ore_core.bus.server.embedded import EmbeddedNatsServer
-from tests.cli.test_serve_kill_restart import TIMEOUT, _Served, _wait_for_streams
+from tests.bus import raw
+from tests.cli.test_serve_kill_restart import TIMEOUT, _Served
 
 THREADS = 6
 PER_ENDPOINT = 12  # messages each namespace sends to each thread
@@ -109,20 +110,13 @@ async def test_a_relay_killed_mid_way_loses_doubles_and_reorders_nothing_on_any_
         for ns, feed in feeds.items():
             await nc.subscribe(f"ore.out.{ns}.*", cb=feed.receive)
         core = served.start()
-        await _wait_for_streams(nc)
-        js = nc.jetstream()
+        await raw.until_core_answers(nc, TIMEOUT)
         threads = [f"relay-{n}" for n in range(THREADS)]
         sent: dict[str, list[str]] = {t: [] for t in threads}
 
         async def send(ns: str, thread: str, text: str) -> None:
-            event_id = uuid.uuid4().hex
-            body = {"kind": "user_message", "id": event_id, "content": text}
-            await js.publish(
-                f"ore.in.{ns}.{thread}",
-                json.dumps(body).encode(),
-                headers={"Nats-Msg-Id": f"{thread}:{event_id}"},
-                timeout=30,
-            )
+            message = raw.user_message(text, uuid.uuid4().hex, ns)
+            await raw.publish(nc, thread, message, namespace=ns)
             sent[thread].append(text)
 
         for thread in threads:
@@ -159,7 +153,7 @@ async def test_a_relay_killed_mid_way_loses_doubles_and_reorders_nothing_on_any_
                     await feeds["alpha"].changed.wait()
 
         await answered()
-        await _wait_for_streams(nc)
+        await raw.until_core_answers(nc, TIMEOUT)
         caught_up = {ns: 0 for ns in NAMESPACES}
         for ns, feed in feeds.items():
             for thread in threads:

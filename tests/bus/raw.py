@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nats.aio.client import Client
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import ConsumerInfo
 
 from ore_core.bus.server.streams import consumer_name
@@ -122,3 +124,14 @@ async def consumer_of(nc: Client, thread_id: str) -> ConsumerInfo:
         "ORE_IN", consumer_name(partition_of(thread_id, PARTITIONS))
     )
     return info
+
+
+async def until_core_answers(nc: Client, within: float = TIMEOUT) -> None:
+    """Wait until a core answers its control API (a core sets it up last, once ready)."""
+    async with asyncio.timeout(within):
+        while True:
+            try:
+                await nc.request("ore.admin.health", b"{}", timeout=0.5)
+                return
+            except (NoRespondersError, NatsTimeoutError):
+                await asyncio.sleep(0.05)

@@ -13,7 +13,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -32,6 +32,7 @@ from ore_core.subjects import NAMESPACE_KEY
 from ore_core.testing.faulty_store import FaultyStore
 from tests.bus import raw
 from tests.bus.conftest import CoreFactory, Outbox
+from tests.disk import fill_disk
 
 FAST_RETRY = BusConfig(partitions=raw.PARTITIONS, retry_delay=0.05, retry_delay_max=0.2)
 
@@ -94,46 +95,49 @@ async def test_failed_saves_are_retried_until_the_store_recovers_and_the_sender_
     assert delivered == 6
 
 
-async def test_a_thread_that_cannot_be_decoded_goes_to_the_dlq_at_once(
-    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox, tmp_path: Path
-) -> None:
+@pytest.fixture
+async def broken_store(tmp_path: Path) -> AsyncIterator[JSONStore]:
+    """A JSON store whose thread `broken` is a torn file (`threads/broken.json`)."""
     store = JSONStore(tmp_path / "threads")
     (tmp_path / "threads" / "broken.json").write_text('{"id": "broken", "turns": [{')
-    try:
-        await start_core(store=store)
-        dead = await ore_nats_client.jetstream().subscribe("ore.dlq.>", durable="check")
-        await raw.publish(ore_nats_client, "broken", raw.user_message("hi", "m-1"))
-        events = await outbox.done("broken")
-        errors = [e for e in events if e["kind"] == "error"]
-        assert [e["code"] for e in errors] == ["corrupt_thread"]
-        assert "broken" in errors[0]["message"]
-        record = await dead.next_msg(timeout=10)
-        assert record.subject == "ore.dlq.corrupt_thread"
-        assert json.loads(record.data)["thread_id"] == "broken"
-        await raw.eventually(lambda: raw.all_acknowledged(ore_nats_client))
-    finally:
-        await store.close()
+    yield store
+    await store.close()
+
+
+async def test_a_thread_that_cannot_be_decoded_goes_to_the_dlq_at_once(
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox, broken_store: JSONStore
+) -> None:
+    await start_core(store=broken_store)
+    dead = await ore_nats_client.jetstream().subscribe("ore.dlq.>", durable="check")
+    await raw.publish(ore_nats_client, "broken", raw.user_message("hi", "m-1"))
+    events = await outbox.done("broken")
+    errors = [e for e in events if e["kind"] == "error"]
+    assert [e["code"] for e in errors] == ["corrupt_thread"]
+    assert "broken" in errors[0]["message"]
+    record = await dead.next_msg(timeout=10)
+    assert record.subject == "ore.dlq.corrupt_thread"
+    assert json.loads(record.data)["thread_id"] == "broken"
+    await raw.eventually(lambda: raw.all_acknowledged(ore_nats_client))
 
 
 async def test_the_error_a_sender_gets_about_a_corrupt_thread_names_no_server_file(
-    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox, tmp_path: Path
+    start_core: CoreFactory,
+    ore_nats_client: Client,
+    outbox: Outbox,
+    broken_store: JSONStore,
+    tmp_path: Path,
 ) -> None:
-    store = JSONStore(tmp_path / "threads")
-    (tmp_path / "threads" / "broken.json").write_text('{"id": "broken", "turns": [{')
-    try:
-        await start_core(store=store)
-        with structlog.testing.capture_logs() as logs:
-            await raw.publish(ore_nats_client, "broken", raw.user_message("hi", "m-1"))
-            events = await outbox.done("broken")
-        [error] = [e for e in events if e["kind"] == "error"]
-        assert (error["code"], error["message"]) == (
-            "corrupt_thread",
-            ThreadCorrupt.public_message("broken"),
-        )
-        [logged] = [line for line in logs if line["event"] == "thread cannot be read"]
-        assert str(tmp_path / "threads" / "broken.json") in logged["error"]
-    finally:
-        await store.close()
+    await start_core(store=broken_store)
+    with structlog.testing.capture_logs() as logs:
+        await raw.publish(ore_nats_client, "broken", raw.user_message("hi", "m-1"))
+        events = await outbox.done("broken")
+    [error] = [e for e in events if e["kind"] == "error"]
+    assert (error["code"], error["message"]) == (
+        "corrupt_thread",
+        ThreadCorrupt.public_message("broken"),
+    )
+    [logged] = [line for line in logs if line["event"] == "thread cannot be read"]
+    assert str(tmp_path / "threads" / "broken.json") in logged["error"]
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "journal", "jetstream"])
@@ -201,18 +205,6 @@ def _remount(path: Path, mode: str) -> None:
     subprocess.run(["mount", "-o", f"remount,{mode}", str(path)], check=True)
 
 
-def _fill(path: Path) -> Path:
-    filler = path / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    try:
-        with contextlib.suppress(OSError):
-            while True:
-                os.write(fd, b"\0" * 4096)
-    finally:
-        os.close(fd)
-    return filler
-
-
 @pytest.mark.parametrize("fault", ["full", "read-only"])
 async def test_a_real_full_or_read_only_disk_delays_the_answer_and_loses_nothing(
     start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox, tmp_path: Path, fault: str
@@ -223,7 +215,7 @@ async def test_a_real_full_or_read_only_disk_delays_the_answer_and_loses_nothing
             service = await start_core(store=store, config=FAST_RETRY, store_probe_interval=0.05)
             await raw.publish(ore_nats_client, "t1", raw.user_message("before", "m-0"))
             await outbox.done("t1")
-            filler = _fill(disk) if fault == "full" else None
+            filler = fill_disk(disk) if fault == "full" else None
             if fault == "read-only":
                 _remount(disk, "ro")
             await raw.publish(ore_nats_client, "t1", raw.user_message("during", "m-1"))

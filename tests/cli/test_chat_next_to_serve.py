@@ -23,6 +23,7 @@ import pytest
 from ore_core import Role, Text, Thread
 from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.session.stores import SQLiteStore
+from tests.bus import raw
 from tests.ore_process import ORE
 
 pytest.importorskip("ore_conduit_stdin")
@@ -67,7 +68,7 @@ async def test_chat_and_serve_on_one_store_answer_everything_without_forking(
     expected = {Text(f"{who} {n}") for who in ("serve", "chat") for n in range(ROUNDS)}
     nc = await nats.connect(ore_nats_server.url)
     try:
-        await _wait_for_core(nc)
+        await raw.until_core_answers(nc, TIMEOUT)
         # A chat that finds the running serve's record uses that core (issue 14); this
         # test is about two cores on one store, so the chat looks in a state dir of its own.
         chat = await asyncio.create_subprocess_exec(
@@ -133,13 +134,3 @@ async def _answered(store_path: Path, expected: set[Text]) -> Thread:
             if answers >= expected:
                 return thread
             await asyncio.sleep(0.2)
-
-
-async def _wait_for_core(nc: nats.NATS) -> None:
-    async with asyncio.timeout(TIMEOUT):
-        while True:
-            try:
-                await nc.request("ore.admin.health", b"{}", timeout=0.5)
-                return
-            except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
-                await asyncio.sleep(0.05)

@@ -28,6 +28,7 @@ from nats.aio.client import Client
 
 from ore_core.bus.server.embedded import EmbeddedNatsServer
 from tests.cli.test_cli_serve import Served, client_of, free_port, start_serve, wait_until_serving
+from tests.disk import fill_disk
 
 __all__ = ["client_of", "start_serve"]  # fixtures, imported for pytest
 
@@ -76,18 +77,6 @@ def _ext4(path: Path, image: Path) -> Iterator[Path]:
         yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def _fill(path: Path) -> Path:
-    filler = path / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    try:
-        with contextlib.suppress(OSError):
-            while True:
-                os.write(fd, b"\0" * 4096)
-    finally:
-        os.close(fd)
-    return filler
 
 
 def _go_read_only(mount_point: Path) -> None:
@@ -191,7 +180,7 @@ async def test_readyz_is_503_from_the_first_failed_save_on_a_full_disk_to_the_fi
         served, nc, events, port = await _serve_on(
             disk / "ore.db", start_serve, client_of, ore_nats_server.url
         )
-        filler = _fill(disk)
+        filler = fill_disk(disk)
         samples = await _sample_through_the_fault(nc, served, events, port)
         assert samples.count(200) == 0, f"{samples.count(200)} of {len(samples)} said ready"
         assert len(samples) >= SAMPLED_FAILURES
@@ -243,7 +232,7 @@ def test_serve_on_a_full_disk_says_which_directory_is_full(
     tmp_path: Path, start_serve: Callable[..., Served]
 ) -> None:
     with _tmpfs(tmp_path / "disk", "64k") as disk:
-        _fill(disk)
+        fill_disk(disk)
         served = start_serve(env={"ORE_STORE__PATH": str(disk / "ore.db")})
         line = _refusal(served)
     assert f"the file system holding {disk} is full" in line, line

@@ -27,7 +27,8 @@ from ore_core import Role, Store, Thread
 from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.bus.store.jetstream_store import JetStreamStore
 from ore_core.session.stores import SQLiteStore
-from tests.ore_process import ORE
+from tests.bus import raw
+from tests.ore_process import ORE, kill_all
 
 THREADS = 50
 TIMEOUT = 60.0
@@ -66,10 +67,7 @@ class _Served:
         return process
 
     def stop_all(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        kill_all(self.processes)
 
 
 @pytest.fixture
@@ -123,19 +121,12 @@ async def test_a_killed_and_restarted_serve_answers_in_flight_messages_first(
         outbox = _Outbox()
         await nc.subscribe("ore.out.raw.*", cb=outbox.receive)
         first = served.start()
-        js = nc.jetstream()
 
         async def send(thread_id: str, text: str) -> None:
-            event_id = uuid.uuid4().hex
-            body = {"kind": "user_message", "id": event_id, "content": text}
-            await js.publish(
-                f"ore.in.raw.{thread_id}",
-                json.dumps(body).encode(),
-                headers={"Nats-Msg-Id": f"{thread_id}:{event_id}"},
-            )
+            await raw.publish(nc, thread_id, raw.user_message(text, uuid.uuid4().hex))
 
         threads = [f"kill-{n:02d}" for n in range(THREADS)]
-        await _wait_for_streams(nc)
+        await raw.until_core_answers(nc, TIMEOUT)
         for thread_id in threads:
             await send(thread_id, f"first {thread_id}")
         # Every first message is recorded and its turn running: kill the core now.
@@ -182,14 +173,3 @@ async def _stored_threads(
         return {thread_id: await store.get(thread_id) for thread_id in threads}
     finally:
         await store.close()
-
-
-async def _wait_for_streams(nc: nats.NATS) -> None:
-    """Wait until the core answers its control API (it is set up last)."""
-    async with asyncio.timeout(TIMEOUT):
-        while True:
-            try:
-                await nc.request("ore.admin.health", b"{}", timeout=0.5)
-                return
-            except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
-                await asyncio.sleep(0.05)

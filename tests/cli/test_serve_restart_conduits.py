@@ -25,7 +25,7 @@ import nats
 import pytest
 from nats.errors import NoRespondersError
 
-from tests.ore_process import ORE
+from tests.ore_process import ORE, kill_all
 
 pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
 
@@ -84,10 +84,7 @@ class _Machine:
         return str(record["nats_url"])
 
     def stop_all(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        kill_all(self.processes)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from nats.aio.client import Client
 from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.subjects import partition_of
 from tests.bridge.gateway import ENDPOINTS, Gateway, clean, expected
+from tests.scale.conftest import PoolFactory
 from tests.scale.harness import Worker, Workers, held_by, leases
 from tests.scale.test_control_api_workers import requests_per_worker
 from tests.scale.test_workers import until
@@ -35,13 +35,9 @@ ASKED = 12  # requests per method: each worker answers some of them
 
 
 @pytest.fixture
-async def workers(ore_nats_server: EmbeddedNatsServer, tmp_path: Path) -> AsyncIterator[Workers]:
-    pool = Workers([ore_nats_server.url], tmp_path, delay=0.05, partitions=PARTITIONS)
-    pool.env = {"ORE_NATS__LEASE_TTL": "1.5"}  # a killed worker's share moves after 1.5 s
-    try:
-        yield pool
-    finally:
-        pool.stop_all()
+def workers(start_workers: PoolFactory) -> Workers:
+    lease = {"ORE_NATS__LEASE_TTL": "1.5"}  # a killed worker's share moves after 1.5 s
+    return start_workers(PARTITIONS, 0.05, env=lease)
 
 
 async def balanced(nc: Client, *members: Worker) -> bool:

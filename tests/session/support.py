@@ -6,8 +6,19 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from ore_core import EventContext, LifecycleEvent, OutputEvent, UserMessageEvent
+from ore_core import (
+    Artifact,
+    EventContext,
+    LifecycleEvent,
+    Manager,
+    OutputEvent,
+    Role,
+    UserMessageEvent,
+)
 from ore_core.session.fanout import Subscription
+from ore_core.session.policy import DoubleTexting
+from ore_core.session.stores.memory import MemoryStore
+from ore_core.testing.processors import GatedProcessor
 
 
 def message(text: str, provenance: str = "test", **kwargs: Any) -> UserMessageEvent:
@@ -59,3 +70,18 @@ ECHO_TURN = [
     "lifecycle:done",
 ]
 """What an echo turn emits, in order (its user turn first)."""
+
+
+async def collected(first: UserMessageEvent, *later: UserMessageEvent) -> tuple[Artifact, ...]:
+    """The artifacts of the user turn that collects `later`, sent while `first` is being
+    answered (double texting `collect`), on a real Manager."""
+    gate = GatedProcessor()
+    async with Manager(MemoryStore(), gate, policy=DoubleTexting.COLLECT) as manager:
+        stream = await manager.create()
+        answering = asyncio.create_task(stream.process(first))
+        await asyncio.wait_for(gate.started.wait(), 30)
+        waiting = [asyncio.create_task(stream.process(event)) for event in later]
+        await asyncio.sleep(0)
+        gate.release()
+        await asyncio.wait_for(asyncio.gather(answering, *waiting), 30)
+    return [t.artifacts for t in stream.turns() if t.role == Role.USER][-1]

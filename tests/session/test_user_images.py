@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from pydantic import ValidationError
 
 from ore_core import EventDecodeError, Image, Manager, Role, Text, UserMessageEvent
 from ore_core.events import MAX_IMAGES, decode_ingress, encode_event
-from ore_core.session.policy import DoubleTexting
 from ore_core.session.stores.memory import MemoryStore
-from ore_core.testing.processors import GatedProcessor, ScriptedProcessor
-from tests.session.support import message
+from ore_core.testing.processors import ScriptedProcessor
+from tests.session.support import collected, message
 
 PNG = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUg=="
 HTTPS = "https://example.com/cat.jpg"
@@ -71,17 +68,6 @@ async def test_the_user_turn_has_an_image_per_url_after_its_text() -> None:
 
 
 async def test_collected_messages_keep_the_images_of_each() -> None:
-    gate = GatedProcessor()
-    async with Manager(MemoryStore(), gate, policy=DoubleTexting.COLLECT) as manager:
-        stream = await manager.create()
-        first = asyncio.create_task(stream.process(message("one")))
-        await asyncio.wait_for(gate.started.wait(), 30)
-        later = [
-            asyncio.create_task(stream.process(message(text, images=[url])))
-            for text, url in (("two", PNG), ("three", HTTPS))
-        ]
-        await asyncio.sleep(0)
-        gate.release()
-        await asyncio.wait_for(asyncio.gather(first, *later), 30)
-    users = [t.artifacts for t in stream.turns() if t.role == Role.USER]
-    assert users[-1] == (Text("two\n\nthree"), Image(PNG), Image(HTTPS))
+    later = [message("two", images=[PNG]), message("three", images=[HTTPS])]
+    expected = (Text("two\n\nthree"), Image(PNG), Image(HTTPS))
+    assert await collected(message("one"), *later) == expected
