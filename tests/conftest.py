@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+import structlog
+
+
+@pytest.fixture(autouse=True)
+def _default_logging() -> Iterator[None]:
+    """Each test ends with structlog's defaults: the CLI, run in process, configures
+    logging process-wide, and the next test must not log through its set-up."""
+    yield
+    structlog.reset_defaults()
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import pytest
 from ore_core import ConfigError
 from ore_core.config import SECRET_MASK, ConfigValue, OreSettings, load_settings
 from ore_core.session.policy import DoubleTexting
+from tests.config_errors import assert_settings_error
 
 
 @pytest.fixture(autouse=True)
@@ -105,13 +106,11 @@ def test_bad_value_is_one_line_naming_key_source_and_what_is_allowed(tmp_path: P
 def test_bad_choice_from_environment_lists_the_allowed_values(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("ORE_SESSION__DOUBLE_TEXTING", "ignore")
-    with pytest.raises(ConfigError) as raised:
-        load_settings()
-    message = str(raised.value)
-    assert "session.double_texting = 'ignore' (from ORE_SESSION__DOUBLE_TEXTING)" in message
-    assert "'queue', 'interrupt', 'collect' or 'reject'" in message
-    assert "\n" not in message
+    says = (
+        "session.double_texting = 'ignore' (from ORE_SESSION__DOUBLE_TEXTING)",
+        "'queue', 'interrupt', 'collect' or 'reject'",
+    )
+    assert_settings_error(monkeypatch, "ORE_SESSION__DOUBLE_TEXTING", "ignore", *says)
 
 
 def test_unknown_key_is_reported_with_the_known_keys(tmp_path: Path) -> None:

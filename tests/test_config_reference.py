@@ -7,7 +7,7 @@ from pydantic import BaseModel
 
 from ore_core.config import OreSettings
 from ore_core.config_reference import REGENERATE, Setting, render_reference, settings, update_page
-from tests.docs_support import DOCS
+from tests.docs.support import DOCS
 
 PAGE = DOCS / "configuration.md"
 

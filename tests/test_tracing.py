@@ -26,8 +26,8 @@ from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
 from ore_openai.testing import MockOpenAIServer
+from tests.cli.test_cli_conduit import Process, raw, start_ore, until_answered
 from tests.otlp_collector import Collector, ReceivedSpan, collector
-from tests.test_cli_conduit import Process, raw, start_ore, until_answered
 
 __all__ = ["raw", "start_ore"]  # fixtures, imported for pytest
 

@@ -22,7 +22,7 @@ The client of the core and of every conduit: `connect_nats` makes an `OreNatsCli
 nats-py's client with less Python work per received message (its protocol parser,
 `ore_core._nats.parser`; header parsing; callbacks called by the read loop itself;
 sending is `ore_core._nats.wire`). It overrides private nats-py methods (of the nats-py
-releases pyproject.toml pins); the tests in tests/bus_client/test_client_work.py and
+releases pyproject.toml pins); the tests in tests/conduit/test_client_work.py and
 test_parser.py fail if a nats-py release stops calling them, and at connect
 `ore_core._nats.internals` checks that the private names exist: if one is missing (or
 `ORE_NATS_PLAIN=1`), `connect_nats` returns nats-py's own client and every function

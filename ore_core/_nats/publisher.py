@@ -50,7 +50,7 @@ class AckedPublisher:
 
     def __init__(self, nc: NatsClient, permissions: PermissionWatch, ack_wait: float) -> None:
         # Imported by the first publisher, not with the SDK: `import ore_core.conduit`
-        # stays as small as tests/test_public_surface.py holds it.
+        # stays as small as tests/project/test_public_surface.py holds it.
         from ore_core._nats import codec, wire
 
         self._read_ack = codec.read_publish_ack

@@ -18,7 +18,7 @@ It uses private parts of nats-py, like `OreNatsClient`, and only on one: on any 
 client (nats-py's own, which `connect_nats` returns when those parts are missing, see
 `ore_core._nats.internals`) every function here takes the public path of
 `ore_core._nats.plain` instead, which sends the same messages in the same order through
-nats-py's `publish` and `Msg` methods. The tests in tests/bus/test_wire.py fail if a
+nats-py's `publish` and `Msg` methods. The tests in tests/_nats/test_wire.py fail if a
 nats-py release changes the private parts.
 """
 
@@ -57,7 +57,7 @@ __all__ = [
 ACK = b""
 """The payload of a JetStream ack (what nats-py's `Msg.ack` sends)."""
 
-# What nats-py checks, spelled as nats-py spells it (tests/bus/test_wire.py compares).
+# What nats-py checks, spelled as nats-py spells it (tests/_nats/test_wire.py compares).
 _HEADER_KEY_RE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _HEADER_VALUE_NEWLINES = str.maketrans({"\r": " ", "\n": " "})
 _SUBJECT_INVALID_RE = re.compile(r"[ \t\r\n]")

@@ -2,7 +2,7 @@
 
 protocol.md is the wire contract; `subjects` spells every subject and header. The
 rooms, each a package whose face says what it owns and what it may import
-(tests/test_layers.py checks it; docs/architecture.md draws the map):
+(tests/project/test_layers.py checks it; docs/architecture.md draws the map):
 
 - `ingress/`: messages of `ORE_IN` into the threads' streams, acked once handled;
 - `egress/`: output events onto NATS, one stored batch per turn, copies for links;

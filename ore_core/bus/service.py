@@ -83,7 +83,7 @@ then the whole serving heap, were walked again and again: 15 µs of a turn's 110
 turns). At 20,000 that is 2 µs: a young collection every thousand turns or so (a
 pause of about 4 ms), full ones rarely. Garbage without cycles is freed at once as
 before, a closed stream's thread included (no reference cycle holds it: see
-tests/test_manager.py); cyclic garbage would wait longer for a collection.
+tests/session/test_manager.py); cyclic garbage would wait longer for a collection.
 """
 
 _T = TypeVar("_T")

@@ -341,7 +341,7 @@ class ConduitClient(MessagesIn):
         self.files = ConduitFiles(nc, self.subjects.files_bucket, self._call)
         # A send's subject is this head + the (checked) thread id, and its header block
         # is the codec's `ingress_block`. The codec is imported here, not with the SDK
-        # (tests/test_public_surface.py).
+        # (tests/project/test_public_surface.py).
         from ore_core._nats import codec
 
         self._inbound_head = self.subjects.inbound(self.namespace, "_")[:-1]

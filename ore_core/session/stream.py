@@ -105,7 +105,7 @@ NewThread = Callable[[], Awaitable[str]]
 class Stream:
     """The live session of one thread. Create through `Manager`, not directly.
 
-    One class, longer than the budget, on purpose (tests/test_code_shape.py lists it):
+    One class, longer than the budget, on purpose (tests/project/test_code_shape.py lists it):
     the thread operations that interceptors and processors call (append a turn, set
     metadata, mark a compaction boundary, save) check the stream's open state and
     publish through its fan-out, so cut apart they were a base class with hooks back

@@ -48,6 +48,18 @@ def isolated(tmp_path: Path, plugin: str) -> dict[str, str]:
     }
 
 
+def nats_conduit(url: str, tmp_path: Path) -> ConduitProcess:
+    """`ore conduit nats` (JSON output) as a process of its own, not started yet."""
+    env = isolated(tmp_path, "ore-conduit-nats")
+    return ConduitProcess("nats", url, tmp_path / "nats.log", {"output": "json"}, env=env)
+
+
+def slack_conduit(url: str, tmp_path: Path, settings: dict[str, Any]) -> ConduitProcess:
+    """`ore conduit slack` (on a fake Slack's `settings`) as a process, not started yet."""
+    env = isolated(tmp_path, "ore-conduit-slack")
+    return ConduitProcess("slack", url, tmp_path / "slack.log", settings, env=env)
+
+
 def count(
     lines: Iterable[str], endpoint: str, expected: Mapping[str, Iterable[int]]
 ) -> dict[str, int]:
@@ -98,20 +110,8 @@ class Gateway:
 
     def __post_init__(self) -> None:
         self.changed = asyncio.Condition()
-        self.slack = ConduitProcess(
-            "slack",
-            self.url,
-            self.tmp_path / "slack.log",
-            {},
-            env=isolated(self.tmp_path, "ore-conduit-slack"),
-        )
-        self.bridge = ConduitProcess(
-            "nats",
-            self.url,
-            self.tmp_path / "nats.log",
-            {"output": "json"},
-            env=isolated(self.tmp_path, "ore-conduit-nats"),
-        )
+        self.slack = slack_conduit(self.url, self.tmp_path, {})
+        self.bridge = nats_conduit(self.url, self.tmp_path)
         self._tasks: list[asyncio.Task[None]] = []
         self.raw: nats.NATS | None = None
         self.terminal: ConduitClient | None = None
@@ -275,6 +275,10 @@ class Gateway:
         }[origin]
         for n in numbers:
             await step(n)
+
+    async def send_together(self, **numbers: Iterable[int]) -> None:
+        """`send_together(slack=range(5), nats=...)`: every origin sends at once."""
+        await asyncio.gather(*(self.send(origin, sent) for origin, sent in numbers.items()))
 
 
 def expected(**numbers: Iterable[int]) -> dict[str, list[int]]:

@@ -12,7 +12,7 @@ from ore_core.bridge.cache import LinkCache
 from ore_core.bridge.links import LinkConflict, LinkNotFound, LinkSettings, LinkStore
 from ore_core.bridge.records import EndpointRecord, endpoint_key
 from ore_core.endpoint import Endpoint
-from tests.bus.conftest import wait_for
+from tests.bus import raw
 
 SLACK = Endpoint("slack", "slack.thread", "C1/1")
 WEB = Endpoint("web", "web.thread", "w1")
@@ -119,13 +119,13 @@ async def test_the_cache_hears_of_links_added_and_removed(store: LinkStore) -> N
     try:
         await store.add("t1", "stdin", SLACK, "out")
         await store.add("t1", "stdin", WEB, "in")
-        await wait_for(lambda: cache.copies("t1") == ("slack",))
+        await raw.wait_for(lambda: cache.copies("t1") == ("slack",))
         assert await cache.admits("web", "t1")
         assert not await cache.admits("slack", "t1")
         assert await cache.shows("slack", "t1") == "stdin"
         await store.remove(SLACK)
         await store.remove(WEB)
-        await wait_for(lambda: cache.cached("t1") is None)
+        await raw.wait_for(lambda: cache.cached("t1") is None)
     finally:
         await cache.stop()
 

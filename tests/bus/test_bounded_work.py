@@ -12,7 +12,7 @@ from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
-from tests.bus.conftest import PARTITIONS, publish, unpack, user_message
+from tests.bus import raw
 
 BIG = 900 * 1024
 
@@ -27,7 +27,7 @@ async def test_a_900_kb_echo_is_paced_and_does_not_hold_up_another_thread(
 
     async def receive(msg: Msg) -> None:
         thread_id = msg.subject.rpartition(".")[2]
-        for event in unpack(msg.data):
+        for event in raw.unpack(msg.data):
             kind = event.get("phase", event["kind"])
             arrivals.append((thread_id, kind))
             if thread_id == "big" and event["kind"] == "text_delta":
@@ -39,15 +39,17 @@ async def test_a_900_kb_echo_is_paced_and_does_not_hold_up_another_thread(
 
     await ore_nats_client.subscribe("ore.out.raw.*", cb=receive)
     manager = Manager(MemoryStore(), EchoProcessor(), delta_interval=0.1, delta_max_bytes=4096)
-    service = CoreService(manager, servers=[ore_nats_url], config=BusConfig(partitions=PARTITIONS))
+    service = CoreService(
+        manager, servers=[ore_nats_url], config=BusConfig(partitions=raw.PARTITIONS)
+    )
     await service.start()
     try:
         words = ("word " * (BIG // 5))[:BIG]
-        await publish(ore_nats_client, "big", user_message(words, "big-1"))
+        await raw.publish(ore_nats_client, "big", raw.user_message(words, "big-1"))
         # Published while the big turn runs (once it streams: a new thread's first
         # message may be loaded later than one published after it, on another partition).
         await asyncio.wait_for(big_started.wait(), 60)
-        await publish(ore_nats_client, "small", user_message("hi", "small-1"))
+        await raw.publish(ore_nats_client, "small", raw.user_message("hi", "small-1"))
         await asyncio.wait_for(big_done.wait(), 60)
         await asyncio.sleep(0.2)
     finally:

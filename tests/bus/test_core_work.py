@@ -46,17 +46,8 @@ from ore_core.ledger.thread import Thread
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.subjects import Subjects
-from tests.bus.conftest import (
-    SUBJECTS,
-    TIMEOUT,
-    CoreFactory,
-    Outbox,
-    all_acknowledged,
-    eventually,
-    publish,
-    stored_messages,
-    user_message,
-)
+from tests.bus import raw
+from tests.bus.conftest import CoreFactory, Outbox
 
 TURNS = 10
 
@@ -79,13 +70,13 @@ async def test_a_warm_thread_s_turns_start_no_bus_task_and_publish_past_nats_py(
 ) -> None:
     nc = core.nc
     assert isinstance(nc, OreNatsClient)
-    await publish(ore_nats_client, "t-warm", user_message("first", "m-0"))
+    await raw.publish(ore_nats_client, "t-warm", raw.user_message("first", "m-0"))
     await outbox.done("t-warm")  # the thread is loaded, its stream open and primed
     tasks_started.clear()
     published = count_publishes(nc)
 
     for index in range(1, TURNS + 1):
-        await publish(ore_nats_client, "t-warm", user_message(f"hi {index}", f"m-{index}"))
+        await raw.publish(ore_nats_client, "t-warm", raw.user_message(f"hi {index}", f"m-{index}"))
         await outbox.done("t-warm", count=index + 1)
 
     bus_tasks = [
@@ -112,7 +103,7 @@ async def test_a_warm_thread_s_turns_read_no_stream_sequence_and_check_no_namesp
 ) -> None:
     # The sequence only orders parked messages: a message that is not parked never needs
     # it. The namespace was found valid with the first message: it is not checked again.
-    await publish(ore_nats_client, "t-seq", user_message("first", "m-0"))
+    await raw.publish(ore_nats_client, "t-seq", raw.user_message("first", "m-0"))
     await outbox.done("t-seq")
     read: list[str | None] = []
     checked: list[str] = []
@@ -130,9 +121,9 @@ async def test_a_warm_thread_s_turns_read_no_stream_sequence_and_check_no_namesp
     monkeypatch.setattr(ingress_module, "stream_sequence", counted)
     monkeypatch.setattr(decoding_module, "is_valid_namespace", counted_check)
     for index in range(1, TURNS + 1):
-        await publish(ore_nats_client, "t-seq", user_message(f"hi {index}", f"m-{index}"))
+        await raw.publish(ore_nats_client, "t-seq", raw.user_message(f"hi {index}", f"m-{index}"))
         await outbox.done("t-seq", count=index + 1)
-    await eventually(lambda: all_acknowledged(ore_nats_client))
+    await raw.eventually(lambda: raw.all_acknowledged(ore_nats_client))
     assert read == []
     assert checked == []
 
@@ -141,17 +132,17 @@ async def test_the_core_receives_and_sends_the_same_messages_per_turn(
     start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     core = await start_core()
-    await publish(ore_nats_client, "t-count", user_message("first", "m-0"))
+    await raw.publish(ore_nats_client, "t-count", raw.user_message("first", "m-0"))
     await outbox.done("t-count")
     # A message is acknowledged after its stored batch's ack, which may come after a
     # reader sees its `done`: count from and to moments when every ack was sent.
-    await eventually(lambda: all_acknowledged(ore_nats_client))
+    await raw.eventually(lambda: raw.all_acknowledged(ore_nats_client))
     stats = core.nc.stats
     before = dict(stats)
     for index in range(1, TURNS + 1):
-        await publish(ore_nats_client, "t-count", user_message(f"hi {index}", f"m-{index}"))
+        await raw.publish(ore_nats_client, "t-count", raw.user_message(f"hi {index}", f"m-{index}"))
         await outbox.done("t-count", count=index + 1)
-    await eventually(lambda: all_acknowledged(ore_nats_client))
+    await raw.eventually(lambda: raw.all_acknowledged(ore_nats_client))
     received = stats["in_msgs"] - before["in_msgs"]
     sent = stats["out_msgs"] - before["out_msgs"]
     # Per turn: in, the delivery and the stored batch's ack; out, the live run, the
@@ -190,18 +181,20 @@ async def test_an_ack_rides_with_the_next_turn_s_output_not_in_a_write_of_its_ow
     # quickly the next message comes.
     monkeypatch.setattr(acks_module, "ACK_LINGER", 3600.0)
     core = await start_core()
-    await publish(ore_nats_client, "t-writes", user_message("first", "m-0"))
+    await raw.publish(ore_nats_client, "t-writes", raw.user_message("first", "m-0"))
     await outbox.done("t-writes")
     writes = count_writes(core.nc)
     for index in range(1, TURNS + 1):
-        await publish(ore_nats_client, "t-writes", user_message(f"hi {index}", f"m-{index}"))
+        await raw.publish(
+            ore_nats_client, "t-writes", raw.user_message(f"hi {index}", f"m-{index}")
+        )
         await outbox.done("t-writes", count=index + 1)
     # One write per turn: its live run and stored batch, with the previous turn's ack
     # (each turn's stored batch is written once its ack from the server came back, so
     # nothing else is pending then). Lease renewals may add a few writes.
     assert TURNS <= len(writes) < TURNS + 4
     await core.stop(grace=0)
-    await eventually(lambda: all_acknowledged(ore_nats_client))  # the last one at the stop
+    await raw.eventually(lambda: raw.all_acknowledged(ore_nats_client))  # the last one at the stop
 
 
 async def pull_mixed(
@@ -244,7 +237,7 @@ async def test_messages_handled_at_once_or_awaited_keep_the_delivery_order(
     try:
         with capture_logs() as logs:
             puller = await pull_mixed(nc, 31, handle)
-            await asyncio.wait_for(all_handled.wait(), TIMEOUT)
+            await asyncio.wait_for(all_handled.wait(), raw.TIMEOUT)
             await puller.stop()
     finally:
         await nc.close()
@@ -258,7 +251,7 @@ async def test_messages_handled_at_once_or_awaited_keep_the_delivery_order(
 async def test_a_warm_thread_s_partition_is_computed_once_for_the_fenced_store_and_egress(
     core: CoreService, ore_nats_client: Client, outbox: Outbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await publish(ore_nats_client, "t-fenced", user_message("first", "m-0"))
+    await raw.publish(ore_nats_client, "t-fenced", raw.user_message("first", "m-0"))
     await outbox.done("t-fenced")
     computed: list[str] = []
     original = ownership_module.partition_of
@@ -269,7 +262,9 @@ async def test_a_warm_thread_s_partition_is_computed_once_for_the_fenced_store_a
 
     monkeypatch.setattr(ownership_module, "partition_of", counting)
     for index in range(1, TURNS + 1):
-        await publish(ore_nats_client, "t-fenced", user_message(f"hi {index}", f"m-{index}"))
+        await raw.publish(
+            ore_nats_client, "t-fenced", raw.user_message(f"hi {index}", f"m-{index}")
+        )
         await outbox.done("t-fenced", count=index + 1)
     assert computed == []  # remembered since the first turn (2 saves, 2 batches each turn)
     assert core.ownership.may_write_thread("t-fenced")
@@ -327,7 +322,7 @@ async def test_the_egress_asks_ownership_once_per_thread_until_it_awaits(
     `done` stores its batch on that answer (no await between: the same decision); after
     each stored batch (an await) the thread is asked again."""
     js = ore_nats_client.jetstream()
-    await ensure_streams(js, SUBJECTS, BusConfig(partitions=1))
+    await ensure_streams(js, raw.SUBJECTS, BusConfig(partitions=1))
     pipeline = Pipeline(ore_nats_client)
     await pipeline.start()
     asked: list[str] = []
@@ -336,7 +331,7 @@ async def test_the_egress_asks_ownership_once_per_thread_until_it_awaits(
         asked.append(thread_id)
         return True
 
-    egress = Egress(ore_nats_client, SUBJECTS, pipeline, may_write=may_write)
+    egress = Egress(ore_nats_client, raw.SUBJECTS, pipeline, may_write=may_write)
     context = EventContext(provenance="raw")
     threads = {"t-a": Thread("t-a")}
     egress.bind("t-a", "raw")
@@ -354,11 +349,11 @@ async def test_the_egress_asks_ownership_once_per_thread_until_it_awaits(
         ]
         await egress.emit_batch(both)
         assert asked == ["t-a", "t-a"]  # asked again after the first turn's append
-        async with asyncio.timeout(TIMEOUT):
+        async with asyncio.timeout(raw.TIMEOUT):
             await pipeline.flush()
     finally:
         await pipeline.stop()
-    stored = await stored_messages(ore_nats_client, "t-a")
+    stored = await raw.stored_messages(ore_nats_client, "t-a")
     assert [[e["kind"] for e in batch] for batch in stored] == [
         ["turn_complete", "text", "turn_complete", "lifecycle"]
     ] * 4
@@ -370,11 +365,11 @@ async def test_a_thread_whose_lease_is_overdue_stores_nothing_of_the_batch(
     ore_nats_client: Client,
 ) -> None:
     js = ore_nats_client.jetstream()
-    await ensure_streams(js, SUBJECTS, BusConfig(partitions=1))
+    await ensure_streams(js, raw.SUBJECTS, BusConfig(partitions=1))
     pipeline = Pipeline(ore_nats_client)
     await pipeline.start()
     overdue: list[tuple[str, int]] = []
-    egress = Egress(ore_nats_client, SUBJECTS, pipeline, may_write=lambda t: t != "t-z")
+    egress = Egress(ore_nats_client, raw.SUBJECTS, pipeline, may_write=lambda t: t != "t-z")
     egress.watch_overdue(lambda thread_id, position: overdue.append((thread_id, position)))
     context = EventContext(provenance="raw")
     for thread_id in ("t-y", "t-z"):
@@ -384,13 +379,13 @@ async def test_a_thread_whose_lease_is_overdue_stores_nothing_of_the_batch(
         await egress.emit_batch(
             [item for a, b in zip(y, z, strict=True) for item in (("t-y", a), ("t-z", b))]
         )
-        async with asyncio.timeout(TIMEOUT):
+        async with asyncio.timeout(raw.TIMEOUT):
             await pipeline.flush()
     finally:
         await pipeline.stop()
     assert overdue == [("t-z", 1)]  # the sink position of its first event
-    assert await stored_messages(ore_nats_client, "t-z") == []
-    assert [len(batch) for batch in await stored_messages(ore_nats_client, "t-y")] == [4]
+    assert await raw.stored_messages(ore_nats_client, "t-z") == []
+    assert [len(batch) for batch in await raw.stored_messages(ore_nats_client, "t-y")] == [4]
     assert egress.refused == 7
 
 

@@ -29,7 +29,7 @@ from ore_core.session.manager import _SinkRunner
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.session.stream import Stream
 from ore_core.tasks import TaskCrashed
-from tests.bus.conftest import PARTITIONS, TIMEOUT, publish, user_message, wait_for
+from tests.bus import raw
 
 # The loop, the class whose method runs it, and the start of its task's name.
 LOOPS: dict[str, tuple[type[Any], str, str]] = {
@@ -64,9 +64,9 @@ async def service(ore_nats_url: str) -> AsyncIterator[CoreService]:
     core = CoreService(
         Manager(MemoryStore(), EchoProcessor()),
         servers=[ore_nats_url],
-        config=BusConfig(partitions=PARTITIONS),
+        config=BusConfig(partitions=raw.PARTITIONS),
         health_port=0,
-        drain_grace=TIMEOUT,
+        drain_grace=raw.TIMEOUT,
     )
     yield core
     if not core.stopped:
@@ -109,8 +109,8 @@ async def test_a_crashed_loop_is_logged_fails_readyz_and_stops_the_service(
 
         trigger.set()
         # A message, so that the lazily started loops (a stream's worker) run too.
-        await publish(ore_nats_client, "t-crash", user_message("hi", "m-1"))
-        await wait_for(lambda: service.crash is not None)
+        await raw.publish(ore_nats_client, "t-crash", raw.user_message("hi", "m-1"))
+        await raw.wait_for(lambda: service.crash is not None)
 
         status, body = await http_get(port, "/readyz")
         assert status == 503
@@ -119,7 +119,7 @@ async def test_a_crashed_loop_is_logged_fails_readyz_and_stops_the_service(
         assert "injected crash" in body["reason"]
         assert service.stop_requested  # serve_forever returns without a signal
         with pytest.raises(TaskCrashed) as raised:
-            await asyncio.wait_for(service.serve_forever(), TIMEOUT)
+            await asyncio.wait_for(service.serve_forever(), raw.TIMEOUT)
     crash = raised.value.crash
     assert crash.task.startswith(task_name)
     assert isinstance(crash.error, RuntimeError)
@@ -137,6 +137,6 @@ async def test_stop_of_a_core_without_a_crash_raises_nothing(
     service: CoreService, ore_nats_client: Any
 ) -> None:
     await service.start()
-    await publish(ore_nats_client, "t-fine", user_message("hi", "m-1"))
-    await service.stop(grace=TIMEOUT)
+    await raw.publish(ore_nats_client, "t-fine", raw.user_message("hi", "m-1"))
+    await service.stop(grace=raw.TIMEOUT)
     assert service.crash is None

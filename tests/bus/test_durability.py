@@ -18,17 +18,8 @@ from ore_core.bus.service import CoreService
 from ore_core.session.stores.sqlite_store import SQLiteStore
 from ore_core.subjects import Subjects
 from ore_core.testing.processors import GatedProcessor
-from tests.bus.conftest import (
-    PARTITIONS,
-    CoreFactory,
-    Outbox,
-    all_acknowledged,
-    eventually,
-    publish,
-    stored_events,
-    user_message,
-    wait_for,
-)
+from tests.bus import raw
+from tests.bus.conftest import CoreFactory, Outbox
 
 pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
 
@@ -36,7 +27,7 @@ RUNNER = Path(__file__).with_name("core_runner.py")
 PROCESS_TIMEOUT = 60.0  # a fresh interpreter imports ore first
 # A killed runner's partitions are taken over once its leases expire: after 1.5 s
 # instead of the default 4 s (the takeover is the same, only sooner).
-RUNNER_CONFIG = BusConfig(partitions=PARTITIONS, ack_wait=1.0, lease_ttl=1.5)
+RUNNER_CONFIG = BusConfig(partitions=raw.PARTITIONS, ack_wait=1.0, lease_ttl=1.5)
 TURN_KINDS = ["turn_complete", "text", "turn_complete", "lifecycle"]  # one stored batch
 
 
@@ -44,7 +35,7 @@ def answered(nc: Client, thread_id: str, count: int = 1) -> Callable[[], Awaitab
     """An async check: `count` turns of the thread are completely stored."""
 
     async def check() -> bool:
-        kinds = [e["kind"] for e in await stored_events(nc, thread_id)]
+        kinds = [e["kind"] for e in await raw.stored_events(nc, thread_id)]
         return kinds.count("turn_complete") >= 2 * count and kinds[-1] == "lifecycle"
 
     return check
@@ -53,14 +44,14 @@ def answered(nc: Client, thread_id: str, count: int = 1) -> Callable[[], Awaitab
 async def test_messages_published_after_a_server_restart_are_answered(
     core: CoreService, ore_nats_client: Client, ore_nats_server: EmbeddedNatsServer, outbox: Outbox
 ) -> None:
-    await publish(ore_nats_client, "t1", user_message("before", "m-1"))
+    await raw.publish(ore_nats_client, "t1", raw.user_message("before", "m-1"))
     await outbox.done("t1")
 
     await ore_nats_server.arestart()
-    await publish(ore_nats_client, "t1", user_message("after", "m-2"))
+    await raw.publish(ore_nats_client, "t1", raw.user_message("after", "m-2"))
 
-    await eventually(answered(ore_nats_client, "t1", count=2))
-    assert [e["kind"] for e in await stored_events(ore_nats_client, "t1")] == TURN_KINDS * 2
+    await raw.eventually(answered(ore_nats_client, "t1", count=2))
+    assert [e["kind"] for e in await raw.stored_events(ore_nats_client, "t1")] == TURN_KINDS * 2
 
 
 async def test_a_turn_running_across_a_server_restart_completes_once(
@@ -68,20 +59,20 @@ async def test_a_turn_running_across_a_server_restart_completes_once(
 ) -> None:
     processor = GatedProcessor()
     service = await start_core(processor)
-    await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
+    await raw.publish(ore_nats_client, "t1", raw.user_message("hi", "m-1"))
     await asyncio.wait_for(processor.started.wait(), 10)
 
     await ore_nats_server.arestart()
-    await wait_for(lambda: service.ready)
+    await raw.wait_for(lambda: service.ready)
     processor.release()
 
-    await eventually(answered(ore_nats_client, "t1"))
-    kinds = [e["kind"] for e in await stored_events(ore_nats_client, "t1")]
+    await raw.eventually(answered(ore_nats_client, "t1"))
+    kinds = [e["kind"] for e in await raw.stored_events(ore_nats_client, "t1")]
     # An ack lost in the restart makes the partition start again from its ack floor:
     # the redelivered message is recognised as answered and gets one more `done`.
     assert kinds[: len(TURN_KINDS)] == TURN_KINDS
     assert set(kinds[len(TURN_KINDS) :]) <= {"lifecycle"}
-    await eventually(lambda: all_acknowledged(ore_nats_client))
+    await raw.eventually(lambda: raw.all_acknowledged(ore_nats_client))
     assert processor.calls == 1
 
 
@@ -151,7 +142,7 @@ async def thread_turns(db: Path, thread_id: str) -> list[tuple[Role | str, str]]
 async def test_a_message_of_a_killed_worker_is_answered_exactly_once_by_the_next(
     start_runner: Callable[..., Awaitable[Runner]], ore_nats_client: Client, tmp_path: Path
 ) -> None:
-    await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
+    await raw.publish(ore_nats_client, "t1", raw.user_message("hi", "m-1"))
     first = await start_runner(hold=-1)
     assert await first.turn_started() == "TURN t1 m-1"
 
@@ -160,8 +151,8 @@ async def test_a_message_of_a_killed_worker_is_answered_exactly_once_by_the_next
     second = await start_runner(hold=0)
 
     assert await second.turn_started() == "TURN t1 m-1"
-    await eventually(answered(ore_nats_client, "t1"))
-    await eventually(lambda: all_acknowledged(ore_nats_client))
+    await raw.eventually(answered(ore_nats_client, "t1"))
+    await raw.eventually(lambda: raw.all_acknowledged(ore_nats_client))
     second.process.send_signal(signal.SIGTERM)
     assert await second.exit_code() == 0
     assert await thread_turns(tmp_path / "threads.db", "t1") == [
@@ -173,15 +164,15 @@ async def test_a_message_of_a_killed_worker_is_answered_exactly_once_by_the_next
 async def test_sigterm_lets_the_running_turn_finish_and_exits_zero(
     start_runner: Callable[..., Awaitable[Runner]], ore_nats_client: Client, tmp_path: Path
 ) -> None:
-    await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
+    await raw.publish(ore_nats_client, "t1", raw.user_message("hi", "m-1"))
     runner = await start_runner(hold=0.5)
     await runner.turn_started()
 
     runner.process.send_signal(signal.SIGTERM)
 
     assert await runner.exit_code() == 0
-    assert [e["kind"] for e in await stored_events(ore_nats_client, "t1")] == TURN_KINDS
-    await eventually(lambda: all_acknowledged(ore_nats_client))
+    assert [e["kind"] for e in await raw.stored_events(ore_nats_client, "t1")] == TURN_KINDS
+    await raw.eventually(lambda: raw.all_acknowledged(ore_nats_client))
     assert [role for role, _ in await thread_turns(tmp_path / "threads.db", "t1")] == [
         Role.USER,
         Role.ASSISTANT,

@@ -20,9 +20,10 @@ from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.bus.server.streams import BusConfig, ensure_streams
 from ore_core.bus.service import CoreService
 from ore_core.subjects import Subjects
-from tests.bus.conftest import PARTITIONS, CoreFactory, Outbox, publish, user_message, wait_for
+from tests.bus import raw
+from tests.bus.conftest import CoreFactory, Outbox
 
-CONFIG = BusConfig(partitions=PARTITIONS, ack_wait=1.0, lease_ttl=1.0)
+CONFIG = BusConfig(partitions=raw.PARTITIONS, ack_wait=1.0, lease_ttl=1.0)
 RUNNER = Path(__file__).with_name("core_runner.py")
 LOST_WORKER = "partition taken over from a lost worker"
 
@@ -43,20 +44,22 @@ async def test_leases_claimed_back_after_an_outage_are_no_takeover_and_say_so(
     outbox: Outbox,
 ) -> None:
     service = await start_core(config=CONFIG)
-    await wait_for(lambda: service.ready and len(service.ownership.held()) == PARTITIONS)
+    await raw.wait_for(lambda: service.ready and len(service.ownership.held()) == raw.PARTITIONS)
     before = _takeovers(service)
     with structlog.testing.capture_logs() as logs:
         await ore_nats_server.astop()
-        await wait_for(lambda: not service.ownership.held())  # every lease lapsed
+        await raw.wait_for(lambda: not service.ownership.held())  # every lease lapsed
         await ore_nats_server.astart()
-        await wait_for(lambda: service.ready and len(service.ownership.held()) == PARTITIONS)
-        await publish(ore_nats_client, "t1", user_message("after", "m-1"))
+        await raw.wait_for(
+            lambda: service.ready and len(service.ownership.held()) == raw.PARTITIONS
+        )
+        await raw.publish(ore_nats_client, "t1", raw.user_message("after", "m-1"))
         await outbox.done("t1")
     assert _takeovers(service) == before
     assert _lines(logs, LOST_WORKER) == []
     assert _lines(logs, "partition lease lost; dropping its threads") == []
     back = _lines(logs, "partition lease claimed back after it lapsed here")
-    assert sorted(line["partition"] for line in back) == list(range(PARTITIONS))
+    assert sorted(line["partition"] for line in back) == list(range(raw.PARTITIONS))
     assert {line["log_level"] for line in back} == {"info"}
 
 
@@ -84,7 +87,7 @@ async def runner(ore_nats_url: str, ore_nats_client: Client, tmp_path: Path) -> 
 async def test_a_worker_killed_under_its_leases_is_a_counted_takeover(
     runner: Any, start_core: CoreFactory, ore_nats_client: Client
 ) -> None:
-    await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
+    await raw.publish(ore_nats_client, "t1", raw.user_message("hi", "m-1"))
     assert runner.stdout is not None
     async with asyncio.timeout(60):
         while not (await runner.stdout.readline()).startswith(b"TURN "):
@@ -93,7 +96,7 @@ async def test_a_worker_killed_under_its_leases_is_a_counted_takeover(
         service = await start_core(config=CONFIG)
         runner.kill()
         await runner.wait()
-        await wait_for(lambda: len(service.ownership.held()) == PARTITIONS)
-        await wait_for(lambda: bool(_lines(logs, LOST_WORKER)))
-    assert _takeovers(service) == PARTITIONS
+        await raw.wait_for(lambda: len(service.ownership.held()) == raw.PARTITIONS)
+        await raw.wait_for(lambda: bool(_lines(logs, LOST_WORKER)))
+    assert _takeovers(service) == raw.PARTITIONS
     assert _lines(logs, "partition lease claimed back after it lapsed here") == []

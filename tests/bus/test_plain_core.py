@@ -2,7 +2,7 @@
 
 `ORE_NATS_PLAIN=1` makes `connect_nats` return nats-py's own client, as it does when
 nats-py lacks a private name the fast transport relies on (see
-tests/bus_client/test_plain_client.py for the check and its warning). The core's key
+tests/conduit/test_plain_client.py for the check and its warning). The core's key
 cases run through it again, taken as they are from the ordinary tests: turns in order
 with their live message and stored batch (the puller's pulls, the pipeline's acked
 publishes, the egress, the ingress acks), interrupts, de-duplication, bad input to the
@@ -17,7 +17,8 @@ from nats.aio.client import Client as NatsClient
 from ore_core._nats import internals
 from ore_core._nats.connection import OreNatsClient
 from ore_core.bus.service import CoreService
-from tests.bus import test_bad_input, test_ingress, test_service_e2e
+from tests.bus import test_service_e2e
+from tests.bus.ingress import test_bad_input, test_ingress
 
 
 @pytest.fixture(autouse=True)

@@ -12,17 +12,8 @@ from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.bus.service import CoreService
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.testing.processors import GatedProcessor
-from tests.bus.conftest import (
-    CoreFactory,
-    Outbox,
-    all_acknowledged,
-    eventually,
-    publish,
-    stored_messages,
-    unpack,
-    user_message,
-    wait_for,
-)
+from tests.bus import raw
+from tests.bus.conftest import CoreFactory, Outbox
 
 # An echo turn: the live events as they happen (one message when queued together), then
 # the turn's durable events as one stored batch.
@@ -44,7 +35,7 @@ async def http_status(port: int, path: str) -> int:
 async def test_raw_client_receives_the_documented_events_of_an_echo_turn_in_order(
     core: CoreService, ore_nats_client: Client, outbox: Outbox
 ) -> None:
-    await publish(ore_nats_client, "t1", user_message("hello", "m-1"))
+    await raw.publish(ore_nats_client, "t1", raw.user_message("hello", "m-1"))
 
     events = await outbox.done("t1")
 
@@ -66,20 +57,20 @@ async def test_raw_client_receives_the_documented_events_of_an_echo_turn_in_orde
 async def test_a_turn_is_one_live_message_and_one_stored_batch_ending_with_done(
     core: CoreService, ore_nats_client: Client, outbox: Outbox
 ) -> None:
-    await publish(ore_nats_client, "t1", user_message("hello", "m-1"))
+    await raw.publish(ore_nats_client, "t1", raw.user_message("hello", "m-1"))
     await outbox.done("t1")
 
     live, stored = outbox.messages["t1"]
     assert "Nats-Sequence" not in (live.headers or {})
-    assert [(e["kind"], e.get("phase")) for e in unpack(live.data)] == LIVE
-    assert [e["kind"] for e in unpack(stored.data)] == STORED_KINDS
-    assert await stored_messages(ore_nats_client, "t1") == [unpack(stored.data)]
+    assert [(e["kind"], e.get("phase")) for e in raw.unpack(live.data)] == LIVE
+    assert [e["kind"] for e in raw.unpack(stored.data)] == STORED_KINDS
+    assert await raw.stored_messages(ore_nats_client, "t1") == [raw.unpack(stored.data)]
 
 
 async def test_every_output_message_names_its_kind_and_schema_in_headers(
     core: CoreService, ore_nats_client: Client, outbox: Outbox
 ) -> None:
-    await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
+    await raw.publish(ore_nats_client, "t1", raw.user_message("hi", "m-1"))
     await outbox.done("t1")
 
     for msg in outbox.messages["t1"]:
@@ -96,8 +87,8 @@ async def test_many_threads_are_answered_concurrently_each_in_order(
 
     async def converse(thread_id: str) -> None:
         for m in range(per_thread):
-            await publish(
-                ore_nats_client, thread_id, user_message(f"{thread_id} {m}", f"{thread_id}-{m}")
+            await raw.publish(
+                ore_nats_client, thread_id, raw.user_message(f"{thread_id} {m}", f"{thread_id}-{m}")
             )
 
     await asyncio.gather(*(converse(t) for t in threads))
@@ -111,8 +102,8 @@ async def test_stored_events_chain_nats_last_sequence_per_thread(
     core: CoreService, ore_nats_client: Client, outbox: Outbox
 ) -> None:
     for n in range(3):
-        await publish(ore_nats_client, "a", user_message(f"a{n}", f"a-{n}"))
-        await publish(ore_nats_client, "b", user_message(f"b{n}", f"b-{n}"))
+        await raw.publish(ore_nats_client, "a", raw.user_message(f"a{n}", f"a-{n}"))
+        await raw.publish(ore_nats_client, "b", raw.user_message(f"b{n}", f"b-{n}"))
     await outbox.done("a", count=3)
     await outbox.done("b", count=3)
 
@@ -129,8 +120,8 @@ async def test_traceparent_header_reaches_every_output_event_of_the_turn(
 ) -> None:
     traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
-    await publish(
-        ore_nats_client, "t1", user_message("hi", "m-1"), headers={"traceparent": traceparent}
+    await raw.publish(
+        ore_nats_client, "t1", raw.user_message("hi", "m-1"), headers={"traceparent": traceparent}
     )
     await outbox.done("t1")
 
@@ -164,7 +155,7 @@ async def test_health_endpoint_reports_unavailable_while_nats_is_down(
 
     await ore_nats_server.astop()
     try:
-        await wait_for(lambda: not service.nc.is_connected)
+        await raw.wait_for(lambda: not service.nc.is_connected)
         assert await http_status(port, "/healthz") == 503
         assert await http_status(port, "/readyz") == 503
     finally:
@@ -176,17 +167,17 @@ async def test_stop_lets_a_running_turn_finish_and_acknowledges_it(
 ) -> None:
     processor = GatedProcessor()
     service = await start_core(processor)
-    await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
+    await raw.publish(ore_nats_client, "t1", raw.user_message("hi", "m-1"))
     await asyncio.wait_for(processor.started.wait(), 10)
 
     stopping = asyncio.ensure_future(service.stop(grace=10))
-    await wait_for(lambda: not service.ready)
+    await raw.wait_for(lambda: not service.ready)
     assert not stopping.done()
     processor.release()
     await asyncio.wait_for(stopping, 10)
 
     assert outbox.count_done("t1") == 1
-    await eventually(lambda: all_acknowledged(ore_nats_client))
+    await raw.eventually(lambda: raw.all_acknowledged(ore_nats_client))
 
 
 async def test_stop_after_the_grace_period_leaves_the_turn_to_the_next_worker(
@@ -194,7 +185,7 @@ async def test_stop_after_the_grace_period_leaves_the_turn_to_the_next_worker(
 ) -> None:
     processor = GatedProcessor()
     first = await start_core(processor)
-    await publish(ore_nats_client, "t1", user_message("hi", "m-1"))
+    await raw.publish(ore_nats_client, "t1", raw.user_message("hi", "m-1"))
     await asyncio.wait_for(processor.started.wait(), 10)
 
     await first.stop(grace=0.05)

@@ -13,7 +13,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -30,18 +30,11 @@ from ore_core.session.stores import JournalStore, JSONStore, SQLiteStore
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.subjects import NAMESPACE_KEY
 from ore_core.testing.faulty_store import FaultyStore
-from tests.bus.conftest import (
-    PARTITIONS,
-    CoreFactory,
-    Outbox,
-    all_acknowledged,
-    eventually,
-    publish,
-    user_message,
-    wait_for,
-)
+from tests.bus import raw
+from tests.bus.conftest import CoreFactory, Outbox
+from tests.disk import fill_disk
 
-FAST_RETRY = BusConfig(partitions=PARTITIONS, retry_delay=0.05, retry_delay_max=0.2)
+FAST_RETRY = BusConfig(partitions=raw.PARTITIONS, retry_delay=0.05, retry_delay_max=0.2)
 
 
 async def _readyz(service: CoreService) -> int:
@@ -71,20 +64,20 @@ async def test_failed_saves_are_retried_until_the_store_recovers_and_the_sender_
     service = await start_core(
         store=store, config=FAST_RETRY, store_probe_interval=0.05, health_port=0
     )
-    await wait_for(lambda: service.ready)
+    await raw.wait_for(lambda: service.ready)
     assert await _readyz(service) == 200
     store.failing = True
     for n, word in enumerate(["one", "two", "three"]):
-        await publish(ore_nats_client, existing.id, user_message(word, f"old-{n}"))
-        await publish(ore_nats_client, "new", user_message(word, f"new-{n}"))
+        await raw.publish(ore_nats_client, existing.id, raw.user_message(word, f"old-{n}"))
+        await raw.publish(ore_nats_client, "new", raw.user_message(word, f"new-{n}"))
     await outbox.until(lambda: bool(notices(outbox, "old")) and bool(notices(outbox, "new")))
-    await wait_for(lambda: store.failures >= 12 and not service.ready)  # retried, not ready
+    await raw.wait_for(lambda: store.failures >= 12 and not service.ready)  # retried, not ready
     assert await _readyz(service) == 503
     assert outbox.count_done("old") == outbox.count_done("new") == 0
     store.failing = False
     await outbox.done("old", count=3)
     await outbox.done("new", count=3)
-    await wait_for(lambda: service.ready)
+    await raw.wait_for(lambda: service.ready)
     assert await _readyz(service) == 200
     for thread_id in ("old", "new"):
         assert texts(outbox, thread_id) == ["one", "two", "three"]  # answered, in order
@@ -92,56 +85,59 @@ async def test_failed_saves_are_retried_until_the_store_recovers_and_the_sender_
         assert str(notices(outbox, thread_id)[0]["severity"]).lower() == "warn"
         thread = await store.get(thread_id)
         assert [t.role for t in thread.all_turns()] == [Role.USER, Role.ASSISTANT] * 3
-    await eventually(lambda: all_acknowledged(ore_nats_client))
+    await raw.eventually(lambda: raw.all_acknowledged(ore_nats_client))
     # Retried by the worker, not by redelivery: the server delivered each message once.
     js = ore_nats_client.jetstream()
     delivered = 0
-    for partition in range(PARTITIONS):
+    for partition in range(raw.PARTITIONS):
         info = await js.consumer_info("ORE_IN", consumer_name(partition))
         delivered += info.delivered.consumer_seq if info.delivered else 0
     assert delivered == 6
 
 
-async def test_a_thread_that_cannot_be_decoded_goes_to_the_dlq_at_once(
-    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox, tmp_path: Path
-) -> None:
+@pytest.fixture
+async def broken_store(tmp_path: Path) -> AsyncIterator[JSONStore]:
+    """A JSON store whose thread `broken` is a torn file (`threads/broken.json`)."""
     store = JSONStore(tmp_path / "threads")
     (tmp_path / "threads" / "broken.json").write_text('{"id": "broken", "turns": [{')
-    try:
-        await start_core(store=store)
-        dead = await ore_nats_client.jetstream().subscribe("ore.dlq.>", durable="check")
-        await publish(ore_nats_client, "broken", user_message("hi", "m-1"))
-        events = await outbox.done("broken")
-        errors = [e for e in events if e["kind"] == "error"]
-        assert [e["code"] for e in errors] == ["corrupt_thread"]
-        assert "broken" in errors[0]["message"]
-        record = await dead.next_msg(timeout=10)
-        assert record.subject == "ore.dlq.corrupt_thread"
-        assert json.loads(record.data)["thread_id"] == "broken"
-        await eventually(lambda: all_acknowledged(ore_nats_client))
-    finally:
-        await store.close()
+    yield store
+    await store.close()
+
+
+async def test_a_thread_that_cannot_be_decoded_goes_to_the_dlq_at_once(
+    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox, broken_store: JSONStore
+) -> None:
+    await start_core(store=broken_store)
+    dead = await ore_nats_client.jetstream().subscribe("ore.dlq.>", durable="check")
+    await raw.publish(ore_nats_client, "broken", raw.user_message("hi", "m-1"))
+    events = await outbox.done("broken")
+    errors = [e for e in events if e["kind"] == "error"]
+    assert [e["code"] for e in errors] == ["corrupt_thread"]
+    assert "broken" in errors[0]["message"]
+    record = await dead.next_msg(timeout=10)
+    assert record.subject == "ore.dlq.corrupt_thread"
+    assert json.loads(record.data)["thread_id"] == "broken"
+    await raw.eventually(lambda: raw.all_acknowledged(ore_nats_client))
 
 
 async def test_the_error_a_sender_gets_about_a_corrupt_thread_names_no_server_file(
-    start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox, tmp_path: Path
+    start_core: CoreFactory,
+    ore_nats_client: Client,
+    outbox: Outbox,
+    broken_store: JSONStore,
+    tmp_path: Path,
 ) -> None:
-    store = JSONStore(tmp_path / "threads")
-    (tmp_path / "threads" / "broken.json").write_text('{"id": "broken", "turns": [{')
-    try:
-        await start_core(store=store)
-        with structlog.testing.capture_logs() as logs:
-            await publish(ore_nats_client, "broken", user_message("hi", "m-1"))
-            events = await outbox.done("broken")
-        [error] = [e for e in events if e["kind"] == "error"]
-        assert (error["code"], error["message"]) == (
-            "corrupt_thread",
-            ThreadCorrupt.public_message("broken"),
-        )
-        [logged] = [line for line in logs if line["event"] == "thread cannot be read"]
-        assert str(tmp_path / "threads" / "broken.json") in logged["error"]
-    finally:
-        await store.close()
+    await start_core(store=broken_store)
+    with structlog.testing.capture_logs() as logs:
+        await raw.publish(ore_nats_client, "broken", raw.user_message("hi", "m-1"))
+        events = await outbox.done("broken")
+    [error] = [e for e in events if e["kind"] == "error"]
+    assert (error["code"], error["message"]) == (
+        "corrupt_thread",
+        ThreadCorrupt.public_message("broken"),
+    )
+    [logged] = [line for line in logs if line["event"] == "thread cannot be read"]
+    assert str(tmp_path / "threads" / "broken.json") in logged["error"]
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "journal", "jetstream"])
@@ -165,10 +161,12 @@ async def test_two_workers_on_one_store_never_fork_a_thread(
         threads = [f"t{n}" for n in range(12)]
         for n in range(4):
             for thread_id in threads:
-                await publish(ore_nats_client, thread_id, user_message(f"m{n}", f"{thread_id}-{n}"))
+                await raw.publish(
+                    ore_nats_client, thread_id, raw.user_message(f"m{n}", f"{thread_id}-{n}")
+                )
         for thread_id in threads:
             await outbox.done(thread_id, count=4)
-        await eventually(lambda: all_acknowledged(ore_nats_client))
+        await raw.eventually(lambda: raw.all_acknowledged(ore_nats_client))
         for thread_id in threads:
             thread = await first.get(thread_id)
             path = thread.turns()
@@ -207,18 +205,6 @@ def _remount(path: Path, mode: str) -> None:
     subprocess.run(["mount", "-o", f"remount,{mode}", str(path)], check=True)
 
 
-def _fill(path: Path) -> Path:
-    filler = path / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    try:
-        with contextlib.suppress(OSError):
-            while True:
-                os.write(fd, b"\0" * 4096)
-    finally:
-        os.close(fd)
-    return filler
-
-
 @pytest.mark.parametrize("fault", ["full", "read-only"])
 async def test_a_real_full_or_read_only_disk_delays_the_answer_and_loses_nothing(
     start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox, tmp_path: Path, fault: str
@@ -227,26 +213,26 @@ async def test_a_real_full_or_read_only_disk_delays_the_answer_and_loses_nothing
         store = JSONStore(disk / "threads")
         try:
             service = await start_core(store=store, config=FAST_RETRY, store_probe_interval=0.05)
-            await publish(ore_nats_client, "t1", user_message("before", "m-0"))
+            await raw.publish(ore_nats_client, "t1", raw.user_message("before", "m-0"))
             await outbox.done("t1")
-            filler = _fill(disk) if fault == "full" else None
+            filler = fill_disk(disk) if fault == "full" else None
             if fault == "read-only":
                 _remount(disk, "ro")
-            await publish(ore_nats_client, "t1", user_message("during", "m-1"))
-            await publish(ore_nats_client, "t1", user_message("still", "m-2"))
+            await raw.publish(ore_nats_client, "t1", raw.user_message("during", "m-1"))
+            await raw.publish(ore_nats_client, "t1", raw.user_message("still", "m-2"))
             await outbox.until(lambda: bool(notices(outbox, "t1")))
-            await wait_for(lambda: not service.ready)
+            await raw.wait_for(lambda: not service.ready)
             assert outbox.count_done("t1") == 1
             if filler is not None:
                 filler.unlink()
             else:
                 _remount(disk, "rw")
             await outbox.done("t1", count=3)
-            await wait_for(lambda: service.ready)
+            await raw.wait_for(lambda: service.ready)
             assert texts(outbox, "t1") == ["before", "during", "still"]
             assert len(notices(outbox, "t1")) == 1
             thread = await store.get("t1")
             assert [t.role for t in thread.all_turns()] == [Role.USER, Role.ASSISTANT] * 3
-            await eventually(lambda: all_acknowledged(ore_nats_client))
+            await raw.eventually(lambda: raw.all_acknowledged(ore_nats_client))
         finally:
             await store.close()

@@ -4,8 +4,6 @@ notice, and the text still goes)."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from ore_core import EventDecodeError, Image, Manager, NoticeEvent, Role, Text
@@ -13,10 +11,9 @@ from ore_core.artifacts import Attachment
 from ore_core.events import decode_ingress, encode_event
 from ore_core.files import FilePolicy
 from ore_core.files.interceptor import FilePolicyInterceptor
-from ore_core.session.policy import DoubleTexting
 from ore_core.session.stores.memory import MemoryStore
-from ore_core.testing.processors import GatedProcessor, ScriptedProcessor
-from tests.session_support import collect, message
+from ore_core.testing.processors import ScriptedProcessor
+from tests.session.support import collect, collected, message
 
 PNG = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUg=="
 PDF = Attachment("report.pdf", "application/pdf", 5_000_000, "ab" * 32, "ORE_FILES")
@@ -48,20 +45,8 @@ async def test_the_user_turn_has_its_files_after_text_and_images() -> None:
 
 
 async def test_collected_messages_keep_the_files_of_each() -> None:
-    gate = GatedProcessor()
-    async with Manager(MemoryStore(), gate, policy=DoubleTexting.COLLECT) as manager:
-        stream = await manager.create()
-        first = asyncio.create_task(stream.process(message("one")))
-        await asyncio.wait_for(gate.started.wait(), 30)
-        later = [
-            asyncio.create_task(stream.process(message(text, attachments=[file])))
-            for text, file in (("two", PDF), ("three", LOG))
-        ]
-        await asyncio.sleep(0)
-        gate.release()
-        await asyncio.wait_for(asyncio.gather(first, *later), 30)
-    users = [t.artifacts for t in stream.turns() if t.role == Role.USER]
-    assert users[-1] == (Text("two\n\nthree"), PDF, LOG)
+    later = [message("two", attachments=[PDF]), message("three", attachments=[LOG])]
+    assert await collected(message("one"), *later) == (Text("two\n\nthree"), PDF, LOG)
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -27,8 +26,8 @@ from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
 from ore_core.bus.cluster.kv_keys import live_keys
+from tests.ore_process import ORE
 
-ORE = Path(sys.executable).with_name("ore")
 READY_TIMEOUT = 30.0  # a fresh interpreter imports ore first; the machine is shared
 EXIT_TIMEOUT = 40.0
 

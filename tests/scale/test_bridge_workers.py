@@ -11,10 +11,8 @@ say the same.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from nats.aio.client import Client
 from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.subjects import partition_of
 from tests.bridge.gateway import ENDPOINTS, Gateway, clean, expected
+from tests.scale.conftest import PoolFactory
 from tests.scale.harness import Worker, Workers, held_by, leases
 from tests.scale.test_control_api_workers import requests_per_worker
 from tests.scale.test_workers import until
@@ -36,13 +35,9 @@ ASKED = 12  # requests per method: each worker answers some of them
 
 
 @pytest.fixture
-async def workers(ore_nats_server: EmbeddedNatsServer, tmp_path: Path) -> AsyncIterator[Workers]:
-    pool = Workers([ore_nats_server.url], tmp_path, delay=0.05, partitions=PARTITIONS)
-    pool.env = {"ORE_NATS__LEASE_TTL": "1.5"}  # a killed worker's share moves after 1.5 s
-    try:
-        yield pool
-    finally:
-        pool.stop_all()
+def workers(start_workers: PoolFactory) -> Workers:
+    lease = {"ORE_NATS__LEASE_TTL": "1.5"}  # a killed worker's share moves after 1.5 s
+    return start_workers(PARTITIONS, 0.05, env=lease)
 
 
 async def balanced(nc: Client, *members: Worker) -> bool:
@@ -80,19 +75,11 @@ async def test_a_worker_killed_mid_relay_leaves_every_endpoint_everything_once_i
         )
         half = N // 2
         sent = expected(slack=range(N), nats=range(N), stdin=range(N))
-        await asyncio.gather(
-            gateway.send("slack", range(half)),
-            gateway.send("nats", range(1, half)),
-            gateway.send("stdin", range(half)),
-        )
+        await gateway.send_together(slack=range(half), nats=range(1, half), stdin=range(half))
         owner.signal(signal.SIGKILL)  # copies of the messages above are under way
         await owner.wait()
         team = [w for w in team if w is not owner] + [await workers.start()]
-        await asyncio.gather(
-            gateway.send("slack", range(half, N)),
-            gateway.send("nats", range(half, N)),
-            gateway.send("stdin", range(half, N)),
-        )
+        await gateway.send_together(slack=range(half, N), nats=range(half, N), stdin=range(half, N))
         await gateway.until(lambda: all(gateway.has_all(e, sent) for e in ENDPOINTS), sent)
         counts = gateway.counts(sent)
         print(f"\nworker killed mid-relay: {json.dumps(counts)}")

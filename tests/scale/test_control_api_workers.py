@@ -9,15 +9,13 @@ what a worker that does not own a thread says about it must be what its owner sa
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from nats.aio.client import Client
 
-from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.session.stores import SQLiteStore
+from tests.scale.conftest import PoolFactory
 from tests.scale.harness import Load, Worker, Workers, held_by, leases
 from tests.scale.test_workers import until
 
@@ -30,12 +28,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-async def workers(ore_nats_server: EmbeddedNatsServer, tmp_path: Path) -> AsyncIterator[Workers]:
-    pool = Workers([ore_nats_server.url], tmp_path, delay=0.05, partitions=PARTITIONS)
-    try:
-        yield pool
-    finally:
-        pool.stop_all()
+def workers(start_workers: PoolFactory) -> Workers:
+    return start_workers(PARTITIONS, 0.05)
 
 
 async def balanced(nc: Client, *members: Worker) -> bool:

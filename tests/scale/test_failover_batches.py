@@ -18,8 +18,6 @@ import asyncio
 import json
 import re
 import signal
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,6 +28,7 @@ from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.bus.server.streams import consumer_name
 from ore_core.session.stores import SQLiteStore
 from ore_core.subjects import partition_of
+from tests.scale.conftest import PoolFactory
 from tests.scale.harness import Load, Workers, held_by, leases
 from tests.scale.test_control_api_workers import PARTITIONS, balanced
 from tests.scale.test_workers import until
@@ -40,13 +39,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-async def workers(ore_nats_server: EmbeddedNatsServer, tmp_path: Path) -> AsyncIterator[Workers]:
-    pool = Workers([ore_nats_server.url], tmp_path, delay=0.05, partitions=PARTITIONS)
-    pool.env = {"ORE_NATS__LEASE_TTL": "1.5"}
-    try:
-        yield pool
-    finally:
-        pool.stop_all()
+def workers(start_workers: PoolFactory) -> Workers:
+    return start_workers(PARTITIONS, 0.05, env={"ORE_NATS__LEASE_TTL": "1.5"})
 
 
 def incomplete(batch: list[dict[str, Any]]) -> bool:

@@ -8,19 +8,18 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ore_core.testing.cluster import EmbeddedNatsCluster
+from tests.ore_process import ORE
 from tests.scale.harness import Workers
 from tests.scale.test_workers import until
 
 pytestmark = pytest.mark.slow
 
-ORE = Path(sys.executable).with_name("ore")
 PARTITIONS = 8
 
 

@@ -11,8 +11,7 @@ import os
 import random
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from nats.aio.client import Client
@@ -20,6 +19,7 @@ from nats.errors import Error as NatsError
 
 from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.subjects import partition_of
+from tests.scale.conftest import PoolFactory
 from tests.scale.harness import Load, Worker, Workers, held_by, leases
 
 PARTITIONS = 32
@@ -31,12 +31,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-async def workers(ore_nats_server: EmbeddedNatsServer, tmp_path: Path) -> AsyncIterator[Workers]:
-    pool = Workers([ore_nats_server.url], tmp_path, delay=0.3, partitions=PARTITIONS)
-    try:
-        yield pool
-    finally:
-        pool.stop_all()
+def workers(start_workers: PoolFactory) -> Workers:
+    return start_workers(PARTITIONS, 0.3)
 
 
 async def until(check: Callable[[], object], limit: float = HANG_GUARD) -> None:

@@ -8,7 +8,7 @@ owns its thread (`forwarding`) and the models the worker's processor offers
 (`model_offer`).
 
 May import: the vocabulary, the ledger and the session, `ore_core._nats`,
-`ore_core.bridge`, and of the bus: `cluster`. Checked by tests/test_layers.py.
+`ore_core.bridge`, and of the bus: `cluster`. Checked by tests/project/test_layers.py.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ a lease is overdue (`fencing`) and the exact listing of a KV bucket's live keys
 
 May import: the vocabulary, the session's store protocol (fencing wraps a `Store`),
 `ore_core._nats`, and of the bus: `server` (the bus settings). Checked by
-tests/test_layers.py.
+tests/project/test_layers.py.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ and what the thread's users hear meanwhile (`space_notices`).
 
 May import: the vocabulary, the ledger and the session, `ore_core._nats` and
 `ore_core.bridge` (the link cache names the linked namespaces); nothing else of the
-bus. Checked by tests/test_layers.py.
+bus. Checked by tests/project/test_layers.py.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ and `Ingress`, which runs them (`ingress`).
 May import: the vocabulary, the ledger and the session, `ore_core._nats`,
 `ore_core.bridge` (the link cache admits another namespace's messages), and of the
 bus: `cluster`, `server` (the consumers' names and settings) and `egress` (an ack waits
-for the output it stored). Checked by tests/test_layers.py.
+for the output it stored). Checked by tests/project/test_layers.py.
 """
 
 from __future__ import annotations

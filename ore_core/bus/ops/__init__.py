@@ -4,7 +4,7 @@ Owns the Prometheus metrics (`metrics`), `ore.admin.stats` for `ore top` (`stats
 the `/healthz`, `/readyz` and `/metrics` HTTP endpoint (`health`).
 
 May import: everything below `ore_core.bus.service` (every other room, the bridge,
-the session, the SDK's counters). Checked by tests/test_layers.py.
+the session, the SDK's counters). Checked by tests/project/test_layers.py.
 """
 
 from __future__ import annotations

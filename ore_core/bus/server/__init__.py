@@ -7,7 +7,7 @@ core, an admin and a conduit (`permissions`), the durability a deployment promis
 (`durability`) and the private nats-server of development and tests (`embedded`).
 
 May import: the vocabulary, the config and `ore_core._nats`; nothing else of the bus.
-Checked by tests/test_layers.py.
+Checked by tests/project/test_layers.py.
 """
 
 from __future__ import annotations

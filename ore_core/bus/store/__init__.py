@@ -5,7 +5,7 @@ Owns `JetStreamStore` (`jetstream_store`) and the built-in plugin that offers it
 
 May import: the vocabulary, the ledger and the session, `ore_core._nats`, and of the
 bus: `cluster` (live keys) and `server` (the journal's stream). Checked by
-tests/test_layers.py.
+tests/project/test_layers.py.
 """
 
 from __future__ import annotations
