@@ -3,7 +3,7 @@ from the generated files (issue 43), and these tests keep the two in step."""
 
 from __future__ import annotations
 
-from tests.docs_support import DOCS
+from tests.paths import DOCS
 
 __all__ = ["diff_of", "patched"]
 
