@@ -38,7 +38,7 @@ from ore_core.events import (
 pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
 
 PROTOCOL = (Path(__file__).parents[2] / "docs" / "protocol.md").read_text(encoding="utf-8")
-INGRESS_KINDS = {"user_message", "interrupt", "delete", "edit", "regenerate"}
+INGRESS_KINDS = {"user_message", "interrupt", "delete", "edit", "regenerate", "react"}
 DLQ_FIELDS = {"reason", "detail", "subject", "namespace", "thread_id", "data", "time"}
 DLQ_REASONS = {
     BAD_JSON,
