@@ -766,10 +766,12 @@ class ReactionEvent(_Event):
     back) by the event's sender. `reactors` are everyone who reacts with `emoji` now
     (`namespace:user`), so an endpoint shows it while someone elsewhere does;
     `excerpt` is the start of the turn's text (what a platform without reactions
-    quotes in its short line)."""
+    quotes in its short line); `message` the id a user turn was sent with (its
+    platform id where it was written: what that endpoint reacts on)."""
 
     kind: Literal["reaction"] = "reaction"
     turn: str
+    message: str = Field(default="", exclude_if=_is_empty)
     emoji: str
     remove: Annotated[bool, Field(exclude_if=_added)] = False
     reactors: Annotated[tuple[str, ...], BeforeValidator(_list_as_tuple)] = ()

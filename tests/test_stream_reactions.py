@@ -63,7 +63,7 @@ async def test_a_reaction_is_recorded_on_the_turn_and_announced(stream: Stream) 
     turn_id = next(t.id for t in stream.turns() if t.event_id == "m0")
     assert (announced.turn, announced.emoji, announced.remove) == (turn_id, "👍", False)
     assert announced.reactors == ("discord:u1",)
-    assert announced.excerpt == "hello"
+    assert (announced.excerpt, announced.message) == ("hello", "m0")
     assert reactions(stream) == {"👍": ["discord:u1"]}
 
 

@@ -24,7 +24,7 @@ from ore_core.events import (
 )
 from ore_core.ledger.thread import Thread
 from ore_core.session.bridging import delete_turn, find_message
-from ore_core.turn import Turn, turn_text
+from ore_core.turn import Role, Turn, turn_text
 
 __all__ = [
     "EXCERPT_LENGTH",
@@ -90,6 +90,7 @@ def react_to(thread: Thread, event: ReactEvent) -> ReactionEvent | ErrorEvent | 
     thread.save_turn(replace(turn, extra=_with_reactions(turn.extra, reactions)))
     return ReactionEvent(
         turn=turn.id,
+        message=turn.event_id if turn.role == Role.USER else "",
         emoji=event.emoji,
         remove=event.remove,
         reactors=tuple(people),
