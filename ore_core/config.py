@@ -360,6 +360,10 @@ class GatewaySettings(_Section):
     label: str = "{name} ({conduit})"
     """How a relayed message is labelled on the other endpoints (`{name}`: the sender's
     display name, `{conduit}`: where it came from)."""
+    reaction_lines: bool = False
+    """Show a reaction made on another endpoint as a short line (`Ana reacted 👍 to
+    "…"`) on a platform that has no reactions (where it has, the bot reacts on the
+    message's copy whatever this says)."""
     endpoints: list[GatewayEndpointSettings]
     """The endpoints, at least two, one per conduit namespace, none listed twice."""
 

@@ -82,6 +82,9 @@ __all__ = [
     "OutputEvent",
     "PropertiesEvent",
     "PropertyOperation",
+    "MAX_EMOJI_LENGTH",
+    "ReactEvent",
+    "ReactionEvent",
     "RegenerateEvent",
     "SessionSwitchEvent",
     "Severity",
@@ -373,13 +376,52 @@ class RegenerateEvent(_Event):
     context: _Context = _NO_CONTEXT
 
 
+MAX_EMOJI_LENGTH = 64
+"""Longest reaction: a Unicode emoji (with its modifiers) or a platform's custom one
+(Discord's `name:id`, a Matrix annotation key)."""
+
+
+def _check_emoji(value: str) -> str:
+    if not value.strip():
+        raise ValueError("an emoji is needed (a reaction of nothing is no reaction)")
+    return value
+
+
+_Emoji = Annotated[
+    str, Field(min_length=1, max_length=MAX_EMOJI_LENGTH), AfterValidator(_check_emoji)
+]
+
+
+def _added(value: bool) -> bool:
+    return not value  # the default: left off the wire
+
+
+class ReactEvent(_Event):
+    """A user reacted to a message with `emoji`, or took it back (`remove`; issue 39).
+
+    The reaction is the turn's own state (its `reactions` metadata), told to every
+    endpoint as a `reaction` event; it never starts a model turn. One person's one
+    emoji counts once: the same reaction again, or the removal of one never made,
+    changes nothing and tells nobody."""
+
+    model_config = _STRICT_INGRESS
+
+    kind: Literal["react"] = "react"
+    id: str = _event_id_field()
+    turn_id: _TurnRef
+    emoji: _Emoji
+    remove: Annotated[bool, Field(exclude_if=_added)] = False
+    context: _Context = _NO_CONTEXT
+
+
 IngressEvent = Annotated[
     UserMessageEvent
     | InterruptEvent
     | SessionSwitchEvent
     | DeleteEvent
     | EditEvent
-    | RegenerateEvent,
+    | RegenerateEvent
+    | ReactEvent,
     Field(discriminator="kind"),
 ]
 """What a conduit may send to the core, told apart by `kind`."""
@@ -719,6 +761,24 @@ class TurnDeletedEvent(_Event):
     context: _Context = _NO_CONTEXT
 
 
+class ReactionEvent(_Event):
+    """A `react` changed the reactions of `turn`: `emoji` added (or, `remove`, taken
+    back) by the event's sender. `reactors` are everyone who reacts with `emoji` now
+    (`namespace:user`), so an endpoint shows it while someone elsewhere does;
+    `excerpt` is the start of the turn's text (what a platform without reactions
+    quotes in its short line); `message` the id a user turn was sent with (its
+    platform id where it was written: what that endpoint reacts on)."""
+
+    kind: Literal["reaction"] = "reaction"
+    turn: str
+    message: str = Field(default="", exclude_if=_is_empty)
+    emoji: str
+    remove: Annotated[bool, Field(exclude_if=_added)] = False
+    reactors: Annotated[tuple[str, ...], BeforeValidator(_list_as_tuple)] = ()
+    excerpt: str = Field(default="", exclude_if=_is_empty)
+    context: _Context = _NO_CONTEXT
+
+
 _FIXED_OUTPUT_EVENTS: dict[str, type[_Event]] = {
     "turn_complete": TurnCompleteEvent,
     "lifecycle": LifecycleEvent,
@@ -729,6 +789,7 @@ _FIXED_OUTPUT_EVENTS: dict[str, type[_Event]] = {
     "session_switch": SessionSwitchEvent,
     "delivery": DeliveryEvent,
     "turn_deleted": TurnDeletedEvent,
+    "reaction": ReactionEvent,
 }
 _OUTPUT_EVENT_KINDS = frozenset(_FIXED_OUTPUT_EVENTS)
 _ARTIFACT_TAG = "artifact"
@@ -751,6 +812,7 @@ OutputEvent = Annotated[
     | Annotated[SessionSwitchEvent, Tag("session_switch")]
     | Annotated[DeliveryEvent, Tag("delivery")]
     | Annotated[TurnDeletedEvent, Tag("turn_deleted")]
+    | Annotated[ReactionEvent, Tag("reaction")]
     | Annotated[ArtifactEvent, Tag(_ARTIFACT_TAG)],
     Discriminator(
         _output_tag,

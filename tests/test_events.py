@@ -532,6 +532,7 @@ def test_json_schema_maps_each_ingress_kind_to_its_event() -> None:
         "delete",
         "edit",
         "regenerate",
+        "react",
     }
 
 

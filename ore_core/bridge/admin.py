@@ -4,7 +4,8 @@ Only under `P.admin.`: a conduit's credentials reach `P.api.NS.*` alone, and no
 method there writes links (links are an operator's decision). The handlers validate
 the request (pydantic, strict, unknown fields refused), change `ORE_LINKS` through
 `LinkStore`, and mirror the thread's settings into its metadata (`ore.gateway`,
-`ore.gateway.answer`, `ore.gateway.label`), which conduits read with `threads.get`
+`ore.gateway.answer`, `ore.gateway.label`, `ore.gateway.reaction_lines`), which
+conduits read with `threads.get`
 and the stream reads for `answer = "none"`.
 """
 
@@ -25,6 +26,7 @@ __all__ = [
     "ANSWER_KEY",
     "GATEWAY_KEY",
     "LABEL_KEY",
+    "REACTION_LINES_KEY",
     "LINK_METHODS",
     "LinkAdd",
     "LinkAdmin",
@@ -38,6 +40,8 @@ ANSWER_KEY = GATEWAY_ANSWER_KEY
 """Thread metadata: who answers (`origin`, `all`, `none`), as the thread's links say."""
 LABEL_KEY = "ore.gateway.label"
 """Thread metadata: the label format of relayed messages."""
+REACTION_LINES_KEY = "ore.gateway.reaction_lines"
+"""Thread metadata: `true` when a platform without reactions shows them as short lines."""
 LINK_METHODS = ("links.add", "links.list", "links.lookup", "links.remove")
 """Methods under `P.admin.` (never under `P.api.NS.`)."""
 
@@ -73,6 +77,7 @@ class LinkAdd(_Body):
     gateway: str | None = Field(default=None, pattern=r"^[a-z0-9_-]{1,64}$")
     answer: Answer | None = None
     label: str | None = Field(default=None, min_length=1, max_length=MAX_LABEL_LENGTH)
+    reaction_lines: bool | None = None
     exist_ok: bool = False
 
     @field_validator("thread")
@@ -122,7 +127,12 @@ class LinkAdmin:
     async def add(self, body: LinkAdd) -> dict[str, Any]:
         thread_id = await self._resolve(body.thread)
         home = await self._home_of(thread_id)
-        settings = LinkSettings(gateway=body.gateway, answer=body.answer, label=body.label)
+        settings = LinkSettings(
+            gateway=body.gateway,
+            answer=body.answer,
+            label=body.label,
+            reaction_lines=body.reaction_lines,
+        )
         links = await self._store.add(
             thread_id,
             home,
@@ -171,9 +181,16 @@ class LinkAdmin:
     async def _mirror(self, thread_id: str, links: LinkSet | None) -> None:
         """Make the thread's metadata say what its links say (only what differs)."""
         have = await self._metadata(thread_id)
-        want: dict[str, str | None] = {GATEWAY_KEY: None, ANSWER_KEY: None, LABEL_KEY: None}
+        want: dict[str, str | None] = dict.fromkeys(
+            (GATEWAY_KEY, ANSWER_KEY, LABEL_KEY, REACTION_LINES_KEY)
+        )
         if links is not None:
-            want = {GATEWAY_KEY: links.gateway, ANSWER_KEY: links.answer, LABEL_KEY: links.label}
+            want = {
+                GATEWAY_KEY: links.gateway,
+                ANSWER_KEY: links.answer,
+                LABEL_KEY: links.label,
+                REACTION_LINES_KEY: "true" if links.reaction_lines else None,
+            }
         for key, value in want.items():
             if value is None and key in have:
                 await self._delete(thread_id, key)

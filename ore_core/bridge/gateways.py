@@ -83,6 +83,7 @@ async def apply_gateways(
                 gateway=gateway.name,
                 answer=gateway.answer,
                 label=gateway.label,
+                reaction_lines=gateway.reaction_lines,
                 exist_ok=True,
             )
             try:

@@ -53,6 +53,7 @@ class LinkSettings:
     gateway: str | None = None
     answer: Answer | None = None
     label: str | None = None
+    reaction_lines: bool | None = None
 
 
 class LinkStore:
@@ -197,6 +198,7 @@ class LinkStore:
                     gateway=settings.gateway,
                     answer=settings.answer or "origin",
                     **({} if settings.label is None else {"label": settings.label}),
+                    reaction_lines=bool(settings.reaction_lines),
                     endpoints=(linked,),
                 )
                 try:
@@ -217,6 +219,8 @@ class LinkStore:
                 changes["answer"] = settings.answer
             if settings.label is not None:
                 changes["label"] = settings.label
+            if settings.reaction_lines is not None:
+                changes["reaction_lines"] = settings.reaction_lines
             updated = links.model_copy(update=changes)
             if updated == links:
                 return links  # applied before (a gateway at every start)

@@ -61,6 +61,7 @@ class LinkSet(_Record):
     gateway: str | None = None
     answer: Answer = "origin"
     label: str = Field(default=DEFAULT_LABEL, max_length=MAX_LABEL_LENGTH)
+    reaction_lines: bool = False
     endpoints: tuple[LinkedEndpoint, ...] = ()
 
     def find(self, endpoint: Endpoint) -> LinkedEndpoint | None:

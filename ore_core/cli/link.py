@@ -101,8 +101,18 @@ def link() -> None:
 @click.option("--direction", type=click.Choice(DIRECTIONS), default="inout", show_default=True)
 @click.option("--answer", type=click.Choice(ANSWERS), help="Who answers in the thread.")
 @click.option("--label", help='Label of relayed messages (default "{name} ({conduit})").')
+@click.option(
+    "--reaction-lines/--no-reaction-lines",
+    default=None,
+    help="Show reactions as short lines where a platform has none (default: off).",
+)
 def add_command(
-    thread: str, endpoint: str, direction: str, answer: str | None, label: str | None
+    thread: str,
+    endpoint: str,
+    direction: str,
+    answer: str | None,
+    label: str | None,
+    reaction_lines: bool | None,
 ) -> None:
     """Link ENDPOINT (CONDUIT:VALUE or CONDUIT:KEY=VALUE) to THREAD (an id or a
     unique prefix of one, as `ore threads list` shows them)."""
@@ -115,6 +125,8 @@ def add_command(
         body["answer"] = answer
     if label is not None:
         body["label"] = label
+    if reaction_lines is not None:
+        body["reaction_lines"] = reaction_lines
     links = _request("links.add", body)
     click.echo(f"linked {endpoint} to thread {links['thread']} ({direction})")
     header = ("THREAD", "ENDPOINT", "DIR", "GATEWAY", "ANSWER")

@@ -42,6 +42,7 @@ from ore_core.ids import validate_thread_id
 from ore_core.ledger.thread import Thread
 from ore_core.session.bridging import is_relay
 from ore_core.session.compaction import boundary_info, path_tokens
+from ore_core.session.reactions import reactions_of
 from ore_core.turn import Role, Turn, format_timestamp, turn_to_dict
 
 __all__ = ["served_store_section", "threads"]
@@ -308,6 +309,9 @@ def _path_lines(thread: Thread) -> Iterator[str]:
         for artifact in _shown(turn):
             for line in _artifact_text(artifact).splitlines() or [""]:
                 yield f"  {line}"
+        if reactions := reactions_of(turn):
+            counts = ", ".join(f"{emoji} {len(people)}" for emoji, people in reactions.items())
+            yield f"  (reactions: {counts})"
     if path and path[-1].role == Role.USER and not is_relay(thread):
         yield f"  ({UNANSWERED})"
 

@@ -8,7 +8,8 @@ text once. Errors and notices are parts of their own kind; each part replies to 
 user message it answers (`Part.reply_to`: that message's platform id).
 
 Everything else of a linked thread goes to the copy engine (`Copies`): another
-endpoint's messages, edits and deletes, and its answers when the gateway answers `all`;
+endpoint's messages, edits, deletes and reactions, and its answers when the gateway
+answers `all`;
 a delivery report about one of this endpoint's messages is shown as a notice.
 """
 
@@ -37,6 +38,7 @@ from ore_core.events import (
     LifecycleEvent,
     NoticeEvent,
     PropertiesEvent,
+    ReactionEvent,
     TurnCompleteEvent,
 )
 from ore_core.turn import Role
@@ -126,6 +128,10 @@ class AnswerLane:
             if delivery.sequence is not None:  # live-only: a copy comes with a stored batch
                 copy = Copy(self.thread_id, self.conversation, delivery.sequence, relayed)
                 await self.out.copies.show(copy)
+        elif relayed.action == "reacted" and isinstance(event, ReactionEvent):
+            if delivery.sequence is not None:
+                copy = Copy(self.thread_id, self.conversation, delivery.sequence, relayed)
+                await self.out.copies.react(copy, event, lines=settings.reaction_lines)
         elif relayed.action == "delivery" and isinstance(event, DeliveryEvent):
             severity = "info" if event.status == "delivered" else "warn"
             notice = Part(relayed.text, kind="notice", severity=severity)

@@ -53,6 +53,7 @@ from ore_core.events import (
     EventContext,
     FailureReason,
     InterruptEvent,
+    ReactEvent,
     RegenerateEvent,
     ReportStatus,
     UserMessageEvent,
@@ -127,7 +128,9 @@ class Sent:
     """What `send` and `interrupt` published: the event, and whether JetStream already had
     it (`duplicate`: a retry or a second send with one id; the core answers it once)."""
 
-    event: UserMessageEvent | InterruptEvent | DeleteEvent | EditEvent | RegenerateEvent
+    event: (
+        UserMessageEvent | InterruptEvent | DeleteEvent | EditEvent | RegenerateEvent | ReactEvent
+    )
     duplicate: bool
     sequence: int
 
@@ -168,7 +171,13 @@ class ThreadPage:
 
 
 Ingress = TypeVar(
-    "Ingress", UserMessageEvent, InterruptEvent, DeleteEvent, EditEvent, RegenerateEvent
+    "Ingress",
+    UserMessageEvent,
+    InterruptEvent,
+    DeleteEvent,
+    EditEvent,
+    RegenerateEvent,
+    ReactEvent,
 )
 """An ingress event a conduit publishes."""
 
@@ -273,6 +282,32 @@ class MessagesIn:
         event = RegenerateEvent(
             id=id or new_event_id(),
             turn_id=turn_id,
+            context=context or self._sender(user, user_name),
+        )
+        return await self._publish(thread_id, event)
+
+    async def react(
+        self,
+        thread_id: str,
+        turn_id: str,
+        emoji: str,
+        *,
+        remove: bool = False,
+        id: str | None = None,
+        user: str | None = None,
+        user_name: str | None = None,
+        context: EventContext | None = None,
+    ) -> Sent:
+        """The user reacted with `emoji` to the message recorded as `turn_id` (its turn
+        id, or the id it was sent with), or took the reaction back (`remove`). The core
+        keeps it on the turn, counted once per person and emoji, and tells every
+        endpoint; it never starts a model turn. Pass the platform's id of the reaction
+        as `id`; `context` replaces the one made of `user` and `user_name`."""
+        event = ReactEvent(
+            id=id or new_event_id(),
+            turn_id=turn_id,
+            emoji=emoji,
+            remove=remove,
             context=context or self._sender(user, user_name),
         )
         return await self._publish(thread_id, event)

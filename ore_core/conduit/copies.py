@@ -6,7 +6,10 @@ without breaking code fences; each part is posted with its key (`part_key(turn,
 part)`) and the copy is reported to the core (`deliveries.report`) with the platform
 ids, so an edit on the other endpoint edits the parts in place (posting or deleting
 the difference when the part count changed) and a delete deletes them, after any
-restart.
+restart. A reaction on the other endpoint is made by the bot on the copy's first part
+(or on this endpoint's own message of the turn) and taken back once nobody elsewhere
+reacts with that emoji; a platform without reactions shows it as a short line, only
+where the gateway asks for it (`ore.gateway.reaction_lines`).
 
 What a copy may meet on the platform is the adapter's classification: a rate limit is
 waited out for that conversation only and reported `retrying` (reason `rate_limited`)
@@ -41,6 +44,7 @@ from ore_core.conduit.platform import (
     Platform,
     PlatformError,
     RateLimited,
+    Reacts,
     ReadsBack,
     Sender,
     part_key,
@@ -48,7 +52,7 @@ from ore_core.conduit.platform import (
 from ore_core.conduit.relay import Relayed, degrade, split_message
 from ore_core.conduit.waiting import until_answered
 from ore_core.errors import ApiError
-from ore_core.events import ReportStatus
+from ore_core.events import ReactionEvent, ReportStatus
 
 __all__ = ["COPY_DEADLINE", "Copies", "Copy"]
 
@@ -117,6 +121,34 @@ class Copies:
             notice = Part(text, kind="notice", severity="info")
             key = part_key(f"{copy.thread_id}.{relayed.turn_id}.deleted", 0)
             await self._call(copy, partial(self.platform.post, copy.conversation, notice, key))
+
+    async def react(self, copy: Copy, event: ReactionEvent, *, lines: bool) -> None:
+        """Show another endpoint's reaction (see the module docstring); `lines`: the
+        gateway asks for a short line where the platform has no reactions."""
+        platform, conversation = self.platform, copy.conversation
+        if self.capabilities.reactions and isinstance(platform, Reacts):
+            elsewhere = [r for r in event.reactors if r.partition(":")[0] != self.name]
+            if event.remove and elsewhere:
+                return  # someone elsewhere still reacts with it: it stays
+            ids = await self.platform_ids(copy.thread_id, event.turn)
+            target = ids[0] if ids else event.message
+            if target:
+                react = partial(platform.react, conversation, target, event.emoji, bool(elsewhere))
+                await self._paced(copy, react)
+        elif lines:
+            line = Part(copy.relayed.text, kind="notice", severity="info")
+            key = part_key(f"{copy.thread_id}.{event.turn}.reaction.{copy.sequence}", 0)
+            await self._paced(copy, partial(platform.post, conversation, line, key))
+
+    async def _paced(self, copy: Copy, call: Callable[[], Awaitable[object]]) -> None:
+        """`call()` paced for the copy's conversation; a failure is logged (a reaction
+        is no copy: nothing to report)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.deadline
+        try:
+            await self.pacing.call(copy.conversation, call, deadline=deadline)
+        except PlatformError as exc:
+            log.warning("reaction not shown", thread_id=copy.thread_id, error=exc.detail)
 
     async def platform_ids(self, thread_id: str, turn: str) -> list[str]:
         """The platform ids of the copy of `turn` reported before (none: not shown)."""

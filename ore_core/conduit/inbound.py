@@ -9,8 +9,8 @@ platform's id is the event id, so the repeat is stored once.
 `Forwarder` says each event in the core's words: a `Message` is sent, an `Edit` is
 the core's edit of the message it names, a `Delete` the core's delete, a `Command` the
 command's text (`/name args`, which the core reads like a typed one), except `stop`,
-the core's interrupt. Reactions have no
-core event yet: they are confirmed and dropped.
+the core's interrupt, a `Reaction` the core's react on the turn its target shows (a copy
+this conduit posted, found by `delivery_lookup`, else the message the target names).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from ore_core.conduit.client import ConduitClient, Sent
-from ore_core.conduit.platform import Command, Delete, Edit, Inbound, Message
+from ore_core.conduit.platform import Command, Delete, Edit, Inbound, Message, Reaction
 from ore_core.events import EventContext, UserMessageEvent
 from ore_core.tasks import TaskScope
 
@@ -91,6 +91,8 @@ class Forwarder:
             )
         if isinstance(inbound, Delete):
             return await client.delete(thread_id, inbound.target, id=inbound.platform_id)
+        if isinstance(inbound, Reaction):
+            return await self.react(thread_id, inbound, traceparent)
         if isinstance(inbound, Command) and inbound.name == "stop":
             # Stop is no command the core reads: it is the interrupt every conduit sends.
             return await client.interrupt(thread_id, id=inbound.platform_id)
@@ -105,6 +107,20 @@ class Forwarder:
             return await client.send(thread_id, self.message(command, traceparent))
         log.debug("inbound event not forwarded", kind=type(inbound).__name__)
         return None
+
+    async def react(self, thread_id: str, inbound: Reaction, traceparent: str = "") -> Sent:
+        """The core's react for a reaction on `inbound.target`: on a copy this conduit
+        posted, the copied turn; else the message itself (its id is the event id)."""
+        found = await self.client.delivery_lookup(inbound.target)
+        turn = found[1] if found is not None else inbound.target
+        return await self.client.react(
+            thread_id,
+            turn,
+            inbound.emoji,
+            remove=inbound.removed,
+            id=inbound.platform_id,
+            context=self.context(inbound.sender.id, inbound.sender.name, traceparent),
+        )
 
     def message(self, inbound: Message, traceparent: str = "") -> UserMessageEvent:
         """The core's event for a user message: its platform id is the event id."""

@@ -2,7 +2,8 @@
 
 A platform conduit has two halves. The adapter (`Platform`) knows one platform's wire:
 it turns the platform's events into `Inbound` values in ore's words, and performs the
-few calls the engine asks of it (post, edit, delete one message part), classifying
+few calls the engine asks of it (post, edit, delete one message part; react, where the
+platform has reactions: `Reacts`), classifying
 every failure once as `Transient`, `RateLimited` or `Refused`. The engine
 (`PlatformConduit`) owns everything between: the order of a conversation's events,
 confirming a platform event only after the core stored it, streaming answers,
@@ -35,6 +36,7 @@ __all__ = [
     "PlatformError",
     "RateLimited",
     "Reaction",
+    "Reacts",
     "ReadsBack",
     "Refused",
     "Sender",
@@ -216,6 +218,17 @@ class Platform(Protocol):
     async def edit(self, conversation: str, platform_id: str, part: Part) -> None: ...
 
     async def delete(self, conversation: str, platform_id: str) -> None: ...
+
+
+@runtime_checkable
+class Reacts(Protocol):
+    """A platform with reactions (`Capabilities.reactions`): the bot adds (`add`) or
+    takes back its own `emoji` on message `platform_id`, showing there a reaction made
+    on another endpoint. Both are idempotent: adding twice shows one, taking back one
+    the bot never made does nothing. Optional: without it, a reaction elsewhere is
+    shown as a short line, and only where the gateway asks for it."""
+
+    async def react(self, conversation: str, platform_id: str, emoji: str, add: bool) -> None: ...
 
 
 @runtime_checkable

@@ -6,9 +6,10 @@ endpoint's own user message is never echoed; another endpoint's user message is
 shown with its label (`{name} ({conduit})`, from the thread's `ore.gateway.label`);
 answers to the endpoint's own messages always, others' answers only when
 `ore.gateway.answer` is `all`; `turn_deleted` and `delivery` events say what to
-delete or report. `ThreadSettings` caches those settings per thread (fed by
-`threads.get` and `properties` events). `split_message` and `degrade` fit text and
-edits to a platform's `Capabilities`. This module stands on the vocabulary alone.
+delete or report, `reaction` events what to react. `ThreadSettings` caches those
+settings per thread (fed by `threads.get` and `properties` events). `split_message`
+and `degrade` fit text and edits to a platform's `Capabilities`. This module stands on
+the vocabulary alone.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ore_core.events import (
     DeliveryEvent,
     PropertiesEvent,
     PropertyOperation,
+    ReactionEvent,
     TurnCompleteEvent,
     TurnDeletedEvent,
 )
@@ -37,6 +39,7 @@ __all__ = [
     "GATEWAY_ANSWER_KEY",
     "GATEWAY_KEY",
     "GATEWAY_LABEL_KEY",
+    "GATEWAY_REACTION_LINES_KEY",
     "Rendered",
     "RelayAction",
     "Relayed",
@@ -44,6 +47,7 @@ __all__ = [
     "ThreadSettings",
     "classify",
     "degrade",
+    "reaction_line",
     "split_message",
     "turn_text",
 ]
@@ -51,6 +55,7 @@ __all__ = [
 GATEWAY_KEY = "ore.gateway"
 GATEWAY_ANSWER_KEY = "ore.gateway.answer"
 GATEWAY_LABEL_KEY = "ore.gateway.label"
+GATEWAY_REACTION_LINES_KEY = "ore.gateway.reaction_lines"
 DEFAULT_LABEL = "{name} ({conduit})"
 
 Answer = Literal["origin", "all", "none"]
@@ -59,7 +64,7 @@ _ANSWERS: dict[str, Answer] = {"origin": "origin", "all": "all", "none": "none"}
 _THREAD_WIDE: frozenset[str] = frozenset(("", "app"))
 
 RelayAction = Literal[
-    "own", "relayed", "edited", "answer", "deleted", "delivery", "settings", "hidden"
+    "own", "relayed", "edited", "answer", "deleted", "reacted", "delivery", "settings", "hidden"
 ]
 """What an endpoint does with one event:
 
@@ -73,6 +78,8 @@ RelayAction = Literal[
   the answer's turn and final text: what a conduit that shows another endpoint's
   answers as copies (final text only) posts and reports.
 - `deleted`: delete the copy of `Relayed.turn_id` (or post a notice).
+- `reacted`: another endpoint's reaction to `Relayed.turn_id`: show it on the message
+  of that turn (or, where the gateway asks, as `Relayed.text`, a short line).
 - `delivery`: another endpoint's delivery status of a turn (`Relayed.text` says it); one
   naming another `origin` than this endpoint is `hidden` (it is not this one's message).
 - `settings`: a `properties` event: feed it to the `SettingsCache`.
@@ -87,6 +94,8 @@ class ThreadSettings:
     gateway: str = ""
     answer: Answer = "origin"
     label: str = DEFAULT_LABEL
+    reaction_lines: bool = False
+    """A platform without reactions shows another endpoint's as a short line."""
 
     @classmethod
     def of_metadata(cls, metadata: Mapping[str, str]) -> ThreadSettings:
@@ -103,6 +112,9 @@ class ThreadSettings:
             settings = replace(settings, answer=answer)
         if GATEWAY_LABEL_KEY in values:
             settings = replace(settings, label=values[GATEWAY_LABEL_KEY] or DEFAULT_LABEL)
+        if GATEWAY_REACTION_LINES_KEY in values:
+            lines = values[GATEWAY_REACTION_LINES_KEY] == "true"
+            settings = replace(settings, reaction_lines=lines)
         return settings
 
     def apply(self, operations: Iterable[PropertyOperation]) -> ThreadSettings:
@@ -195,7 +207,7 @@ def classify(delivery: Delivery, namespace: str, settings: ThreadSettings) -> Re
     context = getattr(event, "context", None)
     origin: str = context.provenance if context is not None else ""
     if origin == namespace:
-        own = kind in ("delivery", "turn_deleted") or (
+        own = kind in ("delivery", "turn_deleted", "reaction") or (
             isinstance(event, TurnCompleteEvent) and event.turn.role == Role.USER
         )
         return Relayed("own", origin) if own else _answer(event, origin)
@@ -217,6 +229,8 @@ def classify(delivery: Delivery, namespace: str, settings: ThreadSettings) -> Re
         )
     if isinstance(event, TurnDeletedEvent):
         return Relayed("deleted", origin, turn_id=event.turn)
+    if isinstance(event, ReactionEvent):
+        return Relayed("reacted", origin, turn_id=event.turn, text=reaction_line(event))
     if isinstance(event, DeliveryEvent):
         if event.origin and event.origin != namespace:
             return Relayed("hidden", origin)  # the status of another endpoint's message
@@ -226,6 +240,14 @@ def classify(delivery: Delivery, namespace: str, settings: ThreadSettings) -> Re
     if kind == "notice":
         return Relayed("hidden", origin)  # a notice is for its sender only
     return _answer(event, origin) if settings.answer == "all" else Relayed("hidden", origin)
+
+
+def reaction_line(event: ReactionEvent) -> str:
+    """The short line of a reaction, for a platform without reactions:
+    `Ana reacted 👍 to "hello"` (`removed 👍 from` for a reaction taken back)."""
+    name = event.context.user_name or event.context.user or event.context.provenance
+    done = f"removed {event.emoji} from" if event.remove else f"reacted {event.emoji} to"
+    return f'{name} {done} "{event.excerpt}"'
 
 
 # -- fitting text to a platform ----------------------------------------------

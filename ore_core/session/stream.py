@@ -61,6 +61,7 @@ from ore_core.events import (
     OutputEvent,
     PropertiesEvent,
     PropertyOperation,
+    ReactEvent,
     RegenerateEvent,
     SessionSwitchEvent,
     Severity,
@@ -70,7 +71,6 @@ from ore_core.events import (
 from ore_core.ledger.thread import Thread
 from ore_core.session.bridging import (
     as_message,
-    delete_turn,
     replaces_answer,
     turn_extra,
     unanswered,
@@ -81,6 +81,7 @@ from ore_core.session.interception import intercept
 from ore_core.session.pending import HandledCallback, Pending, RetryCallback, collect, reject
 from ore_core.session.policy import DoubleTexting
 from ore_core.session.protocols import Interceptor, Store, TurnProcessor
+from ore_core.session.reactions import mark_turn
 from ore_core.session.redelivery import Redeliveries
 from ore_core.session.spec import KEY_MODEL_NAME, ModelSpec
 from ore_core.session.store_health import DELAYED_NOTICE, StoreHealth, is_store_failure
@@ -515,8 +516,10 @@ class Stream:
         if isinstance(event, SessionSwitchEvent):
             self.publish(event)
             return
-        if isinstance(event, DeleteEvent):
-            self.publish(delete_turn(self._thread, event))
+        if isinstance(event, DeleteEvent | ReactEvent):  # a mark on a turn: no model turn
+            told = mark_turn(self._thread, event)
+            if told is not None:
+                self.publish(told)
             return
         raise TurnFailed(f"unsupported event kind: {event.kind}")
 

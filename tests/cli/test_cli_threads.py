@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from ore_core import Role, Text, Thread, ThreadNotFound, UserMessageEvent
+from ore_core import EventContext, Role, Text, Thread, ThreadNotFound, UserMessageEvent
 from ore_core.cli.app import build_runtime
 from ore_core.cli.threads import UNANSWERED
 from ore_core.config import OreSettings
 from ore_core.errors import TurnFailed
+from ore_core.events import ReactEvent
 from ore_core.plugins.manager import create_plugin_manager
 from ore_core.session.compaction import BOUNDARY_INFO_KEY, BoundaryInfo, plan_cut, store_compaction
 from ore_core.session.manager import Manager
@@ -175,6 +176,33 @@ def test_show_says_that_a_last_message_got_no_answer(populated: Populated) -> No
     asyncio.run(fail_a_turn())
     lines = ore("threads", "show", "other").stdout.splitlines()
     assert lines[-2:] == ["  are you there?", f"  ({UNANSWERED})"]
+
+
+def test_show_lists_a_turns_reactions_under_it(populated: Populated) -> None:
+    async def react() -> None:
+        store = SQLiteStore(populated.store["path"])
+        manager = Manager(store, broken_model_never_called)
+        try:
+            stream = await manager.attach("other")
+            turn_id = stream.turns()[0].id
+            for user, emoji in (("ana", "👍"), ("ben", "👍"), ("ana", "🎉")):
+                context = EventContext(provenance="discord", user=user)
+                await stream.process(ReactEvent(turn_id=turn_id, emoji=emoji, context=context))
+        finally:
+            await manager.aclose()
+            await store.close()
+
+    asyncio.run(react())
+    lines = ore("threads", "show", "other").stdout.splitlines()
+    question = lines.index("  another conversation")
+    assert lines[question + 1] == "  (reactions: 👍 2, 🎉 1)"
+    shown = json.loads(ore("threads", "show", "other", "--json").stdout)
+    reactions = json.loads(shown["turns"][0]["metadata"]["reactions"])
+    assert reactions == {"👍": ["discord:ana", "discord:ben"], "🎉": ["discord:ana"]}
+
+
+async def broken_model_never_called(ctx: TurnContext) -> None:
+    raise AssertionError("a reaction ran the model")
 
 
 def test_show_json_lists_the_active_path_turns(populated: Populated) -> None:

@@ -38,7 +38,7 @@ from tests.paths import DOCS
 pytestmark = pytest.mark.slow  # starts processes: `-m 'not slow'` skips it
 
 PROTOCOL = (DOCS / "protocol.md").read_text(encoding="utf-8")
-INGRESS_KINDS = {"user_message", "interrupt", "delete", "edit", "regenerate"}
+INGRESS_KINDS = {"user_message", "interrupt", "delete", "edit", "regenerate", "react"}
 DLQ_FIELDS = {"reason", "detail", "subject", "namespace", "thread_id", "data", "time"}
 DLQ_REASONS = {
     BAD_JSON,

@@ -31,7 +31,9 @@ log = logging.getLogger(__name__)
 
 GUILDS = 1 << 0
 GUILD_MESSAGES = 1 << 9
+GUILD_MESSAGE_REACTIONS = 1 << 10
 DIRECT_MESSAGES = 1 << 12
+DIRECT_MESSAGE_REACTIONS = 1 << 13
 MESSAGE_CONTENT = 1 << 15
 _KEEP_SESSION = 4900
 """The close code the conduit leaves with: anything but 1000/1001 keeps it resumable."""
@@ -48,8 +50,10 @@ _FRESH = {4007, 4009}  # invalid sequence, session timed out: identify anew
 
 
 def intents(message_content: bool) -> int:
-    """Guilds, guild messages and DMs, and the content of messages when allowed."""
-    wanted = GUILDS | GUILD_MESSAGES | DIRECT_MESSAGES
+    """Guilds, guild messages and DMs and their reactions, and the content of messages
+    when allowed."""
+    reactions = GUILD_MESSAGE_REACTIONS | DIRECT_MESSAGE_REACTIONS
+    wanted = GUILDS | GUILD_MESSAGES | DIRECT_MESSAGES | reactions
     return wanted | MESSAGE_CONTENT if message_content else wanted
 
 

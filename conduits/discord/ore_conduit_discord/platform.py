@@ -3,7 +3,8 @@
 A conversation is a Discord channel: a text channel, a thread (Discord's threads are
 channels too) or a DM, keyed `GUILD:CHANNEL` (`@me:CHANNEL` for a DM). A message in a
 channel continues that channel's ore thread, and a Discord thread opened from a message
-is a conversation of its own. Everything else
+is a conversation of its own. A user's reaction (MESSAGE_REACTION_ADD/REMOVE) is a
+`Reaction`; the bot's own (what `react` makes for a reaction elsewhere) is not. Everything else
 (order, acknowledgement, streaming, copies, retries) is the engine's.
 """
 
@@ -29,6 +30,7 @@ from ore_core.conduit import (
     Message,
     Part,
     PlatformError,
+    Reaction,
     Sender,
 )
 
@@ -89,6 +91,7 @@ class DiscordPlatform:
         markup="markdown",
         edits_arrive=True,
         deletes_arrive=True,
+        reactions=True,
         idempotency="key",
     )
 
@@ -102,6 +105,7 @@ class DiscordPlatform:
         self._parents: dict[str, str] = {}  # thread -> the channel it is in
         self._hooks = {str(Webhook(url).id) for url in config.webhooks.values()}
         self._deleting: set[str] = set()
+        self._names: dict[str, str] = {}  # user id -> name, for a removal (which has none)
 
     async def connect(self) -> None:
         """Log in (MissingToken for a refused token), register the slash commands and
@@ -162,6 +166,10 @@ class DiscordPlatform:
         self._deleting.add(platform_id)
         await self.rest.delete(channel, platform_id)
 
+    async def react(self, conversation: str, platform_id: str, emoji: str, add: bool) -> None:
+        _, channel = split_conversation(conversation)
+        await self.rest.react(channel, platform_id, emoji, add)
+
     def _hook(self, channel: str) -> tuple[Webhook, str] | None:
         """The webhook for `channel` (or for the channel a thread is in, with the thread)."""
         hook = self.config.webhook(channel)
@@ -194,7 +202,32 @@ class DiscordPlatform:
             )
         elif dispatch.kind in {"MESSAGE_CREATE", "MESSAGE_UPDATE"} and self._from_a_user(data):
             return self._message(dispatch)
+        elif dispatch.kind in {"MESSAGE_REACTION_ADD", "MESSAGE_REACTION_REMOVE"}:
+            return self._reaction(dispatch)
         return None
+
+    def _reaction(self, dispatch: Dispatch) -> Reaction | None:
+        """A user's reaction; the bot's own (shown for a reaction elsewhere) is none."""
+        data = dispatch.data
+        user = str(data["user_id"])
+        if user == self.me:
+            return None
+        member = data.get("member")
+        if member is not None and member.get("user"):
+            self._names[user] = sender_of(member["user"], member).name
+        emoji = data["emoji"]
+        name = f"{emoji['name']}:{emoji['id']}" if emoji.get("id") else str(emoji["name"])
+        removed = dispatch.kind == "MESSAGE_REACTION_REMOVE"
+        change = f"{'-' if removed else '+'}{dispatch.seq}"  # Discord's events have no id
+        return Reaction(
+            conversation=conversation_of(data.get("guild_id"), data["channel_id"]),
+            platform_id=f"{data['message_id']}:{user}:{name}:{change}",
+            sender=Sender(name=self._names.get(user, "someone"), id=user),
+            target=str(data["message_id"]),
+            emoji=name,
+            removed=removed,
+            done=functools.partial(self._done, dispatch.seq),
+        )
 
     def _from_a_user(self, data: dict[str, Any]) -> bool:
         author = data.get("author")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
@@ -118,6 +119,12 @@ class DiscordRest:
 
     async def delete(self, channel: str, message: str) -> None:
         await self._call("DELETE", f"/channels/{channel}/messages/{message}", channel)
+
+    async def react(self, channel: str, message: str, emoji: str, add: bool) -> None:
+        """The bot's own reaction on `message`, added (PUT) or taken back (DELETE); both
+        are idempotent on Discord. `emoji` is a Unicode emoji or a custom `name:id`."""
+        path = f"/channels/{channel}/messages/{message}/reactions/{quote(emoji, safe=':')}/@me"
+        await self._call("PUT" if add else "DELETE", path, channel)
 
     async def post_as(self, hook: Webhook, thread: str, part: Part) -> str:
         """Post through a webhook, showing the part's sender (name, avatar). Webhooks

@@ -11,6 +11,9 @@ edits and redacts messages. Three promises rest on it:
 - **One classification**: every failure is `RateLimited`, `Transient` or `Refused`
   (`errors.classify`); nio's own retries are off, so the engine's policy is the only one.
 
+Reactions go both ways: a user's `m.reaction` is a `Reaction` (its redaction one taken
+back), and `react` annotates a message with the bot's own (redacted when taken back).
+
 Encrypted rooms are out of scope: the room is told once (a notice), nothing in it is
 read, and a post to it is refused.
 """
@@ -81,6 +84,7 @@ class MatrixPlatform:
         max_message_length=8000,
         edits_arrive=True,
         deletes_arrive=True,
+        reactions=True,
         idempotency="key",
     )
 
@@ -315,6 +319,26 @@ class MatrixPlatform:
         request = self.client.room_redact(room, platform_id, tx_id=_txn("redact", platform_id))
         answer = await self._call("redact", request)
         assert isinstance(answer, RoomRedactResponse)
+
+    async def react(self, conversation: str, platform_id: str, emoji: str, add: bool) -> None:
+        """Annotate `platform_id` with the bot's `emoji` (m.reaction), or redact that
+        annotation; either is a no-op when already so. The transaction id counts the
+        times it was taken back, so a reaction made again is a new event."""
+        room = Conversation.parse(conversation).room
+        made, taken_back = self.state.own_reaction(platform_id, emoji)
+        if add and not made:
+            self._writable(room)
+            relates = {"rel_type": "m.annotation", "event_id": platform_id, "key": emoji}
+            txn = _txn("react", platform_id, emoji, str(taken_back))
+            request = self.client.room_send(room, "m.reaction", {"m.relates_to": relates}, txn)
+            answer = await self._call("react", request)
+            assert isinstance(answer, RoomSendResponse)
+            self.state.keep_own_reaction(platform_id, emoji, answer.event_id, taken_back)
+        elif not add and made:
+            txn = _txn("unreact", made)
+            answer = await self._call("redact", self.client.room_redact(room, made, tx_id=txn))
+            assert isinstance(answer, RoomRedactResponse)
+            self.state.keep_own_reaction(platform_id, emoji, "", taken_back + 1)
 
     def _writable(self, room: str) -> None:
         known = self.client.rooms.get(room)

@@ -1,5 +1,6 @@
 """Reading: one timeline event of a room in ore's words (`Message`, `Edit`, `Delete`,
-`Command`), or nothing for what the conduit does not answer.
+`Command`, `Reaction`: an `m.reaction` annotation, and its redaction a reaction taken
+back), or nothing for what the conduit does not answer.
 
 Not answered: the bot's own events, notices (`m.notice`: bots must never answer them,
 so two bots never loop), redacted events, media, state and encrypted events. A reply's
@@ -17,7 +18,7 @@ from typing import Any
 
 from ore_conduit_matrix.ids import Conversation
 from ore_conduit_matrix.state import State
-from ore_core.conduit import Command, Delete, Edit, Inbound, Message, Sender
+from ore_core.conduit import Command, Delete, Edit, Inbound, Message, Reaction, Sender
 
 __all__ = ["Reader"]
 
@@ -43,8 +44,18 @@ class Reader:
         event_id = str(event.get("event_id", ""))
         if event.get("type") == "m.room.redaction":
             target = str(event.get("redacts") or content.get("redacts", ""))
+            reaction = self.state.reaction(target)
+            if reaction is not None:  # a reaction taken back
+                return await self._reaction(room, event_id, sender, *reaction, removed=True)
             where = await self._where(room, target, fetch=False)
             return Delete(conversation=where, platform_id=event_id, target=target)
+        if event.get("type") == "m.reaction":
+            relates = content.get("m.relates_to") or {}
+            if relates.get("rel_type") != "m.annotation" or not relates.get("key"):
+                return None
+            target, key = str(relates.get("event_id", "")), str(relates["key"])
+            self.state.note_reaction(event_id, target, key)
+            return await self._reaction(room, event_id, sender, target, key, removed=False)
         if event.get("type") != "m.room.message" or content.get("msgtype") not in _TEXT:
             return None
         who = Sender(self.name(room, sender), sender)
@@ -68,6 +79,18 @@ class Reader:
             )
         return Message(
             conversation=conversation, platform_id=event_id, sender=who, text=text, reply_to=reply
+        )
+
+    async def _reaction(
+        self, room: str, event_id: str, sender: str, target: str, key: str, *, removed: bool
+    ) -> Reaction:
+        return Reaction(
+            conversation=await self._where(room, target, fetch=True),
+            platform_id=event_id,
+            sender=Sender(self.name(room, sender), sender),
+            target=target,
+            emoji=key,
+            removed=removed,
         )
 
     def _command(self, text: str) -> tuple[str, str] | None:

@@ -9,6 +9,9 @@
 - the encrypted rooms already told that the bot cannot read them;
 - the text each post's transaction id was last sent with: a post repeated after a
   crash names the event made then, which shows the text of then.
+- reactions: each user's (its target and key, since its redaction names only the
+  reaction and strips it) and the bot's own (what to redact when it is taken back, and
+  how many it took back there, so a reaction made again is a new transaction).
 
 Each write is one short statement committed at once (WAL: it survives the process
 being killed), done on the event loop: they are microseconds, a few per sync.
@@ -30,6 +33,10 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS events (event_id TEXT PRIMARY KEY, conversation TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS told (room TEXT PRIMARY KEY)",
     "CREATE TABLE IF NOT EXISTS sends (txn TEXT PRIMARY KEY, text TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS reactions (event_id TEXT PRIMARY KEY, target TEXT NOT NULL,"
+    " key TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS own_reactions (target TEXT NOT NULL, key TEXT NOT NULL,"
+    " event_id TEXT NOT NULL, taken_back INTEGER NOT NULL, PRIMARY KEY (target, key))",
 )
 
 Session = tuple[str, str, str]
@@ -86,6 +93,33 @@ class State:
 
     def note(self, event_id: str, conversation: str) -> None:
         self._db.execute("INSERT OR IGNORE INTO events VALUES (?, ?)", (event_id, conversation))
+
+    def note_reaction(self, event_id: str, target: str, key: str) -> None:
+        self._db.execute(
+            "INSERT OR IGNORE INTO reactions VALUES (?, ?, ?)", (event_id, target, key)
+        )
+
+    def reaction(self, event_id: str) -> tuple[str, str] | None:
+        """(target, key) of a user's reaction seen before."""
+        row = self._db.execute(
+            "SELECT target, key FROM reactions WHERE event_id = ?", (event_id,)
+        ).fetchone()
+        return (str(row[0]), str(row[1])) if row else None
+
+    def own_reaction(self, target: str, key: str) -> tuple[str, int]:
+        """(the bot's reaction event on `target` with `key`, "" when none now; how many
+        times it was taken back)."""
+        row = self._db.execute(
+            "SELECT event_id, taken_back FROM own_reactions WHERE target = ? AND key = ?",
+            (target, key),
+        ).fetchone()
+        return (str(row[0]), int(row[1])) if row else ("", 0)
+
+    def keep_own_reaction(self, target: str, key: str, event_id: str, taken_back: int) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO own_reactions VALUES (?, ?, ?, ?)",
+            (target, key, event_id, taken_back),
+        )
 
     def was_told(self, room: str) -> bool:
         return self._db.execute("SELECT 1 FROM told WHERE room = ?", (room,)).fetchone() is not None

@@ -14,6 +14,9 @@ What it serves (REST under `/api/v10`, `Authorization: Bot <token>`, JSON):
 - `POST /webhooks/{id}/{token}?wait=true` with `username` and `avatar_url` (the copy
   shows that name), `PATCH|DELETE /webhooks/{id}/{token}/messages/{m}`. Webhooks take
   no nonce (as on Discord).
+- `PUT` and `DELETE /channels/{c}/messages/{m}/reactions/{emoji}/@me`: the bot's own
+  reaction, idempotent both ways (a change dispatched as MESSAGE_REACTION_ADD/REMOVE,
+  the bot's own too, as Discord does).
 - `POST /interactions/{id}/{token}/callback` (kept in `interaction_replies`).
 - Discord's checks: content of 1-2,000 characters (else 400, code 50035 with the
   field's error), an unknown channel 404 (10003), an unknown message 404 (10008), a
@@ -22,8 +25,9 @@ What it serves (REST under `/api/v10`, `Authorization: Bot <token>`, JSON):
   route's bucket.
 
 What a user sees: `seen(channel)` lists the messages shown in a channel (author's
-name as shown, text); users act with `user_says`, `user_edits`, `user_deletes`,
-`user_command` (a slash command: INTERACTION_CREATE).
+name as shown, text), `reactions_on(channel, message)` who reacts with what; users act
+with `user_says`, `user_edits`, `user_deletes`, `user_reacts` (add or take back a
+reaction), `user_command` (a slash command: INTERACTION_CREATE).
 
 Scripted faults: `fail_next(route, status, retry_after=..., times=...)` (429 with
 `retry_after` in the body and `X-RateLimit-*`/`Retry-After` headers, a 5xx, any
@@ -34,7 +38,7 @@ connection closes without an answer, after carrying the call out or not), for ro
 `invalidate` (see `FakeGateway`).
 
 Simplifications: one guild, no roles or permissions besides `forbidden`, no rate
-limit of its own unless scripted, no embeds, attachments or reactions, interactions
+limit of its own unless scripted, no embeds or attachments, interactions
 answered only with callbacks (no follow-ups), snowflakes that are plain counters.
 """
 
@@ -47,6 +51,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote
 
 from aiohttp import web
 
@@ -124,6 +129,8 @@ class FakeDiscord:
     commands: list[dict[str, Any]] = field(default_factory=list)
     interaction_replies: dict[str, dict[str, Any]] = field(default_factory=dict)
     calls: list[tuple[str, str]] = field(default_factory=list)
+    reactions: dict[tuple[str, str], dict[str, list[str]]] = field(default_factory=dict)
+    """(channel, message) -> emoji -> the ids of the users reacting with it."""
     url: str = ""
 
     def __post_init__(self) -> None:
@@ -217,6 +224,10 @@ class FakeDiscord:
             for m in self.messages.get(channel, {}).values()
         ]
 
+    def reactions_on(self, channel: str, message_id: str) -> dict[str, list[str]]:
+        """Who reacts with what on a message: emoji -> user ids (the bot's is BOT_ID)."""
+        return {e: list(u) for e, u in self.reactions.get((channel, message_id), {}).items() if u}
+
     def bot_texts(self, channel: str) -> list[str]:
         return [
             m.payload["content"]
@@ -253,6 +264,19 @@ class FakeDiscord:
     async def user_deletes(self, channel: str, message_id: str) -> None:
         del self.messages[channel][message_id]
         await self._deleted(channel, message_id)
+
+    async def user_reacts(
+        self,
+        channel: str,
+        message_id: str,
+        emoji: str,
+        *,
+        remove: bool = False,
+        author: str = ALICE,
+        name: str = "alice",
+    ) -> None:
+        """A user adds (or, `remove`, takes back) a reaction on a message."""
+        await self._react(channel, message_id, emoji, _user(author, name), add=not remove)
 
     async def user_command(self, channel: str, name: str, *, author: str = ALICE) -> str:
         interaction = str(next(self._ids))
@@ -311,6 +335,8 @@ class FakeDiscord:
                 for c in commands
             ]
             return _json(self.commands)
+        if parts[0] == "channels" and len(parts) == 7 and parts[4:7:2] == ["reactions", "@me"]:
+            return await self._bot_reacts(request, parts[1], parts[3], unquote(parts[5]))
         if parts[0] == "channels" and len(parts) >= 3 and parts[2] == "messages":
             return await self._messages(request, parts[1], parts[3] if len(parts) > 3 else "")
         return _error(404, 0, "404: Not Found")
@@ -344,6 +370,44 @@ class FakeDiscord:
                 else self._post(channel, body)
             )
         return await self._answer(request, fault, answer)
+
+    async def _bot_reacts(
+        self, request: web.Request, channel: str, message_id: str, emoji: str
+    ) -> web.StreamResponse:
+        fault = self._fault("react")
+        if fault is not None and fault.status:
+            return _failure(fault, f"reactions-{channel}")
+        if channel not in self.channels:
+            return _error(404, 10003, "Unknown Channel")
+        if message_id not in self.messages.get(channel, {}):
+            return _error(404, 10008, "Unknown Message")
+        bot = _user(BOT_ID, "ore", bot=True)
+        await self._react(channel, message_id, emoji, bot, add=request.method == "PUT")
+        return web.Response(status=204)
+
+    async def _react(
+        self, channel: str, message_id: str, emoji: str, user: dict[str, Any], *, add: bool
+    ) -> None:
+        """Add or take back `user`'s reaction; a change is dispatched, none is not."""
+        people = self.reactions.setdefault((channel, message_id), {}).setdefault(emoji, [])
+        if (user["id"] in people) == add:
+            return
+        if add:
+            people.append(user["id"])
+        else:
+            people.remove(user["id"])
+        name, _, custom = emoji.partition(":")
+        data: dict[str, Any] = {
+            "user_id": user["id"],
+            "channel_id": channel,
+            "message_id": message_id,
+            "emoji": {"id": custom or None, "name": name},
+        }
+        if self.channels[channel]:
+            data["guild_id"] = self.channels[channel]
+            if add:
+                data["member"] = {"user": user, "nick": None, "roles": [], "joined_at": _STAMP}
+        await self._dispatch("MESSAGE_REACTION_ADD" if add else "MESSAGE_REACTION_REMOVE", data)
 
     async def _post(self, channel: str, body: dict[str, Any]) -> web.Response:
         nonce = str(body.get("nonce") or "")

@@ -26,6 +26,7 @@ DIRECT_MESSAGES = 1 << 12
 MESSAGE_CONTENT = 1 << 15
 PRIVILEGED = (1 << 1) | (1 << 8) | MESSAGE_CONTENT
 _GUILD_EVENTS = {"MESSAGE_CREATE", "MESSAGE_UPDATE", "MESSAGE_DELETE"}
+_REACTION_EVENTS = {"MESSAGE_REACTION_ADD", "MESSAGE_REACTION_REMOVE"}
 
 
 @dataclass
@@ -38,6 +39,9 @@ class GatewaySession:
     socket: web.WebSocketResponse | None = None
 
     def wants(self, kind: str, data: dict[str, Any]) -> bool:
+        if kind in _REACTION_EVENTS:
+            intent = (1 << 10) if data.get("guild_id") else (1 << 13)  # *_MESSAGE_REACTIONS
+            return bool(self.intents & intent)
         if kind not in _GUILD_EVENTS:
             return True
         intent = GUILD_MESSAGES if data.get("guild_id") else DIRECT_MESSAGES

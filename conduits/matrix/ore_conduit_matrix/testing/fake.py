@@ -16,8 +16,9 @@ What it serves (client-server API, `/_matrix/client/v3/...`, JSON):
   id and makes no second event. A sender not joined (or `forbid`den) gets 403
   `M_FORBIDDEN`, content over 65,536 bytes 413 `M_TOO_LARGE`.
 - `POST /join/{room}` (accepts an invite), `GET /rooms/{room}/event/{event}`.
-- **Users** (`user_says`, `user_edits`, `user_redacts`, `invite`, `encrypt`) add events
-  as another client would; **what a user sees**: `view(room, thread)`, `bot_texts`.
+- **Users** (`user_says`, `user_edits`, `user_redacts`, `user_reacts`, `invite`,
+  `encrypt`) add events as another client would; **what a user sees**: `view(room,
+  thread)`, `bot_texts`, `reactions_on(event)` (annotations not redacted).
 - **Scripted faults** by endpoint name (`login`, `whoami`, `sync`, `send`, `redact`,
   `join`, `event`): `fail_next(name, status=429, errcode="M_LIMIT_EXCEEDED",
   retry_after_ms=...)` (any status and errcode: 5xx, `M_UNKNOWN_TOKEN`, ...) and
@@ -240,6 +241,23 @@ class FakeMatrix:
         """`user` removes `event_id`; the redaction's event id."""
         content = {"redacts": event_id}
         return await self._user_event(room_id, user, "m.room.redaction", content)
+
+    async def user_reacts(self, room_id: str, event_id: str, key: str, *, user: str = ALICE) -> str:
+        """`user` annotates `event_id` with `key` (m.reaction); the reaction's event id
+        (`user_redacts` it to take it back)."""
+        relates = {"rel_type": "m.annotation", "event_id": event_id, "key": key}
+        return await self._user_event(room_id, user, "m.reaction", {"m.relates_to": relates})
+
+    def reactions_on(self, event_id: str) -> dict[str, list[str]]:
+        """The annotations of `event_id` not redacted: key -> senders, in order."""
+        shown: dict[str, list[str]] = {}
+        for event in self.stream.events:
+            relates = event.content.get("m.relates_to") or {}
+            if event.type != "m.reaction" or event.redacted_by or event.replays:
+                continue
+            if relates.get("event_id") == event_id:
+                shown.setdefault(str(relates.get("key")), []).append(event.sender)
+        return shown
 
     async def user_sends(self, room_id: str, type_: str, content: dict[str, Any]) -> str:
         """Any event of Alice's (an m.room.encrypted one, a reaction)."""

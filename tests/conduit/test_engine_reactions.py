@@ -1,0 +1,110 @@
+"""Reactions through the platform engine (issue 39): a scripted platform without reactions
+run as a conduit against a real core on a real nats-server. A reaction made on the
+platform reaches the core's turn; one made elsewhere is a short line only where the
+gateway asks for it."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ore_core.conduit import ConduitClient, ControlClient, Message, Reaction, Sender
+from ore_core.session.reactions import reactions_of
+from ore_core.testing.conduit_conformance import ConduitCore, StartConduit
+from ore_core.testing.scripted_platform import ScriptedPlatform
+from tests.bus.conftest import eventually
+from tests.bus_client.test_engine import ROOM, THREAD, TIMEOUT, start
+
+
+async def linked(core: ConduitCore, *, reaction_lines: bool | None = None) -> ConduitClient:
+    """THREAD, made by namespace `web`, linked to the scripted conduit's ROOM; web's client."""
+    web = core.client_for("web")
+    await web.create_thread(THREAD)
+    endpoint = {"namespace": "memo", "key": "memo.room", "value": ROOM}
+    body: dict[str, object] = {"thread": THREAD, "endpoint": endpoint}
+    if reaction_lines is not None:
+        body["reaction_lines"] = reaction_lines
+    await ControlClient.beside(core.client).call("links.add", body)
+    return web
+
+
+async def shown_after(platform: ScriptedPlatform, count: int) -> list[str]:
+    return await asyncio.wait_for(platform.wait_for(ROOM, count), TIMEOUT)
+
+
+async def reported(core: ConduitCore, copy: str) -> None:
+    """Until the scripted conduit has reported `copy` (it reports after posting)."""
+    memo = core.client_for("memo")
+
+    async def found() -> bool:
+        return await memo.delivery_lookup(copy) is not None
+
+    await eventually(found)
+
+
+async def test_a_reaction_elsewhere_is_a_short_line_where_the_gateway_asks_for_it(
+    ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit
+) -> None:
+    web = await linked(ore_conduit_core, reaction_lines=True)
+    platform = ScriptedPlatform()
+    await start(ore_start_conduit, platform)
+    await web.send(THREAD, "hello", id="w-1", user_name="Ana")
+    await shown_after(platform, 1)
+    await web.react(THREAD, "w-1", "👍", user="ana", user_name="Ana")
+    assert await shown_after(platform, 2) == ["Ana (web): hello", 'Ana reacted 👍 to "hello"']
+
+
+async def test_a_reaction_elsewhere_shows_nothing_where_the_gateway_does_not_ask(
+    ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit
+) -> None:
+    web = await linked(ore_conduit_core)
+    platform = ScriptedPlatform()
+    await start(ore_start_conduit, platform)
+    await web.send(THREAD, "hello", id="w-1", user_name="Ana")
+    await shown_after(platform, 1)
+    await web.react(THREAD, "w-1", "👍", user="ana", user_name="Ana")
+    await web.send(THREAD, "after the reaction", id="w-2", user_name="Ana")
+    shown = await shown_after(platform, 2)  # the lane shows a thread's events in order
+    assert shown == ["Ana (web): hello", "Ana (web): after the reaction"]
+
+
+async def test_a_reaction_on_a_copy_here_is_recorded_on_the_copied_turn(
+    ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit
+) -> None:
+    web = await linked(ore_conduit_core)
+    platform = ScriptedPlatform()
+    await start(ore_start_conduit, platform)
+    async with web.events(THREAD, kinds={"reaction"}) as feed:
+        await web.send(THREAD, "hello", id="w-1", user_name="Ana")
+        await shown_after(platform, 1)
+        (copy,) = platform.shown[ROOM]
+        await reported(ore_conduit_core, copy)
+        platform.receive(
+            Reaction(
+                conversation=ROOM,
+                platform_id="r-1",
+                sender=Sender("Bo", id="bo"),
+                target=copy,
+                emoji="🎉",
+            )
+        )
+        reaction = (await asyncio.wait_for(anext(aiter(feed)), TIMEOUT)).event
+    turns = await web.turns(THREAD)
+    question = next(t for t in turns if t.event_id == "w-1")
+    assert reactions_of(question) == {"🎉": ["memo:bo"]}
+    assert getattr(reaction, "turn", "") == question.id
+
+
+async def test_a_reaction_on_the_platform_never_starts_a_model_turn(
+    ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit
+) -> None:
+    platform = ScriptedPlatform()
+    await start(ore_start_conduit, platform)
+    platform.receive(Message(conversation=ROOM, platform_id="p-1", sender=Sender("Ana"), text="hi"))
+    assert await shown_after(platform, 1) == ["echo: hi"]
+    platform.receive(
+        Reaction(
+            conversation=ROOM, platform_id="r-1", sender=Sender("Ana"), target="p-1", emoji="👍"
+        )
+    )
+    platform.receive(Message(conversation=ROOM, platform_id="p-2", sender=Sender("Ana"), text="x"))
+    assert await shown_after(platform, 2) == ["echo: hi", "echo: x"]  # no answer between
