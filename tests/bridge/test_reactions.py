@@ -12,8 +12,8 @@ from nats.aio.client import Client
 from ore_core.conduit import ConduitClient, Delivery
 from ore_core.events import ErrorEvent, LifecycleEvent, ReactionEvent
 from ore_core.session.reactions import reactions_of
+from tests.bridge.test_relay_sdk import linked_thread
 from tests.bus.conftest import CoreFactory
-from tests.bus.test_relay_sdk import linked_thread
 
 
 @pytest.fixture

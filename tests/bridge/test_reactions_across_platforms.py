@@ -23,7 +23,7 @@ from ore_core.conduit import ControlClient
 from ore_core.session.reactions import reactions_of
 from ore_core.testing.conduit_conformance import ECHO_PREFIX, ConduitCore, StartConduit
 from ore_core.testing.processors import GatedProcessor
-from tests.bus.conftest import eventually
+from tests.bus.raw import eventually
 
 THREAD = "bridge-reactions"
 TIMEOUT = 30.0

@@ -11,8 +11,8 @@ from ore_core.conduit import ConduitClient, ControlClient, Message, Reaction, Se
 from ore_core.session.reactions import reactions_of
 from ore_core.testing.conduit_conformance import ConduitCore, StartConduit
 from ore_core.testing.scripted_platform import ScriptedPlatform
-from tests.bus.conftest import eventually
-from tests.bus_client.test_engine import ROOM, THREAD, TIMEOUT, start
+from tests.bus.raw import eventually
+from tests.conduit.test_engine import ROOM, THREAD, TIMEOUT, start
 
 
 async def linked(core: ConduitCore, *, reaction_lines: bool | None = None) -> ConduitClient:

@@ -12,16 +12,20 @@ from nats.aio.client import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from ore_core import ConduitClient
+from ore_core._nats.codec import output_headers
 from ore_core.conduit.counters import render
+from ore_core.events import encode_event
 from ore_core.subjects import Subjects
-from tests.conduit.test_client import NS, store, take, text, uses_streams
+from tests.conduit.test_client import take, text, uses_streams
+
+GAUGED = "gauged"  # the namespace whose outbox the test reads
 
 
 def outbox_depth() -> float:
-    """The gauge's value for the `client` fixture's namespace (0 when it has no feed)."""
+    """The gauge's value for the `GAUGED` namespace (0 when it has no feed)."""
     for family in text_string_to_metric_families(render().decode()):
         for sample in family.samples:
-            if sample.name == "ore_conduit_outbox_depth" and sample.labels["conduit"] == NS:
+            if sample.name == "ore_conduit_outbox_depth" and sample.labels["conduit"] == GAUGED:
                 return sample.value
     return 0.0
 
@@ -37,12 +41,18 @@ async def depth_becomes(expected: float) -> float:
 
 @uses_streams
 async def test_the_outbox_depth_counts_events_queued_and_held_until_finished(
-    client: ConduitClient, ore_nats_client: Client, subjects: Subjects
+    ore_nats_url: str, ore_nats_client: Client, subjects: Subjects
 ) -> None:
+    # A namespace of its own: the gauge sums every live feed of a namespace in this
+    # process, and another test's feed left open on the shared `test` one would count.
+    client = await ConduitClient.connect(ore_nats_url, name=GAUGED)
     depths = []
-    async with client.events(durable="bot") as feed:
-        await store(ore_nats_client, subjects, "t-1", text("one"))
-        await store(ore_nats_client, subjects, "t-1", text("two"))
+    async with client, client.events(durable="bot") as feed:
+        for content in ("one", "two"):
+            event = text(content)
+            await ore_nats_client.jetstream().publish(
+                subjects.events(GAUGED, "t-1"), encode_event(event), headers=output_headers(event)
+            )
         [one] = await take(feed, 1)
         hold = feed.hold(one)  # a renderer of the conduit still works on it
         depths.append(await depth_becomes(2))  # `two` queued, `one` held

@@ -17,7 +17,7 @@ from ore_core.session.stores.memory import MemoryStore
 from ore_core.session.stores.sqlite_store import SQLiteStore
 from ore_core.session.stream import Stream
 from ore_core.testing.processors import ScriptedProcessor
-from tests.session_support import message
+from tests.session.support import message
 
 ANA = EventContext(provenance="discord", user="u1", user_name="Ana")
 BEN = EventContext(provenance="matrix", user="@ben:example.org", user_name="Ben")
