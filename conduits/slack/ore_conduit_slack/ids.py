@@ -58,6 +58,14 @@ class SlackThread:
         }
 
     @classmethod
+    def parse(cls, key: str) -> SlackThread:
+        """The Slack thread a `key` names (ValueError if it names none)."""
+        found = cls.from_metadata({THREAD_KEY: key})
+        if found is None:
+            raise ValueError(f"not a Slack thread key: {key!r}")
+        return found
+
+    @classmethod
     def from_metadata(cls, metadata: dict[str, str]) -> SlackThread | None:
         """The Slack thread of an ore thread, or None for a thread of another conduit.
 

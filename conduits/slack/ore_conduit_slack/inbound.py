@@ -38,7 +38,7 @@ from typing import Any
 
 import structlog
 
-from ore_conduit_slack.api import Ambiguous, SlackApi, SlackError
+from ore_conduit_slack.api import Ambiguous, SlackApi, SlackError, Throttled
 from ore_conduit_slack.config import SlackConfig
 from ore_conduit_slack.ids import (
     THREAD_KEY,
@@ -49,7 +49,7 @@ from ore_conduit_slack.ids import (
 )
 from ore_conduit_slack.inbox import Inbox
 from ore_conduit_slack.names import UserNames
-from ore_conduit_slack.shortcut import REGENERATE, answer_turn, marked_turn
+from ore_conduit_slack.shortcut import REGENERATE, answer_turn, marked_turn, relayed_turn
 from ore_core import (
     ApiError,
     BusError,
@@ -124,9 +124,7 @@ def _passing(error: BaseException) -> bool:
         return not isinstance(error, PermissionDenied)
     if isinstance(error, ApiError):
         return error.status >= 500
-    if isinstance(error, SlackError):
-        return error.error == "ratelimited"
-    return isinstance(error, Ambiguous)
+    return isinstance(error, Throttled | Ambiguous)
 
 
 class Lanes:
@@ -393,7 +391,9 @@ class Inbound:
             kind, ref = marked_turn(await self._read_back(thread, str(message.get("ts"))))
         if kind == "answer":
             return await answer_turn(self.client, thread_id, ref)
-        return ref or None
+        if kind == "relay":
+            return await relayed_turn(self.client, thread_id, ref)
+        return None
 
     async def _read_back(self, thread: SlackThread, ts: str) -> Mapping[str, Any]:
         """The bot's message `ts` as the thread lists it, with its metadata ({}: gone)."""

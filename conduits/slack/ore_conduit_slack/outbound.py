@@ -38,10 +38,11 @@ import structlog
 from ore_conduit_slack.answer import Answer, Message, reply_metadata
 from ore_conduit_slack.api import Ambiguous, Budget, SlackApi, SlackError
 from ore_conduit_slack.config import SlackConfig
-from ore_conduit_slack.copies import RelayedCopies
 from ore_conduit_slack.ids import SlackThread, traceparent_of
 from ore_conduit_slack.inbound import Identity
+from ore_conduit_slack.platform import SlackPlatform
 from ore_conduit_slack.recovery import Recovery
+from ore_conduit_slack.statuses import show_status
 from ore_conduit_slack.text import fence_at, neutralise, split_parts
 from ore_core import (
     ApiError,
@@ -55,6 +56,7 @@ from ore_core import (
     TextDelta,
 )
 from ore_core.conduit import (
+    Capabilities,
     ConduitClient,
     Delivery,
     EventFeed,
@@ -62,8 +64,12 @@ from ore_core.conduit import (
     ThreadLanes,
     classify,
     metrics,
+    split_message,
     until_answered,
 )
+from ore_core.conduit.copies import Copies, Copy
+from ore_core.conduit.pacing import Pacing
+from ore_core.events import DeliveryEvent
 
 __all__ = ["OUTPUT_KINDS", "Clock", "Outbound", "ThreadRenderer"]
 
@@ -117,6 +123,12 @@ class _Team:
         self.starts = Budget(starts / 60, starts, now)
 
 
+def capabilities(config: SlackConfig) -> Capabilities:
+    """The adapter's capabilities, with the longest message these settings allow."""
+    update = {"max_message_length": config.message_chars}
+    return SlackPlatform.capabilities.model_copy(update=update)
+
+
 class Outbound:
     """Routes the durable feed's events to one renderer per thread (see the module docstring)."""
 
@@ -139,6 +151,8 @@ class Outbound:
         self.active: dict[str, str] = {}  # trace of an answer being written -> thread id
         self.finished: OrderedDict[str, None] = OrderedDict()  # traces
         self._teams: dict[str, _Team] = {}
+        self.platform = SlackPlatform(api)
+        self.copies = Copies(name, client, self.platform, capabilities(config), Pacing(name))
 
     def team(self, team_id: str) -> _Team:
         """The budgets and capabilities of a workspace."""
@@ -190,7 +204,6 @@ class ThreadRenderer:
         self.last_sequence = 0  # the last stored batch of the thread handled
         self._recovery: Recovery | None = None
         self.settings = SettingsCache()  # a linked thread's label and answer settings
-        self._copies: RelayedCopies | None = None  # another endpoint's events shown here
 
     @property
     def recovery(self) -> Recovery:
@@ -205,9 +218,6 @@ class ThreadRenderer:
         self.slack = await self._slack_thread()
         if self.slack is not None:
             self._recovery = Recovery(self.out, self.thread_id, self.slack, self.answers)
-            self._copies = RelayedCopies(
-                self.out.client, self.api, self.config, self.thread_id, self.slack
-            )
 
     def busy(self) -> bool:
         """An answer is being written: the lane stays while it waits for its end."""
@@ -286,16 +296,40 @@ class ThreadRenderer:
         )
 
     async def _relay(self, delivery: Delivery) -> None:
-        """Show another endpoint's event (`ore_conduit_slack.copies`)."""
-        if self._copies is None:
+        """Show another endpoint's event: a copy (the engine's `Copies`), a delivery
+        status of a Slack message (`statuses`), a thread-wide notice."""
+        if self.slack is None:
             return  # not a Slack thread
         event = delivery.event
         if delivery.sequence is None:  # live-only: never a copy, but the thread's notices
-            if isinstance(event, NoticeEvent) and event.context.provenance == "app":  # thread-wide
-                await self._copies.show_notice(event.content)
+            if isinstance(event, NoticeEvent) and event.context.provenance == "app":
+                await self._notice(event.content)
             return
         relayed = classify(delivery, self.out.name, self.settings.get(self.thread_id))
-        await self._copies.show(delivery, relayed, delivery.sequence)
+        if relayed.action in ("relayed", "edited", "deleted") or (
+            relayed.action == "answer" and relayed.turn_id
+        ):
+            copy = Copy(self.thread_id, self.slack.key, delivery.sequence, relayed)
+            await self.out.copies.show(copy)
+        elif relayed.action == "delivery" and isinstance(event, DeliveryEvent):
+            await show_status(self.out.client, self.api, self.thread_id, self.slack, event)
+
+    async def _notice(self, text: str) -> None:
+        """A thread-wide notice (a compaction's one line): live-only, so posted once; a
+        refusal is logged, not retried (the thread's history holds what it says)."""
+        assert self.slack is not None
+        for part in split_message(neutralise(text), self.config.message_chars):
+            try:
+                await self.api.call(
+                    "chat.postMessage",
+                    self.slack.team,
+                    channel=self.slack.channel,
+                    thread_ts=self.slack.thread_ts,
+                    markdown_text=part,
+                )
+            except (SlackError, Ambiguous) as exc:
+                log.info("notice not shown", thread_id=self.thread_id, error=str(exc))
+                return
 
     def _add_text(self, answer: Answer, event: ArtifactEvent) -> None:
         artifact = event.artifact

@@ -7,7 +7,8 @@ the core answers again is found from that message alone, so it holds after a res
 - one of the bot's answers carries `ore_reply` metadata naming its answer (the trace id
   of its traceparent); the core stored that answer's `turn_complete` with the same
   traceparent, whose turn the core climbs from to its question;
-- a relayed copy carries `ore_relay` metadata naming the turn it copies.
+- a relayed copy carries `ore_relay` metadata with its part's key (`part_key` of its
+  thread and turn), which names the turn it copies among the thread's turns.
 
 Slack does not promise the message's metadata in the payload, so the bot's message is
 read back from the thread (`conversations.replies`) when the payload lacks it.
@@ -19,32 +20,36 @@ from collections.abc import Mapping
 from typing import Any
 
 from ore_conduit_slack.answer import reply_payload
-from ore_conduit_slack.copies import RELAY_EVENT
+from ore_conduit_slack.platform import relay_key
 from ore_core import EventDecodeError, OutputEvent, Role, TurnCompleteEvent
-from ore_core.conduit import ConduitClient
+from ore_core.conduit import ConduitClient, part_key
 from ore_core.events import decode_output_value
 
-__all__ = ["REGENERATE", "answer_turn", "marked_turn"]
+__all__ = ["REGENERATE", "answer_turn", "marked_turn", "relayed_turn"]
 
 REGENERATE = "ore_regenerate"
 """The callback id of the message shortcut (the app manifest's `shortcuts`)."""
 
 _PAGE = 1000  # stored events read per call while looking for an answer
+_PARTS = 64  # parts of one relayed copy looked at (a copy has a handful)
 
 
 def marked_turn(message: Mapping[str, Any]) -> tuple[str, str]:
     """What a bot message's metadata names: ("answer", trace id) for an answer,
-    ("turn", turn id) for a relayed copy, ("", "") for neither."""
+    ("relay", its part's key) for a relayed copy, ("", "") for neither."""
     answer = reply_payload(dict(message)).get("answer")
     if answer:
         return "answer", str(answer)
-    metadata = message.get("metadata") or {}
-    payload = metadata.get("event_payload") if isinstance(metadata, Mapping) else None
-    if metadata.get("event_type") == RELAY_EVENT and isinstance(payload, Mapping):
-        turn = payload.get("turn")
-        if turn:
-            return "turn", str(turn)
-    return "", ""
+    key = relay_key(dict(message))
+    return ("relay", key) if key else ("", "")
+
+
+async def relayed_turn(client: ConduitClient, thread_id: str, key: str) -> str | None:
+    """The turn whose relayed copy has a part of `key` (None: none of the thread's)."""
+    for turn in await client.turns(thread_id):
+        if any(part_key(f"{thread_id}.{turn.id}", part) == key for part in range(_PARTS)):
+            return turn.id
+    return None
 
 
 async def answer_turn(client: ConduitClient, thread_id: str, trace_id: str) -> str | None:

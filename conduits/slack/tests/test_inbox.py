@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
-from ore_conduit_slack.api import Ambiguous, SlackApi, SlackError
+from ore_conduit_slack.api import Ambiguous, SlackApi, SlackError, Throttled
 from ore_conduit_slack.config import SlackConfig
 from ore_conduit_slack.inbound import Identity, Inbound, Lanes, _passing
 from ore_conduit_slack.inbox import Inbox, InboxError
@@ -112,7 +112,7 @@ async def test_an_event_the_inbox_cannot_keep_is_refused_and_its_retry_is_taken(
         (ApiError(500, "internal", "store unavailable"), True),
         (ApiError(400, "bad_request", "no such key"), False),
         (Ambiguous("conversations.replies", "HTTP 503"), True),
-        (SlackError("conversations.replies", "ratelimited"), True),
+        (Throttled("conversations.replies", 1.0), True),
         (SlackError("conversations.replies", "channel_not_found"), False),
         (RuntimeError("a bug"), False),
     ],
