@@ -14,7 +14,9 @@ A conduit with more to do than the adapter contract says (the NATS bridge answer
 requests on their reply inbox) overrides the hooks: `admit` (bad input refused first),
 `forward` (one inbound event to the core), `not_forwarded` (what the sender is told of
 a failure), `traceparent` (the sender's trace, continued), `feed_kinds`, `durable` and
-`patience`.
+`patience`. A platform whose settings change what it can show (a longest message) says
+so in `platform_capabilities`; one that shows its own answers its own way (Slack's
+native streams) gives each thread its own `lane`, which may hand copies to the engine's.
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ import structlog
 
 from ore_core.conduit.answering import STREAM_INTERVAL, AnswerLane, Outbound
 from ore_core.conduit.base import Conduit, ConduitConfig
+from ore_core.conduit.capabilities import Capabilities
 from ore_core.conduit.client import ConduitClient, Sent
 from ore_core.conduit.conversations import Conversations
 from ore_core.conduit.copies import COPY_DEADLINE, Copies
 from ore_core.conduit.inbound import Forwarder, SerialByKey, derived_traceparent
-from ore_core.conduit.lanes import ThreadLanes
+from ore_core.conduit.lanes import Lane, ThreadLanes
 from ore_core.conduit.pacing import Pacing
 from ore_core.conduit.platform import Inbound, Message, Platform
 from ore_core.errors import ApiError, BusError, OreError
@@ -77,6 +80,17 @@ class PlatformConduit(Conduit):
         await Engine(self, client, config).serve()
 
     # -- hooks ------------------------------------------------------------------
+
+    def platform_capabilities(self, platform: Platform, config: ConduitConfig) -> Capabilities:
+        """What the adapter can do under these settings (a setting may lower its
+        `max_message_length`): by default what its class declares."""
+        return type(platform).capabilities
+
+    def lane(self, engine: Engine, thread_id: str, outbound: Outbound) -> Lane:
+        """The lane of one thread's output: by default the engine's answers and copies
+        (`AnswerLane`); a platform that shows its answers its own way gives its own lane,
+        which may hand another endpoint's messages to `engine.copies`."""
+        return AnswerLane(thread_id, outbound)
 
     def feed_kinds(self, config: ConduitConfig) -> Collection[str] | None:
         """The output kinds the conduit's feed carries (None: all)."""
@@ -128,7 +142,7 @@ class Engine:
         self.platform = conduit.platform(
             config, PlatformContext(conduit.name, client, self.conversations)
         )
-        self.capabilities = type(self.platform).capabilities
+        self.capabilities = conduit.platform_capabilities(self.platform, config)
         self.pacing = Pacing(self.name)
         self.copies = Copies(
             self.name,
@@ -160,7 +174,9 @@ class Engine:
         try:
             async with feed:  # open first: what comes once the platform listens is seen
                 await self.platform.connect()
-                lanes = ThreadLanes(lambda thread: AnswerLane(thread, outbound), name=self.name)
+                lanes = ThreadLanes(
+                    lambda thread: conduit.lane(self, thread, outbound), name=self.name
+                )
                 async with asyncio.TaskGroup() as group:
                     group.create_task(lanes.run(feed), name=f"{self.name}-out")
                     group.create_task(self._inbound(), name=f"{self.name}-in")
