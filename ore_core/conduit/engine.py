@@ -70,6 +70,10 @@ class PlatformConduit(Conduit):
 
     stream_interval: ClassVar[float] = STREAM_INTERVAL
     copy_deadline: ClassVar[float] = COPY_DEADLINE
+    connect_first: ClassVar[bool] = False
+    """Connect the adapter before the feed opens (which waits for the core): for a
+    platform that takes its events into a durable inbox of its own (Slack must be
+    acknowledged within seconds), so they are taken while the core is away."""
 
     @abstractmethod
     def platform(self, config: ConduitConfig, context: PlatformContext) -> Platform:
@@ -172,8 +176,11 @@ class Engine:
         )
         feed = self.client.events(kinds=conduit.feed_kinds(config), durable=conduit.durable(config))
         try:
-            async with feed:  # open first: what comes once the platform listens is seen
+            if conduit.connect_first:
                 await self.platform.connect()
+            async with feed:  # open first: what comes once the platform listens is seen
+                if not conduit.connect_first:
+                    await self.platform.connect()
                 lanes = ThreadLanes(
                     lambda thread: conduit.lane(self, thread, outbound), name=self.name
                 )

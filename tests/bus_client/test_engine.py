@@ -220,6 +220,25 @@ async def test_a_conduit_may_give_each_thread_a_lane_of_its_own(
     assert platform.calls == 0  # the lane showed nothing: the engine's lane was not used
 
 
+async def test_a_conduit_may_connect_its_platform_before_the_core_is_there(
+    ore_conduit_core: ConduitCore,
+) -> None:
+    platform = ScriptedPlatform()
+
+    class Early(conduit_for(platform)):  # type: ignore[misc,valid-type]
+        connect_first = True
+
+    await ore_conduit_core.service.stop(grace=0)  # the feed waits for the core
+    client = await ConduitClient.connect(ore_conduit_core.nats_url, name="memo")
+    run = asyncio.create_task(Early().run(client, Early.load_config({})))
+    try:
+        await asyncio.wait_for(platform.connected.wait(), TIMEOUT)
+    finally:
+        run.cancel()
+        await asyncio.wait([run])
+        await client.close()
+
+
 # -- pacing --------------------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "edit_event_id",
     "event_id",
     "message_of",
+    "trace_id",
     "traceparent_of",
 ]
 
@@ -103,6 +104,12 @@ def message_of(event_id: str) -> tuple[str, str] | None:
 def edit_event_id(message_id: str, edited_ts: str) -> str:
     """The ore event id of one edit of a message (a new branch of its thread)."""
     return f"{message_id}:edit:{edited_ts}"
+
+
+def trace_id(traceparent: str) -> str:
+    """The trace id of a traceparent (the conduit's span of a message keeps it)."""
+    parts = traceparent.split("-")
+    return parts[1] if len(parts) >= 4 else traceparent
 
 
 def traceparent_of(message_id: str) -> str:

@@ -28,7 +28,6 @@ The answer and its messages are `ore_conduit_slack.answer`'s.
 
 from __future__ import annotations
 
-import asyncio
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -38,9 +37,8 @@ import structlog
 from ore_conduit_slack.answer import Answer, Message, reply_metadata
 from ore_conduit_slack.api import Ambiguous, Budget, SlackApi, SlackError
 from ore_conduit_slack.config import SlackConfig
-from ore_conduit_slack.ids import SlackThread, traceparent_of
+from ore_conduit_slack.ids import SlackThread, trace_id, traceparent_of
 from ore_conduit_slack.inbound import Identity
-from ore_conduit_slack.platform import SlackPlatform
 from ore_conduit_slack.recovery import Recovery
 from ore_conduit_slack.statuses import show_status
 from ore_conduit_slack.text import fence_at, neutralise, split_parts
@@ -56,22 +54,18 @@ from ore_core import (
     TextDelta,
 )
 from ore_core.conduit import (
-    Capabilities,
     ConduitClient,
     Delivery,
-    EventFeed,
     SettingsCache,
-    ThreadLanes,
     classify,
     metrics,
     split_message,
     until_answered,
 )
 from ore_core.conduit.copies import Copies, Copy
-from ore_core.conduit.pacing import Pacing
 from ore_core.events import DeliveryEvent
 
-__all__ = ["OUTPUT_KINDS", "Clock", "Outbound", "ThreadRenderer"]
+__all__ = ["OUTPUT_KINDS", "Clock", "Rendering", "ThreadRenderer"]
 
 log = structlog.get_logger("ore.conduit.slack")
 
@@ -123,14 +117,9 @@ class _Team:
         self.starts = Budget(starts / 60, starts, now)
 
 
-def capabilities(config: SlackConfig) -> Capabilities:
-    """The adapter's capabilities, with the longest message these settings allow."""
-    update = {"max_message_length": config.message_chars}
-    return SlackPlatform.capabilities.model_copy(update=update)
-
-
-class Outbound:
-    """Routes the durable feed's events to one renderer per thread (see the module docstring)."""
+class Rendering:
+    """What every thread's renderer shares: Slack, the settings, the workspaces' budgets,
+    the answers being written, and the engine's copies (see the module docstring)."""
 
     def __init__(
         self,
@@ -141,6 +130,7 @@ class Outbound:
         config: SlackConfig,
         identity: Identity,
         clock: Clock,
+        copies: Copies,
     ) -> None:
         self.name = name
         self.client = client
@@ -148,11 +138,10 @@ class Outbound:
         self.config = config
         self.identity = identity
         self.clock = clock
+        self.copies = copies
         self.active: dict[str, str] = {}  # trace of an answer being written -> thread id
         self.finished: OrderedDict[str, None] = OrderedDict()  # traces
         self._teams: dict[str, _Team] = {}
-        self.platform = SlackPlatform(api)
-        self.copies = Copies(name, client, self.platform, capabilities(config), Pacing(name))
 
     def team(self, team_id: str) -> _Team:
         """The budgets and capabilities of a workspace."""
@@ -163,38 +152,21 @@ class Outbound:
 
     def answering(self, event_id: str) -> bool | None:
         """Is the answer to `event_id` being written? None: not started or unknown."""
-        trace = traceparent_of(event_id)
-        if trace in self.active:
+        wanted = trace_id(traceparent_of(event_id))
+        if any(trace_id(trace) == wanted for trace in self.active):
             return True
-        return False if trace in self.finished else None
+        return False if any(trace_id(trace) == wanted for trace in self.finished) else None
 
     def mark_finished(self, trace: str) -> None:
         self.finished[trace] = None
         while len(self.finished) > _FINISHED:
             self.finished.popitem(last=False)
 
-    async def serve(self, ready: asyncio.Event) -> None:
-        """Open the durable feed (waiting for the core if it is away), set `ready`, and
-        render its events until cancelled."""
-        async with self.client.events(kinds=OUTPUT_KINDS, durable=self.config.durable) as feed:
-            ready.set()
-            await self.run(feed)
-
-    async def run(self, feed: EventFeed) -> None:
-        """Render every delivery in its thread's lane (`ThreadLanes`), until cancelled.
-
-        Each is held until its renderer handled it: the durable cursor must not pass an
-        event that a conduit killed meanwhile never rendered (asking the feed for the
-        next event would otherwise count it as finished).
-        """
-        lanes = ThreadLanes(lambda thread_id: ThreadRenderer(self, thread_id), name=_LANES)
-        await lanes.run(feed)
-
 
 class ThreadRenderer:
     """Renders one ore thread's events into its Slack thread, in order (its `Lane`)."""
 
-    def __init__(self, outbound: Outbound, thread_id: str) -> None:
+    def __init__(self, outbound: Rendering, thread_id: str) -> None:
         self.out = outbound
         self.api = outbound.api
         self.config = outbound.config

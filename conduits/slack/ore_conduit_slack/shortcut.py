@@ -17,15 +17,19 @@ read back from the thread (`conversations.replies`) when the payload lacks it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ore_conduit_slack.answer import reply_payload
-from ore_conduit_slack.platform import relay_key
+from ore_conduit_slack.answer import relay_key, reply_payload
+from ore_conduit_slack.api import SlackApi
+from ore_conduit_slack.ids import SlackThread
 from ore_core import EventDecodeError, OutputEvent, Role, TurnCompleteEvent
 from ore_core.conduit import ConduitClient, part_key
 from ore_core.events import decode_output_value
 
-__all__ = ["REGENERATE", "answer_turn", "marked_turn", "relayed_turn"]
+if TYPE_CHECKING:
+    from ore_conduit_slack.inbound import Identity
+
+__all__ = ["REGENERATE", "answer_turn", "marked_turn", "regenerated_turn", "relayed_turn"]
 
 REGENERATE = "ore_regenerate"
 """The callback id of the message shortcut (the app manifest's `shortcuts`)."""
@@ -49,6 +53,41 @@ async def relayed_turn(client: ConduitClient, thread_id: str, key: str) -> str |
     for turn in await client.turns(thread_id):
         if any(part_key(f"{thread_id}.{turn.id}", part) == key for part in range(_PARTS)):
             return turn.id
+    return None
+
+
+async def regenerated_turn(
+    client: ConduitClient,
+    api: SlackApi,
+    bot: Identity,
+    thread: SlackThread,
+    thread_id: str,
+    message: Mapping[str, Any],
+    asked_on: str,
+) -> str | None:
+    """The turn `message` (event id `asked_on`) stands for: a person's message its own,
+    the bot's answer its answer turn, a relayed copy the turn it copies."""
+    own = message.get("user") == bot.user_id or (
+        bool(message.get("bot_id")) and message.get("bot_id") == bot.bot_id
+    )
+    if not own:
+        return asked_on
+    kind, ref = marked_turn(message)
+    if not kind:  # Slack does not promise the metadata in the payload: read it back
+        replies = await api.call(
+            "conversations.replies",
+            thread.team,
+            channel=thread.channel,
+            ts=thread.thread_ts,
+            include_all_metadata=True,
+            limit=1000,
+        )
+        listed = replies.get("messages") or []
+        kind, ref = marked_turn(next((m for m in listed if m.get("ts") == message.get("ts")), {}))
+    if kind == "answer":
+        return await answer_turn(client, thread_id, ref)
+    if kind == "relay":
+        return await relayed_turn(client, thread_id, ref)
     return None
 
 
