@@ -109,7 +109,7 @@ class SlackConduit(PlatformConduit):
                 clock=type(self).clock,
                 copies=engine.copies,
             )
-        return ThreadRenderer(slack.rendering, thread_id)
+        return ThreadRenderer(slack.rendering, thread_id, outbound.conversations)
 
     def traceparent(self, inbound: Inbound) -> str:
         """A trace named by the event id alone: an answer is tied back to its message

@@ -1,7 +1,9 @@
 """Outbound: ore output events -> what a Slack thread shows.
 
-One `ThreadRenderer` per ore thread handles that thread's events in order; threads are
-rendered concurrently. An answer (every output event of one user message: they carry
+One `ThreadRenderer` per ore thread handles that thread's events in order: it is the
+engine's lane of the thread (`SlackConduit.lane`), so threads are rendered
+concurrently, and another endpoint's messages go to the engine's copy engine
+(`Copies`). An answer (every output event of one user message: they carry
 its traceparent) becomes one or more Slack messages in the thread:
 
 - while the turn runs, the thread shows a status (`assistant.threads.setStatus`);
@@ -43,7 +45,6 @@ from ore_conduit_slack.recovery import Recovery
 from ore_conduit_slack.statuses import show_status
 from ore_conduit_slack.text import fence_at, neutralise, split_parts
 from ore_core import (
-    ApiError,
     ArtifactEvent,
     ErrorEvent,
     LifecycleEvent,
@@ -56,12 +57,12 @@ from ore_core import (
 from ore_core.conduit import (
     ConduitClient,
     Delivery,
-    SettingsCache,
     classify,
     metrics,
     split_message,
     until_answered,
 )
+from ore_core.conduit.conversations import Conversations
 from ore_core.conduit.copies import Copies, Copy
 from ore_core.events import DeliveryEvent
 
@@ -166,7 +167,7 @@ class Rendering:
 class ThreadRenderer:
     """Renders one ore thread's events into its Slack thread, in order (its `Lane`)."""
 
-    def __init__(self, outbound: Rendering, thread_id: str) -> None:
+    def __init__(self, outbound: Rendering, thread_id: str, conversations: Conversations) -> None:
         self.out = outbound
         self.api = outbound.api
         self.config = outbound.config
@@ -175,7 +176,7 @@ class ThreadRenderer:
         self.answers: dict[str, Answer] = {}
         self.last_sequence = 0  # the last stored batch of the thread handled
         self._recovery: Recovery | None = None
-        self.settings = SettingsCache()  # a linked thread's label and answer settings
+        self.conversations = conversations  # the engine's: a thread's Slack thread, settings
 
     @property
     def recovery(self) -> Recovery:
@@ -187,28 +188,14 @@ class ThreadRenderer:
 
     async def open(self) -> None:
         """Find the Slack thread (and its reply record) before the first event."""
-        self.slack = await self._slack_thread()
+        key = await self.conversations.conversation_of(self.thread_id)
+        self.slack = None if key is None else SlackThread.parse(key)
         if self.slack is not None:
             self._recovery = Recovery(self.out, self.thread_id, self.slack, self.answers)
 
     def busy(self) -> bool:
         """An answer is being written: the lane stays while it waits for its end."""
         return bool(self.answers)
-
-    async def _slack_thread(self) -> SlackThread | None:
-        """The Slack thread of the ore thread (None: not a Slack thread); retried while away."""
-
-        async def read() -> SlackThread | None:
-            try:
-                info = await self.out.client.get_thread(self.thread_id)
-            except ApiError as exc:
-                if exc.status == 404:
-                    return None
-                raise
-            self.settings.load(self.thread_id, info.metadata)
-            return SlackThread.from_metadata(info.metadata)
-
-        return await until_answered(read, "cannot read thread metadata", thread_id=self.thread_id)
 
     # -- events ------------------------------------------------------------------------
 
@@ -217,9 +204,12 @@ class ThreadRenderer:
         try:
             event = delivery.event
             if isinstance(event, PropertiesEvent):
-                self.settings.update(self.thread_id, event)
+                self.conversations.settings.update(self.thread_id, event)
             elif delivery.event.context.provenance != self.out.name:
-                await self._until_reached(self._relay, delivery)  # another endpoint's
+                # Another endpoint's: delayed while the core is away, never dropped.
+                await until_answered(
+                    lambda: self._relay(delivery), "relay waits", thread_id=self.thread_id
+                )
             else:
                 await self._handle_event(delivery.event, delivery.sequence)
         finally:
@@ -259,14 +249,6 @@ class ThreadRenderer:
 
     # -- bridging: another endpoint's messages on a linked thread -------------------
 
-    async def _until_reached(self, step: Callable[[Delivery], Any], delivery: Delivery) -> None:
-        """Run `step` again while the core does not answer (a worker killed, NATS
-        restarting): a relayed copy is delayed by that, never dropped. Repeating is
-        safe: a copy posted before is found (`deliveries.get`, the Slack thread)."""
-        await until_answered(
-            lambda: step(delivery), "relay waits for the core", thread_id=self.thread_id
-        )
-
     async def _relay(self, delivery: Delivery) -> None:
         """Show another endpoint's event: a copy (the engine's `Copies`), a delivery
         status of a Slack message (`statuses`), a thread-wide notice."""
@@ -277,7 +259,8 @@ class ThreadRenderer:
             if isinstance(event, NoticeEvent) and event.context.provenance == "app":
                 await self._notice(event.content)
             return
-        relayed = classify(delivery, self.out.name, self.settings.get(self.thread_id))
+        settings = self.conversations.settings.get(self.thread_id)
+        relayed = classify(delivery, self.out.name, settings)
         if relayed.action in ("relayed", "edited", "deleted") or (
             relayed.action == "answer" and relayed.turn_id
         ):
