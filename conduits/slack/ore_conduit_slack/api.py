@@ -80,7 +80,7 @@ class Throttled(RateLimited, OreError):
     """Slack throttled a call: try again after `wait` seconds."""
 
     def __init__(self, method: str, wait: float) -> None:
-        super().__init__(f"{method}: ratelimited (retry after {wait:g} s)", wait)
+        super().__init__("rate limited by Slack", wait)  # what delivery reports say
         self.method = method
 
 
