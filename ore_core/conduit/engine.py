@@ -14,9 +14,11 @@ A conduit with more to do than the adapter contract says (the NATS bridge answer
 requests on their reply inbox) overrides the hooks: `admit` (bad input refused first),
 `forward` (one inbound event to the core), `not_forwarded` (what the sender is told of
 a failure), `traceparent` (the sender's trace, continued), `feed_kinds`, `durable`,
-`patience`, `copy_patience` (a copy's deadline from the settings) and `lane` (how one
-thread's output is shown: a platform that keeps its own record of each answer's
-messages across a kill brings its own lane, and still hands copies to `engine.copies`).
+`patience` and `copy_patience` (a copy's deadline from the settings). A platform whose
+settings change what it can show (a longest message) says so in
+`platform_capabilities`; one that keeps its own record of each answer's messages across
+a kill, or shows its answers its own way (Slack's native streams), gives each thread its
+own `lane`, which still hands copies to `engine.copies`.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import structlog
 
 from ore_core.conduit.answering import STREAM_INTERVAL, AnswerLane, Outbound
 from ore_core.conduit.base import Conduit, ConduitConfig
+from ore_core.conduit.capabilities import Capabilities
 from ore_core.conduit.client import ConduitClient, Sent
 from ore_core.conduit.conversations import Conversations
 from ore_core.conduit.copies import COPY_DEADLINE, Copies
@@ -69,6 +72,10 @@ class PlatformConduit(Conduit):
 
     stream_interval: ClassVar[float] = STREAM_INTERVAL
     copy_deadline: ClassVar[float] = COPY_DEADLINE
+    connect_first: ClassVar[bool] = False
+    """Connect the adapter before the feed opens (which waits for the core): for a
+    platform that takes its events into a durable inbox of its own (Slack must be
+    acknowledged within seconds), so they are taken while the core is away."""
 
     @abstractmethod
     def platform(self, config: ConduitConfig, context: PlatformContext) -> Platform:
@@ -79,6 +86,17 @@ class PlatformConduit(Conduit):
         await Engine(self, client, config).serve()
 
     # -- hooks ------------------------------------------------------------------
+
+    def platform_capabilities(self, platform: Platform, config: ConduitConfig) -> Capabilities:
+        """What the adapter can do under these settings (a setting may lower its
+        `max_message_length`): by default what its class declares."""
+        return type(platform).capabilities
+
+    def lane(self, engine: Engine, thread_id: str, outbound: Outbound) -> Lane:
+        """The lane of one thread's output: by default the engine's answers and copies
+        (`AnswerLane`); a platform that shows its answers its own way gives its own lane,
+        which may hand another endpoint's messages to `engine.copies`."""
+        return AnswerLane(thread_id, outbound)
 
     def feed_kinds(self, config: ConduitConfig) -> Collection[str] | None:
         """The output kinds the conduit's feed carries (None: all)."""
@@ -98,11 +116,6 @@ class PlatformConduit(Conduit):
         """Seconds a relayed copy is tried before it is reported failed (default:
         `copy_deadline`; a conduit with a setting for it reads it here)."""
         return self.copy_deadline
-
-    def lane(self, engine: Engine, thread_id: str, outbound: Outbound) -> Lane:
-        """The lane that shows one thread's output (default: the engine's `AnswerLane`:
-        answers streamed by edit, relayed copies through `engine.copies`)."""
-        return AnswerLane(thread_id, outbound)
 
     def traceparent(self, inbound: Inbound) -> str:
         """The sender's traceparent of `inbound`, continued by the conduit's span
@@ -140,7 +153,7 @@ class Engine:
         self.platform = conduit.platform(
             config, PlatformContext(conduit.name, client, self.conversations)
         )
-        self.capabilities = type(self.platform).capabilities
+        self.capabilities = conduit.platform_capabilities(self.platform, config)
         self.pacing = Pacing(self.name)
         self.copies = Copies(
             self.name,
@@ -170,8 +183,11 @@ class Engine:
         )
         feed = self.client.events(kinds=conduit.feed_kinds(config), durable=conduit.durable(config))
         try:
-            async with feed:  # open first: what comes once the platform listens is seen
+            if conduit.connect_first:
                 await self.platform.connect()
+            async with feed:  # open first: what comes once the platform listens is seen
+                if not conduit.connect_first:
+                    await self.platform.connect()
                 lanes = ThreadLanes(
                     lambda thread: conduit.lane(self, thread, outbound), name=self.name
                 )

@@ -13,8 +13,13 @@ import pytest
 from ore_core.conduit import (
     Capabilities,
     ConduitClient,
+    ConduitConfig,
     ControlClient,
+    Delivery,
+    Engine,
+    Lane,
     Message,
+    Platform,
     PlatformConduit,
     RateLimited,
     Refused,
@@ -22,10 +27,6 @@ from ore_core.conduit import (
     Transient,
 )
 from ore_core.conduit.answering import AnswerLane, Outbound
-from ore_core.conduit.base import ConduitConfig
-from ore_core.conduit.engine import Engine
-from ore_core.conduit.feed import Delivery
-from ore_core.conduit.lanes import Lane
 from ore_core.conduit.pacing import Pacing
 from ore_core.events import DeliveryEvent, decode_output
 from ore_core.testing.conduit_conformance import ConduitCore, StartConduit
@@ -201,6 +202,83 @@ async def test_a_delete_on_another_endpoint_deletes_the_copy(
     await web.delete(THREAD, "w-1")
     async with platform.changed:
         await asyncio.wait_for(platform.changed.wait_for(lambda: not platform.shown[ROOM]), TIMEOUT)
+
+
+async def test_a_conduit_s_settings_may_lower_the_longest_message_its_copies_are_split_at(
+    ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit
+) -> None:
+    web = await linked(ore_conduit_core)
+    platform = ScriptedPlatform()
+    short = platform.capabilities.model_copy(update={"max_message_length": 64})
+
+    class Short(conduit_for(platform)):  # type: ignore[misc,valid-type]
+        def platform_capabilities(self, adapter: Platform, config: ConduitConfig) -> Capabilities:
+            return short
+
+    await ore_start_conduit(Short, {})
+    await asyncio.wait_for(platform.connected.wait(), TIMEOUT)
+    await web.send(THREAD, "word " * 40, user_name="Ana")  # 200 characters and the label
+    shown = await asyncio.wait_for(platform.wait_for(ROOM, 4), TIMEOUT)
+    assert all(len(text) <= 64 for text in shown)
+
+
+async def test_a_conduit_may_give_each_thread_a_lane_of_its_own(
+    ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit
+) -> None:
+    web = await linked(ore_conduit_core)
+    platform = ScriptedPlatform()
+    seen: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+
+    class Recording:
+        def __init__(self, thread_id: str) -> None:
+            self.thread_id = thread_id
+
+        async def open(self) -> None:
+            return None
+
+        async def handle(self, delivery: Delivery) -> None:
+            seen.put_nowait((self.thread_id, delivery.event.kind))
+
+        def busy(self) -> bool:
+            return False
+
+        def due(self) -> float | None:
+            return None
+
+        async def tick(self) -> None:
+            return None
+
+    class Own(conduit_for(platform)):  # type: ignore[misc,valid-type]
+        def lane(self, engine: Engine, thread_id: str, outbound: Outbound) -> Lane:
+            return Recording(thread_id)
+
+    await ore_start_conduit(Own, {})
+    await asyncio.wait_for(platform.connected.wait(), TIMEOUT)
+    await web.send(THREAD, "hi", user_name="Ana")
+    thread, kind = await asyncio.wait_for(seen.get(), TIMEOUT)
+    while kind != "turn_complete":  # the message's own turn, after its lifecycle events
+        thread, kind = await asyncio.wait_for(seen.get(), TIMEOUT)
+    assert thread == THREAD
+    assert platform.calls == 0  # the lane showed nothing: the engine's lane was not used
+
+
+async def test_a_conduit_may_connect_its_platform_before_the_core_is_there(
+    ore_conduit_core: ConduitCore,
+) -> None:
+    platform = ScriptedPlatform()
+
+    class Early(conduit_for(platform)):  # type: ignore[misc,valid-type]
+        connect_first = True
+
+    await ore_conduit_core.service.stop(grace=0)  # the feed waits for the core
+    client = await ConduitClient.connect(ore_conduit_core.nats_url, name="memo")
+    run = asyncio.create_task(Early().run(client, Early.load_config({})))
+    try:
+        await asyncio.wait_for(platform.connected.wait(), TIMEOUT)
+    finally:
+        run.cancel()
+        await asyncio.wait([run])
+        await client.close()
 
 
 # -- pacing --------------------------------------------------------------------------

@@ -10,7 +10,33 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["UNKNOWN", "Answer", "Message", "Posted", "part_of", "reply_metadata", "reply_payload"]
+from ore_conduit_slack.ids import trace_id
+
+__all__ = [
+    "RELAY_EVENT",
+    "UNKNOWN",
+    "Answer",
+    "Message",
+    "Posted",
+    "part_of",
+    "reply_metadata",
+    "relay_key",
+    "reply_payload",
+]
+
+RELAY_EVENT = "ore_relay"
+"""Slack message metadata event type of a relayed copy (payload: `{"key"}`, its part's
+`part_key`)."""
+
+
+def relay_key(message: dict[str, Any]) -> str:
+    """The `ore_relay` key of a listed message ("" if it is no relayed copy)."""
+    metadata = message.get("metadata") or {}
+    payload = metadata.get("event_payload") if isinstance(metadata, dict) else None
+    if metadata.get("event_type") != RELAY_EVENT or not isinstance(payload, dict):
+        return ""
+    return str(payload.get("key") or "")
+
 
 METADATA_EVENT = "ore_reply"
 UNKNOWN = "\x00"  # what a message of an earlier run shows: never equal to a text
@@ -70,7 +96,7 @@ class Answer:
     @property
     def key(self) -> str:
         """The answer's id in Slack message metadata (the trace id)."""
-        return self.trace.split("-")[1] if self.trace.count("-") >= 3 else self.trace
+        return trace_id(self.trace)
 
 
 def reply_metadata(answer: Answer, part: int, last: bool = False) -> dict[str, Any]:

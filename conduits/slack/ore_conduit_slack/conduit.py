@@ -1,46 +1,54 @@
-"""SlackConduit: `ore conduit slack`.
+"""SlackConduit: `ore conduit slack`, the engine around `SlackPlatform`.
 
-One run: check the bot token with `auth.test` (and the app token or signing secret
-for the chosen mode), open the inbox, build one Bolt `AsyncApp` whose listeners hand
-events to `Inbound` before they are acknowledged, queue what the inbox still holds, and
-serve Slack over Socket Mode or HTTP until cancelled. The durable output feed opens
-beside it (waiting for the core if it is away: Slack is served meanwhile, its events
-wait in the inbox) and its events go through `Outbound`. Every task belongs to one
-TaskGroup, so cancelling `run` stops them all.
+The engine carries Slack's events to the core (one lane per Slack thread, each event
+leaving the inbox once the core has it) and the core's output to Slack: another
+endpoint's copies through its copy engine, the conduit's own answers through Slack's
+renderer (`outbound`: native streams, the assistant status, the reply record), each
+thread's lane. What is Slack's own is in the hooks below: which threads are the bot's
+(`admit`), the sender's display name, the interrupt before a delete of a message
+whose answer is being written, and the regenerate shortcut (`forward`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
+import math
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar
+from collections.abc import Callable
+from dataclasses import replace
+from typing import ClassVar
 
 import structlog
-from aiohttp import web
-from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
-from slack_bolt.app.async_app import AsyncApp
-from slack_bolt.context.ack.async_ack import AsyncAck
-from slack_bolt.logger.messages import warning_client_prioritized_and_token_skipped
 from slack_sdk.web.async_client import AsyncWebClient
 
 from ore_conduit_slack.api import Ambiguous, SlackApi, SlackError
 from ore_conduit_slack.config import ENV_APP_TOKEN, ENV_BOT_TOKEN, MissingSecret, SlackConfig
-from ore_conduit_slack.ids import THREAD_KEY
-from ore_conduit_slack.inbound import Identity, Inbound, Lanes
-from ore_conduit_slack.inbox import Inbox
-from ore_conduit_slack.outbound import Clock, Outbound
-from ore_conduit_slack.shortcut import REGENERATE
-from ore_core.conduit import Conduit, ConduitClient, ConduitConfig
+from ore_conduit_slack.ids import THREAD_KEY, SlackThread, traceparent_of
+from ore_conduit_slack.inbound import Regenerate
+from ore_conduit_slack.outbound import OUTPUT_KINDS, Clock, Rendering, ThreadRenderer
+from ore_conduit_slack.platform import SlackPlatform
+from ore_conduit_slack.shortcut import regenerated_turn
+from ore_core.conduit import (
+    Capabilities,
+    ConduitClient,
+    ConduitConfig,
+    Delete,
+    Edit,
+    Engine,
+    Inbound,
+    Lane,
+    Message,
+    Platform,
+    PlatformConduit,
+    PlatformContext,
+    Sender,
+    until_answered,
+)
+from ore_core.conduit.answering import Outbound
 from ore_core.endpoint import KeyForm
 
 __all__ = ["MonotonicClock", "SlackConduit"]
 
 log = structlog.get_logger("ore.conduit.slack")
-
-_EVENTS = ("app_mention", "message")
-_ACKNOWLEDGED = ("assistant_thread_started", "assistant_thread_context_changed")
 
 
 class MonotonicClock:
@@ -51,7 +59,7 @@ class MonotonicClock:
         return time.monotonic()
 
 
-class SlackConduit(Conduit):
+class SlackConduit(PlatformConduit):
     """The `slack` conduit: see the package README.
 
     `clock` is where stream ages are read; tests set a fake one on a subclass.
@@ -61,74 +69,129 @@ class SlackConduit(Conduit):
     name = "slack"
     description = "Slack (Socket Mode or the Events API): a Slack thread is an ore thread"
     config_model = SlackConfig
+    capabilities = SlackPlatform.capabilities
     conversation_key = THREAD_KEY
     key_form = KeyForm("ENTERPRISE:TEAM:CHANNEL:THREAD_TS", "-:T0123:C0123:1712.0001")
     """`SlackThread.key`: ENTERPRISE is `-` outside Enterprise Grid."""
+    connect_first = True  # Slack's events are kept in the inbox while the core is away
     clock: ClassVar[Clock] = MonotonicClock()
     on_http_ready: ClassVar[Callable[[str], None] | None] = None
 
     async def run(self, client: ConduitClient, config: ConduitConfig) -> None:
-        """Bridge Slack until cancelled; MissingSecret (one line) for a bad token."""
-        if not isinstance(config, SlackConfig):
-            raise TypeError(f"the slack conduit needs a SlackConfig, got {config!r}")
-        bot_token = config.secret("bot_token")
-        app_token = config.secret("app_token") if config.mode == "socket" else ""
-        if config.mode == "http":
-            config.secret("signing_secret")  # missing: said before anything starts
-        web_client = AsyncWebClient(token=bot_token, base_url=config.api_url, retry_handlers=[])
-        api = SlackApi(web_client)
-        identity = await _check_tokens(api, app_token)
-        inbox = await Inbox.open(config.state_dir / f"inbox-{config.durable}.db")
-        log.info("slack conduit starting", mode=config.mode, team=identity.team_id)
-        try:
-            await self._serve(client, config, api, identity, inbox)
-        finally:
-            await inbox.close()
+        """Check the tokens first (MissingSecret, one line, for a bad one): the engine
+        opens its feed, which waits for the core, before it connects the adapter."""
+        settings = _settings(config)
+        await check_tokens(settings)
+        log.info("slack conduit starting", mode=settings.mode)
+        await super().run(client, config)
 
-    async def _serve(
-        self,
-        client: ConduitClient,
-        config: SlackConfig,
-        api: SlackApi,
-        identity: Identity,
-        inbox: Inbox,
+    def platform(self, config: ConduitConfig, context: PlatformContext) -> SlackPlatform:
+        return SlackPlatform(_settings(config), type(self).on_http_ready)
+
+    def platform_capabilities(self, platform: Platform, config: ConduitConfig) -> Capabilities:
+        """The longest message is the setting `message_chars`."""
+        update = {"max_message_length": _settings(config).message_chars}
+        return SlackPlatform.capabilities.model_copy(update=update)
+
+    def feed_kinds(self, config: ConduitConfig) -> frozenset[str]:
+        return OUTPUT_KINDS
+
+    def lane(self, engine: Engine, thread_id: str, outbound: Outbound) -> Lane:
+        """Slack's renderer shows the thread's answers; copies go to the engine's."""
+        slack = _adapter(engine)
+        if slack.rendering is None:
+            slack.rendering = Rendering(
+                name=self.name,
+                client=engine.client,
+                api=slack.api,
+                config=slack.config,
+                identity=slack.identity,
+                clock=type(self).clock,
+                copies=engine.copies,
+            )
+        return ThreadRenderer(slack.rendering, thread_id, outbound.conversations)
+
+    def traceparent(self, inbound: Inbound) -> str:
+        """A trace named by the event id alone: an answer is tied back to its message
+        after a restart (its trace id), with no state."""
+        return traceparent_of(inbound.platform_id)
+
+    async def admit(self, engine: Engine, inbound: Inbound) -> bool:
+        """Only what happens in the bot's threads (asked of Slack, waited out while it
+        is away or throttling)."""
+        slack = _adapter(engine)
+        return await engine.pacing.call(
+            inbound.conversation, lambda: slack.decoder.owns(inbound), deadline=math.inf
+        )
+
+    async def forward(self, engine: Engine, thread_id: str, inbound: Inbound) -> None:
+        """The event with its sender's display name, sent while the core is away for as
+        long as it takes (it is in the inbox meanwhile); a delete of a message whose
+        answer is being written interrupts it first."""
+        slack = _adapter(engine)
+        if isinstance(inbound, Message | Edit | Regenerate) and inbound.sender.id:
+            team = SlackThread.parse(inbound.conversation).team
+            name = await slack.names.name(team, inbound.sender.id)
+            inbound = replace(inbound, sender=Sender(name, id=inbound.sender.id))
+        if isinstance(inbound, Delete) and slack.running(inbound.target):
+            await until_answered(lambda: engine.client.interrupt(thread_id), "interrupt waits")
+        if isinstance(inbound, Regenerate):
+            await self._regenerate(engine, slack, thread_id, inbound)
+            return
+        await until_answered(
+            lambda: engine.forward(thread_id, inbound), "a slack event waits for the core"
+        )
+        slack.forwarded(inbound)
+
+    async def _regenerate(
+        self, engine: Engine, slack: SlackPlatform, thread_id: str, inbound: Regenerate
     ) -> None:
-        app_token = config.secret("app_token") if config.mode == "socket" else ""
-        signing_secret = config.secret("signing_secret") if config.mode == "http" else ""
-        feed_ready = asyncio.Event()
-        async with asyncio.TaskGroup() as tasks:
-            outbound = Outbound(
-                name=self.name,
-                client=client,
-                api=api,
-                config=config,
-                identity=identity,
-                clock=self.clock,
-            )
-            inbound = Inbound(
-                name=self.name,
-                client=client,
-                api=api,
-                config=config,
-                identity=identity,
-                lanes=Lanes(tasks),
-                answering=outbound.answering,
-                inbox=inbox,
-                ready=feed_ready,
-            )
-            app = _bolt_app(api.client, inbound, signing_secret, config.mode)
-            tasks.create_task(outbound.serve(feed_ready), name="slack-outbound")
-            await inbound.replay()  # before new events: a thread's messages stay in order
-            if config.mode == "socket":
-                await _serve_socket_mode(app, app_token, config)
-            else:
-                await _serve_http(app, config, type(self).on_http_ready)
+        thread = SlackThread.parse(inbound.conversation)
+        turn = await regenerated_turn(
+            engine.client,
+            slack.api,
+            slack.identity,
+            thread,
+            thread_id,
+            inbound.message,
+            inbound.asked_on,
+        )
+        if turn is None:
+            log.info("regenerate shortcut on a message ore has no turn for", thread=thread.key)
+            return
+        sender = inbound.sender
+        context = engine.forwarder.context(
+            sender.id, sender.name, traceparent_of(inbound.platform_id)
+        )
+        await until_answered(
+            lambda: engine.client.regenerate(
+                thread_id, turn, id=inbound.platform_id, context=context
+            ),
+            "a regenerate waits for the core",
+        )
 
 
-async def _check_tokens(api: SlackApi, app_token: str) -> Identity:
-    """Who the bot is (`auth.test`); MissingSecret naming the variable of a refused token."""
+def _settings(config: ConduitConfig) -> SlackConfig:
+    if not isinstance(config, SlackConfig):
+        raise TypeError(f"the slack conduit needs a SlackConfig, got {config!r}")
+    return config
+
+
+def _adapter(engine: Engine) -> SlackPlatform:
+    assert isinstance(engine.platform, SlackPlatform)
+    return engine.platform
+
+
+async def check_tokens(config: SlackConfig) -> None:
+    """The tokens of the mode, asked of Slack (`auth.test`, `apps.connections.open`);
+    MissingSecret naming the variable of a missing or refused one."""
+    bot_token = config.secret("bot_token")
+    app_token = config.secret("app_token") if config.mode == "socket" else ""
+    if config.mode == "http":
+        config.secret("signing_secret")  # missing: said before anything starts
+    web_client = AsyncWebClient(token=bot_token, base_url=config.api_url, retry_handlers=[])
     try:
-        me = await api.call("auth.test")
+        await SlackApi(web_client).call("auth.test")
     except SlackError as exc:
         raise MissingSecret(
             f"{ENV_BOT_TOKEN} was refused by Slack (auth.test: {exc.error}); "
@@ -138,7 +201,7 @@ async def _check_tokens(api: SlackApi, app_token: str) -> Identity:
         raise MissingSecret(f"cannot reach Slack to check {ENV_BOT_TOKEN}: {exc}") from None
     if app_token:
         try:
-            await api.client.apps_connections_open(app_token=app_token)
+            await web_client.apps_connections_open(app_token=app_token)
         except Exception as exc:  # the SDK raises SlackApiError or a client error
             error = getattr(getattr(exc, "response", None), "data", {}) or {}
             code = error.get("error", type(exc).__name__) if isinstance(error, dict) else exc
@@ -146,86 +209,3 @@ async def _check_tokens(api: SlackApi, app_token: str) -> Identity:
                 f"{ENV_APP_TOKEN} was refused by Slack (apps.connections.open: {code}); "
                 "use an app-level token (xapp-...) with connections:write"
             ) from None
-    return Identity(str(me["user_id"]), str(me.get("bot_id") or ""), str(me["team_id"]))
-
-
-class _SameTokenNotice(logging.Filter):
-    """Drops Bolt's "As you gave `client` as well, `token` will be unused." at every start.
-
-    Bolt reads SLACK_BOT_TOKEN by itself even when handed a client; the client holds
-    that same token, so the notice says nothing to act on.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.getMessage() != warning_client_prioritized_and_token_skipped()
-
-
-def _bolt_app(
-    web_client: AsyncWebClient, inbound: Inbound, signing_secret: str, mode: str
-) -> AsyncApp:
-    """One Bolt app for both modes; its listeners hand events to `inbound` and Bolt
-    acknowledges each once its listener returned (`process_before_response`): an event
-    is acknowledged only once the inbox keeps it. The listener takes one local SQLite
-    commit, far inside Slack's 3 seconds; if it fails, Slack sends the event again."""
-    bolt_log = logging.getLogger("ore.conduit.slack.bolt")
-    if not any(isinstance(f, _SameTokenNotice) for f in bolt_log.filters):
-        bolt_log.addFilter(_SameTokenNotice())
-    app = AsyncApp(
-        client=web_client,
-        signing_secret=signing_secret or "socket-mode-has-no-signing-secret",
-        request_verification_enabled=mode == "http",
-        process_before_response=True,
-        logger=bolt_log,
-    )
-
-    async def listener(body: dict[str, Any]) -> None:
-        await inbound.take(body)
-
-    async def acknowledge_only(body: dict[str, Any]) -> None:
-        """Events of the AI-app split view that need no answer (no warning logged)."""
-
-    async def shortcut(ack: AsyncAck, body: dict[str, Any]) -> None:
-        """Kept (the inbox) before it is acknowledged, as an event is."""
-        await inbound.take(body)
-        await ack()
-
-    for event in _EVENTS:
-        app.event(event)(listener)
-    app.message_shortcut(REGENERATE)(shortcut)
-    for event in _ACKNOWLEDGED:
-        app.event(event)(acknowledge_only)
-    return app
-
-
-async def _serve_socket_mode(app: AsyncApp, app_token: str, config: SlackConfig) -> None:
-    handler = AsyncSocketModeHandler(app, app_token, ping_interval=config.ping_interval)
-    try:
-        connect: Callable[[], Awaitable[None]] = handler.connect_async  # untyped in Bolt
-        await connect()
-        await asyncio.Event().wait()  # until cancelled
-    finally:
-        await asyncio.shield(_close(handler.client.close))
-
-
-async def _serve_http(
-    app: AsyncApp, config: SlackConfig, ready: Callable[[str], None] | None
-) -> None:
-    runner = web.AppRunner(app.web_app(path=config.http_path), handle_signals=False)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, config.http_host, config.http_port).start()
-        port = int(runner.addresses[0][1])
-        url = f"http://{config.http_host}:{port}{config.http_path}"
-        log.info("slack events endpoint listening", url=url)
-        if ready is not None:
-            ready(url)
-        await asyncio.Event().wait()  # until cancelled
-    finally:
-        await asyncio.shield(runner.cleanup())
-
-
-async def _close(close: Callable[[], Awaitable[None]]) -> None:
-    try:
-        await close()
-    except Exception as exc:  # closing a half-open socket may fail; nothing to undo
-        log.debug("socket mode close failed", error=str(exc))

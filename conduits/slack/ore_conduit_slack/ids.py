@@ -22,6 +22,7 @@ __all__ = [
     "edit_event_id",
     "event_id",
     "message_of",
+    "trace_id",
     "traceparent_of",
 ]
 
@@ -56,6 +57,14 @@ class SlackThread:
             THREAD_TS_KEY: self.thread_ts,
             "slack.enterprise": self.enterprise,
         }
+
+    @classmethod
+    def parse(cls, key: str) -> SlackThread:
+        """The Slack thread a `key` names (ValueError if it names none)."""
+        found = cls.from_metadata({THREAD_KEY: key})
+        if found is None:
+            raise ValueError(f"not a Slack thread key: {key!r}")
+        return found
 
     @classmethod
     def from_metadata(cls, metadata: dict[str, str]) -> SlackThread | None:
@@ -95,6 +104,12 @@ def message_of(event_id: str) -> tuple[str, str] | None:
 def edit_event_id(message_id: str, edited_ts: str) -> str:
     """The ore event id of one edit of a message (a new branch of its thread)."""
     return f"{message_id}:edit:{edited_ts}"
+
+
+def trace_id(traceparent: str) -> str:
+    """The trace id of a traceparent (the conduit's span of a message keeps it)."""
+    parts = traceparent.split("-")
+    return parts[1] if len(parts) >= 4 else traceparent
 
 
 def traceparent_of(message_id: str) -> str:

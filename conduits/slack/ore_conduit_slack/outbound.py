@@ -1,7 +1,9 @@
 """Outbound: ore output events -> what a Slack thread shows.
 
-One `ThreadRenderer` per ore thread handles that thread's events in order; threads are
-rendered concurrently. An answer (every output event of one user message: they carry
+One `ThreadRenderer` per ore thread handles that thread's events in order: it is the
+engine's lane of the thread (`SlackConduit.lane`), so threads are rendered
+concurrently, and another endpoint's messages go to the engine's copy engine
+(`Copies`). An answer (every output event of one user message: they carry
 its traceparent) becomes one or more Slack messages in the thread:
 
 - while the turn runs, the thread shows a status (`assistant.threads.setStatus`);
@@ -28,7 +30,6 @@ The answer and its messages are `ore_conduit_slack.answer`'s.
 
 from __future__ import annotations
 
-import asyncio
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -38,13 +39,12 @@ import structlog
 from ore_conduit_slack.answer import Answer, Message, reply_metadata
 from ore_conduit_slack.api import Ambiguous, Budget, SlackApi, SlackError
 from ore_conduit_slack.config import SlackConfig
-from ore_conduit_slack.copies import RelayedCopies
-from ore_conduit_slack.ids import SlackThread, traceparent_of
+from ore_conduit_slack.ids import SlackThread, trace_id, traceparent_of
 from ore_conduit_slack.inbound import Identity
 from ore_conduit_slack.recovery import Recovery
+from ore_conduit_slack.statuses import show_status
 from ore_conduit_slack.text import fence_at, neutralise, split_parts
 from ore_core import (
-    ApiError,
     ArtifactEvent,
     ErrorEvent,
     LifecycleEvent,
@@ -57,15 +57,16 @@ from ore_core import (
 from ore_core.conduit import (
     ConduitClient,
     Delivery,
-    EventFeed,
-    SettingsCache,
-    ThreadLanes,
     classify,
     metrics,
+    split_message,
     until_answered,
 )
+from ore_core.conduit.conversations import Conversations
+from ore_core.conduit.copies import Copies, Copy
+from ore_core.events import DeliveryEvent
 
-__all__ = ["OUTPUT_KINDS", "Clock", "Outbound", "ThreadRenderer"]
+__all__ = ["OUTPUT_KINDS", "Clock", "Rendering", "ThreadRenderer"]
 
 log = structlog.get_logger("ore.conduit.slack")
 
@@ -117,8 +118,9 @@ class _Team:
         self.starts = Budget(starts / 60, starts, now)
 
 
-class Outbound:
-    """Routes the durable feed's events to one renderer per thread (see the module docstring)."""
+class Rendering:
+    """What every thread's renderer shares: Slack, the settings, the workspaces' budgets,
+    the answers being written, and the engine's copies (see the module docstring)."""
 
     def __init__(
         self,
@@ -129,6 +131,7 @@ class Outbound:
         config: SlackConfig,
         identity: Identity,
         clock: Clock,
+        copies: Copies,
     ) -> None:
         self.name = name
         self.client = client
@@ -136,6 +139,7 @@ class Outbound:
         self.config = config
         self.identity = identity
         self.clock = clock
+        self.copies = copies
         self.active: dict[str, str] = {}  # trace of an answer being written -> thread id
         self.finished: OrderedDict[str, None] = OrderedDict()  # traces
         self._teams: dict[str, _Team] = {}
@@ -149,38 +153,21 @@ class Outbound:
 
     def answering(self, event_id: str) -> bool | None:
         """Is the answer to `event_id` being written? None: not started or unknown."""
-        trace = traceparent_of(event_id)
-        if trace in self.active:
+        wanted = trace_id(traceparent_of(event_id))
+        if any(trace_id(trace) == wanted for trace in self.active):
             return True
-        return False if trace in self.finished else None
+        return False if any(trace_id(trace) == wanted for trace in self.finished) else None
 
     def mark_finished(self, trace: str) -> None:
         self.finished[trace] = None
         while len(self.finished) > _FINISHED:
             self.finished.popitem(last=False)
 
-    async def serve(self, ready: asyncio.Event) -> None:
-        """Open the durable feed (waiting for the core if it is away), set `ready`, and
-        render its events until cancelled."""
-        async with self.client.events(kinds=OUTPUT_KINDS, durable=self.config.durable) as feed:
-            ready.set()
-            await self.run(feed)
-
-    async def run(self, feed: EventFeed) -> None:
-        """Render every delivery in its thread's lane (`ThreadLanes`), until cancelled.
-
-        Each is held until its renderer handled it: the durable cursor must not pass an
-        event that a conduit killed meanwhile never rendered (asking the feed for the
-        next event would otherwise count it as finished).
-        """
-        lanes = ThreadLanes(lambda thread_id: ThreadRenderer(self, thread_id), name=_LANES)
-        await lanes.run(feed)
-
 
 class ThreadRenderer:
     """Renders one ore thread's events into its Slack thread, in order (its `Lane`)."""
 
-    def __init__(self, outbound: Outbound, thread_id: str) -> None:
+    def __init__(self, outbound: Rendering, thread_id: str, conversations: Conversations) -> None:
         self.out = outbound
         self.api = outbound.api
         self.config = outbound.config
@@ -189,8 +176,7 @@ class ThreadRenderer:
         self.answers: dict[str, Answer] = {}
         self.last_sequence = 0  # the last stored batch of the thread handled
         self._recovery: Recovery | None = None
-        self.settings = SettingsCache()  # a linked thread's label and answer settings
-        self._copies: RelayedCopies | None = None  # another endpoint's events shown here
+        self.conversations = conversations  # the engine's: a thread's Slack thread, settings
 
     @property
     def recovery(self) -> Recovery:
@@ -202,31 +188,14 @@ class ThreadRenderer:
 
     async def open(self) -> None:
         """Find the Slack thread (and its reply record) before the first event."""
-        self.slack = await self._slack_thread()
+        key = await self.conversations.conversation_of(self.thread_id)
+        self.slack = None if key is None else SlackThread.parse(key)
         if self.slack is not None:
             self._recovery = Recovery(self.out, self.thread_id, self.slack, self.answers)
-            self._copies = RelayedCopies(
-                self.out.client, self.api, self.config, self.thread_id, self.slack
-            )
 
     def busy(self) -> bool:
         """An answer is being written: the lane stays while it waits for its end."""
         return bool(self.answers)
-
-    async def _slack_thread(self) -> SlackThread | None:
-        """The Slack thread of the ore thread (None: not a Slack thread); retried while away."""
-
-        async def read() -> SlackThread | None:
-            try:
-                info = await self.out.client.get_thread(self.thread_id)
-            except ApiError as exc:
-                if exc.status == 404:
-                    return None
-                raise
-            self.settings.load(self.thread_id, info.metadata)
-            return SlackThread.from_metadata(info.metadata)
-
-        return await until_answered(read, "cannot read thread metadata", thread_id=self.thread_id)
 
     # -- events ------------------------------------------------------------------------
 
@@ -235,9 +204,12 @@ class ThreadRenderer:
         try:
             event = delivery.event
             if isinstance(event, PropertiesEvent):
-                self.settings.update(self.thread_id, event)
+                self.conversations.settings.update(self.thread_id, event)
             elif delivery.event.context.provenance != self.out.name:
-                await self._until_reached(self._relay, delivery)  # another endpoint's
+                # Another endpoint's: delayed while the core is away, never dropped.
+                await until_answered(
+                    lambda: self._relay(delivery), "relay waits", thread_id=self.thread_id
+                )
             else:
                 await self._handle_event(delivery.event, delivery.sequence)
         finally:
@@ -277,25 +249,42 @@ class ThreadRenderer:
 
     # -- bridging: another endpoint's messages on a linked thread -------------------
 
-    async def _until_reached(self, step: Callable[[Delivery], Any], delivery: Delivery) -> None:
-        """Run `step` again while the core does not answer (a worker killed, NATS
-        restarting): a relayed copy is delayed by that, never dropped. Repeating is
-        safe: a copy posted before is found (`deliveries.get`, the Slack thread)."""
-        await until_answered(
-            lambda: step(delivery), "relay waits for the core", thread_id=self.thread_id
-        )
-
     async def _relay(self, delivery: Delivery) -> None:
-        """Show another endpoint's event (`ore_conduit_slack.copies`)."""
-        if self._copies is None:
+        """Show another endpoint's event: a copy (the engine's `Copies`), a delivery
+        status of a Slack message (`statuses`), a thread-wide notice."""
+        if self.slack is None:
             return  # not a Slack thread
         event = delivery.event
         if delivery.sequence is None:  # live-only: never a copy, but the thread's notices
-            if isinstance(event, NoticeEvent) and event.context.provenance == "app":  # thread-wide
-                await self._copies.show_notice(event.content)
+            if isinstance(event, NoticeEvent) and event.context.provenance == "app":
+                await self._notice(event.content)
             return
-        relayed = classify(delivery, self.out.name, self.settings.get(self.thread_id))
-        await self._copies.show(delivery, relayed, delivery.sequence)
+        settings = self.conversations.settings.get(self.thread_id)
+        relayed = classify(delivery, self.out.name, settings)
+        if relayed.action in ("relayed", "edited", "deleted") or (
+            relayed.action == "answer" and relayed.turn_id
+        ):
+            copy = Copy(self.thread_id, self.slack.key, delivery.sequence, relayed)
+            await self.out.copies.show(copy)
+        elif relayed.action == "delivery" and isinstance(event, DeliveryEvent):
+            await show_status(self.out.client, self.api, self.thread_id, self.slack, event)
+
+    async def _notice(self, text: str) -> None:
+        """A thread-wide notice (a compaction's one line): live-only, so posted once; a
+        refusal is logged, not retried (the thread's history holds what it says)."""
+        assert self.slack is not None
+        for part in split_message(neutralise(text), self.config.message_chars):
+            try:
+                await self.api.call(
+                    "chat.postMessage",
+                    self.slack.team,
+                    channel=self.slack.channel,
+                    thread_ts=self.slack.thread_ts,
+                    markdown_text=part,
+                )
+            except (SlackError, Ambiguous) as exc:
+                log.info("notice not shown", thread_id=self.thread_id, error=str(exc))
+                return
 
     def _add_text(self, answer: Answer, event: ArtifactEvent) -> None:
         artifact = event.artifact

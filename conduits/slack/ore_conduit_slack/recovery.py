@@ -26,13 +26,19 @@ from ore_conduit_slack.answer import (
     reply_payload,
 )
 from ore_conduit_slack.api import Ambiguous, SlackError
-from ore_conduit_slack.ids import REPLY_KEY, SlackThread, edit_event_id, traceparent_of
+from ore_conduit_slack.ids import (
+    REPLY_KEY,
+    SlackThread,
+    edit_event_id,
+    trace_id,
+    traceparent_of,
+)
 from ore_conduit_slack.ids import event_id as message_event_id
 from ore_core import OreError
 from ore_core.conduit import AnswerRecord, until_answered
 
 if TYPE_CHECKING:
-    from ore_conduit_slack.outbound import Outbound
+    from ore_conduit_slack.outbound import Rendering
 
 __all__ = ["Listing", "Recovery", "ts_key"]
 
@@ -62,8 +68,9 @@ class Listing:
         `trace` ("" if it is not listed: deleted, say)."""
         for ts, edited in self.others:
             message_id = message_event_id(thread.enterprise, thread.team, thread.channel, ts)
-            if traceparent_of(message_id) == trace or (
-                edited and traceparent_of(edit_event_id(message_id, edited)) == trace
+            if trace_id(traceparent_of(message_id)) == trace_id(trace) or (
+                edited
+                and trace_id(traceparent_of(edit_event_id(message_id, edited))) == trace_id(trace)
             ):
                 return ts
         return ""
@@ -77,7 +84,7 @@ class Recovery:
     """
 
     def __init__(
-        self, outbound: Outbound, thread_id: str, slack: SlackThread, answers: Mapping[str, Answer]
+        self, outbound: Rendering, thread_id: str, slack: SlackThread, answers: Mapping[str, Answer]
     ) -> None:
         self.out = outbound
         self.thread_id = thread_id

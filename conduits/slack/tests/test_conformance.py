@@ -1,4 +1,5 @@
-"""The Slack conduit passes ore's conduit conformance kit against the fake Slack."""
+"""The Slack conduit passes ore's conduit conformance kit, its bridging part included,
+against the fake Slack."""
 
 from __future__ import annotations
 
@@ -7,14 +8,22 @@ from typing import Any
 
 from ore_conduit_slack import SlackConduit
 from ore_conduit_slack.testing import SlackPlatform
+from ore_core.testing.conduit_bridging import BridgingConformance
 from ore_core.testing.conduit_conformance import ConduitConformance, ConduitCore, FakePlatform
 
 
-class TestSlackConduitConformance(ConduitConformance):
+class TestSlackConduitConformance(ConduitConformance, BridgingConformance):
     conduit_class = SlackConduit
+    bridged_key = ""
+
+    def endpoint_value(self, conversation: str) -> str:
+        assert self.bridged_key, "open_platform starts the bridged thread"
+        return self.bridged_key
 
     async def open_platform(self, core: ConduitCore) -> FakePlatform:
-        return await SlackPlatform.start()
+        platform = await SlackPlatform.start()
+        self.bridged_key = platform.bridge(self.bridged_conversation)
+        return platform
 
     def conduit_config(self, platform: FakePlatform) -> Mapping[str, Any]:
         assert isinstance(platform, SlackPlatform)

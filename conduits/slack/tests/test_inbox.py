@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from pathlib import Path
 
 import pytest
-from slack_sdk.web.async_client import AsyncWebClient
+from pydantic import SecretStr
 
-from ore_conduit_slack.api import Ambiguous, SlackApi, SlackError
+from ore_conduit_slack.api import Ambiguous, SlackError, Throttled
 from ore_conduit_slack.config import SlackConfig
-from ore_conduit_slack.inbound import Identity, Inbound, Lanes, _passing
+from ore_conduit_slack.inbound import Decoder, Identity
 from ore_conduit_slack.inbox import Inbox, InboxError
-from ore_conduit_slack.testing import FakeSlack
-from ore_core import ApiError, BusError, PermissionDenied
+from ore_conduit_slack.platform import SlackPlatform
+from ore_core.conduit import PlatformError, RateLimited, Refused, Transient
 
 
 def body(text: str, ts: str) -> dict[str, object]:
@@ -63,61 +62,40 @@ async def test_an_event_the_inbox_cannot_keep_is_refused_and_its_retry_is_taken(
 ) -> None:
     """Refused (Bolt then does not acknowledge it, so Slack sends it again), and the
     retry is not dropped as a repeat of an event already seen."""
-    fake = await FakeSlack().start()
     broken = await Inbox.open(tmp_path / "broken.db")
     await broken.close()
     inbox = await Inbox.open(tmp_path / "inbox.db")
-
-    class Stop(Exception):
-        pass
-
-    async def scenario() -> None:
-        async with asyncio.TaskGroup() as tasks:
-            inbound = Inbound(
-                name="slack",
-                client=None,  # type: ignore[arg-type]  # never reached: nothing is ready
-                api=SlackApi(AsyncWebClient(token="x", base_url=fake.api_url)),
-                config=SlackConfig(),
-                identity=Identity("UBOT", "BBOT", "T1"),
-                lanes=Lanes(tasks),
-                answering=lambda _: None,
-                inbox=broken,
-                ready=asyncio.Event(),  # the queued work waits: the test looks at the inbox
-            )
-            with pytest.raises(InboxError, match="closed"):
-                await inbound.take(body("<@UBOT> hello", "1.1"))
-            inbound.inbox = inbox
-            await inbound.take(body("<@UBOT> hello", "1.1"))  # Slack's retry
-            await inbound.take(body("<@UBOT> hello", "1.1"))  # a repeat of a kept one
-            assert await inbox.count() == 1
-            raise Stop  # ends the lanes' waiting work
-
-    stopped = False
+    config = SlackConfig(bot_token=SecretStr("xoxb-test"))
+    platform = SlackPlatform(config)  # not connected: its listener is called by hand
+    platform.decoder = Decoder(platform.api, config, Identity("UBOT", "BBOT", "T1"))
     try:
-        try:
-            await scenario()
-        except* Stop:
-            stopped = True
+        platform.inbox = broken
+        with pytest.raises(InboxError, match="closed"):
+            await platform.take(body("<@UBOT> hello", "1.1"))
+        platform.inbox = inbox
+        await platform.take(body("<@UBOT> hello", "1.1"))  # Slack's retry
+        await platform.take(body("<@UBOT> hello", "1.1"))  # a repeat of a kept one
+        assert await inbox.count() == 1
     finally:
         await inbox.close()
-        await fake.close()
-    assert stopped
 
 
 @pytest.mark.parametrize(
-    ("error", "waits"),
+    ("error", "kind", "reason"),
     [
-        (BusError("nothing answers ore.api.slack.threads.lookup"), True),
-        (PermissionDenied("publish", "ore.in.slack.x"), False),
-        (ApiError(500, "internal", "store unavailable"), True),
-        (ApiError(400, "bad_request", "no such key"), False),
-        (Ambiguous("conversations.replies", "HTTP 503"), True),
-        (SlackError("conversations.replies", "ratelimited"), True),
-        (SlackError("conversations.replies", "channel_not_found"), False),
-        (RuntimeError("a bug"), False),
+        (Ambiguous("conversations.replies", "HTTP 503"), Transient, "platform_unavailable"),
+        (Throttled("chat.postMessage", 1.0), RateLimited, "rate_limited"),
+        (SlackError("chat.postMessage", "not_in_channel"), Refused, "refused_permission"),
+        (SlackError("chat.postMessage", "channel_not_found"), Refused, "refused_permission"),
+        (SlackError("chat.postMessage", "missing_scope"), Refused, "refused_permission"),
+        (SlackError("chat.postMessage", "msg_too_long"), Refused, "refused_too_large"),
+        (SlackError("chat.postMessage", "invalid_blocks"), Refused, "refused_unsupported"),
     ],
 )
-def test_kept_work_waits_out_what_passes_and_drops_what_does_not(
-    error: BaseException, waits: bool
+def test_slack_s_failures_are_classified_for_the_engine(
+    error: PlatformError, kind: type[PlatformError], reason: str
 ) -> None:
-    assert _passing(error) is waits
+    """What passes with time is waited out by the engine (a rate limit for exactly its
+    Retry-After), what does not is reported failed with its reason."""
+    assert isinstance(error, kind)
+    assert error.reason == reason

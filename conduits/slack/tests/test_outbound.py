@@ -448,11 +448,22 @@ async def test_a_continuation_stream_a_run_died_before_recording_is_finished(
     root = await slack.fake.user_says(CHANNEL, "big")
     await asyncio.wait_for(script.holding.wait(), 10)
     await slack.wait_for(lambda: len(slack.fake.calls("chat.startStream")) >= 2)
-    await conduit.stop()
-    made = [m.ts for m in slack.fake.bot_messages(CHANNEL, root.ts)]
     (thread,) = await slack.threads()
     async with await ConduitClient.connect(slack.core.nats_url, name="slack") as client:
-        record = json.loads((await client.get_thread(thread.id)).metadata[REPLY_KEY])
+
+        async def recorded() -> dict[str, Any]:
+            loaded = json.loads((await client.get_thread(thread.id)).metadata[REPLY_KEY])
+            assert isinstance(loaded, dict)
+            return loaded
+
+        async with asyncio.timeout(10):  # the second stream recorded, then the kill
+            while True:
+                if len((await recorded())["messages"]) >= 2:
+                    break
+                await asyncio.sleep(0.05)
+        await conduit.stop()
+        made = [m.ts for m in slack.fake.bot_messages(CHANNEL, root.ts)]
+        record = await recorded()
         assert [m[0] for m in record["messages"]] == made
         record["messages"] = record["messages"][:-1]  # the last one was never recorded
         await client.set_metadata(thread.id, REPLY_KEY, json.dumps(record))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ore_core import Role, Turn, TurnCompleteEvent, UserMessageEvent
-from ore_core.conduit import ConduitClient, ControlClient, split_message, turn_text
+from ore_core.conduit import ConduitClient, ControlClient, part_key, split_message, turn_text
 from ore_core.events import EventContext
 
 if TYPE_CHECKING:
@@ -175,7 +175,8 @@ async def test_a_split_copy_begun_by_a_killed_run_is_finished_without_posting_a_
     # What a run killed after posting the first part (and before reporting) left.
     left = slack.fake.add_message(CHANNEL, first, bot_id=slack.fake.bot_id, thread_ts=root.ts)
     left.user = slack.fake.bot_user
-    left.metadata = {"event_type": "ore_relay", "event_payload": {"turn": turn.id, "part": 0}}
+    key = part_key(f"{thread}.{turn.id}", 0)  # the key the copy engine gives its first part
+    left.metadata = {"event_type": "ore_relay", "event_payload": {"key": key}}
     await slack.start()
     slack_side = slack.core.client_for("slack")
 

@@ -15,7 +15,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from ore_conduit_slack import MissingSecret, SlackConduit
 from ore_conduit_slack.api import Ambiguous
-from ore_conduit_slack.conduit import _bolt_app
+from ore_conduit_slack.bolt import bolt_app
 from ore_core.cli import main
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def test_bolts_token_notice_is_not_logged(
     monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-same-token")  # Bolt reads it by itself
     inbound: Any = None  # the listeners are not called here
     with caplog.at_level(logging.WARNING):
-        _bolt_app(AsyncWebClient(token="xoxb-same-token"), inbound, "", "socket")
+        bolt_app(AsyncWebClient(token="xoxb-same-token"), inbound, "", "socket")
     assert [record.getMessage() for record in caplog.records] == []
 
 

@@ -2,11 +2,13 @@
 
 A kit conversation is a Slack thread in channel `C<conversation>`: the first message is
 the thread's root (an @mention), the others are replies in it. A reply is an answer
-the conduit finished (its last message carries `last` in its metadata).
+the conduit finished (its last message carries `last` in its metadata), or a relayed
+copy (`ore_relay` metadata: the kit's bridging check answers nothing).
 """
 
 from __future__ import annotations
 
+from ore_conduit_slack.answer import RELAY_EVENT
 from ore_conduit_slack.testing.fake import FakeMessage, FakeSlack
 
 __all__ = ["SlackPlatform"]
@@ -55,14 +57,28 @@ class SlackPlatform:
         self.roots.setdefault(conversation, message)
         self._by_id[message_id] = message
 
+    def bridge(self, conversation: str) -> str:
+        """A thread started by a person (no mention) for the kit's bridging check; its
+        key, the link's value. The kit's messages in it are replies."""
+        root = self.fake.add_message(self.channel(conversation), "a bridge", user="UALICE")
+        self.roots[conversation] = root
+        return f"-:{self.fake.team}:{root.channel}:{root.ts}"
+
     async def wait_for_reply(self, conversation: str) -> str:
-        """The next finished answer in the conversation's thread."""
+        """The next finished answer, or relayed copy, in the conversation's thread."""
         channel = self.channel(conversation)
         seen = self._read.get(conversation, 0)
 
         def answers() -> list[str]:
             root = self.roots.get(conversation)
-            return [] if root is None else self.fake.answers(channel, root.ts)
+            if root is None:
+                return []
+            copies = [
+                m.text
+                for m in self.fake.bot_messages(channel, root.ts)
+                if (m.metadata or {}).get("event_type") == RELAY_EVENT
+            ]
+            return self.fake.answers(channel, root.ts) + copies
 
         await self.fake.wait_until(lambda: len(answers()) > seen, within=self.patience)
         self._read[conversation] = seen + 1
