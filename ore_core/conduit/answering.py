@@ -157,6 +157,11 @@ class AnswerLane:
                 await self._finish(self._answers.pop(trace, None))
         elif isinstance(event, ArtifactEvent) and isinstance(event.artifact, TextDelta):
             if self.out.streams:
+                earlier = self._streaming
+                if earlier is not None and earlier is not answer:
+                    # The earlier answer's live end was missed (its stored turn will
+                    # finish it): show it now, so the answers stay in their order.
+                    await self._show(earlier)
                 self._answers[trace] = answer
                 answer.text += event.artifact.content
                 self._streaming = answer
@@ -182,18 +187,22 @@ class AnswerLane:
         only `done`; a conduit restarted after the answer was stored gets only the
         stored events. A streamed answer ends with the stored text; an answer nothing
         of which this process posted is posted now, under the keys the first posts had,
-        so a platform that recognises a key edits what an earlier run posted."""
+        so a platform that recognises a key edits what an earlier run posted; one the
+        next answer's stream left behind is edited to its whole text."""
         texts = [part.content for part in event.turn.artifacts if isinstance(part, Text)]
         answer = self._answers.get(trace)
-        if not texts or (answer is not None and answer is not self._streaming and answer.posts):
+        if not texts:
             return
         if answer is not None and answer is self._streaming:
             answer.text = texts[-1]  # earlier texts of the turn ended their own messages
-            return
-        answer = answer or _Answer(trace)
-        self._answers[trace] = answer
-        for text in texts:
-            await self._post(Part(text), answer)
+        elif answer is None or not answer.posts:
+            answer = answer or _Answer(trace)
+            self._answers[trace] = answer
+            for text in texts:
+                await self._post(Part(text), answer)
+        elif answer.messages and answer.shown != texts[-1]:
+            answer.text = texts[-1]  # a streamed answer left behind by the next one
+            await self._show(answer)
 
     async def _finish(self, answer: _Answer | None) -> None:
         if answer is not None and answer is self._streaming:
