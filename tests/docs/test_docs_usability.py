@@ -40,5 +40,5 @@ def test_the_readme_documents_the_files_and_variables_ore_reads() -> None:
 
 def test_the_readme_gives_the_test_time_as_a_range_and_the_quick_subset() -> None:
     readme = " ".join(read("README.md").split())
-    assert "Everything takes 20-25 minutes on two CPUs (more on a loaded machine);" in readme
+    assert "Everything takes 15-20 minutes on two CPUs (more on a loaded machine);" in readme
     assert '`tox -- -m "not slow"` skips the tests that start processes' in readme
