@@ -10,9 +10,12 @@ is never sent what it cannot show.
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from ore_core.artifacts import Attachment
 
 __all__ = ["Capabilities", "Markup"]
 
@@ -57,3 +60,12 @@ class Capabilities(BaseModel):
     reactions: bool = False
     idempotency: Literal["key", "read_back", "none"] = "none"
     delta_interval: float | None = Field(default=None, ge=0)
+    file_max_bytes: int | None = Field(default=0, ge=0)
+    file_types: tuple[str, ...] = ("*/*",)
+
+    def takes_file(self, attachment: Attachment) -> bool:
+        """Whether the platform can be handed `attachment` as a file of its own."""
+        limit = self.file_max_bytes
+        if limit == 0 or (limit is not None and attachment.size > limit):
+            return False
+        return any(fnmatchcase(attachment.media_type, t) for t in self.file_types)

@@ -51,8 +51,9 @@ __all__ = ["Interrupt", "Malformed", "NatsMessage", "NatsPlatform"]
 
 log = structlog.get_logger("ore.conduit.nats")
 
-CAPABILITIES = Capabilities(max_message_length=1024 * 1024)
-"""Plain text, never edited, never split (a reply is one NATS message, up to 1 MiB)."""
+CAPABILITIES = Capabilities(max_message_length=1024 * 1024, file_max_bytes=None)
+"""Plain text, never edited, never split (a reply is one NATS message, up to 1 MiB);
+files of any size and type, as references a client fetches itself."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -116,7 +116,7 @@ class StdinConduit(Conduit):
     key_form: ClassVar[KeyForm | None] = KeyForm("THREAD", "ab258e56")
     # A terminal shows text as it comes: deltas every 30 ms, not the core's 100 ms.
     capabilities: ClassVar[Capabilities] = Capabilities(
-        streaming=True, markup="markdown", delta_interval=0.03
+        streaming=True, markup="markdown", delta_interval=0.03, file_max_bytes=None
     )
 
     def __init__(
