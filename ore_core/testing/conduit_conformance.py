@@ -50,6 +50,7 @@ from ore_core.events import EventContext, LifecycleEvent, UserMessageEvent, new_
 from ore_core.ledger.thread import Thread
 from ore_core.session.echo import EchoProcessor
 from ore_core.session.manager import Manager
+from ore_core.session.protocols import TurnProcessor
 from ore_core.session.stores.memory import MemoryStore
 from ore_core.session.turn_context import TurnContext
 from ore_core.testing.processors import GatedProcessor
@@ -316,18 +317,24 @@ async def _leftovers(tasks: set[asyncio.Task[Any]]) -> list[str]:
     return sorted(f"{t.get_name()}:\n{_stack_of(t)}" for t in running if not t.done())
 
 
+async def start_core(nats_url: str, store: MemoryStore, processor: TurnProcessor) -> CoreService:
+    """A core on `nats_url` over `store`, two partitions, reconnecting fast."""
+    service = CoreService(
+        Manager(store, processor),
+        servers=[nats_url],
+        config=BusConfig(partitions=2),
+        reconnect_wait=0.05,
+    )
+    await service.start()
+    return service
+
+
 @pytest_asyncio.fixture
 async def ore_conduit_core(ore_nats_url: str) -> AsyncIterator[ConduitCore]:
     """A running ore core (MemoryStore, `KitProcessor`) on the test's nats-server."""
     store = MemoryStore()
     processor = KitProcessor()
-    service = CoreService(
-        Manager(store, processor),
-        servers=[ore_nats_url],
-        config=BusConfig(partitions=2),
-        reconnect_wait=0.05,
-    )
-    await service.start()
+    service = await start_core(ore_nats_url, store, processor)
     try:
         client = await ConduitClient.connect(ore_nats_url, name="conformance", reconnect_wait=0.05)
         async with client:
