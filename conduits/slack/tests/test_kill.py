@@ -195,6 +195,7 @@ async def test_messages_taken_while_the_core_is_away_survive_a_kill_of_the_condu
     assert got == {root.ts: [expected(f"while away {i}")] for i, root in enumerate(roots)}
 
 
+@pytest.mark.timeout(ANSWER_PATIENCE + 60)
 @pytest.mark.parametrize(
     ("kinds", "streaming", "seed"),
     [(("conduit",), "edit", 5), (("conduit", "core", "nats"), "auto", 11)],
