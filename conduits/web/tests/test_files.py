@@ -108,9 +108,7 @@ async def test_a_file_not_shown_inline_is_served_as_a_download(http: httpx.Async
     assert "sandbox" in served.headers["content-security-policy"]
 
 
-async def test_the_same_file_twice_is_stored_once(
-    stack: WebStack, http: httpx.AsyncClient
-) -> None:
+async def test_the_same_file_twice_is_stored_once(stack: WebStack, http: httpx.AsyncClient) -> None:
     first = await upload(http, "a.png", PNG, "image/png")
     second = await upload(http, "b.png", PNG, "image/png")
     assert first.json()["id"] != second.json()["id"]
