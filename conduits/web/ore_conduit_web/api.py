@@ -4,7 +4,7 @@ Every `/api` route needs a token (`Authorization: Bearer ...`, or the cookie the
 signed-in URL sets); `/openapi.json`, the page and its assets do not. Errors are JSON,
 `{"error": {"code": word, "message": text}}`, with the matching status: 400 bad input,
 401 no or wrong token, 404 unknown thread (another user's too), 409 busy, 413 too
-large, 503 the core is unreachable.
+large, 415 a file type not allowed, 502 the core failed, 503 the core is unreachable.
 """
 
 import re
@@ -18,22 +18,37 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from fastapi.sse import EventSourceResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ore_conduit_web.config import WebConfig
+from ore_conduit_web.files import (
+    Upload,
+    Uploads,
+    check_file,
+    disposition,
+    media_type_of,
+    read_upload,
+    refuse,
+)
 from ore_conduit_web.live import LiveHub, Position, event_stream, parse_position
 from ore_conduit_web.threads import ThreadSummary, WebError, WebThreads
 from ore_conduit_web.tokens import Tokens
 from ore_conduit_web.tree import ThreadTree
+from ore_core.artifacts.attachment import MAX_FILE_NAME
 from ore_core.conduit import ApiError, BusError
+from ore_core.events import MAX_ATTACHMENTS, MAX_EMOJI_LENGTH
+from ore_core.files import FileCorrupt, FileMissing
 
 __all__ = ["COOKIE", "create_app"]
 
 COOKIE = "ore_web_token"
 _ID = r"^[A-Za-z0-9_-]{1,128}$"
 _TURN = r"^[A-Za-z0-9_-]{0,128}$"
+UPLOADS = "/files"
+"""The upload route under `/api` (`/files/link/...` at the root serves signed links)."""
 _BEARER = re.compile(r"Bearer\s+(\S+)", re.IGNORECASE)
 
 
@@ -72,13 +87,41 @@ class NewMessage(BaseModel):
     """A user message. `parent_id` edits: the message goes after that turn (a branch;
     `""` before the first turn), and `edit_of` names the message it replaces (endpoints
     linked to the thread update their copy). `answer` false saves it without asking the
-    model (an edit kept as it is). `client_id` makes a retried request count once."""
+    model (an edit kept as it is). `client_id` makes a retried request count once.
+    `files`: ids of the user's uploads (`POST /api/files`) sent with it; `text` may be
+    empty when there are files."""
 
-    text: str = Field(min_length=1)
+    text: str = ""
     answer: bool = True
     parent_id: str | None = Field(default=None, pattern=_TURN)
     edit_of: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
     client_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9-]{1,64}$")
+    files: list[Annotated[str, Field(pattern=_ID)]] = Field(
+        default_factory=list, max_length=MAX_ATTACHMENTS
+    )
+
+    @model_validator(mode="after")
+    def _says_something(self) -> "NewMessage":
+        if not self.text and not self.files:
+            raise ValueError("a message needs text or files")
+        if self.files and self.edit_of is not None:
+            raise ValueError("an edit changes the text only: send files in a new message")
+        return self
+
+
+class Reaction(BaseModel):
+    """An emoji to add to a message, or (`remove`) to take back."""
+
+    emoji: str = Field(min_length=1, max_length=MAX_EMOJI_LENGTH, pattern=r"\S")
+    remove: bool = False
+
+
+class FileLimits(BaseModel):
+    """The operator's `[files]`: the largest file in bytes and the media types taken
+    (`type/subtype` or `type/*`); the page checks a file before uploading it."""
+
+    max_size: int
+    allowed_types: list[str]
 
 
 class TurnRef(BaseModel):
@@ -100,10 +143,14 @@ class Tip(BaseModel):
 
 
 class Me(BaseModel):
-    """Who the token signs in, and the longest message accepted (the page counts)."""
+    """Who the token signs in, the longest message accepted (the page counts), and the
+    files accepted."""
 
     user: str
+    reactor: str
+    """How the core names this user among those reacting (`namespace:user`)."""
     max_message_length: int
+    files: FileLimits
 
 
 class Models(BaseModel):
@@ -142,6 +189,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         404: "Unknown thread or turn",
         409: "The thread is busy",
         413: "Too large",
+        415: "A file of a type not allowed",
+        502: "The core failed (refused unexpectedly, or sent a file that is not the one asked)",
         503: "The core cannot be reached",
     }.items()
 }
@@ -157,14 +206,16 @@ class _TooLarge(Exception):
 
 
 class BodyLimit:
-    """Refuses request bodies over `limit` bytes with 413, before they are parsed."""
+    """Refuses request bodies over `limit` bytes with 413, before they are parsed; the
+    `own_limit` paths (uploads, checked against the file policy) are left to their route."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, own_limit: tuple[str, ...] = ()) -> None:
         self.app = app
         self.limit = limit
+        self.own_limit = own_limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["path"] in self.own_limit:
             await self.app(scope, receive, send)
             return
         too_large = _error(
@@ -233,6 +284,7 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
         "prints) on every /api route.",
     )
     static = resources.files("ore_conduit_web") / "static"
+    uploads = Uploads()
 
     async def signed_in(
         request: Request, authorization: Annotated[str | None, Header()] = None
@@ -335,9 +387,82 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
 
     api = APIRouter(prefix="/api", responses=_ERRORS)
 
-    @api.get("/me", summary="Who the token signs in")
+    @api.get("/me", summary="Who the token signs in, and the messages and files accepted")
     async def me(user: User) -> Me:
-        return Me(user=user, max_message_length=config.max_message_length)
+        policy = threads.client.files.policy
+        limits = FileLimits(max_size=policy.max_size, allowed_types=list(policy.allowed_types))
+        return Me(
+            user=user,
+            reactor=f"{threads.client.namespace}:{user}",
+            max_message_length=config.max_message_length,
+            files=limits,
+        )
+
+    @api.post(
+        UPLOADS,
+        status_code=201,
+        summary="Upload a file (the body is its bytes), to send with a message",
+        description="The file's media type is the request's `Content-Type` (or, when that "
+        "is absent or `application/octet-stream`, the one its `name` suggests). The "
+        "operator's `[files]` settings are checked first: over `max_size`: 413, a type "
+        "`allowed_types` does not list: 415; a body cut short stores nothing (400). The "
+        "answer's `id` goes in a message's `files`.",
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
+            }
+        },
+    )
+    async def upload(
+        user: User,
+        request: Request,
+        name: Annotated[str, Query(min_length=1, max_length=MAX_FILE_NAME)],
+        content_length: Annotated[int | None, Header(ge=0)] = None,
+        content_type: Annotated[str | None, Header(max_length=200)] = None,
+    ) -> Upload:
+        policy = threads.client.files.policy
+        media_type = media_type_of(name, content_type)
+        check_file(name, media_type)
+        refuse(policy, name, media_type, content_length or 0)
+        try:
+            data = await read_upload(request.stream(), policy, name, content_length)
+        except ClientDisconnect:
+            raise WebError(400, "truncated", f"{name}: the upload was cut short") from None
+        return uploads.add(user, await threads.client.upload(data, name, media_type))
+
+    @api.get(
+        "/threads/{thread_id}/files/{sha256}",
+        summary="A file of one of the thread's messages",
+        description="Served with its media type and name (`Content-Disposition`: inline "
+        "for the images the page shows, else a download).",
+        response_class=Response,
+        responses={
+            200: {
+                "description": "The file's bytes",
+                "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
+            }
+        },
+    )
+    async def file(
+        user: User,
+        thread_id: Owned,
+        sha256: Annotated[str, Path(pattern=r"^[0-9a-f]{64}$", description="the file's sha256")],
+    ) -> Response:
+        attachment = await threads.attachment(user, thread_id, sha256)
+        try:
+            data = await threads.client.fetch(thread_id, attachment)
+        except FileMissing as exc:
+            raise WebError(404, "not_found", str(exc)) from None
+        except FileCorrupt as exc:
+            raise WebError(502, "corrupt", str(exc)) from None
+        headers = {
+            "Content-Disposition": disposition(attachment),
+            "X-Content-Type-Options": "nosniff",
+            "Content-Security-Policy": "default-src 'none'; sandbox",
+            "Cache-Control": "private, max-age=86400, immutable",
+        }
+        return Response(data, media_type=attachment.media_type, headers=headers)
 
     @api.get("/models", summary="Which processor answers and the models it offers")
     async def models(user: User) -> Models:
@@ -385,7 +510,25 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
             edit_of=body.edit_of,
             client_id=body.client_id,
             answer=body.answer,
+            attachments=uploads.take(user, body.files),
         )
+        return Sent(event_id=event_id)
+
+    @api.post(
+        "/threads/{thread_id}/turns/{turn_id}/reactions",
+        status_code=202,
+        summary="React to a message (or take the reaction back)",
+        description="One core `react`: the thread's pages and linked endpoints are told (a "
+        "stored `reaction` event on the event stream); it never starts an answer. A "
+        "turn the core does not know gets an `error` event.",
+    )
+    async def react(
+        user: User,
+        thread_id: Owned,
+        turn_id: Annotated[str, Path(pattern=r"^[A-Za-z0-9_-]{1,128}$")],
+        body: Reaction,
+    ) -> Sent:
+        event_id = await threads.react(user, thread_id, turn_id, body.emoji, remove=body.remove)
         return Sent(event_id=event_id)
 
     @api.post("/threads/{thread_id}/regenerate", status_code=202, summary="Answer again")
@@ -465,5 +608,5 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
         return EventSourceResponse(frames, headers={"Cache-Control": "no-cache"})
 
     app.include_router(api)
-    app.add_middleware(BodyLimit, limit=config.max_body_bytes)
+    app.add_middleware(BodyLimit, limit=config.max_body_bytes, own_limit=("/api" + UPLOADS,))
     return app

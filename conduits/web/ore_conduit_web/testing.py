@@ -18,8 +18,9 @@ must escape).
 `WebStack` runs a nats-server, a core (`CoreService`, memory store) with that model
 (or the `processor` given, named `processor_name`: a model server's processor, as the
 model picker's tests use), with the compaction step when `compaction` settings are
-given, and the web conduit serving on a free loopback port, all in the caller's event
-loop.
+given, and the web conduit serving on a free loopback port (its uploads checked
+against `files`, the operator's `[files]` policy, when given), all in the caller's
+event loop.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from ore_core.bus.server.streams import BusConfig
 from ore_core.bus.service import CoreService
 from ore_core.conduit import ConduitClient
 from ore_core.config import CompactionSettings
+from ore_core.files import FilePolicy
 from ore_core.session.compactor import Compactor
 from ore_core.session.protocols import TurnProcessor
 from ore_core.session.stores.memory import MemoryStore
@@ -145,9 +147,11 @@ class WebStack:
         processor: TurnProcessor | None = None,
         processor_name: str = "scripted",
         compaction: CompactionSettings | None = None,
+        files: FilePolicy | None = None,
         **settings: Any,
     ) -> None:
         self.directory = directory
+        self.files = files
         self.processor = processor
         self.processor_name = processor_name
         self.compaction = compaction
@@ -193,6 +197,8 @@ class WebStack:
         Conduit.on_ready = on_ready
         config = Conduit.load_config(self.settings)
         self._client = await ConduitClient.connect(self.nats_url, name="web", reconnect_wait=0.05)
+        if self.files is not None:  # the operator's [files], as `ore conduit` sets it
+            self._client.files.policy = self.files
         task = self._task = asyncio.create_task(Conduit().run(self._client, config))
         async with asyncio.timeout(TIMEOUT):
             waiting: list[asyncio.Future[Any]] = [ready, task]

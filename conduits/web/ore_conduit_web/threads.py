@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import secrets
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from pydantic import BaseModel
@@ -40,13 +41,17 @@ from ore_core import (
     UserMessageEvent,
     turn_from_dict,
 )
+from ore_core.artifacts import Attachment
 from ore_core.conduit import ApiError, ConduitClient, ThreadInfo, ThreadSettings
 from ore_core.errors import OreError
 from ore_core.events import BATCH_KIND, new_event_id
 from ore_core.session.compaction import BOUNDARY_INFO_KEY, BoundaryInfo
 from ore_core.session.spec import KEY_MODEL_NAME
 
-__all__ = ["ThreadSummary", "WebError", "WebThreads"]
+__all__ = ["Reactions", "ThreadSummary", "WebError", "WebThreads"]
+
+Reactions = dict[str, dict[str, list[str]]]
+"""Turn -> emoji -> who reacts with it now."""
 
 OWNER = "web.owner"
 TITLE = "web.title"
@@ -240,8 +245,10 @@ class WebThreads:
         edit_of: str | None = None,
         client_id: str | None = None,
         answer: bool = True,
+        attachments: Sequence[Attachment] = (),
     ) -> str:
-        """Send a user message (after `parent_id`: a branch from there); its event id.
+        """Send a user message (after `parent_id`: a branch from there), with the files
+        uploaded for it (`attachments`); its event id.
 
         `edit_of` makes it an edit of that message, one core edit: the core answers an
         edit of the latest message again (unless `answer` is false) and records an
@@ -259,8 +266,30 @@ class WebThreads:
             return event_id
         if parent_id is not None:
             await self._fork(thread_id, parent_id)
-        await self._send(user, info, text, event_id, answer=answer)
+        await self._send(user, info, text, event_id, answer=answer, attachments=attachments)
         return event_id
+
+    async def react(
+        self, user: str, thread_id: str, turn_id: str, emoji: str, *, remove: bool = False
+    ) -> str:
+        """`user` reacts to a turn with `emoji` (or takes it back): one core `react`,
+        which tells every endpoint (a `reaction` event) and never starts a model turn;
+        the request's event id."""
+        await self.owned(user, thread_id)
+        event_id = new_event_id()
+        await self.client.react(
+            thread_id, turn_id, emoji, remove=remove, id=event_id, context=self._context(user)
+        )
+        return event_id
+
+    async def attachment(self, user: str, thread_id: str, sha256: str) -> Attachment:
+        """The file `sha256` of a turn of the thread (WebError 404 when none has it)."""
+        await self.owned(user, thread_id)
+        for turn in await self._all_turns(thread_id):
+            for artifact in turn.artifacts:
+                if isinstance(artifact, Attachment) and artifact.sha256 == sha256:
+                    return artifact
+        raise WebError(404, "not_found", f"no file {sha256[:12]} in thread {thread_id}")
 
     async def regenerate(self, user: str, thread_id: str, turn_id: str) -> str:
         """Answer the question of `turn_id` (an answer or the question itself) again, as
@@ -308,11 +337,23 @@ class WebThreads:
         await self.client.interrupt(thread_id)
 
     async def _send(
-        self, user: str, info: ThreadInfo, text: str, event_id: str, *, answer: bool = True
+        self,
+        user: str,
+        info: ThreadInfo,
+        text: str,
+        event_id: str,
+        *,
+        answer: bool = True,
+        attachments: Sequence[Attachment] = (),
     ) -> None:
-        await self._note_change(info, text, event_id)
+        shown = " ".join([text, *(f"📎 {a.name}" for a in attachments)]).strip()
+        await self._note_change(info, shown, event_id)
         message = UserMessageEvent(
-            id=event_id, content=text, answer=answer, context=self._context(user)
+            id=event_id,
+            content=text,
+            answer=answer,
+            attachments=tuple(attachments),
+            context=self._context(user),
         )
         await self.client.send(info.id, message)
 
@@ -352,10 +393,13 @@ class WebThreads:
         info = await self.owned(user, thread_id)
         settings = ThreadSettings.of_metadata(info.metadata)
         history = History(settings, self.client.namespace)
-        turns, cursor = await self._stored_turns(thread_id, history)
+        reactions: Reactions = {}
+        turns, cursor = await self._stored_turns(thread_id, history, reactions)
         path = await self.client.turns(thread_id)
         title = info.metadata.get(TITLE) or DEFAULT_TITLE
-        found = build_tree(thread_id, title, turns, path, str(cursor) if cursor else "", history)
+        found = build_tree(
+            thread_id, title, turns, path, str(cursor) if cursor else "", history, reactions
+        )
         found.gateway, found.answer, found.label = settings.gateway, settings.answer, settings.label
         found.model = info.metadata.get(KEY_MODEL_NAME, "")
         mark_compaction(found, _boundary(info))
@@ -366,11 +410,12 @@ class WebThreads:
         return [*turns, *await self.client.turns(thread_id)]
 
     async def _stored_turns(
-        self, thread_id: str, history: History | None = None
+        self, thread_id: str, history: History | None = None, reactions: Reactions | None = None
     ) -> tuple[list[Turn], Position | None]:
         """Every turn in the thread's stored events (the core keeps them for days), and
         the position of the last stored event; `history` takes in what they say about
-        a linked thread's turns."""
+        a linked thread's turns, `reactions` who reacts to each turn now (the last
+        `reaction` event of each turn and emoji)."""
         turns: list[Turn] = []
         last: Position | None = None
         after = 0
@@ -383,6 +428,9 @@ class WebThreads:
                 for index, event in enumerate(events):
                     if event.get("kind") == "turn_complete":
                         turns.append(turn_from_dict(event["turn"]))
+                    elif event.get("kind") == "reaction" and reactions is not None:
+                        on_turn = reactions.setdefault(str(event["turn"]), {})
+                        on_turn[str(event["emoji"])] = [str(r) for r in event.get("reactors", [])]
                     if history is not None:
                         # A malformed event (the core never stores one) shows plainly.
                         with contextlib.suppress(EventDecodeError):

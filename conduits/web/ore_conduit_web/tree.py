@@ -9,17 +9,21 @@ one collapsible line instead of a message.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel
 
 from ore_conduit_web.relays import DeliveryView, History, RelayView
 from ore_core import Reasoning, Text, ToolCall, ToolResult, Turn
+from ore_core.artifacts import Attachment
 from ore_core.session.compaction import BoundaryInfo, summary_text
+from ore_core.session.reactions import reactions_of
 from ore_core.turn import format_timestamp
 
 __all__ = [
+    "INLINE_TYPES",
     "CompactionView",
+    "FileView",
     "ThreadTree",
     "ToolStep",
     "TurnView",
@@ -28,6 +32,32 @@ __all__ = [
     "mark_compaction",
     "text_of",
 ]
+
+
+INLINE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/avif"})
+"""Images a browser shows in the page (no SVG: it may hold scripts)."""
+
+
+class FileView(BaseModel):
+    """A file of a turn as the page shows it: served at
+    `/api/threads/{thread}/files/{sha256}`; `inline` when the page shows it as an image."""
+
+    name: str
+    media_type: str
+    size: int
+    sha256: str
+    inline: bool
+
+    @classmethod
+    def of(cls, attachment: Attachment) -> FileView:
+        """The view of an attachment."""
+        return cls(
+            name=attachment.name,
+            media_type=attachment.media_type,
+            size=attachment.size,
+            sha256=attachment.sha256,
+            inline=attachment.media_type in INLINE_TYPES,
+        )
 
 
 def text_of(turn: Turn) -> str:
@@ -76,6 +106,11 @@ class TurnView(BaseModel):
     deliveries: list[DeliveryView] = []
     compaction: CompactionView | None = None
     """Set on the summary turn of the thread's compaction (the start of the active path)."""
+    files: list[FileView] = []
+    """The turn's files (a user's, or relayed from another endpoint), in the order sent."""
+    reactions: dict[str, list[str]] = {}
+    """Each emoji and who reacts with it (`namespace:user`; the page's users are
+    `web:NAME`), in the order they came."""
 
 
 class ThreadTree(BaseModel):
@@ -114,6 +149,8 @@ def _view(turn: Turn, parent_id: str) -> TurnView:
         reasoning="\n\n".join(a.content for a in turn.artifacts if isinstance(a, Reasoning)),
         steps=steps,
         timestamp=format_timestamp(turn.timestamp) if turn.timestamp else "",
+        files=[FileView.of(a) for a in turn.artifacts if isinstance(a, Attachment)],
+        reactions=reactions_of(turn),
     )
 
 
@@ -124,9 +161,12 @@ def build_tree(
     path: Sequence[Turn],
     cursor: str,
     history: History,
+    reactions: Mapping[str, Mapping[str, Sequence[str]]] | None = None,
 ) -> ThreadTree:
     """The page's view of a thread from its known turns, its active path and what its
-    stored events say about a linked thread's turns (`history`)."""
+    stored events say about a linked thread's turns (`history`) and about the reactions
+    since (`reactions`: turn -> emoji -> who reacts now, the last `reaction` event's
+    word; an empty list: nobody any more)."""
     known: dict[str, Turn] = {}
     for turn in (*turns, *path):
         known.setdefault(turn.id, turn)
@@ -140,6 +180,11 @@ def build_tree(
         view.relay = history.relays.get(turn.id)
         view.deleted = turn.id in history.deleted
         view.deliveries = history.deliveries_of(turn.id)
+        for emoji, people in (reactions or {}).get(turn.id, {}).items():
+            if people:
+                view.reactions[emoji] = list(people)
+            else:
+                view.reactions.pop(emoji, None)
         views.append(view)
     hidden = {v.id for v in views if v.deleted or (v.relay and v.relay.action == "hidden")}
     shown_path = [turn.id for turn in path if turn.id not in hidden]

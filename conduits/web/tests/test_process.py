@@ -26,10 +26,13 @@ _URL = re.compile(r"ore web: open (http://\S+)")
 class WebProcess:
     """The conduit process and the URL it printed last."""
 
-    def __init__(self, core: ConduitCore, directory: Path) -> None:
+    def __init__(
+        self, core: ConduitCore, directory: Path, env: dict[str, str] | None = None
+    ) -> None:
         env = {
             "XDG_STATE_HOME": str(directory / "state"),
             "XDG_CONFIG_HOME": str(directory / "config"),
+            **(env or {}),
         }
         self.log = directory / "web.log"
         self.process = ConduitProcess("web", core.nats_url, self.log, {"port": 0}, env)
@@ -56,6 +59,22 @@ async def web(ore_conduit_core: ConduitCore, tmp_path: Path) -> AsyncIterator[We
         yield running
     finally:
         await running.process.astop()
+
+
+async def test_uploads_are_checked_against_the_operator_s_files_settings(
+    ore_conduit_core: ConduitCore, tmp_path: Path
+) -> None:
+    web = WebProcess(ore_conduit_core, tmp_path, {"ORE_FILES__MAX_SIZE": "1000"})
+    try:
+        base, token = _split(await web.start())
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "text/plain"}
+        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=TIMEOUT) as http:
+            assert (await http.get("/api/me")).json()["files"]["max_size"] == 1000
+            upload = await http.post("/api/files", params={"name": "a.txt"}, content=bytes(1001))
+    finally:
+        await web.process.astop()
+    assert upload.status_code == 413
+    assert "over the 1.0 kB limit for files" in upload.json()["error"]["message"]
 
 
 def _split(url: str) -> tuple[str, str]:

@@ -76,8 +76,8 @@ CHECKS = [
     checks.response_schema_conformance,
     checks.response_headers_conformance,
 ]
-ROUTES = 16  # every documented operation, `/api/threads/{id}/events` and the message
-# delete route included
+ROUTES = 19  # every documented operation, `/api/threads/{id}/events`, the message
+# delete route and the file routes (upload, serve) and reactions included
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,8 @@ const state = {
   offer: null, // {processor, model, models}: what answers and the models a thread may pick
   notice: null, // {content, severity}: the thread's latest notice, until the next message
   expanded: new Set(), // compaction lines the reader opened (kept across renders)
+  files: [], // the composer's files: {key, name, size, upload (a promise of {id}), id, failed}
+  picking: null, // the turn whose reaction picker is open
 };
 
 // On a thread linked to other endpoints (bridging), stored events and turns carry
@@ -59,7 +61,8 @@ const PLAIN = {
   401: () => "You are not signed in: open the URL that `ore conduit web` printed (it carries your token).",
   404: () => "That thread is gone (deleted, or another user's).",
   409: () => "This thread is still answering: wait for the answer, or press Stop.",
-  413: (error) => `That is too long to send. ${error.message}`,
+  413: (error) => `That is too large to send. ${error.message}`,
+  415: (error) => `That file cannot be sent here. ${error.message}`,
   503: () => "ore's core is not answering: is `ore serve` running? Try again when it is.",
 };
 
@@ -286,7 +289,9 @@ function listen(threadId, cursor) {
       if (event.kind === "lifecycle" && event.phase === "done") { reloadTree(); loadThreads(); }
       return;
     }
-    if (event.kind === "turn_deleted" || event.kind === "delivery") {
+    if (event.kind === "reaction") {
+      applyReaction(event);
+    } else if (event.kind === "turn_deleted" || event.kind === "delivery") {
       reloadTree();
     } else if (event.kind === "error") {
       state.error = { message: event.message };
@@ -477,7 +482,9 @@ function renderTurn(view) {
     body.textContent = view.text;
   }
   article.append(body);
+  if (view.files && view.files.length) article.append(filesOf(view));
   if (view.deliveries && view.deliveries.length) article.append(deliveryLine(view));
+  article.append(reactionsOf(view));
   const tools = document.createElement("div");
   tools.className = "tools";
   if (view.siblings.length > 1) tools.append(siblingNav(view));
@@ -560,7 +567,10 @@ function clientId() {
 async function send() {
   const input = $("input");
   const text = input.value;
-  if (!text.trim() || !updateCount()) return;
+  const files = state.files;
+  if ((!text.trim() && !files.length) || !updateCount()) return;
+  const uploaded = await Promise.all(files.map((file) => file.upload));
+  if (uploaded.some((upload) => !upload)) return; // a failed upload: its chip says why
   if (!state.threadId) {
     const created = await attempt(() => api("POST", "/api/threads", {}));
     if (!created) return;
@@ -570,8 +580,14 @@ async function send() {
   state.error = null;
   state.stopped = false;
   state.notice = null;
-  const sent = await attempt(() => api("POST", `/api/threads/${state.threadId}/messages`, { text, client_id: clientId() }));
-  if (sent) { input.value = ""; updateCount(); } // kept when sending failed: nothing typed is lost
+  const body = { text, client_id: clientId(), files: uploaded.map((upload) => upload.id) };
+  const sent = await attempt(() => api("POST", `/api/threads/${state.threadId}/messages`, body));
+  if (sent) { // kept when sending failed: nothing typed or attached is lost
+    input.value = "";
+    state.files = state.files.filter((file) => !files.includes(file));
+    renderAttachments();
+    updateCount();
+  }
 }
 
 async function stop() {
@@ -687,6 +703,184 @@ function updateCount() {
 }
 
 $("input").addEventListener("input", updateCount);
+
+// -- files: attached with 📎 or dropped on the page, uploaded at once, sent with the message --
+
+function humanSize(size) { // as the server says it (powers of 1000)
+  if (size < 1000) return `${size} B`;
+  const units = ["kB", "MB", "GB"];
+  let value = size / 1000;
+  let unit = 0;
+  while (value >= 1000 && unit < units.length - 1) { value /= 1000; unit += 1; }
+  return `${value.toFixed(1)} ${units[unit]}`;
+}
+
+// Why the operator's [files] settings refuse a file (the server checks again), or null.
+function refusal(file) {
+  const limits = state.me ? state.me.files : null;
+  if (!limits) return null;
+  if (file.size > limits.max_size) {
+    return `${file.name} is ${humanSize(file.size)}, over the ${humanSize(limits.max_size)} limit for files.`;
+  }
+  const type = (file.type || "").toLowerCase();
+  const allowed = (pattern) => (pattern.endsWith("/*") ? type.startsWith(pattern.slice(0, -1)) : type === pattern);
+  if (type && !limits.allowed_types.some(allowed)) { // an unknown type: the server tells by its name
+    return `${file.name}: files of type ${type} are not allowed here (allowed: ${limits.allowed_types.join(", ")}).`;
+  }
+  return null;
+}
+
+async function uploadFile(file) {
+  let response;
+  try {
+    response = await fetch(`/api/files?name=${encodeURIComponent(file.name)}`, {
+      method: "POST", body: file, headers: { "Content-Type": file.type || "application/octet-stream" },
+    });
+  } catch (error) {
+    throw new ApiProblem(0, "The server cannot be reached. Is `ore conduit web` running?");
+  }
+  let payload = null;
+  try { payload = await response.json(); } catch (error) { payload = null; }
+  if (!response.ok) {
+    throw new ApiProblem(response.status, payload && payload.error ? payload.error.message : `HTTP ${response.status}`);
+  }
+  return payload;
+}
+
+let fileKeys = 0;
+
+function addFiles(list) {
+  const refused = [];
+  for (const file of list) {
+    const reason = refusal(file);
+    if (reason) { refused.push(reason); continue; }
+    const entry = { key: ++fileKeys, name: file.name, size: file.size, id: null, failed: null };
+    entry.upload = uploadFile(file).then((upload) => { entry.id = upload.id; renderAttachments(); return upload; },
+      (error) => { entry.failed = error.message; showProblem(error); renderAttachments(); return null; });
+    state.files.push(entry);
+  }
+  if (refused.length) showProblem(new ApiProblem(400, refused.join(" "))); // said as it is: nothing was sent
+  renderAttachments();
+}
+
+// The composer's files: a chip each (uploading, ready, or why it failed), with Remove.
+function renderAttachments() {
+  const list = $("attachments");
+  list.hidden = !state.files.length;
+  list.replaceChildren(...state.files.map((file) => {
+    const item = document.createElement("li");
+    item.className = file.failed ? "failed" : file.id ? "ready" : "uploading";
+    const label = document.createElement("span");
+    label.textContent = `📎 ${file.name} (${humanSize(file.size)})${file.failed ? ": not uploaded" : file.id ? "" : ": uploading…"}`;
+    const remove = button(`Remove ${file.name}`, "×", () => {
+      state.files = state.files.filter((f) => f !== file);
+      renderAttachments();
+    });
+    item.append(label, remove);
+    return item;
+  }));
+}
+
+function fileUrl(file) { return `/api/threads/${state.threadId}/files/${file.sha256}`; }
+
+// A message's files: images inline (opening the whole image), others as downloads.
+function filesOf(view) {
+  const box = document.createElement("div");
+  box.className = "files";
+  for (const file of view.files) {
+    const link = document.createElement("a");
+    link.href = fileUrl(file);
+    if (file.inline) {
+      link.target = "_blank";
+      link.rel = "noopener";
+      const image = document.createElement("img");
+      image.src = link.href;
+      image.alt = file.name;
+      image.loading = "lazy";
+      link.append(image);
+    } else {
+      link.download = file.name;
+      link.className = "download";
+      link.textContent = `📎 ${file.name} (${humanSize(file.size)})`;
+    }
+    box.append(link);
+  }
+  return box;
+}
+
+$("attach").addEventListener("click", () => $("file-input").click());
+$("file-input").addEventListener("change", (event) => {
+  addFiles([...event.target.files]);
+  event.target.value = ""; // the same file can be chosen again
+});
+let dragDepth = 0;
+const carriesFiles = (event) => event.dataTransfer && [...event.dataTransfer.types].includes("Files");
+document.addEventListener("dragenter", (event) => {
+  if (!carriesFiles(event)) return;
+  dragDepth += 1;
+  $("drop-zone").hidden = false;
+});
+document.addEventListener("dragleave", () => {
+  dragDepth = Math.max(0, dragDepth - 1);
+  if (!dragDepth) $("drop-zone").hidden = true;
+});
+document.addEventListener("dragover", (event) => { if (carriesFiles(event)) event.preventDefault(); });
+document.addEventListener("drop", (event) => {
+  dragDepth = 0;
+  $("drop-zone").hidden = true;
+  if (!event.dataTransfer || !event.dataTransfer.files.length) return;
+  event.preventDefault(); // the browser would open the file instead of the page
+  addFiles([...event.dataTransfer.files]);
+  $("input").focus();
+});
+
+// -- reactions: each emoji and its count under a message; the user's own are pressed ----
+
+const PICKER = ["👍", "❤️", "😂", "🎉", "😮", "👀"];
+
+function reactionsOf(view) {
+  const line = document.createElement("div");
+  line.className = "reactions";
+  const mine = state.me ? state.me.reactor : "";
+  for (const [emoji, people] of Object.entries(view.reactions || {})) {
+    const own = people.includes(mine);
+    const chip = button(`${emoji} ${people.length}${own ? ", yours: take it back" : ": react too"}`,
+      `${emoji} ${people.length}`, () => react(view.id, emoji, own));
+    chip.className = "reaction";
+    chip.setAttribute("aria-pressed", String(own));
+    chip.title = people.join(", ");
+    line.append(chip);
+  }
+  const add = button("Add reaction", "☺+", () => { state.picking = state.picking === view.id ? null : view.id; render(); });
+  add.className = "add-reaction";
+  line.append(add);
+  if (state.picking === view.id) {
+    const picker = document.createElement("span");
+    picker.className = "picker";
+    picker.setAttribute("role", "group");
+    picker.setAttribute("aria-label", "Pick a reaction");
+    for (const emoji of PICKER) {
+      const own = (view.reactions[emoji] || []).includes(mine);
+      picker.append(button(`React with ${emoji}`, emoji, () => { state.picking = null; react(view.id, emoji, own); }));
+    }
+    line.append(picker);
+  }
+  return line;
+}
+
+async function react(turnId, emoji, remove) {
+  render();
+  await attempt(() => api("POST", `/api/threads/${state.threadId}/turns/${turnId}/reactions`, { emoji, remove }));
+}
+
+// A stored `reaction` event: who reacts with the emoji now (from every endpoint).
+function applyReaction(event) {
+  const view = state.tree && state.tree.turns.find((v) => v.id === event.turn);
+  if (!view) return;
+  view.reactions = { ...(view.reactions || {}) };
+  if (event.reactors && event.reactors.length) view.reactions[event.emoji] = event.reactors;
+  else delete view.reactions[event.emoji];
+}
 
 // -- the drawer (narrow screens: the thread list slides over the page) ---------------
 
