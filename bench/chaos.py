@@ -10,7 +10,9 @@ of a worker) for `--duration` seconds, a worker killed every minute, all three n
 killed once at half time; then heal and drain (at most `--drain` s). `--once` applies
 each kind once instead. It prints the fault log and one table row per class of the
 checker (ok, lost prefix/middle/postfix, unexpected, duplicated, reordered,
-unanswered), the SQLite store's audit, and whether the nodes agree after the heal.
+unanswered), the messages JetStream gave up (MAX_DELIVERIES advisories), the SQLite
+store's audit, and whether the nodes agree after the heal; per lost message, whether
+`ORE_IN` holds it (the bus stored it and ore did not answer it) or not.
 Network delay and partitions (TCP proxies) are not among the faults yet.
 """
 
@@ -39,6 +41,7 @@ def report(result: RunResult) -> None:
         f"| store: lost / doubled / out of order | {store.store_lost} / "
         f"{store.store_doubled} / {store.store_order_violations} |"
     )
+    print(f"| given up by JetStream (MAX_DELIVERIES advisories) | {len(result.given_up)} |")
     print(f"| nodes agree after the heal | {'yes' if result.nodes_agree else 'NO'} |")
     print(f"| workers that stopped by themselves | {len(result.stopped_by_themselves)} |")
     for worker in result.stopped_by_themselves:
@@ -54,6 +57,11 @@ def report(result: RunResult) -> None:
         missing = sorted(set(range(1, last + 1)) - answered)
         acked = [f"{n}@{result.sent_at.get((thread_id, n), -1):.1f}s" for n in missing]
         print(f"    missing, publish acked at: {acked}")
+    for (thread_id, n), sequences in sorted(result.lost_stored_at.items())[:20]:
+        where = f"in ORE_IN at {sequences}" if sequences else "not in ORE_IN"
+        print(f"  lost {thread_id}:{n}: {where}")
+    for advisory in result.given_up[:10]:
+        print(f"  given up: {advisory}")
     for line in result.store_report.details[:10]:
         print(f"  {line}")
 

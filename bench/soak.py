@@ -38,6 +38,7 @@ def report(result: SoakResult, warmup: float) -> None:
         f"| store: lost / doubled / out of order | {store.store_lost} / "
         f"{store.store_doubled} / {store.store_order_violations} |"
     )
+    print(f"| given up by JetStream (MAX_DELIVERIES advisories) | {len(result.given_up)} |")
     print("\n| kill at | target | all earlier answered after | backlog gone after |")
     print("|---|---|---|---|")
     for r in result.recoveries:

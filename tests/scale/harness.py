@@ -407,3 +407,26 @@ async def stored_answers(nc: Client) -> dict[str, list[int]]:
     finally:
         await sub.unsubscribe()
     return answers
+
+
+async def inbound_sequences(nc: Client) -> dict[tuple[str, int], list[int]]:
+    """(thread, n) -> the `ORE_IN` stream sequences holding that load message: where a
+    lost message was stored by JetStream (the bus gave it to no worker) or not at all."""
+    js = nc.jetstream()
+    info = await js.stream_info("ORE_IN")
+    total = info.state.messages
+    found: dict[tuple[str, int], list[int]] = defaultdict(list)
+    if not total:
+        return found
+    sub = await js.subscribe(
+        "ore.inp.>", stream="ORE_IN", ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
+    )
+    try:
+        for _ in range(total):
+            msg = await sub.next_msg(timeout=10)
+            thread_id, _, n = str(json.loads(msg.data).get("content", "")).rpartition(":")
+            if thread_id and n.isdigit():
+                found[(thread_id, int(n))].append(msg.metadata.sequence.stream)
+    finally:
+        await sub.unsubscribe()
+    return found

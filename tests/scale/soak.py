@@ -11,8 +11,9 @@ one starts. Recorded:
   (`pending_zero`: the backlog the kill left was taken up);
 - every `sample_every` seconds: RSS and open file descriptors of each worker and of the
   nats-server; the slope per process after `warmup` seconds (least squares);
-- at the end: the checker (tests/scale/checker.py) over what `ORE_EVENTS` stored, and
-  the SQLite store's audit.
+- at the end: the checker (tests/scale/checker.py) over what `ORE_EVENTS` stored, the
+  SQLite store's audit, and the messages JetStream gave up (MAX_DELIVERIES advisories,
+  tests/scale/advisories.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import nats
 
 from ore_core.bus.server.durability import SyncPolicy
 from ore_core.bus.server.embedded import EmbeddedNatsServer
+from tests.scale.advisories import GivenUp, MaxDeliveries
 from tests.scale.checker import Verdict, check
 from tests.scale.faults import FixedRate
 from tests.scale.harness import Load, Workers, stored_answers
@@ -66,10 +68,11 @@ class SoakResult:
     store_report: Any
     recoveries: list[Recovery] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
+    given_up: list[GivenUp] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
-        return self.verdict.clean and self.store_report.clean
+        return self.verdict.clean and self.store_report.clean and not self.given_up
 
     def slopes(self, warmup: float) -> dict[str, tuple[float, float, int]]:
         """Per process, over its samples from `warmup` s after its first one on:
@@ -142,12 +145,14 @@ async def soak_run(
         [server.url], directory, delay=0.05, partitions=PARTITIONS, ready_timeout=120.0
     )
     nc: nats.NATS | None = None
+    given_up = MaxDeliveries()
     try:
         for _ in range(WORKERS):
             await workers.start()
         nc = await nats.connect(server.url, max_reconnect_attempts=-1)
         load = Load(nc, threads, prefix="s")
         await load.listen()
+        await given_up.listen(nc)
         rate = FixedRate(load, period)
         start = time.monotonic()
         rate.start()
@@ -182,6 +187,7 @@ async def soak_run(
             store_report=await load.audit(workers.store_path),
             recoveries=recoveries,
             samples=samples,
+            given_up=given_up.given_up,
         )
     finally:
         if nc is not None:

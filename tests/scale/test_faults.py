@@ -36,6 +36,7 @@ def assert_clean(result: RunResult) -> None:
     assert result.verdict.clean, (result.verdict, list(result.bad_threads.items())[:5])
     assert result.verdict.ok == result.sent
     assert result.store_report.clean, result.store_report.details[:5]
+    assert result.given_up == [], result.given_up
     assert result.nodes_agree, result.node_states
     assert result.stopped_by_themselves == []
 

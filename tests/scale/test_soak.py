@@ -33,6 +33,7 @@ async def test_a_short_soak_with_worker_kills_loses_doubles_and_reorders_nothing
     assert result.verdict.clean, result.verdict
     assert result.verdict.ok == result.sent
     assert result.store_report.clean, result.store_report.details[:5]
+    assert result.given_up == []
     for recovery in result.recoveries:
         assert recovery.drain is not None, recovery
         assert recovery.pending_zero is not None, recovery
