@@ -1,7 +1,7 @@
 """A Jepsen-style fault run: 3 nats-server nodes, 3 `ore serve` workers, faults, a checker.
 
 Run: `python bench/chaos.py [--duration 300] [--sync always] [--seed 1] [--threads 20]
-[--period 1.0] [--once]` (not in the default test run; tests/scale/test_faults.py runs
+[--period 1.0] [--once] [--keep DIR]` (not in the default test run; tests/scale/test_faults.py runs
 `--once` in CI).
 
 The run, the faults and the checker are tests/scale/faults.py and checker.py: 10 s
@@ -75,11 +75,16 @@ def main() -> None:
     parser.add_argument("--period", type=float, default=1.0, help="seconds between messages")
     parser.add_argument("--drain", type=float, default=300.0)
     parser.add_argument("--once", action="store_true", help="each kind of fault once")
+    parser.add_argument(
+        "--keep", type=Path, help="run in this directory and keep it (workers' logs, data)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ore-chaos-") as name:
+        directory = Path(name) if args.keep is None else args.keep
+        directory.mkdir(parents=True, exist_ok=True)
         result = asyncio.run(
             fault_run(
-                Path(name),
+                directory,
                 sync=args.sync,
                 seed=args.seed,
                 threads=args.threads,
