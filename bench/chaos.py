@@ -1,7 +1,7 @@
 """A Jepsen-style fault run: 3 nats-server nodes, 3 `ore serve` workers, faults, a checker.
 
 Run: `python bench/chaos.py [--duration 300] [--sync always] [--seed 1] [--threads 20]
-[--period 1.0] [--once]` (not in the default test run; tests/scale/test_faults.py runs
+[--period 1.0] [--once] [--keep DIR]` (not in the default test run; tests/scale/test_faults.py runs
 `--once` in CI).
 
 The run, the faults and the checker are tests/scale/faults.py and checker.py: 10 s
@@ -10,7 +10,9 @@ of a worker) for `--duration` seconds, a worker killed every minute, all three n
 killed once at half time; then heal and drain (at most `--drain` s). `--once` applies
 each kind once instead. It prints the fault log and one table row per class of the
 checker (ok, lost prefix/middle/postfix, unexpected, duplicated, reordered,
-unanswered), the SQLite store's audit, and whether the nodes agree after the heal.
+unanswered), the messages JetStream gave up (MAX_DELIVERIES advisories), the SQLite
+store's audit, and whether the nodes agree after the heal; per lost message, whether
+`ORE_IN` holds it (the bus stored it and ore did not answer it) or not.
 Network delay and partitions (TCP proxies) are not among the faults yet.
 """
 
@@ -39,6 +41,7 @@ def report(result: RunResult) -> None:
         f"| store: lost / doubled / out of order | {store.store_lost} / "
         f"{store.store_doubled} / {store.store_order_violations} |"
     )
+    print(f"| given up by JetStream (MAX_DELIVERIES advisories) | {len(result.given_up)} |")
     print(f"| nodes agree after the heal | {'yes' if result.nodes_agree else 'NO'} |")
     print(f"| workers that stopped by themselves | {len(result.stopped_by_themselves)} |")
     for worker in result.stopped_by_themselves:
@@ -54,6 +57,11 @@ def report(result: RunResult) -> None:
         missing = sorted(set(range(1, last + 1)) - answered)
         acked = [f"{n}@{result.sent_at.get((thread_id, n), -1):.1f}s" for n in missing]
         print(f"    missing, publish acked at: {acked}")
+    for (thread_id, n), sequences in sorted(result.lost_stored_at.items())[:20]:
+        where = f"in ORE_IN at {sequences}" if sequences else "not in ORE_IN"
+        print(f"  lost {thread_id}:{n}: {where}")
+    for advisory in result.given_up[:10]:
+        print(f"  given up: {advisory}")
     for line in result.store_report.details[:10]:
         print(f"  {line}")
 
@@ -67,11 +75,16 @@ def main() -> None:
     parser.add_argument("--period", type=float, default=1.0, help="seconds between messages")
     parser.add_argument("--drain", type=float, default=300.0)
     parser.add_argument("--once", action="store_true", help="each kind of fault once")
+    parser.add_argument(
+        "--keep", type=Path, help="run in this directory and keep it (workers' logs, data)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ore-chaos-") as name:
+        directory = Path(name) if args.keep is None else args.keep
+        directory.mkdir(parents=True, exist_ok=True)
         result = asyncio.run(
             fault_run(
-                Path(name),
+                directory,
                 sync=args.sync,
                 seed=args.seed,
                 threads=args.threads,

@@ -1,17 +1,18 @@
 """A soak: a fixed rate of conversations, a worker killed every few minutes, for an hour.
 
 Run: `python bench/soak.py [--minutes 60] [--sync always] [--seed 1] [--threads 20]
-[--period 1.0] [--fault-every 180]` (not a test; tests/scale/test_soak.py runs a short
-one in CI).
+[--conduit-threads 5] [--period 1.0] [--fault-every 180]` (not a test;
+tests/scale/test_soak.py runs a short one in CI).
 
 The run is tests/scale/soak.py: one embedded nats-server, two `ore serve` workers,
-every thread sending its next numbered message each `--period` s; every
-`--fault-every` s (±50 %) a worker gets kill -9 and a new one starts. It prints per
+every thread sending its next numbered message each `--period` s (`--threads` from
+this process, `--conduit-threads` from a conduit process on the SDK); every
+`--fault-every` s (±50 %) a kill -9, of a worker (a new one starts) and of the conduit
+(started again) in turn. It prints per
 kill the seconds until everything sent before it was answered and until the ingress
 backlog was gone; RSS and open fds of the nats-server and every worker at 5, 30 and 60
 minutes and their slope from `--warmup` s after each one started; and the checker's classes
 (ok, lost, duplicated, reordered, unanswered ...). Exit status 1 on any of them.
-Conduit processes are not among the processes killed yet.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def report(result: SoakResult, warmup: float) -> None:
         f"| store: lost / doubled / out of order | {store.store_lost} / "
         f"{store.store_doubled} / {store.store_order_violations} |"
     )
+    print(f"| given up by JetStream (MAX_DELIVERIES advisories) | {len(result.given_up)} |")
     print("\n| kill at | target | all earlier answered after | backlog gone after |")
     print("|---|---|---|---|")
     for r in result.recoveries:
@@ -66,6 +68,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=20)
     parser.add_argument("--period", type=float, default=1.0, help="seconds between messages")
     parser.add_argument("--fault-every", type=float, default=180.0, help="seconds")
+    parser.add_argument(
+        "--conduit-threads", type=int, default=5, help="threads sent by a conduit process"
+    )
     parser.add_argument("--sample-every", type=float, default=10.0, help="seconds")
     parser.add_argument("--warmup", type=float, default=300.0, help="seconds")
     parser.add_argument("--drain", type=float, default=300.0)
@@ -82,6 +87,7 @@ def main() -> None:
                 fault_every=args.fault_every,
                 sample_every=args.sample_every,
                 drain=args.drain,
+                conduit_threads=args.conduit_threads,
             )
         )
     report(result, args.warmup)

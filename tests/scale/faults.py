@@ -42,8 +42,9 @@ from nats.aio.client import Client
 from ore_core.bus.server.durability import SyncPolicy
 from ore_core.bus.server.embedded import EmbeddedNatsServer
 from ore_core.testing.cluster import EmbeddedNatsCluster
+from tests.scale.advisories import GivenUp, MaxDeliveries
 from tests.scale.checker import Verdict, check
-from tests.scale.harness import Load, Workers, stored_answers
+from tests.scale.harness import Load, Workers, inbound_sequences, stored_answers
 
 NODE_FAULTS = ("kill-node", "kill-majority", "pause-node", "pause-worker")
 EVERY_KIND = (*NODE_FAULTS, "kill-worker", "kill-all-nodes")
@@ -80,11 +81,15 @@ class RunResult:
     stopped_by_themselves: list[str] = field(default_factory=list)
     bad_answers: dict[str, list[int]] = field(default_factory=dict)
     sent_at: dict[tuple[str, int], float] = field(default_factory=dict)
+    given_up: list[GivenUp] = field(default_factory=list)
+    lost_stored_at: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    """Per lost message, its `ORE_IN` sequences (empty: JetStream does not hold it)."""
 
     @property
     def clean(self) -> bool:
         return (
             self.verdict.clean
+            and not self.given_up
             and self.store_report.clean
             and self.nodes_agree
             and not self.stopped_by_themselves
@@ -306,12 +311,14 @@ async def fault_run(
         env={"ORE_NATS__REPLICAS": "3", "ORE_NATS__LEASE_TTL": str(LEASE_TTL)},
     )
     nc: Client | None = None
+    given_up = MaxDeliveries()
     try:
         for _ in range(WORKERS):
             await workers.start()
         nc = await cluster_client(cluster)
         load = Load(nc, threads, prefix="c")
         await load.listen()
+        await given_up.listen(nc)
         rate = FixedRate(load, period)
         rate.start()
         nemesis = Nemesis(cluster, workers, rng, hold)
@@ -332,6 +339,7 @@ async def fault_run(
         answers = await stored_answers(nc)
         verdict, bad = check(dict(load.sent), answers, load.recorded)
         store_report = await load.audit(workers.store_path)
+        inbound = await inbound_sequences(nc)
         return RunResult(
             sync=sync,
             sent=load.total_sent,
@@ -353,6 +361,13 @@ async def fault_run(
                 key: acked - nemesis.started
                 for key, (_, acked) in load.sent_at.items()
                 if key[0] in bad
+            },
+            given_up=given_up.given_up,
+            lost_stored_at={
+                (thread_id, n): inbound.get((thread_id, n), [])
+                for thread_id in bad
+                for n in range(1, load.sent[thread_id] + 1)
+                if n not in answers.get(thread_id, []) and (thread_id, n) not in load.recorded
             },
         )
     finally:

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -269,15 +270,26 @@ class Load:
     def answered(self) -> int:
         return len(self.answer_times)
 
-    async def wait_answered(self, limit: float) -> None:
-        """Until every message sent has an answer (or `timeout`: then return anyway)."""
+    async def wait_answered(self, limit: float, sent: Mapping[str, int] | None = None) -> None:
+        """Until every message sent (or of `sent`: thread -> its last number, messages
+        another process sent too) has an answer (or `limit` s: then return anyway)."""
         try:
             async with asyncio.timeout(limit):
-                while self.answered() < self.total_sent:
+                while not (
+                    self.answered() >= self.total_sent if sent is None else self.has_answered(sent)
+                ):
                     self._changed.clear()
                     await self._changed.wait()
         except TimeoutError:
             pass
+
+    def has_answered(self, sent: Mapping[str, int]) -> bool:
+        """Whether messages 1..n of every thread of `sent` (thread -> n) have an answer."""
+        return all(
+            (thread_id, n) in self.answer_times
+            for thread_id, last in sent.items()
+            for n in range(1, last + 1)
+        )
 
     def first_answer_after(self, moment: float, threads: set[str]) -> dict[str, float]:
         """Per thread of `threads`: seconds from `moment` to its first answer after it."""
@@ -407,3 +419,26 @@ async def stored_answers(nc: Client) -> dict[str, list[int]]:
     finally:
         await sub.unsubscribe()
     return answers
+
+
+async def inbound_sequences(nc: Client) -> dict[tuple[str, int], list[int]]:
+    """(thread, n) -> the `ORE_IN` stream sequences holding that load message: where a
+    lost message was stored by JetStream (the bus gave it to no worker) or not at all."""
+    js = nc.jetstream()
+    info = await js.stream_info("ORE_IN")
+    total = info.state.messages
+    found: dict[tuple[str, int], list[int]] = defaultdict(list)
+    if not total:
+        return found
+    sub = await js.subscribe(
+        "ore.inp.>", stream="ORE_IN", ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
+    )
+    try:
+        for _ in range(total):
+            msg = await sub.next_msg(timeout=10)
+            thread_id, _, n = str(json.loads(msg.data).get("content", "")).rpartition(":")
+            if thread_id and n.isdigit():
+                found[(thread_id, int(n))].append(msg.metadata.sequence.stream)
+    finally:
+        await sub.unsubscribe()
+    return found

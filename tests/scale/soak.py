@@ -3,16 +3,19 @@
 Used by `bench/soak.py` (an hour) and `tests/scale/test_soak.py` (a short one in CI).
 One nats-server (the embedded one, `nats.sync` as given), two `ore serve` workers
 (tests/scale/harness.py), every thread sending its next numbered message each `period`
-seconds. Every `fault_every` seconds (jittered ±50 %) one worker gets kill -9 and a new
-one starts. Recorded:
+seconds: from this process, and (`conduit_threads`) from a conduit process on the SDK
+(tests/scale/counter_conduit.py). Every `fault_every` seconds (jittered ±50 %) a kill
+-9: of a worker (a new one starts), or, turn about with the workers, of the conduit
+(started again at once, it goes on from what was acknowledged). Recorded:
 
 - after each kill: seconds until every message published before it was answered
   (`drain`), and until the ingress consumers had no undelivered message left
   (`pending_zero`: the backlog the kill left was taken up);
 - every `sample_every` seconds: RSS and open file descriptors of each worker and of the
   nats-server; the slope per process after `warmup` seconds (least squares);
-- at the end: the checker (tests/scale/checker.py) over what `ORE_EVENTS` stored, and
-  the SQLite store's audit.
+- at the end: the checker (tests/scale/checker.py) over what `ORE_EVENTS` stored, the
+  SQLite store's audit, and the messages JetStream gave up (MAX_DELIVERIES advisories,
+  tests/scale/advisories.py).
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ import nats
 
 from ore_core.bus.server.durability import SyncPolicy
 from ore_core.bus.server.embedded import EmbeddedNatsServer
+from tests.scale.advisories import GivenUp, MaxDeliveries
 from tests.scale.checker import Verdict, check
+from tests.scale.counter_conduit import CounterConduit
 from tests.scale.faults import FixedRate
 from tests.scale.harness import Load, Workers, stored_answers
 
@@ -66,10 +71,11 @@ class SoakResult:
     store_report: Any
     recoveries: list[Recovery] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
+    given_up: list[GivenUp] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
-        return self.verdict.clean and self.store_report.clean
+        return self.verdict.clean and self.store_report.clean and not self.given_up
 
     def slopes(self, warmup: float) -> dict[str, tuple[float, float, int]]:
         """Per process, over its samples from `warmup` s after its first one on:
@@ -133,8 +139,11 @@ async def soak_run(
     fault_every: float,
     sample_every: float,
     drain: float,
+    conduit_threads: int = 0,
     log: Callable[[str], None] = print,
 ) -> SoakResult:
+    """`conduit_threads` more threads are sent by a conduit process (the SDK), and the
+    faults alternate: a worker, the conduit, a worker... (without one: workers only)."""
     rng = random.Random(seed)
     server = EmbeddedNatsServer(directory / "nats", config=SyncPolicy(sync).server_config())
     await server.astart()
@@ -142,15 +151,24 @@ async def soak_run(
         [server.url], directory, delay=0.05, partitions=PARTITIONS, ready_timeout=120.0
     )
     nc: nats.NATS | None = None
+    given_up = MaxDeliveries()
+    conduit = CounterConduit(
+        server.url, directory, [f"k{i:04d}" for i in range(conduit_threads)], period
+    )
     try:
         for _ in range(WORKERS):
             await workers.start()
         nc = await nats.connect(server.url, max_reconnect_attempts=-1)
         load = Load(nc, threads, prefix="s")
         await load.listen()
+        await given_up.listen(nc)
+        if conduit.threads:
+            conduit.start()
+            await conduit.wait_sending()
         rate = FixedRate(load, period)
         start = time.monotonic()
         rate.start()
+        targets = ["worker", "conduit"] if conduit.threads else ["worker"]
         recoveries: list[Recovery] = []
         samples: list[Sample] = []
         watchers: list[asyncio.Task[None]] = []
@@ -163,27 +181,38 @@ async def soak_run(
                 samples += _samples(server, workers, now - start)
                 next_sample += sample_every
             if now >= next_fault:
-                recovery = await _kill_a_worker(workers, rng, now - start)
+                sent = _sent(load, conduit)  # before the kill: what must all be answered
+                if targets[len(recoveries) % len(targets)] == "conduit":
+                    recovery = Recovery(now - start, f"conduit pid {conduit.pid}")
+                    conduit.kill()
+                else:
+                    recovery = await _kill_a_worker(workers, rng, now - start)
                 recoveries.append(recovery)
                 log(f"{recovery.at:7.1f}s kill -9 {recovery.target}")
-                watchers.append(asyncio.create_task(_watch(nc, load, recovery, start, drain)))
+                watchers.append(asyncio.create_task(_watch(nc, load, sent, recovery, start, drain)))
                 next_fault += fault_every * rng.uniform(0.5, 1.5)
             await asyncio.sleep(0.25)
         await rate.stop()
-        await load.wait_answered(drain)
+        await asyncio.to_thread(conduit.stop)
+        sent = _sent(load, conduit)
+        await load.wait_answered(drain, sent)
         await asyncio.gather(*watchers)
         answers = await stored_answers(nc)
-        verdict, _ = check(dict(load.sent), answers, load.recorded)
+        verdict, _ = check(sent, answers, load.recorded)
         return SoakResult(
             minutes=minutes,
-            sent=load.total_sent,
+            sent=sum(sent.values()),
             answered=load.answered(),
             verdict=verdict,
             store_report=await load.audit(workers.store_path),
             recoveries=recoveries,
             samples=samples,
+            given_up=given_up.given_up,
         )
     finally:
+        if conduit.process is not None and conduit.process.poll() is None:
+            conduit.process.kill()
+            conduit.process.wait()
         if nc is not None:
             await nc.close()
         workers.stop_all()
@@ -204,17 +233,26 @@ async def _kill_a_worker(workers: Workers, rng: random.Random, at: float) -> Rec
     return Recovery(at, f"worker pid {victim.pid}")
 
 
-async def _watch(nc: nats.NATS, load: Load, recovery: Recovery, start: float, limit: float) -> None:
-    """Fill in `recovery`: when the messages sent before it were all answered, and when
+def _sent(load: Load, conduit: CounterConduit) -> dict[str, int]:
+    """thread -> its last acknowledged number: the in-process load's and the conduit's."""
+    return {**load.sent, **conduit.sent()}
+
+
+async def _watch(
+    nc: nats.NATS,
+    load: Load,
+    before: dict[str, int],
+    recovery: Recovery,
+    start: float,
+    limit: float,
+) -> None:
+    """Fill in `recovery`: when the messages sent `before` it were all answered, and when
     the ingress backlog was gone."""
-    before = {thread_id: n for thread_id, n in load.sent.items()}
     killed = start + recovery.at
     deadline = killed + limit
     while time.monotonic() < deadline and (recovery.drain is None or recovery.pending_zero is None):
         now = time.monotonic()
-        if recovery.drain is None and all(
-            (t, n) in load.answer_times for t, last in before.items() for n in range(1, last + 1)
-        ):
+        if recovery.drain is None and load.has_answered(before):
             recovery.drain = now - killed
         if recovery.pending_zero is None and now - killed > 0.5:
             try:

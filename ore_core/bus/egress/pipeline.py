@@ -77,6 +77,14 @@ log = structlog.get_logger("ore.bus")
 _UNAVAILABLE = 503  # no stream answered (yet): worth retrying
 _RECONNECT_POLL = 0.05
 _WRONG_LAST_SEQUENCE = 10071  # err_code: the subject's last sequence is not the expected one
+# A replicated stream's answers while an earlier attempt is still being proposed: the
+# same `Nats-Msg-Id` is in process; a message of the subject is (its expected sequence
+# cannot be checked yet). Either may yet be stored or die with its leader: sent again
+# after a pause, it is answered as stored (a duplicate, `_check_stored`) or stored by
+# the retry. Dropped, its ingress message was acknowledged and the answer lost. A fenced
+# message answered 10164 with no unanswered attempt met another writer's: refused.
+_ID_IN_PROCESS = 10158
+_SUBJECT_IN_PROCESS = 10164
 _SEQUENCES = 65536  # subjects whose last sequence is remembered; cleared when exceeded
 _monotonic = time.monotonic  # what asyncio's loop.time() returns, without its frame
 
@@ -365,6 +373,7 @@ class Pipeline:
         if not data:
             status = msg.headers.get("Status") if msg.headers else None
             self._failed(record, f"no stream answered (status {status})", pause=True)
+            return
         try:
             ack = read_publish_ack(msg)
         except NoStreamResponseError:
@@ -377,6 +386,13 @@ class Pipeline:
                 self._failed(record, reason, pause=True)
             elif error.err_code == _WRONG_LAST_SEQUENCE and record.head:
                 self._wrong_sequence(record, error.description or "")
+            elif error.err_code == _ID_IN_PROCESS or (
+                error.err_code == _SUBJECT_IN_PROCESS and record.head and record.unsure
+            ):
+                record.unsure = True  # an earlier attempt may yet be stored: never dropped
+                self._failed(record, reason, pause=True)
+            elif error.err_code == _SUBJECT_IN_PROCESS and record.head:
+                self._refused(record, error.description or "")
             else:
                 self._drop(record, reason)
         except BusError as error:  # not JetStream's answer: as if none came, try again
