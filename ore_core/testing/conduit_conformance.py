@@ -64,6 +64,7 @@ __all__ = [
     "RunningConduit",
     "StartConduit",
     "Stopped",
+    "ore_bus_config",
     "ore_conduit_core",
     "ore_start_conduit",
 ]
@@ -316,15 +317,24 @@ async def _leftovers(tasks: set[asyncio.Task[Any]]) -> list[str]:
     return sorted(f"{t.get_name()}:\n{_stack_of(t)}" for t in running if not t.done())
 
 
+@pytest.fixture
+def ore_bus_config() -> BusConfig:
+    """The bus configuration of `ore_conduit_core`; a test module overrides this fixture
+    to run the core with other settings (say `files_link_base`)."""
+    return BusConfig(partitions=2)
+
+
 @pytest_asyncio.fixture
-async def ore_conduit_core(ore_nats_url: str) -> AsyncIterator[ConduitCore]:
+async def ore_conduit_core(
+    ore_nats_url: str, ore_bus_config: BusConfig
+) -> AsyncIterator[ConduitCore]:
     """A running ore core (MemoryStore, `KitProcessor`) on the test's nats-server."""
     store = MemoryStore()
     processor = KitProcessor()
     service = CoreService(
         Manager(store, processor),
         servers=[ore_nats_url],
-        config=BusConfig(partitions=2),
+        config=ore_bus_config,
         reconnect_wait=0.05,
     )
     await service.start()
