@@ -156,8 +156,9 @@ class FileApi:
         """`{"url": str}`, a signed link to the file, or `{"url": null}` when the
         deployment has no `files.link_base`."""
         attachment = await self._attachment(body.thread, body.sha256, namespace)
-        links = await self._signer()
-        return {"url": links.url(attachment) if links else None}
+        if not self._link_settings.base:
+            return {"url": None}
+        return {"url": (await self._signer()).url(attachment)}
 
     async def _attachment(self, thread_id: str, sha256: str, namespace: str) -> Attachment:
         thread = await self._access.own_thread(thread_id, namespace)
@@ -176,22 +177,19 @@ class FileApi:
         return {"size": info.size, "chunks": info.chunks}
 
     async def _by_token(self, token: str) -> Attachment:
-        links = await self._signer()
-        if links is None:
-            raise ApiFailure(403, "file links are off here (files.link_base)", "link_forged")
         try:
-            return links.verify(token)
+            return (await self._signer()).verify(token)
         except LinkRefused as exc:
             raise ApiFailure(403, str(exc), exc.code) from None
 
-    async def _signer(self) -> FileLinks | None:
-        """The deployment's `FileLinks`, None without `files.link_base`."""
-        settings = self._link_settings
-        if not settings.base:
-            return None
+    async def _signer(self) -> FileLinks:
+        """The deployment's `FileLinks` (tokens are read even where no more are made,
+        `files.link_base` unset since)."""
         if self._links is None:
+            settings = self._link_settings
             key = settings.secret.encode() or await self._generated_key()
-            self._links = FileLinks(settings.base, key, self._subjects.files_bucket, settings.ttl)
+            bucket = self._subjects.files_bucket
+            self._links = FileLinks(settings.base, key, bucket, settings.ttl)
         return self._links
 
     async def _generated_key(self) -> bytes:
