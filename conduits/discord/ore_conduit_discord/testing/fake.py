@@ -559,10 +559,12 @@ class FakeDiscord:
             )
 
     def files_of(self, channel: str) -> list[tuple[str, bytes]]:
-        """The files the channel's messages carry, (name, bytes), oldest first."""
+        """The files the bot's (and its webhook's) messages in the channel carry, (name,
+        bytes), oldest first: what it posted, not what users did."""
         return [
             (a["filename"], self.files[a["url"].split("/attachments/", 1)[1]])
             for m in self.messages.get(channel, {}).values()
+            if m.author_id in (BOT_ID, WEBHOOK)
             for a in m.payload["attachments"]
         ]
 

@@ -323,11 +323,11 @@ class FakeMatrix:
         return f"mxc://{SERVER}/{media_id}"
 
     def files_of(self, room_id: str) -> list[tuple[str, bytes]]:
-        """The files the room's events carry, (name, bytes), oldest first."""
+        """The files the bot's events in the room carry, (name, bytes), oldest first."""
         found = []
         for event in self.events_of(room_id):
             url = str(event.content.get("url", ""))
-            if url.startswith(f"mxc://{SERVER}/"):
+            if event.sender == BOT and url.startswith(f"mxc://{SERVER}/"):
                 found.append((str(event.content["body"]), self.media[url.rsplit("/", 1)[1]][1]))
         return found
 
