@@ -418,6 +418,15 @@ class FilesSettings(_Section):
     """Seconds a stored file that no thread refers to any more (its threads deleted, or
     uploaded and never sent) is kept before `ore files sweep` removes it. It also keeps
     a file uploaded for a message not yet stored: keep it well above a turn's length."""
+    link_base: str = ""
+    """Public URL of a route that serves files to signed links (the web conduit's
+    `https://HOST/files/link`); a platform that cannot take a file then shows a link to
+    it. Empty: no links, such a file shows as a line with its name and size."""
+    link_secret: SecretStr | None = None
+    """Key that signs file links (hidden in `ore config`); unset: the core generates one
+    and keeps it in its KV bucket `ORE_LINKS`, the same for every worker."""
+    link_ttl: PositiveFloat = 3 * 24 * 3600.0
+    """Seconds a file link is valid after it is made (three days: over a weekend)."""
 
     @field_validator("allowed_types")
     @classmethod

@@ -60,6 +60,7 @@ from ore_core.bus.server.layout import build_layout
 from ore_core.bus.server.streams import BusConfig, adopt_partitions, ensure_layout, setup_summary
 from ore_core.config import GatewaySettings
 from ore_core.errors import BusError
+from ore_core.files.links import LinkSettings
 from ore_core.session.manager import Manager
 from ore_core.session.store_health import store_probe
 from ore_core.subjects import Subjects
@@ -370,6 +371,11 @@ class CoreService:
             links=self._links,
             offer=ModelOffer(self.manager.processor, self._processor_name),
             files_retention=self.config.files_retention,
+            file_links=LinkSettings(
+                self.config.files_link_base,
+                self.config.files_link_secret,
+                self.config.files_link_ttl,
+            ),
         )
         await self._control.start()
         if self._gateways:

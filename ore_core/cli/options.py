@@ -144,9 +144,13 @@ def nats_settings(
 def bus_config(nats: NatsSettings, files: FilesSettings | None = None) -> BusConfig:
     """The core's bus configuration (partitions, payload limit, store retry delays, the
     files bucket's size and retention)."""
+    files = files or FilesSettings()
     return BusConfig(
-        files_max_bytes=int(files.bucket_max_bytes or -1) if files else -1,
-        files_retention=(files or FilesSettings()).retention,
+        files_max_bytes=int(files.bucket_max_bytes or -1),
+        files_retention=files.retention,
+        files_link_base=files.link_base,
+        files_link_secret=files.link_secret.get_secret_value() if files.link_secret else "",
+        files_link_ttl=files.link_ttl,
         partitions=nats.partitions,
         max_payload=int(nats.max_payload),
         replicas=nats.replicas,

@@ -515,6 +515,17 @@ class ConduitClient(MessagesIn):
         had (see `ConduitFiles.fetch`)."""
         return await self.files.fetch(thread_id, attachment)
 
+    async def file_link(self, thread_id: str, attachment: Attachment) -> str | None:
+        """A signed, expiring link to an attachment of thread `thread_id` (one this conduit
+        reaches), for a platform that cannot be handed the file; None when the deployment
+        serves no links (`files.link_base`)."""
+        return await self.files.link(thread_id, attachment)
+
+    async def fetch_link(self, token: str) -> tuple[Attachment, bytes]:
+        """The file a signed link's token names and its bytes, checked (the route that
+        serves links); `ApiError` 403 when the token is forged or expired."""
+        return await self.files.fetch_link(token)
+
     async def lookup_or_create(
         self, key: str, value: str, metadata: Mapping[str, str] | None = None
     ) -> tuple[str, bool]:

@@ -17,6 +17,9 @@ once; an outage is tried again until the copy's deadline, then reported `failed`
 (reason `platform_unavailable`); a refusal is reported `failed` with its reason at
 once. Either way the next copy goes on.
 
+A file the platform cannot take is shown as a link or a line naming it
+(`ore_core.conduit.file_fit`); the others go to the adapter on the copy's last part.
+
 A copy already reported is never posted again. How a post repeated after a crash is
 recognised is the platform's `idempotency`: "key" (the platform drops a repeated key),
 "read_back" (the adapter finds what the key posted), "none" (the copy is claimed,
@@ -37,6 +40,7 @@ import structlog
 from ore_core.conduit.capabilities import Capabilities
 from ore_core.conduit.client import ConduitClient
 from ore_core.conduit.counters import metrics
+from ore_core.conduit.file_fit import fit_files
 from ore_core.conduit.pacing import Pacing
 from ore_core.conduit.platform import (
     FailureReason,
@@ -166,7 +170,12 @@ class Copies:
 
     async def _deliver(self, copy: Copy, text: str, replacing: Sequence[str]) -> None:
         relayed = copy.relayed
+        text, files = await fit_files(
+            self.client, self.capabilities, copy.thread_id, text, relayed.attachments
+        )
         parts = [p for p in split_message(text, self.capabilities.max_message_length) if p]
+        if files and not parts:
+            parts = [""]  # files without a word still need a message to carry them
         repeat = False
         if self.capabilities.idempotency == "none":
             keys = [self._key(copy, i) for i in range(len(parts))]
@@ -185,8 +194,8 @@ class Copies:
             last = len(parts) - 1
             ids = []
             for index, text in enumerate(parts):
-                files = relayed.attachments if index == last else ()
-                part = Part(text, sender=sender, repeat=repeat, attachments=files)
+                carried = files if index == last else ()
+                part = Part(text, sender=sender, repeat=repeat, attachments=carried)
                 ids.append(await self._part(copy, index, part, replacing))
             for extra in replacing[len(parts) :]:
                 await self._call(copy, partial(self._delete, copy, extra))

@@ -52,6 +52,27 @@ class ConduitFiles(Uploads):
         """The bytes of `attachment`, attached to thread `thread_id`, checked against its
         sha256: `FileMissing` when the core does not have them for this namespace,
         `FileCorrupt` when what arrived is not them."""
+        body = {"thread": thread_id, "sha256": attachment.sha256}
+        _, data = await self._read(body, attachment)
+        return data
+
+    async def fetch_link(self, token: str) -> tuple[Attachment, bytes]:
+        """The file a signed link's token names, and its bytes, checked; `ApiError` 403
+        for a forged or expired token, `FileMissing` / `FileCorrupt` as `fetch`."""
+        return await self._read({"token": token}, None)
+
+    async def link(self, thread_id: str, attachment: Attachment) -> str | None:
+        """A signed link to `attachment` of thread `thread_id`; None when the deployment
+        serves no links (`files.link_base`)."""
+        reply = await self._call("files.link", {"thread": thread_id, "sha256": attachment.sha256})
+        url = reply.get("url")
+        return str(url) if url else None
+
+    async def _read(
+        self, body: dict[str, str], attachment: Attachment | None
+    ) -> tuple[Attachment, bytes]:
+        """`files.read` of `body` into an inbox of this connection; the file (`attachment`,
+        else the one the reply names) and its checked bytes."""
         inbox = self._nc.new_inbox()
         chunks: asyncio.Queue[bytes] = asyncio.Queue()
 
@@ -60,14 +81,17 @@ class ConduitFiles(Uploads):
 
         sub = await self._nc.subscribe(inbox, cb=on_chunk)
         try:
-            body = {"thread": thread_id, "sha256": attachment.sha256, "inbox": inbox}
             try:
-                reply = await self._call("files.read", body)
+                reply = await self._call("files.read", {**body, "inbox": inbox})
             except ApiError as exc:
                 if exc.status == 404:
-                    raise FileMissing(f"{attachment.name}: {exc.message}") from None
+                    name = attachment.name if attachment else "the file"
+                    raise FileMissing(f"{name}: {exc.message}") from None
                 raise
-            return await _collect(attachment, chunks, int(reply.get("chunks", 0)))
+            if attachment is None:
+                attachment = Attachment.from_dict(reply["attachment"])
+            data = await _collect(attachment, chunks, int(reply.get("chunks", 0)))
+            return attachment, data
         finally:
             await sub.unsubscribe()
 

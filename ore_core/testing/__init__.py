@@ -11,7 +11,7 @@ or for one run with `pytest -p ore_core.testing`. It needs pytest-asyncio
 - NATS: `ore_nats_server`, `ore_nats_url`, `ore_nats_client`, `ore_nats_cluster`
   (real nats-server processes on free loopback ports);
 - conduits: `ore_conduit_core`, `ore_start_conduit` (a real core and a conduit under
-  test).
+  test), `ore_bus_config` (that core's settings: override it to change them).
 
 Processors for tests live in `ore_core.testing.processors`, the 3-node cluster in
 `ore_core.testing.cluster`, and the conformance suites for stores and conduits in

@@ -65,6 +65,7 @@ __all__ = [
     "RunningConduit",
     "StartConduit",
     "Stopped",
+    "ore_bus_config",
     "ore_conduit_core",
     "ore_start_conduit",
 ]
@@ -317,24 +318,39 @@ async def _leftovers(tasks: set[asyncio.Task[Any]]) -> list[str]:
     return sorted(f"{t.get_name()}:\n{_stack_of(t)}" for t in running if not t.done())
 
 
-async def start_core(nats_url: str, store: MemoryStore, processor: TurnProcessor) -> CoreService:
-    """A core on `nats_url` over `store`, two partitions, reconnecting fast."""
+async def start_core(
+    nats_url: str,
+    store: MemoryStore,
+    processor: TurnProcessor,
+    config: BusConfig | None = None,
+) -> CoreService:
+    """A core on `nats_url` over `store` (two partitions unless `config` says), reconnecting
+    fast."""
     service = CoreService(
         Manager(store, processor),
         servers=[nats_url],
-        config=BusConfig(partitions=2),
+        config=config or BusConfig(partitions=2),
         reconnect_wait=0.05,
     )
     await service.start()
     return service
 
 
+@pytest.fixture
+def ore_bus_config() -> BusConfig:
+    """The bus configuration of `ore_conduit_core`; a test module overrides this fixture
+    to run the core with other settings (say `files_link_base`)."""
+    return BusConfig(partitions=2)
+
+
 @pytest_asyncio.fixture
-async def ore_conduit_core(ore_nats_url: str) -> AsyncIterator[ConduitCore]:
+async def ore_conduit_core(
+    ore_nats_url: str, ore_bus_config: BusConfig
+) -> AsyncIterator[ConduitCore]:
     """A running ore core (MemoryStore, `KitProcessor`) on the test's nats-server."""
     store = MemoryStore()
     processor = KitProcessor()
-    service = await start_core(ore_nats_url, store, processor)
+    service = await start_core(ore_nats_url, store, processor, ore_bus_config)
     try:
         client = await ConduitClient.connect(ore_nats_url, name="conformance", reconnect_wait=0.05)
         async with client:

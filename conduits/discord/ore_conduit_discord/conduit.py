@@ -36,4 +36,4 @@ class DiscordConduit(PlatformConduit):
     def platform(self, config: ConduitConfig, context: PlatformContext) -> DiscordPlatform:
         if not isinstance(config, DiscordConfig):
             raise TypeError(f"the discord conduit needs a DiscordConfig, got {config!r}")
-        return DiscordPlatform(config)
+        return DiscordPlatform(config, context)

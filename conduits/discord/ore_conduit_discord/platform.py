@@ -20,7 +20,7 @@ import aiohttp
 
 from ore_conduit_discord.config import DiscordConfig, Webhook
 from ore_conduit_discord.gateway import Dispatch, Gateway, Session, intents
-from ore_conduit_discord.rest import DiscordRest
+from ore_conduit_discord.rest import DiscordRest, Files
 from ore_core.conduit import (
     Capabilities,
     Command,
@@ -32,7 +32,11 @@ from ore_core.conduit import (
     PlatformError,
     Reaction,
     Sender,
+    part_key,
 )
+from ore_core.conduit.engine import PlatformContext
+from ore_core.conduit.media import DownloadFailed, Remote, fetch_files, take_files
+from ore_core.files import guess_media_type
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +47,9 @@ _SHOWN = {0, 19}  # a message, a reply (not joins, pins, thread notices)
 _AVATARS = "https://cdn.discordapp.com/avatars"
 _SIGNS = {"error": "⚠️ ", "notice": "-# "}  # a notice as Discord's small grey subtext
 LIMIT = 2000
+FILE_LIMIT = 10 * 1024**2
+"""Bytes a bot may upload to a message where the server has no boost (Discord's
+documented default, all files of the message together)."""
 
 
 def conversation_of(guild: str | None, channel: str) -> str:
@@ -93,10 +100,12 @@ class DiscordPlatform:
         deletes_arrive=True,
         reactions=True,
         idempotency="key",
+        file_max_bytes=FILE_LIMIT,
     )
 
-    def __init__(self, config: DiscordConfig) -> None:
+    def __init__(self, config: DiscordConfig, context: PlatformContext | None = None) -> None:
         self.config = config
+        self.context = context  # for files: uploads in, fetches out (None: text only)
         self.rest = DiscordRest(config.api_url, config.bot_token())
         self.session = Session(config.state_dir / f"session-{config.durable}.json")
         self.gateway: Gateway | None = None
@@ -141,17 +150,65 @@ class DiscordPlatform:
             event = self._inbound(dispatch)
             if event is None:
                 self.session.acknowledge(dispatch.seq)
+            elif isinstance(event, Message) and dispatch.data.get("attachments"):
+                yield await self._with_files(event, dispatch.data["attachments"])
             else:
                 yield event
+
+    async def _with_files(self, message: Message, described: list[dict[str, Any]]) -> Message:
+        """`message` with its files taken into ore; a notice in the channel for each one
+        that could not be (the message goes on without it)."""
+        if self.context is None:
+            return message
+        remotes = [
+            Remote(
+                str(a.get("filename") or "file"),
+                str(a.get("content_type") or guess_media_type(str(a.get("filename", "")))),
+                a.get("size"),
+                functools.partial(self._download, str(a["url"])),
+            )
+            for a in described
+        ]
+        attachments, notices = await take_files(self.context.client, remotes)
+        for index, line in enumerate(notices):
+            notice = Part(line, reply_to=message.platform_id, kind="notice", severity="warn")
+            key = part_key(f"{message.platform_id}.files", index)
+            try:
+                await self.post(message.conversation, notice, key)
+            except PlatformError as exc:
+                log.warning("discord: could not post a file notice: %s", exc)
+        return replace(message, attachments=attachments)
+
+    async def _download(self, url: str) -> bytes:
+        assert self._http is not None
+        try:
+            async with self._http.get(url) as answer:
+                if answer.status != 200:
+                    raise DownloadFailed(f"{url}: Discord answered {answer.status}")
+                return await answer.read()
+        except (aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
+            raise DownloadFailed(f"the download failed ({exc or type(exc).__name__})") from exc
 
     # ---------------------------------------------------------------- outbound
 
     async def post(self, conversation: str, part: Part, key: str) -> str:
         _, channel = split_conversation(conversation)
+        files, lines = await self._files(conversation, part)
+        if lines:
+            part = replace(part, text="\n".join(filter(None, [part.text, *lines])))
         hook = self._hook(channel) if part.sender is not None else None
         if hook is not None:
-            return await self.rest.post_as(hook[0], hook[1], replace(part, text=unlabelled(part)))
-        return await self.rest.post(channel, replace(part, text=shown(part)), key)
+            unlabelled_part = replace(part, text=unlabelled(part))
+            return await self.rest.post_as(hook[0], hook[1], unlabelled_part, files)
+        return await self.rest.post(channel, replace(part, text=shown(part)), key, files)
+
+    async def _files(self, conversation: str, part: Part) -> tuple[Files, list[str]]:
+        if not part.attachments or self.context is None:
+            return [], []
+        context = self.context
+        return await fetch_files(
+            context.client, context.conversations, conversation, part.attachments
+        )
 
     async def edit(self, conversation: str, platform_id: str, part: Part) -> None:
         _, channel = split_conversation(conversation)
@@ -242,9 +299,7 @@ class DiscordPlatform:
         data, done = dispatch.data, functools.partial(self._done, dispatch.seq)
         conversation = conversation_of(data.get("guild_id"), data["channel_id"])
         sender = sender_of(data["author"], data.get("member"))
-        text = "\n".join(
-            [data["content"], *(a["url"] for a in data.get("attachments", []))]
-        ).strip()
+        text = data["content"].strip()  # its files are taken into ore by `events`
         if dispatch.kind == "MESSAGE_UPDATE":
             if not data.get("edited_timestamp"):
                 return None  # an embed unfurled, not an edit

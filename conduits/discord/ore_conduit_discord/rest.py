@@ -12,16 +12,22 @@ asks for no mentions, so relayed text never pings anyone.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 
 from ore_conduit_discord.config import MissingToken, Webhook
+from ore_core.artifacts import Attachment
 from ore_core.conduit import FailureReason, Part, PlatformError, RateLimited, Refused, Transient
 
 __all__ = ["COMMANDS", "DiscordRest", "check_token", "classify"]
+
+Files = Sequence[tuple[Attachment, bytes]]
+"""Files a post carries: each attachment and its bytes."""
 
 WAIT_INSIDE = 1.0
 """Longest wait for a bucket to refill sat out here; longer ones go to the engine."""
@@ -102,11 +108,15 @@ class DiscordRest:
         ]
         await self._call("PUT", f"/applications/{application}/commands", json=commands)
 
-    async def post(self, channel: str, part: Part, key: str) -> str:
+    async def post(self, channel: str, part: Part, key: str, files: Files = ()) -> str:
+        """Post `part` (with `files`, its attachments' bytes, as a multipart upload) under
+        the nonce `key`: Discord answers a repeated nonce with the message it made."""
         body: dict[str, Any] = {"content": part.text, "nonce": key, "enforce_nonce": True, **_QUIET}
         if part.reply_to:
             body["message_reference"] = {"message_id": part.reply_to, "fail_if_not_exists": False}
-        made = await self._call("POST", f"/channels/{channel}/messages", channel, json=body)
+        made = await self._call(
+            "POST", f"/channels/{channel}/messages", channel, **_body(body, files)
+        )
         if made.get("content", part.text) != part.text:
             # The nonce's message, made before a crash with the part's text of then (the
             # start of a streamed answer): Discord answers it as it is; show the text now.
@@ -126,7 +136,7 @@ class DiscordRest:
         path = f"/channels/{channel}/messages/{message}/reactions/{quote(emoji, safe=':')}/@me"
         await self._call("PUT" if add else "DELETE", path, channel)
 
-    async def post_as(self, hook: Webhook, thread: str, part: Part) -> str:
+    async def post_as(self, hook: Webhook, thread: str, part: Part, files: Files = ()) -> str:
         """Post through a webhook, showing the part's sender (name, avatar). Webhooks
         take no nonce: see the README on what a crash can double here."""
         sender = part.sender
@@ -136,7 +146,8 @@ class DiscordRest:
             body["avatar_url"] = sender.avatar
         query = {"wait": "true"} | ({"thread_id": thread} if thread else {})
         path = f"/webhooks/{hook.id}/{hook.token}"
-        return str((await self._call("POST", path, str(hook.id), json=body, params=query))["id"])
+        made = await self._call("POST", path, str(hook.id), params=query, **_body(body, files))
+        return str(made["id"])
 
     async def edit_as(self, hook: Webhook, thread: str, message: str, text: str) -> None:
         query = {"thread_id": thread} if thread else {}
@@ -189,6 +200,21 @@ class DiscordRest:
             self._refills[(bucket, channel)] = time.monotonic() + reset_after
         else:
             self._refills.pop((bucket, channel), None)
+
+
+def _body(body: dict[str, Any], files: Files) -> dict[str, Any]:
+    """The request's body: JSON, or with files Discord's multipart form (`payload_json`
+    and `files[n]`, each named in `attachments`)."""
+    if not files:
+        return {"json": body}
+    form = aiohttp.FormData()
+    described = [{"id": n, "filename": a.name} for n, (a, _) in enumerate(files)]
+    form.add_field("payload_json", json.dumps({**body, "attachments": described}))
+    for n, (attachment, data) in enumerate(files):
+        form.add_field(
+            f"files[{n}]", data, filename=attachment.name, content_type=attachment.media_type
+        )
+    return {"data": form}
 
 
 def _template(path: str) -> str:

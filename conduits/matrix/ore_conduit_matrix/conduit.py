@@ -36,4 +36,4 @@ class MatrixConduit(PlatformConduit):
     def platform(self, config: ConduitConfig, context: PlatformContext) -> MatrixPlatform:
         if not isinstance(config, MatrixConfig):
             raise TypeError(f"the matrix conduit needs a MatrixConfig, got {config!r}")
-        return MatrixPlatform(config)
+        return MatrixPlatform(config, context)

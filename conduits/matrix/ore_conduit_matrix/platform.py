@@ -21,7 +21,9 @@ read, and a post to it is refused.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
+import io
 import logging
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import replace
@@ -34,10 +36,12 @@ from nio import (
     AsyncClientConfig,
     ErrorResponse,
     LoginResponse,
+    MemoryDownloadResponse,
     RoomGetEventResponse,
     RoomRedactResponse,
     RoomSendResponse,
     SyncResponse,
+    UploadResponse,
     WhoamiResponse,
 )
 
@@ -45,18 +49,23 @@ from ore_conduit_matrix.config import MatrixConfig, MissingCredentials
 from ore_conduit_matrix.cursor import SyncCursor
 from ore_conduit_matrix.errors import classify
 from ore_conduit_matrix.ids import Conversation
-from ore_conduit_matrix.reading import Reader
-from ore_conduit_matrix.rendering import edit_content, message_content
+from ore_conduit_matrix.reading import MEDIA, Reader
+from ore_conduit_matrix.rendering import edit_content, file_content, message_content
 from ore_conduit_matrix.state import State
+from ore_core.artifacts import Attachment
 from ore_core.conduit import (
     Capabilities,
     Inbound,
+    Message,
     Part,
     PlatformError,
     RateLimited,
     Refused,
     Transient,
 )
+from ore_core.conduit.engine import PlatformContext
+from ore_core.conduit.media import DownloadFailed, Remote, fetch_files, take_files
+from ore_core.files import guess_media_type
 
 __all__ = ["ENCRYPTED_NOTICE", "MatrixPlatform"]
 
@@ -70,6 +79,9 @@ _NOTICE_TXN = "ore-encrypted-room-notice"
 _BACKOFF = (0.05, 2.0)  # first and longest wait between failed syncs, in seconds
 _NETWORK = (aiohttp.ClientError, TimeoutError)
 _R = TypeVar("_R")
+FILE_LIMIT = 50 * 1024**2
+"""Bytes of a file the media repo takes: Synapse's default `max_upload_size` (50M); a
+homeserver may set less, and refuses a larger file with one error the engine reports."""
 
 
 class MatrixPlatform:
@@ -86,10 +98,12 @@ class MatrixPlatform:
         deletes_arrive=True,
         reactions=True,
         idempotency="key",
+        file_max_bytes=FILE_LIMIT,
     )
 
-    def __init__(self, config: MatrixConfig) -> None:
+    def __init__(self, config: MatrixConfig, context: PlatformContext | None = None) -> None:
         self.config = config
+        self.context = context  # for files: uploads in, fetches out (None: text only)
         # nio warns of every error answer that it is no success ("Error validating
         # response"): the adapter classifies and logs those itself, in one line.
         logging.getLogger("nio").setLevel(logging.ERROR)
@@ -197,11 +211,50 @@ class MatrixPlatform:
                 if await self._encrypted(room):
                     continue
                 for event in _since_joined(self.user_id, info.timeline.events):
-                    inbound = None if history else await reader.read(room, event.source)
+                    inbound = None if history else await self._read(reader, room, event.source)
                     if inbound is not None:
                         yield replace(inbound, done=cursor.hand_out(batch))
             cursor.seal(batch)
             since, history = response.next_batch, False
+
+    async def _read(self, reader: Reader, room: str, source: dict[str, Any]) -> Inbound | None:
+        """`reader`'s event, a file's taken into ore (`_with_file`)."""
+        inbound = await reader.read(room, source)
+        content = source.get("content") or {}
+        if isinstance(inbound, Message) and content.get("msgtype") in MEDIA:
+            return await self._with_file(inbound, room, content)
+        return inbound
+
+    async def _with_file(self, message: Message, room: str, content: dict[str, Any]) -> Message:
+        """`message` with its file taken into ore; a notice in the room when it cannot
+        be (the message goes on without it)."""
+        if self.context is None:
+            return message
+        info = content.get("info") or {}
+        name = str(content.get("filename") or content.get("body") or "file")
+        remote = Remote(
+            name,
+            str(info.get("mimetype") or guess_media_type(name)),
+            info.get("size") if isinstance(info.get("size"), int) else None,
+            functools.partial(self._download, str(content.get("url", ""))),
+        )
+        attachments, notices = await take_files(self.context.client, [remote])
+        for line in notices:
+            notice = Part(line, reply_to=message.platform_id, kind="notice", severity="warn")
+            try:
+                await self.post(message.conversation, notice, _txn("file", message.platform_id))
+            except PlatformError as exc:
+                log.warning("matrix file notice not posted", error=exc.detail)
+        return replace(message, attachments=attachments)
+
+    async def _download(self, mxc: str) -> bytes:
+        try:
+            answer = await self.client.download(mxc=mxc)
+        except (*_NETWORK, ValueError) as exc:
+            raise DownloadFailed(f"the download failed ({exc!r})") from exc
+        if not isinstance(answer, MemoryDownloadResponse):
+            raise DownloadFailed(f"the media repo refused it ({answer})")
+        return bytes(answer.body)
 
     async def _sync(self, since: str, full_state: bool) -> SyncResponse:
         """One `/sync`, tried until it answers; MissingCredentials if the token is revoked."""
@@ -289,9 +342,41 @@ class MatrixPlatform:
     # -- outbound -----------------------------------------------------------------------
 
     async def post(self, conversation: str, part: Part, key: str) -> str:
-        """Send `part` with the transaction id `key`; the new event's id."""
+        """Send `part` with the transaction id `key` (its files after it, each under a
+        transaction id of its own made from `key`); the text event's id."""
         where = Conversation.parse(conversation)
         self._writable(where.room)
+        files: list[tuple[Attachment, bytes]] = []
+        if part.attachments and self.context is not None:
+            context = self.context
+            files, lines = await fetch_files(
+                context.client, context.conversations, conversation, part.attachments
+            )
+            part = replace(part, text="\n".join(filter(None, [part.text, *lines])))
+        event_id = await self._post_text(conversation, where, part, key)
+        for index, (attachment, data) in enumerate(files):
+            await self._post_file(where, attachment, data, _txn("file", key, str(index)))
+        return event_id
+
+    async def _post_file(
+        self, where: Conversation, attachment: Attachment, data: bytes, txn: str
+    ) -> None:
+        """Upload `data` to the media repo, then its `m.image` / `m.file` event."""
+        uploaded, _ = await self._call(
+            "upload",
+            self.client.upload(
+                io.BytesIO(data),
+                content_type=attachment.media_type,
+                filename=attachment.name,
+                filesize=len(data),
+            ),
+        )
+        assert isinstance(uploaded, UploadResponse)
+        content = file_content(attachment, uploaded.content_uri, where)
+        await self._call("send", self.client.room_send(where.room, "m.room.message", content, txn))
+
+    async def _post_text(self, conversation: str, where: Conversation, part: Part, key: str) -> str:
+        """Send the text of `part` under `key`; the event's id."""
         content = message_content(part, where)
         before = self.state.sending(key, part.text)
         answer = await self._call(

@@ -3,7 +3,8 @@
 back), or nothing for what the conduit does not answer.
 
 Not answered: the bot's own events, notices (`m.notice`: bots must never answer them,
-so two bots never loop), redacted events, media, state and encrypted events. A reply's
+so two bots never loop), redacted events, state and encrypted events. A file
+(`m.image`, `m.file`, `m.audio`, `m.video`) is a message with its caption as text. A reply's
 quoted fallback (`> <@user> ...` lines older clients put first) is taken off. An edit
 or a redaction names only its target: its conversation is the target's, from the
 state, else (an edit of a message seen before the state knew it) from the target
@@ -23,6 +24,9 @@ from ore_core.conduit import Command, Delete, Edit, Inbound, Message, Reaction, 
 __all__ = ["Reader"]
 
 _TEXT = frozenset({"m.text", "m.emote"})
+MEDIA = frozenset({"m.image", "m.file", "m.audio", "m.video"})
+"""A file's message types: read as a `Message` whose text is the caption (the
+platform takes the file itself into ore)."""
 
 
 @dataclass
@@ -56,7 +60,7 @@ class Reader:
             target, key = str(relates.get("event_id", "")), str(relates["key"])
             self.state.note_reaction(event_id, target, key)
             return await self._reaction(room, event_id, sender, target, key, removed=False)
-        if event.get("type") != "m.room.message" or content.get("msgtype") not in _TEXT:
+        if event.get("type") != "m.room.message" or content.get("msgtype") not in _TEXT | MEDIA:
             return None
         who = Sender(self.name(room, sender), sender)
         relates = content.get("m.relates_to") or {}
@@ -70,7 +74,7 @@ class Reader:
         conversation = Conversation.of(room, content).key
         self.state.note(event_id, conversation)
         reply = "" if relates.get("is_falling_back") else _reply_to(relates)
-        text = _without_fallback(str(content.get("body", "")), reply)
+        text = _without_fallback(_text_of(content), reply)
         command = self._command(text)
         if command is not None:
             name, args = command
@@ -105,6 +109,15 @@ class Reader:
             return known
         content = await self.fetch(room, target) if fetch else None
         return Conversation.of(room, content or {}).key
+
+
+def _text_of(content: dict[str, Any]) -> str:
+    """A message's text: a file's `body` is its caption only where `filename` names
+    the file (else the body is the file's name, no text)."""
+    body = str(content.get("body", ""))
+    if content.get("msgtype") in MEDIA:
+        return body if content.get("filename") not in (None, body) else ""
+    return body
 
 
 def _reply_to(relates: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 from markdown_it import MarkdownIt
 
 from ore_conduit_matrix.ids import Conversation
+from ore_core.artifacts import Attachment
 from ore_core.conduit import Part
 
 __all__ = ["edit_content", "message_content", "to_html"]
@@ -74,3 +75,24 @@ def edit_content(part: Part, target: str) -> dict[str, Any]:
         "m.new_content": new,
         "m.relates_to": {"rel_type": "m.replace", "event_id": target},
     }
+
+
+def file_content(attachment: Attachment, url: str, where: Conversation) -> dict[str, Any]:
+    """A file's event: `m.image` for an image, else `m.file`, with its `info` (type,
+    size), in `where`'s thread."""
+    msgtype = "m.image" if attachment.media_type.startswith("image/") else "m.file"
+    content: dict[str, Any] = {
+        "msgtype": msgtype,
+        "body": attachment.name,
+        "filename": attachment.name,
+        "url": url,
+        "info": {"mimetype": attachment.media_type, "size": attachment.size},
+    }
+    if where.thread:
+        content["m.relates_to"] = {
+            "rel_type": "m.thread",
+            "event_id": where.thread,
+            "is_falling_back": True,
+            "m.in_reply_to": {"event_id": where.thread},
+        }
+    return content

@@ -11,6 +11,7 @@ import re
 from importlib import resources
 from importlib.util import find_spec
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -38,7 +39,7 @@ from ore_conduit_web.threads import ThreadSummary, WebError, WebThreads
 from ore_conduit_web.tokens import Tokens
 from ore_conduit_web.tree import ThreadTree
 from ore_core.artifacts.attachment import MAX_FILE_NAME
-from ore_core.conduit import ApiError, BusError
+from ore_core.conduit import ApiError, BusError, ConduitClient
 from ore_core.events import MAX_ATTACHMENTS, MAX_EMOJI_LENGTH
 from ore_core.files import FileCorrupt, FileMissing
 
@@ -49,6 +50,7 @@ _ID = r"^[A-Za-z0-9_-]{1,128}$"
 _TURN = r"^[A-Za-z0-9_-]{0,128}$"
 UPLOADS = "/files"
 """The upload route under `/api` (`/files/link/...` at the root serves signed links)."""
+_LINK_TOKEN = r"^[A-Za-z0-9_-]{1,2000}\.[A-Za-z0-9_-]{43}$"
 _BEARER = re.compile(r"Bearer\s+(\S+)", re.IGNORECASE)
 
 
@@ -194,6 +196,29 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         503: "The core cannot be reached",
     }.items()
 }
+
+
+async def _linked_file(client: ConduitClient, token: str) -> Response:
+    """The bytes a file link names, as a download (an image shown inline): never
+    rendered as a page of this origin, whatever its type."""
+    try:
+        attachment, data = await client.fetch_link(token)
+    except ApiError as exc:
+        if exc.status == 403:
+            return _error(403, exc.code, exc.message)
+        raise
+    except FileMissing as exc:
+        return _error(404, "file_missing", str(exc))
+    except FileCorrupt as exc:
+        return _error(502, "file_corrupt", str(exc))
+    inline = attachment.media_type.startswith("image/") and "svg" not in attachment.media_type
+    disposition = "inline" if inline else "attachment"
+    headers = {
+        "Content-Disposition": f"{disposition}; filename*=UTF-8''{quote(attachment.name)}",
+        "X-Content-Type-Options": "nosniff",
+        "Cache-Control": "private, max-age=3600",
+    }
+    return Response(data, media_type=attachment.media_type, headers=headers)
 
 
 def _error(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
@@ -371,6 +396,12 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
     @app.get("/healthz", include_in_schema=False)
     async def health() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get("/files/link/{token}", include_in_schema=False)
+    async def file_by_link(token: Annotated[str, Path(pattern=_LINK_TOKEN)]) -> Response:
+        """A file by its signed link (`files.link_base`): the token is the credential,
+        checked by the core (403 when forged or expired)."""
+        return await _linked_file(threads.client, token)
 
     @app.get("/readyz", include_in_schema=False)
     async def ready() -> Response:

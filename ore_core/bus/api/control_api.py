@@ -64,6 +64,7 @@ from ore_core.errors import (
     ThreadNotFound,
     TurnNotFound,
 )
+from ore_core.files.links import LinkSettings
 from ore_core.ledger.thread import Thread
 from ore_core.session.manager import Manager
 from ore_core.session.stream import Stream
@@ -327,6 +328,7 @@ class ControlAPI:
         links: LinkCache | None = None,
         offer: ModelOffer | None = None,
         files_retention: float = 7 * 24 * 3600.0,
+        file_links: LinkSettings | None = None,
     ) -> None:
         self._nc = nc
         self._offer = offer or ModelOffer(manager.processor, "processor")
@@ -354,7 +356,9 @@ class ControlAPI:
         )
         self._route = route
         self._forwarding = Forwarding(nc, subjects, worker_id)
-        self._files = FileApi(nc, subjects, self._access, manager.store, files_retention)
+        self._files = FileApi(
+            nc, subjects, self._access, manager.store, files_retention, file_links
+        )
 
     @property
     def endpoints(self) -> dict[str, str]:

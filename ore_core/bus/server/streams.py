@@ -111,6 +111,9 @@ class BusConfig:
     workers_bucket: str = "ORE_WORKERS"
     files_max_bytes: int = -1
     files_retention: float = 7 * _DAY
+    files_link_base: str = ""
+    files_link_secret: str = ""
+    files_link_ttl: float = 3 * _DAY
 
     def __post_init__(self) -> None:
         count = self.partitions

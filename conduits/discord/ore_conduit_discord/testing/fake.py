@@ -48,7 +48,7 @@ import asyncio
 import itertools
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -69,6 +69,7 @@ ALICE = "1000000000000000001"
 WEBHOOK = "1400000000000000001"
 WEBHOOK_TOKEN = "fake-webhook-token"
 LIMIT = 2000
+FILE_LIMIT = 10 * 1024**2  # a bot's upload limit without server boosts
 _STAMP = "2026-12-07T12:00:00.000000+00:00"
 
 
@@ -145,12 +146,14 @@ class FakeDiscord:
         self.limited = 0  # 429s served
         self.early = 0  # calls of a bucket made before its 429's retry_after passed
         self._runner: web.AppRunner | None = None
+        self.files: dict[str, bytes] = {}  # attachment path -> bytes, served by the fake
 
     # ---------------------------------------------------------------- server
 
     async def __aenter__(self) -> FakeDiscord:
-        app = web.Application()
+        app = web.Application(client_max_size=2 * FILE_LIMIT)  # Discord's own check is below
         app.router.add_get("/gateway", self.gateway.handle)
+        app.router.add_get("/attachments/{path:.*}", self._serve_file)
         app.router.add_route("*", "/api/v10/{path:.*}", self._route)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
@@ -245,8 +248,12 @@ class FakeDiscord:
         reply_to: str = "",
         author: str = ALICE,
         name: str = "alice",
+        files: Sequence[tuple[str, str, bytes]] = (),
     ) -> str:
+        """A user's message, with `files` (name, media type, bytes) attached: the
+        fake serves them at each attachment's `url`."""
         message = self._store(channel, _user(author, name), text, reply_to)
+        self._attach(message, files)
         await self._dispatch("MESSAGE_CREATE", self._with_member(message.payload))
         return str(message.payload["id"])
 
@@ -360,14 +367,14 @@ class FakeDiscord:
         if request.method == "DELETE":
             answer: web.StreamResponse = await self._delete(channel, message_id)
         else:
-            body = await request.json()
-            invalid = _check_content(body)
+            body, files = await _form(request)
+            invalid = _check_content(body, files)
             if invalid is not None:
                 return invalid
             answer = await (
                 self._edit(channel, message_id, body, BOT_ID)
                 if message_id
-                else self._post(channel, body)
+                else self._post(channel, body, files)
             )
         return await self._answer(request, fault, answer)
 
@@ -409,7 +416,9 @@ class FakeDiscord:
                 data["member"] = {"user": user, "nick": None, "roles": [], "joined_at": _STAMP}
         await self._dispatch("MESSAGE_REACTION_ADD" if add else "MESSAGE_REACTION_REMOVE", data)
 
-    async def _post(self, channel: str, body: dict[str, Any]) -> web.Response:
+    async def _post(
+        self, channel: str, body: dict[str, Any], files: Sequence[tuple[str, str, bytes]] = ()
+    ) -> web.Response:
         nonce = str(body.get("nonce") or "")
         key = (BOT_ID, channel, nonce)
         if nonce and body.get("enforce_nonce"):
@@ -420,6 +429,7 @@ class FakeDiscord:
                     return _json(existing.payload, bucket=f"channel-{channel}")
         reply = (body.get("message_reference") or {}).get("message_id", "")
         message = self._store(channel, _user(BOT_ID, "ore", bot=True), body["content"], reply)
+        self._attach(message, files)
         if nonce:
             message.payload["nonce"] = nonce
             self._nonces[key] = (message.payload["id"], time.monotonic())
@@ -459,8 +469,8 @@ class FakeDiscord:
         if request.method == "DELETE":
             answer: web.StreamResponse = await self._delete(channel, message_id)
         else:
-            body = await _body(request)
-            invalid = _check_content(body)
+            body, files = await _form(request)
+            invalid = _check_content(body, files)
             if invalid is not None:
                 return invalid
             if message_id:
@@ -470,6 +480,7 @@ class FakeDiscord:
                 author["global_name"] = None  # a webhook's copy shows the username as given
                 author["avatar_url"] = body.get("avatar_url", "")
                 message = self._store(channel, author, body["content"], "")
+                self._attach(message, files)
                 message.payload["webhook_id"] = WEBHOOK
                 await self._dispatch("MESSAGE_CREATE", message.payload)
                 answer = _json(message.payload)
@@ -530,6 +541,50 @@ class FakeDiscord:
         self.messages.setdefault(channel, {})[mid] = message
         return message
 
+    def _attach(self, message: _Message, files: Sequence[tuple[str, str, bytes]]) -> None:
+        """Attach `files` to `message` as Discord describes them, served at their url."""
+        for name, media_type, data in files:
+            attachment_id = str(next(self._ids))
+            path = f"{message.payload['channel_id']}/{attachment_id}/{name}"
+            self.files[path] = data
+            message.payload["attachments"].append(
+                {
+                    "id": attachment_id,
+                    "filename": name,
+                    "content_type": media_type,
+                    "size": len(data),
+                    "url": f"{self.url}/attachments/{path}",
+                    "proxy_url": f"{self.url}/attachments/{path}",
+                }
+            )
+
+    def files_of(self, channel: str) -> list[tuple[str, bytes]]:
+        """The files the bot's (and its webhook's) messages in the channel carry, (name,
+        bytes), oldest first: what it posted, not what users did."""
+        return [
+            (a["filename"], self.files[a["url"].split("/attachments/", 1)[1]])
+            for m in self.messages.get(channel, {}).values()
+            if m.author_id in (BOT_ID, WEBHOOK)
+            for a in m.payload["attachments"]
+        ]
+
+    async def _serve_file(self, request: web.Request) -> web.StreamResponse:
+        """An attachment's bytes; a `download` fault sends half of them, then hangs up."""
+        data = self.files.get(request.match_info["path"])
+        if data is None:
+            return web.Response(status=404)
+        fault = self._fault("download")
+        if fault is not None and fault.status:
+            return web.Response(status=fault.status)
+        if fault is None or not fault.drop:
+            return web.Response(body=data)
+        answer = web.StreamResponse(headers={"Content-Length": str(len(data))})
+        await answer.prepare(request)
+        await answer.write(data[: len(data) // 2])
+        if request.transport is not None:
+            request.transport.abort()
+        return answer
+
     def _with_member(self, payload: dict[str, Any]) -> dict[str, Any]:
         if not payload.get("guild_id"):
             return payload
@@ -580,16 +635,28 @@ def _dropped(request: web.Request) -> web.Response:
     return web.Response(status=204)
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
-    if request.content_type.startswith("multipart/"):
-        form = await request.post()
-        return dict(json.loads(str(form["payload_json"])))
-    return dict(await request.json())
+async def _form(request: web.Request) -> tuple[dict[str, Any], list[tuple[str, str, bytes]]]:
+    """The request's JSON body, or a multipart form's `payload_json` and its `files[n]`
+    (name, media type, bytes), each named in the payload's `attachments`."""
+    if not request.content_type.startswith("multipart/"):
+        return dict(await request.json()), []
+    form = await request.post()
+    body = dict(json.loads(str(form["payload_json"])))
+    files = []
+    for described in body.get("attachments", []):
+        field = form[f"files[{described['id']}]"]
+        assert isinstance(field, web.FileField), "files[n] must be a file"
+        files.append((field.filename, field.content_type, field.file.read()))
+    return body, files
 
 
-def _check_content(body: dict[str, Any]) -> web.Response | None:
+def _check_content(
+    body: dict[str, Any], files: Sequence[tuple[str, str, bytes]] = ()
+) -> web.Response | None:
+    if sum(len(data) for _, _, data in files) > FILE_LIMIT:
+        return _error(413, 40005, "Request entity too large")
     content = body.get("content")
-    if content is None or 1 <= len(content) <= LIMIT:
+    if content is None or 1 <= len(content) <= LIMIT or (files and not content):
         return None
     problem = "BASE_TYPE_MAX_LENGTH" if content else "BASE_TYPE_REQUIRED"
     errors = {

@@ -60,6 +60,9 @@ ALICE = f"@alice:{SERVER}"
 PASSWORD = "bot-password"
 MAX_EVENT_BYTES = 65536
 _PREFIX = "/_matrix/client/v3"
+_MEDIA = "/_matrix/client/v1/media"
+MAX_UPLOAD = 50 * 1024**2
+"""Synapse's default `max_upload_size` (50M)."""
 Handler = Callable[[web.Request, str], Awaitable[web.StreamResponse]]
 
 
@@ -103,12 +106,21 @@ class FakeMatrix:
         self._closing = False
         self.port = 0
         self.token = self.issue_token(BOT)
+        self.media: dict[str, tuple[str, bytes]] = {}  # media id -> (type, bytes)
+        self.cut_downloads = 0  # the next downloads send half their bytes, then hang up
 
     # -- lifetime ---------------------------------------------------------------------
 
     async def start(self) -> FakeMatrix:
         """Listen on 127.0.0.1 on a free port."""
-        app = web.Application()
+        app = web.Application(client_max_size=2 * MAX_UPLOAD)
+        app.router.add_post("/_matrix/media/v3/upload", self._endpoint("upload", self._upload))
+        app.router.add_get(
+            _MEDIA + "/download/{server}/{media}", self._endpoint("download", self._download)
+        )
+        app.router.add_get(
+            _MEDIA + "/download/{server}/{media}/{name}", self._endpoint("download", self._download)
+        )
         routes: list[tuple[str, str, str, Handler]] = [
             ("POST", "/login", "login", self._login),
             ("GET", "/account/whoami", "whoami", self._whoami),
@@ -287,6 +299,59 @@ class FakeMatrix:
     def _encrypt(self, room: Room, by: str) -> None:
         content = {"algorithm": "m.megolm.v1.aes-sha2"}
         self.stream.add(room, "m.room.encryption", by, content, state_key="")
+
+    async def user_sends_file(
+        self, room_id: str, name: str, media_type: str, data: bytes, *, user: str = ALICE
+    ) -> str:
+        """A file of `user` in the media repo and its event (`m.image` for an image,
+        else `m.file`), its `body` the file's name; the event id."""
+        url = self.store_media(media_type, data)
+        msgtype = "m.image" if media_type.startswith("image/") else "m.file"
+        content = {
+            "msgtype": msgtype,
+            "body": name,
+            "filename": name,
+            "url": url,
+            "info": {"mimetype": media_type, "size": len(data)},
+        }
+        return await self._user_event(room_id, user, "m.room.message", content)
+
+    def store_media(self, media_type: str, data: bytes) -> str:
+        """Keep `data` in the media repo; its `mxc://` URI."""
+        media_id = f"m{len(self.media) + 1}"
+        self.media[media_id] = (media_type, data)
+        return f"mxc://{SERVER}/{media_id}"
+
+    def files_of(self, room_id: str) -> list[tuple[str, bytes]]:
+        """The files the bot's events in the room carry, (name, bytes), oldest first."""
+        found = []
+        for event in self.events_of(room_id):
+            url = str(event.content.get("url", ""))
+            if event.sender == BOT and url.startswith(f"mxc://{SERVER}/"):
+                found.append((str(event.content["body"]), self.media[url.rsplit("/", 1)[1]][1]))
+        return found
+
+    async def _upload(self, request: web.Request, user: str) -> web.StreamResponse:
+        data = await request.read()
+        if len(data) > MAX_UPLOAD:
+            raise _MatrixError(413, "M_TOO_LARGE", "Upload request body is too large")
+        return web.json_response({"content_uri": self.store_media(request.content_type, data)})
+
+    async def _download(self, request: web.Request, user: str) -> web.StreamResponse:
+        found = self.media.get(request.match_info["media"])
+        if found is None or request.match_info["server"] != SERVER:
+            raise _MatrixError(404, "M_NOT_FOUND", "Not found")
+        media_type, data = found
+        if not self.cut_downloads:
+            return web.Response(body=data, content_type=media_type)
+        self.cut_downloads -= 1
+        answer = web.StreamResponse(headers={"Content-Length": str(len(data))})
+        answer.content_type = media_type
+        await answer.prepare(request)
+        await answer.write(data[: len(data) // 2])
+        assert request.transport is not None
+        request.transport.abort()
+        return answer
 
     async def _user_event(
         self, room_id: str, user: str, type_: str, content: dict[str, Any]
