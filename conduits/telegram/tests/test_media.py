@@ -49,7 +49,8 @@ async def attachments(harness: Harness) -> list[Attachment]:
 
 def policy(harness: Harness, **rules: Any) -> None:
     """The operator's `[files]` rules, as `ore conduit` gives them to the conduit."""
-    assert harness.conduit is not None and harness.conduit.client is not None
+    assert harness.conduit is not None
+    assert harness.conduit.client is not None
     harness.conduit.client.files.policy = FilePolicy(**rules)
 
 
@@ -98,7 +99,8 @@ async def test_a_document_is_stored_byte_for_byte_with_its_name_and_type(
     (document,) = await attachments(tg_model)
     assert (document.name, document.media_type) == ("a.pdf", "application/pdf")
     assert document.sha256 == hashlib.sha256(PDF).hexdigest()
-    assert tg_model.conduit is not None and tg_model.conduit.client is not None
+    assert tg_model.conduit is not None
+    assert tg_model.conduit.client is not None
     thread_id = (await tg_model.threads())[0].id
     assert await tg_model.conduit.client.fetch(thread_id, document) == PDF
 
@@ -108,7 +110,7 @@ async def test_a_text_document_reaches_the_model_as_text(
 ) -> None:
     await tg_model.start()
     await tg_model.fake.user_sends_file(
-        DM, "# Plan\nship it".encode(), "summarise", file_name="plan.md", mime_type="text/markdown"
+        DM, b"# Plan\nship it", "summarise", file_name="plan.md", mime_type="text/markdown"
     )
     await tg_model.shows(DM, ["seen"])
     assert last_user_content(model) == "summarise\n\nFile plan.md:\n```\n# Plan\nship it\n```"
@@ -245,8 +247,7 @@ async def test_the_bot_token_reaches_neither_the_model_nor_the_conduits_log(
     tg_model: Harness, model: MockOpenAIServer
 ) -> None:
     notice = (
-        "I could not download photo.jpg from Telegram (send it again); "
-        "the message went without it."
+        "I could not download photo.jpg from Telegram (send it again); the message went without it."
     )
     with capture_logs() as logs:
         await tg_model.start()
