@@ -269,7 +269,8 @@ class TelegramPlatform:
         if text.strip() or not part.attachments:
             posted = await self.send(conversation, text, html=html, reply_to=part.reply_to)
         for attachment in part.attachments:
-            posted = posted or await self.send_file(conversation, attachment)
+            sent = await self.send_file(conversation, attachment)
+            posted = posted or sent
         return posted
 
     async def edit(self, conversation: str, platform_id: str, part: Part) -> None:
