@@ -41,7 +41,7 @@ from ore_core.cli.running import find_running
 from ore_core.conduit import ConduitClient
 from ore_core.conduit.counters import CONTENT_TYPE
 from ore_core.conduit.counters import render as render_metrics
-from ore_core.config import NatsSettings, OreSettings
+from ore_core.config import FilesSettings, NatsSettings, OreSettings
 from ore_core.endpoint import KeyForm
 from ore_core.errors import OreError
 from ore_core.plugins.manager import BUILTIN_PLUGINS, OrePluginManager, plugin_callers
@@ -206,7 +206,10 @@ def conduit(
         follow = False  # a URL given is the user's: kept whatever the records say
     tracing.configure(f"ore-conduit-{name}")  # on only when OTEL_EXPORTER_OTLP_*ENDPOINT is set
     try:
-        asyncio.run(_serve(conduit_class, config, nats, connect_timeout, health_port, follow))
+        serving = _serve(
+            conduit_class, config, nats, connect_timeout, health_port, follow, settings.files
+        )
+        asyncio.run(serving)
     finally:
         tracing.shutdown()  # export the spans still pending
 
@@ -275,10 +278,12 @@ async def _serve(
     connect_timeout: float,
     health_port: int | None = None,
     follow: bool = False,
+    files: FilesSettings | None = None,
 ) -> None:
     """Connect, run the conduit until a signal cancels it, then close the connection.
 
-    `follow`: the URL came from the serve record; reconnects follow the record."""
+    `follow`: the URL came from the serve record; reconnects follow the record. `files`:
+    the operator's `[files]` rules the conduit checks files against."""
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()
@@ -292,7 +297,7 @@ async def _serve(
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
     try:
-        client = await connect_conduit(conduit_class.name, nats, connect_timeout)
+        client = await connect_conduit(conduit_class.name, nats, connect_timeout, files)
         async with client, _health(client, health_port), _following(client, follow):
             log.info("conduit connected to NATS", conduit=conduit_class.name, servers=nats.url)
             await conduit_class().run(client, config)

@@ -34,6 +34,7 @@ from ore_core.config import (
     load_settings,
 )
 from ore_core.errors import BusError, validation_message
+from ore_core.files.policy import FilePolicy
 from ore_core.logging import configure_logging
 from ore_core.plugins.manager import OrePluginManager, create_plugin_manager, plugin_callers
 
@@ -155,16 +156,19 @@ def bus_config(nats: NatsSettings, files: FilesSettings | None = None) -> BusCon
     )
 
 
-async def connect_conduit(name: str, nats: NatsSettings, connect_timeout: float) -> ConduitClient:
+async def connect_conduit(
+    name: str, nats: NatsSettings, connect_timeout: float, files: FilesSettings | None = None
+) -> ConduitClient:
     """A ConduitClient for conduit `name` with the `[nats]` credentials and TLS settings.
 
     Its namespace is `nats.namespace` (default: `name`) and `nats.secret` keys its
-    message ids: what `ore auth` writes into the conduit's settings file.
+    message ids: what `ore auth` writes into the conduit's settings file. `files`: the
+    operator's `[files]` rules, checked before the conduit fetches or uploads a file.
     """
     servers = list(nats.url or [])
     try:
         async with asyncio.timeout(connect_timeout):
-            return await ConduitClient.connect(
+            client = await ConduitClient.connect(
                 servers,
                 name=name,
                 namespace=nats.namespace,
@@ -177,6 +181,9 @@ async def connect_conduit(name: str, nats: NatsSettings, connect_timeout: float)
             f"conduit {name}: cannot reach NATS at {', '.join(servers)} within "
             f"{connect_timeout:g}s; is the server running, and are --nats / nats.url right?"
         ) from None
+    if files is not None:
+        client.files.policy = FilePolicy.from_settings(files)
+    return client
 
 
 def table_columns(rows: Sequence[tuple[str, ...]]) -> list[str]:

@@ -65,6 +65,7 @@ _REASONS: dict[str, FailureReason] = {
         "refused_permission",
     ),
     "msg_too_long": "refused_too_large",
+    "file_too_large": "refused_too_large",
     "msg_blocks_too_long": "refused_too_large",
 }
 """Slack's error codes by the reason a delivery report gives (others: unsupported)."""

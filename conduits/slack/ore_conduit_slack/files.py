@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import structlog
 
-from ore_conduit_slack.api import Ambiguous, SlackApi
+from ore_conduit_slack.api import Ambiguous, SlackApi, SlackError
 from ore_core import OreError
 from ore_core.conduit.attached import attachment_bytes
 from ore_core.files import FileCorrupt, FileRefused, guess_media_type
@@ -158,7 +158,12 @@ class SlackFiles:
     async def _send(self, url: str, data: bytes) -> None:
         try:
             async with self._http().post(url, data=data) as response:
-                if response.status != 200:
-                    raise Ambiguous("file upload", f"HTTP {response.status}")
+                status = response.status
+            if status >= 500:
+                raise Ambiguous("file upload", f"HTTP {status}")
+            if status != 200:
+                raise SlackError(
+                    "file upload", "file_too_large" if status == 413 else f"http_{status}"
+                )
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise Ambiguous("file upload", type(exc).__name__) from None

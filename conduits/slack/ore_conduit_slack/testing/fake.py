@@ -209,7 +209,7 @@ class FakeSlack:
 
     async def start(self) -> FakeSlack:
         """Listen on 127.0.0.1 on a free port."""
-        app = web.Application()
+        app = web.Application(client_max_size=64 * 1024 * 1024)  # file uploads
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/link", self._link)
         app.router.add_get("/files-pri/{file_id}/{name}", self._serve_file)
