@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ore_core import Role
 from ore_core.artifacts import Attachment
-from ore_core.conduit import ControlClient
+from ore_core.conduit import ControlClient, part_key
 from ore_core.files import FilePolicy
 
 if TYPE_CHECKING:
@@ -158,3 +158,33 @@ async def test_a_terminal_file_is_uploaded_into_the_thread_after_its_text_once(
         "files.getUploadURLExternal",
         "files.completeUploadExternal",
     ]
+
+
+async def test_a_copy_whose_text_a_killed_run_posted_gets_its_file_and_no_second_text(
+    slack: Harness,
+) -> None:
+    await slack.start()
+    root = await slack.fake.user_says(CHANNEL, "hi")
+    await slack.answers(CHANNEL, root)
+    thread = (await slack.core.thread_holding("hi")).id
+    endpoint = {"namespace": "stdin", "key": "id", "value": thread}
+    link = {"thread": thread, "endpoint": endpoint, "answer": "none"}
+    await ControlClient.beside(slack.core.client).call("links.add", link)
+    await slack.stop()
+    terminal = slack.core.client_for("stdin")
+    report = await terminal.upload(PDF, "report.pdf")
+    await terminal.send(thread, "the report", id="s-1", user_name="ana", attachments=[report])
+    turn = next(t for t in await terminal.turns(thread) if t.event_id == "s-1")
+    # What a run killed after posting the copy's text (and before its file) left.
+    left = slack.fake.add_message(
+        CHANNEL, "ana (stdin): the report", bot_id=slack.fake.bot_id, thread_ts=root.ts
+    )
+    left.user = slack.fake.bot_user
+    key = part_key(f"{thread}.{turn.id}", 0)
+    left.metadata = {"event_type": "ore_relay", "event_payload": {"key": f"{key}:files"}}
+    await slack.start()
+    await slack.wait_for(
+        lambda: left.metadata == {"event_type": "ore_relay", "event_payload": {"key": key}}
+    )
+    assert slack.fake.bot_files(CHANNEL, root.ts) == [("report.pdf", PDF)]
+    assert slack.fake.rendered_thread(CHANNEL, root.ts).count("ana (stdin): the report") == 1
