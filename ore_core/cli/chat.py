@@ -434,7 +434,7 @@ async def _everything(
         stack.push_async_callback(service.stop, DRAIN_GRACE)
         # The private server has no credentials or TLS: those settings are for a real one.
         local = NatsSettings(url=[server.url], subject_prefix=nats.subject_prefix)
-        client = await connect_conduit(conduit.name, local, CONNECT_TIMEOUT)
+        client = await connect_conduit(conduit.name, local, CONNECT_TIMEOUT, settings.files)
         stack.push_async_callback(client.close)
         await conduit().run(client, config)
 
@@ -449,7 +449,7 @@ async def _conduit_only(
     """The conduit alone, against the `ore serve` at the configured NATS."""
     conduit = _conduit_class(collect_registrations(plugins, settings))
     nats = settings.nats
-    async with await connect_conduit(conduit.name, nats, CONNECT_TIMEOUT) as client:
+    async with await connect_conduit(conduit.name, nats, CONNECT_TIMEOUT, settings.files) as client:
         if attach is not None:
             overrides = {**overrides, "thread": await _attach(client, attach, create)}
         config = _conduit_config(conduit, settings, overrides)

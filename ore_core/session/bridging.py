@@ -9,13 +9,14 @@ conversation where it is: the revised turn takes the replaced one's place in the
 (its sibling, `edit_of` naming it, the replaced turn's children moved under it), so the
 model reads the new text, the tip stays and nothing is answered again. On an unlinked
 thread an edit of an older message branches too (the later turns stay on the old
-branch).
+branch). An edit changes the text: the files the message carried stay with it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ore_core.artifacts.attachment import Attachment
 from ore_core.endpoint import GATEWAY_ANSWER_KEY
 from ore_core.events import (
     DeleteEvent,
@@ -161,6 +162,7 @@ def plan_edit(thread: Thread, event: EditEvent) -> Revision | ErrorEvent:
         id=event.id,
         content=event.content,
         images=event.images,
+        attachments=tuple(a for a in replaced.artifacts if isinstance(a, Attachment)),
         metadata={EDIT_OF: replaced.id},
         answer=event.answer and not in_place,
         context=event.context,

@@ -21,6 +21,7 @@ retry would re-post a message whose response was lost.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,8 @@ _REPEATABLE = frozenset(
     {"auth.test", "conversations.replies", "chat.update", "assistant.threads.setStatus"}
     | {"users.info", "chat.delete", "reactions.add", "reactions.remove"}
 )
+_FORMS = frozenset({"files.getUploadURLExternal", "files.completeUploadExternal"})
+"""Methods Slack takes as a form only (no JSON body)."""
 _ATTEMPTS = 5  # tries of a repeatable call, and of a throttled one
 _DEFAULT_RETRY_AFTER = 1.0  # seconds, when Slack throttles without saying how long
 _REASONS: dict[str, FailureReason] = {
@@ -62,6 +65,7 @@ _REASONS: dict[str, FailureReason] = {
         "refused_permission",
     ),
     "msg_too_long": "refused_too_large",
+    "file_too_large": "refused_too_large",
     "msg_blocks_too_long": "refused_too_large",
 }
 """Slack's error codes by the reason a delivery report gives (others: unsupported)."""
@@ -180,6 +184,9 @@ class SlackApi:
         try:
             if method in _READS:
                 response = await self.client.api_call(method, http_verb="GET", params=args)
+            elif method in _FORMS:
+                form = {k: v if isinstance(v, str) else json.dumps(v) for k, v in args.items()}
+                response = await self.client.api_call(method, data=form)
             else:
                 response = await self.client.api_call(method, json=args)
         except SlackApiError as exc:

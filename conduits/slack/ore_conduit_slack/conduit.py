@@ -6,7 +6,8 @@ endpoint's copies through its copy engine, the conduit's own answers through Sla
 renderer (`outbound`: native streams, the assistant status, the reply record), each
 thread's lane. What is Slack's own is in the hooks below: which threads are the bot's
 (`admit`), the sender's display name, the interrupt before a delete of a message
-whose answer is being written, and the regenerate shortcut (`forward`).
+whose answer is being written, the files a message shares (fetched into ore, a notice
+for each not taken) and the regenerate shortcut (`forward`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import ClassVar
 
 import structlog
@@ -23,7 +25,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from ore_conduit_slack.api import Ambiguous, SlackApi, SlackError
 from ore_conduit_slack.config import ENV_APP_TOKEN, ENV_BOT_TOKEN, MissingSecret, SlackConfig
 from ore_conduit_slack.ids import THREAD_KEY, SlackThread, traceparent_of
-from ore_conduit_slack.inbound import Regenerate
+from ore_conduit_slack.inbound import Regenerate, SlackMessage
 from ore_conduit_slack.outbound import OUTPUT_KINDS, Clock, Rendering, ThreadRenderer
 from ore_conduit_slack.platform import SlackPlatform
 from ore_conduit_slack.shortcut import regenerated_turn
@@ -86,7 +88,7 @@ class SlackConduit(PlatformConduit):
         await super().run(client, config)
 
     def platform(self, config: ConduitConfig, context: PlatformContext) -> SlackPlatform:
-        return SlackPlatform(_settings(config), type(self).on_http_ready)
+        return SlackPlatform(_settings(config), context, type(self).on_http_ready)
 
     def platform_capabilities(self, platform: Platform, config: ConduitConfig) -> Capabilities:
         """The longest message is the setting `message_chars`."""
@@ -133,6 +135,15 @@ class SlackConduit(PlatformConduit):
             team = SlackThread.parse(inbound.conversation).team
             name = await slack.names.name(team, inbound.sender.id)
             inbound = replace(inbound, sender=Sender(name, id=inbound.sender.id))
+        if isinstance(inbound, SlackMessage) and inbound.files:
+            taken = await slack.files.take(inbound.files)
+            for notice in taken.notices:
+                await until_answered(
+                    partial(slack.say, inbound.conversation, notice), "a slack notice waits"
+                )
+            inbound = replace(inbound, files=(), attachments=tuple(taken.attachments))
+            if not inbound.text and not inbound.attachments:
+                return  # files alone, none taken: the notices say so
         if isinstance(inbound, Delete) and slack.running(inbound.target):
             await until_answered(lambda: engine.client.interrupt(thread_id), "interrupt waits")
         if isinstance(inbound, Regenerate):

@@ -16,6 +16,9 @@ event leaves the inbox).
   the retry is the message.
 - The `ore_regenerate` message shortcut on a question or an answer in a thread the bot
   is part of is one core regenerate of that question (module `shortcut`).
+- A message's shared files (`file_share`) ride on it as Slack describes them
+  (`SlackMessage.files`): the conduit fetches them into ore before it forwards the
+  message (`files.SlackFiles`), so a message of files alone is taken too.
 - An edit is one core edit (`on_edit`: or ignored); a delete is a core delete (its
   copies elsewhere go too). Each message carries the sender's display name
   (`users.info`, cached in `names`): the label other endpoints show.
@@ -36,7 +39,7 @@ from ore_conduit_slack.ids import SlackThread, edit_event_id, event_id
 from ore_conduit_slack.shortcut import REGENERATE
 from ore_core.conduit import Delete, Edit, Inbound, Message, Sender
 
-__all__ = ["Decoder", "Identity", "Mention", "Regenerate", "TtlSet"]
+__all__ = ["Decoder", "Identity", "Mention", "Regenerate", "SlackMessage", "TtlSet"]
 
 log = structlog.get_logger("ore.conduit.slack")
 
@@ -55,7 +58,15 @@ class Identity:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Mention(Message):
+class SlackMessage(Message):
+    """A message, with Slack's objects of the files shared on it (fetched into ore
+    before it is forwarded)."""
+
+    files: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Mention(SlackMessage):
     """A message addressed to the bot (a mention, a direct message): always answered."""
 
 
@@ -157,12 +168,20 @@ class Decoder:
         if not channel or not ts or not self.seen.add(message_id):
             return None
         text = self.clean(str(event.get("text") or ""))
-        if not text:
+        raw_files = event.get("files")
+        files = (
+            tuple(f for f in raw_files if isinstance(f, Mapping))
+            if isinstance(raw_files, list)
+            else ()
+        )
+        if not text and not files:
             self.seen.discard(message_id)
             return None
-        kind = Mention if addressed else Message
+        kind = Mention if addressed else SlackMessage
         sender = Sender("", id=str(event.get("user") or event.get("bot_id") or ""))
-        return kind(conversation=thread.key, platform_id=message_id, sender=sender, text=text)
+        return kind(
+            conversation=thread.key, platform_id=message_id, sender=sender, text=text, files=files
+        )
 
     def clean(self, text: str) -> str:
         """The text without the bot's mention, links shown as their URL."""

@@ -12,6 +12,12 @@ carries it in message metadata `ore_relay` (`{"key"}`) and the adapter finds wha
 posted (`ReadsBack`): in the thread as listed once per run, or as recorded since. A
 post whose response was lost is looked for before it is reported transient, so the
 engine's retry never posts it twice.
+
+A copy with files (`Part.attachments`) is its text, posted under the key `KEY:files`
+first, then each file uploaded into the thread (`files.SlackFiles`), then the text's
+metadata changed to the key itself: read back after a kill, a text still marked
+`:files` is not posted again but its files are (a file uploaded just before the kill
+may show twice; none is lost), and a copy under its own key is done.
 """
 
 from __future__ import annotations
@@ -30,12 +36,14 @@ from ore_conduit_slack.answer import RELAY_EVENT, relay_key
 from ore_conduit_slack.api import Ambiguous, SlackApi, SlackError
 from ore_conduit_slack.bolt import bolt_app, serve
 from ore_conduit_slack.config import SlackConfig
+from ore_conduit_slack.files import SLACK_FILE_LIMIT, SlackFiles
 from ore_conduit_slack.ids import SlackThread
 from ore_conduit_slack.inbound import Decoder, Identity
 from ore_conduit_slack.inbox import Inbox
 from ore_conduit_slack.names import UserNames
 from ore_conduit_slack.text import neutralise
 from ore_core.conduit import Capabilities, Edit, Inbound, Part
+from ore_core.conduit.engine import PlatformContext
 
 if TYPE_CHECKING:
     from ore_conduit_slack.outbound import Rendering
@@ -62,15 +70,23 @@ class SlackPlatform:
         deletes_arrive=True,
         reactions=True,
         idempotency="read_back",
+        file_max_bytes=SLACK_FILE_LIMIT,
     )
 
-    def __init__(self, config: SlackConfig, ready: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        config: SlackConfig,
+        context: PlatformContext | None = None,
+        ready: Callable[[str], None] | None = None,
+    ) -> None:
+        """`context`: the engine's (None only for a platform driven by hand, which
+        moves no files)."""
         self.config = config
         self._ready = ready
-        client = AsyncWebClient(
-            token=config.secret("bot_token"), base_url=config.api_url, retry_handlers=[]
-        )
+        token = config.secret("bot_token")
+        client = AsyncWebClient(token=token, base_url=config.api_url, retry_handlers=[])
         self.api = SlackApi(client)
+        self.files = SlackFiles(self.api, context, token)
         self.names = UserNames(self.api)
         self.identity = Identity("", "", "")
         self.decoder = Decoder(self.api, config, self.identity)
@@ -115,6 +131,7 @@ class SlackPlatform:
             await asyncio.wait([self._serving])
         if self.inbox is not None:
             await self.inbox.close()
+        await self.files.close()
 
     async def events(self) -> AsyncIterator[Inbound]:
         while (inbound := await self._taken.get()) is not None:
@@ -152,6 +169,37 @@ class SlackPlatform:
         return latest in self._sent and answering is not False
 
     async def post(self, conversation: str, part: Part, key: str) -> str:
+        if not part.attachments:
+            return await self._post(conversation, part, key)
+        thread = SlackThread.parse(conversation)
+        pending = f"{key}:files"
+        ts = await self.find(conversation, pending) or await self._post(conversation, part, pending)
+        for attachment in part.attachments:
+            await self.files.post(thread, conversation, attachment)
+        await self.api.once(
+            "chat.update",
+            thread.team,
+            channel=thread.channel,
+            ts=ts,
+            markdown_text=neutralise(part.text),
+            metadata={"event_type": RELAY_EVENT, "event_payload": {"key": key}},
+        )
+        (await self._listed(conversation))[key] = ts
+        return ts
+
+    async def say(self, conversation: str, text: str) -> None:
+        """A plain notice of the conduit's own in the Slack thread."""
+        thread = SlackThread.parse(conversation)
+        await self.api.once(
+            "chat.postMessage",
+            thread.team,
+            channel=thread.channel,
+            thread_ts=thread.thread_ts,
+            text=text,
+        )
+
+    async def _post(self, conversation: str, part: Part, key: str) -> str:
+        """`chat.postMessage` of the part's text with `key` in its metadata."""
         thread = SlackThread.parse(conversation)
         metadata = {"event_type": RELAY_EVENT, "event_payload": {"key": key}}
         try:

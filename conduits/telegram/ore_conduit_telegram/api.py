@@ -24,6 +24,7 @@ import json
 import math
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -42,6 +43,7 @@ __all__ = [
     "Limits",
     "SlidingWindow",
     "TelegramError",
+    "Upload",
 ]
 
 log = structlog.get_logger("ore.conduit.telegram")
@@ -49,7 +51,18 @@ log = structlog.get_logger("ore.conduit.telegram")
 SENDS = frozenset({"sendMessage", "editMessageText", "sendPhoto", "sendDocument"})
 """The methods that count against Telegram's message limits."""
 _LONG_POLL_MARGIN = 10.0  # seconds beyond a getUpdates timeout before the call is given up
-_DOWNLOAD_TIMEOUT = 60.0  # seconds one file download may take
+_DOWNLOAD_TIMEOUT = 120.0  # seconds one file download or upload may take
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """A file sent with a call (multipart): the parameter it goes in, its name, media
+    type and bytes."""
+
+    field: str
+    name: str
+    media_type: str
+    data: bytes
 
 
 class FileError(OreError):
@@ -315,6 +328,10 @@ class BotApi:
     async def call(self, method: str, **params: Any) -> Any:
         """Call `method` once, within the limits; its `result`. A failure is raised as
         `TelegramError`, `FloodControl` or `Transient` (see the module docstring)."""
+        return await self.call_with(method, None, **params)
+
+    async def call_with(self, method: str, upload: Upload | None, **params: Any) -> Any:
+        """`call`, with a file sent as multipart (`sendPhoto`, `sendDocument`)."""
         params = {k: v for k, v in params.items() if v is not None}
         chat = _chat_of(params)
         if method in SENDS:
@@ -322,7 +339,7 @@ class BotApi:
         else:
             await self.limits.unpaused(chat, method)
         try:
-            return await self._send(method, params)
+            return await self._send(method, params, upload)
         except TelegramError as exc:
             if exc.code == 409:  # another getUpdates, or a webhook being removed
                 raise Transient(exc.detail) from None
@@ -339,11 +356,21 @@ class BotApi:
             if method in SENDS:
                 self.limits.sent(chat)
 
-    async def _send(self, method: str, params: dict[str, Any]) -> Any:
+    async def _send(self, method: str, params: dict[str, Any], upload: Upload | None = None) -> Any:
         url = f"{self.base_url}/bot{self._token}/{method}"
         timeout = float(params.get("timeout", 0)) + _LONG_POLL_MARGIN
+        body: dict[str, Any] = {"json": params}
+        if upload is not None:
+            timeout = _DOWNLOAD_TIMEOUT
+            form = aiohttp.FormData()
+            for key, value in params.items():
+                form.add_field(key, value if isinstance(value, str) else json.dumps(value))
+            form.add_field(
+                upload.field, upload.data, filename=upload.name, content_type=upload.media_type
+            )
+            body = {"data": form}
         async with self.session.post(
-            url, json=params, timeout=aiohttp.ClientTimeout(total=timeout)
+            url, **body, timeout=aiohttp.ClientTimeout(total=timeout)
         ) as response:
             raw = await response.read()
             if response.status >= 500:

@@ -61,7 +61,7 @@ class TelegramConduit(PlatformConduit):
 
     def platform(self, config: ConduitConfig, context: PlatformContext) -> TelegramPlatform:
         assert isinstance(config, TelegramConfig)
-        return TelegramPlatform(config, type(self).on_webhook_ready)
+        return TelegramPlatform(config, context, type(self).on_webhook_ready)
 
     def feed_kinds(self, config: ConduitConfig) -> Collection[str]:
         return OUTPUT_KINDS

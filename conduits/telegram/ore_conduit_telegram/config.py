@@ -79,14 +79,6 @@ class TelegramConfig(ConduitConfig):
         "Hello! Write to me and I answer. /new starts a new conversation, /help lists the commands."
     )
     """The answer to /start."""
-    max_image_bytes: int = Field(default=700 * 1024, ge=0, le=20 * 1024 * 1024)
-    """Largest photo or image document sent to the model, in bytes (0: none). It goes
-    inline as base64 (4/3 larger) in one ingress message, which must fit the core's
-    `nats.max_payload` (1 MiB by default): 700 KiB become about 933 KiB. The largest
-    size of a photo that fits is taken; a larger image is answered with a notice."""
-    max_text_bytes: int = Field(default=64 * 1024, ge=0, le=256 * 1024)
-    """Largest text document (.txt, .md, .json, ... in UTF-8) whose text is sent with the
-    message (0: none); a larger one is answered with a notice."""
     durable: DurableName = "telegram"
     """The durable consumer keeping the conduit's place in ore's output across restarts."""
     state_dir: StateDir = Field(default_factory=default_state_dir)

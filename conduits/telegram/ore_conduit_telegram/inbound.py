@@ -5,9 +5,9 @@ confirms the update once the core has it).
 - `/start` is answered with the greeting and `/new` with a confirmation, by the conduit
   (local replies, queued in the state so a crash neither loses nor repeats one).
 - A message is sent with its event id `telegram:CHAT:MESSAGE` (the core stores a
-  repeat once) and a traceparent that is a function of it; its file is read
-  (`MediaReader`: images inline, text after the caption, a notice for what was not
-  read). One too large for the bus goes without its images, with a notice.
+  repeat once) and a traceparent that is a function of it; its file is fetched and
+  stored in ore's files bucket (`MediaReader`), and the message carries it as an
+  attachment, its caption as the text (a notice in the chat for a file not taken).
 - An edit is one core edit of the message it names (the core decides whether it is
   answered again), unless ore never took that message.
 - `/retry` asks for another answer (a core regenerate) to the question of the answer
@@ -28,11 +28,12 @@ import structlog
 from ore_conduit_telegram.ids import traceparent_of
 from ore_conduit_telegram.platform import platform_id
 from ore_conduit_telegram.updates import Said, TelegramCommand, TelegramEdit, TelegramMessage
-from ore_core import ApiError, EventContext, OreError, Role, UserMessageEvent
+from ore_core import EventContext, OreError, Role, UserMessageEvent
 from ore_core.conduit import Inbound, until_answered
 
 if TYPE_CHECKING:
     from ore_conduit_telegram.platform import TelegramPlatform
+    from ore_core.artifacts import Attachment
     from ore_core.conduit.engine import Engine
 
 __all__ = ["NEW_CONVERSATION", "NOTHING_TO_RETRY", "NOT_AN_ANSWER", "Forwarding"]
@@ -44,10 +45,6 @@ _REPORT_CHECKS = 6  # looks for a copy's delivery report, `_REPORT_PAUSE` apart
 _REPORT_PAUSE = 0.2
 NOT_AN_ANSWER = "That message is not one of my answers: reply /retry to an answer."
 NEW_CONVERSATION = "New conversation started."
-TOO_LARGE_FOR_BUS = (
-    "I did not read the image: it is too large for ore's message limit (lower "
-    "max_image_bytes or raise nats.max_payload)."
-)
 
 
 class Forwarding:
@@ -100,35 +97,26 @@ class Forwarding:
             traceparent=traceparent_of(event),
         )
 
-    async def _read_file(self, said: Said, text: str) -> tuple[str, tuple[str, ...]]:
-        """The text and images to send for a message with a file; a notice in the chat
-        for what was not read (the caption goes on regardless)."""
+    async def _read_file(self, said: Said) -> tuple[Attachment, ...]:
+        """The attachments of a message with a file; a notice in the chat for a file
+        not taken (the caption goes on regardless)."""
         if not said.files:
-            return text, ()
+            return ()
         media = await self.platform.media.read(said.files)
         if media.notice:
             await self._note(said, "file", media.notice)
-        if media.text:
-            text = f"{text}\n\n{media.text}" if text else media.text
-        return text, media.images
+        return media.attachments
 
     async def _message(self, thread_id: str, said: Said, text: str) -> None:
-        text, images = await self._read_file(said, text)
-        if not text and not images:
-            return  # a file not read, without a caption: the notice says so
+        attachments = await self._read_file(said)
+        if not text and not attachments:
+            return  # a file not taken, without a caption: the notice says so
         event = said.event_id
         await self.platform.state.set_asked(traceparent_of(event), said.message_id, event)
         message = UserMessageEvent(
-            id=event, content=text, images=images, context=self._context(said, event)
+            id=event, content=text, attachments=attachments, context=self._context(said, event)
         )
-        try:
-            await self.client.send(thread_id, message)
-        except ApiError as exc:
-            if exc.code != "too_large" or not images:
-                raise
-            await self._note(said, "file", TOO_LARGE_FOR_BUS)
-            if text:
-                await self.client.send(thread_id, message.model_copy(update={"images": ()}))
+        await self.client.send(thread_id, message)
 
     async def _edited(self, thread_id: str, edit: TelegramEdit) -> None:
         """One core edit: the core decides whether it is answered again (the latest
@@ -138,12 +126,9 @@ class Forwarding:
             log.info("edit of a message ore never took", thread_id=thread_id)
             return
         event = edit.platform_id
-        text, images = await self._read_file(said, edit.text)
         await self.platform.state.set_asked(traceparent_of(event), said.message_id, edit.target)
-        context = self._context(said, event)
-        await self.client.edit(
-            thread_id, edit.target, text, id=event, images=images, context=context
-        )
+        context = self._context(said, event)  # the files stay the message's (the core's edit)
+        await self.client.edit(thread_id, edit.target, edit.text, id=event, context=context)
 
     async def _recorded(self, thread_id: str, message_id: str) -> bool:
         """Whether the thread holds the message (edited or not)."""

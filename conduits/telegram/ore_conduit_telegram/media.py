@@ -1,45 +1,52 @@
-"""Media: the file of a Telegram message -> an image or text for the core, or a notice.
+"""Media: the file of a Telegram message, stored in ore's files bucket for the core.
 
-- A photo: the largest of its sizes whose `file_size` fits `max_image_bytes`, sent as a
-  `data:image/jpeg;base64,` URL (the core makes it an `Image` artifact for the model).
-- A document that is an image (JPEG, PNG, GIF, WebP) is sent the same way; a text
-  document (UTF-8, a text type or a known suffix) up to `max_text_bytes` is sent as
-  text after the caption. Anything else, anything too large and any download that
-  fails is not read: the chat gets one notice saying what and why, and the caption
-  still goes to the core.
+- A photo (the largest of its sizes that may be taken), a document, a voice message, an
+  audio file, a video, a video message or an animation is fetched from Telegram
+  (`getFile`, then the file URL) and uploaded to ore (`ConduitClient.upload`, stored
+  once by content): the message carries the reference (`Message.attachments`) and its
+  caption is the text.
+- Before any byte is fetched, the size Telegram states is checked against the
+  operator's `[files]` policy (`files.max_size`, `files.allowed_types`) and the 20 MB
+  Telegram lets a bot download; the bytes are checked again as they come. A file that
+  is refused, too large, or fails to download or upload is one notice in the chat
+  saying what and why; the caption still goes. A sticker is not taken (a notice).
 - The file URL holds the bot token: it stays inside `BotApi.download`, whose errors
   are redacted; nothing here logs a URL or sends one to the core.
 """
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from ore_conduit_telegram.api import BotApi, FileError, FileTooLarge
+from ore_core.artifacts.attachment import human_size
+from ore_core.files import FileCorrupt, FileRefused, guess_media_type
 
-__all__ = ["Media", "MediaReader", "file_kinds"]
+if TYPE_CHECKING:
+    from ore_core.artifacts import Attachment
+    from ore_core.conduit import ConduitClient
+
+__all__ = ["DOWNLOAD_LIMIT", "Media", "MediaReader", "file_kinds"]
 
 log = structlog.get_logger("ore.conduit.telegram")
 
-IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
-TEXT_SUFFIXES = (
-    ".txt", ".md", ".markdown", ".json", ".csv", ".tsv", ".log", ".yaml", ".yml",
-    ".toml", ".ini", ".xml", ".html", ".py", ".js", ".ts", ".go", ".rs", ".sh", ".sql",
-)  # fmt: skip
-_UNREAD = {
-    "sticker": "a sticker",
-    "voice": "a voice message",
-    "audio": "an audio file",
-    "video": "a video",
-    "video_note": "a video message",
-    "animation": "an animation",
+DOWNLOAD_LIMIT = 20 * 1024 * 1024
+"""The largest file the Bot API lets a bot download (`getFile`)."""
+
+_DEFAULTS: dict[str, tuple[str, str]] = {
+    "document": ("file", ""),
+    "voice": ("voice.ogg", "audio/ogg"),
+    "audio": ("audio.mp3", "audio/mpeg"),
+    "video": ("video.mp4", "video/mp4"),
+    "video_note": ("video-message.mp4", "video/mp4"),
+    "animation": ("animation.mp4", "video/mp4"),
 }
-FILE_KINDS = ("photo", "document", *_UNREAD)
+"""kind -> (the name and media type of a file Telegram gives none)."""
+FILE_KINDS = ("photo", *_DEFAULTS, "sticker")
 
 
 def file_kinds(message: Mapping[str, Any]) -> dict[str, Any]:
@@ -49,21 +56,21 @@ def file_kinds(message: Mapping[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class Media:
-    """What the conduit read from a message's file: images and text for the core, and
-    the notice for the chat when something was not read."""
+    """What the conduit took of a message's file: the attachments for the core, and the
+    notice for the chat when a file was not taken."""
 
-    images: tuple[str, ...] = ()
-    text: str = ""
+    attachments: tuple[Attachment, ...] = ()
     notice: str = ""
 
 
-def _size(size: int) -> str:
-    """Bytes for people: `500 bytes`, `700 KB`, `1.5 MB`."""
-    if size >= 1024 * 1024:
-        return f"{size / (1024 * 1024):.1f} MB"
-    if size >= 1024:
-        return f"{size // 1024} KB"
-    return f"{size} bytes"
+@dataclass(frozen=True, slots=True)
+class _File:
+    """One file of a message as Telegram describes it."""
+
+    file_id: str
+    name: str
+    media_type: str
+    size: int
 
 
 def _int(data: Mapping[str, Any], key: str) -> int:
@@ -72,76 +79,74 @@ def _int(data: Mapping[str, Any], key: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def _too_large(what: str, limit: int) -> str:
-    return f"I did not read {what}: it is larger than {_size(limit)}."
+def _without(reason: str) -> Media:
+    return Media(notice=f"{reason}; the message went without it.")
 
 
 class MediaReader:
-    """Reads the file of one message (see the module docstring)."""
+    """Takes the file of one message (see the module docstring)."""
 
-    def __init__(self, api: BotApi, *, max_image_bytes: int, max_text_bytes: int) -> None:
+    def __init__(self, api: BotApi, client: ConduitClient) -> None:
         self.api = api
-        self.max_image_bytes = max_image_bytes
-        self.max_text_bytes = max_text_bytes
+        self.client = client
+
+    @property
+    def limit(self) -> int:
+        """The most bytes fetched for one file: the policy's and Telegram's limit."""
+        return min(self.client.files.policy.max_size, DOWNLOAD_LIMIT)
 
     async def read(self, files: Mapping[str, Any]) -> Media:
-        """Read `files` (from `file_kinds`); an empty Media when there are none."""
-        if "photo" in files:
-            return await self._photo(files["photo"])
-        if "document" in files and isinstance(files["document"], Mapping):
-            return await self._document(files["document"])
+        """Take `files` (from `file_kinds`); an empty Media when there are none."""
         kind = next(iter(files), None)
         if kind is None:
             return Media()
-        return Media(notice=f"I cannot read {_UNREAD.get(kind, 'this file')}.")
+        if kind == "sticker":
+            return Media(notice="I cannot read a sticker.")
+        described = self._photo(files["photo"]) if kind == "photo" else None
+        if kind != "photo" and isinstance(files[kind], Mapping):
+            described = _described(kind, files[kind])
+        if described is None:
+            return Media(notice="I cannot read this file.")
+        return await self._take(described)
 
-    async def _photo(self, sizes: object) -> Media:
+    def _photo(self, sizes: object) -> _File | None:
+        """The largest size of a photo within the limit, else the largest (refused)."""
         options = [s for s in sizes if isinstance(s, Mapping)] if isinstance(sizes, list) else []
         options.sort(key=lambda s: (_int(s, "file_size"), _int(s, "width") * _int(s, "height")))
-        fitting = [s for s in options if _int(s, "file_size") <= self.max_image_bytes]
-        if not fitting:
-            return Media(notice=_too_large("the photo", self.max_image_bytes))
-        largest = fitting[-1]
-        return await self._image(str(largest.get("file_id") or ""), "image/jpeg", "the photo")
+        if not options:
+            return None
+        fitting = [s for s in options if _int(s, "file_size") <= self.limit] or options
+        chosen = fitting[-1]
+        file_id, size = str(chosen.get("file_id") or ""), _int(chosen, "file_size")
+        return _File(file_id, "photo.jpg", "image/jpeg", size)
 
-    async def _document(self, document: Mapping[str, Any]) -> Media:
-        name = str(document.get("file_name") or "the file")
-        mime = str(document.get("mime_type") or "").lower()
-        file_id = str(document.get("file_id") or "")
-        size = _int(document, "file_size")
-        if mime in IMAGE_TYPES:
-            if size > self.max_image_bytes:
-                return Media(notice=_too_large(name, self.max_image_bytes))
-            return await self._image(file_id, mime, name)
-        if mime.startswith("text/") or name.lower().endswith(TEXT_SUFFIXES):
-            if size > self.max_text_bytes:
-                return Media(notice=_too_large(name, self.max_text_bytes))
-            return await self._text(file_id, name)
-        kind = f" ({mime})" if mime else ""
-        return Media(notice=f"I cannot read {name}{kind}: I read images and text files.")
-
-    async def _image(self, file_id: str, mime: str, what: str) -> Media:
-        data = await self._download(file_id, self.max_image_bytes, what)
-        if isinstance(data, Media):
-            return data
-        url = f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
-        return Media(images=(url,))
-
-    async def _text(self, file_id: str, name: str) -> Media:
-        data = await self._download(file_id, self.max_text_bytes, name)
-        if isinstance(data, Media):
-            return data
+    async def _take(self, file: _File) -> Media:
+        refusal = self.client.files.policy.refusal(file.name, file.media_type, file.size)
+        if refusal is not None:
+            return _without(refusal)
+        if file.size > DOWNLOAD_LIMIT:
+            return _too_large(file.name, file.size)
         try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            return Media(notice=f"I did not read {name}: it is not UTF-8 text.")
-        return Media(text=f"{name}:\n{text}")
-
-    async def _download(self, file_id: str, limit: int, what: str) -> bytes | Media:
-        try:
-            return await self.api.download(file_id, limit)
+            data = await self.api.download(file.file_id, self.limit)
         except FileTooLarge:
-            return Media(notice=_too_large(what, limit))
+            return _too_large(file.name, file.size)
         except FileError as exc:  # redacted by BotApi
             log.warning("a telegram file was not downloaded", error=str(exc))
-            return Media(notice=f"I could not download {what} from Telegram; send it again.")
+            return _without(f"I could not download {file.name} from Telegram (send it again)")
+        try:
+            attachment = await self.client.upload(data, file.name, file.media_type)
+        except (FileRefused, FileCorrupt) as exc:
+            return _without(str(exc))
+        return Media(attachments=(attachment,))
+
+
+def _described(kind: str, part: Mapping[str, Any]) -> _File:
+    default_name, default_type = _DEFAULTS[kind]
+    name = str(part.get("file_name") or default_name)
+    media_type = str(part.get("mime_type") or default_type or guess_media_type(name)).lower()
+    return _File(str(part.get("file_id") or ""), name, media_type, _int(part, "file_size"))
+
+
+def _too_large(name: str, size: int) -> Media:
+    shown = f"{name} is {human_size(size)}, over" if size else f"{name} is over"
+    return _without(f"{shown} the 20 MB Telegram lets a bot download")

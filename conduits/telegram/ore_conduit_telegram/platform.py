@@ -9,6 +9,12 @@ a group that became a supergroup gets it there (and keeps getting it there). Tel
 has no idempotency key and cannot be read back (`idempotency = "none"`): the engine
 claims a copy before it is posted.
 
+A part's files (another endpoint's, fetched from ore) follow its text, each a message of
+its own: `sendPhoto` for a JPEG, PNG or WebP image up to 10 MB (Telegram shows it
+inline), `sendDocument` for anything else up to the 50 MB a bot may upload
+(`file_max_bytes`; larger ones the engine turns into a link or a notice). A file ore
+cannot hand over is a line saying so in its place.
+
 Inbound, updates come by long polling (`getUpdates`) or on a webhook and become the
 engine's events (`updates`). An update is confirmed to Telegram only once the engine
 says the core has it (`Inbound.done`): the next getUpdates' `offset` passes a batch
@@ -28,7 +34,7 @@ import aiohttp
 import structlog
 from aiohttp import web
 
-from ore_conduit_telegram.api import BotApi, Limits, TelegramError
+from ore_conduit_telegram.api import BotApi, Limits, TelegramError, Upload
 from ore_conduit_telegram.config import ENV_TOKEN, MissingToken, TelegramConfig
 from ore_conduit_telegram.media import MediaReader
 from ore_conduit_telegram.notes import Notes
@@ -36,7 +42,10 @@ from ore_conduit_telegram.state import State
 from ore_conduit_telegram.text import to_html
 from ore_conduit_telegram.updates import Identity, Updates
 from ore_core import OreError
+from ore_core.artifacts import Attachment
 from ore_core.conduit import Capabilities, Inbound, Part, PlatformError
+from ore_core.conduit.engine import PlatformContext
+from ore_core.conduit.media import fetch_files
 from ore_core.conduit.pacing import passes
 from ore_core.conduit.waiting import until_answered
 
@@ -58,6 +67,10 @@ COMMANDS = (
 _ALLOWED = ["message", "edited_message"]
 _SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 _FINISHED = 4096  # answers remembered as finished, so repeats of their events are skipped
+UPLOAD_LIMIT = 50 * 1024 * 1024
+"""The largest file a bot may send (`sendDocument`)."""
+_PHOTO_LIMIT = 10 * 1024 * 1024  # sendPhoto's; a larger image goes as a document
+_PHOTO_TYPES = frozenset({"image/jpeg", "image/png", "image/webp"})
 
 log = structlog.get_logger("ore.conduit.telegram")
 
@@ -109,12 +122,17 @@ class TelegramPlatform:
         edits_arrive=True,
         deletes_arrive=False,
         idempotency="none",
+        file_max_bytes=UPLOAD_LIMIT,
     )
 
     def __init__(
-        self, config: TelegramConfig, on_webhook: Callable[[str], None] | None = None
+        self,
+        config: TelegramConfig,
+        context: PlatformContext,
+        on_webhook: Callable[[str], None] | None = None,
     ) -> None:
         self.config = config
+        self.context = context
         self.on_webhook = on_webhook
         self._moved: dict[int, int] = {}  # a group -> the supergroup it became
         self._session: aiohttp.ClientSession | None = None
@@ -149,9 +167,7 @@ class TelegramPlatform:
         self.api = BotApi(self._session, config.api_url, config.bot_token(), limits)
         self.identity = await check_token(self.api)
         self._state = await State.open(config.state_dir / f"state-{config.durable}.db")
-        self.media = MediaReader(
-            self.api, max_image_bytes=config.max_image_bytes, max_text_bytes=config.max_text_bytes
-        )
+        self.media = MediaReader(self.api, self.context.client)
         self.notes = Notes(self, self.state)
         self.updates = Updates(config, self.identity, self.state)
         log.info("telegram conduit starting", mode=config.mode, bot=self.identity.username)
@@ -249,7 +265,13 @@ class TelegramPlatform:
     async def post(self, conversation: str, part: Part, key: str) -> str:
         html = part.sender is None and part.kind == "text"
         text = part.text.rstrip("\n")  # Telegram trims a message's end anyway
-        return await self.send(conversation, text, html=html, reply_to=part.reply_to)
+        posted = ""
+        if text.strip() or not part.attachments:
+            posted = await self.send(conversation, text, html=html, reply_to=part.reply_to)
+        for attachment in part.attachments:
+            sent = await self.send_file(conversation, attachment)
+            posted = posted or sent
+        return posted
 
     async def edit(self, conversation: str, platform_id: str, part: Part) -> None:
         html = part.sender is None and part.kind == "text"
@@ -291,6 +313,26 @@ class TelegramPlatform:
                     del where["message_thread_id"]
                 else:
                     raise
+
+    async def send_file(self, conversation: str, attachment: Attachment) -> str:
+        """`sendPhoto` or `sendDocument` of an attachment fetched from ore (a line
+        saying so when ore cannot hand it over); the new message's platform id."""
+        context = self.context
+        fetched, lines = await fetch_files(
+            context.client, context.conversations, conversation, [attachment]
+        )
+        if lines:
+            return await self.send(conversation, lines[0], html=False)
+        ((_, data),) = fetched
+        chat, topic = place_of(conversation)
+        where: dict[str, Any] = {"chat_id": self.chat(chat)}
+        if topic:
+            where["message_thread_id"] = topic
+        photo = attachment.media_type in _PHOTO_TYPES and attachment.size <= _PHOTO_LIMIT
+        field, method = ("photo", "sendPhoto") if photo else ("document", "sendDocument")
+        upload = Upload(field, attachment.name, attachment.media_type, data)
+        sent = await self.api.call_with(method, upload, **where)
+        return platform_id(where["chat_id"], int(sent["message_id"]))
 
     async def change(self, pid: str, text: str, *, html: bool) -> None:
         """`editMessageText` of message `pid` to `text` ("not modified" is done);

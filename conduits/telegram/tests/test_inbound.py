@@ -152,19 +152,16 @@ async def test_a_greeting_is_sent_once_even_when_its_update_comes_again(tg: Harn
     assert tg.fake.bot_texts(DM)[1] == "echo: after"
 
 
-async def test_a_file_it_cannot_read_is_not_fetched_and_its_caption_is_answered(
+async def test_a_file_of_a_forbidden_type_is_not_fetched_and_its_caption_is_answered(
     tg: Harness,
 ) -> None:
     await tg.start()
     await tg.fake.user_sends_file(
-        DM, b"%PDF secret", "what is in it?", file_name="a.pdf", mime_type="application/pdf"
+        DM, b"PK secret", "what is in it?", file_name="a.zip", mime_type="application/zip"
     )
-    await tg.shows(
-        DM,
-        [
-            "I cannot read a.pdf (application/pdf): I read images and text files.",
-            "echo: what is in it?",
-        ],
-    )
+    await tg.until(lambda: len(tg.fake.bot_texts(DM)) == 2)
+    notice, answer = tg.fake.bot_texts(DM)
+    assert notice.startswith("a.zip: files of type application/zip are not allowed here")
+    assert answer == "echo: what is in it?"
     assert tg.fake.calls("getFile") == []
     assert await tg.user_texts() == [["what is in it?"]]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ore_core import UserMessageEvent
+from ore_core.artifacts import Attachment
 from ore_core.conduit import ConduitClient, ControlClient, Relayed, SettingsCache, classify
 from ore_core.events import DeliveryEvent, EventContext
 
@@ -36,10 +37,13 @@ class Terminal:
     statuses: list[DeliveryEvent] = field(default_factory=list)
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
 
-    async def says(self, text: str, id: str, **metadata: str) -> None:
+    async def says(
+        self, text: str, id: str, attachments: tuple[Attachment, ...] = (), **metadata: str
+    ) -> None:
         event = UserMessageEvent(
             id=id,
             content=text,
+            attachments=attachments,
             metadata=metadata,
             context=EventContext(provenance="stdin", user_name="cy"),
         )
@@ -282,3 +286,41 @@ async def test_retry_as_a_reply_to_a_relayed_answer_answers_its_question_again(
             await terminal.turn_of("hello"),
             await terminal.turn_of("question"),
         ]  # no second user turn
+
+
+async def test_a_terminal_image_is_posted_as_a_photo_after_its_text_byte_for_byte(
+    tg: Harness,
+) -> None:
+    async with linked_chat(tg) as terminal:
+        png = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 40
+        image = await terminal.client.upload(png, "shot.png")
+        await terminal.says("look", id="s-img", attachments=(image,))
+        await tg.until(lambda: len(tg.fake.bot_files(CHAT)) == 1)
+        assert tg.fake.bot_texts(CHAT) == ["cy (stdin): look", ""]
+        assert tg.fake.bot_files(CHAT) == [("shot.png", png)]
+        assert [c.method for c in tg.fake.calls() if c.method.startswith("sendP")] == ["sendPhoto"]
+
+
+async def test_a_terminal_pdf_is_posted_as_a_document_with_its_name(
+    tg: Harness,
+) -> None:
+    async with linked_chat(tg) as terminal:
+        pdf = b"%PDF-1.7 " + bytes(range(256)) * 4096
+        document = await terminal.client.upload(pdf, "report.pdf")
+        await terminal.says("the report", id="s-pdf", attachments=(document,))
+        await tg.until(lambda: len(tg.fake.bot_files(CHAT)) == 1)
+        assert tg.fake.bot_files(CHAT) == [("report.pdf", pdf)]
+        assert tg.fake.calls("sendPhoto") == []
+
+
+async def test_a_telegram_file_reaches_the_other_endpoint_as_an_attachment(tg: Harness) -> None:
+    async with linked_chat(tg) as terminal:
+        await tg.fake.user_sends_file(
+            CHAT, b"%PDF tiny", "a file", file_name="t.pdf", mime_type="application/pdf"
+        )
+        await terminal.until(lambda: "user1001 (telegram): a file" in terminal.lines())
+        (relayed,) = [r for r in terminal.shown if r.text == "a file"]
+        (attachment,) = relayed.attachments
+        assert attachment.name == "t.pdf"
+        async with await ConduitClient.connect(tg.core.nats_url, name="stdin") as reader:
+            assert await reader.fetch(THREAD, attachment) == b"%PDF tiny"

@@ -7,8 +7,16 @@ What it serves:
   `chat.delete`, `chat.startStream`, `chat.appendStream`, `chat.stopStream`,
   `assistant.threads.setStatus`, `conversations.replies`, `reactions.add`,
   `reactions.remove` (kept on the message: `FakeMessage.reactions`; `already_reacted`
-  and `no_reaction` as Slack answers). Anything else answers `unknown_method`, so an
-  unplanned call shows.
+  and `no_reaction` as Slack answers), and the file upload flow:
+  `files.getUploadURLExternal` (an `upload_url` on the fake), the POST of the bytes to
+  it, `files.completeUploadExternal` (a bot message in the channel or thread carrying
+  the files: `bot_files`). Anything else answers `unknown_method`, so an unplanned call
+  shows.
+- **Files users share**: `user_shares_file(...)` posts a `file_share` message whose
+  `files` have a `url_private_download` on the fake, served only with the bot token in
+  `Authorization: Bearer` (`file_token`; any other token gets Slack's HTML login page,
+  with status 200 as Slack answers); `cut_next_file()` sends half the next file's body
+  and closes the connection.
   Every call is recorded (`calls(method)`). Messages are kept per channel with monotonic
   `ts`, thread, author, text, metadata and stream state. `conversations.replies` lists
   a stream like any message, live or ended: its text so far, no stream state, and
@@ -104,6 +112,8 @@ class FakeMessage:
     deleted: bool = False
     reactions: set[str] = field(default_factory=set)
     """The bot's reactions on the message (emoji names)."""
+    files: list[dict[str, Any]] = field(default_factory=list)
+    """Slack's file objects of the message (`file_share`)."""
 
     def to_json(self) -> dict[str, Any]:
         """The message as `conversations.replies` shows it."""
@@ -116,6 +126,8 @@ class FakeMessage:
             data["thread_ts"] = self.thread_ts
         if self.metadata:
             data["metadata"] = self.metadata
+        if self.files:
+            data["files"] = self.files
         return data
 
 
@@ -185,14 +197,23 @@ class FakeSlack:
         self.port = 0
         self._state = tempfile.TemporaryDirectory(prefix="fake-slack-")
         self.state_dir = Path(self._state.name)
+        self.file_token = BOT_TOKEN
+        """The token the file URLs take (another than the bot's: a wrong token)."""
+        self.file_bytes: dict[str, bytes] = {}  # file id -> its bytes
+        self.downloads: list[str] = []  # file ids served, in order
+        self._uploads: dict[str, tuple[str, int]] = {}  # file id -> (name, length)
+        self._file_ids = itertools.count(1)
+        self._cut_files = 0
 
     # -- lifetime -----------------------------------------------------------------
 
     async def start(self) -> FakeSlack:
         """Listen on 127.0.0.1 on a free port."""
-        app = web.Application()
+        app = web.Application(client_max_size=64 * 1024 * 1024)  # file uploads
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/link", self._link)
+        app.router.add_get("/files-pri/{file_id}/{name}", self._serve_file)
+        app.router.add_post("/upload/{file_id}", self._receive_file)
         self._runner = web.AppRunner(app, handle_signals=False)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", 0).start()
@@ -423,6 +444,88 @@ class FakeSlack:
                 continue
             await self.deliver(self.callback(self.message_event(message, event_type=event_type)))
         return message
+
+    async def user_shares_file(
+        self,
+        channel: str,
+        data: bytes,
+        text: str = "",
+        *,
+        name: str = "file.bin",
+        mimetype: str = "application/octet-stream",
+        user: str = "UALICE",
+        thread_ts: str = "",
+        mention: bool = True,
+    ) -> FakeMessage:
+        """A user shares a file (with `text`, the bot's @mention first when `mention`):
+        a `file_share` message whose file the fake serves (module docstring)."""
+        body = f"<@{self.bot_user}> {text}" if mention else text
+        message = self.add_message(channel, body, user=user, thread_ts=thread_ts)
+        message.files = [self._file(data, name, mimetype)]
+        event = self.message_event(message)
+        event["subtype"] = "file_share"
+        event["files"] = message.files
+        await self.deliver(self.callback(event))
+        return message
+
+    def cut_next_file(self) -> None:
+        """Send half the body of the next file asked for, then close the connection."""
+        self._cut_files += 1
+
+    def bot_files(self, channel: str, thread_ts: str) -> list[tuple[str, bytes]]:
+        """(name, bytes) of each file the bot posted in the thread, in order."""
+        return [
+            (str(f["name"]), self.file_bytes[str(f["id"])])
+            for m in self.bot_messages(channel, thread_ts)
+            for f in m.files
+        ]
+
+    def _file(self, data: bytes, name: str, mimetype: str) -> dict[str, Any]:
+        file_id = f"F{next(self._file_ids):08d}"
+        self.file_bytes[file_id] = data
+        url = f"http://127.0.0.1:{self.port}/files-pri/{file_id}/{name}"
+        return {
+            "id": file_id,
+            "name": name,
+            "title": name,
+            "mimetype": mimetype,
+            "size": len(data),
+            "url_private": url,
+            "url_private_download": url,
+        }
+
+    async def _serve_file(self, request: web.Request) -> web.StreamResponse:
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+        if token != self.file_token:  # Slack shows its sign-in page, with a 200
+            return web.Response(text="<html>Sign in to Slack</html>", content_type="text/html")
+        file_id = request.match_info["file_id"]
+        data = self.file_bytes.get(file_id)
+        if data is None:
+            return web.Response(status=404)
+        if self._cut_files:
+            self._cut_files -= 1
+            response = web.StreamResponse(headers={"Content-Length": str(len(data))})
+            await response.prepare(request)
+            await response.write(data[: len(data) // 2])
+            assert request.transport is not None
+            request.transport.close()
+            raise asyncio.CancelledError
+        self.downloads.append(file_id)
+        await self._notify()
+        return web.Response(body=data)
+
+    async def _receive_file(self, request: web.Request) -> web.Response:
+        file_id = request.match_info["file_id"]
+        if file_id not in self._uploads:
+            return web.Response(status=404, text="unknown upload")
+        data = await request.read()
+        if request.content_type == "multipart/form-data":
+            return web.Response(status=400, text="send the bytes as the body")
+        length = self._uploads[file_id][1]
+        if len(data) != length:
+            return web.Response(status=400, text=f"expected {length} bytes, got {len(data)}")
+        self.file_bytes[file_id] = data
+        return web.Response(text=f"OK - {len(data)}")
 
     async def message_shortcut(
         self, message: FakeMessage, callback_id: str, *, user: str = "UALICE"
@@ -800,6 +903,37 @@ class FakeSlack:
             shown.append(data)
         return {"messages": shown, "has_more": False}
 
+    def _upload_url(self, args: dict[str, Any]) -> dict[str, Any]:
+        name, length = str(args.get("filename") or ""), int(args.get("length") or 0)
+        if not name or length <= 0:
+            raise _Refusal("invalid_arguments")
+        file_id = f"F{next(self._file_ids):08d}"
+        self._uploads[file_id] = (name, length)
+        return {"upload_url": f"http://127.0.0.1:{self.port}/upload/{file_id}", "file_id": file_id}
+
+    def _complete_upload(self, args: dict[str, Any]) -> dict[str, Any]:
+        files = args.get("files")
+        if isinstance(files, str):
+            files = json.loads(files)
+        if not isinstance(files, list) or not files:
+            raise _Refusal("invalid_arguments")
+        shared = []
+        for item in files:
+            file_id = str(item.get("id") or "")
+            if file_id not in self._uploads or file_id not in self.file_bytes:
+                raise _Refusal("file_not_found")
+            name, length = self._uploads[file_id]
+            shared.append({"id": file_id, "name": name, "title": item.get("title") or name})
+            shared[-1]["size"] = length
+        channel = str(args.get("channel_id") or "")
+        if channel:
+            message = self.add_message(
+                channel, "", bot_id=self.bot_id, thread_ts=str(args.get("thread_ts") or "")
+            )
+            message.user = self.bot_user
+            message.files = shared
+        return {"files": shared}
+
     def _auth_test(self, args: dict[str, Any]) -> dict[str, Any]:
         return {
             "url": "https://fake.slack.test/",
@@ -853,6 +987,8 @@ _METHODS = {
     "conversations.replies": FakeSlack._replies,
     "reactions.add": FakeSlack._react,
     "reactions.remove": FakeSlack._unreact,
+    "files.getUploadURLExternal": FakeSlack._upload_url,
+    "files.completeUploadExternal": FakeSlack._complete_upload,
 }
 
 

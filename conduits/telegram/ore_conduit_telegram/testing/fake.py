@@ -8,9 +8,12 @@ What it serves (`POST|GET /bot<token>/<method>`, JSON, form or query parameters)
   `getWebhookInfo` (while a webhook is set, `getUpdates` answers 409 and the fake POSTs
   each update to the URL with `X-Telegram-Bot-Api-Secret-Token`, again until it gets
   a 200), `sendMessage`, `editMessageText`, `sendMessageDraft` (private chats only),
-  `sendChatAction`, `deleteMessage`, `setMyCommands`, `getFile` and the file download
-  `GET /file/bot<token>/<file_path>` (each counted in `downloads`). Any other method
-  answers 404 "Not Found", a wrong token 401 "Unauthorized".
+  `sendChatAction`, `deleteMessage`, `setMyCommands`, `sendPhoto` and `sendDocument`
+  (multipart, the file's bytes kept: `bot_files`; over 50 MB "Request Entity Too
+  Large", a photo over 10 MB "file is too big"), `getFile` (over 20 MB "file is too
+  big", as for bots) and the file download `GET /file/bot<token>/<file_path>` (each
+  counted in `downloads`). Any other method answers 404 "Not Found", a wrong token 401
+  "Unauthorized".
 - **Telegram's checks**: text of 1-4096 characters after entity parsing ("message is
   too long", "message text is empty"); `parse_mode=HTML` parsed with Telegram's tag set
   (an unknown or unbalanced tag: "can't parse entities"); an edit to the same text:
@@ -31,7 +34,8 @@ What it serves (`POST|GET /bot<token>/<method>`, JSON, form or query parameters)
   not), and rate windows `rate_limit(per_chat=..., per_group=..., overall=...)`, answered
   with 429 and `retry_after` like Telegram's flood control. The file download takes the
   faults of the method name `"file"` (`fail_next("file", status=502)`, `drop_next("file")`;
-  a 3xx redirects to the same URL, so `times=11` makes a redirect loop). `hold_next(method)`
+  a 3xx redirects to the same URL, so `times=11` makes a redirect loop; `cut_next("file")`
+  sends half the body and closes the connection). `hold_next(method)`
   keeps the next call of `method` waiting (`holding` counts them) until `let_go()`, then
   carries it out: a bot killed meanwhile never learns its outcome.
 """
@@ -52,7 +56,7 @@ from urllib.parse import parse_qsl
 import aiohttp
 from aiohttp import web
 
-__all__ = ["FakeChat", "FakeMessage", "FakeTelegram", "RecordedCall"]
+__all__ = ["FakeChat", "FakeMessage", "FakeTelegram", "FakeUpload", "RecordedCall"]
 
 TOKEN = "7000001:FAKE-token-for-tests-0123456789abcd"
 BOT_ID = 7000001
@@ -67,6 +71,18 @@ _TAGS = {
 }  # fmt: skip
 _SENDS = frozenset({"sendMessage", "editMessageText", "sendPhoto", "sendDocument"})
 _ACTIONS = frozenset({"typing", "upload_photo", "upload_document", "choose_sticker"})
+DOWNLOAD_LIMIT = 20 * 1024 * 1024  # getFile's limit for bots
+UPLOAD_LIMIT = 50 * 1024 * 1024  # sendDocument's limit for bots
+PHOTO_LIMIT = 10 * 1024 * 1024  # sendPhoto's
+
+
+@dataclass(frozen=True)
+class FakeUpload:
+    """A file a multipart call carried."""
+
+    name: str
+    media_type: str
+    data: bytes
 
 
 @dataclass
@@ -107,7 +123,8 @@ class FakeMessage:
     date: int = 0
     edits: int = 0
     deleted: bool = False
-    file_id: str = ""  # of a document
+    file_id: str = ""  # of a document, or of a file the bot posted
+    file_name: str = ""  # of a file the bot posted
     media: dict[str, Any] = field(default_factory=dict)  # "photo", "document", ... as sent
 
     def to_json(self, *, with_reply: bool = True) -> dict[str, Any]:
@@ -156,6 +173,7 @@ class _Fault:
     retry_after: int | None
     drop: bool
     commit: bool
+    cut: bool = False
 
 
 @dataclass
@@ -487,6 +505,18 @@ class FakeTelegram:
         queue = self._faults.setdefault(method, deque())
         queue.extend(_Fault(0, "", None, True, commit) for _ in range(times))
 
+    def cut_next(self, method: str = "file") -> None:
+        """Send half the next answer's body (its full length announced), then close."""
+        self._faults.setdefault(method, deque()).append(_Fault(0, "", None, False, False, True))
+
+    def bot_files(self, chat_id: int, topic: int | None = None) -> list[tuple[str, bytes]]:
+        """(name, bytes) of each file the bot posted in the chat, in order."""
+        return [
+            (m.file_name, self.files[m.file_id])
+            for m in self.bot_messages(chat_id, topic)
+            if m.file_id
+        ]
+
     def hold_next(self, method: str) -> None:
         """Keep the next call of `method` waiting until `let_go()`, then carry it out."""
         self._holds[method] = self._holds.get(method, 0) + 1
@@ -552,7 +582,13 @@ class FakeTelegram:
 
     async def _params(self, request: web.Request) -> dict[str, Any]:
         params: dict[str, Any] = dict(request.query)
-        if request.can_read_body:
+        if request.content_type == "multipart/form-data":
+            for key, value in (await request.post()).items():
+                if isinstance(value, web.FileField):
+                    params[key] = FakeUpload(value.filename, value.content_type, value.file.read())
+                else:
+                    params[key] = value
+        elif request.can_read_body:
             raw = await request.read()
             if request.content_type == "application/json":
                 params.update(json.loads(raw or b"{}"))
@@ -739,6 +775,36 @@ class FakeTelegram:
         self.drafts.pop((chat.id, topic), None)  # a real message ends the draft
         return message.to_json()
 
+    def _send_photo(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        return self._send_file(params, "photo")
+
+    def _send_document(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        return self._send_file(params, "document")
+
+    def _send_file(self, params: Mapping[str, Any], kind: str) -> dict[str, Any]:
+        chat, topic = self._target(params)
+        upload = params.get(kind)
+        if not isinstance(upload, FakeUpload):
+            raise _Refusal(400, f"Bad Request: there is no {kind} in the request")
+        size = len(upload.data)
+        if size > UPLOAD_LIMIT:
+            raise _Refusal(413, "Request Entity Too Large")
+        if kind == "photo" and size > PHOTO_LIMIT:
+            raise _Refusal(400, "Bad Request: file is too big")
+        caption = self._parsed(params, "caption") if params.get("caption") else ""
+        message = self._add(chat, caption, BOT_ID, sender_is_bot=True, topic=topic)
+        suffix = upload.name.rpartition(".")[2] or "bin"
+        message.file_id = self._keep(upload.data, f"{kind}s", suffix)
+        message.file_name = upload.name
+        described: dict[str, Any] = {"file_id": message.file_id, "file_size": size}
+        described["file_unique_id"] = message.file_id
+        if kind == "photo":
+            message.media = {"photo": [described]}
+        else:
+            described |= {"file_name": upload.name, "mime_type": upload.media_type}
+            message.media = {"document": described}
+        return message.to_json()
+
     def _message(self, params: Mapping[str, Any]) -> FakeMessage:
         chat = self.chats.get(_int(params.get("chat_id")))
         wanted = _int(params.get("message_id"))
@@ -799,6 +865,8 @@ class FakeTelegram:
         if file_id not in self.files:
             raise _Refusal(400, "Bad Request: invalid file_id")
         path = next(path for path, known in self._file_paths.items() if known == file_id)
+        if len(self.files[file_id]) > DOWNLOAD_LIMIT:
+            raise _Refusal(400, "Bad Request: file is too big")
         return {
             "file_id": file_id,
             "file_unique_id": file_id,
@@ -810,6 +878,14 @@ class FakeTelegram:
         if request.match_info["token"] != self.token:
             return web.Response(status=401)
         fault = self._take_fault("file")
+        file_id = self._file_paths.get(request.match_info["path"], "")
+        data = self.files.get(file_id)
+        if fault is not None and fault.cut and data is not None:
+            response = web.StreamResponse(headers={"Content-Length": str(len(data))})
+            await response.prepare(request)
+            await response.write(data[: len(data) // 2])
+            await self._notify()
+            return self._drop(request)
         if fault is not None:
             await self._notify()
             if fault.drop:
@@ -817,8 +893,6 @@ class FakeTelegram:
             if fault.status in (301, 302, 307, 308):  # back to itself: a redirect loop
                 return web.Response(status=fault.status, headers={"Location": str(request.url)})
             return web.Response(status=fault.status, text=fault.description)
-        file_id = self._file_paths.get(request.match_info["path"], "")
-        data = self.files.get(file_id)
         if data is None:
             return web.Response(status=404)
         self.downloads.append(file_id)
@@ -838,6 +912,8 @@ _METHODS: dict[str, Callable[[FakeTelegram, Mapping[str, Any]], Any]] = {
     "deleteMessage": FakeTelegram._delete,
     "setMyCommands": FakeTelegram._set_commands,
     "getFile": FakeTelegram._get_file,
+    "sendPhoto": FakeTelegram._send_photo,
+    "sendDocument": FakeTelegram._send_document,
 }
 
 
