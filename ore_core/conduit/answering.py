@@ -7,6 +7,15 @@ messages at `max_message_length` without breaking code fences; elsewhere each fi
 text once. Errors and notices are parts of their own kind; each part replies to the
 user message it answers (`Part.reply_to`: that message's platform id).
 
+On a platform without idempotency keys (`Capabilities.idempotency == "none"`) each
+part is claimed in the answer record (`PartClaims`) before it is posted and its
+platform id recorded after: a conduit restarted after a kill -9 (its durable feed gives
+it the answer's stored events again) adopts the parts recorded, editing them to their
+text, and posts the one part it cannot be sure of with `Part.repeat` set (the adapter
+may look for it, or mark it). On a platform that reads back (`ReadsBack`) a part
+already out is found before it is posted. Every part posted is noted in `Posted` with
+the turn it shows, once the core stored it.
+
 Everything else of a linked thread goes to the copy engine (`Copies`): another
 endpoint's messages, edits, deletes and reactions, and its answers when the gateway
 answers `all`;
@@ -17,19 +26,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TypeVar
 
 import structlog
 
 from ore_core.artifacts.kinds import Text, TextDelta
+from ore_core.conduit.answers import PartClaims
 from ore_core.conduit.capabilities import Capabilities
 from ore_core.conduit.conversations import Conversations
 from ore_core.conduit.copies import COPY_DEADLINE, Copies, Copy
 from ore_core.conduit.feed import Delivery
 from ore_core.conduit.pacing import Pacing
-from ore_core.conduit.platform import Part, Platform, PlatformError, part_key
+from ore_core.conduit.platform import Part, Platform, PlatformError, ReadsBack, part_key
+from ore_core.conduit.posted import Posted, TurnOf
 from ore_core.conduit.relay import classify, split_message
 from ore_core.events import (
     ArtifactEvent,
@@ -65,6 +76,10 @@ class Outbound:
     copies: Copies
     pacing: Pacing
     stream_interval: float = STREAM_INTERVAL
+    claims: PartClaims | None = None
+    """The answer record, for a platform without idempotency keys (None: not kept)."""
+    posted: Posted | None = None
+    """Where every part posted is noted (None: nowhere)."""
 
     @property
     def streams(self) -> bool:
@@ -95,6 +110,7 @@ class AnswerLane:
         self.conversation: str | None = None
         self._answers: dict[str, _Answer] = {}  # traceparent -> the answer to that message
         self._streaming: _Answer | None = None
+        self._turns: dict[str, TurnOf] = {}  # traceparent -> the answer's turn, once stored
 
     async def open(self) -> None:
         self.conversation = await self.out.conversations.conversation_of(self.thread_id)
@@ -150,11 +166,15 @@ class AnswerLane:
                 self._answers[trace] = _Answer(trace, event.turn.event_id)
             else:
                 await self._settle(trace, event)
+                if (turn := self._turns.pop(trace, None)) is not None:
+                    turn.set_result(event.turn.id)
             return
         answer = self._answers.get(trace) or _Answer(trace)
         if isinstance(event, LifecycleEvent):
             if event.phase in ("done", "cancelled"):
                 await self._finish(self._answers.pop(trace, None))
+                if (turn := self._turns.pop(trace, None)) is not None:
+                    turn.set_result("")  # ended without a stored turn: ask the core
         elif isinstance(event, ArtifactEvent) and isinstance(event.artifact, TextDelta):
             if self.out.streams:
                 earlier = self._streaming
@@ -222,17 +242,15 @@ class AnswerLane:
                 message = answer.messages[index]
                 await self._paced(partial(self._edit, message, part))
             else:
-                key = self._key(answer)
-                answer.messages.append(await self._paced(partial(self._post_one, part, key)))
+                answer.messages.append(await self._post_one(part, answer))
         answer.shown = answer.text
 
     async def _post(self, part: Part, answer: _Answer) -> None:
         limit = self.out.capabilities.max_message_length
         for text in split_message(part.text, limit):
             piece = Part(text, answer.reply_to, part.sender, part.kind, part.severity)
-            key = self._key(answer)
             try:
-                await self._paced(partial(self._post_one, piece, key))
+                await self._post_one(piece, answer)
             except PlatformError as exc:
                 log.warning("answer not shown", thread_id=self.thread_id, error=exc.detail)
                 return
@@ -243,9 +261,35 @@ class AnswerLane:
         answer.posts += 1
         return part_key(answer.trace, answer.posts - 1)
 
-    async def _post_one(self, part: Part, key: str) -> str:
+    async def _post_one(self, part: Part, answer: _Answer) -> str:
+        """Post the answer's next part (claimed first where the platform has no keys: see
+        the module docstring), paced; its platform id."""
         assert self.conversation is not None
-        return await self.out.platform.post(self.conversation, part, key)
+        conversation, platform, claims = self.conversation, self.out.platform, self.out.claims
+        key = self._key(answer)
+        found: str | None = None
+        if claims is not None and self.out.capabilities.idempotency == "none":
+            claim = await claims.claim(self.thread_id, key)
+            found, part = claim.platform_id, replace(part, repeat=claim.unsure)
+        elif isinstance(platform, ReadsBack) and self.out.capabilities.idempotency == "read_back":
+            found = await self._paced(partial(platform.find, conversation, key))
+        if found:  # posted before a restart: it shows this part now
+            if self.out.capabilities.edit:
+                await self._paced(partial(self._edit, found, part))
+            posted = found
+        else:
+            posted = await self._paced(partial(platform.post, conversation, part, key))
+            if claims is not None and self.out.capabilities.idempotency == "none":
+                await claims.record(self.thread_id, key, posted)
+        if self.out.posted is not None and answer.trace in self._answers:  # not a notice's
+            self.out.posted.add(posted, self.thread_id, self._turn(answer.trace))
+        return posted
+
+    def _turn(self, trace: str) -> TurnOf:
+        """The turn of the answer `trace`, set once the core stored it."""
+        if trace not in self._turns:
+            self._turns[trace] = Posted.turn()
+        return self._turns[trace]
 
     async def _edit(self, message: str, part: Part) -> None:
         assert self.conversation is not None
