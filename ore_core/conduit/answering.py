@@ -16,6 +16,11 @@ may look for it, or mark it). On a platform that reads back (`ReadsBack`) a part
 already out is found before it is posted. Every part posted is noted in `Posted` with
 the turn it shows, once the core stored it.
 
+On a platform that shows that the bot is writing (`Types`), each answer of the
+conversation's own shows it from its start (`submitted`) to its end, renewed every
+`TYPING_EVERY` seconds, never while the conversation is paused by a rate limit (text
+first) and for `TYPING_AT_MOST` seconds at most.
+
 Everything else of a linked thread goes to the copy engine (`Copies`): another
 endpoint's messages, edits, deletes and reactions, and its answers when the gateway
 answers `all`;
@@ -39,7 +44,14 @@ from ore_core.conduit.conversations import Conversations
 from ore_core.conduit.copies import COPY_DEADLINE, Copies, Copy
 from ore_core.conduit.feed import Delivery
 from ore_core.conduit.pacing import Pacing
-from ore_core.conduit.platform import Part, Platform, PlatformError, ReadsBack, part_key
+from ore_core.conduit.platform import (
+    Part,
+    Platform,
+    PlatformError,
+    ReadsBack,
+    Types,
+    part_key,
+)
 from ore_core.conduit.posted import Posted, TurnOf
 from ore_core.conduit.relay import classify, split_message
 from ore_core.events import (
@@ -54,7 +66,7 @@ from ore_core.events import (
 )
 from ore_core.turn import Role
 
-__all__ = ["STREAM_INTERVAL", "AnswerLane", "Outbound"]
+__all__ = ["STREAM_INTERVAL", "TYPING_AT_MOST", "TYPING_EVERY", "AnswerLane", "Outbound"]
 
 log = structlog.get_logger("ore.conduit.answering")
 
@@ -62,6 +74,12 @@ _T = TypeVar("_T")
 
 STREAM_INTERVAL = 1.0
 """Seconds between two edits of a streamed answer at most (without `delta_interval`)."""
+
+TYPING_EVERY = 4.5
+"""Seconds between two "typing" calls while an answer runs (Telegram shows one for 5)."""
+
+TYPING_AT_MOST = 600.0
+"""Seconds "typing" is renewed for one answer at most (its end may never come)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,23 +129,55 @@ class AnswerLane:
         self._answers: dict[str, _Answer] = {}  # traceparent -> the answer to that message
         self._streaming: _Answer | None = None
         self._turns: dict[str, TurnOf] = {}  # traceparent -> the answer's turn, once stored
+        self._typing: dict[str, tuple[float, float]] = {}  # trace -> (since, last call)
 
     async def open(self) -> None:
         self.conversation = await self.out.conversations.conversation_of(self.thread_id)
 
     def busy(self) -> bool:
-        return self._streaming is not None
+        return self._streaming is not None or bool(self._typing_due())
 
     def due(self) -> float | None:
-        answer = self._streaming
-        if answer is None or answer.text == answer.shown:
-            return None
         loop = asyncio.get_running_loop()
-        return max(0.0, answer.flushed + self.out.stream_interval - loop.time())
+        waits = [max(0.0, last + TYPING_EVERY - loop.time()) for last in self._typing_due()]
+        answer = self._streaming
+        if answer is not None and answer.text != answer.shown:
+            waits.append(max(0.0, answer.flushed + self.out.stream_interval - loop.time()))
+        return min(waits, default=None)
 
     async def tick(self) -> None:
-        if self._streaming is not None and self.due() == 0.0:
-            await self._show(self._streaming)
+        answer, now = self._streaming, asyncio.get_running_loop().time()
+        flush = answer is not None and answer.flushed + self.out.stream_interval <= now
+        if answer is not None and flush and answer.text != answer.shown:
+            await self._show(answer)
+        for trace, (_, last) in list(self._typing.items()):
+            if last + TYPING_EVERY <= now:
+                await self._type(trace)
+
+    def _typing_due(self) -> list[float]:
+        """The last "typing" call of each running answer that still shows it (those past
+        `TYPING_AT_MOST` are forgotten)."""
+        now = asyncio.get_running_loop().time()
+        for trace, (since, _) in list(self._typing.items()):
+            if now - since >= TYPING_AT_MOST:
+                del self._typing[trace]
+        return [last for _, last in self._typing.values()]
+
+    async def _type(self, trace: str) -> None:
+        """Show "typing" for the answer `trace` (skipped while the conversation is paused:
+        it must never delay text; a failure is logged)."""
+        assert self.conversation is not None
+        platform, now = self.out.platform, asyncio.get_running_loop().time()
+        if not isinstance(platform, Types):
+            return
+        since, _ = self._typing.get(trace, (now, now))
+        self._typing[trace] = (since, now)
+        if self.out.pacing.paused(self.conversation):
+            return
+        try:
+            await platform.typing(self.conversation)
+        except PlatformError as exc:
+            log.info("typing not shown", thread_id=self.thread_id, error=exc.detail)
 
     async def handle(self, delivery: Delivery) -> None:
         event = delivery.event
@@ -171,7 +221,10 @@ class AnswerLane:
             return
         answer = self._answers.get(trace) or _Answer(trace)
         if isinstance(event, LifecycleEvent):
+            if event.phase == "submitted" and delivery.sequence is None:
+                await self._type(trace)  # live only: a stored one may be long over
             if event.phase in ("done", "cancelled"):
+                self._typing.pop(trace, None)
                 await self._finish(self._answers.pop(trace, None))
                 if (turn := self._turns.pop(trace, None)) is not None:
                     turn.set_result("")  # ended without a stored turn: ask the core
