@@ -16,6 +16,10 @@ may look for it, or mark it). On a platform that reads back (`ReadsBack`) a part
 already out is found before it is posted. Every part posted is noted in `Posted` with
 the turn it shows, once the core stored it.
 
+On a platform with drafts (`Drafts`: Telegram's private chats) the text so far is
+shown as a draft (its last part) instead of a message edited as it grows, and the
+finished answer is posted; a draft refused makes that answer stream by edits.
+
 On a platform that shows that the bot is writing (`Types`), each answer of the
 conversation's own shows it from its start (`submitted`) to its end, renewed every
 `TYPING_EVERY` seconds, never while the conversation is paused by a rate limit (text
@@ -45,6 +49,7 @@ from ore_core.conduit.copies import COPY_DEADLINE, Copies, Copy
 from ore_core.conduit.feed import Delivery
 from ore_core.conduit.pacing import Pacing
 from ore_core.conduit.platform import (
+    Drafts,
     Part,
     Platform,
     PlatformError,
@@ -117,6 +122,8 @@ class _Answer:
     messages: list[str] = field(default_factory=list)
     shown: str = ""  # the text the messages show
     flushed: float = 0.0  # loop time of the last edit
+    drafts: bool = True  # shown as a draft while it is written, where the platform can
+    drafted: str = ""  # the text its draft shows
 
 
 class AnswerLane:
@@ -149,7 +156,7 @@ class AnswerLane:
         answer, now = self._streaming, asyncio.get_running_loop().time()
         flush = answer is not None and answer.flushed + self.out.stream_interval <= now
         if answer is not None and flush and answer.text != answer.shown:
-            await self._show(answer)
+            await self._show(answer, final=False)
         for trace, (_, last) in list(self._typing.items()):
             if last + TYPING_EVERY <= now:
                 await self._type(trace)
@@ -282,14 +289,19 @@ class AnswerLane:
             await self._show(answer)
             self._streaming = None
 
-    async def _show(self, answer: _Answer) -> None:
-        """Edit the streamed answer's messages to its text so far (posting more parts)."""
+    async def _show(self, answer: _Answer, *, final: bool = True) -> None:
+        """Edit the streamed answer's messages to its text so far (posting more parts);
+        before it is `final`, a draft where the platform has them."""
         loop = asyncio.get_running_loop()
         answer.flushed = loop.time()
         if not answer.text.strip() or answer.text == answer.shown:
             return
         limit = self.out.capabilities.max_message_length
-        for index, text in enumerate(split_message(answer.text, limit)):
+        parts = split_message(answer.text, limit)
+        if not final and not answer.messages and await self._draft(answer, parts[-1]):
+            answer.drafted = answer.text
+            return
+        for index, text in enumerate(parts):
             part = Part(text, reply_to=answer.reply_to)
             if index < len(answer.messages):
                 message = answer.messages[index]
@@ -297,6 +309,27 @@ class AnswerLane:
             else:
                 answer.messages.append(await self._post_one(part, answer))
         answer.shown = answer.text
+
+    async def _draft(self, answer: _Answer, text: str) -> bool:
+        """Show `text` as the answer's draft; False where there are none (or the
+        platform refused one: the answer streams by edits from now on)."""
+        platform, conversation = self.out.platform, self.conversation
+        assert conversation is not None
+        answer.drafts = answer.drafts and isinstance(platform, Drafts)
+        if not answer.drafts or not isinstance(platform, Drafts):
+            return False
+        if answer.drafted == answer.text:
+            return True
+        if not platform.drafts(conversation):
+            answer.drafts = False
+            return False
+        try:
+            await platform.draft(conversation, part_key(answer.trace, -1), text)
+        except PlatformError as exc:
+            log.info("draft refused: editing instead", thread_id=self.thread_id, error=exc.detail)
+            answer.drafts = False
+            return False
+        return True
 
     async def _post(self, part: Part, answer: _Answer) -> None:
         limit = self.out.capabilities.max_message_length

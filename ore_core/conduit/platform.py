@@ -26,6 +26,7 @@ from ore_core.events import FailureReason
 __all__ = [
     "Command",
     "Delete",
+    "Drafts",
     "Edit",
     "FailureReason",
     "Inbound",
@@ -239,6 +240,19 @@ class Types(Protocol):
     `TYPING_EVERY` seconds while an answer of the conversation runs. Optional."""
 
     async def typing(self, conversation: str) -> None: ...
+
+
+@runtime_checkable
+class Drafts(Protocol):
+    """A platform that shows an answer being written as a draft (Telegram's
+    `sendMessageDraft`) instead of a message edited as it grows. `drafts(conversation)`
+    says whether it can there (a private chat); `draft` shows the text so far under
+    `draft_id` (one per answer); the finished answer is posted as messages. A draft
+    refused (a `PlatformError`) makes that answer stream by edits. Optional."""
+
+    def drafts(self, conversation: str) -> bool: ...
+
+    async def draft(self, conversation: str, draft_id: str, text: str) -> None: ...
 
 
 @runtime_checkable
