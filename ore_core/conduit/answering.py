@@ -7,6 +7,24 @@ messages at `max_message_length` without breaking code fences; elsewhere each fi
 text once. Errors and notices are parts of their own kind; each part replies to the
 user message it answers (`Part.reply_to`: that message's platform id).
 
+On a platform without idempotency keys (`Capabilities.idempotency == "none"`) each
+part is claimed in the answer record (`PartClaims`) before it is posted and its
+platform id recorded after: a conduit restarted after a kill -9 (its durable feed gives
+it the answer's stored events again) adopts the parts recorded, editing them to their
+text, and posts the one part it cannot be sure of with `Part.repeat` set (the adapter
+may look for it, or mark it). On a platform that reads back (`ReadsBack`) a part
+already out is found before it is posted. Every part posted is noted in `Posted` with
+the turn it shows, once the core stored it.
+
+On a platform with drafts (`Drafts`: Telegram's private chats) the text so far is
+shown as a draft (its last part) instead of a message edited as it grows, and the
+finished answer is posted; a draft refused makes that answer stream by edits.
+
+On a platform that shows that the bot is writing (`Types`), each answer of the
+conversation's own shows it from its start (`submitted`) to its end, renewed every
+`TYPING_EVERY` seconds, never while the conversation is paused by a rate limit (text
+first) and for `TYPING_AT_MOST` seconds at most.
+
 Everything else of a linked thread goes to the copy engine (`Copies`): another
 endpoint's messages, edits, deletes and reactions, and its answers when the gateway
 answers `all`;
@@ -17,19 +35,29 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TypeVar
 
 import structlog
 
 from ore_core.artifacts.kinds import Text, TextDelta
+from ore_core.conduit.answers import PartClaims
 from ore_core.conduit.capabilities import Capabilities
 from ore_core.conduit.conversations import Conversations
 from ore_core.conduit.copies import COPY_DEADLINE, Copies, Copy
 from ore_core.conduit.feed import Delivery
 from ore_core.conduit.pacing import Pacing
-from ore_core.conduit.platform import Part, Platform, PlatformError, part_key
+from ore_core.conduit.platform import (
+    Drafts,
+    Part,
+    Platform,
+    PlatformError,
+    ReadsBack,
+    Types,
+    part_key,
+)
+from ore_core.conduit.posted import Posted, TurnOf
 from ore_core.conduit.relay import classify, split_message
 from ore_core.events import (
     ArtifactEvent,
@@ -43,7 +71,7 @@ from ore_core.events import (
 )
 from ore_core.turn import Role
 
-__all__ = ["STREAM_INTERVAL", "AnswerLane", "Outbound"]
+__all__ = ["STREAM_INTERVAL", "TYPING_AT_MOST", "TYPING_EVERY", "AnswerLane", "Outbound"]
 
 log = structlog.get_logger("ore.conduit.answering")
 
@@ -51,6 +79,12 @@ _T = TypeVar("_T")
 
 STREAM_INTERVAL = 1.0
 """Seconds between two edits of a streamed answer at most (without `delta_interval`)."""
+
+TYPING_EVERY = 4.5
+"""Seconds between two "typing" calls while an answer runs (Telegram shows one for 5)."""
+
+TYPING_AT_MOST = 600.0
+"""Seconds "typing" is renewed for one answer at most (its end may never come)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +99,10 @@ class Outbound:
     copies: Copies
     pacing: Pacing
     stream_interval: float = STREAM_INTERVAL
+    claims: PartClaims | None = None
+    """The answer record, for a platform without idempotency keys (None: not kept)."""
+    posted: Posted | None = None
+    """Where every part posted is noted (None: nowhere)."""
 
     @property
     def streams(self) -> bool:
@@ -84,6 +122,8 @@ class _Answer:
     messages: list[str] = field(default_factory=list)
     shown: str = ""  # the text the messages show
     flushed: float = 0.0  # loop time of the last edit
+    drafts: bool = True  # shown as a draft while it is written, where the platform can
+    drafted: str = ""  # the text its draft shows
 
 
 class AnswerLane:
@@ -95,23 +135,56 @@ class AnswerLane:
         self.conversation: str | None = None
         self._answers: dict[str, _Answer] = {}  # traceparent -> the answer to that message
         self._streaming: _Answer | None = None
+        self._turns: dict[str, TurnOf] = {}  # traceparent -> the answer's turn, once stored
+        self._typing: dict[str, tuple[float, float]] = {}  # trace -> (since, last call)
 
     async def open(self) -> None:
         self.conversation = await self.out.conversations.conversation_of(self.thread_id)
 
     def busy(self) -> bool:
-        return self._streaming is not None
+        return self._streaming is not None or bool(self._typing_due())
 
     def due(self) -> float | None:
-        answer = self._streaming
-        if answer is None or answer.text == answer.shown:
-            return None
         loop = asyncio.get_running_loop()
-        return max(0.0, answer.flushed + self.out.stream_interval - loop.time())
+        waits = [max(0.0, last + TYPING_EVERY - loop.time()) for last in self._typing_due()]
+        answer = self._streaming
+        if answer is not None and answer.text != answer.shown:
+            waits.append(max(0.0, answer.flushed + self.out.stream_interval - loop.time()))
+        return min(waits, default=None)
 
     async def tick(self) -> None:
-        if self._streaming is not None and self.due() == 0.0:
-            await self._show(self._streaming)
+        answer, now = self._streaming, asyncio.get_running_loop().time()
+        flush = answer is not None and answer.flushed + self.out.stream_interval <= now
+        if answer is not None and flush and answer.text != answer.shown:
+            await self._show(answer, final=False)
+        for trace, (_, last) in list(self._typing.items()):
+            if last + TYPING_EVERY <= now:
+                await self._type(trace)
+
+    def _typing_due(self) -> list[float]:
+        """The last "typing" call of each running answer that still shows it (those past
+        `TYPING_AT_MOST` are forgotten)."""
+        now = asyncio.get_running_loop().time()
+        for trace, (since, _) in list(self._typing.items()):
+            if now - since >= TYPING_AT_MOST:
+                del self._typing[trace]
+        return [last for _, last in self._typing.values()]
+
+    async def _type(self, trace: str) -> None:
+        """Show "typing" for the answer `trace` (skipped while the conversation is paused:
+        it must never delay text; a failure is logged)."""
+        assert self.conversation is not None
+        platform, now = self.out.platform, asyncio.get_running_loop().time()
+        if not isinstance(platform, Types):
+            return
+        since, _ = self._typing.get(trace, (now, now))
+        self._typing[trace] = (since, now)
+        if self.out.pacing.paused(self.conversation):
+            return
+        try:
+            await platform.typing(self.conversation)
+        except PlatformError as exc:
+            log.info("typing not shown", thread_id=self.thread_id, error=exc.detail)
 
     async def handle(self, delivery: Delivery) -> None:
         event = delivery.event
@@ -150,11 +223,18 @@ class AnswerLane:
                 self._answers[trace] = _Answer(trace, event.turn.event_id)
             else:
                 await self._settle(trace, event)
+                if (turn := self._turns.pop(trace, None)) is not None:
+                    turn.set_result(event.turn.id)
             return
         answer = self._answers.get(trace) or _Answer(trace)
         if isinstance(event, LifecycleEvent):
+            if event.phase == "submitted" and delivery.sequence is None:
+                await self._type(trace)  # live only: a stored one may be long over
             if event.phase in ("done", "cancelled"):
+                self._typing.pop(trace, None)
                 await self._finish(self._answers.pop(trace, None))
+                if (turn := self._turns.pop(trace, None)) is not None:
+                    turn.set_result("")  # ended without a stored turn: ask the core
         elif isinstance(event, ArtifactEvent) and isinstance(event.artifact, TextDelta):
             if self.out.streams:
                 earlier = self._streaming
@@ -209,30 +289,54 @@ class AnswerLane:
             await self._show(answer)
             self._streaming = None
 
-    async def _show(self, answer: _Answer) -> None:
-        """Edit the streamed answer's messages to its text so far (posting more parts)."""
+    async def _show(self, answer: _Answer, *, final: bool = True) -> None:
+        """Edit the streamed answer's messages to its text so far (posting more parts);
+        before it is `final`, a draft where the platform has them."""
         loop = asyncio.get_running_loop()
         answer.flushed = loop.time()
         if not answer.text.strip() or answer.text == answer.shown:
             return
         limit = self.out.capabilities.max_message_length
-        for index, text in enumerate(split_message(answer.text, limit)):
+        parts = split_message(answer.text, limit)
+        if not final and not answer.messages and await self._draft(answer, parts[-1]):
+            answer.drafted = answer.text
+            return
+        for index, text in enumerate(parts):
             part = Part(text, reply_to=answer.reply_to)
             if index < len(answer.messages):
                 message = answer.messages[index]
                 await self._paced(partial(self._edit, message, part))
             else:
-                key = self._key(answer)
-                answer.messages.append(await self._paced(partial(self._post_one, part, key)))
+                answer.messages.append(await self._post_one(part, answer))
         answer.shown = answer.text
+
+    async def _draft(self, answer: _Answer, text: str) -> bool:
+        """Show `text` as the answer's draft; False where there are none (or the
+        platform refused one: the answer streams by edits from now on)."""
+        platform, conversation = self.out.platform, self.conversation
+        assert conversation is not None
+        answer.drafts = answer.drafts and isinstance(platform, Drafts)
+        if not answer.drafts or not isinstance(platform, Drafts):
+            return False
+        if answer.drafted == answer.text:
+            return True
+        if not platform.drafts(conversation):
+            answer.drafts = False
+            return False
+        try:
+            await platform.draft(conversation, part_key(answer.trace, -1), text)
+        except PlatformError as exc:
+            log.info("draft refused: editing instead", thread_id=self.thread_id, error=exc.detail)
+            answer.drafts = False
+            return False
+        return True
 
     async def _post(self, part: Part, answer: _Answer) -> None:
         limit = self.out.capabilities.max_message_length
         for text in split_message(part.text, limit):
             piece = Part(text, answer.reply_to, part.sender, part.kind, part.severity)
-            key = self._key(answer)
             try:
-                await self._paced(partial(self._post_one, piece, key))
+                await self._post_one(piece, answer)
             except PlatformError as exc:
                 log.warning("answer not shown", thread_id=self.thread_id, error=exc.detail)
                 return
@@ -243,9 +347,35 @@ class AnswerLane:
         answer.posts += 1
         return part_key(answer.trace, answer.posts - 1)
 
-    async def _post_one(self, part: Part, key: str) -> str:
+    async def _post_one(self, part: Part, answer: _Answer) -> str:
+        """Post the answer's next part (claimed first where the platform has no keys: see
+        the module docstring), paced; its platform id."""
         assert self.conversation is not None
-        return await self.out.platform.post(self.conversation, part, key)
+        conversation, platform, claims = self.conversation, self.out.platform, self.out.claims
+        key = self._key(answer)
+        found: str | None = None
+        if claims is not None and self.out.capabilities.idempotency == "none":
+            claim = await claims.claim(self.thread_id, key)
+            found, part = claim.platform_id, replace(part, repeat=claim.unsure)
+        elif isinstance(platform, ReadsBack) and self.out.capabilities.idempotency == "read_back":
+            found = await self._paced(partial(platform.find, conversation, key))
+        if found:  # posted before a restart: it shows this part now
+            if self.out.capabilities.edit:
+                await self._paced(partial(self._edit, found, part))
+            posted = found
+        else:
+            posted = await self._paced(partial(platform.post, conversation, part, key))
+            if claims is not None and self.out.capabilities.idempotency == "none":
+                await claims.record(self.thread_id, key, posted)
+        if self.out.posted is not None and answer.trace in self._answers:  # not a notice's
+            self.out.posted.add(posted, self.thread_id, self._turn(answer.trace))
+        return posted
+
+    def _turn(self, trace: str) -> TurnOf:
+        """The turn of the answer `trace`, set once the core stored it."""
+        if trace not in self._turns:
+            self._turns[trace] = Posted.turn()
+        return self._turns[trace]
 
     async def _edit(self, message: str, part: Part) -> None:
         assert self.conversation is not None

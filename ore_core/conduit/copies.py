@@ -53,6 +53,7 @@ from ore_core.conduit.platform import (
     Sender,
     part_key,
 )
+from ore_core.conduit.posted import Posted
 from ore_core.conduit.relay import Relayed, degrade, split_message
 from ore_core.conduit.waiting import until_answered
 from ore_core.errors import ApiError
@@ -99,6 +100,7 @@ class Copies:
         pacing: Pacing,
         *,
         deadline: float = COPY_DEADLINE,
+        posted: Posted | None = None,
     ) -> None:
         self.name = name
         self.client = client
@@ -106,6 +108,7 @@ class Copies:
         self.capabilities = capabilities
         self.pacing = pacing
         self.deadline = deadline
+        self.posted = posted  # where each part posted is noted (None: nowhere)
         self._told: set[Copy] = set()  # copies reported `retrying`, until their outcome
 
     async def show(self, copy: Copy) -> None:
@@ -219,7 +222,13 @@ class Copies:
             existing = replacing[index]
             await self._call(copy, lambda: self.platform.edit(conversation, existing, part))
             return existing
-        key = self._key(copy, index)
+        posted = await self._post(copy, part, self._key(copy, index))
+        if self.posted is not None:
+            self.posted.add(posted, copy.thread_id, Posted.turn(copy.relayed.turn_id))
+        return posted
+
+    async def _post(self, copy: Copy, part: Part, key: str) -> str:
+        conversation = copy.conversation
         if isinstance(self.platform, ReadsBack) and self.capabilities.idempotency == "read_back":
             found = await self._call(copy, lambda: _find(self.platform, conversation, key))
             if found:

@@ -8,7 +8,9 @@ adapter (its wire, ids and formatting); `run` builds the engine around it:
   (`Inbound.done()`) only after the core acknowledged it;
 - outbound: the conduit's durable feed, one lane per thread (`ThreadLanes` of
   `AnswerLane`s): its answers, errors and notices, and the relayed copies of a linked
-  thread (`Copies`), every platform call paced (`Pacing`).
+  thread (`Copies`), every platform call paced (`Pacing`); every part posted is noted
+  (`Posted`), so a question about a platform message this process posted (a reaction
+  on an answer, a reply to a copy) is answered without the core.
 
 A conduit with more to do than the adapter contract says (the NATS bridge answers
 requests on their reply inbox) overrides the hooks: `admit` (bad input refused first),
@@ -33,6 +35,7 @@ from typing import ClassVar
 import structlog
 
 from ore_core.conduit.answering import STREAM_INTERVAL, AnswerLane, Outbound
+from ore_core.conduit.answers import PartClaims
 from ore_core.conduit.base import Conduit, ConduitConfig
 from ore_core.conduit.capabilities import Capabilities
 from ore_core.conduit.client import ConduitClient, Sent
@@ -42,6 +45,7 @@ from ore_core.conduit.inbound import Forwarder, SerialByKey, derived_traceparent
 from ore_core.conduit.lanes import Lane, ThreadLanes
 from ore_core.conduit.pacing import Pacing
 from ore_core.conduit.platform import Inbound, Message, Platform
+from ore_core.conduit.posted import Posted
 from ore_core.errors import ApiError, BusError, OreError
 from ore_core.events import UserMessageEvent
 from ore_core.tasks import TaskScope
@@ -155,6 +159,7 @@ class Engine:
         )
         self.capabilities = conduit.platform_capabilities(self.platform, config)
         self.pacing = Pacing(self.name)
+        self.posted = Posted(client)
         self.copies = Copies(
             self.name,
             client,
@@ -162,8 +167,9 @@ class Engine:
             self.capabilities,
             self.pacing,
             deadline=conduit.copy_patience(config),
+            posted=self.posted,
         )
-        self.forwarder = Forwarder(client, self.name)
+        self.forwarder = Forwarder(client, self.name, self.posted)
         self.tasks = TaskScope(f"conduit-{self.name}")
         self.per_conversation = SerialByKey(self.tasks, f"{self.name}-in")
 
@@ -180,6 +186,8 @@ class Engine:
             self.copies,
             self.pacing,
             stream_interval=interval,
+            claims=PartClaims(self.client),
+            posted=self.posted,
         )
         feed = self.client.events(kinds=conduit.feed_kinds(config), durable=conduit.durable(config))
         try:

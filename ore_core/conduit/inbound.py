@@ -9,8 +9,9 @@ platform's id is the event id, so the repeat is stored once.
 `Forwarder` says each event in the core's words: a `Message` is sent, an `Edit` is
 the core's edit of the message it names, a `Delete` the core's delete, a `Command` the
 command's text (`/name args`, which the core reads like a typed one), except `stop`,
-the core's interrupt, a `Reaction` the core's react on the turn its target shows (a copy
-this conduit posted, found by `delivery_lookup`, else the message the target names).
+the core's interrupt, a `Reaction` the core's react on the turn its target shows (an
+answer or a copy this conduit posted, found in `Posted`, else the message the target
+names).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import structlog
 
 from ore_core.conduit.client import ConduitClient, Sent
 from ore_core.conduit.platform import Command, Delete, Edit, Inbound, Message, Reaction
+from ore_core.conduit.posted import Posted
 from ore_core.events import EventContext, UserMessageEvent
 from ore_core.tasks import TaskScope
 
@@ -70,11 +72,12 @@ class SerialByKey:
 
 class Forwarder:
     """Says one inbound event to the core (see the module docstring); `name` is the
-    conduit's, the provenance of what it sends."""
+    conduit's, the provenance of what it sends; `posted` what this process posted."""
 
-    def __init__(self, client: ConduitClient, name: str) -> None:
+    def __init__(self, client: ConduitClient, name: str, posted: Posted | None = None) -> None:
         self.client = client
         self.name = name
+        self.posted = posted or Posted(client)
 
     async def forward(
         self, thread_id: str, inbound: Inbound, *, traceparent: str = ""
@@ -109,9 +112,10 @@ class Forwarder:
         return None
 
     async def react(self, thread_id: str, inbound: Reaction, traceparent: str = "") -> Sent:
-        """The core's react for a reaction on `inbound.target`: on a copy this conduit
-        posted, the copied turn; else the message itself (its id is the event id)."""
-        found = await self.client.delivery_lookup(inbound.target)
+        """The core's react for a reaction on `inbound.target`: on an answer or a copy this
+        conduit posted, the turn it shows; else the message itself (its id is the event
+        id)."""
+        found = await self.posted.lookup(inbound.target)
         turn = found[1] if found is not None else inbound.target
         return await self.client.react(
             thread_id,

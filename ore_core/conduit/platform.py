@@ -3,7 +3,7 @@
 A platform conduit has two halves. The adapter (`Platform`) knows one platform's wire:
 it turns the platform's events into `Inbound` values in ore's words, and performs the
 few calls the engine asks of it (post, edit, delete one message part; react, where the
-platform has reactions: `Reacts`), classifying
+platform has reactions: `Reacts`; "typing" where it shows it: `Types`), classifying
 every failure once as `Transient`, `RateLimited` or `Refused`. The engine
 (`PlatformConduit`) owns everything between: the order of a conversation's events,
 confirming a platform event only after the core stored it, streaming answers,
@@ -26,6 +26,7 @@ from ore_core.events import FailureReason
 __all__ = [
     "Command",
     "Delete",
+    "Drafts",
     "Edit",
     "FailureReason",
     "Inbound",
@@ -41,6 +42,7 @@ __all__ = [
     "Refused",
     "Sender",
     "Transient",
+    "Types",
     "part_key",
 ]
 
@@ -229,6 +231,28 @@ class Reacts(Protocol):
     shown as a short line, and only where the gateway asks for it."""
 
     async def react(self, conversation: str, platform_id: str, emoji: str, add: bool) -> None: ...
+
+
+@runtime_checkable
+class Types(Protocol):
+    """A platform that shows that the bot is writing (Telegram's chat action, Discord's
+    typing): `typing` shows it for a few seconds, and the engine calls it again every
+    `TYPING_EVERY` seconds while an answer of the conversation runs. Optional."""
+
+    async def typing(self, conversation: str) -> None: ...
+
+
+@runtime_checkable
+class Drafts(Protocol):
+    """A platform that shows an answer being written as a draft (Telegram's
+    `sendMessageDraft`) instead of a message edited as it grows. `drafts(conversation)`
+    says whether it can there (a private chat); `draft` shows the text so far under
+    `draft_id` (one per answer); the finished answer is posted as messages. A draft
+    refused (a `PlatformError`) makes that answer stream by edits. Optional."""
+
+    def drafts(self, conversation: str) -> bool: ...
+
+    async def draft(self, conversation: str, draft_id: str, text: str) -> None: ...
 
 
 @runtime_checkable

@@ -1,16 +1,18 @@
 """Reactions through the platform engine (issue 39): a scripted platform without reactions
 run as a conduit against a real core on a real nats-server. A reaction made on the
 platform reaches the core's turn; one made elsewhere is a short line only where the
-gateway asks for it."""
+gateway asks for it. A reaction on the bot's own answer lands on the answer's turn."""
 
 from __future__ import annotations
 
 import asyncio
 
 from ore_core.conduit import ConduitClient, ControlClient, Message, Reaction, Sender
+from ore_core.events import ReactionEvent
 from ore_core.session.reactions import reactions_of
 from ore_core.testing.conduit_conformance import ConduitCore, StartConduit
 from ore_core.testing.scripted_platform import ScriptedPlatform
+from ore_core.turn import Role
 from tests.bus.raw import eventually
 from tests.conduit.test_engine import ROOM, THREAD, TIMEOUT, start
 
@@ -108,3 +110,32 @@ async def test_a_reaction_on_the_platform_never_starts_a_model_turn(
     )
     platform.receive(Message(conversation=ROOM, platform_id="p-2", sender=Sender("Ana"), text="x"))
     assert await shown_after(platform, 2) == ["echo: hi", "echo: x"]  # no answer between
+
+
+async def test_a_reaction_on_the_bots_answer_here_is_recorded_on_the_answer_turn(
+    ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit
+) -> None:
+    platform = ScriptedPlatform()
+    await start(ore_start_conduit, platform)
+    memo = ore_conduit_core.client_for("memo")
+    thread_id, _ = await memo.lookup_or_create("memo.room", ROOM)
+    async with memo.events(thread_id, kinds={"reaction", "error"}) as feed:
+        platform.receive(
+            Message(conversation=ROOM, platform_id="p-1", sender=Sender("Ana"), text="hi")
+        )
+        assert await shown_after(platform, 1) == ["echo: hi"]
+        (answer,) = platform.shown[ROOM]
+        platform.receive(
+            Reaction(
+                conversation=ROOM,
+                platform_id="r-1",
+                sender=Sender("Ana", id="ana"),
+                target=answer,
+                emoji="👍",
+            )
+        )
+        reaction = (await asyncio.wait_for(anext(aiter(feed)), TIMEOUT)).event
+    assert isinstance(reaction, ReactionEvent)  # not an `unknown_turn` error
+    (answered,) = [t for t in await memo.turns(thread_id) if t.role == Role.ASSISTANT]
+    assert reaction.turn == answered.id
+    assert reactions_of(answered) == {"👍": ["memo:ana"]}

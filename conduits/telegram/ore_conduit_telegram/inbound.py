@@ -20,7 +20,6 @@ logged and the update confirmed, or it would come back forever.
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING
 
 import structlog
@@ -41,8 +40,6 @@ __all__ = ["NEW_CONVERSATION", "NOTHING_TO_RETRY", "NOT_AN_ANSWER", "Forwarding"
 log = structlog.get_logger("ore.conduit.telegram")
 
 NOTHING_TO_RETRY = "Nothing to answer again yet."
-_REPORT_CHECKS = 6  # looks for a copy's delivery report, `_REPORT_PAUSE` apart
-_REPORT_PAUSE = 0.2
 NOT_AN_ANSWER = "That message is not one of my answers: reply /retry to an answer."
 NEW_CONVERSATION = "New conversation started."
 
@@ -165,25 +162,14 @@ class Forwarding:
         the relayed copy it replies to; no turn for a message that is neither."""
         state = self.platform.state
         question = await state.question_of(said.chat, said.reply_to)
-        if question is None:
-            copied = await self._copy_of(platform_id(said.chat, said.reply_to))
+        if question is None:  # a relayed copy (posted by this process, or reported before)
+            copied = await self.engine.posted.lookup(platform_id(said.chat, said.reply_to))
             return copied if copied is not None else ("", None)
         root = await state.chain(said.chat, said.reply_to)
         if root is None:
             return "", None
         conversations = self.engine.conversations
         return await conversations.thread_of(said.conversation(root).key), question
-
-    async def _copy_of(self, message: str) -> tuple[str, str] | None:
-        """(thread, turn) of the relayed copy `message`, or None. A copy is reported to
-        the core a moment after it is posted: a reply that quick waits for the report
-        (a second at most) instead of being told the copy is no answer of ours."""
-        for attempt in range(_REPORT_CHECKS):
-            if (copied := await self.client.delivery_lookup(message)) is not None:
-                return copied
-            if attempt + 1 < _REPORT_CHECKS:
-                await asyncio.sleep(_REPORT_PAUSE)
-        return None
 
     async def _note(self, said: Said, what: str, text: str) -> None:
         note_id = f"{what}:{said.chat}:{said.message_id}"
