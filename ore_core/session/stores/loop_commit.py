@@ -8,7 +8,10 @@ context switches per turn. An uncontended commit without fsync is a write into t
 page cache, tens of microseconds for a save and not much more for a hundred in one
 transaction, so the saves of a loop iteration are committed together where they are
 made, at the end of that iteration (what the hand-written floor of
-`bench/hotpath.py` does).
+`bench/hotpath.py` does). A lone save (the first of its iteration, after an iteration
+that saved at most once: one conversation) is committed at once instead, so its
+caller goes on without waiting for the loop to come round; while bursts go on, every
+save waits for its iteration's commit.
 
 What keeps the loop from ever waiting on SQLite:
 - this connection has no busy timeout: when another connection (the worker, another
@@ -48,10 +51,12 @@ class _Save(Generic[_R]):
 
 
 class LoopCommitter:
-    """Commits the writes of one loop iteration in one transaction at its end.
+    """Commits the writes of one loop iteration in one transaction at its end (a lone
+    one at once).
 
-    `add(write, size)` returns the future of `write(cursor)`'s outcome, or None when the
-    iteration's saves already hold `MAX_BYTES` (the caller hands it to its worker).
+    `add(write, size)` returns the future of `write(cursor)`'s outcome (done already
+    for a lone save), or None when the iteration's saves already hold `MAX_BYTES` (the
+    caller hands it to its worker).
     `on_commit` is called after every commit made here (the store nudges its WAL
     checkpointer).
     """
@@ -73,17 +78,26 @@ class LoopCommitter:
         self._cursor: sqlite3.Cursor | None = None
         self._saves: list[_Save[object]] = []  # this iteration's, committed at its end
         self._bytes = 0
+        self._count = 0  # saves asked for in this loop iteration
+        self._burst = False  # the last loop iteration with saves had more than one
 
     def add(
         self, write: Callable[[sqlite3.Cursor], _R], size: int
     ) -> asyncio.Future[Outcome[_R]] | None:
-        """Queue `write` for this iteration's commit; None when the iteration is full."""
+        """Commit `write` at once when it is a lone save, else queue it for this
+        iteration's commit; None when the iteration is full (the worker takes it)."""
         if self._bytes + size > self.MAX_BYTES and self._saves:
             return None
         loop = asyncio.get_running_loop()
-        if not self._saves:
-            loop.call_soon(self._commit)
         save = _Save(write, loop)
+        self._count += 1
+        if self._count == 1:
+            loop.call_soon(self._end_iteration)
+            if not self._burst:  # lone: its caller resumes without waiting for the loop
+                self._commit([save])  # type: ignore[list-item]
+                return save.future
+        if not self._saves:
+            loop.call_soon(self._commit_queued)
         self._saves.append(save)  # type: ignore[arg-type]  # its future is only settled here
         self._bytes += size
         return save.future
@@ -94,9 +108,16 @@ class LoopCommitter:
         if cursor is not None:
             cursor.connection.close()
 
-    def _commit(self) -> None:
-        saves = [save for save in self._saves if not save.future.cancelled()]
-        self._saves, self._bytes = [], 0
+    def _end_iteration(self) -> None:
+        self._burst = self._count > 1
+        self._count = 0
+
+    def _commit_queued(self) -> None:
+        saves, self._saves, self._bytes = self._saves, [], 0
+        self._commit([save for save in saves if not save.future.cancelled()])
+
+    def _commit(self, saves: list[_Save[object]]) -> None:
+        """`saves` in one transaction; each future gets its outcome."""
         if not saves:
             return
         try:

@@ -1,4 +1,5 @@
-"""LoopCommitter: a loop iteration's saves in one transaction on the loop, never waiting."""
+"""LoopCommitter: a lone save at once, a loop iteration's saves in one transaction on the
+loop, never waiting."""
 
 from __future__ import annotations
 
@@ -56,28 +57,35 @@ async def _outcomes(committer: LoopCommitter, *values: str) -> list[object]:
     return list(await asyncio.gather(*futures))  # type: ignore[arg-type]
 
 
-async def test_an_iterations_saves_are_committed_together_at_its_end(
+async def test_a_lone_save_is_committed_at_once_and_a_burst_at_its_iterations_end(
     committer: LoopCommitter, db: sqlite3.Connection, commits: list[str]
 ) -> None:
-    first = committer.add(_insert("first"), 5)
+    lone = committer.add(_insert("lone"), 4)
+    assert lone is not None
+    assert (lone.done(), _values(db)) == (True, ["lone"])  # its caller need not wait
     second = committer.add(_insert("second"), 6)
-    assert first is not None
+    third = committer.add(_insert("third"), 5)
     assert second is not None
-    assert (first.done(), _values(db)) == (False, [])  # nothing yet: the iteration goes on
-    assert await asyncio.gather(first, second) == [(True, "first"), (True, "second")]
-    assert (_values(db), commits) == (["first", "second"], ["commit"])
-    assert await _outcomes(committer, "next") == [(True, "next")]
-    assert commits == ["commit", "commit"]
+    assert third is not None
+    assert (second.done(), _values(db)) == (False, ["lone"])  # the iteration goes on
+    assert await asyncio.gather(second, third) == [(True, "second"), (True, "third")]
+    assert (_values(db), commits) == (["lone", "second", "third"], ["commit"] * 2)
+    # Right after a burst, a first save waits for its iteration's commit too.
+    after = committer.add(_insert("after the burst"), 15)
+    assert after is not None
+    assert not after.done()
+    assert await after == (True, "after the burst")
+    assert commits == ["commit"] * 3
 
 
 async def test_saves_past_the_iterations_bytes_are_left_to_the_worker(
     committer: LoopCommitter, db: sqlite3.Connection
 ) -> None:
+    lone = committer.add(_insert("lone"), 4)
     big = committer.add(_insert("big"), LoopCommitter.MAX_BYTES - 1)
     assert committer.add(_insert("over"), 2) is None
-    assert await big == (True, "big")
-    assert await _outcomes(committer, "next iteration") == [(True, "next iteration")]
-    assert _values(db) == ["big", "next iteration"]
+    assert await asyncio.gather(lone, big) == [(True, "lone"), (True, "big")]  # type: ignore[arg-type]
+    assert _values(db) == ["lone", "big"]
 
 
 async def test_a_locked_database_is_left_to_the_worker_at_once(
@@ -112,7 +120,9 @@ async def test_a_lone_failing_write_is_rolled_back_and_raised(
 async def test_a_group_with_a_failing_write_is_rolled_back_and_left_to_the_worker(
     committer: LoopCommitter, db: sqlite3.Connection, commits: list[str]
 ) -> None:
-    fine = committer.add(_insert("fine"), 4)
+    lone = committer.add(_insert("lone"), 4)  # committed at once
+    fine = committer.add(_insert("fine"), 4)  # a burst: it waits for its iteration's end
     failing = committer.add(_fails, 1)
-    assert await asyncio.gather(fine, failing) == [(False, None), (False, None)]  # type: ignore[arg-type]
-    assert (_values(db), commits) == ([], [])
+    outcomes = await asyncio.gather(lone, fine, failing)  # type: ignore[arg-type]
+    assert outcomes == [(True, "lone"), (False, None), (False, None)]
+    assert (_values(db), commits) == (["lone"], ["commit"])

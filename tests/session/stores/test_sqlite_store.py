@@ -342,7 +342,7 @@ async def test_a_lone_save_is_committed_on_the_loop_without_the_worker_thread(
     assert _texts(await store.get(thread.id)) == ["lone"]
 
 
-async def test_a_burst_of_saves_is_committed_on_the_loop_in_one_transaction(
+async def test_a_burst_of_saves_is_committed_on_the_loop_in_one_transaction_after_the_first(
     store: SQLiteStore, outside: sqlite3.Connection
 ) -> None:
     threads = [await store.create() for _ in range(50)]
@@ -356,7 +356,12 @@ async def test_a_burst_of_saves_is_committed_on_the_loop_in_one_transaction(
     assert _stored_turn_ids(outside) == {turn.id for turn in turns}
     await store._run(lambda: None)  # anything the saves queued has run by now
     assert worker_statements == []
-    assert (_saves(loop_statements), loop_statements.count("COMMIT")) == (50, 1)
+    # The first, alone in its iteration so far, at once; the other 49 together.
+    assert (_saves(loop_statements), loop_statements.count("COMMIT")) == (50, 2)
+    for thread in threads:  # while bursts go on, every save waits for its iteration's end
+        thread.append(Role.USER, Text(f"again from {thread.id}"))
+    await asyncio.gather(*(store.save(thread) for thread in threads))
+    assert (_saves(loop_statements), loop_statements.count("COMMIT")) == (100, 3)
 
 
 async def test_one_refused_save_of_a_group_fails_alone(
