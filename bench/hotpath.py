@@ -533,15 +533,22 @@ def get_json(url: str) -> Any:
         return json.load(answer)
 
 
-def switches_and_kernel(pid: int) -> tuple[int, float]:
-    """Context switches (voluntary and not) of every thread of `pid`, and its kernel CPU
-    seconds: what thread hand-overs and socket calls cost beside instructions."""
-    switches = 0
-    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+def switches_and_kernel(pid: int) -> tuple[Counter[str], float]:
+    """Context switches (voluntary and not) of every thread of `pid`, by thread name
+    (the main thread as `main`; the preempted ones, i.e. not voluntary, also under
+    " preempted"), and its kernel CPU seconds: what thread hand-overs and socket calls
+    cost beside instructions, and which thread they happen on. Preemptions grow with
+    the CPU a process uses on a loaded machine; the voluntary ones are its own waits."""
+    switches: Counter[str] = Counter()
+    for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            for line in status.read_text().splitlines():
-                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-                    switches += int(line.split()[1])
+            name = "main" if task.name == str(pid) else (task / "comm").read_text().strip()
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches"):
+                    switches[name] += int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches"):  # preempted
+                    switches[name] += int(line.split()[1])
+                    switches[" preempted"] += int(line.split()[1])
         except OSError:
             continue  # a thread that ended meanwhile
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
@@ -572,7 +579,15 @@ def per_turn(before: Probe, after: Probe, turns: int) -> dict[str, float]:
     }
     figures["cpu_total"] = sum(v for k, v in figures.items() if k.startswith("cpu_"))
     figures["cpu_worker_main"] = (after.worker_main - before.worker_main) / turns / 1e3
-    figures["switches_worker"] = (after.worker_switches - before.worker_switches) / turns
+    switched = after.worker_switches.copy()
+    switched.subtract(before.worker_switches)
+    preempted = switched.pop(" preempted", 0)
+    figures["switches_worker"] = sum(switched.values()) / turns
+    figures["switches_worker_main"] = switched["main"] / turns
+    figures["switches_worker_preempted"] = preempted / turns
+    for name, count in switched.items():
+        if name != "main" and count > 0:
+            figures[f"switches thread {name}"] = count / turns
     figures["kernel_worker"] = (after.worker_kernel - before.worker_kernel) / turns * 1e6
     figures["msgs_in"] = (after.msgs_in - before.msgs_in) / turns
     figures["msgs_out"] = (after.msgs_out - before.msgs_out) / turns
@@ -839,6 +854,8 @@ ROWS = [
     ("cpu_worker_main", "core CPU per turn, its main thread only (µs)", "{:.1f}", None, ""),
     ("kernel_worker", "core kernel CPU per turn (µs)", "{:.1f}", None, ""),
     ("switches_worker", "core context switches per turn", "{:.2f}", None, ""),
+    ("switches_worker_main", "core context switches per turn, its main thread", "{:.2f}", None, ""),
+    ("switches_worker_preempted", "core context switches per turn, preempted", "{:.2f}", None, ""),
     ("cpu_nats", "nats-server CPU per turn (µs)", "{:.1f}", None, ""),
     ("cpu_client", "client CPU per turn (µs)", "{:.1f}", 2.0, "<="),
     ("cpu_total", "CPU per turn, core+nats+client (µs)", "{:.1f}", 2.5, "<="),
@@ -958,6 +975,15 @@ def report_floor(rounds: list[dict[str, dict[str, float]]]) -> None:
             if raw and floor
             else f"| {label} | {fmt.format(floor)} | | |"
         )
+    threads = sorted({key for r in rounds for key in r["ore"] if key.startswith("switches thread")})
+    if threads:
+        spread = ", ".join(
+            f"{key.removeprefix('switches thread ')} "
+            f"{statistics.median(r['ore'].get(key, 0.0) for r in rounds):.2f}"
+            for key in threads
+        )
+        print()
+        print(f"ore's context switches per turn beside its main thread: {spread}")
 
 
 def instructions_per_turn(

@@ -130,28 +130,30 @@ _BLOCKS = st.one_of(
 _SPACES = st.sampled_from([b" ", b" ", b" ", b"  ", b"\t", b" \t"])
 
 
-@st.composite
-def _msg(draw: st.DrawFn) -> bytes:
+def _framed(draw: st.DrawFn, verb: bytes, sizes: list[bytes], body: bytes) -> bytes:
+    """A `verb` line (a subject, a sid, maybe a reply, then `sizes`) with random gaps,
+    then `body`."""
     gap = draw(_SPACES)
     reply = draw(_REPLIES)
     sid = str(draw(_SIDS)).encode()
+    line = [verb, draw(_SUBJECTS), sid, *([reply] if reply else []), *sizes]
+    return gap.join(line) + b"\r\n" + body + b"\r\n"
+
+
+@st.composite
+def _msg(draw: st.DrawFn) -> bytes:
     payload = draw(_PAYLOADS)
     size = str(len(payload) + draw(st.sampled_from([0, 0, 0, -1, 1]))).encode()
-    line = [b"MSG", draw(_SUBJECTS), sid, *([reply] if reply else []), size]
-    return gap.join(line) + b"\r\n" + payload + b"\r\n"
+    return _framed(draw, b"MSG", [size], payload)
 
 
 @st.composite
 def _hmsg(draw: st.DrawFn) -> bytes:
-    gap = draw(_SPACES)
-    reply = draw(_REPLIES)
-    sid = str(draw(_SIDS)).encode()
     block = draw(_BLOCKS)
     payload = draw(_PAYLOADS)
     block_size = len(block) + draw(st.sampled_from([0, 0, 0, -1, 1, 50]))
     size = str(block_size + len(payload) + draw(st.sampled_from([0, 0, 0, 1, -60]))).encode()
-    line = [b"HMSG", draw(_SUBJECTS), sid, *([reply] if reply else []), b"%d" % block_size, size]
-    return gap.join(line) + b"\r\n" + block + payload + b"\r\n"
+    return _framed(draw, b"HMSG", [b"%d" % block_size, size], block + payload)
 
 
 _OTHER = st.sampled_from(

@@ -16,18 +16,6 @@ from tests.bridge.test_relay_sdk import linked_thread
 from tests.bus.conftest import CoreFactory
 
 
-@pytest.fixture
-async def alpha(ore_nats_url: str) -> AsyncIterator[ConduitClient]:
-    async with await ConduitClient.connect(ore_nats_url, name="alpha", request_timeout=5.0) as c:
-        yield c
-
-
-@pytest.fixture
-async def beta(ore_nats_url: str) -> AsyncIterator[ConduitClient]:
-    async with await ConduitClient.connect(ore_nats_url, name="beta", request_timeout=5.0) as c:
-        yield c
-
-
 async def until_done(feed: AsyncIterator[Delivery], count: int = 1) -> list[Delivery]:
     got: list[Delivery] = []
     async for delivery in feed:

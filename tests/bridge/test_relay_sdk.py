@@ -5,25 +5,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import pytest
 from nats.aio.client import Client
 
 from ore_core.conduit import ConduitClient, Delivery, SettingsCache, classify
 from ore_core.events import LifecycleEvent, TurnCompleteEvent
 from tests.bridge.linked import BETA, THREAD, link
 from tests.bus.conftest import CoreFactory
-
-
-@pytest.fixture
-async def alpha(ore_nats_url: str) -> AsyncIterator[ConduitClient]:
-    async with await ConduitClient.connect(ore_nats_url, name="alpha", request_timeout=5.0) as c:
-        yield c
-
-
-@pytest.fixture
-async def beta(ore_nats_url: str) -> AsyncIterator[ConduitClient]:
-    async with await ConduitClient.connect(ore_nats_url, name="beta", request_timeout=5.0) as c:
-        yield c
 
 
 async def linked_thread(alpha: ConduitClient, beta: ConduitClient, nc: Client) -> str:

@@ -469,6 +469,24 @@ async def test_serve_without_a_model_says_echo_answers_and_what_to_set(
     assert await served.terminate() == 0
 
 
+async def chat_beside(served: Served, text: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`ore chat TEXT` on the store of the running `served` (so it uses that core)."""
+    return await asyncio.to_thread(
+        subprocess.run,
+        [str(ORE), "chat", text],
+        capture_output=True,
+        text=True,
+        env={
+            **os.environ,
+            "ORE_LOAD_PLUGINS": "ore-conduit-stdin",
+            "ORE_STORE__PATH": str(served.store_path),
+            **env,
+        },
+        timeout=EXIT_TIMEOUT,
+        check=False,
+    )
+
+
 async def test_chat_uses_the_running_core_on_the_same_store(
     start_serve: Callable[..., Served], ore_isolated_env: Path
 ) -> None:
@@ -476,20 +494,7 @@ async def test_chat_uses_the_running_core_on_the_same_store(
     lines = await read_until(served, "ore core ready: NATS ")
     url = lines[-1].split()[4]
     [answering] = [line for line in lines if line.startswith("answering with ")]
-    env = {
-        **os.environ,
-        "ORE_LOAD_PLUGINS": "ore-conduit-stdin",
-        "ORE_STORE__PATH": str(served.store_path),
-    }
-    chat = await asyncio.to_thread(
-        subprocess.run,
-        [str(ORE), "chat", "hello running core"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=EXIT_TIMEOUT,
-        check=False,
-    )
+    chat = await chat_beside(served, "hello running core")
     assert chat.returncode == 0, chat.stderr
     assert chat.stdout == "hello running core\n"
     assert chat.stderr.splitlines() == [
@@ -510,21 +515,7 @@ async def test_a_model_key_set_for_a_chat_next_to_an_echo_serve_is_said_unused(
 ) -> None:
     served = start_serve()
     await read_until(served, "ore core ready: NATS ")
-    env = {
-        **os.environ,
-        "ORE_LOAD_PLUGINS": "ore-conduit-stdin",
-        "ORE_STORE__PATH": str(served.store_path),
-        "OPENAI_API_KEY": "sk-x",
-    }
-    chat = await asyncio.to_thread(
-        subprocess.run,
-        [str(ORE), "chat", "hello"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=EXIT_TIMEOUT,
-        check=False,
-    )
+    chat = await chat_beside(served, "hello", OPENAI_API_KEY="sk-x")
     assert chat.returncode == 0, chat.stderr
     assert chat.stderr.splitlines()[1] == (
         f"OPENAI_API_KEY is set here, but the core that answers is ore serve (pid "

@@ -38,14 +38,15 @@ ROOM = "room-1"
 TIMEOUT = 30.0
 
 
-async def linked(core: ConduitCore) -> ConduitClient:
+async def linked(core: ConduitCore, *, reaction_lines: bool | None = None) -> ConduitClient:
     """THREAD, made by namespace `web`, linked to the scripted conduit's ROOM; web's client."""
     web = core.client_for("web")
     await web.create_thread(THREAD)
     endpoint = {"namespace": "memo", "key": "memo.room", "value": ROOM}
-    await ControlClient.beside(core.client).call(
-        "links.add", {"thread": THREAD, "endpoint": endpoint}
-    )
+    body: dict[str, object] = {"thread": THREAD, "endpoint": endpoint}
+    if reaction_lines is not None:
+        body["reaction_lines"] = reaction_lines
+    await ControlClient.beside(core.client).call("links.add", body)
     return web
 
 
@@ -59,10 +60,44 @@ async def delivery_report(web: ConduitClient, text: str) -> DeliveryEvent:
     raise AssertionError("the feed ended")
 
 
-async def start(ore_start_conduit: StartConduit, platform: ScriptedPlatform) -> None:
-    """The scripted conduit, running and listening."""
-    await ore_start_conduit(conduit_for(platform), {})
+async def start(
+    ore_start_conduit: StartConduit,
+    platform: ScriptedPlatform,
+    conduit: type[PlatformConduit] | None = None,
+) -> None:
+    """The scripted conduit (or `conduit`, made for `platform`), running and listening."""
+    await ore_start_conduit(conduit or conduit_for(platform), {})
     await asyncio.wait_for(platform.connected.wait(), TIMEOUT)
+
+
+async def relaying(
+    core: ConduitCore,
+    ore_start_conduit: StartConduit,
+    platform: ScriptedPlatform | None = None,
+    *,
+    reaction_lines: bool | None = None,
+) -> tuple[ConduitClient, ScriptedPlatform]:
+    """THREAD linked to ROOM and the scripted conduit running on `platform` (a new one
+    unless given); web's client and the platform."""
+    web = await linked(core, reaction_lines=reaction_lines)
+    platform = platform or ScriptedPlatform()
+    await start(ore_start_conduit, platform)
+    return web, platform
+
+
+async def copied(web: ConduitClient, platform: ScriptedPlatform, text: str) -> None:
+    """Ana's `text` (id w-1) sent from web, until its copy is shown on ROOM."""
+    await web.send(THREAD, text, id="w-1", user_name="Ana")
+    await asyncio.wait_for(platform.wait_for(ROOM, 1), TIMEOUT)
+
+
+async def answered_hi(ore_start_conduit: StartConduit) -> ScriptedPlatform:
+    """The scripted conduit running, once Ana's "hi" (p-1) on ROOM is answered there."""
+    platform = ScriptedPlatform()
+    await start(ore_start_conduit, platform)
+    platform.receive(Message(conversation=ROOM, platform_id="p-1", sender=Sender("Ana"), text="hi"))
+    assert await asyncio.wait_for(platform.wait_for(ROOM, 1), TIMEOUT) == ["echo: hi"]
+    return platform
 
 
 # -- inbound -------------------------------------------------------------------------
@@ -92,10 +127,7 @@ async def test_an_inbound_message_is_confirmed_only_once_the_core_stored_it(
 async def test_an_answer_replies_to_the_message_it_answers(
     ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit
 ) -> None:
-    platform = ScriptedPlatform()
-    await start(ore_start_conduit, platform)
-    platform.receive(Message(conversation=ROOM, platform_id="p-1", sender=Sender("Ana"), text="hi"))
-    assert await asyncio.wait_for(platform.wait_for(ROOM, 1), TIMEOUT) == ["echo: hi"]
+    platform = await answered_hi(ore_start_conduit)
     (answer,) = platform.parts.values()
     assert answer.reply_to == "p-1"
 
@@ -136,8 +168,7 @@ async def test_a_copy_s_deadline_comes_from_the_conduit_s_settings(
         def copy_patience(self, config: ConduitConfig) -> float:
             return 0.0
 
-    await ore_start_conduit(Impatient, {})
-    await asyncio.wait_for(platform.connected.wait(), TIMEOUT)
+    await start(ore_start_conduit, platform, Impatient)
     report = await asyncio.wait_for(delivery_report(web, "hi"), TIMEOUT)
     assert (report.status, report.reason) == ("failed", "rate_limited")
 
@@ -148,10 +179,9 @@ async def test_a_copy_s_deadline_comes_from_the_conduit_s_settings(
 async def test_a_copy_the_platform_refuses_is_reported_failed_with_its_reason(
     ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit
 ) -> None:
-    web = await linked(ore_conduit_core)
     platform = ScriptedPlatform()
     platform.fail(ROOM, Refused("403 missing access", "refused_permission"))
-    await start(ore_start_conduit, platform)
+    web, _ = await relaying(ore_conduit_core, ore_start_conduit, platform)
     report = await asyncio.wait_for(delivery_report(web, "hi"), TIMEOUT)
     assert (report.status, report.reason, report.detail) == (
         "failed",
@@ -164,10 +194,9 @@ async def test_a_copy_the_platform_refuses_is_reported_failed_with_its_reason(
 async def test_a_rate_limited_copy_is_reported_retrying_once_then_delivered(
     ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit
 ) -> None:
-    web = await linked(ore_conduit_core)
     platform = ScriptedPlatform()
     platform.fail(ROOM, RateLimited("429", 0.01), RateLimited("429", 0.01))
-    await start(ore_start_conduit, platform)
+    web, _ = await relaying(ore_conduit_core, ore_start_conduit, platform)
     report = await asyncio.wait_for(delivery_report(web, "hi"), TIMEOUT)
     assert (report.status, report.reason) == ("retrying", "rate_limited")
     assert await asyncio.wait_for(platform.wait_for(ROOM, 1), TIMEOUT) == ["Ana (web): hi"]
@@ -177,11 +206,8 @@ async def test_a_rate_limited_copy_is_reported_retrying_once_then_delivered(
 async def test_an_edit_on_another_endpoint_edits_the_copy_in_place(
     ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit
 ) -> None:
-    web = await linked(ore_conduit_core)
-    platform = ScriptedPlatform()
-    await start(ore_start_conduit, platform)
-    await web.send(THREAD, "helo", id="w-1", user_name="Ana")
-    await asyncio.wait_for(platform.wait_for(ROOM, 1), TIMEOUT)
+    web, platform = await relaying(ore_conduit_core, ore_start_conduit)
+    await copied(web, platform, "helo")
     await web.edit(THREAD, "w-1", "hello", answer=False, user_name="Ana")
     async with platform.changed:
         await asyncio.wait_for(
@@ -194,11 +220,8 @@ async def test_an_edit_on_another_endpoint_edits_the_copy_in_place(
 async def test_a_delete_on_another_endpoint_deletes_the_copy(
     ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit
 ) -> None:
-    web = await linked(ore_conduit_core)
-    platform = ScriptedPlatform()
-    await start(ore_start_conduit, platform)
-    await web.send(THREAD, "oops", id="w-1", user_name="Ana")
-    await asyncio.wait_for(platform.wait_for(ROOM, 1), TIMEOUT)
+    web, platform = await relaying(ore_conduit_core, ore_start_conduit)
+    await copied(web, platform, "oops")
     await web.delete(THREAD, "w-1")
     async with platform.changed:
         await asyncio.wait_for(platform.changed.wait_for(lambda: not platform.shown[ROOM]), TIMEOUT)
@@ -215,8 +238,7 @@ async def test_a_conduit_s_settings_may_lower_the_longest_message_its_copies_are
         def platform_capabilities(self, adapter: Platform, config: ConduitConfig) -> Capabilities:
             return short
 
-    await ore_start_conduit(Short, {})
-    await asyncio.wait_for(platform.connected.wait(), TIMEOUT)
+    await start(ore_start_conduit, platform, Short)
     await web.send(THREAD, "word " * 40, user_name="Ana")  # 200 characters and the label
     shown = await asyncio.wait_for(platform.wait_for(ROOM, 4), TIMEOUT)
     assert all(len(text) <= 64 for text in shown)

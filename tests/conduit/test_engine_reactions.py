@@ -7,26 +7,22 @@ from __future__ import annotations
 
 import asyncio
 
-from ore_core.conduit import ConduitClient, ControlClient, Message, Reaction, Sender
+from ore_core.conduit import Message, Reaction, Sender
 from ore_core.events import ReactionEvent
 from ore_core.session.reactions import reactions_of
 from ore_core.testing.conduit_conformance import ConduitCore, StartConduit
 from ore_core.testing.scripted_platform import ScriptedPlatform
 from ore_core.turn import Role
 from tests.bus.raw import eventually
-from tests.conduit.test_engine import ROOM, THREAD, TIMEOUT, start
-
-
-async def linked(core: ConduitCore, *, reaction_lines: bool | None = None) -> ConduitClient:
-    """THREAD, made by namespace `web`, linked to the scripted conduit's ROOM; web's client."""
-    web = core.client_for("web")
-    await web.create_thread(THREAD)
-    endpoint = {"namespace": "memo", "key": "memo.room", "value": ROOM}
-    body: dict[str, object] = {"thread": THREAD, "endpoint": endpoint}
-    if reaction_lines is not None:
-        body["reaction_lines"] = reaction_lines
-    await ControlClient.beside(core.client).call("links.add", body)
-    return web
+from tests.conduit.test_engine import (
+    ROOM,
+    THREAD,
+    TIMEOUT,
+    answered_hi,
+    copied,
+    relaying,
+    start,
+)
 
 
 async def shown_after(platform: ScriptedPlatform, count: int) -> list[str]:
@@ -46,11 +42,8 @@ async def reported(core: ConduitCore, copy: str) -> None:
 async def test_a_reaction_elsewhere_is_a_short_line_where_the_gateway_asks_for_it(
     ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit
 ) -> None:
-    web = await linked(ore_conduit_core, reaction_lines=True)
-    platform = ScriptedPlatform()
-    await start(ore_start_conduit, platform)
-    await web.send(THREAD, "hello", id="w-1", user_name="Ana")
-    await shown_after(platform, 1)
+    web, platform = await relaying(ore_conduit_core, ore_start_conduit, reaction_lines=True)
+    await copied(web, platform, "hello")
     await web.react(THREAD, "w-1", "👍", user="ana", user_name="Ana")
     assert await shown_after(platform, 2) == ["Ana (web): hello", 'Ana reacted 👍 to "hello"']
 
@@ -58,11 +51,8 @@ async def test_a_reaction_elsewhere_is_a_short_line_where_the_gateway_asks_for_i
 async def test_a_reaction_elsewhere_shows_nothing_where_the_gateway_does_not_ask(
     ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit
 ) -> None:
-    web = await linked(ore_conduit_core)
-    platform = ScriptedPlatform()
-    await start(ore_start_conduit, platform)
-    await web.send(THREAD, "hello", id="w-1", user_name="Ana")
-    await shown_after(platform, 1)
+    web, platform = await relaying(ore_conduit_core, ore_start_conduit)
+    await copied(web, platform, "hello")
     await web.react(THREAD, "w-1", "👍", user="ana", user_name="Ana")
     await web.send(THREAD, "after the reaction", id="w-2", user_name="Ana")
     shown = await shown_after(platform, 2)  # the lane shows a thread's events in order
@@ -72,12 +62,9 @@ async def test_a_reaction_elsewhere_shows_nothing_where_the_gateway_does_not_ask
 async def test_a_reaction_on_a_copy_here_is_recorded_on_the_copied_turn(
     ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit
 ) -> None:
-    web = await linked(ore_conduit_core)
-    platform = ScriptedPlatform()
-    await start(ore_start_conduit, platform)
+    web, platform = await relaying(ore_conduit_core, ore_start_conduit)
     async with web.events(THREAD, kinds={"reaction"}) as feed:
-        await web.send(THREAD, "hello", id="w-1", user_name="Ana")
-        await shown_after(platform, 1)
+        await copied(web, platform, "hello")
         (copy,) = platform.shown[ROOM]
         await reported(ore_conduit_core, copy)
         platform.receive(
@@ -99,10 +86,7 @@ async def test_a_reaction_on_a_copy_here_is_recorded_on_the_copied_turn(
 async def test_a_reaction_on_the_platform_never_starts_a_model_turn(
     ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit
 ) -> None:
-    platform = ScriptedPlatform()
-    await start(ore_start_conduit, platform)
-    platform.receive(Message(conversation=ROOM, platform_id="p-1", sender=Sender("Ana"), text="hi"))
-    assert await shown_after(platform, 1) == ["echo: hi"]
+    platform = await answered_hi(ore_start_conduit)
     platform.receive(
         Reaction(
             conversation=ROOM, platform_id="r-1", sender=Sender("Ana"), target="p-1", emoji="👍"

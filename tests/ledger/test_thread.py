@@ -730,6 +730,16 @@ def trees(draw: st.DrawFn) -> tuple[dict[str, str], dict[str, str], str]:
     return parents, controls, tip
 
 
+def thread_of(tree: tuple[dict[str, str], dict[str, str], str]) -> Thread:
+    """The thread `tree` describes (parents, controls, tip): every turn saved, its tip set."""
+    parents, controls, tip = tree
+    thread = Thread("prop")
+    for name in parents:
+        thread.save_turn(Turn(name, Role.USER, parent_id=parents[name], control=controls[name]))
+    thread.set_current_tip(tip)
+    return thread
+
+
 @pytest.mark.timeout(60)
 @settings(max_examples=300, deadline=None)
 @given(trees())
@@ -737,10 +747,7 @@ def test_active_path_matches_the_reference_walk_on_random_trees(
     tree: tuple[dict[str, str], dict[str, str], str],
 ) -> None:
     parents, controls, tip = tree
-    thread = Thread("prop")
-    for name in parents:
-        thread.save_turn(Turn(name, Role.USER, parent_id=parents[name], control=controls[name]))
-    thread.set_current_tip(tip)
+    thread = thread_of(tree)
     with capture_logs():
         assert ids(thread.turns()) == reference_walk(parents, controls, tip)
 
@@ -752,10 +759,7 @@ def test_reparenting_and_control_changes_keep_matching_the_reference_walk(
     tree: tuple[dict[str, str], dict[str, str], str], data: st.DataObject
 ) -> None:
     parents, controls, tip = tree
-    thread = Thread("prop")
-    for name in parents:
-        thread.save_turn(Turn(name, Role.USER, parent_id=parents[name], control=controls[name]))
-    thread.set_current_tip(tip)
+    thread = thread_of(tree)
     if parents:
         names = st.sampled_from(sorted(parents))
         for _ in range(data.draw(st.integers(min_value=1, max_value=10))):

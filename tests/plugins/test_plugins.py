@@ -355,23 +355,28 @@ async def test_startup_awaits_async_hooks_and_shutdown_calls_sync_ones(
     assert ore_test_plugin.calls == [("startup", session_manager), ("shutdown", session_manager)]
 
 
-async def test_startup_failure_names_the_plugin_and_stops(
-    ore_plugin_manager: OrePluginManager, ore_register_plugin: Any
-) -> None:
+@pytest.fixture
+def ok_and_bad(ore_register_plugin: Any) -> list[str]:
+    """Two lifecycle plugins, `ok` and a failing `bad` (called first); their shared log."""
     log: list[str] = []
     ore_register_plugin(LifecyclePlugin(log, "ok"), name="ok")
-    ore_register_plugin(LifecyclePlugin(log, "bad", fail=True), name="bad")  # called first
+    ore_register_plugin(LifecyclePlugin(log, "bad", fail=True), name="bad")
+    return log
+
+
+async def test_startup_failure_names_the_plugin_and_stops(
+    ore_plugin_manager: OrePluginManager, ok_and_bad: list[str]
+) -> None:
+    log = ok_and_bad
     with pytest.raises(PluginError, match='plugin "bad" failed in ore_startup'):
         await startup_plugins(ore_plugin_manager, object())  # type: ignore[arg-type]
     assert log == []
 
 
 async def test_shutdown_failure_does_not_skip_other_plugins(
-    ore_plugin_manager: OrePluginManager, ore_register_plugin: Any
+    ore_plugin_manager: OrePluginManager, ok_and_bad: list[str]
 ) -> None:
-    log: list[str] = []
-    ore_register_plugin(LifecyclePlugin(log, "ok"), name="ok")
-    ore_register_plugin(LifecyclePlugin(log, "bad", fail=True), name="bad")  # called first
+    log = ok_and_bad
     with capture_logs() as logs:
         await shutdown_plugins(ore_plugin_manager, object())  # type: ignore[arg-type]
     assert log == ["ok:shutdown"]

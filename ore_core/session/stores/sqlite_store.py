@@ -10,11 +10,12 @@ indexed on `(key, value)` so `get_by` is an index lookup. To change the schema, 
 a function to `MIGRATIONS`: the store runs the missing ones at open, in one transaction.
 
 Every call runs on one dedicated worker thread that owns the connection, so the event
-loop never waits on SQLite; the one exception is a lone small save while the worker
-is idle, which a `LoopCommitter` commits on the loop when that needs no waiting and no
-fsync (no thread hop: most of a save's cost at one conversation). Saves queued while
-the worker is busy are committed together in one transaction (group commit), each
-caller resuming only after that commit; a save that fails inside the group is retried
+loop never waits on SQLite; the one exception are small saves while the worker is
+idle: a `LoopCommitter` commits a loop iteration's saves together on the loop when
+that needs no waiting and no fsync (no thread hops: at one conversation most of a
+save's cost, at a hundred a third of the core's context switches). Saves queued for
+the worker are committed together in one transaction (group commit), each caller
+resuming only after that commit; a save that fails inside the group is retried
 alone, so only its caller sees the error. WAL mode lets readers in other processes
 proceed during a write; `busy_timeout` makes writers queue instead of failing. A
 `WalCheckpointer` thread copies the WAL back into the database, so no save waits for a
@@ -45,7 +46,7 @@ from ore_core.ledger.file_repository import FsyncPolicy
 from ore_core.ledger.thread import Thread
 from ore_core.session.stores.base import BaseStore, directory_fault
 from ore_core.session.stores.changes import ChangeSet, ChangeTracker
-from ore_core.session.stores.loop_commit import LoopCommitter
+from ore_core.session.stores.loop_commit import LoopCommitter, Outcome
 from ore_core.session.stores.thread_json import build_thread, ordered_turns
 from ore_core.session.stores.wal_checkpointer import WalCheckpointer
 from ore_core.session.stores.worker import Call, SerialWorker
@@ -214,6 +215,7 @@ class SQLiteStore(BaseStore):
                 self.path,
                 synchronous=self._synchronous,
                 autocheckpoint=WalCheckpointer.BACKSTOP_PAGES,
+                on_commit=self._checkpointer.nudge,
             )
         )
 
@@ -272,7 +274,8 @@ class SQLiteStore(BaseStore):
             turns = [(turn.id, turn_json(turn)) for turn in net.changed_turns(thread)]
             expected = recorder.version
             rows = _Rows(turns, net.tip, net.meta, expected if isinstance(expected, int) else None)
-            done, version = self._commit_on_loop(thread_id, rows)
+            on_loop = self._commit_on_loop(thread_id, rows)
+            done, version = (False, None) if on_loop is None else await on_loop
             if not done:  # the worker directly: `_run`'s own coroutine costs a frame per save
                 version = await self._worker.run(self._write, thread_id, rows, grouped=True)
             if version is None:
@@ -340,26 +343,19 @@ class SQLiteStore(BaseStore):
         except sqlite3.Error as exc:
             raise self._failed(exc) from exc
 
-    def _commit_on_loop(self, thread_id: str, rows: _Rows) -> tuple[bool, int | None]:
-        """Commit `rows` here and now if that is cheap (see `LoopCommitter`); else
-        `(False, None)` and the caller hands them to the worker."""
+    def _commit_on_loop(
+        self, thread_id: str, rows: _Rows
+    ) -> asyncio.Future[Outcome[int | None]] | None:
+        """The outcome of committing `rows` with this loop iteration's other saves, on
+        the loop (see `LoopCommitter`); None when the worker must take them."""
         on_loop = self._on_loop
-        if on_loop is None or not on_loop.lone():
-            return False, None
-        eligible = (
-            self._conn is not None  # the worker has opened (and migrated) the file
-            and self._worker.idle
-            and sum(len(raw) for _, raw in rows.turns) <= LOOP_COMMIT_MAX_BYTES
-        )
-        if not eligible:
-            return False, None
-        try:
-            done, version = on_loop.commit(partial(self._write, thread_id, rows))
-        except sqlite3.Error as exc:
-            raise self._failed(exc) from exc
-        if done:
-            self._checkpointer.nudge()
-        return done, version
+        if on_loop is None or self._conn is None or not self._worker.idle:
+            # (no connection yet: the worker has not opened and migrated the file)
+            return None
+        size = sum(len(raw) for _, raw in rows.turns)
+        if size > LOOP_COMMIT_MAX_BYTES:
+            return None
+        return on_loop.add(partial(self._write, thread_id, rows), size)
 
     def _hand_out(self, loaded: _Loaded) -> Thread:
         """The caller's Thread, tracked so that `save` writes only what changes."""

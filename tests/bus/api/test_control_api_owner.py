@@ -46,14 +46,23 @@ def owned_by(worker: CoreService) -> str:
     return next(f"t{n}" for n in range(1000) if partition_of(f"t{n}", raw.PARTITIONS) in held)
 
 
+async def answered_by_owner(
+    start_core: CoreFactory, nc: Client, outbox: Outbox
+) -> tuple[CoreService, CoreService, str]:
+    """Two workers (`other`, `owner`) and a thread of `owner`'s with one answered turn,
+    once `other` knows who owns it."""
+    other, owner = await two_workers(start_core)
+    thread_id = owned_by(owner)
+    await raw.publish(nc, thread_id, raw.user_message("hi", "m-1"))
+    await outbox.done(thread_id)
+    await raw.wait_for(lambda: other.ownership.other_holder(thread_id) == "w2")
+    return other, owner, thread_id
+
+
 async def test_a_write_reaching_another_worker_goes_through_the_owner_s_live_stream(
     start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
 ) -> None:
-    other, owner = await two_workers(start_core)
-    thread_id = owned_by(owner)
-    await raw.publish(ore_nats_client, thread_id, raw.user_message("hi", "m-1"))
-    await outbox.done(thread_id)
-    await raw.wait_for(lambda: other.ownership.other_holder(thread_id) == "w2")
+    other, owner, thread_id = await answered_by_owner(start_core, ore_nats_client, outbox)
     await stop_service(owner)  # requests now reach `other` only
 
     reply = await call(
@@ -79,11 +88,7 @@ async def test_a_lookup_answered_by_a_worker_that_does_not_own_the_thread_keeps_
 async def test_a_request_whose_owner_does_not_answer_is_answered_from_the_store(
     start_core: CoreFactory, ore_nats_client: Client, outbox: Outbox
 ) -> None:
-    other, owner = await two_workers(start_core)
-    thread_id = owned_by(owner)
-    await raw.publish(ore_nats_client, thread_id, raw.user_message("hi", "m-1"))
-    await outbox.done(thread_id)
-    await raw.wait_for(lambda: other.ownership.other_holder(thread_id) == "w2")
+    _other, owner, thread_id = await answered_by_owner(start_core, ore_nats_client, outbox)
     assert owner._control is not None
     await owner._control.stop()  # neither its service nor its forwarded requests answer
 

@@ -342,23 +342,26 @@ async def test_a_lone_save_is_committed_on_the_loop_without_the_worker_thread(
     assert _texts(await store.get(thread.id)) == ["lone"]
 
 
-async def test_of_a_burst_of_saves_one_is_committed_on_the_loop_and_later_bursts_grouped(
+async def test_a_burst_of_saves_is_committed_on_the_loop_in_one_transaction_after_the_first(
     store: SQLiteStore, outside: sqlite3.Connection
 ) -> None:
     threads = [await store.create() for _ in range(50)]
     worker_statements = await _trace_commits(store)
+    assert store._on_loop is not None
+    on_loop = store._on_loop._open().connection  # the loop's connection, traced
+    loop_statements: list[str] = []
+    on_loop.set_trace_callback(loop_statements.append)
     turns = [thread.append(Role.USER, Text(f"from {thread.id}")) for thread in threads]
     await asyncio.gather(*(store.save(thread) for thread in threads))
     assert _stored_turn_ids(outside) == {turn.id for turn in turns}
-    assert _saves(worker_statements) == 49  # the first, alone in its iteration: on the loop
-    assert worker_statements.count("COMMIT") < 49  # the worker grouped the rest
-    # While bursts go on, every save goes to the worker: another burst, then a lone save.
-    for thread in threads:
+    await store._run(lambda: None)  # anything the saves queued has run by now
+    assert worker_statements == []
+    # The first, alone in its iteration so far, at once; the other 49 together.
+    assert (_saves(loop_statements), loop_statements.count("COMMIT")) == (50, 2)
+    for thread in threads:  # while bursts go on, every save waits for its iteration's end
         thread.append(Role.USER, Text(f"again from {thread.id}"))
     await asyncio.gather(*(store.save(thread) for thread in threads))
-    threads[0].append(Role.USER, Text("right after the bursts"))
-    await store.save(threads[0])
-    assert _saves(worker_statements) == 49 + 50 + 1
+    assert (_saves(loop_statements), loop_statements.count("COMMIT")) == (100, 3)
 
 
 async def test_one_refused_save_of_a_group_fails_alone(
