@@ -303,6 +303,7 @@ class MatrixPlatform:
             # The event the key made before a crash, with the text of then (the start of
             # a streamed answer): the homeserver names it as it is; show the text now.
             await self.edit(conversation, str(answer.event_id), part)
+            self.state.keep_shown(key, part.text)
         return str(answer.event_id)
 
     async def edit(self, conversation: str, platform_id: str, part: Part) -> None:
