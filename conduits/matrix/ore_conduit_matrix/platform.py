@@ -20,7 +20,6 @@ read, and a post to it is refused.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 from collections.abc import AsyncIterator, Awaitable
@@ -56,6 +55,7 @@ from ore_core.conduit import (
     RateLimited,
     Refused,
     Transient,
+    until_answered,
 )
 
 __all__ = ["ENCRYPTED_NOTICE", "MatrixPlatform"]
@@ -67,7 +67,6 @@ ENCRYPTED_NOTICE = (
     "invite it to a room without encryption to talk to it."
 )
 _NOTICE_TXN = "ore-encrypted-room-notice"
-_BACKOFF = (0.05, 2.0)  # first and longest wait between failed syncs, in seconds
 _NETWORK = (aiohttp.ClientError, TimeoutError)
 _R = TypeVar("_R")
 
@@ -204,26 +203,27 @@ class MatrixPlatform:
             since, history = response.next_batch, False
 
     async def _sync(self, since: str, full_state: bool) -> SyncResponse:
-        """One `/sync`, tried until it answers; MissingCredentials if the token is revoked."""
-        wait = _BACKOFF[0]
-        while True:
+        """One `/sync`, tried until it answers on the SDK's one schedule (a rate limit's
+        own wait); MissingCredentials if the token is revoked."""
+
+        async def once() -> SyncResponse:
             try:
                 answer = await self.client.sync(
                     timeout=self.config.sync_timeout, since=since or None, full_state=full_state
                 )
             except _NETWORK as exc:
-                failure: PlatformError = Transient(f"sync: {exc!r}")
-            else:
-                if isinstance(answer, SyncResponse):
-                    return answer
-                if getattr(answer, "status_code", "") == "M_UNKNOWN_TOKEN":
-                    raise MissingCredentials(
-                        f"the homeserver revoked the bot's access token ({answer}): log in again"
-                    )
-                failure = classify("sync", answer)
-            log.warning("matrix sync failed", error=failure.detail)
-            await asyncio.sleep(failure.wait if isinstance(failure, RateLimited) else wait)
-            wait = min(wait * 2, _BACKOFF[1])
+                raise Transient(f"sync: {exc!r}") from exc
+            if isinstance(answer, SyncResponse):
+                return answer
+            if getattr(answer, "status_code", "") == "M_UNKNOWN_TOKEN":
+                raise MissingCredentials(
+                    f"the homeserver revoked the bot's access token ({answer}): log in again"
+                )
+            raise classify("sync", answer)
+
+        return await until_answered(
+            once, "matrix sync failed", passing=_failed_sync, asked=_rate_limit_wait
+        )
 
     async def _accept_invites(self, response: SyncResponse) -> None:
         for room, info in response.rooms.invite.items():
@@ -355,6 +355,15 @@ class MatrixPlatform:
         if isinstance(answer, ErrorResponse):
             raise classify(call, answer)
         return answer
+
+
+def _failed_sync(error: BaseException) -> bool:
+    """Is `error` a sync's failure (tried again), not a bug or a revoked token?"""
+    return isinstance(error, PlatformError)
+
+
+def _rate_limit_wait(error: BaseException) -> float | None:
+    return error.wait if isinstance(error, RateLimited) else None
 
 
 def _since_joined(me: str, events: list[Any]) -> list[Any]:
