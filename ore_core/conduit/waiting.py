@@ -5,20 +5,23 @@ over) and gives up at once on a refusal. Every such wait goes through
 `until_answered`, so the schedule (pauses doubling from `RETRY_FIRST` to `RETRY_MAX`),
 what counts as passing (`core_away`), the deadline and the log (one line per outage,
 not one per try) are the same in every conduit. A conduit whose work also waits for its
-platform passes a wider `passing` (its own classification of the platform's errors).
+platform passes a wider `passing` (its own classification of the platform's errors), and
+`asked` for the wait a failure names (a rate limit's `retry_after`). A connection that
+is a stream (a gateway's websocket) is connected again on the same schedule by
+`across_reconnects`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal, TypeVar
 
 import structlog
 
 from ore_core.errors import ApiError, BusError, PermissionDenied
 
-__all__ = ["RETRY_FIRST", "RETRY_MAX", "core_away", "until_answered"]
+__all__ = ["RETRY_FIRST", "RETRY_MAX", "across_reconnects", "core_away", "until_answered"]
 
 log = structlog.get_logger("ore.conduit")
 
@@ -49,6 +52,7 @@ async def until_answered(
     passing: Callable[[BaseException], bool] = core_away,
     deadline: float | None = None,
     stopped: Callable[[], bool] | None = None,
+    asked: Callable[[BaseException], float | None] | None = None,
     level: Literal["info", "warning"] = "warning",
     **context: Any,
 ) -> _T:
@@ -58,7 +62,8 @@ async def until_answered(
     caller is closing, or when the next try would start after `deadline` (a time of
     the running loop's clock: the caller's own promise to whoever waits on it). The
     first failure of an outage is logged once, with `purpose` ("catch-up waits for the
-    core") and `context` (the thread id...).
+    core") and `context` (the thread id...). `asked(failure)`, when it names a wait (a
+    rate limit's), is waited instead of the schedule's next pause.
     """
     loop = asyncio.get_running_loop()
     pause = RETRY_FIRST
@@ -69,10 +74,45 @@ async def until_answered(
         except Exception as exc:
             if not passing(exc) or (stopped is not None and stopped()):
                 raise
-            if deadline is not None and loop.time() + pause > deadline:
+            wait = asked(exc) if asked is not None else None
+            if deadline is not None and loop.time() + (wait or pause) > deadline:
                 raise
             if not told:
                 getattr(log, level)(f"{purpose}: waiting", error=str(exc), **context)
                 told = True
+        if wait is not None:
+            await asyncio.sleep(wait)
+            continue
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, RETRY_MAX)
+
+
+async def across_reconnects(
+    connection: Callable[[], AsyncIterator[_T]],
+    purpose: str,
+    *,
+    passing: Callable[[BaseException], bool],
+    level: Literal["info", "warning"] = "info",
+    **context: Any,
+) -> AsyncIterator[_T]:
+    """The items of `connection()`, connected again whenever it ends or fails with a
+    `passing` error (another error is raised as it is), after the pauses of
+    `until_answered`'s schedule: they start over once a connection yields an item.
+    Logged once per outage, with `purpose` and `context`."""
+    pause = RETRY_FIRST
+    told = False
+    while True:
+        try:
+            async for item in connection():
+                pause, told = RETRY_FIRST, False
+                yield item
+            ended = "the connection ended"
+        except Exception as exc:
+            if not passing(exc):
+                raise
+            ended = str(exc) or type(exc).__name__
+        if not told:
+            getattr(log, level)(f"{purpose}: reconnecting", error=ended, **context)
+            told = True
         await asyncio.sleep(pause)
         pause = min(pause * 2, RETRY_MAX)

@@ -19,7 +19,8 @@ Processors for tests live in `ore_core.testing.processors`, the 3-node cluster i
 writes fail on demand (disk full, read-only) in `ore_core.testing.faulty_store`; a conduit
 run as a process to kill under load in `ore_core.testing.conduit_process`, `ore serve`
 as one in `ore_core.testing.serve_process`, and a long run of many conversations under
-such kills, counted, in `ore_core.testing.long_run`. A platform conduit's own tests
+such kills, or a burst into one under rate limits, counted, in
+`ore_core.testing.long_run` (`LongRun`, `BurstRun`). A platform conduit's own tests
 build on `ore_core.testing.harness` (its fake, a core with scripted answers, the
 conduit, the waits). The scripted
 OpenAI-compatible server is the openai plugin's (`ore_openai.testing`).

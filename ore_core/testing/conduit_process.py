@@ -15,17 +15,24 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["ConduitProcess", "Samples", "free_port"]
+__all__ = ["STARTUP", "ConduitProcess", "Samples", "free_port"]
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 """Every sample of a `/metrics` page: (name, sorted labels) -> value."""
 _SCRAPES = 600  # of /metrics at most in `metrics_when`, 50 ms apart
+STARTUP = 300.0
+"""Seconds a started process may take to be ready at most: a bound against a hang, not a
+pace (the wait ends when it is ready); a loaded machine may take a minute to start one."""
+
+WaitUntil = Callable[[Callable[[], bool], float], Awaitable[None]]
+"""A fake's `wait_until(predicate, within)`: until `predicate()` holds, checked on its
+changes; TimeoutError after `within` seconds."""
 
 
 def free_port() -> int:
@@ -82,6 +89,32 @@ class ConduitProcess:
             self.process = subprocess.Popen(
                 argv, stdout=log, stderr=log, env={**os.environ, **self.env}
             )
+
+    async def start_ready(
+        self, ready: Callable[[], bool], wait_until: WaitUntil, within: float = STARTUP
+    ) -> None:
+        """Start it and wait until the platform's fake says it is `ready()` (its
+        `wait_until`); AssertionError with its log's end if it exits first."""
+        self.start()
+        assert self.process is not None
+        loop = asyncio.get_running_loop()
+        exited = asyncio.Event()
+        pidfd = os.pidfd_open(self.process.pid)  # readable once the process exits
+        loop.add_reader(pidfd, exited.set)
+        readied = asyncio.ensure_future(wait_until(ready, within))
+        gone = asyncio.ensure_future(exited.wait())
+        try:
+            await asyncio.wait([readied, gone], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+            for wait in (readied, gone):
+                wait.cancel()
+            await asyncio.gather(readied, gone, return_exceptions=True)
+        if readied.cancelled():
+            tail = self.log.read_text(errors="replace")[-2000:]
+            raise AssertionError(f"{self.name} exited before it was ready: {tail}")
+        readied.result()  # TimeoutError: it never got ready
 
     def kill(self) -> None:
         """kill -9, and wait for it to be gone."""

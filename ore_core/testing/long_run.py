@@ -1,11 +1,16 @@
-"""LongRun: many conversations on a fake platform while faults strike, and their count.
+"""LongRun and BurstRun: conversations on a fake platform while faults strike, counted.
 
-Users in every conversation write `messages` messages each, the next once the previous
-one is answered, all conversations at once. Faults (kill -9 of the conduit or of `ore
-serve`, see `ConduitProcess` and `ServeProcess`) strike when a given number of answers
-has been shown: the run is paced by work done, never by the clock. Then what each
-conversation shows is counted against what was sent: sent, answered, lost, doubled,
-out of order (conversations whose answers are not in the order of their messages).
+`LongRun`: users in every conversation write `messages` messages each, the next once
+the previous one is answered, all conversations at once. `BurstRun`: users write all
+their messages at once, and wait for the answers. Faults (kill -9 of the conduit or of
+`ore serve`, see `ConduitProcess` and `ServeProcess`; a rate limit the fake serves next)
+strike when a given number of answers has been shown: the run is paced by work done,
+never by the clock. Then what each conversation shows is counted against what was
+sent: sent, answered, lost, doubled, out of order (conversations whose answers are not
+in the order of their messages).
+
+A package's test is its fake's calls: how a user says something, what the bot shows,
+how to wait on the fake's changes, and its faults.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
-__all__ = ["Fault", "LongRun", "audit"]
+__all__ = ["BurstRun", "Fault", "LongRun", "audit"]
 
 Fault = tuple[int, Callable[[], Awaitable[None]]]
 """(answers shown first, the fault): it strikes once that many answers are shown."""
@@ -70,8 +75,14 @@ class LongRun:
     def _shows(self, conversation: str, text: str) -> bool:
         return self.answer(text) in self.shown(conversation)
 
-    def _answered_at_least(self, count: int) -> bool:
-        return self.answered() >= count
+    def _answered_more_than(self, count: int) -> bool:
+        return self.answered() > count
+
+    async def _progress_to(self, count: int) -> None:
+        """Until `count` answers are shown; TimeoutError when none more is shown within
+        `patience` (a loaded machine is slow, a stuck run shows nothing new)."""
+        while (shown := self.answered()) < count:
+            await self.wait_until(partial(self._answered_more_than, shown), self.patience)
 
     def differences(self) -> dict[str, list[str]]:
         """What each conversation shows where it is not exactly the answers, in order."""
@@ -81,10 +92,19 @@ class LongRun:
             if (got := self.shown(conversation)) != [self.answer(text) for text in texts]
         }
 
+    def counts(self) -> dict[str, int]:
+        """The audit of what the conversations show now (see `audit`)."""
+        return audit(self.sent, self.shown, self.answer)
+
+    @staticmethod
+    def text(number: int, message: int) -> str:
+        """What the users of conversation `number` write as their `message`th message."""
+        return f"c{number} m{message}"
+
     async def _converse(self, number: int, conversation: str) -> None:
         texts = self.sent.setdefault(conversation, [])
         for message in range(self.messages):
-            text = f"c{number} m{message}"
+            text = self.text(number, message)
             texts.append(text)
             await self.say(conversation, text)
             try:
@@ -98,11 +118,30 @@ class LongRun:
         load = asyncio.gather(*(self._converse(n, c) for n, c in enumerate(self.conversations)))
         try:
             for after, fault in faults:
-                await self.wait_until(partial(self._answered_at_least, after), self.patience)
+                await self._progress_to(after)
                 await fault()
             await load
         finally:
             if not load.done():
                 load.cancel()
                 await asyncio.gather(load, return_exceptions=True)
-        return audit(self.sent, self.shown, self.answer)
+        return self.counts()
+
+
+@dataclass
+class BurstRun(LongRun):
+    """A burst: each conversation's `messages` written at once, then their answers
+    awaited in order, each within `patience` (`unanswered`: those not shown then)."""
+
+    async def _converse(self, number: int, conversation: str) -> None:
+        texts = self.sent.setdefault(conversation, [])
+        for message in range(self.messages):
+            text = self.text(number, message)
+            texts.append(text)
+            await self.say(conversation, text)
+        for text in texts:
+            try:
+                await self.wait_until(partial(self._shows, conversation, text), self.patience)
+            except TimeoutError:
+                self.unanswered += [t for t in texts if not self._shows(conversation, t)]
+                return

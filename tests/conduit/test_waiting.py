@@ -1,13 +1,16 @@
-"""`until_answered`: the one retry policy of conduits (what passes, deadline, log)."""
+"""`until_answered`: the one retry policy of conduits (what passes, deadline, log), and
+`across_reconnects`, its form for a stream connected again."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 from structlog.testing import capture_logs
 
 from ore_core.conduit import core_away, until_answered
+from ore_core.conduit.waiting import across_reconnects
 from ore_core.errors import ApiError, BusError, PermissionDenied
 
 
@@ -75,3 +78,46 @@ async def test_a_wider_passing_waits_for_the_platform_too() -> None:
     call = Flaky(TimeoutError("slack did not answer"))
     assert await until_answered(call, "event", passing=lambda exc: True) == "ok"
     assert call.calls == 2
+
+
+async def test_a_wait_the_failure_names_is_waited_instead_of_the_schedule() -> None:
+    # A rate limit asking for longer than the deadline leaves: the schedule's short
+    # pause would have tried again.
+    call = Flaky(BusError("slow down"))
+    deadline = asyncio.get_running_loop().time() + 1.0
+    with pytest.raises(BusError):
+        await until_answered(call, "sync", deadline=deadline, asked=lambda _: 60.0)
+    assert call.calls == 1
+
+
+class Connections:
+    """Each connection yields its items, then fails with its error (None: it ends)."""
+
+    def __init__(self, *connections: tuple[list[str], Exception | None]) -> None:
+        self.connections = list(connections)
+        self.made = 0
+
+    async def __call__(self) -> AsyncIterator[str]:
+        self.made += 1
+        items, error = self.connections.pop(0)
+        for item in items:
+            yield item
+        if error is not None:
+            raise error
+
+
+async def test_a_stream_is_connected_again_after_it_fails_or_ends() -> None:
+    connect = Connections((["a"], ConnectionError("reset")), ([], None), (["b"], ValueError("x")))
+    stream = across_reconnects(connect, "gateway", passing=lambda e: isinstance(e, OSError))
+    with capture_logs() as logs:
+        assert [await anext(stream), await anext(stream)] == ["a", "b"]
+    assert connect.made == 3
+    assert [entry["event"] for entry in logs] == ["gateway: reconnecting"]  # one outage
+
+
+async def test_a_stream_failing_with_what_does_not_pass_raises_it() -> None:
+    connect = Connections(([], PermissionError("refused")))
+    stream = across_reconnects(connect, "gateway", passing=lambda e: isinstance(e, TimeoutError))
+    with pytest.raises(PermissionError):
+        await anext(stream)
+    assert connect.made == 1

@@ -1,11 +1,15 @@
-"""ConduitProcess.astop: the test's loop keeps running while the conduit stops."""
+"""ConduitProcess: `astop` lets the test's loop run while the conduit stops; `start_ready`
+ends when the conduit is ready or gone."""
 
 from __future__ import annotations
 
 import asyncio
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from ore_core.testing.conduit_process import ConduitProcess
 
@@ -47,3 +51,20 @@ async def test_astop_lets_the_loop_answer_the_conduit_while_it_stops(tmp_path: P
         await conduit.astop()
     await answering
     assert conduit.process.returncode == 0  # it stopped politely, not killed after 30 s
+
+
+async def test_start_ready_fails_at_once_when_the_conduit_exits_before_it_is_ready(
+    tmp_path: Path,
+) -> None:
+    never = asyncio.Event()  # the fake's readiness: never there
+
+    async def wait_until(predicate: Callable[[], bool], within: float) -> None:
+        async with asyncio.timeout(within):
+            await never.wait()
+
+    conduit = ConduitProcess.isolated("no-such-conduit", "nats://127.0.0.1:1", tmp_path, {})
+    async with asyncio.timeout(60):  # bounds a hang only: the wait's own bound is STARTUP
+        with pytest.raises(AssertionError, match="exited before it was ready"):
+            await conduit.start_ready(lambda: False, wait_until)
+    assert conduit.process is not None
+    assert conduit.process.wait() != 0

@@ -24,6 +24,7 @@ import aiohttp
 
 from ore_conduit_discord.config import MissingToken
 from ore_core import OreError
+from ore_core.conduit.waiting import across_reconnects
 
 __all__ = ["Dispatch", "Gateway", "Session", "intents"]
 
@@ -115,6 +116,11 @@ class _Reconnect(Exception):
     """The socket ended in a way that allows connecting again."""
 
 
+def _passes(error: BaseException) -> bool:
+    """Does connecting again cure `error`?"""
+    return isinstance(error, _Reconnect | aiohttp.ClientError | ConnectionError | TimeoutError)
+
+
 class Gateway:
     """Connects, identifies or resumes, beats, and yields dispatches until closed."""
 
@@ -139,18 +145,10 @@ class Gateway:
         self.connections = 0
         self.ready = asyncio.Event()
 
-    async def dispatches(self) -> AsyncIterator[Dispatch]:
-        """Every event, across reconnects; OreError for a refusal no retry can fix."""
-        backoff = 0.1
-        while True:
-            try:
-                async for dispatch in self._connection():
-                    backoff = 0.1
-                    yield dispatch
-            except (_Reconnect, aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
-                log.info("discord gateway: %s; reconnecting", exc or type(exc).__name__)
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 5.0)
+    def dispatches(self) -> AsyncIterator[Dispatch]:
+        """Every event, across reconnects (the SDK's one schedule); OreError for a
+        refusal no retry can fix."""
+        return across_reconnects(self._connection, "discord gateway", passing=_passes)
 
     async def close(self) -> None:
         if self._socket is not None and not self._socket.closed:

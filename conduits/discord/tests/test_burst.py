@@ -16,7 +16,7 @@ import pytest
 from ore_conduit_discord import DiscordConduit
 from ore_conduit_discord.testing import FakeDiscord
 from ore_core.testing.conduit_conformance import ECHO_PREFIX, StartConduit
-from ore_core.testing.long_run import audit
+from ore_core.testing.long_run import BurstRun, Fault
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 
@@ -30,7 +30,15 @@ async def test_a_burst_of_100_under_429s_is_answered_once_in_order_waiting_as_to
     ore_start_conduit: StartConduit, tmp_path: Path
 ) -> None:
     async with FakeDiscord() as fake:
-        channel = fake.add_channel()
+        run = BurstRun(
+            say=fake.user_says,
+            shown=fake.bot_texts,
+            wait_until=fake.wait_until,
+            answer=lambda text: ECHO_PREFIX + text,
+            conversations=[fake.add_channel()],
+            messages=MESSAGES,
+            patience=WITHIN,
+        )
         settings = {
             "token": fake.token,
             "api_url": f"{fake.url}/api/v10",
@@ -39,20 +47,16 @@ async def test_a_burst_of_100_under_429s_is_answered_once_in_order_waiting_as_to
         }
         conduit = await ore_start_conduit(DiscordConduit, settings)
         await fake.wait_until(lambda: fake.gateway.readied > 0, WITHIN)
-        texts = [f"burst {n}" for n in range(MESSAGES)]
 
-        def answered() -> int:
-            shown = set(fake.bot_texts(channel))
-            return sum(1 for text in texts if ECHO_PREFIX + text in shown)
+        def limit(route: str) -> Fault:
+            async def strike() -> None:
+                fake.fail_next(route, 429, retry_after=RETRY_AFTER)
 
-        for text in texts:
-            await fake.user_says(channel, text)
-        for after, route in LIMITS.items():
-            await fake.wait_until(lambda after=after: answered() >= after, WITHIN)
-            fake.fail_next(route, 429, retry_after=RETRY_AFTER)
-        await fake.wait_until(lambda: answered() == MESSAGES, WITHIN)
+            return strike
+
+        await run.run([(after, limit(route)) for after, route in LIMITS.items()])
         await conduit.stop()
-    counts = audit({channel: texts}, fake.bot_texts, lambda text: ECHO_PREFIX + text)
+    counts = run.counts()
     print(f"discord burst: {counts}, 429s served {fake.limited}, calls too early {fake.early}")
     assert counts == {
         "sent": MESSAGES,

@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 CHANNELS = 3
 ROUNDS = 10
 KILL_AT = (3, 7)  # the rounds whose first post the conduit is killed in
-WITHIN = 30.0
+WITHIN = 60.0  # seconds any one wait for answers may take on a loaded machine
 
 
 def audit(fake: FakeDiscord, sent: dict[str, list[str]]) -> dict[str, int]:
@@ -43,6 +43,7 @@ def audit(fake: FakeDiscord, sent: dict[str, list[str]]) -> dict[str, int]:
     return counts
 
 
+@pytest.mark.timeout(600)  # three starts and ten rounds, on a machine that may be loaded
 async def test_a_conduit_killed_at_a_send_shows_every_answer_once(
     ore_conduit_core: ConduitCore, tmp_path: Path
 ) -> None:
@@ -59,8 +60,7 @@ async def test_a_conduit_killed_at_a_send_shows_every_answer_once(
 
         async def started() -> None:
             readied = fake.gateway.readied
-            conduit.start()
-            await fake.wait_until(lambda: fake.gateway.readied > readied, WITHIN)
+            await conduit.start_ready(lambda: fake.gateway.readied > readied, fake.wait_until)
 
         def answered() -> bool:
             return all(ECHO_PREFIX + t in fake.bot_texts(c) for c, ts in sent.items() for t in ts)

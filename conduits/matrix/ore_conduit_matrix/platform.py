@@ -20,7 +20,6 @@ read, and a post to it is refused.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import hashlib
 import io
@@ -62,6 +61,7 @@ from ore_core.conduit import (
     RateLimited,
     Refused,
     Transient,
+    until_answered,
 )
 from ore_core.conduit.engine import PlatformContext
 from ore_core.conduit.media import DownloadFailed, Remote, fetch_files, take_files
@@ -76,7 +76,6 @@ ENCRYPTED_NOTICE = (
     "invite it to a room without encryption to talk to it."
 )
 _NOTICE_TXN = "ore-encrypted-room-notice"
-_BACKOFF = (0.05, 2.0)  # first and longest wait between failed syncs, in seconds
 _NETWORK = (aiohttp.ClientError, TimeoutError)
 _R = TypeVar("_R")
 FILE_LIMIT = 50 * 1024**2
@@ -257,26 +256,27 @@ class MatrixPlatform:
         return bytes(answer.body)
 
     async def _sync(self, since: str, full_state: bool) -> SyncResponse:
-        """One `/sync`, tried until it answers; MissingCredentials if the token is revoked."""
-        wait = _BACKOFF[0]
-        while True:
+        """One `/sync`, tried until it answers on the SDK's one schedule (a rate limit's
+        own wait); MissingCredentials if the token is revoked."""
+
+        async def once() -> SyncResponse:
             try:
                 answer = await self.client.sync(
                     timeout=self.config.sync_timeout, since=since or None, full_state=full_state
                 )
             except _NETWORK as exc:
-                failure: PlatformError = Transient(f"sync: {exc!r}")
-            else:
-                if isinstance(answer, SyncResponse):
-                    return answer
-                if getattr(answer, "status_code", "") == "M_UNKNOWN_TOKEN":
-                    raise MissingCredentials(
-                        f"the homeserver revoked the bot's access token ({answer}): log in again"
-                    )
-                failure = classify("sync", answer)
-            log.warning("matrix sync failed", error=failure.detail)
-            await asyncio.sleep(failure.wait if isinstance(failure, RateLimited) else wait)
-            wait = min(wait * 2, _BACKOFF[1])
+                raise Transient(f"sync: {exc!r}") from exc
+            if isinstance(answer, SyncResponse):
+                return answer
+            if getattr(answer, "status_code", "") == "M_UNKNOWN_TOKEN":
+                raise MissingCredentials(
+                    f"the homeserver revoked the bot's access token ({answer}): log in again"
+                )
+            raise classify("sync", answer)
+
+        return await until_answered(
+            once, "matrix sync failed", passing=_failed_sync, asked=_rate_limit_wait
+        )
 
     async def _accept_invites(self, response: SyncResponse) -> None:
         for room, info in response.rooms.invite.items():
@@ -388,6 +388,7 @@ class MatrixPlatform:
             # The event the key made before a crash, with the text of then (the start of
             # a streamed answer): the homeserver names it as it is; show the text now.
             await self.edit(conversation, str(answer.event_id), part)
+            self.state.keep_shown(key, part.text)
         return str(answer.event_id)
 
     async def edit(self, conversation: str, platform_id: str, part: Part) -> None:
@@ -439,6 +440,15 @@ class MatrixPlatform:
         if isinstance(answer, ErrorResponse):
             raise classify(call, answer)
         return answer
+
+
+def _failed_sync(error: BaseException) -> bool:
+    """Is `error` a sync's failure (tried again), not a bug or a revoked token?"""
+    return isinstance(error, PlatformError)
+
+
+def _rate_limit_wait(error: BaseException) -> float | None:
+    return error.wait if isinstance(error, RateLimited) else None
 
 
 def _since_joined(me: str, events: list[Any]) -> list[Any]:

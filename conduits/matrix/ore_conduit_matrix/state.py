@@ -7,8 +7,10 @@
 - the conversation of each message seen or sent, so an edit or a redaction (which
   names only its target) finds its thread;
 - the encrypted rooms already told that the bot cannot read them;
-- the text each post's transaction id was last sent with: a post repeated after a
-  crash names the event made then, which shows the text of then.
+- the text each post's transaction id's event shows: a post repeated after a crash
+  names the event made then, which shows the text of then until the repeat's edit is
+  made (so the new text is kept only after that edit: a kill between the repeat and
+  its edit leaves the old one, and the next repeat edits again).
 - reactions: each user's (its target and key, since its redaction names only the
   reaction and strips it) and the bot's own (what to redact when it is taken back, and
   how many it took back there, so a reaction made again is a new transaction).
@@ -128,7 +130,13 @@ class State:
         self._db.execute("INSERT OR IGNORE INTO told VALUES (?)", (room,))
 
     def sending(self, txn: str, text: str) -> str | None:
-        """Keep `text` as what `txn` is sent with; the text it was sent with before."""
+        """The text kept for `txn`'s event; None for its first send, whose `text` is
+        kept now (before the send: a kill after it leaves the event with that text)."""
         row = self._db.execute("SELECT text FROM sends WHERE txn = ?", (txn,)).fetchone()
-        self._db.execute("INSERT OR REPLACE INTO sends VALUES (?, ?)", (txn, text))
+        if row is None:
+            self._db.execute("INSERT INTO sends VALUES (?, ?)", (txn, text))
         return str(row[0]) if row else None
+
+    def keep_shown(self, txn: str, text: str) -> None:
+        """`txn`'s event shows `text` now (its repeat's edit was made)."""
+        self._db.execute("INSERT OR REPLACE INTO sends VALUES (?, ?)", (txn, text))

@@ -17,7 +17,7 @@ import pytest
 from ore_conduit_matrix import MatrixConduit
 from ore_conduit_matrix.testing import FakeMatrix
 from ore_core.testing.conduit_conformance import ECHO_PREFIX, StartConduit
-from ore_core.testing.long_run import audit
+from ore_core.testing.long_run import BurstRun
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 
@@ -32,27 +32,28 @@ async def test_a_burst_of_100_under_429s_is_answered_once_in_order_waiting_as_to
 ) -> None:
     hs = await FakeMatrix().start()
     try:
-        room = await hs.create_room()
+        run = BurstRun(
+            say=hs.user_says,
+            shown=hs.bot_texts,
+            wait_until=hs.wait_until,
+            answer=lambda text: ECHO_PREFIX + text,
+            conversations=[await hs.create_room()],
+            messages=MESSAGES,
+            patience=WITHIN,
+        )
         conduit = await ore_start_conduit(
             MatrixConduit, hs.conduit_settings(str(tmp_path / "state"))
         )
         await hs.wait_until(lambda: hs.waiting > 0, WITHIN)
-        texts = [f"burst {n}" for n in range(MESSAGES)]
 
-        def answered() -> int:
-            shown = set(hs.bot_texts(room))
-            return sum(1 for text in texts if ECHO_PREFIX + text in shown)
-
-        for text in texts:
-            await hs.user_says(room, text)
-        for after in LIMITS:
-            await hs.wait_until(lambda after=after: answered() >= after, WITHIN)
+        async def limit() -> None:
             hs.fail_next("send", retry_after_ms=RETRY_AFTER_MS)
-        await hs.wait_until(lambda: answered() == MESSAGES, WITHIN)
+
+        await run.run([(after, limit) for after in LIMITS])
         await conduit.stop()
     finally:
         await hs.close()
-    counts = audit({room: texts}, hs.bot_texts, lambda text: ECHO_PREFIX + text)
+    counts = run.counts()
     print(f"matrix burst: {counts}, 429s served {hs.limited}, sends too early {hs.early}")
     assert counts == {
         "sent": MESSAGES,

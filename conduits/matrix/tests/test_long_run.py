@@ -13,7 +13,6 @@ lost, doubled, out of order; printed (`-s` shows them).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -29,16 +28,10 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 ROOMS = 40
 MESSAGES = 5  # per room
 KILL_EVERY = 70  # answers shown between two kills
-WITHIN = 60.0  # seconds any one wait may take on a loaded machine
+WITHIN = 120.0  # seconds any one wait may take on a loaded machine
 
 
-@pytest.mark.timeout(300)
-@pytest.mark.skipif(
-    not os.environ.get("ORE_RUN_MATRIX_LONG_RUN"),
-    reason="an open bug: about 2 runs in 5, after the kill of ore serve one room's answer "
-    "stays at its first delta ('answer '; lost 1, doubled 1), which the answer lane's "
-    "stored-turn fix did not cure; run it with ORE_RUN_MATRIX_LONG_RUN=1",
-)
+@pytest.mark.timeout(600)
 async def test_200_messages_under_kill_9_of_conduit_and_core_are_answered_once_in_order(
     ore_nats_server: EmbeddedNatsServer, tmp_path: Path
 ) -> None:
@@ -53,7 +46,8 @@ async def test_200_messages_under_kill_9_of_conduit_and_core_are_answered_once_i
         await hs.wait_until(lambda: hs.holding > holding, WITHIN)
         conduit.kill()
         hs.let_go()
-        conduit.start()
+        syncs = hs.syncs
+        await conduit.start_ready(lambda: hs.syncs > syncs, hs.wait_until)
 
     async def kill_the_core() -> None:
         serve.restart()
@@ -70,8 +64,7 @@ async def test_200_messages_under_kill_9_of_conduit_and_core_are_answered_once_i
     plan = [kill_the_conduit_at_a_send, kill_the_core]
     try:
         serve.start()
-        conduit.start()
-        await hs.wait_until(lambda: hs.waiting > 0, WITHIN)
+        await conduit.start_ready(lambda: hs.waiting > 0, hs.wait_until)
         counts = await run.run([(KILL_EVERY * (n + 1), f) for n, f in enumerate(plan)])
     finally:
         await conduit.astop()

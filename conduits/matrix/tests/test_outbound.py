@@ -52,6 +52,24 @@ async def test_a_post_repeated_after_a_restart_with_a_longer_text_shows_the_long
     assert hs.bot_texts(room) == ["the answer"]
 
 
+async def test_a_repeat_killed_before_its_edit_is_edited_by_the_next_repeat(
+    hs: FakeMatrix, adapters
+) -> None:
+    # The engine posts a streamed answer's whole text again with the first post's key;
+    # the homeserver names the event made with the first text, and the conduit is
+    # killed before its edit: the restart's repeat must still edit it.
+    room = await hs.create_room()
+    first = await adapters(read=False)
+    await first.platform.post(room, Part("the"), part_key("turn-1", 0))
+    hs.drop_next("send", commit=True, times=2)  # carried out; aiohttp retries a PUT once
+    with pytest.raises(Transient):
+        await first.platform.post(room, Part("the answer"), part_key("turn-1", 0))
+    await first.close()
+    restarted = await adapters(read=False)
+    await restarted.platform.post(room, Part("the answer"), part_key("turn-1", 0))
+    assert hs.bot_texts(room) == ["the answer"]
+
+
 async def test_an_answer_is_a_notice_with_html_and_its_markdown_as_fallback(
     hs: FakeMatrix, adapters
 ) -> None:
