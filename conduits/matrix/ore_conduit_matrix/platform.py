@@ -392,12 +392,18 @@ class MatrixPlatform:
         return str(answer.event_id)
 
     async def edit(self, conversation: str, platform_id: str, part: Part) -> None:
-        """Replace the text of `platform_id` (m.replace); a repeated edit is one event."""
+        """Replace the text of `platform_id` (m.replace). The transaction id counts the
+        edits made before (`State.edits`): the same edit asked again is one event, an
+        edit back to an earlier text a new one."""
         where = Conversation.parse(conversation)
         self._writable(where.room)
         content = edit_content(part, platform_id)
-        txn = _txn("edit", platform_id, part.text)
+        made, last = self.state.edits(platform_id)
+        if made and last == part.text:
+            made -= 1  # the last edit again: its own transaction id names it
+        txn = _txn("edit", platform_id, str(made), part.text)
         await self._call("edit", self.client.room_send(where.room, "m.room.message", content, txn))
+        self.state.keep_edit(platform_id, made + 1, part.text)
 
     async def delete(self, conversation: str, platform_id: str) -> None:
         """Redact `platform_id`; a repeated redaction is one event."""

@@ -11,6 +11,11 @@
   names the event made then, which shows the text of then until the repeat's edit is
   made (so the new text is kept only after that edit: a kill between the repeat and
   its edit leaves the old one, and the next repeat edits again).
+- the edits of each message made so far, and the last one's text: an edit's
+  transaction id counts them, so an edit back to a text shown before (A, B, A) is a
+  new event (the id of the first would name that old edit, and the message would keep
+  B), while the same edit asked again (a retry, a repair after a restart) names the
+  last one and stays one event.
 - reactions: each user's (its target and key, since its redaction names only the
   reaction and strips it) and the bot's own (what to redact when it is taken back, and
   how many it took back there, so a reaction made again is a new transaction).
@@ -35,6 +40,8 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS events (event_id TEXT PRIMARY KEY, conversation TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS told (room TEXT PRIMARY KEY)",
     "CREATE TABLE IF NOT EXISTS sends (txn TEXT PRIMARY KEY, text TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS edits (target TEXT PRIMARY KEY, made INTEGER NOT NULL,"
+    " text TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS reactions (event_id TEXT PRIMARY KEY, target TEXT NOT NULL,"
     " key TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS own_reactions (target TEXT NOT NULL, key TEXT NOT NULL,"
@@ -140,3 +147,13 @@ class State:
     def keep_shown(self, txn: str, text: str) -> None:
         """`txn`'s event shows `text` now (its repeat's edit was made)."""
         self._db.execute("INSERT OR REPLACE INTO sends VALUES (?, ?)", (txn, text))
+
+    def edits(self, target: str) -> tuple[int, str]:
+        """How many edits of message `target` were made (answered), and the last one's text."""
+        row = self._db.execute(
+            "SELECT made, text FROM edits WHERE target = ?", (target,)
+        ).fetchone()
+        return (int(row[0]), str(row[1])) if row else (0, "")
+
+    def keep_edit(self, target: str, made: int, text: str) -> None:
+        self._db.execute("INSERT OR REPLACE INTO edits VALUES (?, ?, ?)", (target, made, text))

@@ -117,6 +117,31 @@ async def test_an_edit_replaces_the_text_the_user_sees(hs: FakeMatrix, adapters)
     assert edit.content["body"] == "* final *answer*"  # for clients that do not apply edits
 
 
+async def test_an_edit_back_to_an_earlier_text_shows_that_text(hs: FakeMatrix, adapters) -> None:
+    room = await hs.create_room()
+    adapter = await adapters(read=False)
+    posted = await adapter.platform.post(room, Part("A"), "k1")
+    for text in ("B", "C", "B"):
+        await adapter.platform.edit(room, posted, Part(text))
+    (shown,) = hs.view(room)
+    assert (shown.text, shown.edits) == ("B", 3)
+
+
+async def test_the_same_edit_asked_again_after_a_restart_is_one_event(
+    hs: FakeMatrix, adapters
+) -> None:
+    room = await hs.create_room()
+    first = await adapters(read=False)
+    posted = await first.platform.post(room, Part("A"), "k1")
+    await first.platform.edit(room, posted, Part("B"))
+    await first.platform.edit(room, posted, Part("B"))
+    await first.close()
+    restarted = await adapters(read=False)
+    await restarted.platform.edit(room, posted, Part("B"))
+    (shown,) = hs.view(room)
+    assert (shown.text, shown.edits) == ("B", 1)
+
+
 async def test_a_delete_redacts_the_message_once(hs: FakeMatrix, adapters) -> None:
     room = await hs.create_room()
     adapter = await adapters(read=False)
