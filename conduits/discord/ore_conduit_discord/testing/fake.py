@@ -173,9 +173,9 @@ class FakeDiscord:
     def webhook_url(self) -> str:
         return f"{self.url}/api/webhooks/{WEBHOOK}/{WEBHOOK_TOKEN}"
 
-    def add_channel(self, *, guild: str = GUILD) -> str:
-        """A new text channel of `guild` ("" : a DM), its id."""
-        channel = str(next(self._ids))
+    def add_channel(self, *, guild: str = GUILD, channel: str = "") -> str:
+        """A new text channel of `guild` ("" : a DM), its id (`channel` when given)."""
+        channel = channel or str(next(self._ids))
         self.channels[channel] = guild
         return channel
 

@@ -4,11 +4,13 @@ the `/stop` slash command. Replies are the bot's messages in the channel, in ord
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from ore_conduit_discord.testing.fake import FakeDiscord
+from ore_conduit_discord.platform import conversation_of
+from ore_conduit_discord.testing.fake import GUILD, FakeDiscord
 
 __all__ = ["DiscordKitPlatform"]
 
@@ -38,9 +40,22 @@ class DiscordKitPlatform:
             "identify_delay": 0,
         } | extra
 
+    @staticmethod
+    def channel_id(conversation: str) -> str:
+        """The id of the kit conversation's channel: known before the channel is made,
+        so a test can link it (a snowflake-like number from the name)."""
+        digest = hashlib.sha256(conversation.encode()).hexdigest()
+        return str(9 * 10**17 + int(digest[:12], 16))
+
+    @classmethod
+    def endpoint(cls, conversation: str) -> str:
+        """The conduit's conversation key's value (a link's endpoint) for `conversation`."""
+        return conversation_of(GUILD, cls.channel_id(conversation))
+
     def channel(self, conversation: str) -> str:
         if conversation not in self._channels:
-            self._channels[conversation] = self.fake.add_channel()
+            made = self.fake.add_channel(channel=self.channel_id(conversation))
+            self._channels[conversation] = made
         return self._channels[conversation]
 
     async def wait_until_ready(self) -> None:
