@@ -416,8 +416,12 @@ class FilesSettings(_Section):
     limit beyond the server's. A full bucket refuses new files, never drops stored ones."""
     retention: NonNegativeFloat = 7 * 24 * 3600.0
     """Seconds a stored file that no thread refers to any more (its threads deleted, or
-    uploaded and never sent) is kept before `ore files sweep` removes it. It also keeps
-    a file uploaded for a message not yet stored: keep it well above a turn's length."""
+    uploaded and never sent) is kept before the sweep removes it. It also keeps a file
+    uploaded for a message not yet stored: keep it well above a turn's length."""
+    sweep_every: NonNegativeFloat = 3600.0
+    """Seconds between the sweeps `ore serve` runs by itself (on one worker of a cluster:
+    the owner of partition 0), removing the files no thread refers to that are older
+    than `retention`; 0: never (run `ore files sweep` from cron instead)."""
     link_base: str = ""
     """Public URL of a route that serves files to signed links (the web conduit's
     `https://HOST/files/link`); a platform that cannot take a file then shows a link to

@@ -29,6 +29,7 @@ import gc
 import signal
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from functools import partial
 from typing import Any, TypeVar
 
 import structlog
@@ -378,6 +379,11 @@ class CoreService:
             ),
         )
         await self._control.start()
+        if self.config.files_sweep_every > 0:
+            sweeping = self._control.files.sweep_every(
+                self.config.files_sweep_every, partial(ownership.owns, 0)
+            )
+            self.tasks.spawn(sweeping, name="ore-files-sweep", critical=False)
         if self._gateways:
             await apply_gateways(
                 self._gateways, await self._control.link_admin(), self.manager, self._keys

@@ -148,6 +148,7 @@ def bus_config(nats: NatsSettings, files: FilesSettings | None = None) -> BusCon
     return BusConfig(
         files_max_bytes=int(files.bucket_max_bytes or -1),
         files_retention=files.retention,
+        files_sweep_every=files.sweep_every,
         files_link_base=files.link_base,
         files_link_secret=files.link_secret.get_secret_value() if files.link_secret else "",
         files_link_ttl=files.link_ttl,

@@ -361,6 +361,11 @@ class ControlAPI:
         )
 
     @property
+    def files(self) -> FileApi:
+        """The file methods (and the sweep `ore serve` runs by itself)."""
+        return self._files
+
+    @property
     def endpoints(self) -> dict[str, str]:
         """Endpoint name -> subject, as announced in `$SRV.INFO.ore`."""
         return {e.name: e.subject for e in self._endpoints()}

@@ -14,12 +14,15 @@ installs the core's `FileStore` as this process's reader for turn processors
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
+import structlog
 from nats.aio.client import Client as NatsClient
+from nats.errors import Error as NatsError
 from nats.js.errors import KeyWrongLastSequenceError, ObjectNotFoundError
 from pydantic import Field, model_validator
 
@@ -27,15 +30,18 @@ from ore_core._nats.object_store import NamedReads
 from ore_core.artifacts.attachment import Attachment
 from ore_core.bus.api.access import ThreadAccess
 from ore_core.bus.api.api_base import ApiFailure, Reply, RequestBody, ThreadId
+from ore_core.errors import OreError
 from ore_core.files.links import FileLinks, LinkRefused, LinkSettings
 from ore_core.files.reading import use_reader
 from ore_core.files.store import FileStore
-from ore_core.files.sweep import SweepRefused, sweep
+from ore_core.files.sweep import SweepRefused, Swept, sweep
 from ore_core.ledger.thread import Thread
 from ore_core.session.protocols import Store
 from ore_core.subjects import Subjects
 
 __all__ = ["LINK_KEY", "FileApi", "FileLink", "FileRead", "FileStat", "FileSweep"]
+
+log = structlog.get_logger("ore.bus.files")
 
 Handler = Callable[[Any, str], Awaitable[Reply]]
 
@@ -121,12 +127,31 @@ class FileApi:
         """Mark and sweep (`ore_core.files.sweep`); what was kept and removed."""
         older_than = self._retention if body.older_than is None else body.older_than
         try:
-            swept = await sweep(
-                self._store, self._files, timedelta(seconds=older_than), datetime.now(UTC)
-            )
+            swept = await self._sweep(older_than)
         except SweepRefused as exc:
             raise ApiFailure(409, str(exc), "conflict") from None
         return swept.as_dict()
+
+    async def sweep_every(self, every: float, elected: Callable[[], bool]) -> None:
+        """Sweep files older than the retention every `every` seconds, while `elected()`
+        (the owner of partition 0: one worker of a cluster reads the whole store, not
+        each). A refused or failed sweep is logged and tried again next time."""
+        while True:
+            await asyncio.sleep(every)
+            if not elected():
+                continue
+            try:
+                swept = await self._sweep(self._retention)
+            except SweepRefused as exc:
+                log.warning("files sweep refused; nothing removed", reason=str(exc))
+            except (OreError, NatsError, TimeoutError) as exc:
+                log.warning("files sweep failed; tried again later", error=str(exc))
+            else:
+                log.info("files swept", **swept.as_dict())
+
+    async def _sweep(self, older_than: float) -> Swept:
+        age = timedelta(seconds=older_than)
+        return await sweep(self._store, self._files, age, datetime.now(UTC))
 
     async def stat(self, body: FileStat, namespace: str) -> Reply:
         """`{"stored": bool, "size": n}`: whether the bytes of `sha256` are stored."""

@@ -111,6 +111,7 @@ class BusConfig:
     workers_bucket: str = "ORE_WORKERS"
     files_max_bytes: int = -1
     files_retention: float = 7 * _DAY
+    files_sweep_every: float = 3600.0
     files_link_base: str = ""
     files_link_secret: str = ""
     files_link_ttl: float = 3 * _DAY

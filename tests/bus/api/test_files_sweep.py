@@ -3,6 +3,7 @@ and nothing a stored thread carries ever is (issue 39, retention and removal).""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from nats.aio.client import Client
 
 from ore_core.artifacts.attachment import Attachment
+from ore_core.bus.server.streams import BusConfig
 from ore_core.conduit.control import ControlClient
 from ore_core.errors import ApiError
 from ore_core.files.store import FileStore
@@ -158,3 +160,33 @@ async def test_a_5_mb_file_sent_100_times_is_stored_once_and_freed_with_its_thre
     swept = await admin.call("files.sweep", {"older_than": 0})
     assert (swept["removed"], swept["freed"]) == (1, len(report))
     assert await files.stored_bytes() - empty < 4 * 1024  # the removed file's description
+
+
+async def test_ore_serve_sweeps_by_itself_keeping_what_a_thread_carries(
+    start_core: CoreFactory, ore_nats_client: Client, store: MemoryStore
+) -> None:
+    first = await start_core(config=BusConfig(partitions=2, files_sweep_every=0))
+    files = files_of(ore_nats_client)
+    kept = await files.upload(b"%PDF-1.7 carried" * 100, "kept.pdf")
+    dropped = await files.upload(b"never sent anywhere", "dropped.txt")
+    await send_with(ore_nats_client, "t-kept", "m-1", kept)
+    await stored_turns(store, "t-kept", 2)
+    await first.stop()
+    await start_core(config=BusConfig(partitions=2, files_retention=0, files_sweep_every=0.05))
+
+    async def swept() -> bool:
+        return {file.sha256 for file in await files.stored_files()} == {kept.sha256}
+
+    await eventually(swept)  # no `files.sweep` call: the worker's own sweep removed it
+    assert await files.fetch(kept) == b"%PDF-1.7 carried" * 100
+    assert dropped.sha256 not in {file.sha256 for file in await files.stored_files()}
+
+
+async def test_a_sweep_every_of_zero_never_sweeps(
+    start_core: CoreFactory, ore_nats_client: Client
+) -> None:
+    await start_core(config=BusConfig(partitions=2, files_retention=0, files_sweep_every=0))
+    files = files_of(ore_nats_client)
+    dropped = await files.upload(b"never sent anywhere", "dropped.txt")
+    assert "ore-files-sweep" not in {task.get_name() for task in asyncio.all_tasks()}
+    assert [file.sha256 for file in await files.stored_files()] == [dropped.sha256]
