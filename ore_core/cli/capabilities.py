@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ore_core.artifacts.attachment import human_size
 from ore_core.conduit.base import Conduit
 from ore_core.conduit.capabilities import Capabilities
 
@@ -32,7 +33,9 @@ One row per conduit package of this repository (`conduits/*`), from the
 [`ore_core/conduit/capabilities.py`](../ore_core/conduit/capabilities.py) for what each
 column means). The relay and the SDK degrade by them: a platform that cannot edit gets
 a repost marked edited, one without threads a quote, one without streaming only the
-final text, and a text longer than `max_message_length` is split. A conduit marked
+final text, a text longer than `max_message_length` is split, and a file a platform
+cannot post (over `file_max_bytes`, or not of `file_types`) is shown as a link or a
+line naming it. A conduit marked
 "(defaults)" declares nothing and is treated as the most limited platform.
 `ore conduit --list --capabilities` prints the same table for the conduits installed.
 
@@ -49,11 +52,15 @@ def capabilities_of(cls: type[Any]) -> Capabilities:
     return found if isinstance(found, Capabilities) else Capabilities()
 
 
-def _cell(value: Any) -> str:
+def _cell(field: str, value: Any) -> str:
+    if field == "file_max_bytes":  # None: any size (a reference); 0: posts no files
+        return "any" if value is None else human_size(value) if value else "no files"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if value is None:
         return "-"
+    if isinstance(value, tuple | list):
+        return ", ".join(map(str, value))
     return str(value)
 
 
@@ -64,7 +71,7 @@ def capability_rows(classes: Mapping[str, type[Any]]) -> list[tuple[str, ...]]:
     for name, cls in sorted(classes.items()):
         values = capabilities_of(cls).model_dump()
         label = name if declares(cls) else f"{name} (defaults)"
-        rows.append((label, *(_cell(values[field]) for field in fields)))
+        rows.append((label, *(_cell(field, values[field]) for field in fields)))
     return rows
 
 

@@ -449,9 +449,12 @@ def create_app(threads: WebThreads, hub: LiveHub, tokens: Tokens, config: WebCon
         user: User,
         request: Request,
         name: Annotated[str, Query(min_length=1, max_length=MAX_FILE_NAME)],
-        content_length: Annotated[int | None, Header(ge=0)] = None,
         content_type: Annotated[str | None, Header(max_length=200)] = None,
     ) -> Upload:
+        # Content-Length is HTTP's own, not a documented parameter: the server refuses
+        # a malformed one before the app sees it.
+        length = request.headers.get("content-length", "")
+        content_length = int(length) if length.isdigit() else None
         policy = threads.client.files.policy
         media_type = media_type_of(name, content_type)
         check_file(name, media_type)
