@@ -295,7 +295,11 @@ class TelegramPlatform:
         """The bot's one reaction on a message (module docstring): `emoji` set, or taken
         back unless the bot shows another one there by now."""
         chat, _, message = platform_id.rpartition(":")
-        where = {"chat_id": self.chat(int(chat.rpartition(":")[2])), "message_id": int(message)}
+        try:
+            where = {"chat_id": self.chat(int(chat.rpartition(":")[2])), "message_id": int(message)}
+        except ValueError:
+            log.info("reaction not shown: not a Telegram message", message=platform_id)
+            return
         shown = telegram_emoji(emoji)
         if shown is None:
             log.info("reaction not shown: not one of Telegram's", emoji=emoji)
