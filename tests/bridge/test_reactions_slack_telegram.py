@@ -5,6 +5,7 @@ and no reaction ever starts a model turn."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from ore_conduit_telegram.testing import FakeTelegram
 from ore_conduit_telegram.testing.fake import FakeMessage as TelegramMessage
 from ore_core.conduit import ControlClient
 from ore_core.session.reactions import reactions_of
-from ore_core.testing.conduit_conformance import ConduitCore, StartConduit
+from ore_core.testing.conduit_conformance import ECHO_PREFIX, ConduitCore, StartConduit
 from tests.bridge.gateway import PATIENCE
 from tests.bus.raw import eventually
 
@@ -39,12 +40,17 @@ class Bridge:
     thread: str
 
     async def question(self, text: str) -> tuple[FakeMessage, TelegramMessage]:
-        """Alice writes in the Slack thread; (her message, its copy on Telegram) once the
-        copy is shown and reported."""
-        said = await self.slack.user_says(CHANNEL, text, thread_ts=self.root.ts, mention=False)
+        """Alice asks in the Slack thread; (her message, its copy on Telegram) once the
+        copy is shown and reported and the answer is back on Slack."""
+        said = await self.slack.user_says(CHANNEL, text, thread_ts=self.root.ts)
+        answer = f"{ECHO_PREFIX}{text}"
+        await self.slack.wait_until(
+            lambda: answer in self.slack.answers(CHANNEL, self.root.ts), PATIENCE
+        )
 
         def copies() -> list[TelegramMessage]:
-            return [m for m in self.telegram.bot_messages(CHAT) if m.text.endswith(text)]
+            label = f"(slack): {text}"
+            return [m for m in self.telegram.bot_messages(CHAT) if m.text.endswith(label)]
 
         await self.telegram.wait_until(lambda: len(copies()) == 1, PATIENCE)
         (copy,) = copies()
@@ -78,7 +84,7 @@ async def bridge(
         control = ControlClient.beside(ore_conduit_core.client)
         (thread,) = (await control.call("threads.list", {"namespace": "slack"}))["threads"]
         endpoint = {"namespace": "telegram", "key": "telegram.thread", "value": f"{CHAT}:0:0"}
-        await control.call("links.add", {"thread": thread, "endpoint": endpoint, "answer": "none"})
+        await control.call("links.add", {"thread": thread, "endpoint": endpoint})
         yield Bridge(ore_conduit_core, slack, telegram, root, thread)
     finally:
         await telegram.close()
@@ -123,11 +129,12 @@ async def test_a_removal_on_telegram_takes_the_bots_reaction_back_on_slack(
 
 async def test_reactions_on_either_side_start_no_model_turn(bridge: Bridge) -> None:
     said, copy = await bridge.question("hello")
-    answered = lambda: len(bridge.slack.answers(CHANNEL, bridge.root.ts)) == 2  # noqa: E731
-    await bridge.slack.wait_until(answered, PATIENCE)  # "hello" answered on Slack
-    turns_before = len(await bridge.core.client_for("slack").turns(bridge.thread))
+    gated = bridge.core.processor.gate()  # from now on every model turn is held and counted
     await bridge.slack.user_reacts(said, "+1")
     await bridge.telegram.user_reacts(copy, "🎉")
     await bridge.slack.wait_until(lambda: said.reactions == {"tada"}, PATIENCE)
     await bridge.telegram.wait_until(lambda: copy.bot_reaction == ["👍"], PATIENCE)
-    assert len(await bridge.core.client_for("slack").turns(bridge.thread)) == turns_before
+    assert gated.calls == 0
+    await bridge.slack.user_says(CHANNEL, "a question", thread_ts=bridge.root.ts)
+    await asyncio.wait_for(gated.started.wait(), PATIENCE)  # the count counts a turn
+    assert gated.calls == 1
