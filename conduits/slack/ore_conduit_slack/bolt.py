@@ -28,7 +28,7 @@ __all__ = ["bolt_app", "serve"]
 
 log = structlog.get_logger("ore.conduit.slack")
 
-_EVENTS = ("app_mention", "message")
+_EVENTS = ("app_mention", "message", "reaction_added", "reaction_removed")
 _ACKNOWLEDGED = ("assistant_thread_started", "assistant_thread_context_changed")
 
 Take = Callable[[dict[str, Any]], Awaitable[None]]

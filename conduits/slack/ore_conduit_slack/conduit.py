@@ -7,7 +7,8 @@ renderer (`outbound`: native streams, the assistant status, the reply record), e
 thread's lane. What is Slack's own is in the hooks below: which threads are the bot's
 (`admit`), the sender's display name, the interrupt before a delete of a message
 whose answer is being written, the files a message shares (fetched into ore, a notice
-for each not taken) and the regenerate shortcut (`forward`).
+for each not taken), the turn of the bot's message a reaction is on (an answer or a
+copy: `shortcut.regenerated_turn`) and the regenerate shortcut (`forward`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from ore_conduit_slack.api import Ambiguous, SlackApi, SlackError
 from ore_conduit_slack.config import ENV_APP_TOKEN, ENV_BOT_TOKEN, MissingSecret, SlackConfig
-from ore_conduit_slack.ids import THREAD_KEY, SlackThread, traceparent_of
+from ore_conduit_slack.ids import THREAD_KEY, SlackThread, message_of, traceparent_of
 from ore_conduit_slack.inbound import Regenerate, SlackMessage
 from ore_conduit_slack.outbound import OUTPUT_KINDS, Clock, Rendering, ThreadRenderer
 from ore_conduit_slack.platform import SlackPlatform
@@ -42,6 +43,7 @@ from ore_core.conduit import (
     Platform,
     PlatformConduit,
     PlatformContext,
+    Reaction,
     Sender,
     until_answered,
 )
@@ -131,7 +133,7 @@ class SlackConduit(PlatformConduit):
         long as it takes (it is in the inbox meanwhile); a delete of a message whose
         answer is being written interrupts it first."""
         slack = _adapter(engine)
-        if isinstance(inbound, Message | Edit | Regenerate) and inbound.sender.id:
+        if isinstance(inbound, Message | Edit | Regenerate | Reaction) and inbound.sender.id:
             team = SlackThread.parse(inbound.conversation).team
             name = await slack.names.name(team, inbound.sender.id)
             inbound = replace(inbound, sender=Sender(name, id=inbound.sender.id))
@@ -149,10 +151,35 @@ class SlackConduit(PlatformConduit):
         if isinstance(inbound, Regenerate):
             await self._regenerate(engine, slack, thread_id, inbound)
             return
+        if isinstance(inbound, Reaction) and message_of(inbound.target) is None:
+            reaction = inbound
+            turn = await until_answered(
+                lambda: self._turn_of_own(engine, slack, thread_id, reaction),
+                "a slack reaction waits for the core",
+            )
+            if turn is None:
+                log.info("reaction on a bot message ore has no turn for", thread_id=thread_id)
+                return
+            inbound = replace(inbound, target=turn)
         await until_answered(
             lambda: engine.forward(thread_id, inbound), "a slack event waits for the core"
         )
         slack.forwarded(inbound)
+
+    @staticmethod
+    async def _turn_of_own(
+        engine: Engine, slack: SlackPlatform, thread_id: str, reaction: Reaction
+    ) -> str | None:
+        """The turn the bot's message `reaction.target` (a `ts`) shows: a part this run
+        posted, else the answer or copy its metadata names."""
+        found = await engine.posted.lookup(reaction.target)
+        if found is not None:
+            return found[1]
+        message = {"ts": reaction.target, "user": slack.identity.user_id}
+        thread = SlackThread.parse(reaction.conversation)
+        return await regenerated_turn(
+            engine.client, slack.api, slack.identity, thread, thread_id, message, ""
+        )
 
     async def _regenerate(
         self, engine: Engine, slack: SlackPlatform, thread_id: str, inbound: Regenerate

@@ -1,4 +1,5 @@
-"""Inbound: Slack's events in ore's words (`Message`, `Edit`, `Delete`, `Regenerate`).
+"""Inbound: Slack's events in ore's words (`Message`, `Edit`, `Delete`, `Reaction`,
+`Regenerate`).
 
 `Decoder.decode(body)` reads one `event_callback` (or message shortcut) body; the engine
 does the rest (one lane per Slack thread, the core's acknowledgement before the
@@ -22,6 +23,13 @@ event leaves the inbox).
 - An edit is one core edit (`on_edit`: or ignored); a delete is a core delete (its
   copies elsewhere go too). Each message carries the sender's display name
   (`users.info`, cached in `names`): the label other endpoints show.
+- A user's `reaction_added` / `reaction_removed` on a message of a thread the bot is
+  part of is a `Reaction` (its emoji: `reactions.emoji_of`) on that message: a
+  person's message named by its event id, one of the bot's (an answer, a copy) by its
+  `ts`, for the conduit to find its turn. The bot's own reactions (the engine showing
+  a reaction made elsewhere, a delivery status) are never one. The event names only
+  the message's `ts`: its thread is looked up before the event is kept
+  (`reactions.THREAD_OF_ITEM`).
 """
 
 from __future__ import annotations
@@ -36,8 +44,9 @@ import structlog
 from ore_conduit_slack.api import SlackApi, SlackError
 from ore_conduit_slack.config import SlackConfig
 from ore_conduit_slack.ids import SlackThread, edit_event_id, event_id
+from ore_conduit_slack.reactions import REACTION_EVENTS, THREAD_OF_ITEM, emoji_of
 from ore_conduit_slack.shortcut import REGENERATE
-from ore_core.conduit import Delete, Edit, Inbound, Message, Sender
+from ore_core.conduit import Delete, Edit, Inbound, Message, Reaction, Sender
 
 __all__ = ["Decoder", "Identity", "Mention", "Regenerate", "SlackMessage", "TtlSet"]
 
@@ -127,6 +136,8 @@ class Decoder:
             return None
         team = str(body.get("team_id") or event.get("team") or self.identity.team_id)
         enterprise = str(body.get("enterprise_id") or "")
+        if event.get("type") in REACTION_EVENTS:
+            return self._reaction(body, event, enterprise, team)
         subtype = event.get("subtype")
         if subtype == "message_changed":
             return self._edited(event, enterprise, team)
@@ -241,6 +252,33 @@ class Decoder:
             sender=Sender("", id=user),
             message=message,
             asked_on=asked_on,
+        )
+
+    def _reaction(
+        self, body: Mapping[str, Any], event: Mapping[str, Any], enterprise: str, team: str
+    ) -> Inbound | None:
+        item, user = _mapping(event.get("item")), str(event.get("user") or "")
+        name = str(event.get("reaction") or "")
+        channel, ts = str(item.get("channel") or ""), str(item.get("ts") or "")
+        if item.get("type") != "message" or not (channel and ts and name and user):
+            return None
+        if user == self.identity.user_id:
+            return None  # the bot's own: what it shows for others
+        removed = event.get("type") == "reaction_removed"
+        message_id = event_id(enterprise, team, channel, ts)
+        change = f"{'-' if removed else '+'}{body.get('event_id') or event.get('event_ts')}"
+        reaction_id = f"{message_id}:reaction:{user}:{name}:{change}"
+        if not self.seen.add(reaction_id):
+            return None
+        thread = SlackThread(enterprise, team, channel, str(body.get(THREAD_OF_ITEM) or ts))
+        own = event.get("item_user") == self.identity.user_id
+        return Reaction(
+            conversation=thread.key,
+            platform_id=reaction_id,
+            sender=Sender("", id=user),
+            target=ts if own else message_id,
+            emoji=emoji_of(name),
+            removed=removed,
         )
 
     def _edited(self, event: Mapping[str, Any], enterprise: str, team: str) -> Inbound | None:

@@ -64,7 +64,7 @@ from ore_core.conduit import (
 )
 from ore_core.conduit.conversations import Conversations
 from ore_core.conduit.copies import Copies, Copy
-from ore_core.events import DeliveryEvent
+from ore_core.events import DeliveryEvent, ReactionEvent
 
 __all__ = ["OUTPUT_KINDS", "Clock", "Rendering", "ThreadRenderer"]
 
@@ -72,7 +72,7 @@ log = structlog.get_logger("ore.conduit.slack")
 
 OUTPUT_KINDS = frozenset(
     {"text_delta", "text", "turn_complete", "lifecycle", "error", "notice"}
-    | {"properties", "turn_deleted", "delivery"}  # bridging: settings, deletes, statuses
+    | {"properties", "turn_deleted", "delivery", "reaction"}  # bridging
 )
 """The output kinds the conduit renders."""
 
@@ -250,8 +250,9 @@ class ThreadRenderer:
     # -- bridging: another endpoint's messages on a linked thread -------------------
 
     async def _relay(self, delivery: Delivery) -> None:
-        """Show another endpoint's event: a copy (the engine's `Copies`), a delivery
-        status of a Slack message (`statuses`), a thread-wide notice."""
+        """Show another endpoint's event: a copy (the engine's `Copies`), a reaction
+        (the bot's own, by `Copies.react`), a delivery status of a Slack message
+        (`statuses`), a thread-wide notice."""
         if self.slack is None:
             return  # not a Slack thread
         event = delivery.event
@@ -266,6 +267,9 @@ class ThreadRenderer:
         ):
             copy = Copy(self.thread_id, self.slack.key, delivery.sequence, relayed)
             await self.out.copies.show(copy)
+        elif relayed.action == "reacted" and isinstance(event, ReactionEvent):
+            copy = Copy(self.thread_id, self.slack.key, delivery.sequence, relayed)
+            await self.out.copies.react(copy, event, lines=settings.reaction_lines)
         elif relayed.action == "delivery" and isinstance(event, DeliveryEvent):
             await show_status(self.out.client, self.api, self.thread_id, self.slack, event)
 

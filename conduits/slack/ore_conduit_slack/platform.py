@@ -13,6 +13,12 @@ posted (`ReadsBack`): in the thread as listed once per run, or as recorded since
 post whose response was lost is looked for before it is reported transient, so the
 engine's retry never posts it twice.
 
+A reaction event names only the reacted message's `ts`: `take` looks up its thread
+(`conversations.replies`, remembered) and writes it into the body before the body is
+kept, so the inbox's events need no call to be read again. The bot's own reaction, for
+a reaction made elsewhere, is `reactions.add` / `reactions.remove` (`react`), Slack's
+`already_reacted` and `no_reaction` being what was asked for.
+
 A copy with files (`Part.attachments`) is its text, posted under the key `KEY:files`
 first, then each file uploaded into the thread (`files.SlackFiles`), then the text's
 metadata changed to the key itself: read back after a kill, a text still marked
@@ -37,10 +43,11 @@ from ore_conduit_slack.api import Ambiguous, SlackApi, SlackError
 from ore_conduit_slack.bolt import bolt_app, serve
 from ore_conduit_slack.config import SlackConfig
 from ore_conduit_slack.files import SLACK_FILE_LIMIT, SlackFiles
-from ore_conduit_slack.ids import SlackThread
+from ore_conduit_slack.ids import SlackThread, message_of
 from ore_conduit_slack.inbound import Decoder, Identity
 from ore_conduit_slack.inbox import Inbox
 from ore_conduit_slack.names import UserNames
+from ore_conduit_slack.reactions import REACTION_EVENTS, THREAD_OF_ITEM, name_of
 from ore_conduit_slack.text import neutralise
 from ore_core.conduit import Capabilities, Edit, Inbound, Part
 from ore_core.conduit.engine import PlatformContext
@@ -54,6 +61,8 @@ log = structlog.get_logger("ore.conduit.slack")
 
 _REMEMBERED = 10_000  # event ids remembered as sent by this run
 _GONE = frozenset({"message_not_found"})  # chat.delete of what is deleted already
+_AS_ASKED = frozenset({"already_reacted", "no_reaction"})  # a reaction as it should be
+_THREADS_REMEMBERED = 10_000  # (channel, ts) -> thread_ts of reacted messages
 
 
 class SlackPlatform:
@@ -97,6 +106,7 @@ class SlackPlatform:
         self._posted: dict[str, dict[str, str]] = {}  # conversation -> key -> ts
         self._sent: OrderedDict[str, None] = OrderedDict()  # event ids sent by this run
         self._edits: dict[str, str] = {}  # event id -> the id of its latest edit
+        self._threads: OrderedDict[tuple[str, str], str] = OrderedDict()  # of reacted ones
 
     async def connect(self) -> None:
         me = await self.api.call("auth.test")
@@ -142,6 +152,7 @@ class SlackPlatform:
     async def take(self, body: dict[str, Any]) -> None:
         """Bolt's listener, before Slack is acknowledged: the event it stands for is kept
         in the inbox and queued (InboxError, and Slack sends it again, if it cannot be)."""
+        await self._with_thread(body)
         inbound = self.decoder.decode(body)
         if inbound is None:
             return
@@ -152,6 +163,33 @@ class SlackPlatform:
             self.decoder.seen.discard(inbound.platform_id)
             raise
         self._taken.put_nowait(replace(inbound, done=partial(self.inbox.done, entry)))
+
+    async def _with_thread(self, body: dict[str, Any]) -> None:
+        """A reaction's body gets the `thread_ts` of its message (module docstring); a
+        Slack away is raised, and Slack sends the event again."""
+        event = body.get("event")
+        if not isinstance(event, dict) or event.get("type") not in REACTION_EVENTS:
+            return
+        item = event.get("item")
+        if not isinstance(item, dict) or not item.get("channel") or not item.get("ts"):
+            return
+        where = (str(item["channel"]), str(item["ts"]))
+        thread_ts = self._threads.get(where)
+        if thread_ts is None:
+            team = str(body.get("team_id") or self.identity.team_id)
+            try:
+                replies = await self.api.call(
+                    "conversations.replies", team, channel=where[0], ts=where[1], limit=1
+                )
+            except SlackError as exc:  # gone, or a channel the bot cannot read: no thread
+                log.info("reacted message not found", channel=where[0], error=exc.error)
+                replies = {}
+            listed = replies.get("messages") or [{}]
+            thread_ts = str(listed[0].get("thread_ts") or where[1])
+            self._threads[where] = thread_ts
+            if len(self._threads) > _THREADS_REMEMBERED:
+                self._threads.popitem(last=False)
+        body[THREAD_OF_ITEM] = thread_ts
 
     def forwarded(self, inbound: Inbound) -> None:
         """The core has `inbound`: a delete of its message may have an answer to stop."""
@@ -236,6 +274,21 @@ class SlackPlatform:
             await self.api.once("chat.delete", thread.team, channel=thread.channel, ts=platform_id)
         except SlackError as exc:
             if exc.error not in _GONE:
+                raise
+
+    async def react(self, conversation: str, platform_id: str, emoji: str, add: bool) -> None:
+        """The bot's own `emoji` on a message: `platform_id` is a copy's `ts` or the
+        event id of a person's message."""
+        thread = SlackThread.parse(conversation)
+        found = message_of(platform_id)
+        ts = found[1] if found is not None else platform_id
+        method = "reactions.add" if add else "reactions.remove"
+        try:
+            await self.api.once(
+                method, thread.team, channel=thread.channel, timestamp=ts, name=name_of(emoji)
+            )
+        except SlackError as exc:
+            if exc.error not in _AS_ASKED:
                 raise
 
     async def find(self, conversation: str, key: str) -> str | None:

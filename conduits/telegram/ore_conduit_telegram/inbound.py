@@ -10,6 +10,9 @@ confirms the update once the core has it).
   attachment, its caption as the text (a notice in the chat for a file not taken).
 - An edit is one core edit of the message it names (the core decides whether it is
   answered again), unless ore never took that message.
+- A reaction (`TelegramReactions`: a user's adds and removals on one message) is the
+  core's react on the turn the message shows: a relayed copy's turn, the answer turn of
+  the bot's answer, else the user's message itself. It never starts a model turn.
 - `/retry` asks for another answer (a core regenerate) to the question of the answer
   it replies to (the bot's, or a relayed copy's), or else to the conversation's latest
   question. `/stop` is the engine's interrupt.
@@ -20,12 +23,14 @@ logged and the update confirmed, or it would come back forever.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import structlog
 
 from ore_conduit_telegram.ids import traceparent_of
-from ore_conduit_telegram.platform import platform_id
+from ore_conduit_telegram.platform import message_of, platform_id
+from ore_conduit_telegram.reactions import TelegramReactions
 from ore_conduit_telegram.updates import Said, TelegramCommand, TelegramEdit, TelegramMessage
 from ore_core import EventContext, OreError, Role, UserMessageEvent
 from ore_core.conduit import Inbound, until_answered
@@ -83,6 +88,10 @@ class Forwarding:
             await self._edited(thread_id, inbound)
         elif isinstance(inbound, TelegramCommand) and inbound.name == "retry":
             await self._retry(thread_id, inbound.said)
+        elif isinstance(inbound, TelegramReactions) and inbound.reactions:
+            turn = await self._turn_shown(thread_id, inbound.reactions[0].target)
+            for reaction in inbound.reactions:
+                await self.engine.forward(thread_id, replace(reaction, target=turn))
         else:
             await self.engine.forward(thread_id, inbound)
 
@@ -155,6 +164,34 @@ class Forwarding:
         await self.platform.state.set_asked(traceparent_of(retry), said.message_id, question)
         context = self._context(said, retry)
         await self.client.regenerate(thread_id, question, id=retry, context=context)
+
+    async def _turn_shown(self, thread_id: str, message: str) -> str:
+        """The turn the Telegram message `message` (its event id) shows: a relayed copy's,
+        the bot's answer's, else the message's own (its event id)."""
+        chat, message_id = int(message.split(":")[1]), message_of(message)
+        copied = await self.engine.posted.lookup(platform_id(chat, message_id))
+        if copied is not None:
+            return copied[1]
+        question = await self.platform.state.question_of(chat, message_id)
+        if question is None:
+            return message
+        turns = await self.client.turns(thread_id)
+        edits = f"{question}:edit:"
+        asked = [
+            t.id
+            for t in turns
+            if t.role == Role.USER
+            and (question in (t.id, t.event_id) or t.event_id.startswith(edits))
+        ]
+        answer = next(
+            (
+                t.id
+                for t in turns
+                if asked and t.parent_id == asked[-1] and t.role == Role.ASSISTANT
+            ),
+            None,
+        )
+        return answer or message
 
     async def _question_of_answer(self, said: Said) -> tuple[str, str | None]:
         """(the thread, the turn) of the bot's answer a `/retry` replies to, in the

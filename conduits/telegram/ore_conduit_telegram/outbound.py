@@ -66,7 +66,7 @@ from ore_core.conduit import (
     until_answered,
 )
 from ore_core.conduit.copies import COPY_DEADLINE, Copy
-from ore_core.events import DeliveryEvent
+from ore_core.events import DeliveryEvent, ReactionEvent
 
 if TYPE_CHECKING:
     from ore_core.conduit.engine import Engine
@@ -77,7 +77,7 @@ log = structlog.get_logger("ore.conduit.telegram")
 
 OUTPUT_KINDS = frozenset(
     {"text_delta", "text", "turn_complete", "lifecycle", "error", "notice"}
-    | {"properties", "turn_deleted", "delivery"}  # bridging: settings, deletes, statuses
+    | {"properties", "turn_deleted", "delivery", "reaction"}  # bridging
 )
 """The output kinds the conduit renders."""
 
@@ -199,7 +199,8 @@ class ThreadRenderer:
 
     async def _relay(self, delivery: Delivery) -> None:
         """Another endpoint's event: its message as a labelled copy, its answer (final
-        text only) when the gateway answers everywhere (`Copies`, `classify`)."""
+        text only) when the gateway answers everywhere, its reaction as the bot's own
+        (`Copies`, `classify`)."""
         if self.place is None:
             return  # a linked thread that no message here has reached yet
         relayed = classify(delivery, self.out.name, self.settings.get(self.thread_id))
@@ -213,6 +214,14 @@ class ThreadRenderer:
         ):  # live-only: a copy comes with a stored batch
             copy = Copy(self.thread_id, self.place.key, delivery.sequence, relayed)
             await self.out.copies.show(copy)
+        elif (
+            delivery.sequence is not None
+            and relayed.action == "reacted"
+            and isinstance(event, ReactionEvent)
+        ):
+            copy = Copy(self.thread_id, self.place.key, delivery.sequence, relayed)
+            lines = self.settings.get(self.thread_id).reaction_lines
+            await self.out.copies.react(copy, event, lines=lines)
 
     async def _say(self, text: str) -> None:
         """A line of the conduit's own in the chat (plain text)."""

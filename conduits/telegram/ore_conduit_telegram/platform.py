@@ -15,6 +15,10 @@ inline), `sendDocument` for anything else up to the 50 MB a bot may upload
 (`file_max_bytes`; larger ones the engine turns into a link or a notice). A file ore
 cannot hand over is a line saying so in its place.
 
+A reaction made elsewhere is the bot's own (`setMessageReaction`): one per message and
+only from Telegram's reaction emoji (`reactions`), so the last one asked for shows and
+another emoji is skipped with a log line.
+
 Inbound, updates come by long polling (`getUpdates`) or on a webhook and become the
 engine's events (`updates`). An update is confirmed to Telegram only once the engine
 says the core has it (`Inbound.done`): the next getUpdates' `offset` passes a batch
@@ -38,6 +42,7 @@ from ore_conduit_telegram.api import BotApi, Limits, TelegramError, Upload
 from ore_conduit_telegram.config import ENV_TOKEN, MissingToken, TelegramConfig
 from ore_conduit_telegram.media import MediaReader
 from ore_conduit_telegram.notes import Notes
+from ore_conduit_telegram.reactions import telegram_emoji
 from ore_conduit_telegram.state import State
 from ore_conduit_telegram.text import to_html
 from ore_conduit_telegram.updates import Identity, Updates
@@ -64,7 +69,7 @@ COMMANDS = (
     ("help", "List the commands"),
 )
 """The commands shown in Telegram's menu (`setMyCommands`)."""
-_ALLOWED = ["message", "edited_message"]
+_ALLOWED = ["message", "edited_message", "message_reaction"]
 _SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 _FINISHED = 4096  # answers remembered as finished, so repeats of their events are skipped
 UPLOAD_LIMIT = 50 * 1024 * 1024
@@ -121,6 +126,7 @@ class TelegramPlatform:
         max_message_length=4096,
         edits_arrive=True,
         deletes_arrive=False,
+        reactions=True,
         idempotency="none",
         file_max_bytes=UPLOAD_LIMIT,
     )
@@ -140,6 +146,7 @@ class TelegramPlatform:
         self._runner: web.AppRunner | None = None
         self._webhook: asyncio.Queue[Inbound] = asyncio.Queue()
         self.finished: OrderedDict[str, None] = OrderedDict()  # traces of answers shown
+        self._reacted: OrderedDict[tuple[int, int], str] = OrderedDict()  # the bot's own
 
     def chat(self, chat: int) -> int:
         """Where a chat's messages go now (a group that became a supergroup moved)."""
@@ -283,6 +290,31 @@ class TelegramPlatform:
             await self.api.call("deleteMessage", chat_id=int(chat), message_id=int(message))
         except TelegramError as exc:  # gone already: what a delete wants
             log.info("message not deleted", message=platform_id, error=exc.description)
+
+    async def react(self, conversation: str, platform_id: str, emoji: str, add: bool) -> None:
+        """The bot's one reaction on a message (module docstring): `emoji` set, or taken
+        back unless the bot shows another one there by now."""
+        chat, _, message = platform_id.rpartition(":")
+        try:
+            where = {"chat_id": self.chat(int(chat.rpartition(":")[2])), "message_id": int(message)}
+        except ValueError:
+            log.info("reaction not shown: not a Telegram message", message=platform_id)
+            return
+        shown = telegram_emoji(emoji)
+        if shown is None:
+            log.info("reaction not shown: not one of Telegram's", emoji=emoji)
+            return
+        key = (where["chat_id"], where["message_id"])
+        if not add and self._reacted.get(key, shown) != shown:
+            return  # the bot's reaction there is another one now
+        reaction = [{"type": "emoji", "emoji": shown}] if add else []
+        await self.api.call("setMessageReaction", **where, reaction=reaction)
+        if add:
+            self._reacted[key] = shown
+            if len(self._reacted) > _FINISHED:
+                self._reacted.popitem(last=False)
+        else:
+            self._reacted.pop(key, None)
 
     # -- Telegram's own -----------------------------------------------------------------
 

@@ -10,6 +10,9 @@
   conversation of the message it replies to (a reply chain is a thread); another
   message continues the chat's current conversation. Each message's conversation is
   kept in the state, for replies and edits.
+- Reactions: a user's `message_reaction` update is its adds and removals
+  (`reactions.TelegramReactions`) on the message, named by its event id, in the
+  conversation the message is kept in (else the chat's current one).
 - Commands: `/start`, `/new`, `/stop` and `/retry` are `Command`s (the conduit answers
   the first two itself, the engine interrupts for `/stop`); every other command
   (`/help`, ...) is a message the core reads.
@@ -24,8 +27,9 @@ from typing import Any
 from ore_conduit_telegram.config import TelegramConfig
 from ore_conduit_telegram.ids import Conversation, edit_event_id, event_id
 from ore_conduit_telegram.media import file_kinds
+from ore_conduit_telegram.reactions import TelegramReactions, changes
 from ore_conduit_telegram.state import State
-from ore_core.conduit import Command, Edit, Inbound, Message, Sender
+from ore_core.conduit import Command, Edit, Inbound, Message, Reaction, Sender
 
 __all__ = ["COMMANDS", "Identity", "Said", "TelegramCommand", "TelegramEdit", "TelegramMessage"]
 
@@ -137,6 +141,9 @@ class Updates:
         self, update: Mapping[str, Any], done: Callable[[], Awaitable[None]]
     ) -> Inbound | None:
         """The event of `update` (None: nothing for the core)."""
+        reacted = update.get("message_reaction")
+        if isinstance(reacted, Mapping):
+            return await self._reactions(reacted, int(update["update_id"]), done)
         for kind in ("message", "edited_message"):
             data = update.get(kind)
             if isinstance(data, Mapping):
@@ -174,6 +181,41 @@ class Updates:
             )  # fmt: skip
         return TelegramMessage(
             conversation=key, platform_id=said.event_id, sender=sender, text=text, said=said,
+            done=done,
+        )  # fmt: skip
+
+    async def _reactions(
+        self, reacted: Mapping[str, Any], update_id: int, done: Callable[[], Awaitable[None]]
+    ) -> Inbound | None:
+        """A user's changed reactions on a message (an anonymous admin's are not one)."""
+        user, chat = reacted.get("user"), reacted.get("chat")
+        if not isinstance(user, Mapping) or not isinstance(chat, Mapping):
+            return None
+        if int(user.get("id") or 0) == self.identity.id:
+            return None  # the bot's own: what it shows for others
+        added, removed = changes(reacted)
+        if not added and not removed:
+            return None
+        chat_id, message_id = int(chat["id"]), int(reacted["message_id"])
+        root = await self.state.chain(chat_id, message_id)
+        if root is None:
+            root = await self.state.root(chat_id, 0)
+        key = Conversation(chat_id, 0, root).key
+        sender, target = Sender(_display_name(user), str(user["id"])), event_id(chat_id, message_id)
+        changed = [(emoji, False) for emoji in added] + [(emoji, True) for emoji in removed]
+        reactions = tuple(
+            Reaction(
+                conversation=key,
+                platform_id=f"{target}:reaction:{sender.id}:{emoji}:{'-+'[not gone]}{update_id}",
+                sender=sender,
+                target=target,
+                emoji=emoji,
+                removed=gone,
+            )
+            for emoji, gone in changed
+        )
+        return TelegramReactions(
+            conversation=key, platform_id=f"{target}:reactions:{update_id}", reactions=reactions,
             done=done,
         )  # fmt: skip
 

@@ -41,7 +41,9 @@ What it serves:
 - **The Events API**: `post_event(url, payload, signing_secret=...)` signs the raw body
   like Slack (`v0:` + timestamp), optionally stale, tampered or without headers.
 - **Users**: `user_says(...)` adds a user's message and delivers its events;
-  `edit(...)`, `delete(...)` do the same for edits and deletes.
+  `edit(...)`, `delete(...)` do the same for edits and deletes; `user_reacts(message,
+  name)` adds (or, `remove`, takes back) a user's reaction and delivers its
+  `reaction_added` / `reaction_removed` event.
 - **What users see**: `rendered_thread(channel, thread_ts)` is the text of every bot
   message in a thread, in order; `pings()` lists bot messages that would notify a
   channel.
@@ -112,6 +114,8 @@ class FakeMessage:
     deleted: bool = False
     reactions: set[str] = field(default_factory=set)
     """The bot's reactions on the message (emoji names)."""
+    user_reactions: dict[str, set[str]] = field(default_factory=dict)
+    """Users' reactions on the message: emoji name -> the users (`user_reacts`)."""
     files: list[dict[str, Any]] = field(default_factory=list)
     """Slack's file objects of the message (`file_share`)."""
 
@@ -551,6 +555,37 @@ class FakeSlack:
             "enterprise": None,
         }
         return await self.deliver(payload, kind="interactive")
+
+    async def user_reacts(
+        self, message: FakeMessage, name: str, *, user: str = "UALICE", remove: bool = False
+    ) -> None:
+        """`user` adds reaction `name` (a short name) to `message`, or takes it back;
+        its event goes over the socket."""
+        await self.deliver(self.callback(self.reaction_event(message, name, user, remove)))
+
+    def reaction_event(
+        self, message: FakeMessage, name: str, user: str, remove: bool = False
+    ) -> dict[str, Any]:
+        """Change a user's reaction on `message`; the `reaction_added` (or
+        `reaction_removed`) event saying so."""
+        users = message.user_reactions.setdefault(name, set())
+        if remove:
+            users.discard(user)
+            if not users:
+                del message.user_reactions[name]
+        else:
+            users.add(user)
+        author = message.user or (self.bot_user if message.bot_id == self.bot_id else "")
+        event: dict[str, Any] = {
+            "type": "reaction_removed" if remove else "reaction_added",
+            "user": user,
+            "reaction": name,
+            "item": {"type": "message", "channel": message.channel, "ts": message.ts},
+            "event_ts": self._next_ts(),
+        }
+        if author:
+            event["item_user"] = author
+        return event
 
     def edit_event(self, message: FakeMessage, text: str, *, user: str = "") -> dict[str, Any]:
         """Change a message's text; the `message_changed` event saying so."""

@@ -8,7 +8,9 @@ What it serves (`POST|GET /bot<token>/<method>`, JSON, form or query parameters)
   `getWebhookInfo` (while a webhook is set, `getUpdates` answers 409 and the fake POSTs
   each update to the URL with `X-Telegram-Bot-Api-Secret-Token`, again until it gets
   a 200), `sendMessage`, `editMessageText`, `sendMessageDraft` (private chats only),
-  `sendChatAction`, `deleteMessage`, `setMyCommands`, `sendPhoto` and `sendDocument`
+  `sendChatAction`, `deleteMessage`, `setMyCommands`, `setMessageReaction` (the bot's
+  one reaction per message, from Telegram's reaction emoji: `bot_reaction`; two
+  "REACTIONS_TOO_MANY", another emoji "REACTION_INVALID"), `sendPhoto` and `sendDocument`
   (multipart, the file's bytes kept: `bot_files`; over 50 MB "Request Entity Too
   Large", a photo over 10 MB "file is too big"), `getFile` (over 20 MB "file is too
   big", as for bots) and the file download `GET /file/bot<token>/<file_path>` (each
@@ -25,6 +27,9 @@ What it serves (`POST|GET /bot<token>/<method>`, JSON, form or query parameters)
 - **What a user sees**: `view(chat, topic)` lists the visible messages of a chat (or of
   one topic), text as rendered (HTML tags removed); `bot_texts` only the bot's; `draft`
   the bot's draft now shown.
+- **Reactions**: `user_reacts(message, emoji)` sets a user's reactions on a message
+  and queues the `message_reaction` update (old and new reactions), only if the bot
+  asked for that kind in `allowed_updates` (as Telegram sends none by default).
 - **Users**: `user_says`, `user_edits`, `other_bot_says`, `user_sends_file` (a
   document), `user_sends_photo` (a photo in several sizes) and `user_sends_media` (a
   sticker, a voice message, ...) add a message (or edit) and queue its update.
@@ -74,6 +79,8 @@ _ACTIONS = frozenset({"typing", "upload_photo", "upload_document", "choose_stick
 DOWNLOAD_LIMIT = 20 * 1024 * 1024  # getFile's limit for bots
 UPLOAD_LIMIT = 50 * 1024 * 1024  # sendDocument's limit for bots
 PHOTO_LIMIT = 10 * 1024 * 1024  # sendPhoto's
+REACTION_EMOJI = frozenset(("👍", "👎", "❤", "🔥", "🎉", "🙏", "👌", "👀", "💯", "🤔"))
+"""Some of Telegram's reaction emoji (what a bot may react with), as the fake checks."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,8 @@ class FakeMessage:
     file_id: str = ""  # of a document, or of a file the bot posted
     file_name: str = ""  # of a file the bot posted
     media: dict[str, Any] = field(default_factory=dict)  # "photo", "document", ... as sent
+    reactions: dict[int, list[str]] = field(default_factory=dict)  # user -> their emoji
+    bot_reaction: list[str] = field(default_factory=list)  # the bot's (one at most)
 
     def to_json(self, *, with_reply: bool = True) -> dict[str, Any]:
         """The message as an update carries it."""
@@ -222,6 +231,7 @@ class FakeTelegram:
         self.throttled: list[tuple[str, int]] = []  # (method, chat) answered with 429
         self.webhook_url = ""
         self.webhook_secret = ""
+        self.allowed_updates: list[str] = []  # the last a getUpdates or setWebhook gave
         self.confirmed = 0  # the highest update_id confirmed by an offset
         self.polls = 0
         self.handed = 0  # the highest update_id getUpdates returned
@@ -363,6 +373,34 @@ class FakeTelegram:
         self._queue("message", message)
         await self._notify()
         return message
+
+    async def user_reacts(self, message: FakeMessage, *emoji: str, user: int = ALICE) -> None:
+        """`user`'s reactions on `message` are now `emoji` (none: all taken back); the
+        `message_reaction` update is queued if the bot asked for such updates."""
+        old = message.reactions.get(user, [])
+        message.reactions[user] = list(emoji)
+        if "message_reaction" not in self.allowed_updates:
+            return
+        update = {
+            "update_id": next(self._update_ids),
+            "message_reaction": {
+                "chat": message.chat.to_json(),
+                "message_id": message.message_id,
+                "user": {"id": user, "is_bot": False, "first_name": f"user{user}"},
+                "date": int(time.time()),
+                "old_reaction": [{"type": "emoji", "emoji": e} for e in old],
+                "new_reaction": [{"type": "emoji", "emoji": e} for e in emoji],
+            },
+        }
+        self._updates.append(update)
+        await self._notify()
+
+    def _allow(self, params: Mapping[str, Any]) -> None:
+        allowed = params.get("allowed_updates")
+        if isinstance(allowed, str):
+            allowed = json.loads(allowed)
+        if isinstance(allowed, list):
+            self.allowed_updates = [str(kind) for kind in allowed]
 
     async def user_edits(self, message: FakeMessage, text: str) -> None:
         """The user changes a message's text; an `edited_message` update is queued."""
@@ -705,6 +743,7 @@ class FakeTelegram:
                 "use deleteWebhook to delete the webhook first"
             )  # fmt: skip
         self.polls += 1
+        self._allow(params)
         await self._notify()
         offset = _int(params.get("offset"))
         if offset:
@@ -746,6 +785,7 @@ class FakeTelegram:
             raise _Refusal(400, "Bad Request: bad webhook: invalid URL")
         self.webhook_url = url
         self.webhook_secret = str(params.get("secret_token") or "")
+        self._allow(params)
         if url and self._pusher is None:
             self._pusher = asyncio.get_running_loop().create_task(self._push())
         return True
@@ -853,6 +893,19 @@ class FakeTelegram:
         message.deleted = True
         return True
 
+    def _set_reaction(self, params: Mapping[str, Any]) -> bool:
+        message = self._message(params)
+        reaction = params.get("reaction") or []
+        if isinstance(reaction, str):
+            reaction = json.loads(reaction)
+        emoji = [str(r.get("emoji") or "") for r in reaction]
+        if len(emoji) > 1:
+            raise _Refusal(400, "Bad Request: REACTIONS_TOO_MANY")
+        if any(e not in REACTION_EMOJI for e in emoji):
+            raise _Refusal(400, "Bad Request: REACTION_INVALID")
+        message.bot_reaction = emoji
+        return True
+
     def _set_commands(self, params: Mapping[str, Any]) -> bool:
         commands = params.get("commands") or []
         if isinstance(commands, str):
@@ -911,6 +964,7 @@ _METHODS: dict[str, Callable[[FakeTelegram, Mapping[str, Any]], Any]] = {
     "sendChatAction": FakeTelegram._chat_action,
     "deleteMessage": FakeTelegram._delete,
     "setMyCommands": FakeTelegram._set_commands,
+    "setMessageReaction": FakeTelegram._set_reaction,
     "getFile": FakeTelegram._get_file,
     "sendPhoto": FakeTelegram._send_photo,
     "sendDocument": FakeTelegram._send_document,
