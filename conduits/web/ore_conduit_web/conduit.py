@@ -43,6 +43,7 @@ class WebConduit(Conduit):
         edits_arrive=True,
         deletes_arrive=False,
         delta_interval=0.03,
+        reactions=True,  # the page shows them and sets them
         file_max_bytes=None,  # the page shows any file: images inline, others as downloads
     )
     on_ready: ClassVar[Callable[[str], None] | None] = None
