@@ -77,7 +77,8 @@ class KillGateway:
     thread: str = ""
     discord_conduit: ConduitProcess | None = None
     telegram_conduit: ConduitProcess | None = None
-    nats_shown: list[tuple[str, str]] = field(default_factory=list)
+    nats_said: list[str] = field(default_factory=list)
+    nats_files: list[tuple[str, str]] = field(default_factory=list)
     nats_changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def start_discord(self) -> None:
@@ -97,14 +98,15 @@ class KillGateway:
         )
 
     async def read_nats(self) -> None:
-        """What the NATS bridge relays: each text, each reference fetched (its sha256)."""
+        """What the NATS bridge shows: each text (a copy's under `relayed`), each
+        reference fetched (its sha256)."""
         while True:
             body = json.loads((await self.raw.next_out(CHANNEL)).data)
-            self.nats_shown.append(("text", body.get("text", "")))
+            self.nats_said.append(body.get("relayed") or body.get("text", ""))
             for reference in body.get("attachments", []):
                 attachment = Attachment.from_dict(reference)
                 data = await self.nats.fetch(self.thread, attachment)
-                self.nats_shown.append(("file", sha(data)))
+                self.nats_files.append(("file", sha(data)))
             self.nats_changed.set()
 
     async def nats_until(self, predicate: Callable[[], bool], within: float) -> None:
@@ -113,6 +115,9 @@ class KillGateway:
                 self.nats_changed.clear()
                 await self.nats_changed.wait()
 
+    def nats_shown(self, texts: list[str]) -> list[tuple[str, str]]:
+        return self.nats_files + texts_shown(self.nats_said, texts)
+
     def discord_shown(self, texts: list[str]) -> list[tuple[str, str]]:
         files = [("file", sha(data)) for _, data in self.discord.files_of(RANDOM)]
         return files + texts_shown(self.discord.bot_texts(RANDOM), texts)
@@ -120,6 +125,19 @@ class KillGateway:
     def telegram_shown(self, texts: list[str]) -> list[tuple[str, str]]:
         files = [("file", sha(data)) for _, data in self.telegram.bot_files(CHAT)]
         return files + texts_shown(self.telegram.bot_texts(CHAT), texts)
+
+    async def reported(self, namespace: str, text: str) -> None:
+        """Until `namespace` has reported the copy of the turn saying `text` delivered:
+        whatever it posts of that copy is posted by then."""
+        thread = await self.core.thread_holding(text)
+        (turn,) = [
+            t for t in thread.turns() if any(text in getattr(a, "content", "") for a in t.artifacts)
+        ]
+        client = self.core.client_for(namespace)
+        async with asyncio.timeout(PATIENCE):
+            # The core's record has no change to wait on from here: asked until it holds.
+            while not await client.delivery_get(thread.id, turn.id):  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
 
     async def send_from_nats(self, text: str, name: str) -> list[tuple[str, str]]:
         """`text` with the NATS origin's file `name`, uploaded to ore once: the items."""
@@ -202,14 +220,66 @@ async def test_a_discord_conduit_killed_while_posting_a_file_copy_shows_it_once(
         gw.discord.let_go()
         await gw.start_discord()
         texts = ["nats sends a pdf"]
-        for wait, shown in (
-            (gw.discord.wait_until, lambda: gw.discord_shown(texts)),
-            (gw.telegram.wait_until, lambda: gw.telegram_shown(texts)),
-        ):
-            await wait(lambda shown=shown: count(sent, shown())["lost"] == 0, PATIENCE)
+        for namespace in ("discord", "telegram"):
+            await gw.reported(namespace, texts[0])
         counts = {
             "discord": count(sent, gw.discord_shown(texts)),
             "telegram": count(sent, gw.telegram_shown(texts)),
         }
     print(f"discord killed at a file copy's post: {counts}")
     assert counts == dict.fromkeys(counts, {"sent": 2, "delivered": 2} | CLEAN)
+
+
+async def test_a_telegram_conduit_killed_while_sending_a_file_copy_shows_it_once(
+    ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit, tmp_path: Path
+) -> None:
+    async with kill_gateway(ore_conduit_core, ore_start_conduit, tmp_path) as gw:
+        assert gw.telegram_conduit is not None
+        holding = gw.telegram.holding
+        gw.telegram.hold_next("sendDocument")
+        sent = await gw.send_from_nats("nats sends a pdf", "nats.pdf")
+        await gw.telegram.wait_until(lambda: gw.telegram.holding > holding, PATIENCE)
+        gw.telegram_conduit.kill()  # Telegram carries the send out after the conduit died
+        gw.telegram.let_go()
+        await gw.start_telegram()
+        texts = ["nats sends a pdf"]
+        for namespace in ("discord", "telegram"):
+            await gw.reported(namespace, texts[0])
+        counts = {
+            "discord": count(sent, gw.discord_shown(texts)),
+            "telegram": count(sent, gw.telegram_shown(texts)),
+        }
+    print(f"telegram killed at a file copy's sendDocument: {counts}")
+    assert counts["discord"] == {"sent": 2, "delivered": 2} | CLEAN
+    # Telegram has no idempotency key and no way to find a file it took: the copy under
+    # way at the kill, its text and its file, is posted again (docs/bridging.md). Lost:
+    # none; each item at most twice.
+    assert counts["telegram"]["lost"] == 0
+    assert counts["telegram"]["doubled"] <= len(sent), counts
+
+
+async def test_a_discord_conduit_killed_between_its_upload_and_its_message_relays_it_once(
+    ore_conduit_core: ConduitCore, ore_start_conduit: StartConduit, tmp_path: Path
+) -> None:
+    async with kill_gateway(ore_conduit_core, ore_start_conduit, tmp_path) as gw:
+        assert gw.discord_conduit is not None
+        held = gw.discord.held
+        gw.discord.hold_next("download", after=1)  # the first file is taken into ore
+        files = files_from("discord")
+        text = "discord sends two files"
+        await gw.discord.user_says(RANDOM, text, files=[(n, t, d) for n, (t, d) in files.items()])
+        await gw.discord.wait_until(lambda: gw.discord.held > held, PATIENCE)
+        gw.discord_conduit.kill()  # its message is not acknowledged: resumed, it comes again
+        gw.discord.let_go()
+        await gw.start_discord()
+        sent = [("text", text)] + [("file", sha(d)) for _, d in files.values()]
+        await gw.telegram.wait_until(lambda: ("text", text) in gw.telegram_shown([text]), PATIENCE)
+        await gw.reported("telegram", text)
+        await gw.nats_until(lambda: count(sent, gw.nats_shown([text]))["lost"] == 0, PATIENCE)
+        await gw.reported("nats", text)
+        counts = {
+            "telegram": count(sent, gw.telegram_shown([text])),
+            "nats": count(sent, gw.nats_shown([text])),
+        }
+    print(f"discord killed between its upload and its message: {counts}")
+    assert counts == dict.fromkeys(counts, {"sent": 3, "delivered": 3} | CLEAN)
