@@ -39,6 +39,7 @@ from ore_core.conduit import ControlClient
 from ore_core.files import Attachment
 from ore_core.testing.conduit_conformance import ConduitCore, StartConduit
 from ore_core.testing.conduit_process import ConduitProcess
+from ore_core.turn import Role
 from tests.bridge.files import files_from, sha
 from tests.bridge.gateway import PATIENCE
 
@@ -131,7 +132,9 @@ class KillGateway:
         whatever it posts of that copy is posted by then."""
         thread = await self.core.thread_holding(text)
         (turn,) = [
-            t for t in thread.turns() if any(text in getattr(a, "content", "") for a in t.artifacts)
+            t
+            for t in thread.turns()
+            if t.role == Role.USER and any(getattr(a, "content", "") == text for a in t.artifacts)
         ]
         client = self.core.client_for(namespace)
         async with asyncio.timeout(PATIENCE):
@@ -189,6 +192,8 @@ async def kill_gateway(
                 await control.call(
                     "links.add", {"thread": gw.thread, "endpoint": endpoint, "answer": "none"}
                 )
+            # Discord catches up on the thread: its copy of "start" comes first, not held.
+            await discord.wait_until(lambda: bool(gw.discord_shown(["start"])), PATIENCE)
             reader = asyncio.create_task(gw.read_nats())
             yield gw
         finally:
