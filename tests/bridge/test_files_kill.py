@@ -9,7 +9,9 @@ writes to it); a Discord channel and a Telegram chat are linked to it with `answ
 - the receiving Discord conduit killed while Discord holds the answer to the post of a
   file's copy (carried out: the restart posts it again with the same nonce);
 - the receiving Telegram conduit killed while Telegram holds the `sendDocument` of a
-  file's copy (Telegram has no idempotency key: the restart posts the copy again);
+  file's copy, carried out after the kill (Telegram has no idempotency key and no way
+  to find a file it took: the restart posts the copy, its text and its file, again, as
+  docs/bridging.md says; nothing lost, each item at most twice);
 - the sending Discord conduit killed after it took the first of a message's two files
   into ore and while Discord holds the download of the second: the message is not
   acknowledged, so the resumed gateway session hands it over again.
