@@ -22,6 +22,7 @@ Each endpoint's view is counted by sha256 and text: sent, delivered, lost, doubl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -105,11 +106,11 @@ class KillGateway:
         reference fetched (its sha256)."""
         while True:
             body = json.loads((await self.raw.next_out(CHANNEL)).data)
-            self.nats_said.append(body.get("relayed") or body.get("text", ""))
             for reference in body.get("attachments", []):
                 attachment = Attachment.from_dict(reference)
                 data = await self.nats.fetch(self.thread, attachment)
                 self.nats_files.append(("file", sha(data)))
+            self.nats_said.append(body.get("relayed") or body.get("text", ""))  # files first
             self.nats_changed.set()
 
     async def nats_until(self, predicate: Callable[[], bool], within: float) -> None:
@@ -227,8 +228,9 @@ async def test_a_discord_conduit_killed_while_posting_a_file_copy_shows_it_once(
         gw.discord.let_go()
         await gw.start_discord()
         texts = ["nats sends a pdf"]
-        for namespace in ("discord", "telegram"):
-            await gw.reported(namespace, texts[0])
+        with contextlib.suppress(TimeoutError):  # the counts below say what is missing
+            for namespace in ("discord", "telegram"):
+                await gw.reported(namespace, texts[0])
         counts = {
             "discord": count(sent, gw.discord_shown(texts)),
             "telegram": count(sent, gw.telegram_shown(texts)),
@@ -250,8 +252,9 @@ async def test_a_telegram_conduit_killed_while_sending_a_file_copy_shows_it_once
         gw.telegram.let_go()
         await gw.start_telegram()
         texts = ["nats sends a pdf"]
-        for namespace in ("discord", "telegram"):
-            await gw.reported(namespace, texts[0])
+        with contextlib.suppress(TimeoutError):  # the counts below say what is missing
+            for namespace in ("discord", "telegram"):
+                await gw.reported(namespace, texts[0])
         counts = {
             "discord": count(sent, gw.discord_shown(texts)),
             "telegram": count(sent, gw.telegram_shown(texts)),
@@ -280,10 +283,12 @@ async def test_a_discord_conduit_killed_between_its_upload_and_its_message_relay
         gw.discord.let_go()
         await gw.start_discord()
         sent = [("text", text)] + [("file", sha(d)) for _, d in files.values()]
-        await gw.telegram.wait_until(lambda: ("text", text) in gw.telegram_shown([text]), PATIENCE)
-        await gw.reported("telegram", text)
-        await gw.nats_until(lambda: count(sent, gw.nats_shown([text]))["lost"] == 0, PATIENCE)
-        await gw.reported("nats", text)
+        with contextlib.suppress(TimeoutError):  # the counts below say what is missing
+            shown = gw.telegram_shown
+            await gw.telegram.wait_until(lambda: ("text", text) in shown([text]), PATIENCE)
+            await gw.reported("telegram", text)
+            await gw.nats_until(lambda: ("text", text) in gw.nats_shown([text]), PATIENCE)
+            await gw.reported("nats", text)
         counts = {
             "telegram": count(sent, gw.telegram_shown([text])),
             "nats": count(sent, gw.nats_shown([text])),
