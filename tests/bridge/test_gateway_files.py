@@ -32,20 +32,13 @@ from ore_core import ConduitClient
 from ore_core.conduit import ControlClient
 from ore_core.files import Attachment
 from ore_core.testing.conduit_conformance import ConduitCore, RunningConduit, StartConduit
+from tests.bridge.files import files_from, sha
 from tests.bridge.gateway import PATIENCE
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.slow]
 
 CHANNEL = "gw"  # the NATS bridge's channel
 ENDPOINTS = ("discord", "matrix", "nats")
-
-
-def files_from(origin: str) -> dict[str, tuple[str, bytes]]:
-    """`origin`'s image and 5 MB PDF (bytes of its own): name -> (type, bytes)."""
-    seed = origin.encode()
-    png = b"\x89PNG\r\n\x1a\n" + seed + bytes(range(256)) * 40
-    pdf = b"%PDF-1.7 " + seed + bytes(range(256)) * 20_480  # 5,242,889+ bytes
-    return {f"{origin}.png": ("image/png", png), f"{origin}.pdf": ("application/pdf", pdf)}
 
 
 def tally(shown: list[tuple[str, str]], endpoint: str) -> dict[str, int]:
@@ -127,9 +120,6 @@ async def test_each_endpoint_s_image_and_pdf_reach_every_other_once_byte_identic
                 attachment = await nats.upload(data, name, media_type)
                 body = {"text": f"nats {name}", "attachments": [attachment.to_dict()]}
                 await raw.publish(CHANNEL, json.dumps(body).encode())
-
-            def sha(data: bytes) -> str:
-                return hashlib.sha256(data).hexdigest()
 
             shown: dict[str, Callable[[], list[tuple[str, str]]]] = {
                 "discord": lambda: [(n, sha(d)) for n, d in discord.files_of(RANDOM)],

@@ -200,10 +200,12 @@ class FakeDiscord:
     def drop_next(self, route: str, *, commit: bool = False) -> None:
         self._faults.setdefault(route, []).append(_Fault(drop=True, commit=commit))
 
-    def hold_next(self, route: str) -> None:
-        """The next call of `route` is carried out, then its answer waits (`held` counts
-        such calls) until `let_go()`: a client killed meanwhile never learns the outcome."""
-        self._faults.setdefault(route, []).append(_Fault(hold=True))
+    def hold_next(self, route: str, *, after: int = 0) -> None:
+        """The next call of `route` (after `after` more served as usual) is carried out,
+        then its answer waits (`held` counts such calls) until `let_go()`: a client killed
+        meanwhile never learns the outcome. A held `download` has sent no byte yet."""
+        queue = self._faults.setdefault(route, [])
+        queue.extend([_Fault() for _ in range(after)] + [_Fault(hold=True)])
 
     def let_go(self) -> None:
         self._release.set()
@@ -503,13 +505,17 @@ class FakeDiscord:
     ) -> web.StreamResponse:
         """The answer of a call carried out, unless a fault drops or holds it."""
         if fault is not None and fault.hold:
-            self.held += 1
-            await self._notify()
-            await self._release.wait()
-            self._release.clear()
+            await self._hold()
         if fault is not None and fault.drop:
             return _dropped(request)
         return answer
+
+    async def _hold(self) -> None:
+        """Wait until `let_go()`, counted in `held`."""
+        self.held += 1
+        await self._notify()
+        await self._release.wait()
+        self._release.clear()
 
     # ---------------------------------------------------------------- state
 
@@ -574,6 +580,8 @@ class FakeDiscord:
         if data is None:
             return web.Response(status=404)
         fault = self._fault("download")
+        if fault is not None and fault.hold:
+            await self._hold()
         if fault is not None and fault.status:
             return web.Response(status=fault.status)
         if fault is None or not fault.drop:
