@@ -18,8 +18,10 @@ import nats
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+from nats.js.client import JetStreamContext
 
 from ore_core.bus.ingress.puller import Puller
+from tests.bus.raw import eventually
 
 STREAM, CONSUMER = "GAP", "gap-p0"
 NEXT = f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{CONSUMER}"
@@ -28,6 +30,15 @@ NEXT = f"$JS.API.CONSUMER.MSG.NEXT.{STREAM}.{CONSUMER}"
 async def until(changed: asyncio.Condition, condition: Callable[[], bool]) -> None:
     async with asyncio.timeout(10), changed:
         await changed.wait_for(condition)
+
+
+async def waiting_pulls(js: JetStreamContext, count: int) -> None:
+    """Until the consumer holds `count` pull requests (the server's own count)."""
+
+    async def held() -> bool:
+        return (await js.consumer_info(STREAM, CONSUMER)).num_waiting == count
+
+    await eventually(held)
 
 
 def notify(changed: asyncio.Condition) -> None:
@@ -71,7 +82,8 @@ async def test_a_delivery_taken_elsewhere_stops_the_puller_before_the_next_one(
     await puller.start()
     try:
         await js.publish("gap.t", b"m1")
-        await until(changed, lambda: handled == [b"m1"])  # the puller's next request is queued
+        await until(changed, lambda: handled == [b"m1"])
+        await waiting_pulls(js, 1)  # the puller's next request is queued on the server
         inbox = other.new_inbox()
 
         async def steal(msg: Msg) -> None:
@@ -80,7 +92,8 @@ async def test_a_delivery_taken_elsewhere_stops_the_puller_before_the_next_one(
 
         await other.subscribe(inbox, cb=steal)
         await other.publish(NEXT, b'{"batch": 1, "expires": 30000000000}', reply=inbox)
-        await other.flush()  # queued after the puller's request, before its next one
+        await other.flush()
+        await waiting_pulls(js, 2)  # queued after the puller's request, before its next one
         await js.publish("gap.t", b"m2")
         await until(changed, lambda: handled == [b"m1", b"m2"])
         await js.publish("gap.t", b"m3")  # to the other request: lost to the puller
